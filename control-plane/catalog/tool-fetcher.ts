@@ -1,0 +1,25 @@
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { Tool } from '@modelcontextprotocol/sdk/types.js';
+
+export const GATEWAY_CLIENT_INFO = { name: 'mcp-federation-gateway', version: '0.1.0' };
+
+/** The whole tools/list of one Tool Service, following nextCursor to the end. */
+export async function fetchToolList(url: string, timeoutMs: number): Promise<Tool[]> {
+  const client = new Client(GATEWAY_CLIENT_INFO);
+  const transport = new StreamableHTTPClientTransport(new URL(url));
+  const options = { timeout: timeoutMs, signal: AbortSignal.timeout(timeoutMs) };
+  try {
+    await client.connect(transport, options);
+    const tools: Tool[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await client.listTools(cursor ? { cursor } : {}, options);
+      tools.push(...page.tools);
+      cursor = page.nextCursor;
+    } while (cursor);
+    return tools;
+  } finally {
+    await client.close().catch(() => undefined);
+  }
+}

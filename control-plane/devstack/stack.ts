@@ -1,0 +1,155 @@
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { projectPath } from '../shared/paths';
+import { envoyBinary, writeBootstrap } from './envoy';
+import { ManagedProcess, freePort, portAccepts, waitFor } from './processes';
+
+/**
+ * The whole gateway as separate real processes on loopback: Redis, sample Tool Services, control
+ * plane, sidecar and Envoy. `mcpgw up` and the end-to-end tests both build on it.
+ */
+
+const HOST = '127.0.0.1';
+const CLI = projectPath('dist', 'control-plane', 'cli', 'mcpgw.js');
+const SAMPLE_MAIN = projectPath('dist', 'samples', 'tool-services', 'main.js');
+
+export interface StackPorts {
+  listener: number;
+  envoyAdmin: number;
+  grpc: number;
+  controlPlaneAdmin: number;
+  sidecar: number;
+  redis: number;
+}
+
+export interface StackOptions {
+  registryFile: string;
+  logDir: string;
+  /** Fixed ports where given; free ports otherwise. */
+  ports?: Partial<StackPorts>;
+  samples?: { service: string; port: number }[];
+  echo?: boolean;
+  catalogRefreshMs?: number;
+}
+
+async function resolvePorts(requested: Partial<StackPorts> = {}): Promise<StackPorts> {
+  const names: (keyof StackPorts)[] = ['listener', 'envoyAdmin', 'grpc', 'controlPlaneAdmin', 'sidecar', 'redis'];
+  const ports = {} as StackPorts;
+  for (const name of names) ports[name] = requested[name] ?? (await freePort());
+  return ports;
+}
+
+async function httpOk(url: string): Promise<true | undefined> {
+  const response = await fetch(url);
+  return response.ok ? true : undefined;
+}
+
+export class GatewayStack {
+  readonly processes = new Map<string, ManagedProcess>();
+  private envoyRestarts = 0;
+
+  private constructor(
+    readonly options: StackOptions,
+    readonly ports: StackPorts,
+  ) {}
+
+  static async start(options: StackOptions): Promise<GatewayStack> {
+    fs.mkdirSync(options.logDir, { recursive: true });
+    const stack = new GatewayStack(options, await resolvePorts(options.ports));
+    try {
+      await stack.startRedis();
+      for (const sample of options.samples ?? []) await stack.startSample(sample.service, sample.port);
+      await stack.startControlPlane();
+      await stack.startSidecar();
+      await stack.startEnvoy();
+    } catch (error) {
+      await stack.stop();
+      throw error;
+    }
+    return stack;
+  }
+
+  gatewayUrl(routeKey: string): string {
+    return `http://${HOST}:${this.ports.listener}/mcp/${routeKey}`;
+  }
+
+  get envoyAdminUrl(): string {
+    return `http://${HOST}:${this.ports.envoyAdmin}`;
+  }
+
+  get controlPlaneAdminUrl(): string {
+    return `http://${HOST}:${this.ports.controlPlaneAdmin}`;
+  }
+
+  private spawn(name: string, command: string, args: string[]): ManagedProcess {
+    const process = new ManagedProcess({
+      name,
+      command,
+      args,
+      logFile: path.join(this.options.logDir, `${name}.log`),
+      echo: this.options.echo,
+    });
+    this.processes.set(name, process);
+    return process;
+  }
+
+  async startRedis(): Promise<void> {
+    this.spawn('redis', 'redis-server', [
+      '--bind', HOST, '--port', String(this.ports.redis), '--save', '', '--appendonly', 'no',
+    ]);
+    await waitFor('redis to accept connections', () => portAccepts(this.ports.redis));
+  }
+
+  async startSample(service: string, port: number): Promise<void> {
+    this.spawn(`tool-service-${service}`, process.execPath, [SAMPLE_MAIN, '--service', service, '--port', String(port)]);
+    await waitFor(`sample tool service ${service}`, () => portAccepts(port));
+  }
+
+  async startControlPlane(): Promise<void> {
+    this.spawn('control-plane', process.execPath, [
+      CLI, 'control-plane',
+      '--registry', this.options.registryFile,
+      '--grpc', `${HOST}:${this.ports.grpc}`,
+      '--admin', `${HOST}:${this.ports.controlPlaneAdmin}`,
+      '--listener', `${HOST}:${this.ports.listener}`,
+      '--sidecar', `${HOST}:${this.ports.sidecar}`,
+      ...(this.options.catalogRefreshMs ? ['--catalog-refresh-ms', String(this.options.catalogRefreshMs)] : []),
+    ]);
+    await waitFor('control plane admin /healthz', () => httpOk(`${this.controlPlaneAdminUrl}/healthz`));
+  }
+
+  async startSidecar(): Promise<void> {
+    this.spawn('sidecar', process.execPath, [
+      CLI, 'sidecar', '--ext-proc', `${HOST}:${this.ports.sidecar}`, '--control-plane', `${HOST}:${this.ports.grpc}`,
+    ]);
+    await waitFor('sidecar ext_proc port', () => portAccepts(this.ports.sidecar));
+  }
+
+  async startEnvoy(): Promise<void> {
+    const bootstrap = writeBootstrap(
+      {
+        nodeId: `mcpgw-${this.ports.listener}-${this.envoyRestarts++}`,
+        adminAddress: HOST,
+        adminPort: this.ports.envoyAdmin,
+        xdsHost: HOST,
+        xdsPort: this.ports.grpc,
+      },
+      this.options.logDir,
+    );
+    this.spawn('envoy', envoyBinary(), [
+      '-c', bootstrap, '--use-dynamic-base-id', '--log-level', 'warn', '--drain-time-s', '5',
+    ]);
+    await waitFor('Envoy to be LIVE', () => httpOk(`${this.envoyAdminUrl}/ready`));
+    await waitFor('the gateway listener from LDS', () => portAccepts(this.ports.listener));
+  }
+
+  async stopProcess(name: string): Promise<void> {
+    await this.processes.get(name)?.stop();
+    this.processes.delete(name);
+  }
+
+  /** Stops in reverse start order, so nothing outlives what it depends on by more than a moment. */
+  async stop(): Promise<void> {
+    for (const name of [...this.processes.keys()].reverse()) await this.stopProcess(name);
+  }
+}

@@ -1,0 +1,84 @@
+import { z } from 'zod';
+import { Registry, Route, routeSchema } from './model';
+
+/** One problem in a registry document, located precisely enough to fix it. */
+export interface RegistryProblem {
+  /** The route key when it could be read, so operators can find the route in the Portal. */
+  route?: string;
+  /** Dotted path of the offending field inside the document, e.g. routes[1].toolServices[0].url */
+  field: string;
+  message: string;
+}
+
+export interface RegistryValidation {
+  /** Routes that passed on their own; a bad route never blocks the others. */
+  registry: Registry;
+  problems: RegistryProblem[];
+}
+
+const documentSchema = z.object({ routes: z.array(z.unknown()) }).strict();
+
+function formatPath(base: string, path: ReadonlyArray<PropertyKey>): string {
+  return path.reduce<string>((out, part) => (typeof part === 'number' ? `${out}[${part}]` : `${out}.${String(part)}`), base);
+}
+
+function keyOf(raw: unknown): string | undefined {
+  const key = (raw as { key?: unknown } | null)?.key;
+  return typeof key === 'string' ? key : undefined;
+}
+
+/**
+ * Validates a registry document route by route. Cross-route rules (unique keys, one URL per Tool
+ * Service id) reject the later route, so the earlier, already-accepted one keeps serving.
+ */
+export function validateRegistry(document: unknown): RegistryValidation {
+  const top = documentSchema.safeParse(document);
+  if (!top.success) {
+    return {
+      registry: { routes: [] },
+      problems: top.error.issues.map((issue) => ({ field: formatPath('', issue.path).replace(/^\./, '') || '(document)', message: issue.message })),
+    };
+  }
+  const problems: RegistryProblem[] = [];
+  const routes: Route[] = [];
+  const routeKeys = new Set<string>();
+  const urlByServiceId = new Map<string, string>();
+
+  top.data.routes.forEach((raw, index) => {
+    const base = `routes[${index}]`;
+    const parsed = routeSchema.safeParse(raw);
+    if (!parsed.success) {
+      for (const issue of parsed.error.issues) {
+        problems.push({ route: keyOf(raw), field: formatPath(base, issue.path), message: issue.message });
+      }
+      return;
+    }
+    const route = parsed.data;
+    if (routeKeys.has(route.key)) {
+      problems.push({ route: route.key, field: `${base}.key`, message: `duplicate route key "${route.key}"` });
+      return;
+    }
+    const conflict = route.toolServices.findIndex((service) => {
+      const known = urlByServiceId.get(service.id);
+      return known !== undefined && known !== service.url;
+    });
+    if (conflict >= 0) {
+      const service = route.toolServices[conflict];
+      problems.push({
+        route: route.key,
+        field: `${base}.toolServices[${conflict}].url`,
+        message: `Tool Service id "${service.id}" is already registered with URL ${urlByServiceId.get(service.id)}`,
+      });
+      return;
+    }
+    routeKeys.add(route.key);
+    route.toolServices.forEach((service) => urlByServiceId.set(service.id, service.url));
+    routes.push(route);
+  });
+  return { registry: { routes }, problems };
+}
+
+export function describeProblem(problem: RegistryProblem): string {
+  const where = problem.route ? `route "${problem.route}", ${problem.field}` : problem.field;
+  return `${where}: ${problem.message}`;
+}

@@ -1,0 +1,54 @@
+import * as grpc from '@grpc/grpc-js';
+import { CatalogSnapshotMessage } from '../catalog/catalog-store';
+import { grpcServices } from '../shared/grpc-packages';
+import { Logger } from '../shared/log';
+
+const RETRY_MIN_MS = 200;
+const RETRY_MAX_MS = 5000;
+
+/**
+ * Follows the control plane's catalog stream and reconnects with backoff when it breaks. The last
+ * catalog stays in memory meanwhile: a control-plane outage never empties what the sidecar serves.
+ */
+export class CatalogSubscriber {
+  private readonly client: grpc.Client & Record<string, Function>;
+  private call?: grpc.ClientReadableStream<CatalogSnapshotMessage>;
+  private retryMs = RETRY_MIN_MS;
+  private retryTimer?: NodeJS.Timeout;
+  private stopped = false;
+
+  constructor(
+    address: string,
+    private readonly sidecarId: string,
+    private readonly onSnapshot: (snapshot: CatalogSnapshotMessage) => void,
+    private readonly log: Logger,
+  ) {
+    const Service = grpcServices.catalogDiscovery();
+    this.client = new Service(address, grpc.credentials.createInsecure()) as grpc.Client & Record<string, Function>;
+  }
+
+  start(): void {
+    if (this.stopped) return;
+    const call = this.client.WatchCatalog({ sidecar_id: this.sidecarId }) as grpc.ClientReadableStream<CatalogSnapshotMessage>;
+    this.call = call;
+    call.on('data', (snapshot: CatalogSnapshotMessage) => {
+      this.retryMs = RETRY_MIN_MS;
+      this.onSnapshot(snapshot);
+    });
+    // 'status' ends every call, failed or not; 'error' only needs a listener so it is not thrown.
+    call.on('error', () => undefined);
+    call.on('status', (status: grpc.StatusObject) => {
+      if (this.stopped) return;
+      this.log.warn('catalog stream ended; keeping the last catalog and retrying', { status: status.details, retryMs: this.retryMs });
+      this.retryTimer = setTimeout(() => this.start(), this.retryMs);
+      this.retryMs = Math.min(this.retryMs * 2, RETRY_MAX_MS);
+    });
+  }
+
+  stop(): void {
+    this.stopped = true;
+    clearTimeout(this.retryTimer);
+    this.call?.cancel();
+    this.client.close();
+  }
+}

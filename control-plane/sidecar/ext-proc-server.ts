@@ -1,0 +1,100 @@
+import * as grpc from '@grpc/grpc-js';
+import { BACKEND_CLUSTER_HEADER } from '../xds/translate/settings';
+import { Logger } from '../shared/log';
+import { Decision, RequestHead, decideOnBody, decideOnHead } from './mcp-gateway';
+import { RouteCatalogView } from './route-catalog';
+
+interface HeaderValue {
+  key: string;
+  value?: string;
+  raw_value?: Buffer;
+}
+
+interface ProcessingRequest {
+  request_headers?: { headers?: { headers: HeaderValue[] }; end_of_stream: boolean } | null;
+  request_body?: { body: Buffer; end_of_stream: boolean } | null;
+}
+
+type ProcessingResponse = Record<string, unknown>;
+
+function headerOption(key: string, value: string) {
+  return { header: { key, raw_value: Buffer.from(value) }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' };
+}
+
+function readHead(headers: HeaderValue[]): RequestHead {
+  const map = new Map<string, string>();
+  for (const header of headers) {
+    map.set(header.key.toLowerCase(), header.raw_value?.length ? header.raw_value.toString('utf8') : (header.value ?? ''));
+  }
+  return { method: map.get(':method') ?? '', path: map.get(':path') ?? '', headers: map };
+}
+
+/** Spells a Decision in ext_proc terms for the phase it was taken in. */
+function toProcessingResponse(decision: Decision, phase: 'request_headers' | 'request_body'): ProcessingResponse {
+  switch (decision.kind) {
+    case 'respond':
+      return {
+        immediate_response: {
+          status: { code: decision.status },
+          headers: { set_headers: Object.entries(decision.headers).map(([key, value]) => headerOption(key, value)) },
+          body: Buffer.from(decision.body),
+          details: `mcpgw_${decision.reason}`,
+        },
+      };
+    case 'read-body':
+      // Clients must not steer Envoy: their copy of the steering header is dropped before anything else.
+      return { [phase]: { response: { header_mutation: { remove_headers: [BACKEND_CLUSTER_HEADER] } } } };
+    case 'forward': {
+      const body = Buffer.from(decision.body);
+      return {
+        [phase]: {
+          response: {
+            status: 'CONTINUE',
+            header_mutation: {
+              set_headers: [
+                headerOption(BACKEND_CLUSTER_HEADER, decision.cluster),
+                headerOption('content-length', String(body.length)),
+              ],
+            },
+            body_mutation: { body },
+            clear_route_cache: true,
+          },
+        },
+      };
+    }
+  }
+}
+
+/**
+ * envoy.service.ext_proc.v3.ExternalProcessor: one bidirectional stream per HTTP request. Envoy sends
+ * the headers, then (BUFFERED) the whole body; each gets exactly one response.
+ */
+export function extProcServiceHandlers(
+  lookup: (routeKey: string) => RouteCatalogView | undefined,
+  log: Logger,
+): grpc.UntypedServiceImplementation {
+  return {
+    Process(call: grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>) {
+      let head: RequestHead | undefined;
+      call.on('data', (request: ProcessingRequest) => {
+        try {
+          if (request.request_headers) {
+            head = readHead(request.request_headers.headers?.headers ?? []);
+            let decision = decideOnHead(head, lookup);
+            if (decision.kind === 'read-body' && request.request_headers.end_of_stream) {
+              decision = decideOnBody(head, Buffer.alloc(0), lookup);
+            }
+            call.write(toProcessingResponse(decision, 'request_headers'));
+          } else if (request.request_body && head) {
+            call.write(toProcessingResponse(decideOnBody(head, request.request_body.body, lookup), 'request_body'));
+          }
+        } catch (error) {
+          log.error('ext_proc request failed', { error: (error as Error).stack, path: head?.path });
+          call.emit('error', { code: grpc.status.INTERNAL, details: (error as Error).message });
+        }
+      });
+      call.on('end', () => call.end());
+      call.on('error', () => undefined);
+    },
+  };
+}

@@ -1,0 +1,52 @@
+import * as path from 'node:path';
+import * as fs from 'node:fs';
+import * as protobuf from 'protobufjs';
+
+/**
+ * Envoy's v3 API protos as shipped by @grpc/grpc-js-xds (deps/). They describe Envoy ~1.31; newer
+ * fields or extensions can travel as xds.type.v3.TypedStruct, which Envoy accepts in any typed_config.
+ */
+const XDS_DEPS = path.join(path.dirname(require.resolve('@grpc/grpc-js-xds/package.json')), 'deps');
+export const ENVOY_PROTO_INCLUDE_DIRS = ['envoy-api', 'xds', 'googleapis', 'protoc-gen-validate'].map((dir) =>
+  path.join(XDS_DEPS, dir),
+);
+/** protobufjs ships google/protobuf/descriptor.proto, which Envoy's annotations import. */
+const PROTOBUFJS_DIR = path.dirname(require.resolve('protobufjs/package.json'));
+
+/** Every message type the translator may put into an Any, by proto file. */
+const RESOURCE_PROTO_FILES = [
+  'envoy/config/listener/v3/listener.proto',
+  'envoy/config/route/v3/route.proto',
+  'envoy/config/cluster/v3/cluster.proto',
+  'envoy/config/endpoint/v3/endpoint.proto',
+  'envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.proto',
+  'envoy/extensions/filters/http/ext_proc/v3/ext_proc.proto',
+  'envoy/extensions/filters/http/router/v3/router.proto',
+  'envoy/extensions/upstreams/http/v3/http_protocol_options.proto',
+  'envoy/extensions/transport_sockets/tls/v3/tls.proto',
+  'envoy/extensions/access_loggers/stream/v3/stream.proto',
+  'xds/type/v3/typed_struct.proto',
+];
+
+function resolveInIncludeDirs(_origin: string, target: string): string {
+  for (const dir of [...ENVOY_PROTO_INCLUDE_DIRS, PROTOBUFJS_DIR]) {
+    const candidate = path.join(dir, target);
+    if (fs.existsSync(candidate)) return candidate;
+  }
+  // protobufjs carries google/protobuf/*.proto itself and resolves the bare name.
+  return target;
+}
+
+let cachedRoot: protobuf.Root | undefined;
+
+/** The protobufjs root with every Envoy type the translator uses, field names kept as in the .proto. */
+export function envoyProtoRoot(): protobuf.Root {
+  if (!cachedRoot) {
+    const root = new protobuf.Root();
+    root.resolvePath = resolveInIncludeDirs;
+    root.loadSync(RESOURCE_PROTO_FILES, { keepCase: true });
+    root.resolveAll();
+    cachedRoot = root;
+  }
+  return cachedRoot;
+}

@@ -1,0 +1,81 @@
+import { TypedJson } from '../protobuf/proto-json';
+import { GatewaySettings, LISTENER_NAME, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME } from './settings';
+import { TYPE_URL } from './type-urls';
+
+/**
+ * The sidecar sees every request's headers and, for POSTs, the whole JSON-RPC body (BUFFERED), so
+ * it can answer or steer the request. Responses are never sent to it: the first SSE byte of a
+ * tools/call must not wait on a gRPC round trip.
+ */
+const extProcFilter = {
+  name: 'envoy.filters.http.ext_proc',
+  typed_config: {
+    '@type': TYPE_URL.extProc,
+    grpc_service: { envoy_grpc: { cluster_name: SIDECAR_CLUSTER_NAME }, timeout: '5s' },
+    failure_mode_allow: false,
+    message_timeout: '2s',
+    processing_mode: {
+      request_header_mode: 'SEND',
+      request_body_mode: 'BUFFERED',
+      request_trailer_mode: 'SKIP',
+      response_header_mode: 'SKIP',
+      response_body_mode: 'NONE',
+      response_trailer_mode: 'SKIP',
+    },
+  },
+};
+
+const accessLog = {
+  name: 'envoy.access_loggers.stdout',
+  typed_config: {
+    '@type': TYPE_URL.stdoutAccessLog,
+    log_format: {
+      json_format: {
+        start_time: '%START_TIME%',
+        method: '%REQ(:METHOD)%',
+        path: '%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%',
+        status: '%RESPONSE_CODE%',
+        flags: '%RESPONSE_FLAGS%',
+        details: '%RESPONSE_CODE_DETAILS%',
+        upstream_cluster: '%UPSTREAM_CLUSTER%',
+        duration_ms: '%DURATION%',
+        request_id: '%REQ(X-REQUEST-ID)%',
+      },
+    },
+  },
+};
+
+/**
+ * The one listener. It depends on gateway settings only, never on the registry: Envoy drains a
+ * listener on every LDS change, which would cut streams in flight, so registry changes stay in RDS/CDS.
+ */
+export function buildListener(settings: GatewaySettings): TypedJson {
+  return {
+    '@type': TYPE_URL.listener,
+    name: LISTENER_NAME,
+    address: { socket_address: { address: settings.listener.address, port_value: settings.listener.port } },
+    filter_chains: [
+      {
+        filters: [
+          {
+            name: 'envoy.filters.network.http_connection_manager',
+            typed_config: {
+              '@type': TYPE_URL.httpConnectionManager,
+              stat_prefix: 'mcp_gateway',
+              codec_type: 'AUTO',
+              rds: { route_config_name: ROUTE_CONFIG_NAME, config_source: { ads: {}, resource_api_version: 'V3' } },
+              // Long-lived SSE streams are normal here; idle limits are set per route.
+              stream_idle_timeout: '600s',
+              request_timeout: '0s',
+              access_log: [accessLog],
+              http_filters: [
+                extProcFilter,
+                { name: 'envoy.filters.http.router', typed_config: { '@type': TYPE_URL.router } },
+              ],
+            },
+          },
+        ],
+      },
+    ],
+  };
+}

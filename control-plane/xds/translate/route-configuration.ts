@@ -1,0 +1,73 @@
+import { GatewayIR, RouteBackendIR, RouteIR, ToolServiceIR } from '../../ir/gateway-ir';
+import { TypedJson } from '../protobuf/proto-json';
+import { BACKEND_CLUSTER_HEADER, ROUTE_CONFIG_NAME } from './settings';
+import { TYPE_URL } from './type-urls';
+
+/** A JSON-RPC error answered by Envoy itself, for requests the sidecar did not steer. */
+function jsonRpcDirectResponse(status: number, message: string) {
+  return {
+    status,
+    body: { inline_string: JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32600, message } }) },
+  };
+}
+
+const JSON_CONTENT_TYPE = [
+  { header: { key: 'content-type', value: 'application/json' }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' },
+];
+
+function backendRoute(route: RouteIR, backend: RouteBackendIR, service: ToolServiceIR) {
+  const { host, port, path } = service.endpoint;
+  return {
+    name: `${route.key}/${backend.name}`,
+    match: {
+      path_separated_prefix: route.path,
+      headers: [{ name: BACKEND_CLUSTER_HEADER, string_match: { exact: backend.clusterName } }],
+    },
+    route: {
+      cluster: backend.clusterName,
+      prefix_rewrite: path,
+      host_rewrite_literal: `${host}:${port}`,
+      // A tools/call may stream for minutes: no whole-response deadline, only an idle limit.
+      timeout: '0s',
+      idle_timeout: '300s',
+    },
+    request_headers_to_remove: [BACKEND_CLUSTER_HEADER],
+  };
+}
+
+function unsteeredRoute(route: RouteIR) {
+  return {
+    name: `${route.key}/unsteered`,
+    match: { path_separated_prefix: route.path },
+    direct_response: jsonRpcDirectResponse(502, `the gateway sidecar did not route this request on route "${route.key}"`),
+    response_headers_to_add: JSON_CONTENT_TYPE,
+  };
+}
+
+/** All routes live in one RouteConfiguration, so any registry change is a single RDS update. */
+export function buildRouteConfiguration(ir: GatewayIR): TypedJson {
+  const services = new Map(ir.toolServices.map((service) => [service.clusterName, service]));
+  const routes = ir.routes.flatMap((route) => [
+    ...route.backends.map((backend) => backendRoute(route, backend, services.get(backend.clusterName)!)),
+    unsteeredRoute(route),
+  ]);
+  return {
+    '@type': TYPE_URL.routeConfiguration,
+    name: ROUTE_CONFIG_NAME,
+    virtual_hosts: [
+      {
+        name: 'mcp',
+        domains: ['*'],
+        routes: [
+          ...routes,
+          {
+            name: 'not_found',
+            match: { prefix: '/' },
+            direct_response: jsonRpcDirectResponse(404, 'not an MCP route: use /mcp/{routeKey}'),
+            response_headers_to_add: JSON_CONTENT_TYPE,
+          },
+        ],
+      },
+    ],
+  };
+}

@@ -1,0 +1,12 @@
+/** Gateway-wide settings the translator needs besides the registry: where things listen. */
+export interface GatewaySettings {
+  listener: { address: string; port: number };
+  /** The sidecar's ext_proc gRPC address; Envoy reaches it through a cluster sent over CDS. */
+  sidecar: { address: string; port: number };
+}
+
+export const LISTENER_NAME = 'mcp_gateway';
+export const ROUTE_CONFIG_NAME = 'mcp_routes';
+export const SIDECAR_CLUSTER_NAME = 'mcp_sidecar';
+/** Set only by the sidecar (clients' copies are removed) to steer a tools/call to one Tool Service. */
+export const BACKEND_CLUSTER_HEADER = 'x-mcpgw-cluster';
