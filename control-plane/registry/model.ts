@@ -13,7 +13,8 @@ const SERVICE_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
 const endpointUrl = z
   .string()
   .url('must be an absolute http:// or https:// URL')
-  .refine((value) => /^https?:$/.test(new URL(value).protocol), 'must use http or https');
+  // zod keeps checking after a failed .url(), so this must not assume the URL parsed.
+  .refine((value) => !URL.canParse(value) || /^https?:$/.test(new URL(value).protocol), 'must use http or https');
 
 export const toolServiceSchema = z
   .object({

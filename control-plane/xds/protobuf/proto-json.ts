@@ -89,11 +89,12 @@ function structFromJson(value: unknown, where: string): { fields: Record<string,
   return { fields: Object.fromEntries(Object.entries(value).map(([k, v]) => [k, valueFromJson(v)])) };
 }
 
+// protobufjs bundles google/protobuf/struct.proto with camelCase field names, whatever keepCase says.
 function valueFromJson(value: unknown): Record<string, unknown> {
-  if (value === null) return { null_value: 'NULL_VALUE' };
-  if (typeof value === 'number') return { number_value: value };
-  if (typeof value === 'string') return { string_value: value };
-  if (typeof value === 'boolean') return { bool_value: value };
-  if (Array.isArray(value)) return { list_value: { values: value.map(valueFromJson) } };
-  return { struct_value: structFromJson(value, 'struct') };
+  if (value === null) return { nullValue: 'NULL_VALUE' };
+  if (typeof value === 'number') return { numberValue: value };
+  if (typeof value === 'string') return { stringValue: value };
+  if (typeof value === 'boolean') return { boolValue: value };
+  if (Array.isArray(value)) return { listValue: { values: value.map(valueFromJson) } };
+  return { structValue: structFromJson(value, 'struct') };
 }

@@ -1,0 +1,73 @@
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { stringify } from 'yaml';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { GatewayStack, StackOptions } from '../../control-plane/devstack/stack';
+import { freePort } from '../../control-plane/devstack/processes';
+import { projectPath } from '../../control-plane/shared/paths';
+
+export interface SampleBackends {
+  weather: string;
+  jobs: string;
+  ports: { weather: number; jobs: number };
+}
+
+/** Free ports for the two sample Tool Services and their MCP URLs. */
+export async function sampleBackends(): Promise<SampleBackends> {
+  const ports = { weather: await freePort(), jobs: await freePort() };
+  return {
+    weather: `http://127.0.0.1:${ports.weather}/mcp`,
+    jobs: `http://127.0.0.1:${ports.jobs}/mcp`,
+    ports,
+  };
+}
+
+/** A per-test directory under .run/test/ for the registry file and every process's log. */
+export function testDir(name: string): string {
+  const dir = projectPath('.run', 'test', name);
+  fs.rmSync(dir, { recursive: true, force: true });
+  fs.mkdirSync(dir, { recursive: true });
+  return dir;
+}
+
+export function writeRegistry(dir: string, registry: unknown, file = 'registry.yaml'): string {
+  const target = path.join(dir, file);
+  fs.writeFileSync(target, stringify(registry));
+  return target;
+}
+
+export async function startGateway(
+  name: string,
+  registry: (backends: SampleBackends) => unknown,
+  extra: Partial<StackOptions> = {},
+): Promise<{ stack: GatewayStack; backends: SampleBackends; dir: string }> {
+  const dir = testDir(name);
+  const backends = await sampleBackends();
+  const stack = await GatewayStack.start({
+    registryFile: writeRegistry(dir, registry(backends)),
+    logDir: dir,
+    samples: [
+      { service: 'weather', port: backends.ports.weather },
+      { service: 'jobs', port: backends.ports.jobs },
+    ],
+    ...extra,
+  });
+  return { stack, backends, dir };
+}
+
+/** A real MCP SDK client connected to one gateway route. */
+export async function connectClient(url: string): Promise<Client> {
+  const client = new Client({ name: 'e2e-test-client', version: '1.0.0' });
+  await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+  return client;
+}
+
+export const MCP_POST_HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
+
+/** A raw JSON-RPC POST, for what an SDK client would never send. */
+export async function postJsonRpc(url: string, body: unknown, headers: Record<string, string> = MCP_POST_HEADERS) {
+  const response = await fetch(url, { method: 'POST', headers, body: typeof body === 'string' ? body : JSON.stringify(body) });
+  const text = await response.text();
+  return { status: response.status, contentType: response.headers.get('content-type'), text, json: () => JSON.parse(text) };
+}

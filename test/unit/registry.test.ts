@@ -1,0 +1,123 @@
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { loadRegistryFile } from '../../control-plane/registry/static-file';
+import { describeProblem, validateRegistry } from '../../control-plane/registry/validate';
+import { projectPath } from '../../control-plane/shared/paths';
+
+const service = (name: string, port = 9000, extra: Record<string, unknown> = {}) => ({
+  name,
+  url: `http://127.0.0.1:${port}/mcp`,
+  ...extra,
+});
+
+describe('registry validation', () => {
+  it('accepts a good registry and defaults each Tool Service id to its name', () => {
+    const { registry, problems } = validateRegistry({ routes: [{ key: 'demo', toolServices: [service('weather')] }] });
+    expect(problems).toEqual([]);
+    expect(registry.routes[0].toolServices[0]).toEqual({ id: 'weather', name: 'weather', url: 'http://127.0.0.1:9000/mcp' });
+  });
+
+  it.each([
+    ['a kebab-case backend name', { key: 'demo', toolServices: [service('my-tools')] }, 'routes[0].toolServices[0].name', /snake_case/],
+    ['a relative URL', { key: 'demo', toolServices: [{ name: 'a', url: '/mcp' }] }, 'routes[0].toolServices[0].url', /absolute/],
+    ['a non-HTTP URL', { key: 'demo', toolServices: [{ name: 'a', url: 'ftp://x/mcp' }] }, 'routes[0].toolServices[0].url', /http or https/],
+    ['an upper-case route key', { key: 'Demo', toolServices: [service('a')] }, 'routes[0].key', /lowercase/],
+    ['a route without Tool Services', { key: 'demo', toolServices: [] }, 'routes[0].toolServices', /at least one/],
+    ['an unknown field', { key: 'demo', toolServices: [service('a', 1, { timeout: 5 })] }, 'routes[0].toolServices[0]', /timeout/],
+    ['duplicate backend names', { key: 'demo', toolServices: [service('a', 1), service('a', 2)] }, 'routes[0].toolServices[1].name', /duplicate Tool Service name "a"/],
+  ])('rejects %s, naming the route and the field', (_case, route, field, message) => {
+    const { problems } = validateRegistry({ routes: [route] });
+    expect(problems).toHaveLength(1);
+    expect(problems[0].field).toBe(field);
+    expect(problems[0].message).toMatch(message);
+    expect(problems[0].route).toBe((route as { key: string }).key);
+  });
+
+  it('rejects only the bad route; the others stay', () => {
+    const { registry, problems } = validateRegistry({
+      routes: [
+        { key: 'good', toolServices: [service('a')] },
+        { key: 'bad', toolServices: [service('Bad')] },
+        { key: 'also_good', toolServices: [service('b', 2)] },
+      ],
+    });
+    expect(registry.routes.map((route) => route.key)).toEqual(['good', 'also_good']);
+    expect(problems.map(describeProblem)).toEqual([
+      'route "bad", routes[1].toolServices[0].name: must be snake_case (lowercase letters, digits and single underscores)',
+    ]);
+  });
+
+  it('keeps the first of two routes with the same key', () => {
+    const { registry, problems } = validateRegistry({
+      routes: [
+        { key: 'demo', toolServices: [service('a')] },
+        { key: 'demo', toolServices: [service('b', 2)] },
+      ],
+    });
+    expect(registry.routes).toHaveLength(1);
+    expect(problems).toEqual([{ route: 'demo', field: 'routes[1].key', message: 'duplicate route key "demo"' }]);
+  });
+
+  it('rejects one Tool Service id registered with two URLs', () => {
+    const { problems } = validateRegistry({
+      routes: [
+        { key: 'one', toolServices: [service('a', 1, { id: 'svc' })] },
+        { key: 'two', toolServices: [service('b', 2, { id: 'svc' })] },
+      ],
+    });
+    expect(problems[0]).toMatchObject({ route: 'two', field: 'routes[1].toolServices[0].url' });
+    expect(problems[0].message).toMatch(/already registered with URL http:\/\/127.0.0.1:1\/mcp/);
+  });
+
+  it('rejects a document that is not a registry', () => {
+    expect(validateRegistry({ route: [] }).problems.map((problem) => problem.field)).toEqual(['routes', '(document)']);
+  });
+});
+
+describe('static registry file', () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcpgw-registry-'));
+  const write = (name: string, text: string) => {
+    const file = path.join(dir, name);
+    fs.writeFileSync(file, text);
+    return file;
+  };
+  afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+  it('lists every problem of the file at once', () => {
+    const file = write('bad.yaml', 'routes:\n  - key: demo\n    toolServices:\n      - name: Bad\n        url: nope\n');
+    expect(() => loadRegistryFile(file)).toThrow(
+      /route "demo", routes\[0\]\.toolServices\[0\]\.name: must be snake_case[\s\S]*route "demo", routes\[0\]\.toolServices\[0\]\.url: must be an absolute/,
+    );
+  });
+
+  it('reports YAML syntax errors and missing files', () => {
+    expect(() => loadRegistryFile(write('syntax.yaml', 'routes: [\n'))).toThrow(/is not valid YAML/);
+    expect(() => loadRegistryFile(path.join(dir, 'missing.yaml'))).toThrow(/cannot read registry file/);
+  });
+
+  it('`mcpgw validate` exits 1 with the problems, 0 for a good file', () => {
+    const cli = projectPath('dist', 'control-plane', 'cli', 'mcpgw.js');
+    const bad = spawnSync(process.execPath, [cli, 'validate', write('cli-bad.yaml', 'routes:\n  - key: x\n    toolServices: []\n')], {
+      encoding: 'utf8',
+    });
+    expect(bad.status).toBe(1);
+    expect(bad.stderr).toContain('route "x", routes[0].toolServices: a route needs at least one Tool Service');
+    const good = spawnSync(process.execPath, [cli, 'validate', projectPath('registry', 'default.yaml')], { encoding: 'utf8' });
+    expect(good.status).toBe(0);
+    expect(good.stdout).toContain('valid (2 routes, 3 Tool Service mappings)');
+  });
+
+  it('the control plane refuses to start on a bad registry file, naming the field', () => {
+    const cli = projectPath('dist', 'control-plane', 'cli', 'mcpgw.js');
+    const file = write('cp-bad.yaml', 'routes:\n  - key: demo\n    toolServices:\n      - name: ok\n        url: http://127.0.0.1:1/mcp\n        tls: yes\n');
+    const result = spawnSync(
+      process.execPath,
+      [cli, 'control-plane', '--registry', file, '--grpc', '127.0.0.1:0', '--admin', '127.0.0.1:0', '--listener', '127.0.0.1:1', '--sidecar', '127.0.0.1:2'],
+      { encoding: 'utf8', timeout: 20000 },
+    );
+    expect(result.status).toBe(1);
+    expect(result.stderr).toMatch(/route "demo", routes\[0\]\.toolServices\[0\]: Unrecognized key: "tls"/);
+  });
+});
