@@ -4,6 +4,7 @@ import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import { startControlPlane } from '../app/control-plane';
+import { renderBootstrap } from '../devstack/envoy';
 import { GatewayStack } from '../devstack/stack';
 import { RegistryFileError, loadRegistryFile } from '../registry/static-file';
 import { projectPath } from '../shared/paths';
@@ -21,6 +22,8 @@ commands:
   sidecar         run the MCP sidecar (Envoy ext_proc server)
                     --ext-proc HOST:PORT --control-plane HOST:PORT [--id NAME]
   validate FILE   check a registry file; prints every problem and exits 1 if there is any
+  envoy-bootstrap print envoy/bootstrap.yaml filled in
+                    --node-id ID --admin HOST:PORT --xds HOST:PORT
 `;
 
 class UsageError extends Error {}
@@ -140,6 +143,19 @@ function runValidate(args: string[]): void {
   process.stdout.write(`${args[0]}: valid (${registry.routes.length} routes, ${services} Tool Service mappings)\n`);
 }
 
+function runEnvoyBootstrap(args: string[]): void {
+  const options = parseOptions(args, { 'node-id': z.string().min(1), admin: hostPort, xds: hostPort });
+  process.stdout.write(
+    renderBootstrap({
+      nodeId: options['node-id'],
+      adminAddress: options.admin.address,
+      adminPort: options.admin.port,
+      xdsHost: options.xds.address,
+      xdsPort: options.xds.port,
+    }),
+  );
+}
+
 async function main(argv: string[]): Promise<void> {
   const [command, ...args] = argv;
   switch (command) {
@@ -151,6 +167,8 @@ async function main(argv: string[]): Promise<void> {
       return runSidecar(args);
     case 'validate':
       return runValidate(args);
+    case 'envoy-bootstrap':
+      return runEnvoyBootstrap(args);
     default:
       throw new UsageError(command ? `unknown command "${command}"` : 'no command given');
   }

@@ -14,12 +14,14 @@ function loadAssignment(clusterName: string, host: string, port: number) {
   };
 }
 
+const discoveryTypeFor = (host: string) => (isIP(host) ? 'STATIC' : 'STRICT_DNS');
+
 function toolServiceCluster(service: ToolServiceIR): TypedJson {
   const { host, port, tls } = service.endpoint;
   return {
     '@type': TYPE_URL.cluster,
     name: service.clusterName,
-    type: isIP(host) ? 'STATIC' : 'STRICT_DNS',
+    type: discoveryTypeFor(host),
     connect_timeout: '2s',
     lb_policy: 'ROUND_ROBIN',
     load_assignment: loadAssignment(service.clusterName, host, port),
@@ -41,7 +43,7 @@ function sidecarCluster(settings: GatewaySettings): TypedJson {
   return {
     '@type': TYPE_URL.cluster,
     name: SIDECAR_CLUSTER_NAME,
-    type: 'STATIC',
+    type: discoveryTypeFor(settings.sidecar.address),
     connect_timeout: '1s',
     load_assignment: loadAssignment(SIDECAR_CLUSTER_NAME, settings.sidecar.address, settings.sidecar.port),
     typed_extension_protocol_options: {

@@ -1,0 +1,24 @@
+# One image for the control plane, the sidecar and the sample Tool Services (see docker-compose.yml).
+FROM node:20-bookworm-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY tsconfig.json ./
+COPY control-plane control-plane
+COPY samples samples
+COPY proto proto
+COPY envoy envoy
+COPY registry registry
+COPY test test
+RUN npx tsc -p tsconfig.json && npm prune --omit=dev
+
+FROM node:20-bookworm-slim
+WORKDIR /app
+COPY --from=build /app/package.json ./
+COPY --from=build /app/node_modules node_modules
+COPY --from=build /app/dist dist
+COPY --from=build /app/proto proto
+COPY --from=build /app/envoy envoy
+COPY --from=build /app/registry registry
+USER node
+ENTRYPOINT ["node", "dist/control-plane/cli/mcpgw.js"]
