@@ -5,4 +5,5 @@ module.exports = {
   testMatch: ['**/*.test.ts'],
   transform: { '^.+\\.ts$': ['ts-jest', { tsconfig: 'tsconfig.json', diagnostics: false }] },
   testTimeout: 60000,
+  reporters: ['default', '<rootDir>/test/support/closing-line-reporter.js'],
 };
