@@ -23,7 +23,7 @@ commands:
                     --ext-proc HOST:PORT --control-plane HOST:PORT [--id NAME]
   validate FILE   check a registry file; prints every problem and exits 1 if there is any
   envoy-bootstrap print envoy/bootstrap.yaml filled in
-                    --node-id ID --admin HOST:PORT --xds HOST:PORT
+                    --node-id ID --admin HOST:PORT --xds HOST:PORT [--ads GRPC|DELTA_GRPC]
 `;
 
 class UsageError extends Error {}
@@ -144,10 +144,16 @@ function runValidate(args: string[]): void {
 }
 
 function runEnvoyBootstrap(args: string[]): void {
-  const options = parseOptions(args, { 'node-id': z.string().min(1), admin: hostPort, xds: hostPort });
+  const options = parseOptions(args, {
+    'node-id': z.string().min(1),
+    admin: hostPort,
+    xds: hostPort,
+    ads: z.enum(['GRPC', 'DELTA_GRPC']).default('GRPC'),
+  });
   process.stdout.write(
     renderBootstrap({
       nodeId: options['node-id'],
+      adsApiType: options.ads,
       adminAddress: options.admin.address,
       adminPort: options.admin.port,
       xdsHost: options.xds.address,

@@ -4,8 +4,12 @@ import * as path from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { projectPath } from '../shared/paths';
 
+/** State-of-the-world or incremental (delta) xDS, as Envoy's bootstrap names them. */
+export type XdsApiType = 'GRPC' | 'DELTA_GRPC';
+
 export interface BootstrapValues {
   nodeId: string;
+  adsApiType: XdsApiType;
   adminAddress: string;
   adminPort: number;
   xdsHost: string;
@@ -16,6 +20,7 @@ export interface BootstrapValues {
 export function renderBootstrap(values: BootstrapValues): string {
   const replacements: Record<string, string> = {
     NODE_ID: values.nodeId,
+    ADS_API_TYPE: values.adsApiType,
     ADMIN_ADDRESS: values.adminAddress,
     ADMIN_PORT: String(values.adminPort),
     XDS_HOST: values.xdsHost,

@@ -1,7 +1,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { projectPath } from '../shared/paths';
-import { envoyBinary, writeBootstrap } from './envoy';
+import { XdsApiType, envoyBinary, writeBootstrap } from './envoy';
 import { ManagedProcess, freePort, portAccepts, waitFor } from './processes';
 
 /**
@@ -30,6 +30,8 @@ export interface StackOptions {
   samples?: { service: string; port: number }[];
   echo?: boolean;
   catalogRefreshMs?: number;
+  /** How Envoy talks ADS; state of the world by default. */
+  xdsApiType?: XdsApiType;
 }
 
 async function resolvePorts(requested: Partial<StackPorts> = {}): Promise<StackPorts> {
@@ -129,6 +131,7 @@ export class GatewayStack {
     const bootstrap = writeBootstrap(
       {
         nodeId: `mcpgw-${this.ports.listener}-${this.envoyRestarts++}`,
+        adsApiType: this.options.xdsApiType ?? 'GRPC',
         adminAddress: HOST,
         adminPort: this.ports.envoyAdmin,
         xdsHost: HOST,
