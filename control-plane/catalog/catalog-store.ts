@@ -70,8 +70,7 @@ export class CatalogStore extends EventEmitter {
   async refreshAll(): Promise<void> {
     await Promise.all(
       this.ir.toolServices.map(async (service) => {
-        const { tls, host, port, path } = service.endpoint;
-        const url = `${tls ? 'https' : 'http'}://${host.includes(':') ? `[${host}]` : host}:${port}${path}`;
+        const url = service.url;
         const catalog = this.byCluster.get(service.clusterName) ?? { tools: [] };
         try {
           catalog.tools = await this.fetchTools(url);

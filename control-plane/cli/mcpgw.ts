@@ -2,10 +2,14 @@
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
+import { stringify as toYaml } from 'yaml';
 import { z } from 'zod';
 import { startControlPlane } from '../app/control-plane';
 import { renderBootstrap } from '../devstack/envoy';
 import { GatewayStack } from '../devstack/stack';
+import { buildGatewayIR } from '../ir/gateway-ir';
+import { asStaticBootstrap, diffXds, formatDifferences } from '../xds/render';
+import { XdsResources, translate } from '../xds/translate';
 import { RegistryFileError, loadRegistryFile } from '../registry/static-file';
 import { projectPath } from '../shared/paths';
 import { startSidecar } from '../sidecar/sidecar';
@@ -22,6 +26,11 @@ commands:
   sidecar         run the MCP sidecar (Envoy ext_proc server)
                     --ext-proc HOST:PORT --control-plane HOST:PORT [--id NAME]
   validate FILE   check a registry file; prints every problem and exits 1 if there is any
+  render          print the xDS a registry produces
+                    --registry FILE [--format json|yaml|bootstrap] [--listener HOST:PORT] [--sidecar HOST:PORT]
+                    (bootstrap: a static Envoy bootstrap to check with \`envoy --mode validate -c FILE\`)
+  diff OLD NEW    show what changes in Envoy between two registry files; exits 1 when they differ
+                    [--listener HOST:PORT] [--sidecar HOST:PORT]
   envoy-bootstrap print envoy/bootstrap.yaml filled in
                     --node-id ID --admin HOST:PORT --xds HOST:PORT [--ads GRPC|DELTA_GRPC]
 `;
@@ -37,17 +46,60 @@ const hostPort = z
   });
 const positiveInt = z.coerce.number().int().positive();
 
-function parseOptions<T extends z.ZodRawShape>(args: string[], shape: T): z.output<z.ZodObject<T>> {
-  const { values } = parseArgs({
-    args,
-    options: Object.fromEntries(Object.keys(shape).map((name) => [name, { type: 'string' as const }])),
-    strict: true,
-  });
+function parseOptions<T extends z.ZodRawShape>(
+  args: string[],
+  shape: T,
+  positionals = 0,
+): z.output<z.ZodObject<T>> & { positionals: string[] } {
+  let parsedArgs;
+  try {
+    parsedArgs = parseArgs({
+      args,
+      options: Object.fromEntries(Object.keys(shape).map((name) => [name, { type: 'string' as const }])),
+      strict: true,
+      allowPositionals: positionals > 0,
+    });
+  } catch (error) {
+    throw new UsageError((error as Error).message);
+  }
+  const { values, positionals: given } = parsedArgs;
+  if (given.length !== positionals) throw new UsageError(`expected ${positionals} file argument(s), got ${given.length}`);
   const parsed = z.object(shape).safeParse(values);
   if (!parsed.success) {
     throw new UsageError(parsed.error.issues.map((issue) => `--${issue.path.join('.')}: ${issue.message}`).join('\n'));
   }
-  return parsed.data;
+  return { ...parsed.data, positionals: given };
+}
+
+const gatewayAddressOptions = {
+  listener: hostPort.default({ address: '127.0.0.1', port: 10000 }),
+  sidecar: hostPort.default({ address: '127.0.0.1', port: 18080 }),
+};
+
+function xdsOf(registryFile: string, settings: { listener: { address: string; port: number }; sidecar: { address: string; port: number } }): XdsResources {
+  return translate(buildGatewayIR(loadRegistryFile(registryFile)), settings);
+}
+
+function runRender(args: string[]): void {
+  const options = parseOptions(args, {
+    registry: z.string(),
+    format: z.enum(['json', 'yaml', 'bootstrap']).default('json'),
+    ...gatewayAddressOptions,
+  });
+  const resources = xdsOf(options.registry, options);
+  const output =
+    options.format === 'json'
+      ? `${JSON.stringify(resources, null, 2)}\n`
+      : toYaml(options.format === 'yaml' ? resources : asStaticBootstrap(resources));
+  process.stdout.write(output);
+}
+
+function runDiff(args: string[]): void {
+  const options = parseOptions(args, gatewayAddressOptions, 2);
+  const [before, after] = options.positionals.map((file) => xdsOf(file, options));
+  const differences = diffXds(before, after);
+  process.stdout.write(formatDifferences(differences));
+  process.exitCode = differences.length === 0 ? 0 : 1;
 }
 
 function onSignal(stop: () => Promise<void>): void {
@@ -175,6 +227,10 @@ async function main(argv: string[]): Promise<void> {
       return runValidate(args);
     case 'envoy-bootstrap':
       return runEnvoyBootstrap(args);
+    case 'render':
+      return runRender(args);
+    case 'diff':
+      return runDiff(args);
     default:
       throw new UsageError(command ? `unknown command "${command}"` : 'no command given');
   }

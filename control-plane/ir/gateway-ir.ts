@@ -1,22 +1,37 @@
-import { Registry } from '../registry/model';
+import { Registry, ToolService } from '../registry/model';
 
 /**
  * The intermediate representation between a registry source and Envoy. Everything Envoy needs is
- * decided here (names, ordering, upstream addresses); the translator only spells it as xDS.
+ * decided here (names, ordering, upstream addresses, effective timeouts); the translator only spells
+ * it as xDS.
  */
 
 export interface UpstreamEndpoint {
-  tls: boolean;
   host: string;
   port: number;
   /** Path of the backend's MCP endpoint; the gateway path /mcp/{routeKey} is rewritten to it. */
   path: string;
+  /** Present for https:// Tool Services. */
+  tls?: { sni: string; caFile: string };
 }
+
+/** Defaults suited to MCP: a tools/call may stream progress for minutes. */
+export const TRANSPORT_DEFAULTS = {
+  connectTimeoutMs: 2_000,
+  requestTimeoutMs: 0,
+  idleTimeoutMs: 300_000,
+};
+/** Debian's CA bundle; a Tool Service may name its own with transport.tls.caFile. */
+export const SYSTEM_CA_BUNDLE = '/etc/ssl/certs/ca-certificates.crt';
 
 export interface ToolServiceIR {
   id: string;
   clusterName: string;
+  /** The MCP endpoint as registered; the catalog calls it directly. */
+  url: string;
   endpoint: UpstreamEndpoint;
+  timeouts: typeof TRANSPORT_DEFAULTS;
+  healthCheckPath?: string;
 }
 
 export interface RouteBackendIR {
@@ -42,14 +57,23 @@ export function clusterNameFor(toolServiceId: string): string {
   return `tool_service.${toolServiceId}`;
 }
 
-function endpointOf(url: string): UpstreamEndpoint {
-  const parsed = new URL(url);
+function toolServiceIR(service: ToolService): ToolServiceIR {
+  const parsed = new URL(service.url);
   const tls = parsed.protocol === 'https:';
+  const host = parsed.hostname.replace(/^\[(.*)\]$/, '$1');
+  const { tls: tlsSettings, healthCheckPath, ...timeouts } = service.transport ?? {};
   return {
-    tls,
-    host: parsed.hostname.replace(/^\[(.*)\]$/, '$1'),
-    port: parsed.port ? Number(parsed.port) : tls ? 443 : 80,
-    path: parsed.pathname || '/',
+    id: service.id,
+    clusterName: clusterNameFor(service.id),
+    url: service.url,
+    endpoint: {
+      host,
+      port: parsed.port ? Number(parsed.port) : tls ? 443 : 80,
+      path: parsed.pathname || '/',
+      ...(tls && { tls: { sni: tlsSettings?.sni ?? host, caFile: tlsSettings?.caFile ?? SYSTEM_CA_BUNDLE } }),
+    },
+    timeouts: { ...TRANSPORT_DEFAULTS, ...timeouts },
+    ...(healthCheckPath && { healthCheckPath }),
   };
 }
 
@@ -63,9 +87,8 @@ export function buildGatewayIR(registry: Registry): GatewayIR {
     path: `/mcp/${route.key}`,
     backends: route.toolServices
       .map((service) => {
-        const clusterName = clusterNameFor(service.id);
-        toolServices.set(service.id, { id: service.id, clusterName, endpoint: endpointOf(service.url) });
-        return { name: service.name, clusterName };
+        toolServices.set(service.id, toolServiceIR(service));
+        return { name: service.name, clusterName: clusterNameFor(service.id) };
       })
       .sort(byKey((backend) => backend.name)),
   }));

@@ -16,6 +16,30 @@ const endpointUrl = z
   // zod keeps checking after a failed .url(), so this must not assume the URL parsed.
   .refine((value) => !URL.canParse(value) || /^https?:$/.test(new URL(value).protocol), 'must use http or https');
 
+const DAY_MS = 86_400_000;
+
+/** Optional per-Tool-Service transport settings; defaults in docs/registry.md. */
+export const transportSchema = z
+  .object({
+    connectTimeoutMs: z.number().int().min(1).max(60_000).optional(),
+    /** Deadline for the whole response; 0 means none, the default, since tools/call may stream for long. */
+    requestTimeoutMs: z.number().int().min(0).max(DAY_MS).optional(),
+    /** How long a response stream may stay silent. */
+    idleTimeoutMs: z.number().int().min(1).max(DAY_MS).optional(),
+    /** An HTTP GET health check on this path instead of the default TCP connect check. */
+    healthCheckPath: z.string().regex(/^\/[^\s]*$/, 'must be an absolute path such as /healthz').optional(),
+    tls: z
+      .object({
+        /** PEM bundle to verify the backend with, instead of the system CA bundle. */
+        caFile: z.string().min(1).optional(),
+        /** Server name for SNI and certificate checks, instead of the URL's host. */
+        sni: z.string().min(1).optional(),
+      })
+      .strict()
+      .optional(),
+  })
+  .strict();
+
 export const toolServiceSchema = z
   .object({
     id: z.string().regex(SERVICE_ID_PATTERN, 'must be 1-63 characters of letters, digits, ".", "_" or "-"').optional(),
@@ -24,8 +48,14 @@ export const toolServiceSchema = z
       .max(32, 'must be at most 32 characters')
       .regex(BACKEND_NAME_PATTERN, 'must be snake_case (lowercase letters, digits and single underscores)'),
     url: endpointUrl,
+    transport: transportSchema.optional(),
   })
   .strict()
+  .superRefine((service, ctx) => {
+    if (service.transport?.tls && URL.canParse(service.url) && new URL(service.url).protocol !== 'https:') {
+      ctx.addIssue({ code: 'custom', path: ['transport', 'tls'], message: 'tls settings need an https:// url' });
+    }
+  })
   .transform((service) => ({ ...service, id: service.id ?? service.name }));
 
 export const routeSchema = z
@@ -49,6 +79,7 @@ export const routeSchema = z
   });
 
 export type ToolService = z.output<typeof toolServiceSchema>;
+export type Transport = z.output<typeof transportSchema>;
 export type Route = z.output<typeof routeSchema>;
 
 export interface Registry {

@@ -14,9 +14,16 @@ export interface RegistryValidation {
   /** Routes that passed on their own; a bad route never blocks the others. */
   registry: Registry;
   problems: RegistryProblem[];
+  /**
+   * Every route key the document declares, valid or not (ADR-0013 knownRoutes): a route leaves the
+   * gateway only when it is no longer declared, never because it failed validation this time.
+   */
+  knownRoutes: string[];
+  /** The source's own revision of the document, when it gives one. */
+  revision?: string;
 }
 
-const documentSchema = z.object({ routes: z.array(z.unknown()) }).strict();
+const documentSchema = z.object({ revision: z.string().optional(), routes: z.array(z.unknown()) }).strict();
 
 function formatPath(base: string, path: ReadonlyArray<PropertyKey>): string {
   return path.reduce<string>((out, part) => (typeof part === 'number' ? `${out}[${part}]` : `${out}.${String(part)}`), base);
@@ -36,13 +43,16 @@ export function validateRegistry(document: unknown): RegistryValidation {
   if (!top.success) {
     return {
       registry: { routes: [] },
+      knownRoutes: [],
       problems: top.error.issues.map((issue) => ({ field: formatPath('', issue.path).replace(/^\./, '') || '(document)', message: issue.message })),
     };
   }
   const problems: RegistryProblem[] = [];
   const routes: Route[] = [];
   const routeKeys = new Set<string>();
-  const urlByServiceId = new Map<string, string>();
+  /** A Tool Service id is one Envoy cluster, so every route must describe it the same way. */
+  const endpointByServiceId = new Map<string, string>();
+  const endpointOf = (service: Route['toolServices'][number]) => JSON.stringify([service.url, service.transport ?? {}]);
 
   top.data.routes.forEach((raw, index) => {
     const base = `routes[${index}]`;
@@ -59,23 +69,25 @@ export function validateRegistry(document: unknown): RegistryValidation {
       return;
     }
     const conflict = route.toolServices.findIndex((service) => {
-      const known = urlByServiceId.get(service.id);
-      return known !== undefined && known !== service.url;
+      const known = endpointByServiceId.get(service.id);
+      return known !== undefined && known !== endpointOf(service);
     });
     if (conflict >= 0) {
       const service = route.toolServices[conflict];
+      const [knownUrl] = JSON.parse(endpointByServiceId.get(service.id)!) as [string];
       problems.push({
         route: route.key,
-        field: `${base}.toolServices[${conflict}].url`,
-        message: `Tool Service id "${service.id}" is already registered with URL ${urlByServiceId.get(service.id)}`,
+        field: `${base}.toolServices[${conflict}]`,
+        message: `Tool Service id "${service.id}" is already registered with another URL or transport (${knownUrl})`,
       });
       return;
     }
     routeKeys.add(route.key);
-    route.toolServices.forEach((service) => urlByServiceId.set(service.id, service.url));
+    route.toolServices.forEach((service) => endpointByServiceId.set(service.id, endpointOf(service)));
     routes.push(route);
   });
-  return { registry: { routes }, problems };
+  const knownRoutes = [...new Set(top.data.routes.map(keyOf).filter((key): key is string => key !== undefined))];
+  return { registry: { routes }, problems, knownRoutes, revision: top.data.revision };
 }
 
 export function describeProblem(problem: RegistryProblem): string {

@@ -1,11 +1,28 @@
 import { isIP } from 'node:net';
 import { GatewayIR, ToolServiceIR } from '../../ir/gateway-ir';
 import { TypedJson } from '../protobuf/proto-json';
+import { duration } from './duration';
 import { GatewaySettings, SIDECAR_CLUSTER_NAME } from './settings';
 import { TYPE_URL } from './type-urls';
 
-/** Debian's CA bundle; per-service CA files arrive with the Portal's transport settings. */
-const SYSTEM_CA_BUNDLE = '/etc/ssl/certs/ca-certificates.crt';
+/**
+ * Cluster defaults (docs/xds.md explains each): a Tool Service that stops accepting connections is
+ * taken out by the health check within ~10 s, one that keeps failing by outlier detection, and no
+ * single backend can hold more than the circuit-breaker limits of Envoy's connections and requests.
+ */
+export const CLUSTER_DEFAULTS = {
+  healthCheck: { interval: '5s', timeout: '1s', unhealthy_threshold: 2, healthy_threshold: 1 },
+  outlierDetection: {
+    consecutive_5xx: 5,
+    consecutive_gateway_failure: 3,
+    interval: '10s',
+    base_ejection_time: '30s',
+    max_ejection_percent: 100,
+  },
+  circuitBreakers: { max_connections: 1024, max_pending_requests: 1024, max_requests: 1024, max_retries: 3 },
+};
+
+const discoveryTypeFor = (host: string) => (isIP(host) ? 'STATIC' : 'STRICT_DNS');
 
 function loadAssignment(clusterName: string, host: string, port: number) {
   return {
@@ -14,7 +31,12 @@ function loadAssignment(clusterName: string, host: string, port: number) {
   };
 }
 
-const discoveryTypeFor = (host: string) => (isIP(host) ? 'STATIC' : 'STRICT_DNS');
+function healthCheck(service: ToolServiceIR) {
+  const check = service.healthCheckPath
+    ? { http_health_check: { path: service.healthCheckPath, host: service.endpoint.tls?.sni ?? service.endpoint.host } }
+    : { tcp_health_check: {} };
+  return { ...CLUSTER_DEFAULTS.healthCheck, ...check };
+}
 
 function toolServiceCluster(service: ToolServiceIR): TypedJson {
   const { host, port, tls } = service.endpoint;
@@ -22,16 +44,24 @@ function toolServiceCluster(service: ToolServiceIR): TypedJson {
     '@type': TYPE_URL.cluster,
     name: service.clusterName,
     type: discoveryTypeFor(host),
-    connect_timeout: '2s',
+    connect_timeout: duration(service.timeouts.connectTimeoutMs),
     lb_policy: 'ROUND_ROBIN',
     load_assignment: loadAssignment(service.clusterName, host, port),
+    health_checks: [healthCheck(service)],
+    outlier_detection: CLUSTER_DEFAULTS.outlierDetection,
+    circuit_breakers: { thresholds: [{ priority: 'DEFAULT', ...CLUSTER_DEFAULTS.circuitBreakers }] },
     ...(tls && {
       transport_socket: {
         name: 'envoy.transport_sockets.tls',
         typed_config: {
           '@type': TYPE_URL.upstreamTls,
-          sni: host,
-          common_tls_context: { validation_context: { trusted_ca: { filename: SYSTEM_CA_BUNDLE } } },
+          sni: tls.sni,
+          common_tls_context: {
+            validation_context: {
+              trusted_ca: { filename: tls.caFile },
+              match_typed_subject_alt_names: [{ san_type: 'DNS', matcher: { exact: tls.sni } }],
+            },
+          },
         },
       },
     }),

@@ -1,5 +1,6 @@
 import { GatewayIR, RouteBackendIR, RouteIR, ToolServiceIR } from '../../ir/gateway-ir';
 import { TypedJson } from '../protobuf/proto-json';
+import { duration } from './duration';
 import { BACKEND_CLUSTER_HEADER, ROUTE_CONFIG_NAME } from './settings';
 import { TYPE_URL } from './type-urls';
 
@@ -27,9 +28,9 @@ function backendRoute(route: RouteIR, backend: RouteBackendIR, service: ToolServ
       cluster: backend.clusterName,
       prefix_rewrite: path,
       host_rewrite_literal: `${host}:${port}`,
-      // A tools/call may stream for minutes: no whole-response deadline, only an idle limit.
-      timeout: '0s',
-      idle_timeout: '300s',
+      // By default no whole-response deadline (a tools/call may stream for minutes), only an idle limit.
+      timeout: duration(service.timeouts.requestTimeoutMs),
+      idle_timeout: duration(service.timeouts.idleTimeoutMs),
     },
     request_headers_to_remove: [BACKEND_CLUSTER_HEADER],
   };
