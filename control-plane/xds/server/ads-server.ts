@@ -1,7 +1,8 @@
 import * as grpc from '@grpc/grpc-js';
 import { PackedAny } from '../protobuf/proto-json';
-import { TYPE_URL } from '../translate/type-urls';
 import { XdsCallbacks, XdsNodeRef } from './callbacks';
+import { DeltaAdsStream, DeltaDiscoveryRequest, DeltaDiscoveryResponse } from './delta-ads-stream';
+import { PUSH_ORDER, WILDCARD_TYPES } from './push-order';
 import { Snapshot } from './snapshot';
 import { SnapshotCache } from './snapshot-cache';
 
@@ -21,10 +22,6 @@ interface DiscoveryResponse {
   nonce: string;
 }
 
-/** Clusters first, so that routes never name a cluster Envoy does not know yet (make before break). */
-const PUSH_ORDER = [TYPE_URL.cluster, TYPE_URL.clusterLoadAssignment, TYPE_URL.listener, TYPE_URL.routeConfiguration];
-/** Types whose empty resource_names means "everything" in state-of-the-world xDS. */
-const WILDCARD_TYPES = new Set<string>([TYPE_URL.cluster, TYPE_URL.listener]);
 
 interface TypeState {
   /** undefined: wildcard subscription. */
@@ -99,31 +96,46 @@ export class AdsStream {
   }
 }
 
+/** What the gRPC handlers need of a stream, state of the world or delta. */
+interface XdsStream<Request> {
+  nodeRef(): XdsNodeRef | undefined;
+  onRequest(request: Request, snapshot: Snapshot): void;
+  onSnapshot(snapshot: Snapshot): void;
+}
+
 let streamCounter = 0;
+
+/** One ADS call's lifecycle: follow the cache while open; end and error may both fire, the close is reported once. */
+function serveStream<Request, Response>(
+  call: grpc.ServerDuplexStream<Request, Response>,
+  cache: SnapshotCache,
+  callbacks: XdsCallbacks,
+  createStream: (send: (response: Response) => void) => XdsStream<Request>,
+): void {
+  const streamId = ++streamCounter;
+  const stream = createStream((response) => call.write(response));
+  const unwatch = cache.watch((snapshot) => stream.onSnapshot(snapshot));
+  callbacks.onStreamOpen?.(streamId);
+  call.on('data', (request: Request) => stream.onRequest(request, cache.current()));
+  let closed = false;
+  const close = () => {
+    if (closed) return;
+    closed = true;
+    unwatch();
+    callbacks.onStreamClosed?.(streamId, stream.nodeRef());
+  };
+  call.on('end', () => {
+    close();
+    call.end();
+  });
+  call.on('error', close);
+}
 
 export function adsServiceHandlers(cache: SnapshotCache, callbacks: XdsCallbacks): grpc.UntypedServiceImplementation {
   return {
-    StreamAggregatedResources(call: grpc.ServerDuplexStream<DiscoveryRequest, DiscoveryResponse>) {
-      const streamId = ++streamCounter;
-      const stream = new AdsStream((response) => call.write(response), callbacks);
-      const unwatch = cache.watch((snapshot) => stream.onSnapshot(snapshot));
-      callbacks.onStreamOpen?.(streamId);
-      call.on('data', (request: DiscoveryRequest) => stream.onRequest(request, cache.current()));
-      let closed = false;
-      const close = () => {
-        if (closed) return;
-        closed = true;
-        unwatch();
-        callbacks.onStreamClosed?.(streamId, stream.nodeRef());
-      };
-      call.on('end', () => {
-        close();
-        call.end();
-      });
-      call.on('error', close);
-    },
-    DeltaAggregatedResources(call: grpc.ServerDuplexStream<unknown, unknown>) {
-      call.emit('error', { code: grpc.status.UNIMPLEMENTED, details: 'delta xDS is not served yet; use GRPC (state of the world)' });
-    },
+    StreamAggregatedResources: (call: grpc.ServerDuplexStream<DiscoveryRequest, DiscoveryResponse>) =>
+      serveStream(call, cache, callbacks, (send) => new AdsStream(send, callbacks)),
+    DeltaAggregatedResources: (call: grpc.ServerDuplexStream<DeltaDiscoveryRequest, DeltaDiscoveryResponse>) =>
+      serveStream(call, cache, callbacks, (send) => new DeltaAdsStream(send, callbacks)),
   };
 }

@@ -1,0 +1,45 @@
+import { XdsResources } from '../translate';
+import { TYPE_URL } from '../translate/type-urls';
+import { buildSnapshot } from './snapshot';
+import { SnapshotCache } from './snapshot-cache';
+
+export interface AnswerWaiter {
+  /** Resolves once every connected Envoy has answered `version` of `typeUrl`, or after timeoutMs. */
+  waitForAnswers(typeUrl: string, version: string, timeoutMs: number): Promise<void>;
+}
+
+/**
+ * Publishes new xDS so that no request is sent to a cluster Envoy does not have. Additions are safe
+ * in one step (the ADS stream sends clusters before routes). Removals take two: first the new routes
+ * with the old clusters still present, then — once every Envoy has answered those routes — the
+ * clusters without the removed ones.
+ */
+export class XdsPublisher {
+  private previous: XdsResources = {};
+  private queue: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly cache: SnapshotCache,
+    private readonly envoys: AnswerWaiter,
+    private readonly drainTimeoutMs = 5000,
+  ) {}
+
+  /** Publications run one after another, in call order. */
+  publish(resources: XdsResources): Promise<void> {
+    this.queue = this.queue.then(() => this.publishNow(resources));
+    return this.queue;
+  }
+
+  private async publishNow(resources: XdsResources): Promise<void> {
+    const names = (list = resources[TYPE_URL.cluster]) => new Set(list.map((cluster) => cluster.name));
+    const kept = names();
+    const removed = (this.previous[TYPE_URL.cluster] ?? []).filter((cluster) => !kept.has(cluster.name));
+    if (removed.length > 0) {
+      const interim = buildSnapshot({ ...resources, [TYPE_URL.cluster]: [...resources[TYPE_URL.cluster], ...removed] });
+      this.cache.set(interim);
+      await this.envoys.waitForAnswers(TYPE_URL.routeConfiguration, interim.get(TYPE_URL.routeConfiguration)!.version, this.drainTimeoutMs);
+    }
+    this.cache.set(buildSnapshot(resources));
+    this.previous = resources;
+  }
+}
