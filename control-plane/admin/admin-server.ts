@@ -1,12 +1,17 @@
 import * as http from 'node:http';
 import express from 'express';
+import { Registry as MetricsRegistry } from 'prom-client';
 import { CatalogSnapshotMessage } from '../catalog/catalog-store';
+import { RegistryStatus } from '../registry/registry-controller';
 import { XdsResources } from '../xds/translate';
+import { NodeStatus } from './xds-status';
 
 export interface AdminSources {
   catalog(): CatalogSnapshotMessage;
   xdsResources(): XdsResources;
-  nodes(): unknown[];
+  nodes(): NodeStatus[];
+  registry(): RegistryStatus;
+  metrics: MetricsRegistry;
 }
 
 /** Readiness per ADR-0013: ready when at least one route has a snapshot; detail names the rest. */
@@ -30,7 +35,22 @@ export function createAdminApp(sources: AdminSources): express.Express {
     res.status(detail.status === 'UP' ? 200 : 503).json(detail);
   });
   app.get('/status', (_req, res) => {
-    res.json({ catalog: sources.catalog(), xds: { nodes: sources.nodes() } });
+    const catalog = sources.catalog();
+    res.json({
+      readiness: readiness(catalog),
+      registry: sources.registry(),
+      xds: { nodes: sources.nodes() },
+      catalog: {
+        version: catalog.version,
+        routes: catalog.routes.map((route) => ({
+          route: route.route_key,
+          backends: route.backends.map(({ tools_json, ...backend }) => ({ ...backend, tools: tools_json.length })),
+        })),
+      },
+    });
+  });
+  app.get('/metrics', async (_req, res) => {
+    res.type(sources.metrics.contentType).send(await sources.metrics.metrics());
   });
   app.get('/config/xds', (_req, res) => {
     res.json(sources.xdsResources());

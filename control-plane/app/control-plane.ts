@@ -1,28 +1,36 @@
 import * as http from 'node:http';
 import * as grpc from '@grpc/grpc-js';
 import { createAdminApp, listen } from '../admin/admin-server';
+import { ControlPlaneMetrics } from '../admin/metrics';
+import { XdsStatusTracker } from '../admin/xds-status';
 import { catalogServiceHandlers } from '../catalog/catalog-service';
-import { CatalogStore } from '../catalog/catalog-store';
+import { CatalogSnapshotMessage, CatalogStore } from '../catalog/catalog-store';
 import { fetchToolList } from '../catalog/tool-fetcher';
 import { buildGatewayIR } from '../ir/gateway-ir';
 import { Registry } from '../registry/model';
+import { RegistryController, RegistryPollResult } from '../registry/registry-controller';
+import { RegistryMerge } from '../registry/registry-state';
+import { RegistrySource } from '../registry/source';
 import { grpcServices } from '../shared/grpc-packages';
 import { createLogger } from '../shared/log';
-import { XdsNodeRef } from '../xds/server/callbacks';
+import { LastGoodStore } from '../state/last-good-store';
 import { adsServiceHandlers } from '../xds/server/ads-server';
-import { buildSnapshot } from '../xds/server/snapshot';
+import { XdsPublisher } from '../xds/server/publisher';
 import { SnapshotCache } from '../xds/server/snapshot-cache';
 import { XdsResources, translate } from '../xds/translate';
 import { GatewaySettings } from '../xds/translate/settings';
 
 export interface ControlPlaneOptions {
-  registry: Registry;
+  source: RegistrySource;
   gateway: GatewaySettings;
   /** host:port of the gRPC server: ADS for Envoy and the catalog stream for sidecars. */
   grpcAddress: string;
   admin: { host: string; port: number };
+  registryRefreshMs: number;
   catalogRefreshMs: number;
   toolListTimeoutMs: number;
+  /** Redis for last-good state; without it a cold start with the source down serves nothing. */
+  redis?: { url: string; prefix: string };
 }
 
 export interface RunningControlPlane {
@@ -31,77 +39,114 @@ export interface RunningControlPlane {
   stop(): Promise<void>;
 }
 
-interface NodeStatus {
-  node: XdsNodeRef;
-  acked: Record<string, string>;
-  lastNack?: { typeUrl: string; version: string; detail: string; at: string };
-}
-
+/**
+ * Wires the control plane: registry source → IR → xDS (ADS) for Envoy, and → catalog for sidecars.
+ * Start-up order follows ADR-0013: registry, then Redis warm start, then backend tools/list.
+ */
 export async function startControlPlane(options: ControlPlaneOptions): Promise<RunningControlPlane> {
   const log = createLogger('control-plane');
-  const ir = buildGatewayIR(options.registry);
-  const resources: XdsResources = translate(ir, options.gateway);
+  const metrics = new ControlPlaneMetrics();
+  const xdsStatus = new XdsStatusTracker(metrics, log);
   const cache = new SnapshotCache();
-  cache.set(buildSnapshot(resources));
-
-  const nodes = new Map<string, NodeStatus>();
-  const statusOf = (node: XdsNodeRef) => {
-    const status = nodes.get(node.id) ?? { node, acked: {} };
-    nodes.set(node.id, status);
-    return status;
-  };
-  const callbacks = {
-    onAck: (node: XdsNodeRef, typeUrl: string, version: string, pushToAckMs: number) => {
-      statusOf(node).acked[typeUrl] = version;
-      log.info('xds ack', { node: node.id, typeUrl, version, pushToAckMs });
-    },
-    onNack: (node: XdsNodeRef, typeUrl: string, version: string, detail: string) => {
-      statusOf(node).lastNack = { typeUrl, version, detail, at: new Date().toISOString() };
-      log.error('xds nack: Envoy rejected the config; it keeps serving the last accepted version', {
-        node: node.id,
-        typeUrl,
-        version,
-        error_detail: detail,
-      });
-    },
-    onStreamClosed: (_streamId: number, node?: XdsNodeRef) => {
-      if (node) nodes.delete(node.id);
-    },
-  };
-
+  const publisher = new XdsPublisher(cache, xdsStatus);
+  const lastGood = options.redis ? new LastGoodStore(options.redis.url, options.redis.prefix, log) : undefined;
   const catalog = new CatalogStore((url) => fetchToolList(url, options.toolListTimeoutMs), log);
-  catalog.setGateway(ir);
+  const registry = new RegistryController(options.source, { refreshIntervalMs: options.registryRefreshMs }, log);
+  let resources: XdsResources = {};
+
+  const sourceLabel = { source: options.source.description.split(' ')[0] };
+  registry.on('poll', (result: RegistryPollResult) => {
+    metrics.registryPolls.inc({ ...sourceLabel, outcome: result.outcome });
+    metrics.registryPollSeconds.observe({ ...sourceLabel, outcome: result.outcome }, result.durationMs / 1000);
+  });
+  catalog.on('refresh', (outcome: string) => metrics.catalogRefreshes.inc({ outcome }));
+
+  const savedCatalogs = new Map<string, string>();
+  catalog.on('change', (snapshot: CatalogSnapshotMessage) => {
+    for (const state of ['ok', 'stale', 'missing']) {
+      metrics.catalogBackends.set({ state }, snapshot.routes.flatMap((route) => route.backends).filter((b) => b.state === state).length);
+    }
+    if (!lastGood) return;
+    for (const route of snapshot.routes) {
+      const known = route.backends.filter((backend) => backend.state !== 'missing');
+      const saved = known.map(({ name, cluster, tools_json, last_success_at }) => ({ name, cluster, tools_json, last_success_at }));
+      const fingerprint = JSON.stringify(saved.map(({ last_success_at: _at, ...rest }) => rest));
+      if (known.length === 0 || savedCatalogs.get(route.route_key) === fingerprint) continue;
+      savedCatalogs.set(route.route_key, fingerprint);
+      void lastGood.saveCatalog(route.route_key, saved);
+    }
+  });
+
+  const onRegistryUpdate = async (current: Registry, merge: RegistryMerge) => {
+    const started = performance.now();
+    const ir = buildGatewayIR(current);
+    resources = translate(ir, options.gateway);
+    const published = publisher.publish(resources);
+    metrics.snapshotBuildSeconds.observe((performance.now() - started) / 1000);
+    metrics.routes.set(ir.routes.length);
+    metrics.toolServices.set(ir.toolServices.length);
+    metrics.rejectedRoutes.set(merge.rejected.length);
+    const fetchNow = catalog.setGateway(ir);
+    if (lastGood) {
+      const touched = new Set([...merge.added, ...merge.changed]);
+      for (const route of current.routes) if (touched.has(route.key)) await lastGood.saveMapping(route);
+      for (const key of merge.removed) {
+        savedCatalogs.delete(key);
+        await lastGood.removeRoute(key);
+      }
+    }
+    await Promise.all([published, catalog.refresh(fetchNow)]);
+  };
+  let updates = Promise.resolve();
+  registry.on('update', (current: Registry, merge: RegistryMerge) => {
+    updates = updates.then(() => onRegistryUpdate(current, merge)).catch((error: Error) =>
+      log.error('applying a registry update failed', { error: error.stack }),
+    );
+  });
 
   const server = new grpc.Server();
-  server.addService(grpcServices.aggregatedDiscovery().service, adsServiceHandlers(cache, callbacks));
+  server.addService(grpcServices.aggregatedDiscovery().service, adsServiceHandlers(cache, xdsStatus.callbacks()));
   server.addService(grpcServices.catalogDiscovery().service, catalogServiceHandlers(catalog, log));
   const grpcPort = await new Promise<number>((resolve, reject) =>
     server.bindAsync(options.grpcAddress, grpc.ServerCredentials.createInsecure(), (error, port) =>
       error ? reject(error) : resolve(port),
     ),
   );
-
   const admin: http.Server = await listen(
     createAdminApp({
       catalog: () => catalog.current(),
       xdsResources: () => resources,
-      nodes: () => [...nodes.values()],
+      nodes: () => xdsStatus.list(),
+      registry: () => registry.currentStatus(),
+      metrics: metrics.registry,
     }),
     options.admin.host,
     options.admin.port,
   );
   const adminPort = (admin.address() as { port: number }).port;
 
-  await catalog.refreshAll();
-  const refreshTimer = setInterval(() => void catalog.refreshAll(), options.catalogRefreshMs);
-  log.info('control plane ready', { grpcPort, adminPort, routes: ir.routes.map((route) => route.key) });
+  await lastGood?.connect();
+  const firstPoll = await registry.pollOnce();
+  const saved = (await lastGood?.loadAll()) ?? [];
+  if (firstPoll === 'failed') {
+    registry.restore(saved.flatMap((route) => (route.mapping ? [route.mapping] : [])));
+  }
+  await updates;
+  catalog.restore(saved);
+  registry.start();
+  void catalog.refresh();
+  const catalogTimer = setInterval(() => void catalog.refresh(), options.catalogRefreshMs);
+  log.info('control plane started', { grpcPort, adminPort, source: options.source.description, registry: registry.currentStatus().origin });
 
   return {
     grpcPort,
     adminPort,
     stop: async () => {
-      clearInterval(refreshTimer);
+      clearInterval(catalogTimer);
+      await registry.stop();
       server.forceShutdown();
+      await lastGood?.close();
+      admin.closeAllConnections();
       await new Promise<void>((resolve) => admin.close(() => resolve()));
     },
   };

@@ -1,12 +1,15 @@
 import { createHash } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
-import { GatewayIR } from '../ir/gateway-ir';
+import { GatewayIR, ToolServiceIR } from '../ir/gateway-ir';
 import { Logger } from '../shared/log';
+import { SavedRoute } from '../state/last-good-store';
 
 export type BackendState = 'ok' | 'stale' | 'missing';
 
 interface ToolServiceCatalog {
+  /** The URL the tools came from: a new URL under the same id means a new fetch. */
+  url: string;
   /** Last-good tools: a failed refresh never replaces them. */
   tools: Tool[];
   lastSuccessAt?: Date;
@@ -25,9 +28,14 @@ export interface BackendCatalogMessage {
   failing_since: string;
 }
 
+export interface RouteCatalogMessage {
+  route_key: string;
+  backends: BackendCatalogMessage[];
+}
+
 export interface CatalogSnapshotMessage {
   version: string;
-  routes: { route_key: string; backends: BackendCatalogMessage[] }[];
+  routes: RouteCatalogMessage[];
 }
 
 export type ToolListFetcher = (url: string) => Promise<Tool[]>;
@@ -40,7 +48,8 @@ function stateOf(catalog: ToolServiceCatalog | undefined): BackendState {
 
 /**
  * Per-Tool-Service tool lists with last-good semantics, and the per-route snapshot built from them.
- * Emits 'change' with a new snapshot whenever what a sidecar would serve changes.
+ * Emits 'change' (snapshot) whenever what a sidecar would serve changes, and 'refresh'
+ * ('ok' | 'failed') after each backend fetch.
  */
 export class CatalogStore extends EventEmitter {
   private readonly byCluster = new Map<string, ToolServiceCatalog>();
@@ -58,38 +67,71 @@ export class CatalogStore extends EventEmitter {
     return this.snapshot;
   }
 
-  /** Takes a new registry view; Tool Services no longer referenced are forgotten. */
-  setGateway(ir: GatewayIR): void {
+  /**
+   * Takes a new registry view. Tool Services no longer referenced are forgotten; returns the ones
+   * that have no tools from their current URL yet, for the caller to fetch at once.
+   */
+  setGateway(ir: GatewayIR): ToolServiceIR[] {
     this.ir = ir;
-    const live = new Set(ir.toolServices.map((service) => service.clusterName));
-    for (const cluster of this.byCluster.keys()) if (!live.has(cluster)) this.byCluster.delete(cluster);
+    const live = new Map(ir.toolServices.map((service) => [service.clusterName, service]));
+    for (const [cluster, catalog] of this.byCluster) {
+      if (live.get(cluster)?.url !== catalog.url) this.byCluster.delete(cluster);
+    }
+    this.rebuild();
+    return ir.toolServices.filter((service) => !this.byCluster.get(service.clusterName)?.lastSuccessAt);
+  }
+
+  /**
+   * Cold start: serves the tools Redis kept for backends that have none yet, marked stale until their
+   * first refresh, so a restarted gateway lists tools before any backend answers.
+   */
+  restore(saved: SavedRoute[]): void {
+    const restartedAt = new Date();
+    for (const route of saved) {
+      for (const backend of route.catalog ?? []) {
+        const service = this.ir.toolServices.find((candidate) => candidate.clusterName === backend.cluster);
+        if (!service || this.byCluster.has(backend.cluster)) continue;
+        this.byCluster.set(backend.cluster, {
+          url: service.url,
+          tools: backend.tools_json.map((json) => JSON.parse(json) as Tool),
+          lastSuccessAt: backend.last_success_at ? new Date(backend.last_success_at) : restartedAt,
+          lastError: 'not refreshed since the gateway started: tools restored from Redis last-good',
+          failingSince: restartedAt,
+        });
+      }
+    }
     this.rebuild();
   }
 
-  /** Refreshes every Tool Service concurrently; one slow or failing backend delays or affects no other. */
-  async refreshAll(): Promise<void> {
-    await Promise.all(
-      this.ir.toolServices.map(async (service) => {
-        const url = service.url;
-        const catalog = this.byCluster.get(service.clusterName) ?? { tools: [] };
-        try {
-          catalog.tools = await this.fetchTools(url);
-          catalog.lastSuccessAt = new Date();
-          catalog.failingSince = undefined;
-          catalog.lastError = undefined;
-        } catch (error) {
-          catalog.lastError = (error as Error).message;
-          catalog.failingSince ??= new Date();
-          this.log.warn('tools/list refresh failed; keeping last-good tools', {
-            toolService: service.id,
-            url,
-            error: catalog.lastError,
-          });
-        }
-        this.byCluster.set(service.clusterName, catalog);
-      }),
-    );
+  /** Refreshes Tool Services concurrently; one slow or failing backend delays or affects no other. */
+  async refresh(services: ToolServiceIR[] = this.ir.toolServices): Promise<void> {
+    await Promise.all(services.map((service) => this.refreshOne(service)));
     this.rebuild();
+  }
+
+  private async refreshOne(service: ToolServiceIR): Promise<void> {
+    const existing = this.byCluster.get(service.clusterName);
+    const catalog = existing?.url === service.url ? existing : { url: service.url, tools: [] };
+    try {
+      catalog.tools = await this.fetchTools(service.url);
+      catalog.lastSuccessAt = new Date();
+      catalog.failingSince = undefined;
+      catalog.lastError = undefined;
+      this.emit('refresh', 'ok');
+    } catch (error) {
+      catalog.lastError = (error as Error).message;
+      catalog.failingSince ??= new Date();
+      this.emit('refresh', 'failed');
+      this.log.warn('tools/list refresh failed; keeping last-good tools', {
+        toolService: service.id,
+        url: service.url,
+        error: catalog.lastError,
+      });
+    }
+    // The registry may have moved on while the fetch ran: keep only what is still referenced.
+    if (this.ir.toolServices.some((current) => current.clusterName === service.clusterName && current.url === service.url)) {
+      this.byCluster.set(service.clusterName, catalog);
+    }
   }
 
   private rebuild(): void {

@@ -10,6 +10,8 @@ import { GatewayStack } from '../devstack/stack';
 import { buildGatewayIR } from '../ir/gateway-ir';
 import { asStaticBootstrap, diffXds, formatDifferences } from '../xds/render';
 import { XdsResources, translate } from '../xds/translate';
+import { FileRegistrySource } from '../registry/file-source';
+import { PortalRegistrySource } from '../registry/portal-source';
 import { RegistryFileError, loadRegistryFile } from '../registry/static-file';
 import { projectPath } from '../shared/paths';
 import { startSidecar } from '../sidecar/sidecar';
@@ -21,8 +23,10 @@ commands:
                     --registry FILE   registry YAML (default: $MCPGW_REGISTRY or registry/default.yaml)
                     --listener-port N gateway port agents connect to (default: $MCPGW_PORT or 10000)
   control-plane   run the xDS control plane
-                    --registry FILE --grpc HOST:PORT --admin HOST:PORT --listener HOST:PORT --sidecar HOST:PORT
-                    [--catalog-refresh-ms N] [--tool-list-timeout-ms N]
+                    (--registry FILE | --portal URL [--portal-token T or $MCPGW_PORTAL_TOKEN])
+                    --grpc HOST:PORT --admin HOST:PORT --listener HOST:PORT --sidecar HOST:PORT
+                    [--redis redis://HOST:PORT [--redis-prefix mcpgw:]]
+                    [--registry-refresh-ms N] [--catalog-refresh-ms N] [--tool-list-timeout-ms N]
   sidecar         run the MCP sidecar (Envoy ext_proc server)
                     --ext-proc HOST:PORT --control-plane HOST:PORT [--id NAME]
   validate FILE   check a registry file; prints every problem and exits 1 if there is any
@@ -115,19 +119,33 @@ function onSignal(stop: () => Promise<void>): void {
 
 async function runControlPlane(args: string[]): Promise<void> {
   const options = parseOptions(args, {
-    registry: z.string(),
+    registry: z.string().optional(),
+    portal: z.string().url('must be the Portal base URL, e.g. http://portal:8080').optional(),
+    'portal-token': z.string().optional().default(process.env.MCPGW_PORTAL_TOKEN ?? ''),
+    redis: z.string().url('must be a redis:// URL').optional(),
+    'redis-prefix': z.string().default('mcpgw:'),
     grpc: hostPort,
     admin: hostPort,
     listener: hostPort,
     sidecar: hostPort,
+    'registry-refresh-ms': positiveInt.default(30000),
     'catalog-refresh-ms': positiveInt.default(30000),
     'tool-list-timeout-ms': positiveInt.default(5000),
   });
+  if (Boolean(options.registry) === Boolean(options.portal)) {
+    throw new UsageError('give exactly one registry source: --registry FILE or --portal URL');
+  }
+  // A file is the operator's own: problems at start are fatal. Later edits are isolated per route.
+  if (options.registry) loadRegistryFile(options.registry);
   const running = await startControlPlane({
-    registry: loadRegistryFile(options.registry),
+    source: options.registry
+      ? new FileRegistrySource(options.registry)
+      : new PortalRegistrySource({ baseUrl: options.portal!, token: options['portal-token'] || undefined }),
+    redis: options.redis ? { url: options.redis, prefix: options['redis-prefix'] } : undefined,
     grpcAddress: `${options.grpc.address}:${options.grpc.port}`,
     admin: { host: options.admin.address, port: options.admin.port },
     gateway: { listener: options.listener, sidecar: options.sidecar },
+    registryRefreshMs: options['registry-refresh-ms'],
     catalogRefreshMs: options['catalog-refresh-ms'],
     toolListTimeoutMs: options['tool-list-timeout-ms'],
   });
@@ -180,7 +198,8 @@ async function runUp(args: string[]): Promise<void> {
     `envoy admin:         ${stack.envoyAdminUrl}`,
     `control plane admin: ${stack.controlPlaneAdminUrl} (/readyz, /status, /config/xds)`,
     `xDS (ADS, gRPC):     127.0.0.1:${stack.ports.grpc}`,
-    `redis:               redis://127.0.0.1:${stack.ports.redis}`,
+    `dev portal:          ${stack.portalUrl}/v1/registry (serving ${registryFile}; edit the file to change routes)`,
+    `redis:               ${stack.redisUrl}`,
     '',
     'Ctrl-C stops everything.',
     '',

@@ -12,6 +12,7 @@ import { ManagedProcess, freePort, portAccepts, waitFor } from './processes';
 const HOST = '127.0.0.1';
 const CLI = projectPath('dist', 'control-plane', 'cli', 'mcpgw.js');
 const SAMPLE_MAIN = projectPath('dist', 'samples', 'tool-services', 'main.js');
+const DEV_PORTAL_MAIN = projectPath('dist', 'samples', 'dev-portal', 'main.js');
 
 export interface StackPorts {
   listener: number;
@@ -20,6 +21,7 @@ export interface StackPorts {
   controlPlaneAdmin: number;
   sidecar: number;
   redis: number;
+  portal: number;
 }
 
 export interface StackOptions {
@@ -32,10 +34,16 @@ export interface StackOptions {
   catalogRefreshMs?: number;
   /** How Envoy talks ADS; state of the world by default. */
   xdsApiType?: XdsApiType;
+  /**
+   * 'portal' (default): a dev Portal serves registryFile and the control plane uses the Portal client,
+   * as in production. 'file': the control plane reads registryFile itself (ADR-0041 F1).
+   */
+  registrySource?: 'portal' | 'file';
+  registryRefreshMs?: number;
 }
 
 async function resolvePorts(requested: Partial<StackPorts> = {}): Promise<StackPorts> {
-  const names: (keyof StackPorts)[] = ['listener', 'envoyAdmin', 'grpc', 'controlPlaneAdmin', 'sidecar', 'redis'];
+  const names: (keyof StackPorts)[] = ['listener', 'envoyAdmin', 'grpc', 'controlPlaneAdmin', 'sidecar', 'redis', 'portal'];
   const ports = {} as StackPorts;
   for (const name of names) ports[name] = requested[name] ?? (await freePort());
   return ports;
@@ -61,6 +69,7 @@ export class GatewayStack {
     try {
       await stack.startRedis();
       for (const sample of options.samples ?? []) await stack.startSample(sample.service, sample.port);
+      if (stack.usesPortal) await stack.startPortal();
       await stack.startControlPlane();
       await stack.startSidecar();
       await stack.startEnvoy();
@@ -81,6 +90,37 @@ export class GatewayStack {
 
   get controlPlaneAdminUrl(): string {
     return `http://${HOST}:${this.ports.controlPlaneAdmin}`;
+  }
+
+  get portalUrl(): string {
+    return `http://${HOST}:${this.ports.portal}`;
+  }
+
+  get redisUrl(): string {
+    return `redis://${HOST}:${this.ports.redis}`;
+  }
+
+  get usesPortal(): boolean {
+    return (this.options.registrySource ?? 'portal') === 'portal';
+  }
+
+  /** Replaces the document the dev Portal serves (the mapping change a Portal user would make). */
+  async setPortalRegistry(document: unknown): Promise<void> {
+    await this.putPortal('/v1/registry', document);
+  }
+
+  /** Makes the dev Portal answer every registry request with `status` (0 ends the outage). */
+  async setPortalOutage(status: number): Promise<void> {
+    await this.putPortal('/dev/outage', { status });
+  }
+
+  private async putPortal(path: string, body: unknown): Promise<void> {
+    const response = await fetch(`${this.portalUrl}${path}`, {
+      method: 'PUT',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    if (!response.ok) throw new Error(`dev portal ${path} answered ${response.status}`);
   }
 
   private spawn(name: string, command: string, args: string[]): ManagedProcess {
@@ -107,15 +147,22 @@ export class GatewayStack {
     await waitFor(`sample tool service ${service}`, () => portAccepts(port));
   }
 
+  async startPortal(): Promise<void> {
+    this.spawn('portal', process.execPath, [DEV_PORTAL_MAIN, '--file', this.options.registryFile, '--port', String(this.ports.portal)]);
+    await waitFor('dev portal', () => portAccepts(this.ports.portal));
+  }
+
   async startControlPlane(): Promise<void> {
     this.spawn('control-plane', process.execPath, [
       CLI, 'control-plane',
-      '--registry', this.options.registryFile,
+      ...(this.usesPortal ? ['--portal', this.portalUrl] : ['--registry', this.options.registryFile]),
+      '--redis', this.redisUrl,
       '--grpc', `${HOST}:${this.ports.grpc}`,
       '--admin', `${HOST}:${this.ports.controlPlaneAdmin}`,
       '--listener', `${HOST}:${this.ports.listener}`,
       '--sidecar', `${HOST}:${this.ports.sidecar}`,
       ...(this.options.catalogRefreshMs ? ['--catalog-refresh-ms', String(this.options.catalogRefreshMs)] : []),
+      ...(this.options.registryRefreshMs ? ['--registry-refresh-ms', String(this.options.registryRefreshMs)] : []),
     ]);
     await waitFor('control plane admin /healthz', () => httpOk(`${this.controlPlaneAdminUrl}/healthz`));
   }

@@ -67,8 +67,9 @@ describe('delta xDS (real Envoy on DELTA_GRPC ADS)', () => {
     });
     expect(node.lastNack).toBeUndefined();
 
-    const log = fs.readFileSync(path.join(dir, 'control-plane.log'), 'utf8');
-    expect(log).toContain('xds ack');
-    expect(log).not.toContain('xds nack');
+    const metrics = await (await fetch(`${stack.controlPlaneAdminUrl}/metrics`)).text();
+    expect(metrics).toMatch(/^mcpgw_xds_acks_total\{type="RouteConfiguration"\} [1-9]/m);
+    expect(metrics).not.toMatch(/^mcpgw_xds_nacks_total\{/m);
+    expect(fs.readFileSync(path.join(dir, 'control-plane.log'), 'utf8')).not.toContain('xds NACK');
   });
 });

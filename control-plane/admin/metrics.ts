@@ -1,0 +1,83 @@
+import * as client from 'prom-client';
+
+/** The control plane's Prometheus metrics, on a registry of its own (GET /metrics). */
+export class ControlPlaneMetrics {
+  readonly registry = new client.Registry();
+  private readonly prefix = 'mcpgw_';
+
+  readonly registryPolls = new client.Counter({
+    name: `${this.prefix}registry_polls_total`,
+    help: 'Registry source polls by outcome (changed, unchanged, failed)',
+    labelNames: ['source', 'outcome'] as const,
+    registers: [this.registry],
+  });
+  readonly registryPollSeconds = new client.Histogram({
+    name: `${this.prefix}registry_poll_duration_seconds`,
+    help: 'Registry poll latency, including any long-poll wait',
+    labelNames: ['source', 'outcome'] as const,
+    buckets: [0.005, 0.025, 0.1, 0.5, 1, 5, 15, 30, 60],
+    registers: [this.registry],
+  });
+  readonly routes = new client.Gauge({ name: `${this.prefix}routes`, help: 'Routes served', registers: [this.registry] });
+  readonly toolServices = new client.Gauge({
+    name: `${this.prefix}tool_services`,
+    help: 'Distinct Tool Services (Envoy clusters) referenced by the routes',
+    registers: [this.registry],
+  });
+  readonly rejectedRoutes = new client.Gauge({
+    name: `${this.prefix}registry_rejected_routes`,
+    help: 'Declared routes rejected by validation in the last registry document',
+    registers: [this.registry],
+  });
+  readonly xdsConnectedNodes = new client.Gauge({
+    name: `${this.prefix}xds_connected_nodes`,
+    help: 'Envoy nodes with an open ADS stream',
+    registers: [this.registry],
+  });
+  readonly xdsPushes = new client.Counter({
+    name: `${this.prefix}xds_pushes_total`,
+    help: 'xDS responses sent, by type',
+    labelNames: ['type'] as const,
+    registers: [this.registry],
+  });
+  readonly xdsAcks = new client.Counter({
+    name: `${this.prefix}xds_acks_total`,
+    help: 'xDS ACKs received, by type',
+    labelNames: ['type'] as const,
+    registers: [this.registry],
+  });
+  readonly xdsNacks = new client.Counter({
+    name: `${this.prefix}xds_nacks_total`,
+    help: 'xDS NACKs received (Envoy rejected a config), by type',
+    labelNames: ['type'] as const,
+    registers: [this.registry],
+  });
+  readonly xdsPushToAckSeconds = new client.Histogram({
+    name: `${this.prefix}xds_push_to_ack_seconds`,
+    help: 'Time from sending an xDS response to its ACK',
+    labelNames: ['type'] as const,
+    buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5],
+    registers: [this.registry],
+  });
+  readonly catalogRefreshes = new client.Counter({
+    name: `${this.prefix}catalog_refreshes_total`,
+    help: 'tools/list refreshes of Tool Services, by outcome (ok, failed)',
+    labelNames: ['outcome'] as const,
+    registers: [this.registry],
+  });
+  readonly catalogBackends = new client.Gauge({
+    name: `${this.prefix}catalog_backends`,
+    help: 'Route backends by catalog state (ok, stale, missing)',
+    labelNames: ['state'] as const,
+    registers: [this.registry],
+  });
+  readonly snapshotBuildSeconds = new client.Histogram({
+    name: `${this.prefix}xds_snapshot_build_seconds`,
+    help: 'Time to translate a registry and encode its xDS snapshot',
+    buckets: [0.001, 0.01, 0.05, 0.1, 0.5, 1, 5],
+    registers: [this.registry],
+  });
+}
+
+/** Last segment of a type URL: "Cluster", "Listener", "RouteConfiguration". */
+export const shortType = (typeUrl: string) => typeUrl.slice(typeUrl.lastIndexOf('.') + 1);

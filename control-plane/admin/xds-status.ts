@@ -1,0 +1,101 @@
+import { XdsCallbacks, XdsNodeRef } from '../xds/server/callbacks';
+import { Logger } from '../shared/log';
+import { ControlPlaneMetrics, shortType } from './metrics';
+
+export interface NodeStatus {
+  node: XdsNodeRef;
+  connectedAt: string;
+  /** Last version ACKed, by type URL. */
+  acked: Record<string, string>;
+  /** Last version sent, by type URL. */
+  sent: Record<string, string>;
+  lastNack?: { typeUrl: string; version: string; errorDetail: string; at: string };
+}
+
+type AckWaiter = { typeUrl: string; version: string; resolve: () => void };
+
+/**
+ * Per-Envoy xDS status for the admin API and metrics, fed by the xDS server's callbacks. It also lets
+ * the publisher wait until every connected Envoy has answered a given version (make before break).
+ */
+export class XdsStatusTracker {
+  /** By node id: each Envoy needs a unique one (the devstack and the compose file give one each). */
+  private readonly nodes = new Map<string, NodeStatus>();
+  private readonly waiters = new Set<AckWaiter>();
+
+  constructor(
+    private readonly metrics: ControlPlaneMetrics,
+    private readonly log: Logger,
+  ) {}
+
+  list(): NodeStatus[] {
+    return [...this.nodes.values()];
+  }
+
+  callbacks(): XdsCallbacks {
+    const statusFor = (node: XdsNodeRef) => {
+      let status = this.nodes.get(node.id);
+      if (!status) {
+        status = { node, connectedAt: new Date().toISOString(), acked: {}, sent: {} };
+        this.nodes.set(node.id, status);
+        this.metrics.xdsConnectedNodes.set(this.nodes.size);
+      }
+      return status;
+    };
+    return {
+      onPush: (node, typeUrl, version) => {
+        statusFor(node).sent[typeUrl] = version;
+        this.metrics.xdsPushes.inc({ type: shortType(typeUrl) });
+      },
+      onAck: (node, typeUrl, version, pushToAckMs) => {
+        statusFor(node).acked[typeUrl] = version;
+        this.metrics.xdsAcks.inc({ type: shortType(typeUrl) });
+        this.metrics.xdsPushToAckSeconds.observe({ type: shortType(typeUrl) }, pushToAckMs / 1000);
+        this.settleWaiters();
+      },
+      onNack: (node, typeUrl, version, errorDetail) => {
+        statusFor(node).lastNack = { typeUrl, version, errorDetail, at: new Date().toISOString() };
+        this.metrics.xdsNacks.inc({ type: shortType(typeUrl) });
+        this.log.error('xds NACK: Envoy rejected the config and keeps serving its last accepted version', {
+          node: node.id,
+          type: shortType(typeUrl),
+          rejectedVersion: version,
+          error_detail: errorDetail,
+        });
+        this.settleWaiters();
+      },
+      onStreamClosed: (_streamId, node) => {
+        if (node) this.nodes.delete(node.id);
+        this.metrics.xdsConnectedNodes.set(this.nodes.size);
+        this.settleWaiters();
+      },
+    };
+  }
+
+  /** Resolves once every connected node has ACKed or NACKed `version` of `typeUrl`, or after timeoutMs. */
+  waitForAnswers(typeUrl: string, version: string, timeoutMs: number): Promise<void> {
+    return new Promise((resolve) => {
+      const waiter: AckWaiter = {
+        typeUrl,
+        version,
+        resolve: () => {
+          clearTimeout(timer);
+          this.waiters.delete(waiter);
+          resolve();
+        },
+      };
+      const timer = setTimeout(waiter.resolve, timeoutMs);
+      this.waiters.add(waiter);
+      this.settleWaiters();
+    });
+  }
+
+  private settleWaiters(): void {
+    for (const waiter of [...this.waiters]) {
+      const answered = this.list().every(
+        (status) => status.acked[waiter.typeUrl] === waiter.version || status.lastNack?.version === waiter.version,
+      );
+      if (answered) waiter.resolve();
+    }
+  }
+}
