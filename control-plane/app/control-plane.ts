@@ -13,7 +13,7 @@ import { RegistryMerge } from '../registry/registry-state';
 import { RegistrySource } from '../registry/source';
 import { grpcServices } from '../shared/grpc-packages';
 import { createLogger } from '../shared/log';
-import { LastGoodStore } from '../state/last-good-store';
+import { LastGoodStore, SavedRoute } from '../state/last-good-store';
 import { adsServiceHandlers } from '../xds/server/ads-server';
 import { XdsPublisher } from '../xds/server/publisher';
 import { SnapshotCache } from '../xds/server/snapshot-cache';
@@ -53,6 +53,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const catalog = new CatalogStore((url) => fetchToolList(url, options.toolListTimeoutMs), log);
   const registry = new RegistryController(options.source, { refreshIntervalMs: options.registryRefreshMs }, log);
   let resources: XdsResources = {};
+  let savedAtStart: SavedRoute[] | undefined;
 
   const sourceLabel = { source: options.source.description.split(' ')[0] };
   registry.on('poll', (result: RegistryPollResult) => {
@@ -87,6 +88,12 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     metrics.toolServices.set(ir.toolServices.length);
     metrics.rejectedRoutes.set(merge.rejected.length);
     const fetchNow = catalog.setGateway(ir);
+    // Cold start (ADR-0013 order: registry, then Redis warm start, then backends): serve what Redis
+    // kept before the first backend answers.
+    if (savedAtStart) {
+      catalog.restore(savedAtStart);
+      savedAtStart = undefined;
+    }
     if (lastGood) {
       const touched = new Set([...merge.added, ...merge.changed]);
       for (const route of current.routes) if (touched.has(route.key)) await lastGood.saveMapping(route);
@@ -126,13 +133,11 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const adminPort = (admin.address() as { port: number }).port;
 
   await lastGood?.connect();
-  const firstPoll = await registry.pollOnce();
   const saved = (await lastGood?.loadAll()) ?? [];
-  if (firstPoll === 'failed') {
+  savedAtStart = saved;
+  if ((await registry.pollOnce()) === 'failed') {
     registry.restore(saved.flatMap((route) => (route.mapping ? [route.mapping] : [])));
   }
-  await updates;
-  catalog.restore(saved);
   registry.start();
   void catalog.refresh();
   const catalogTimer = setInterval(() => void catalog.refresh(), options.catalogRefreshMs);

@@ -77,8 +77,11 @@ export class CatalogStore extends EventEmitter {
     for (const [cluster, catalog] of this.byCluster) {
       if (live.get(cluster)?.url !== catalog.url) this.byCluster.delete(cluster);
     }
-    this.rebuild();
-    return ir.toolServices.filter((service) => !this.byCluster.get(service.clusterName)?.lastSuccessAt);
+    const unfetched = ir.toolServices.filter((service) => !this.byCluster.get(service.clusterName)?.lastSuccessAt);
+    // A new route should appear with its tools, not first empty: when something is to be fetched,
+    // the snapshot is rebuilt by refresh() once the fetch has answered or timed out.
+    if (unfetched.length === 0) this.rebuild();
+    return unfetched;
   }
 
   /**

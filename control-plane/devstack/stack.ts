@@ -124,6 +124,8 @@ export class GatewayStack {
   }
 
   private spawn(name: string, command: string, args: string[]): ManagedProcess {
+    // A second process under a taken name would be orphaned: stop() could never reach it.
+    if (this.processes.get(name)?.running) throw new Error(`a process named ${name} is already running`);
     const process = new ManagedProcess({
       name,
       command,
@@ -143,7 +145,7 @@ export class GatewayStack {
   }
 
   async startSample(service: string, port: number): Promise<void> {
-    this.spawn(`tool-service-${service}`, process.execPath, [SAMPLE_MAIN, '--service', service, '--port', String(port)]);
+    this.spawn(`tool-service-${service}-${port}`, process.execPath, [SAMPLE_MAIN, '--service', service, '--port', String(port)]);
     await waitFor(`sample tool service ${service}`, () => portAccepts(port));
   }
 

@@ -71,3 +71,41 @@ export async function postJsonRpc(url: string, body: unknown, headers: Record<st
   const text = await response.text();
   return { status: response.status, contentType: response.headers.get('content-type'), text, json: () => JSON.parse(text) };
 }
+
+/** Tool names a route lists, read through Envoy with a raw tools/list (no client session needed). */
+export async function listedTools(url: string): Promise<string[] | undefined> {
+  const response = await postJsonRpc(url, { jsonrpc: '2.0', id: 1, method: 'tools/list' });
+  if (response.status !== 200) return undefined;
+  return (response.json().result.tools as { name: string }[]).map((tool) => tool.name);
+}
+
+/** The control plane's /status document. */
+export async function controlPlaneStatus(stack: GatewayStack): Promise<any> {
+  return (await fetch(`${stack.controlPlaneAdminUrl}/status`)).json();
+}
+
+/** One counter or gauge from the control plane's /metrics, summed over the label sets that match. */
+export async function metricValue(stack: GatewayStack, name: string, labels: Record<string, string> = {}): Promise<number> {
+  const text = await (await fetch(`${stack.controlPlaneAdminUrl}/metrics`)).text();
+  return text
+    .split('\n')
+    .filter((line) => line.startsWith(`${name}{`) || line.startsWith(`${name} `))
+    .filter((line) => Object.entries(labels).every(([key, value]) => line.includes(`${key}="${value}"`)))
+    .reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(' ') + 1)), 0);
+}
+
+/** Names of the clusters Envoy has from CDS, from its admin config_dump. */
+export async function envoyDynamicClusters(stack: GatewayStack): Promise<string[]> {
+  const dump = (await (await fetch(`${stack.envoyAdminUrl}/config_dump?resource=dynamic_active_clusters`)).json()) as {
+    configs: { cluster: { name: string } }[];
+  };
+  return dump.configs.map((entry) => entry.cluster.name).sort();
+}
+
+/** Envoy's own counters and gauges, e.g. listener_manager.listener_modified. */
+export async function envoyStat(stack: GatewayStack, name: string): Promise<number> {
+  const stats = (await (await fetch(`${stack.envoyAdminUrl}/stats?format=json&filter=${encodeURIComponent(`^${name}$`)}`)).json()) as {
+    stats: { name: string; value: number }[];
+  };
+  return stats.stats.find((stat) => stat.name === name)?.value ?? 0;
+}
