@@ -42,13 +42,18 @@ export const transportSchema = z
 
 export const toolServiceSchema = z
   .object({
-    id: z.string().regex(SERVICE_ID_PATTERN, 'must be 1-63 characters of letters, digits, ".", "_" or "-"').optional(),
+    id: z
+      .string()
+      .regex(SERVICE_ID_PATTERN, 'must be 1-63 characters of letters, digits, ".", "_" or "-"')
+      .optional()
+      .describe('Stable id (default: name). Names the Envoy cluster; one id has one URL and transport everywhere.'),
     name: z
       .string()
       .max(32, 'must be at most 32 characters')
-      .regex(BACKEND_NAME_PATTERN, 'must be snake_case (lowercase letters, digits and single underscores)'),
-    url: endpointUrl,
-    transport: transportSchema.optional(),
+      .regex(BACKEND_NAME_PATTERN, 'must be snake_case (lowercase letters, digits and single underscores)')
+      .describe('Tool prefix inside the route: <name>__<tool>. Unique within the route.'),
+    url: endpointUrl.describe('The Tool Service\'s MCP endpoint (Streamable HTTP).'),
+    transport: transportSchema.optional().describe('Optional transport settings; defaults in docs/registry.md.'),
   })
   .strict()
   .superRefine((service, ctx) => {
@@ -60,7 +65,10 @@ export const toolServiceSchema = z
 
 export const routeSchema = z
   .object({
-    key: z.string().regex(ROUTE_KEY_PATTERN, 'must be 1-63 characters of lowercase letters, digits, "_" or "-"'),
+    key: z
+      .string()
+      .regex(ROUTE_KEY_PATTERN, 'must be 1-63 characters of lowercase letters, digits, "_" or "-"')
+      .describe('Route key: agents register /mcp/{key}.'),
     toolServices: z.array(toolServiceSchema).min(1, 'a route needs at least one Tool Service'),
   })
   .strict()
@@ -77,6 +85,14 @@ export const routeSchema = z
       seen.add(service.name);
     });
   });
+
+/** The whole document a source serves (docs/portal-contract.md); its JSON schema is generated from this. */
+export const registryDocumentSchema = z
+  .object({
+    revision: z.string().optional().describe('The source\'s revision of this document; the Portal also sends it as the ETag.'),
+    routes: z.array(routeSchema).describe('Every route the source declares. A route absent here is removed from the gateway.'),
+  })
+  .strict();
 
 export type ToolService = z.output<typeof toolServiceSchema>;
 export type Transport = z.output<typeof transportSchema>;
