@@ -176,22 +176,26 @@ export class GatewayStack {
     await waitFor('sidecar ext_proc port', () => portAccepts(this.ports.sidecar));
   }
 
-  async startEnvoy(): Promise<void> {
+  /**
+   * Starts the stack's Envoy, or with another name and admin port an additional one: every Envoy
+   * gets the same listener (Envoy binds it with SO_REUSEPORT) and its own node id.
+   */
+  async startEnvoy(name = 'envoy', adminPort = this.ports.envoyAdmin): Promise<void> {
     const bootstrap = writeBootstrap(
       {
         nodeId: `mcpgw-${this.ports.listener}-${this.envoyRestarts++}`,
         adsApiType: this.options.xdsApiType ?? 'GRPC',
         adminAddress: HOST,
-        adminPort: this.ports.envoyAdmin,
+        adminPort,
         xdsHost: HOST,
         xdsPort: this.ports.grpc,
       },
       this.options.logDir,
     );
-    this.spawn('envoy', envoyBinary(), [
+    this.spawn(name, envoyBinary(), [
       '-c', bootstrap, '--use-dynamic-base-id', '--log-level', 'warn', '--drain-time-s', '5',
     ]);
-    await waitFor('Envoy to be LIVE', () => httpOk(`${this.envoyAdminUrl}/ready`));
+    await waitFor(`${name} to be LIVE`, () => httpOk(`http://${HOST}:${adminPort}/ready`));
     await waitFor('the gateway listener from LDS', () => portAccepts(this.ports.listener));
   }
 

@@ -94,12 +94,20 @@ export async function metricValue(stack: GatewayStack, name: string, labels: Rec
     .reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(' ') + 1)), 0);
 }
 
-/** Names of the clusters Envoy has from CDS, from its admin config_dump. */
-export async function envoyDynamicClusters(stack: GatewayStack): Promise<string[]> {
-  const dump = (await (await fetch(`${stack.envoyAdminUrl}/config_dump?resource=dynamic_active_clusters`)).json()) as {
+/** Names of the clusters an Envoy (the stack's, by default) has from CDS, from its admin config_dump. */
+export async function envoyDynamicClusters(stack: GatewayStack, adminUrl = stack.envoyAdminUrl): Promise<string[]> {
+  const dump = (await (await fetch(`${adminUrl}/config_dump?resource=dynamic_active_clusters`)).json()) as {
     configs: { cluster: { name: string } }[];
   };
   return dump.configs.map((entry) => entry.cluster.name).sort();
+}
+
+/** Route names an Envoy has from RDS, in order. */
+export async function envoyRouteNames(adminUrl: string): Promise<string[]> {
+  const dump = (await (await fetch(`${adminUrl}/config_dump?resource=dynamic_route_configs`)).json()) as {
+    configs: { route_config: { virtual_hosts: { routes: { name: string }[] }[] } }[];
+  };
+  return dump.configs.flatMap((entry) => entry.route_config.virtual_hosts.flatMap((host) => host.routes.map((route) => route.name)));
 }
 
 /** Envoy's own counters and gauges, e.g. listener_manager.listener_modified. */
