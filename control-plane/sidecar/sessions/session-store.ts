@@ -1,0 +1,145 @@
+import { randomBytes } from 'node:crypto';
+import Redis from 'ioredis';
+import { z } from 'zod';
+
+/**
+ * A client's MCP session with the gateway (docs/adr/0004-sessions.md). Each stateful backend of the
+ * route gets its own session lazily, on the first call that reaches it, so a backend that was down at
+ * initialize joins when it comes back.
+ */
+export interface GatewaySession {
+  id: string;
+  route: string;
+  protocolVersion: string;
+  /** What the client declared at initialize; replayed to each backend's initialize. */
+  clientInfo: Record<string, unknown>;
+  clientCapabilities: Record<string, unknown>;
+  /** Backend name → that backend's Mcp-Session-Id ("" for a backend that runs stateless). */
+  backends: Record<string, string>;
+}
+
+export interface SessionStore {
+  create(session: Omit<GatewaySession, 'id' | 'backends'>): Promise<GatewaySession>;
+  /** undefined for an unknown, expired or forged id. */
+  get(id: string): Promise<GatewaySession | undefined>;
+  /** Records a backend session unless one was recorded meanwhile; returns the one that counts. */
+  claimBackend(id: string, backend: string, backendSessionId: string): Promise<string>;
+  remove(id: string): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** 192 random bits: unguessable, so a forged id is simply not found. */
+export const newSessionId = () => randomBytes(24).toString('base64url');
+const SESSION_ID_PATTERN = /^[A-Za-z0-9_-]{32}$/;
+
+const storedSessionSchema = z.object({
+  route: z.string(),
+  protocolVersion: z.string(),
+  clientInfo: z.string().transform((json) => JSON.parse(json) as Record<string, unknown>),
+  clientCapabilities: z.string().transform((json) => JSON.parse(json) as Record<string, unknown>),
+});
+
+const BACKEND_FIELD = 'backend:';
+
+/**
+ * Sessions in Redis: shared by every sidecar replica and kept across sidecar restarts. One hash per
+ * session, idle-expiring: each use pushes the expiry back.
+ */
+export class RedisSessionStore implements SessionStore {
+  private readonly redis: Redis;
+
+  constructor(
+    url: string,
+    private readonly prefix: string,
+    private readonly idleTtlSeconds: number,
+  ) {
+    this.redis = new Redis(url, { maxRetriesPerRequest: 2, connectTimeout: 2000 });
+    this.redis.on('error', () => undefined); // each call reports its own failure
+  }
+
+  private key(id: string): string {
+    return `${this.prefix}session:${id}`;
+  }
+
+  async create(fields: Omit<GatewaySession, 'id' | 'backends'>): Promise<GatewaySession> {
+    const session: GatewaySession = { ...fields, id: newSessionId(), backends: {} };
+    await this.redis
+      .multi()
+      .hset(this.key(session.id), {
+        route: session.route,
+        protocolVersion: session.protocolVersion,
+        clientInfo: JSON.stringify(session.clientInfo),
+        clientCapabilities: JSON.stringify(session.clientCapabilities),
+      })
+      .expire(this.key(session.id), this.idleTtlSeconds)
+      .exec();
+    return session;
+  }
+
+  async get(id: string): Promise<GatewaySession | undefined> {
+    if (!SESSION_ID_PATTERN.test(id)) return undefined;
+    const [[, fields]] = (await this.redis.multi().hgetall(this.key(id)).expire(this.key(id), this.idleTtlSeconds).exec()) as [
+      [Error | null, Record<string, string>],
+    ];
+    const parsed = storedSessionSchema.safeParse(fields);
+    if (!parsed.success) return undefined;
+    const backends = Object.fromEntries(
+      Object.entries(fields)
+        .filter(([field]) => field.startsWith(BACKEND_FIELD))
+        .map(([field, value]) => [field.slice(BACKEND_FIELD.length), value]),
+    );
+    return { id, ...parsed.data, backends };
+  }
+
+  async claimBackend(id: string, backend: string, backendSessionId: string): Promise<string> {
+    const field = `${BACKEND_FIELD}${backend}`;
+    await this.redis.hsetnx(this.key(id), field, backendSessionId);
+    return (await this.redis.hget(this.key(id), field)) ?? backendSessionId;
+  }
+
+  async remove(id: string): Promise<void> {
+    await this.redis.del(this.key(id));
+  }
+
+  async close(): Promise<void> {
+    this.redis.disconnect();
+  }
+}
+
+/** For a single sidecar without Redis: sessions live and die with the process. */
+export class MemorySessionStore implements SessionStore {
+  private readonly sessions = new Map<string, { session: GatewaySession; expiresAt: number }>();
+
+  constructor(private readonly idleTtlSeconds: number) {}
+
+  async create(fields: Omit<GatewaySession, 'id' | 'backends'>): Promise<GatewaySession> {
+    const session: GatewaySession = { ...fields, id: newSessionId(), backends: {} };
+    this.sessions.set(session.id, { session, expiresAt: Date.now() + this.idleTtlSeconds * 1000 });
+    return session;
+  }
+
+  async get(id: string): Promise<GatewaySession | undefined> {
+    const entry = this.sessions.get(id);
+    if (!entry || entry.expiresAt < Date.now()) {
+      this.sessions.delete(id);
+      return undefined;
+    }
+    entry.expiresAt = Date.now() + this.idleTtlSeconds * 1000;
+    return { ...entry.session, backends: { ...entry.session.backends } };
+  }
+
+  async claimBackend(id: string, backend: string, backendSessionId: string): Promise<string> {
+    const session = this.sessions.get(id)?.session;
+    if (!session) return backendSessionId;
+    session.backends[backend] ??= backendSessionId;
+    return session.backends[backend];
+  }
+
+  async remove(id: string): Promise<void> {
+    this.sessions.delete(id);
+  }
+
+  async close(): Promise<void> {
+    this.sessions.clear();
+  }
+}
