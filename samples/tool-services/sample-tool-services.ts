@@ -56,6 +56,21 @@ function jobsServer(): McpServer {
     { description: 'Echoes its input.', inputSchema: { text: z.string() }, annotations: { readOnlyHint: true, idempotentHint: true } },
     async ({ text: value }) => text(value),
   );
+  server.registerTool(
+    'whoami',
+    {
+      description: 'Returns the identity and trace headers this request reached the Tool Service with.',
+      inputSchema: {},
+      annotations: { readOnlyHint: true },
+    },
+    async (_args, extra) => {
+      const headers = extra.requestInfo?.headers ?? {};
+      const seen = Object.fromEntries(
+        Object.entries(headers).filter(([name]) => /^(authorization|traceparent|tracestate|mcp-|x-mcpgw-|x-envoy-retry|x-envoy-max|x-envoy-upstream-rq)/.test(name)),
+      );
+      return text(JSON.stringify(seen));
+    },
+  );
   return server;
 }
 

@@ -39,7 +39,7 @@ describe('cold start from Redis last-good (real Redis, Envoy, Portal client)', (
     expect(status.registry.origin).toBe('redis-last-good');
     expect(status.registry.lastError.message).toMatch(/Portal unreachable/);
     const tools = await waitFor('the restored tools through Envoy', () => listedTools(stack.gatewayUrl('demo')), { timeoutMs: 5000 });
-    expect(tools).toEqual(['jobs__run_job', 'jobs__echo', 'weather__get_forecast', 'weather__get_alerts']);
+    expect(tools).toEqual(['jobs__run_job', 'jobs__echo', 'jobs__whoami', 'weather__get_forecast', 'weather__get_alerts']);
 
     const weather = await waitFor('the weather backend to be reported', async () => {
       const backend = (await controlPlaneStatus(stack)).catalog.routes[0].backends.find((b: { name: string }) => b.name === 'weather');

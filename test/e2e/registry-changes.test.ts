@@ -74,7 +74,7 @@ describe.each<XdsApiType>(['GRPC', 'DELTA_GRPC'])('registry changes through the 
       ],
     });
     const tools = await waitFor('the new route to list its tools', () => listedTools(stack.gatewayUrl('late')), { timeoutMs: 5000, intervalMs: 20 });
-    expect(tools).toEqual(['jobs__run_job', 'jobs__echo', 'weather_eu__get_forecast', 'weather_eu__get_alerts']);
+    expect(tools).toEqual(['jobs__run_job', 'jobs__echo', 'jobs__whoami', 'weather_eu__get_forecast', 'weather_eu__get_alerts']);
     const late = await connectClient(stack.gatewayUrl('late'));
     try {
       const forecast = await waitFor('a call through the new cluster', async () =>
@@ -132,7 +132,7 @@ describe.each<XdsApiType>(['GRPC', 'DELTA_GRPC'])('registry changes through the 
       (await metricValue(stack, 'mcpgw_registry_polls_total', { outcome: 'failed' })) > failedBefore ? true : undefined,
     );
     expect((await controlPlaneStatus(stack)).registry.lastError.message).toMatch(/Portal answered 503/);
-    expect(await listedTools(stack.gatewayUrl('extra'))).toEqual(['jobs__run_job', 'jobs__echo']);
+    expect(await listedTools(stack.gatewayUrl('extra'))).toEqual(['jobs__run_job', 'jobs__echo', 'jobs__whoami']);
 
     await stack.stopProcess('portal');
     await waitFor('the Portal to be reported unreachable', async () =>

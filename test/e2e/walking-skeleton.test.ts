@@ -30,14 +30,14 @@ describe('walking skeleton (real Envoy, sidecar, control plane, MCP SDK peers)',
 
   it('lists the tools of every backend of the route, prefixed with the backend name', async () => {
     const { tools } = await client.listTools();
-    expect(tools.map((tool) => tool.name)).toEqual(['jobs__run_job', 'jobs__echo', 'weather__get_forecast', 'weather__get_alerts']);
+    expect(tools.map((tool) => tool.name)).toEqual(['jobs__run_job', 'jobs__echo', 'jobs__whoami', 'weather__get_forecast', 'weather__get_alerts']);
     expect(tools.find((tool) => tool.name === 'weather__get_forecast')?.inputSchema.required).toEqual(['city']);
   });
 
   it('serves only the route\'s own backends on another route', async () => {
     const solo = await connectClient(stack.gatewayUrl('solo'));
     try {
-      expect((await solo.listTools()).tools.map((tool) => tool.name)).toEqual(['jobs__run_job', 'jobs__echo']);
+      expect((await solo.listTools()).tools.map((tool) => tool.name)).toEqual(['jobs__run_job', 'jobs__echo', 'jobs__whoami']);
       await expect(solo.callTool({ name: 'weather__get_forecast', arguments: { city: 'Seoul' } })).rejects.toThrow(
         /unknown backend "weather" on route "solo"/,
       );

@@ -69,6 +69,7 @@ describe.each<XdsApiType>(['GRPC', 'DELTA_GRPC'])('xDS resilience (ADS %s, real 
     expect(await waitFor('the new route through the reconnected Envoy and sidecar', () => listedTools(stack.gatewayUrl('after')))).toEqual([
       'jobs__run_job',
       'jobs__echo',
+      'jobs__whoami',
     ]);
     const client = await connectClient(stack.gatewayUrl('after'));
     try {

@@ -82,6 +82,11 @@ function parseDuration(value: unknown, where: string): { seconds: number; nanos:
   return { seconds: Number(match[1]), nanos: Number((match[2] ?? '').padEnd(9, '0')) };
 }
 
+/** A JSON object as a google.protobuf.Struct message object (for protobufjs and @grpc/proto-loader). */
+export function toStruct(value: Record<string, unknown>): { fields: Record<string, unknown> } {
+  return structFromJson(value, 'struct');
+}
+
 function structFromJson(value: unknown, where: string): { fields: Record<string, unknown> } {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     throw new Error(`${where}: expected a JSON object for google.protobuf.Struct`);

@@ -1,5 +1,6 @@
 import { TypedJson } from '../protobuf/proto-json';
-import { GatewaySettings, LISTENER_NAME, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME } from './settings';
+import { localReplyConfig } from './local-replies';
+import { GatewaySettings, LISTENER_NAME, METADATA_NAMESPACE, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME } from './settings';
 import { TYPE_URL } from './type-urls';
 
 /**
@@ -14,6 +15,9 @@ const extProcFilter = {
     grpc_service: { envoy_grpc: { cluster_name: SIDECAR_CLUSTER_NAME }, timeout: '5s' },
     failure_mode_allow: false,
     message_timeout: '2s',
+    // The sidecar sets Envoy's per-request timeout and retry headers, and removes clients' copies.
+    mutation_rules: { allow_envoy: true },
+    metadata_options: { receiving_namespaces: { untyped: [METADATA_NAMESPACE] } },
     processing_mode: {
       request_header_mode: 'SEND',
       request_body_mode: 'BUFFERED',
@@ -39,7 +43,14 @@ const accessLog = {
         details: '%RESPONSE_CODE_DETAILS%',
         upstream_cluster: '%UPSTREAM_CLUSTER%',
         duration_ms: '%DURATION%',
+        attempts: '%UPSTREAM_REQUEST_ATTEMPT_COUNT%',
         request_id: '%REQ(X-REQUEST-ID)%',
+        traceparent: '%REQ(TRACEPARENT)%',
+        route_key: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:route)%`,
+        rpc_method: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:method)%`,
+        rpc_id: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:rpc_id)%`,
+        backend: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:backend)%`,
+        tool: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:tool)%`,
       },
     },
   },
@@ -68,6 +79,7 @@ export function buildListener(settings: GatewaySettings): TypedJson {
               stream_idle_timeout: '600s',
               request_timeout: '0s',
               access_log: [accessLog],
+              local_reply_config: localReplyConfig(),
               http_filters: [
                 extProcFilter,
                 { name: 'envoy.filters.http.router', typed_config: { '@type': TYPE_URL.router } },

@@ -31,6 +31,13 @@ function backendRoute(route: RouteIR, backend: RouteBackendIR, service: ToolServ
       // By default no whole-response deadline (a tools/call may stream for minutes), only an idle limit.
       timeout: duration(service.timeouts.requestTimeoutMs),
       idle_timeout: duration(service.timeouts.idleTimeoutMs),
+      // Always safe: the request never reached the backend. The sidecar widens this per request for
+      // read-only and idempotent tools. Envoy never retries once response bytes went downstream.
+      retry_policy: {
+        retry_on: 'connect-failure,reset-before-request',
+        num_retries: 2,
+        retry_back_off: { base_interval: '0.025s', max_interval: '0.250s' },
+      },
     },
     request_headers_to_remove: [BACKEND_CLUSTER_HEADER],
   };
@@ -59,6 +66,8 @@ export function buildRouteConfiguration(ir: GatewayIR): TypedJson {
       {
         name: 'mcp',
         domains: ['*'],
+        // Callers see x-envoy-attempt-count on every proxied response.
+        include_attempt_count_in_response: true,
         routes: [
           ...routes,
           {

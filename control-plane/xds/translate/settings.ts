@@ -10,3 +10,5 @@ export const ROUTE_CONFIG_NAME = 'mcp_routes';
 export const SIDECAR_CLUSTER_NAME = 'mcp_sidecar';
 /** Set only by the sidecar (clients' copies are removed) to steer a tools/call to one Tool Service. */
 export const BACKEND_CLUSTER_HEADER = 'x-mcpgw-cluster';
+/** Dynamic-metadata namespace the sidecar writes (JSON-RPC id, backend, tool, fallback) for Envoy's formatters. */
+export const METADATA_NAMESPACE = 'mcpgw';
