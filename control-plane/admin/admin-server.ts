@@ -1,13 +1,20 @@
 import * as http from 'node:http';
 import express from 'express';
 import { Registry as MetricsRegistry } from 'prom-client';
-import { CatalogSnapshotMessage } from '../catalog/catalog-store';
+import { z } from 'zod';
+import { CatalogSettings, CatalogSnapshotMessage, RouteCatalogMessage } from '../catalog/catalog-store';
+import { ToolFinding } from '../catalog/tool-exposure';
 import { RegistryStatus } from '../registry/registry-controller';
 import { XdsResources } from '../xds/translate';
 import { NodeStatus } from './xds-status';
 
 export interface AdminSources {
   catalog(): CatalogSnapshotMessage;
+  catalogSettings: CatalogSettings;
+  /** What the catalog rules reported for a route's tools in the current snapshot. */
+  toolFindings(routeKey: string): ToolFinding[];
+  /** Refreshes the Tool Services of one route, or all; false for an unknown route key. */
+  refreshCatalog(routeKey?: string): Promise<boolean>;
   xdsResources(): XdsResources;
   nodes(): NodeStatus[];
   registry(): RegistryStatus;
@@ -25,6 +32,35 @@ export function readiness(catalog: CatalogSnapshotMessage) {
   return { status: readyRoutes.length > 0 ? 'UP' : 'DOWN', readyRoutes, routesWithoutSnapshot };
 }
 
+/** A route's catalog for operators: each backend's state and tool counts, and every tool a rule reported. */
+function routeCatalogStatus(route: RouteCatalogMessage, findings: ToolFinding[]) {
+  const exposedByBackend = new Map<string, number>();
+  for (const tool of route.tools) exposedByBackend.set(tool.backend, (exposedByBackend.get(tool.backend) ?? 0) + 1);
+  return {
+    route: route.route_key,
+    exposed_tools: route.tools.length,
+    backends: route.backends.map(({ tools_json, ...backend }) => ({
+      ...backend,
+      tools: tools_json.length,
+      exposed_tools: exposedByBackend.get(backend.name) ?? 0,
+    })),
+    reported_tools: findings,
+  };
+}
+
+function catalogStatus(sources: AdminSources, onlyRoute?: string) {
+  const catalog = sources.catalog();
+  return {
+    version: catalog.version,
+    settings: sources.catalogSettings,
+    routes: catalog.routes
+      .filter((route) => onlyRoute === undefined || route.route_key === onlyRoute)
+      .map((route) => routeCatalogStatus(route, sources.toolFindings(route.route_key))),
+  };
+}
+
+const refreshQuerySchema = z.object({ route: z.string().min(1).optional() });
+
 export function createAdminApp(sources: AdminSources): express.Express {
   const app = express();
   app.get('/healthz', (_req, res) => {
@@ -35,19 +71,26 @@ export function createAdminApp(sources: AdminSources): express.Express {
     res.status(detail.status === 'UP' ? 200 : 503).json(detail);
   });
   app.get('/status', (_req, res) => {
-    const catalog = sources.catalog();
     res.json({
-      readiness: readiness(catalog),
+      readiness: readiness(sources.catalog()),
       registry: sources.registry(),
       xds: { nodes: sources.nodes() },
-      catalog: {
-        version: catalog.version,
-        routes: catalog.routes.map((route) => ({
-          route: route.route_key,
-          backends: route.backends.map(({ tools_json, ...backend }) => ({ ...backend, tools: tools_json.length })),
-        })),
-      },
+      catalog: catalogStatus(sources),
     });
+  });
+  // Refreshes now instead of at the next interval, e.g. after fixing a backend; answers with the result.
+  app.post('/catalog/refresh', async (req, res) => {
+    const query = refreshQuerySchema.safeParse(req.query);
+    if (!query.success) {
+      res.status(400).json({ error: 'give at most one route key: POST /catalog/refresh[?route=KEY]' });
+      return;
+    }
+    const routeKey = query.data.route;
+    if (!(await sources.refreshCatalog(routeKey))) {
+      res.status(404).json({ error: `unknown route key "${routeKey}"` });
+      return;
+    }
+    res.json(catalogStatus(sources, routeKey));
   });
   app.get('/metrics', async (_req, res) => {
     res.type(sources.metrics.contentType).send(await sources.metrics.metrics());

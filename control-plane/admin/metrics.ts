@@ -71,6 +71,12 @@ export class ControlPlaneMetrics {
     labelNames: ['state'] as const,
     registers: [this.registry],
   });
+  readonly catalogReportedTools = new client.Gauge({
+    name: `${this.prefix}catalog_reported_tools`,
+    help: 'Tools a catalog rule reported in the current snapshot, over all routes, by rule (mcp-tool-name, client-tool-name, duplicate-name, route-tool-cap) and action (dropped, kept); per route in /status',
+    labelNames: ['rule', 'action'] as const,
+    registers: [this.registry],
+  });
   readonly snapshotBuildSeconds = new client.Histogram({
     name: `${this.prefix}xds_snapshot_build_seconds`,
     help: 'Time to translate a registry and encode its xDS snapshot',

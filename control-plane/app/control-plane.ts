@@ -4,8 +4,9 @@ import { createAdminApp, listen } from '../admin/admin-server';
 import { ControlPlaneMetrics } from '../admin/metrics';
 import { XdsStatusTracker } from '../admin/xds-status';
 import { catalogServiceHandlers } from '../catalog/catalog-service';
-import { CatalogSnapshotMessage, CatalogStore } from '../catalog/catalog-store';
+import { CatalogSettings, CatalogSnapshotMessage, CatalogStore } from '../catalog/catalog-store';
 import { fetchToolList } from '../catalog/tool-fetcher';
+import { TOOL_RULES, TOOL_RULE_ACTIONS } from '../catalog/tool-exposure';
 import { buildGatewayIR } from '../ir/gateway-ir';
 import { Registry } from '../registry/model';
 import { RegistryController, RegistryPollResult } from '../registry/registry-controller';
@@ -29,6 +30,8 @@ export interface ControlPlaneOptions {
   registryRefreshMs: number;
   catalogRefreshMs: number;
   toolListTimeoutMs: number;
+  /** Naming rules, cap and page size of the catalogs sidecars serve (docs/tools-list.md). */
+  catalog: CatalogSettings;
   /** Redis for last-good state; without it a cold start with the source down serves nothing. */
   redis?: { url: string; prefix: string };
 }
@@ -50,7 +53,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const cache = new SnapshotCache();
   const publisher = new XdsPublisher(cache, xdsStatus);
   const lastGood = options.redis ? new LastGoodStore(options.redis.url, options.redis.prefix, log) : undefined;
-  const catalog = new CatalogStore((url) => fetchToolList(url, options.toolListTimeoutMs), log);
+  const catalog = new CatalogStore((url) => fetchToolList(url, options.toolListTimeoutMs), options.catalog, log);
   const registry = new RegistryController(options.source, { refreshIntervalMs: options.registryRefreshMs }, log);
   let resources: XdsResources = {};
   let savedAtStart: SavedRoute[] | undefined;
@@ -66,6 +69,12 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   catalog.on('change', (snapshot: CatalogSnapshotMessage) => {
     for (const state of ['ok', 'stale', 'missing']) {
       metrics.catalogBackends.set({ state }, snapshot.routes.flatMap((route) => route.backends).filter((b) => b.state === state).length);
+    }
+    const findings = snapshot.routes.flatMap((route) => catalog.toolFindings(route.route_key));
+    for (const rule of TOOL_RULES) {
+      for (const action of TOOL_RULE_ACTIONS) {
+        metrics.catalogReportedTools.set({ rule, action }, findings.filter((f) => f.rule === rule && f.action === action).length);
+      }
     }
     if (!lastGood) return;
     for (const route of snapshot.routes) {
@@ -122,6 +131,9 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const admin: http.Server = await listen(
     createAdminApp({
       catalog: () => catalog.current(),
+      catalogSettings: options.catalog,
+      toolFindings: (routeKey) => catalog.toolFindings(routeKey),
+      refreshCatalog: (routeKey) => catalog.refreshNow(routeKey),
       xdsResources: () => resources,
       nodes: () => xdsStatus.list(),
       registry: () => registry.currentStatus(),

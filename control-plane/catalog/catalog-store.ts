@@ -4,6 +4,7 @@ import { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { GatewayIR, ToolServiceIR } from '../ir/gateway-ir';
 import { Logger } from '../shared/log';
 import { SavedRoute } from '../state/last-good-store';
+import { ExposureSettings, ToolFinding, compareBackendNames, exposeRouteTools } from './tool-exposure';
 
 export type BackendState = 'ok' | 'stale' | 'missing';
 
@@ -21,6 +22,7 @@ interface ToolServiceCatalog {
 export interface BackendCatalogMessage {
   name: string;
   cluster: string;
+  /** The backend's last-good tools as it declared them; RouteCatalogMessage.tools says which are served. */
   tools_json: string[];
   state: BackendState;
   last_success_at: string;
@@ -28,15 +30,47 @@ export interface BackendCatalogMessage {
   failing_since: string;
 }
 
+export interface ExposedToolMessage {
+  /** What agents see and call: `<backend><separator><tool>`. */
+  name: string;
+  backend: string;
+  /** Position of the tool in its backend's tools_json. */
+  tool_index: number;
+}
+
 export interface RouteCatalogMessage {
   route_key: string;
   backends: BackendCatalogMessage[];
+  /** What tools/list serves, in order, after the naming rules, de-duplication and the cap. */
+  tools: ExposedToolMessage[];
 }
 
 export interface CatalogSnapshotMessage {
   version: string;
   routes: RouteCatalogMessage[];
+  tool_name_separator: string;
+  /** Most tools in one tools/list answer; 0 means all of them. */
+  tools_list_page_size: number;
 }
+
+export interface CatalogSettings extends ExposureSettings {
+  toolsListPageSize: number;
+}
+
+/**
+ * Defaults of the control plane's catalog flags (docs/tools-list.md says why):
+ * - separator `__` (ADR-0041 §2);
+ * - policy drop: a client that meets one name outside ^[a-zA-Z0-9_-]{1,64}$ may refuse the whole
+ *   server, so one backend's odd name would cost the whole route every tool;
+ * - cap 5000: the largest route the gateway is sized and benchmarked for (50 backends x 100 tools);
+ * - page size 100 tools.
+ */
+export const CATALOG_DEFAULTS: CatalogSettings = {
+  toolNameSeparator: '__',
+  toolNamePolicy: 'drop',
+  maxToolsPerRoute: 5000,
+  toolsListPageSize: 100,
+};
 
 export type ToolListFetcher = (url: string) => Promise<Tool[]>;
 
@@ -46,6 +80,9 @@ function stateOf(catalog: ToolServiceCatalog | undefined): BackendState {
   return 'ok';
 }
 
+/** A Redis copy is only checked to be JSON: a tool without a string name gets the empty name, which no rule lets through. */
+const nameOf = (tool: Tool) => (typeof tool.name === 'string' ? tool.name : '');
+
 /**
  * Per-Tool-Service tool lists with last-good semantics, and the per-route snapshot built from them.
  * Emits 'change' (snapshot) whenever what a sidecar would serve changes, and 'refresh'
@@ -53,18 +90,28 @@ function stateOf(catalog: ToolServiceCatalog | undefined): BackendState {
  */
 export class CatalogStore extends EventEmitter {
   private readonly byCluster = new Map<string, ToolServiceCatalog>();
+  /** Fetches under way, by Tool Service and URL: a refresh asked for meanwhile joins the running one. */
+  private readonly inFlight = new Map<string, Promise<void>>();
   private ir: GatewayIR = { routes: [], toolServices: [] };
-  private snapshot: CatalogSnapshotMessage = { version: '', routes: [] };
+  private snapshot: CatalogSnapshotMessage;
+  private findings = new Map<string, ToolFinding[]>();
 
   constructor(
     private readonly fetchTools: ToolListFetcher,
+    private readonly settings: CatalogSettings,
     private readonly log: Logger,
   ) {
     super();
+    this.snapshot = this.snapshotOf([]);
   }
 
   current(): CatalogSnapshotMessage {
     return this.snapshot;
+  }
+
+  /** What the rules reported for a route's tools in the current snapshot. */
+  toolFindings(routeKey: string): ToolFinding[] {
+    return this.findings.get(routeKey) ?? [];
   }
 
   /**
@@ -112,7 +159,33 @@ export class CatalogStore extends EventEmitter {
     this.rebuild();
   }
 
-  private async refreshOne(service: ToolServiceIR): Promise<void> {
+  /** Refreshes now: the Tool Services of one route, or all of them; false for an unknown route key. */
+  async refreshNow(routeKey?: string): Promise<boolean> {
+    if (routeKey === undefined) {
+      await this.refresh();
+      return true;
+    }
+    const route = this.ir.routes.find((candidate) => candidate.key === routeKey);
+    if (!route) return false;
+    const clusters = new Set(route.backends.map((backend) => backend.clusterName));
+    await this.refresh(this.ir.toolServices.filter((service) => clusters.has(service.clusterName)));
+    return true;
+  }
+
+  /**
+   * One fetch per Tool Service at a time: two overlapping fetches could finish out of order and let
+   * an older failure overwrite a newer success.
+   */
+  private refreshOne(service: ToolServiceIR): Promise<void> {
+    const key = `${service.clusterName} ${service.url}`;
+    const running = this.inFlight.get(key);
+    if (running) return running;
+    const fetch = this.fetchOne(service).finally(() => this.inFlight.delete(key));
+    this.inFlight.set(key, fetch);
+    return fetch;
+  }
+
+  private async fetchOne(service: ToolServiceIR): Promise<void> {
     const existing = this.byCluster.get(service.clusterName);
     const catalog = existing?.url === service.url ? existing : { url: service.url, tools: [] };
     try {
@@ -138,11 +211,19 @@ export class CatalogStore extends EventEmitter {
   }
 
   private rebuild(): void {
-    const routes = this.ir.routes.map((route) => ({
-      route_key: route.key,
-      backends: route.backends.map((backend) => {
-        const catalog = this.byCluster.get(backend.clusterName);
-        return {
+    const findings = new Map<string, ToolFinding[]>();
+    const routes = this.ir.routes.map((route): RouteCatalogMessage => {
+      const backends = [...route.backends]
+        .sort((a, b) => compareBackendNames(a.name, b.name))
+        .map((backend) => ({ backend, catalog: this.byCluster.get(backend.clusterName) }));
+      const exposure = exposeRouteTools(
+        backends.map(({ backend, catalog }) => ({ backend: backend.name, toolNames: (catalog?.tools ?? []).map(nameOf) })),
+        this.settings,
+      );
+      findings.set(route.key, exposure.findings);
+      return {
+        route_key: route.key,
+        backends: backends.map(({ backend, catalog }) => ({
           name: backend.name,
           cluster: backend.clusterName,
           tools_json: (catalog?.tools ?? []).map((tool) => JSON.stringify(tool)),
@@ -150,14 +231,35 @@ export class CatalogStore extends EventEmitter {
           last_success_at: catalog?.lastSuccessAt?.toISOString() ?? '',
           last_error: catalog?.lastError ?? '',
           failing_since: catalog?.failingSince?.toISOString() ?? '',
-        };
-      }),
-    }));
-    // A repeated success is no change, or every refresh would push to every sidecar.
-    const content = JSON.stringify(routes, (key, value) => (key === 'last_success_at' ? undefined : value));
-    const version = createHash('sha256').update(content).digest('hex').slice(0, 16);
-    if (version === this.snapshot.version) return;
-    this.snapshot = { version, routes };
+        })),
+        tools: exposure.tools,
+      };
+    });
+    for (const [route, routeFindings] of findings) {
+      if (routeFindings.length === 0 || JSON.stringify(routeFindings) === JSON.stringify(this.findings.get(route) ?? [])) continue;
+      const dropped = routeFindings.filter((finding) => finding.action === 'dropped').length;
+      this.log.warn('catalog rules reported tools of a route (details in /status)', {
+        route,
+        dropped,
+        keptWithWarning: routeFindings.length - dropped,
+        rules: [...new Set(routeFindings.map((finding) => finding.rule))],
+      });
+    }
+    this.findings = findings;
+    const snapshot = this.snapshotOf(routes);
+    if (snapshot.version === this.snapshot.version) return;
+    this.snapshot = snapshot;
     this.emit('change', this.snapshot);
+  }
+
+  private snapshotOf(routes: RouteCatalogMessage[]): CatalogSnapshotMessage {
+    const content = {
+      routes,
+      tool_name_separator: this.settings.toolNameSeparator,
+      tools_list_page_size: this.settings.toolsListPageSize,
+    };
+    // A repeated success is no change, or every refresh would push to every sidecar.
+    const hashed = JSON.stringify(content, (key, value) => (key === 'last_success_at' ? undefined : value));
+    return { version: createHash('sha256').update(hashed).digest('hex').slice(0, 16), ...content };
   }
 }

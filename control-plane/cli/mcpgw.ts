@@ -5,6 +5,8 @@ import { parseArgs } from 'node:util';
 import { stringify as toYaml } from 'yaml';
 import { z } from 'zod';
 import { startControlPlane } from '../app/control-plane';
+import { CATALOG_DEFAULTS } from '../catalog/catalog-store';
+import { TOOL_NAME_POLICIES, separatorProblem } from '../catalog/tool-exposure';
 import { renderBootstrap } from '../devstack/envoy';
 import { GatewayStack } from '../devstack/stack';
 import { buildGatewayIR } from '../ir/gateway-ir';
@@ -27,6 +29,11 @@ commands:
                     --grpc HOST:PORT --admin HOST:PORT --listener HOST:PORT --sidecar HOST:PORT
                     [--redis redis://HOST:PORT [--redis-prefix mcpgw:]]
                     [--registry-refresh-ms N] [--catalog-refresh-ms N] [--tool-list-timeout-ms N]
+                    [--tool-name-separator S]      exposed names are <backend>S<tool> (default: __)
+                    [--tool-name-policy warn|drop] for names outside ^[a-zA-Z0-9_-]{1,64}$ (default: drop)
+                    [--max-tools-per-route N]      tools a route serves at most (default: 5000)
+                    [--tools-list-page-size N]     tools per tools/list answer (default: 100)
+                    (naming rules and defaults: docs/tools-list.md)
   sidecar         run the MCP sidecar (Envoy ext_proc server)
                     --ext-proc HOST:PORT --control-plane HOST:PORT [--id NAME]
   validate FILE   check a registry file; prints every problem and exits 1 if there is any
@@ -131,6 +138,16 @@ async function runControlPlane(args: string[]): Promise<void> {
     'registry-refresh-ms': positiveInt.default(30000),
     'catalog-refresh-ms': positiveInt.default(30000),
     'tool-list-timeout-ms': positiveInt.default(5000),
+    'tool-name-separator': z
+      .string()
+      .superRefine((separator, ctx) => {
+        const problem = separatorProblem(separator);
+        if (problem) ctx.addIssue({ code: 'custom', message: problem });
+      })
+      .default(CATALOG_DEFAULTS.toolNameSeparator),
+    'tool-name-policy': z.enum(TOOL_NAME_POLICIES).default(CATALOG_DEFAULTS.toolNamePolicy),
+    'max-tools-per-route': positiveInt.default(CATALOG_DEFAULTS.maxToolsPerRoute),
+    'tools-list-page-size': positiveInt.default(CATALOG_DEFAULTS.toolsListPageSize),
   });
   if (Boolean(options.registry) === Boolean(options.portal)) {
     throw new UsageError('give exactly one registry source: --registry FILE or --portal URL');
@@ -148,6 +165,12 @@ async function runControlPlane(args: string[]): Promise<void> {
     registryRefreshMs: options['registry-refresh-ms'],
     catalogRefreshMs: options['catalog-refresh-ms'],
     toolListTimeoutMs: options['tool-list-timeout-ms'],
+    catalog: {
+      toolNameSeparator: options['tool-name-separator'],
+      toolNamePolicy: options['tool-name-policy'],
+      maxToolsPerRoute: options['max-tools-per-route'],
+      toolsListPageSize: options['tools-list-page-size'],
+    },
   });
   onSignal(running.stop);
 }

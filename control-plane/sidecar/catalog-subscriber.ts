@@ -4,6 +4,7 @@ import { grpcServices } from '../shared/grpc-packages';
 import { Logger } from '../shared/log';
 
 const RETRY_MIN_MS = 200;
+export const CATALOG_MESSAGE_LIMIT_BYTES = 256 * 1024 * 1024;
 const RETRY_MAX_MS = 5000;
 
 /**
@@ -24,7 +25,10 @@ export class CatalogSubscriber {
     private readonly log: Logger,
   ) {
     const Service = grpcServices.catalogDiscovery();
-    this.client = new Service(address, grpc.credentials.createInsecure()) as grpc.Client & Record<string, Function>;
+    // A whole catalog is one message: 50 backends × 100 tools on a few routes is already past gRPC's 4 MiB default.
+    this.client = new Service(address, grpc.credentials.createInsecure(), {
+      'grpc.max_receive_message_length': CATALOG_MESSAGE_LIMIT_BYTES,
+    }) as grpc.Client & Record<string, Function>;
   }
 
   start(): void {

@@ -1,7 +1,8 @@
 import * as grpc from '@grpc/grpc-js';
-import { BACKEND_CLUSTER_HEADER } from '../xds/translate/settings';
+import { toStruct } from '../xds/protobuf/proto-json';
+import { BACKEND_CLUSTER_HEADER, METADATA_NAMESPACE } from '../xds/translate/settings';
 import { Logger } from '../shared/log';
-import { Decision, RequestHead, decideOnBody, decideOnHead } from './mcp-gateway';
+import { Decision, RequestHead, RequestMetadata, decideOnBody, decideOnHead } from './mcp-gateway';
 import { RouteCatalogView } from './route-catalog';
 
 interface HeaderValue {
@@ -29,8 +30,18 @@ function readHead(headers: HeaderValue[]): RequestHead {
   return { method: map.get(':method') ?? '', path: map.get(':path') ?? '', headers: map };
 }
 
+/**
+ * Headers only the gateway may set: its own steering header and Envoy's per-request controls
+ * (timeouts, retries). A client's copies are dropped before anything else happens.
+ */
+const isGatewayOwnedHeader = (name: string) => name.startsWith('x-mcpgw-') || name.startsWith('x-envoy-');
+
+function dynamicMetadata(metadata: RequestMetadata | undefined) {
+  return metadata ? { dynamic_metadata: toStruct({ [METADATA_NAMESPACE]: metadata }) } : {};
+}
+
 /** Spells a Decision in ext_proc terms for the phase it was taken in. */
-function toProcessingResponse(decision: Decision, phase: 'request_headers' | 'request_body'): ProcessingResponse {
+function toProcessingResponse(decision: Decision, phase: 'request_headers' | 'request_body', head: RequestHead): ProcessingResponse {
   switch (decision.kind) {
     case 'respond':
       return {
@@ -40,26 +51,23 @@ function toProcessingResponse(decision: Decision, phase: 'request_headers' | 're
           body: Buffer.from(decision.body),
           details: `mcpgw_${decision.reason}`,
         },
+        ...dynamicMetadata(decision.metadata),
       };
     case 'read-body':
-      // Clients must not steer Envoy: their copy of the steering header is dropped before anything else.
-      return { [phase]: { response: { header_mutation: { remove_headers: [BACKEND_CLUSTER_HEADER] } } } };
+      return { [phase]: { response: { header_mutation: { remove_headers: [...head.headers.keys()].filter(isGatewayOwnedHeader) } } } };
     case 'forward': {
       const body = Buffer.from(decision.body);
+      const headers = { ...decision.headers, [BACKEND_CLUSTER_HEADER]: decision.cluster, 'content-length': String(body.length) };
       return {
         [phase]: {
           response: {
             status: 'CONTINUE',
-            header_mutation: {
-              set_headers: [
-                headerOption(BACKEND_CLUSTER_HEADER, decision.cluster),
-                headerOption('content-length', String(body.length)),
-              ],
-            },
+            header_mutation: { set_headers: Object.entries(headers).map(([key, value]) => headerOption(key, value)) },
             body_mutation: { body },
             clear_route_cache: true,
           },
         },
+        ...dynamicMetadata(decision.metadata),
       };
     }
   }
@@ -84,9 +92,9 @@ export function extProcServiceHandlers(
             if (decision.kind === 'read-body' && request.request_headers.end_of_stream) {
               decision = decideOnBody(head, Buffer.alloc(0), lookup);
             }
-            call.write(toProcessingResponse(decision, 'request_headers'));
+            call.write(toProcessingResponse(decision, 'request_headers', head));
           } else if (request.request_body && head) {
-            call.write(toProcessingResponse(decideOnBody(head, request.request_body.body, lookup), 'request_body'));
+            call.write(toProcessingResponse(decideOnBody(head, request.request_body.body, lookup), 'request_body', head));
           }
         } catch (error) {
           log.error('ext_proc request failed', { error: (error as Error).stack, path: head?.path });

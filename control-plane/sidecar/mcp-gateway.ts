@@ -1,12 +1,27 @@
 import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
 import { JSON_RPC, JsonRpcId, jsonRpcError, jsonRpcResult } from './json-rpc';
 import { RouteCatalogView, resolveTool } from './route-catalog';
+import { answerToolsList } from './tools-list';
 
 /** The sidecar's answer to one request: answer it here, or send it on to exactly one backend. */
 export type Decision =
-  | { kind: 'respond'; status: number; headers: Record<string, string>; body: string; reason: string }
-  | { kind: 'forward'; cluster: string; body: string }
+  | { kind: 'respond'; status: number; headers: Record<string, string>; body: string; reason: string; metadata?: RequestMetadata }
+  | { kind: 'forward'; cluster: string; body: string; headers: Record<string, string>; metadata: RequestMetadata }
   | { kind: 'read-body' };
+
+/**
+ * What the sidecar tells Envoy about a request, as dynamic metadata: the access log and the JSON-RPC
+ * local replies (docs/errors.md) read it.
+ */
+export interface RequestMetadata {
+  route?: string;
+  method?: string;
+  rpc_id?: JsonRpcId;
+  backend?: string;
+  tool?: string;
+  /** Text of the degraded result Envoy answers with if every attempt of a read-only tool fails. */
+  fallback?: string;
+}
 
 export interface RequestHead {
   method: string;
@@ -102,6 +117,17 @@ export function decideOnBody(head: RequestHead, body: Buffer, lookup: RouteLooku
   if (typeof message !== 'object' || message === null || message.jsonrpc !== '2.0') {
     return respondError(400, null, JSON_RPC.INVALID_REQUEST, 'not a JSON-RPC 2.0 message', 'invalid_request');
   }
+  const metadata: RequestMetadata = {
+    route: view.key,
+    ...(typeof message.method === 'string' && { method: message.method }),
+    ...(message.id !== undefined && { rpc_id: message.id }),
+  };
+  const decision = decideOnMessage(message, view);
+  if (decision.kind === 'read-body') return decision;
+  return { ...decision, metadata: { ...metadata, ...decision.metadata } };
+}
+
+function decideOnMessage(message: JsonRpcMessage, view: RouteCatalogView): Decision {
   const id = message.id;
   if (id === undefined) {
     // Notifications and responses from the client need no answer beyond 202.
@@ -118,14 +144,18 @@ export function decideOnBody(head: RequestHead, body: Buffer, lookup: RouteLooku
           protocolVersion: negotiatedVersion(message.params?.protocolVersion),
           capabilities: { tools: { listChanged: false } },
           serverInfo: GATEWAY_SERVER_INFO,
-          instructions: `Tools of route "${view.key}", named <backend>__<tool>.`,
+          instructions: `Tools of route "${view.key}", named <backend>${view.toolNameSeparator}<tool>.`,
         }),
         'initialize',
       );
     case 'ping':
       return respondJson(200, jsonRpcResult(id, {}), 'ping');
-    case 'tools/list':
-      return respondJson(200, jsonRpcResult(id, { tools: view.tools }), 'tools_list');
+    case 'tools/list': {
+      const answer = answerToolsList(view, message.params);
+      return answer.ok
+        ? respondJson(200, jsonRpcResult(id, answer.result), 'tools_list')
+        : respondError(200, id, JSON_RPC.INVALID_PARAMS, answer.message, 'invalid_cursor');
+    }
     case 'tools/call':
       return decideToolCall(message, id, view);
     default:
@@ -141,5 +171,11 @@ function decideToolCall(message: JsonRpcMessage, id: JsonRpcId, view: RouteCatal
   const resolution = resolveTool(view, name);
   if (!resolution.ok) return respondError(200, id, JSON_RPC.INVALID_PARAMS, resolution.message, 'unknown_tool');
   const forwarded = { ...message, params: { ...message.params, name: resolution.toolName } };
-  return { kind: 'forward', cluster: resolution.backend.cluster, body: JSON.stringify(forwarded) };
+  return {
+    kind: 'forward',
+    cluster: resolution.backend.cluster,
+    body: JSON.stringify(forwarded),
+    headers: {},
+    metadata: { backend: resolution.backend.name, tool: resolution.toolName },
+  };
 }

@@ -1,40 +1,81 @@
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { BackendState, CatalogSnapshotMessage } from '../catalog/catalog-store';
 
-export const TOOL_NAME_SEPARATOR = '__';
-
 export interface BackendView {
   name: string;
   cluster: string;
   state: BackendState;
-  /** Unprefixed tool names the backend declared. */
+  /** Unprefixed names of the backend's tools this route serves. */
   toolNames: Set<string>;
+  /** RFC 3339 times and the last error as the control plane reported them; empty when there is none. */
+  lastSuccessAt: string;
+  lastError: string;
+  failingSince: string;
+}
+
+/** One tool the route serves, and where it comes from. */
+export interface ExposedToolView {
+  /** The tool as agents see it: the backend's Tool object under its exposed name. */
+  tool: Tool;
+  backend: BackendView;
+  /** The backend's own name for the tool: what tools/call sends on. */
+  toolName: string;
+  /** Position in the backend's own list, to place a tools/list cursor whose tool has gone. */
+  toolIndex: number;
+  /** Position in the route's list. */
+  position: number;
 }
 
 /** What the sidecar needs to answer for one route, computed once per catalog update. */
 export interface RouteCatalogView {
   key: string;
   backends: Map<string, BackendView>;
-  /** Prefixed tools in a deterministic order: by backend name, then by the backend's own order. */
-  tools: Tool[];
+  /** The tools the control plane decided this route serves, in its order: by backend name, then by the backend's own order. */
+  tools: ExposedToolView[];
+  toolsByName: Map<string, ExposedToolView>;
+  toolNameSeparator: string;
+  /** Most tools in one tools/list answer; 0 means all of them. */
+  toolsListPageSize: number;
 }
 
 export function buildRouteViews(snapshot: CatalogSnapshotMessage): Map<string, RouteCatalogView> {
   const views = new Map<string, RouteCatalogView>();
   for (const route of snapshot.routes) {
     const backends = new Map<string, BackendView>();
-    const tools: Tool[] = [];
-    for (const backend of [...route.backends].sort((a, b) => a.name.localeCompare(b.name))) {
-      const backendTools = backend.tools_json.map((json) => JSON.parse(json) as Tool);
+    const declared = new Map<string, string[]>();
+    for (const backend of route.backends) {
+      declared.set(backend.name, backend.tools_json);
       backends.set(backend.name, {
         name: backend.name,
         cluster: backend.cluster,
         state: backend.state,
-        toolNames: new Set(backendTools.map((tool) => tool.name)),
+        toolNames: new Set(),
+        lastSuccessAt: backend.last_success_at,
+        lastError: backend.last_error,
+        failingSince: backend.failing_since,
       });
-      tools.push(...backendTools.map((tool) => ({ ...tool, name: `${backend.name}${TOOL_NAME_SEPARATOR}${tool.name}` })));
     }
-    views.set(route.route_key, { key: route.route_key, backends, tools });
+    const tools: ExposedToolView[] = [];
+    const toolsByName = new Map<string, ExposedToolView>();
+    for (const exposed of route.tools) {
+      const backend = backends.get(exposed.backend);
+      const json = declared.get(exposed.backend)?.[exposed.tool_index];
+      // The control plane sends consistent catalogs; an entry pointing nowhere is skipped, never served half-made.
+      if (!backend || json === undefined) continue;
+      const own = JSON.parse(json) as Tool;
+      const view = { tool: { ...own, name: exposed.name }, backend, toolName: own.name, toolIndex: exposed.tool_index, position: tools.length };
+      backend.toolNames.add(own.name);
+      tools.push(view);
+      toolsByName.set(exposed.name, view);
+    }
+    views.set(route.route_key, {
+      key: route.route_key,
+      backends,
+      tools,
+      toolsByName,
+      toolNameSeparator: snapshot.tool_name_separator,
+      toolsListPageSize: snapshot.tools_list_page_size,
+    });
   }
   return views;
 }
@@ -43,20 +84,22 @@ export type ToolResolution =
   | { ok: true; backend: BackendView; toolName: string }
   | { ok: false; message: string };
 
-/** The prefix picks exactly one backend; anything else is an explicit error, never a guess. */
+/**
+ * The exposed name picks exactly one tool of one backend; anything else is an explicit error, never
+ * a guess. The separator only serves to say what is wrong with a name the route does not serve.
+ */
 export function resolveTool(view: RouteCatalogView, exposedName: string): ToolResolution {
-  const at = exposedName.indexOf(TOOL_NAME_SEPARATOR);
+  const exposed = view.toolsByName.get(exposedName);
+  if (exposed) return { ok: true, backend: exposed.backend, toolName: exposed.toolName };
+  const separator = view.toolNameSeparator;
+  const at = separator ? exposedName.indexOf(separator) : -1;
   if (at <= 0) {
-    return { ok: false, message: `tool "${exposedName}" has no backend prefix: call it as <backend>${TOOL_NAME_SEPARATOR}<tool>` };
+    return { ok: false, message: `tool "${exposedName}" has no backend prefix: call it as <backend>${separator}<tool>` };
   }
   const backendName = exposedName.slice(0, at);
-  const toolName = exposedName.slice(at + TOOL_NAME_SEPARATOR.length);
-  const backend = view.backends.get(backendName);
-  if (!backend) {
+  const toolName = exposedName.slice(at + separator.length);
+  if (!view.backends.has(backendName)) {
     return { ok: false, message: `unknown backend "${backendName}" on route "${view.key}" (tool "${exposedName}")` };
   }
-  if (!backend.toolNames.has(toolName)) {
-    return { ok: false, message: `backend "${backendName}" has no tool "${toolName}" on route "${view.key}"` };
-  }
-  return { ok: true, backend, toolName };
+  return { ok: false, message: `backend "${backendName}" has no tool "${toolName}" on route "${view.key}"` };
 }

@@ -1,6 +1,7 @@
 import { CatalogSnapshotMessage } from '../../control-plane/catalog/catalog-store';
 import { Decision, RequestHead, decideOnBody, decideOnHead } from '../../control-plane/sidecar/mcp-gateway';
 import { buildRouteViews } from '../../control-plane/sidecar/route-catalog';
+import { catalogSnapshot } from './catalog-fixtures';
 
 const backend = (name: string, tools: string[]) => ({
   name,
@@ -11,10 +12,9 @@ const backend = (name: string, tools: string[]) => ({
   last_error: '',
   failing_since: '',
 });
-const snapshot: CatalogSnapshotMessage = {
-  version: 'v1',
-  routes: [{ route_key: 'demo', backends: [backend('weather', ['get_forecast']), backend('jobs', ['run_job', 'echo'])] }],
-};
+const snapshot: CatalogSnapshotMessage = catalogSnapshot([
+  { route_key: 'demo', backends: [backend('weather', ['get_forecast']), backend('jobs', ['run_job', 'echo'])] },
+]);
 const views = buildRouteViews(snapshot);
 const lookup = (key: string) => views.get(key);
 
@@ -94,6 +94,8 @@ describe('sidecar decisions on the JSON-RPC body', () => {
       kind: 'forward',
       cluster: 'tool_service.jobs',
       body: JSON.stringify({ ...call, params: { ...call.params, name: 'run_job' } }),
+      headers: {},
+      metadata: { route: 'demo', method: 'tools/call', rpc_id: 3, backend: 'jobs', tool: 'run_job' },
     });
   });
 

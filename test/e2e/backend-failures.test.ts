@@ -1,0 +1,117 @@
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { McpError } from '@modelcontextprotocol/sdk/types.js';
+import { waitFor } from '../../control-plane/devstack/processes';
+import { GatewayStack } from '../../control-plane/devstack/stack';
+import { SampleBackends, connectClient, postJsonRpc, startGateway } from '../support/gateway-fixture';
+
+/**
+ * What an agent sees when the path behind the gateway fails: JSON-RPC errors naming the backend,
+ * with the call's attempts and elapsed time — never Envoy's text/plain replies.
+ */
+describe('backend failures through the real Envoy', () => {
+  let stack: GatewayStack;
+  let backends: SampleBackends;
+
+  beforeAll(async () => {
+    ({ stack, backends } = await startGateway('backend-failures', (b) => ({
+      routes: [
+        { key: 'demo', toolServices: [{ name: 'weather', url: b.weather }, { name: 'jobs', url: b.jobs }] },
+        // Same backend, but any response taking longer than 500 ms is cut by Envoy.
+        { key: 'hasty', toolServices: [{ id: 'jobs-hasty', name: 'jobs', url: b.jobs, transport: { requestTimeoutMs: 500 } }] },
+      ],
+    })));
+  });
+  afterAll(async () => stack?.stop());
+
+  async function callError(route: string, name: string, args: Record<string, unknown>): Promise<McpError> {
+    const client = await connectClient(stack.gatewayUrl(route));
+    try {
+      await client.callTool({ name, arguments: args });
+    } catch (error) {
+      return error as McpError;
+    } finally {
+      await client.close();
+    }
+    throw new Error(`${name} unexpectedly succeeded`);
+  }
+
+  it('answers a timed-out call with a JSON-RPC error of the 504 class', async () => {
+    const error = await callError('hasty', 'jobs__run_job', { steps: 1, interval_ms: 2000 });
+    expect(error).toBeInstanceOf(McpError);
+    expect(error.code).toBe(-32004);
+    expect(error.message).toContain('backend jobs did not answer tools/call run_job');
+    expect(error.data).toMatchObject({ outcome: 'failed', backend: 'jobs', tool: 'run_job', http_status: 504, fallback_used: false, attempts: 1 });
+    expect((error.data as { elapsed_ms: number }).elapsed_ms).toBeGreaterThanOrEqual(500);
+  });
+
+  it('answers calls to a backend that is down with a JSON-RPC error naming it, keeps the others working', async () => {
+    await stack.stopProcess(`tool-service-jobs-${backends.ports.jobs}`);
+    const raw = await postJsonRpc(stack.gatewayUrl('demo'), {
+      jsonrpc: '2.0',
+      id: 'call-1',
+      method: 'tools/call',
+      params: { name: 'jobs__echo', arguments: { text: 'anyone?' } },
+    });
+    expect(raw.status).toBe(200);
+    expect(raw.contentType).toBe('application/json');
+    const body = raw.json();
+    expect(body).toMatchObject({ jsonrpc: '2.0', id: 'call-1', error: { code: -32004, data: { backend: 'jobs', outcome: 'failed', http_status: 503 } } });
+    // Connection refused before the request reached the backend is always retried.
+    expect(body.error.data.attempts).toBeGreaterThan(1);
+    expect(body.error.data.last_error).toMatch(/upstream|connection|refused/i);
+
+    const client = await connectClient(stack.gatewayUrl('demo'));
+    try {
+      const result = await client.callTool({ name: 'weather__get_forecast', arguments: { city: 'Rome' } });
+      expect(result.content).toEqual([{ type: 'text', text: 'Forecast for Rome: sunny, 14°C' }]);
+    } finally {
+      await client.close();
+    }
+  });
+
+  it('rejects an oversized body with 413 and a JSON-RPC error', async () => {
+    const big = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'weather__get_forecast', arguments: { city: 'x'.repeat(2 * 1024 * 1024) } } });
+    const response = await postJsonRpc(stack.gatewayUrl('demo'), big);
+    expect(response.status).toBe(413);
+    expect(response.contentType).toBe('application/json');
+    expect(response.json().error).toMatchObject({ code: -32600, message: expect.stringContaining('too large') });
+  });
+
+  it('passes identity and trace headers through unchanged, and no client-set gateway header', async () => {
+    await stack.startSample('jobs', backends.ports.jobs);
+    const headers = {
+      authorization: 'Bearer agent-token-123',
+      traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',
+      tracestate: 'vendor=opaque',
+      'x-mcpgw-cluster': 'tool_service.weather',
+      'x-envoy-retry-on': '5xx',
+      'x-envoy-upstream-rq-timeout-ms': '1',
+    };
+    const client = new Client({ name: 'identity-test', version: '1.0.0' });
+    await client.connect(new StreamableHTTPClientTransport(new URL(stack.gatewayUrl('demo')), { requestInit: { headers } }));
+    try {
+      const result = await waitFor('the restarted jobs backend', () =>
+        client.callTool({ name: 'jobs__whoami', arguments: {} }).catch(() => undefined),
+      );
+      const seen = JSON.parse((result.content as { text: string }[])[0].text);
+      expect(seen).toEqual({
+        authorization: headers.authorization,
+        traceparent: headers.traceparent,
+        tracestate: headers.tracestate,
+        'mcp-protocol-version': expect.any(String),
+      });
+    } finally {
+      await client.close();
+    }
+  });
+
+  it('fails closed in JSON-RPC form when the sidecar is down', async () => {
+    await stack.stopProcess('sidecar');
+    const response = await postJsonRpc(stack.gatewayUrl('demo'), { jsonrpc: '2.0', id: 1, method: 'tools/list' });
+    expect(response.status).toBeGreaterThanOrEqual(500);
+    expect(response.contentType).toBe('application/json');
+    expect(response.json()).toMatchObject({ jsonrpc: '2.0', error: { code: -32603 } });
+    await stack.startSidecar();
+  });
+});

@@ -1,0 +1,41 @@
+import { BackendCatalogMessage, CATALOG_DEFAULTS, CatalogSettings, CatalogSnapshotMessage } from '../../control-plane/catalog/catalog-store';
+import { exposeRouteTools } from '../../control-plane/catalog/tool-exposure';
+
+/** A healthy backend's catalog entry declaring tools of these names. */
+export function backendCatalog(name: string, toolNames: string[], overrides: Partial<BackendCatalogMessage> = {}): BackendCatalogMessage {
+  return {
+    name,
+    cluster: `tool_service.${name}`,
+    tools_json: toolNames.map((tool) => JSON.stringify({ name: tool, inputSchema: { type: 'object' } })),
+    state: 'ok',
+    last_success_at: '2026-11-30T00:00:00.000Z',
+    last_error: '',
+    failing_since: '',
+    ...overrides,
+  };
+}
+
+/**
+ * Catalog messages for sidecar unit tests, with the served tools decided by the control plane's own
+ * rules, as a sidecar receives them.
+ */
+export function catalogSnapshot(
+  routes: { route_key: string; backends: BackendCatalogMessage[] }[],
+  settings: CatalogSettings = CATALOG_DEFAULTS,
+): CatalogSnapshotMessage {
+  return {
+    version: 'v1',
+    tool_name_separator: settings.toolNameSeparator,
+    tools_list_page_size: settings.toolsListPageSize,
+    routes: routes.map((route) => ({
+      ...route,
+      tools: exposeRouteTools(
+        route.backends.map((backend) => ({
+          backend: backend.name,
+          toolNames: backend.tools_json.map((json) => (JSON.parse(json) as { name: string }).name),
+        })),
+        settings,
+      ).tools,
+    })),
+  };
+}
