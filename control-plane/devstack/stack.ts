@@ -144,8 +144,10 @@ export class GatewayStack {
     await waitFor('redis to accept connections', () => portAccepts(this.ports.redis));
   }
 
-  async startSample(service: string, port: number): Promise<void> {
-    this.spawn(`tool-service-${service}-${port}`, process.execPath, [SAMPLE_MAIN, '--service', service, '--port', String(port)]);
+  /** Starts a sample Tool Service; `jsonResponse` makes it answer in one JSON body instead of SSE. */
+  async startSample(service: string, port: number, jsonResponse = false): Promise<void> {
+    const args = [SAMPLE_MAIN, '--service', service, '--port', String(port), ...(jsonResponse ? ['--json-response'] : [])];
+    this.spawn(`tool-service-${service}-${port}`, process.execPath, args);
     await waitFor(`sample tool service ${service}`, () => portAccepts(port));
   }
 

@@ -4,15 +4,20 @@ import { isSampleServiceName, startSampleToolService } from './sample-tool-servi
 /** Runs one sample Tool Service: node dist/samples/tool-services/main.js --service jobs --port 18102 */
 async function main(): Promise<void> {
   const { values } = parseArgs({
-    options: { service: { type: 'string' }, port: { type: 'string' }, host: { type: 'string', default: '127.0.0.1' } },
+    options: {
+      service: { type: 'string' },
+      port: { type: 'string' },
+      host: { type: 'string', default: '127.0.0.1' },
+      'json-response': { type: 'boolean', default: false },
+    },
   });
   const service = values.service ?? '';
   const port = Number(values.port);
   if (!isSampleServiceName(service) || !Number.isInteger(port) || port <= 0) {
-    process.stderr.write('usage: main.js --service weather|jobs --port N [--host 127.0.0.1]\n');
+    process.stderr.write('usage: main.js --service weather|jobs --port N [--host 127.0.0.1] [--json-response]\n');
     process.exit(2);
   }
-  const server = await startSampleToolService(service, values.host!, port);
+  const server = await startSampleToolService(service, values.host!, port, values['json-response']);
   process.stderr.write(`sample tool service ${service} at http://${values.host}:${port}/mcp\n`);
   const stop = () => server.close(() => process.exit(0));
   process.on('SIGTERM', stop);

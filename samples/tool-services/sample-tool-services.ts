@@ -80,13 +80,17 @@ export function isSampleServiceName(value: string): value is SampleServiceName {
   return value in FACTORIES;
 }
 
-/** Serves one sample Tool Service at http://host:port/mcp until the returned server is closed. */
-export function startSampleToolService(service: SampleServiceName, host: string, port: number): Promise<http.Server> {
+/**
+ * Serves one sample Tool Service at http://host:port/mcp until the returned server is closed. With
+ * jsonResponse it answers each request with one JSON body when the result is ready, instead of
+ * opening an SSE stream at once.
+ */
+export function startSampleToolService(service: SampleServiceName, host: string, port: number, jsonResponse = false): Promise<http.Server> {
   const app = createMcpExpressApp({ host });
   app.post('/mcp', async (req, res) => {
     // Stateless mode: a fresh server and transport per request, as the SDK recommends.
     const server = FACTORIES[service]();
-    const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
+    const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: jsonResponse });
     res.on('close', () => {
       void transport.close();
       void server.close();

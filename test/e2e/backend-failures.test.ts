@@ -1,9 +1,9 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
-import { waitFor } from '../../control-plane/devstack/processes';
+import { freePort, waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
-import { SampleBackends, connectClient, postJsonRpc, startGateway } from '../support/gateway-fixture';
+import { SampleBackends, connectClient, listedTools, postJsonRpc, startGateway } from '../support/gateway-fixture';
 
 /**
  * What an agent sees when the path behind the gateway fails: JSON-RPC errors naming the backend,
@@ -13,14 +13,29 @@ describe('backend failures through the real Envoy', () => {
   let stack: GatewayStack;
   let backends: SampleBackends;
 
+  let jsonJobsPort: number;
+
   beforeAll(async () => {
+    jsonJobsPort = await freePort();
     ({ stack, backends } = await startGateway('backend-failures', (b) => ({
       routes: [
         { key: 'demo', toolServices: [{ name: 'weather', url: b.weather }, { name: 'jobs', url: b.jobs }] },
-        // Same backend, but any response taking longer than 500 ms is cut by Envoy.
-        { key: 'hasty', toolServices: [{ id: 'jobs-hasty', name: 'jobs', url: b.jobs, transport: { requestTimeoutMs: 500 } }] },
+        // Any response taking longer than 500 ms is cut by Envoy: one backend answers in one JSON body,
+        // the other opens its SSE stream at once.
+        {
+          key: 'hasty',
+          toolServices: [
+            { id: 'jobs-json', name: 'jobs', url: `http://127.0.0.1:${jsonJobsPort}/mcp`, transport: { requestTimeoutMs: 500 } },
+            { id: 'jobs-sse', name: 'jobs_sse', url: b.jobs, transport: { requestTimeoutMs: 500 } },
+          ],
+        },
       ],
     })));
+    await stack.startSample('jobs', jsonJobsPort, true);
+    await fetch(`${stack.controlPlaneAdminUrl}/catalog/refresh?route=hasty`, { method: 'POST' });
+    await waitFor('the catalog of the JSON-mode backend', async () =>
+      ((await listedTools(stack.gatewayUrl('hasty'))) ?? []).includes('jobs__run_job') ? true : undefined,
+    );
   });
   afterAll(async () => stack?.stop());
 
@@ -36,11 +51,21 @@ describe('backend failures through the real Envoy', () => {
     throw new Error(`${name} unexpectedly succeeded`);
   }
 
+  it('cuts the stream of a call that times out after its backend started streaming (no error can follow a sent response)', async () => {
+    const response = await fetch(stack.gatewayUrl('hasty'), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'jobs_sse__run_job', arguments: { steps: 1, interval_ms: 2000 } } }),
+    });
+    expect(response.headers.get('content-type')).toBe('text/event-stream');
+    await expect(response.text()).rejects.toThrow(/terminated/);
+  });
+
   it('answers a timed-out call with a JSON-RPC error of the 504 class', async () => {
     const error = await callError('hasty', 'jobs__run_job', { steps: 1, interval_ms: 2000 });
     expect(error).toBeInstanceOf(McpError);
     expect(error.code).toBe(-32004);
-    expect(error.message).toContain('backend jobs did not answer tools/call run_job');
+    expect(error.message).toContain('backend jobs timed out: tools/call run_job failed (response_timeout)');
     expect(error.data).toMatchObject({ outcome: 'failed', backend: 'jobs', tool: 'run_job', http_status: 504, fallback_used: false, attempts: 1 });
     expect((error.data as { elapsed_ms: number }).elapsed_ms).toBeGreaterThanOrEqual(500);
   });
