@@ -28,6 +28,10 @@ export interface BackendCatalogMessage {
   last_success_at: string;
   last_error: string;
   failing_since: string;
+  /** Where the sidecar opens this backend's sessions. */
+  url: string;
+  /** Degraded answer for read-only tools when the backend cannot be reached; empty for none. */
+  fallback_text: string;
 }
 
 export interface ExposedToolMessage {
@@ -212,6 +216,7 @@ export class CatalogStore extends EventEmitter {
 
   private rebuild(): void {
     const findings = new Map<string, ToolFinding[]>();
+    const services = new Map(this.ir.toolServices.map((service) => [service.clusterName, service]));
     const routes = this.ir.routes.map((route): RouteCatalogMessage => {
       const backends = [...route.backends]
         .sort((a, b) => compareBackendNames(a.name, b.name))
@@ -231,6 +236,8 @@ export class CatalogStore extends EventEmitter {
           last_success_at: catalog?.lastSuccessAt?.toISOString() ?? '',
           last_error: catalog?.lastError ?? '',
           failing_since: catalog?.failingSince?.toISOString() ?? '',
+          url: services.get(backend.clusterName)?.url ?? '',
+          fallback_text: services.get(backend.clusterName)?.fallbackText ?? '',
         })),
         tools: exposure.tools,
       };

@@ -32,6 +32,8 @@ export interface ToolServiceIR {
   endpoint: UpstreamEndpoint;
   timeouts: typeof TRANSPORT_DEFAULTS;
   healthCheckPath?: string;
+  /** Answer for read-only tools when every attempt failed (a degraded result). */
+  fallbackText?: string;
 }
 
 export interface RouteBackendIR {
@@ -74,6 +76,7 @@ function toolServiceIR(service: ToolService): ToolServiceIR {
     },
     timeouts: { ...TRANSPORT_DEFAULTS, ...timeouts },
     ...(healthCheckPath && { healthCheckPath }),
+    ...(service.fallback && { fallbackText: service.fallback.text }),
   };
 }
 

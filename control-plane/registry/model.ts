@@ -54,6 +54,11 @@ export const toolServiceSchema = z
       .describe('Tool prefix inside the route: <name>__<tool>. Unique within the route.'),
     url: endpointUrl.describe('The Tool Service\'s MCP endpoint (Streamable HTTP).'),
     transport: transportSchema.optional().describe('Optional transport settings; defaults in docs/registry.md.'),
+    fallback: z
+      .object({ text: z.string().min(1).max(4000) })
+      .strict()
+      .optional()
+      .describe('Degraded answer for read-only tools when every attempt to reach the Tool Service failed.'),
   })
   .strict()
   .superRefine((service, ctx) => {

@@ -52,7 +52,7 @@ export function validateRegistry(document: unknown): RegistryValidation {
   const routeKeys = new Set<string>();
   /** A Tool Service id is one Envoy cluster, so every route must describe it the same way. */
   const endpointByServiceId = new Map<string, string>();
-  const endpointOf = (service: Route['toolServices'][number]) => JSON.stringify([service.url, service.transport ?? {}]);
+  const endpointOf = (service: Route['toolServices'][number]) => JSON.stringify([service.url, service.transport ?? {}, service.fallback ?? {}]);
 
   top.data.routes.forEach((raw, index) => {
     const base = `routes[${index}]`;
@@ -78,7 +78,7 @@ export function validateRegistry(document: unknown): RegistryValidation {
       problems.push({
         route: route.key,
         field: `${base}.toolServices[${conflict}]`,
-        message: `Tool Service id "${service.id}" is already registered with another URL or transport (${knownUrl})`,
+        message: `Tool Service id "${service.id}" is already registered with another URL, transport or fallback (${knownUrl})`,
       });
       return;
     }

@@ -1,4 +1,5 @@
 import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
+import { callPolicy } from './call-policy';
 import { JSON_RPC, JsonRpcId, jsonRpcError, jsonRpcResult } from './json-rpc';
 import { RouteCatalogView, resolveTool } from './route-catalog';
 import { answerToolsList } from './tools-list';
@@ -171,11 +172,12 @@ function decideToolCall(message: JsonRpcMessage, id: JsonRpcId, view: RouteCatal
   const resolution = resolveTool(view, name);
   if (!resolution.ok) return respondError(200, id, JSON_RPC.INVALID_PARAMS, resolution.message, 'unknown_tool');
   const forwarded = { ...message, params: { ...message.params, name: resolution.toolName } };
+  const policy = callPolicy(resolution.tool, resolution.backend);
   return {
     kind: 'forward',
     cluster: resolution.backend.cluster,
     body: JSON.stringify(forwarded),
-    headers: {},
-    metadata: { backend: resolution.backend.name, tool: resolution.toolName },
+    headers: policy.headers,
+    metadata: { backend: resolution.backend.name, tool: resolution.toolName, ...(policy.fallback && { fallback: policy.fallback }) },
   };
 }

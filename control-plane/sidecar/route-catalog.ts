@@ -11,6 +11,10 @@ export interface BackendView {
   lastSuccessAt: string;
   lastError: string;
   failingSince: string;
+  /** The backend's MCP endpoint, for opening its sessions. */
+  url: string;
+  /** Degraded answer for its read-only tools when it cannot be reached; empty for none. */
+  fallbackText: string;
 }
 
 /** One tool the route serves, and where it comes from. */
@@ -53,6 +57,8 @@ export function buildRouteViews(snapshot: CatalogSnapshotMessage): Map<string, R
         lastSuccessAt: backend.last_success_at,
         lastError: backend.last_error,
         failingSince: backend.failing_since,
+        url: backend.url,
+        fallbackText: backend.fallback_text,
       });
     }
     const tools: ExposedToolView[] = [];
@@ -81,7 +87,7 @@ export function buildRouteViews(snapshot: CatalogSnapshotMessage): Map<string, R
 }
 
 export type ToolResolution =
-  | { ok: true; backend: BackendView; toolName: string }
+  | { ok: true; backend: BackendView; toolName: string; tool: Tool }
   | { ok: false; message: string };
 
 /**
@@ -90,7 +96,7 @@ export type ToolResolution =
  */
 export function resolveTool(view: RouteCatalogView, exposedName: string): ToolResolution {
   const exposed = view.toolsByName.get(exposedName);
-  if (exposed) return { ok: true, backend: exposed.backend, toolName: exposed.toolName };
+  if (exposed) return { ok: true, backend: exposed.backend, toolName: exposed.toolName, tool: exposed.tool };
   const separator = view.toolNameSeparator;
   const at = separator ? exposedName.indexOf(separator) : -1;
   if (at <= 0) {

@@ -11,6 +11,8 @@ export function backendCatalog(name: string, toolNames: string[], overrides: Par
     last_success_at: '2026-11-30T00:00:00.000Z',
     last_error: '',
     failing_since: '',
+    url: `http://127.0.0.1:9/${name}/mcp`,
+    fallback_text: '',
     ...overrides,
   };
 }

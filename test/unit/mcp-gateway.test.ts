@@ -1,19 +1,10 @@
 import { CatalogSnapshotMessage } from '../../control-plane/catalog/catalog-store';
 import { Decision, RequestHead, decideOnBody, decideOnHead } from '../../control-plane/sidecar/mcp-gateway';
 import { buildRouteViews } from '../../control-plane/sidecar/route-catalog';
-import { catalogSnapshot } from './catalog-fixtures';
+import { backendCatalog, catalogSnapshot } from './catalog-fixtures';
 
-const backend = (name: string, tools: string[]) => ({
-  name,
-  cluster: `tool_service.${name}`,
-  tools_json: tools.map((tool) => JSON.stringify({ name: tool, inputSchema: { type: 'object' } })),
-  state: 'ok' as const,
-  last_success_at: '2026-11-30T00:00:00.000Z',
-  last_error: '',
-  failing_since: '',
-});
 const snapshot: CatalogSnapshotMessage = catalogSnapshot([
-  { route_key: 'demo', backends: [backend('weather', ['get_forecast']), backend('jobs', ['run_job', 'echo'])] },
+  { route_key: 'demo', backends: [backendCatalog('weather', ['get_forecast']), backendCatalog('jobs', ['run_job', 'echo'])] },
 ]);
 const views = buildRouteViews(snapshot);
 const lookup = (key: string) => views.get(key);

@@ -1,0 +1,85 @@
+import { GatewayStack } from '../../control-plane/devstack/stack';
+import { waitFor } from '../../control-plane/devstack/processes';
+import { FlakyToolService } from '../support/flaky-tool-service';
+import { listedTools, startGateway } from '../support/gateway-fixture';
+
+/**
+ * Seed 004 on the real path: retries only where safe, per-tool deadlines from the Tool Service's own
+ * tools/list, a fallback for read-only tools, and attempts visible to the caller.
+ */
+describe('call resilience through the real Envoy', () => {
+  let stack: GatewayStack;
+  let flaky: FlakyToolService;
+  const FALLBACK = 'reports are unavailable right now; last known status: green';
+
+  beforeAll(async () => {
+    flaky = await FlakyToolService.start();
+    ({ stack } = await startGateway('call-resilience', () => ({
+      routes: [{ key: 'ops', toolServices: [{ name: 'reports', url: flaky.url, fallback: { text: FALLBACK } }] }],
+    })));
+    await waitFor('the flaky service tools', async () => ((await listedTools(stack.gatewayUrl('ops'))) ?? []).length === 4 ? true : undefined);
+  });
+  afterAll(async () => {
+    await stack?.stop();
+    await flaky?.stop();
+  });
+
+  async function call(tool: string, id: number) {
+    const response = await fetch(stack.gatewayUrl('ops'), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      body: JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name: `reports__${tool}`, arguments: {} } }),
+    });
+    return { status: response.status, attempts: response.headers.get('x-envoy-attempt-count'), body: (await response.json()) as any };
+  }
+
+  it.each([
+    ['read-only', 'read_report', 'report'],
+    ['idempotent', 'put_setting', 'set'],
+  ])('retries a %s tool that failed once, and reports the attempts', async (_kind, tool, text) => {
+    flaky.received.clear();
+    flaky.failNextCall(tool);
+    const { status, attempts, body } = await call(tool, 1);
+    expect(status).toBe(200);
+    expect(body.result.content).toEqual([{ type: 'text', text }]);
+    expect(attempts).toBe('2');
+    expect(flaky.received.get(tool)).toBe(2);
+  });
+
+  it('does not retry a tool that is neither read-only nor idempotent', async () => {
+    flaky.received.clear();
+    flaky.failNextCall('send_email');
+    const { status, attempts, body } = await call('send_email', 2);
+    expect(flaky.received.get('send_email')).toBe(1);
+    expect(attempts).toBe('1');
+    // The backend's own 503 answer reaches the caller as it was sent.
+    expect(status).toBe(503);
+    expect(body.error.message).toBe('temporarily unavailable');
+  });
+
+  it("enforces a tool's own deadline from its tools/list _meta", async () => {
+    const { status, body } = await call('slow_read', 3);
+    expect(status).toBe(200);
+    expect(body.error).toMatchObject({ code: -32004, data: { http_status: 504, tool: 'slow_read', outcome: 'failed' } });
+    expect(body.error.data.elapsed_ms).toBeGreaterThanOrEqual(300);
+  });
+
+  it('answers a read-only tool with the fallback when the Tool Service is gone, and fails the others', async () => {
+    await flaky.stop();
+    const degraded = await call('read_report', 4);
+    expect(degraded.status).toBe(200);
+    expect(degraded.body).toMatchObject({
+      jsonrpc: '2.0',
+      id: 4,
+      result: {
+        content: [{ type: 'text', text: FALLBACK }],
+        isError: false,
+        _meta: { 'mcpgw/outcome': { outcome: 'degraded', fallback_used: true, backend: 'reports', tool: 'read_report' } },
+      },
+    });
+    expect(degraded.body.result._meta['mcpgw/outcome'].attempts).toBeGreaterThanOrEqual(1);
+
+    const failed = await call('send_email', 5);
+    expect(failed.body.error).toMatchObject({ code: -32004, data: { outcome: 'failed', fallback_used: false, http_status: 503 } });
+  });
+});

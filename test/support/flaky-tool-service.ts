@@ -1,0 +1,81 @@
+import * as http from 'node:http';
+import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import { createMcpExpressApp } from '@modelcontextprotocol/sdk/server/express.js';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { freePort } from '../../control-plane/devstack/processes';
+
+const HOST = '127.0.0.1';
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * A real MCP SDK Tool Service (JSON responses, stateless) whose tools can be made to fail at the HTTP
+ * level — a 503 before the tool runs — to see which calls the gateway retries. It counts every
+ * tools/call request it receives, per tool.
+ */
+export class FlakyToolService {
+  readonly received = new Map<string, number>();
+  private readonly failNext = new Set<string>();
+
+  private constructor(
+    private readonly server: http.Server,
+    readonly port: number,
+  ) {}
+
+  static async start(): Promise<FlakyToolService> {
+    const port = await freePort();
+    const app = createMcpExpressApp({ host: HOST });
+    const service = new FlakyToolService(http.createServer(app), port);
+    app.post('/mcp', async (req, res) => {
+      const tool = req.body?.method === 'tools/call' ? String(req.body.params?.name) : undefined;
+      if (tool) service.received.set(tool, (service.received.get(tool) ?? 0) + 1);
+      if (tool && service.failNext.delete(tool)) {
+        res.status(503).json({ jsonrpc: '2.0', id: req.body.id, error: { code: -32000, message: 'temporarily unavailable' } });
+        return;
+      }
+      const mcp = service.mcpServer();
+      const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
+      res.on('close', () => {
+        void transport.close();
+        void mcp.close();
+      });
+      await mcp.connect(transport);
+      await transport.handleRequest(req, res, req.body);
+    });
+    await new Promise<void>((resolve, reject) => {
+      service.server.once('error', reject);
+      service.server.listen(port, HOST, () => resolve());
+    });
+    return service;
+  }
+
+  get url(): string {
+    return `http://${HOST}:${this.port}/mcp`;
+  }
+
+  /** The next tools/call of this tool gets a 503 before it runs. */
+  failNextCall(tool: string): void {
+    this.failNext.add(tool);
+  }
+
+  private mcpServer(): McpServer {
+    const server = new McpServer({ name: 'flaky-tool-service', version: '1.0.0' });
+    const answer = (text: string) => async () => ({ content: [{ type: 'text' as const, text }] });
+    server.registerTool('read_report', { description: 'Reads a report.', annotations: { readOnlyHint: true } }, answer('report'));
+    server.registerTool('put_setting', { description: 'Sets a value.', annotations: { readOnlyHint: false, idempotentHint: true } }, answer('set'));
+    server.registerTool('send_email', { description: 'Sends an email.', annotations: { readOnlyHint: false, destructiveHint: true } }, answer('sent'));
+    server.registerTool(
+      'slow_read',
+      { description: 'Takes a second; asks the gateway for a 300 ms deadline.', annotations: { readOnlyHint: false, idempotentHint: true }, _meta: { 'mcpgw/timeoutMs': 300 } },
+      async () => {
+        await sleep(1000);
+        return { content: [{ type: 'text' as const, text: 'too late' }] };
+      },
+    );
+    return server;
+  }
+
+  async stop(): Promise<void> {
+    this.server.closeAllConnections();
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+}
