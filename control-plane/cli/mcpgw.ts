@@ -36,6 +36,8 @@ commands:
                     (naming rules and defaults: docs/tools-list.md)
   sidecar         run the MCP sidecar (Envoy ext_proc server)
                     --ext-proc HOST:PORT --control-plane HOST:PORT [--id NAME]
+                    [--redis redis://HOST:PORT [--redis-prefix mcpgw:]] [--session-ttl-s 3600]
+                    [--backend-session-timeout-ms 5000]
   validate FILE   check a registry file; prints every problem and exits 1 if there is any
   render          print the xDS a registry produces
                     --registry FILE [--format json|yaml|bootstrap] [--listener HOST:PORT] [--sidecar HOST:PORT]
@@ -180,11 +182,18 @@ async function runSidecar(args: string[]): Promise<void> {
     'ext-proc': z.string().regex(/^[^:]+:\d{1,5}$/, 'must be HOST:PORT'),
     'control-plane': z.string().regex(/^[^:]+:\d{1,5}$/, 'must be HOST:PORT'),
     id: z.string().default(`${os.hostname()}-${process.pid}`),
+    redis: z.string().url('must be a redis:// URL').optional(),
+    'redis-prefix': z.string().default('mcpgw:'),
+    'session-ttl-s': positiveInt.default(3600),
+    'backend-session-timeout-ms': positiveInt.default(5000),
   });
   const running = await startSidecar({
     extProcAddress: options['ext-proc'],
     controlPlaneAddress: options['control-plane'],
     sidecarId: options.id,
+    redis: options.redis ? { url: options.redis, prefix: options['redis-prefix'] } : undefined,
+    sessionIdleTtlSeconds: options['session-ttl-s'],
+    backendSessionTimeoutMs: options['backend-session-timeout-ms'],
   });
   onSignal(running.stop);
 }

@@ -174,6 +174,7 @@ export class GatewayStack {
   async startSidecar(): Promise<void> {
     this.spawn('sidecar', process.execPath, [
       CLI, 'sidecar', '--ext-proc', `${HOST}:${this.ports.sidecar}`, '--control-plane', `${HOST}:${this.ports.grpc}`,
+      '--redis', this.redisUrl,
     ]);
     await waitFor('sidecar ext_proc port', () => portAccepts(this.ports.sidecar));
   }

@@ -1,9 +1,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { toStruct } from '../xds/protobuf/proto-json';
 import { BACKEND_CLUSTER_HEADER, METADATA_NAMESPACE } from '../xds/translate/settings';
-import { Logger } from '../shared/log';
-import { Decision, RequestHead, RequestMetadata, decideOnBody, decideOnHead } from './mcp-gateway';
-import { RouteCatalogView } from './route-catalog';
+import { Decision, GatewayContext, RequestHead, RequestMetadata, decideOnBody, decideOnHead } from './mcp-gateway';
 
 interface HeaderValue {
   key: string;
@@ -62,7 +60,10 @@ function toProcessingResponse(decision: Decision, phase: 'request_headers' | 're
         [phase]: {
           response: {
             status: 'CONTINUE',
-            header_mutation: { set_headers: Object.entries(headers).map(([key, value]) => headerOption(key, value)) },
+            header_mutation: {
+              set_headers: Object.entries(headers).map(([key, value]) => headerOption(key, value)),
+              remove_headers: decision.removeHeaders,
+            },
             body_mutation: { body },
             clear_route_cache: true,
           },
@@ -77,27 +78,26 @@ function toProcessingResponse(decision: Decision, phase: 'request_headers' | 're
  * envoy.service.ext_proc.v3.ExternalProcessor: one bidirectional stream per HTTP request. Envoy sends
  * the headers, then (BUFFERED) the whole body; each gets exactly one response.
  */
-export function extProcServiceHandlers(
-  lookup: (routeKey: string) => RouteCatalogView | undefined,
-  log: Logger,
-): grpc.UntypedServiceImplementation {
+export function extProcServiceHandlers(context: GatewayContext): grpc.UntypedServiceImplementation {
   return {
     Process(call: grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>) {
       let head: RequestHead | undefined;
-      call.on('data', (request: ProcessingRequest) => {
+      // Envoy sends the body only after it has the answer to the headers, so the two never overlap.
+      call.on('data', async (request: ProcessingRequest) => {
         try {
           if (request.request_headers) {
             head = readHead(request.request_headers.headers?.headers ?? []);
-            let decision = decideOnHead(head, lookup);
+            let decision = await decideOnHead(head, context);
             if (decision.kind === 'read-body' && request.request_headers.end_of_stream) {
-              decision = decideOnBody(head, Buffer.alloc(0), lookup);
+              decision = await decideOnBody(head, Buffer.alloc(0), context);
             }
             call.write(toProcessingResponse(decision, 'request_headers', head));
           } else if (request.request_body && head) {
-            call.write(toProcessingResponse(decideOnBody(head, request.request_body.body, lookup), 'request_body', head));
+            call.write(toProcessingResponse(await decideOnBody(head, request.request_body.body, context), 'request_body', head));
           }
         } catch (error) {
-          log.error('ext_proc request failed', { error: (error as Error).stack, path: head?.path });
+          // Envoy turns this into its JSON-RPC "gateway error" reply (fail closed).
+          context.log.error('ext_proc request failed', { error: (error as Error).stack, path: head?.path });
           call.emit('error', { code: grpc.status.INTERNAL, details: (error as Error).message });
         }
       });

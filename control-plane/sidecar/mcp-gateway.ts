@@ -1,13 +1,23 @@
 import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
+import { Logger } from '../shared/log';
 import { callPolicy } from './call-policy';
 import { JSON_RPC, JsonRpcId, jsonRpcError, jsonRpcResult } from './json-rpc';
-import { RouteCatalogView, resolveTool } from './route-catalog';
+import { BackendView, RouteCatalogView, resolveTool } from './route-catalog';
+import { GatewaySession, SessionStore } from './sessions/session-store';
 import { answerToolsList } from './tools-list';
 
 /** The sidecar's answer to one request: answer it here, or send it on to exactly one backend. */
 export type Decision =
   | { kind: 'respond'; status: number; headers: Record<string, string>; body: string; reason: string; metadata?: RequestMetadata }
-  | { kind: 'forward'; cluster: string; body: string; headers: Record<string, string>; metadata: RequestMetadata }
+  | {
+      kind: 'forward';
+      cluster: string;
+      body: string;
+      headers: Record<string, string>;
+      /** Client headers that must not reach the backend (a gateway session id the backend does not know). */
+      removeHeaders: string[];
+      metadata: RequestMetadata;
+    }
   | { kind: 'read-body' };
 
 /**
@@ -42,7 +52,21 @@ function respondError(status: number, id: JsonRpcId, code: number, message: stri
   return respondJson(status, jsonRpcError(id, code, message), reason, headers);
 }
 
-type RouteLookup = (routeKey: string) => RouteCatalogView | undefined;
+/** What the sidecar decides with: the in-memory catalog, the session store and the backends' sessions. */
+export interface GatewayContext {
+  lookup(routeKey: string): RouteCatalogView | undefined;
+  sessions: SessionStore;
+  backendSessions: {
+    open(url: string, session: GatewaySession): Promise<string>;
+    close(url: string, backendSessionId: string, protocolVersion: string): Promise<void>;
+  };
+  log: Logger;
+}
+
+const SESSION_HEADER = 'mcp-session-id';
+const PROTOCOL_VERSION_HEADER = 'mcp-protocol-version';
+/** The code the MCP SDK servers use for an unknown session, with HTTP 404. */
+const SESSION_NOT_FOUND = -32001;
 
 /** Extracts the route key from /mcp/{routeKey}; the key comes only from the URI, never from a default. */
 function routeKeyOf(path: string): { key?: string; error?: Decision } {
@@ -60,18 +84,31 @@ function routeKeyOf(path: string): { key?: string; error?: Decision } {
 }
 
 /**
- * Decides on the request line and headers. Only well-formed POSTs to a known route go on to the body.
+ * Decides on the request line and headers. Only well-formed POSTs to a known route go on to the body;
+ * a DELETE ends its session here.
  */
-export function decideOnHead(head: RequestHead, lookup: RouteLookup): Decision {
+export async function decideOnHead(head: RequestHead, context: GatewayContext): Promise<Decision> {
   const { key, error } = routeKeyOf(head.path);
   if (error) return error;
-  if (!lookup(key!)) {
+  const view = context.lookup(key!);
+  if (!view) {
     return respondError(404, null, JSON_RPC.INVALID_REQUEST, `unknown route key "${key}"`, 'unknown_route');
   }
+  const version = head.headers.get(PROTOCOL_VERSION_HEADER);
+  if (version !== undefined && !SUPPORTED_PROTOCOL_VERSIONS.includes(version)) {
+    return respondError(
+      400,
+      null,
+      JSON_RPC.INVALID_REQUEST,
+      `unsupported MCP-Protocol-Version "${version}" (supported: ${SUPPORTED_PROTOCOL_VERSIONS.join(', ')})`,
+      'unsupported_protocol_version',
+    );
+  }
+  if (head.method === 'DELETE') return endSession(head, view, context);
   if (head.method !== 'POST') {
-    // No standalone SSE stream (GET) or session to end (DELETE) is offered yet; the spec says 405.
+    // No standalone SSE stream (GET) is offered: the spec lets a server answer 405.
     return respondError(405, null, JSON_RPC.INVALID_REQUEST, `method ${head.method} is not allowed on this endpoint`, 'method_not_allowed', {
-      allow: 'POST',
+      allow: 'POST, DELETE',
     });
   }
   const contentType = head.headers.get('content-type') ?? '';
@@ -102,10 +139,44 @@ function negotiatedVersion(requested: unknown): string {
   return typeof requested === 'string' && SUPPORTED_PROTOCOL_VERSIONS.includes(requested) ? requested : LATEST_PROTOCOL_VERSION;
 }
 
+const sessionNotFound = (id: JsonRpcId) =>
+  respondError(404, id, SESSION_NOT_FOUND, 'Session not found: initialize a new session', 'session_not_found');
+
+/** The session a request names, if it names one; `false` when it names one that does not exist here. */
+async function sessionOf(head: RequestHead, view: RouteCatalogView, context: GatewayContext): Promise<GatewaySession | undefined | false> {
+  const id = head.headers.get(SESSION_HEADER);
+  if (id === undefined) return undefined;
+  const session = await context.sessions.get(id);
+  // A session belongs to the route it was opened on.
+  return session && session.route === view.key ? session : false;
+}
+
+/** DELETE: ends the backend sessions, then the gateway session. */
+async function endSession(head: RequestHead, view: RouteCatalogView, context: GatewayContext): Promise<Decision> {
+  const session = await sessionOf(head, view, context);
+  if (session === undefined) {
+    return respondError(400, null, JSON_RPC.INVALID_REQUEST, 'DELETE needs the Mcp-Session-Id of the session to end', 'session_required');
+  }
+  if (session === false) return sessionNotFound(null);
+  await Promise.all(
+    Object.entries(session.backends)
+      .filter(([, backendSessionId]) => backendSessionId)
+      .map(async ([name, backendSessionId]) => {
+        const backend = view.backends.get(name);
+        if (!backend) return;
+        await context.backendSessions.close(backend.url, backendSessionId, session.protocolVersion).catch((error: Error) =>
+          context.log.warn('could not end a backend session', { route: view.key, backend: name, error: error.message }),
+        );
+      }),
+  );
+  await context.sessions.remove(session.id);
+  return { kind: 'respond', status: 204, headers: {}, body: '', reason: 'session_ended' };
+}
+
 /** Decides on the whole JSON-RPC body of a POST whose head passed decideOnHead. */
-export function decideOnBody(head: RequestHead, body: Buffer, lookup: RouteLookup): Decision {
-  const view = lookup(routeKeyOf(head.path).key!);
-  if (!view) return decideOnHead(head, lookup);
+export async function decideOnBody(head: RequestHead, body: Buffer, context: GatewayContext): Promise<Decision> {
+  const view = context.lookup(routeKeyOf(head.path).key!);
+  if (!view) return decideOnHead(head, context);
   let message: JsonRpcMessage;
   try {
     message = JSON.parse(body.toString('utf8')) as JsonRpcMessage;
@@ -123,13 +194,16 @@ export function decideOnBody(head: RequestHead, body: Buffer, lookup: RouteLooku
     ...(typeof message.method === 'string' && { method: message.method }),
     ...(message.id !== undefined && { rpc_id: message.id }),
   };
-  const decision = decideOnMessage(message, view);
+  const decision = await decideOnMessage(message, head, view, context);
   if (decision.kind === 'read-body') return decision;
   return { ...decision, metadata: { ...metadata, ...decision.metadata } };
 }
 
-function decideOnMessage(message: JsonRpcMessage, view: RouteCatalogView): Decision {
+async function decideOnMessage(message: JsonRpcMessage, head: RequestHead, view: RouteCatalogView, context: GatewayContext): Promise<Decision> {
   const id = message.id;
+  if (message.method === 'initialize' && id !== undefined) return initializeSession(message, id, view, context);
+  const session = await sessionOf(head, view, context);
+  if (session === false) return sessionNotFound(id ?? null);
   if (id === undefined) {
     // Notifications and responses from the client need no answer beyond 202.
     return { kind: 'respond', status: 202, headers: {}, body: '', reason: 'accepted' };
@@ -138,17 +212,6 @@ function decideOnMessage(message: JsonRpcMessage, view: RouteCatalogView): Decis
     return { kind: 'respond', status: 202, headers: {}, body: '', reason: 'accepted' };
   }
   switch (message.method) {
-    case 'initialize':
-      return respondJson(
-        200,
-        jsonRpcResult(id, {
-          protocolVersion: negotiatedVersion(message.params?.protocolVersion),
-          capabilities: { tools: { listChanged: false } },
-          serverInfo: GATEWAY_SERVER_INFO,
-          instructions: `Tools of route "${view.key}", named <backend>${view.toolNameSeparator}<tool>.`,
-        }),
-        'initialize',
-      );
     case 'ping':
       return respondJson(200, jsonRpcResult(id, {}), 'ping');
     case 'tools/list': {
@@ -158,13 +221,61 @@ function decideOnMessage(message: JsonRpcMessage, view: RouteCatalogView): Decis
         : respondError(200, id, JSON_RPC.INVALID_PARAMS, answer.message, 'invalid_cursor');
     }
     case 'tools/call':
-      return decideToolCall(message, id, view);
+      return decideToolCall(message, id, view, session, context);
     default:
       return respondError(200, id, JSON_RPC.METHOD_NOT_FOUND, `method "${message.method}" is not supported by this gateway`, 'method_not_found');
   }
 }
 
-function decideToolCall(message: JsonRpcMessage, id: JsonRpcId, view: RouteCatalogView): Decision {
+/** The gateway is the client's MCP server: its own capabilities, and a session of its own. */
+async function initializeSession(message: JsonRpcMessage, id: JsonRpcId, view: RouteCatalogView, context: GatewayContext): Promise<Decision> {
+  const protocolVersion = negotiatedVersion(message.params?.protocolVersion);
+  const session = await context.sessions.create({
+    route: view.key,
+    protocolVersion,
+    clientInfo: (message.params?.clientInfo as Record<string, unknown>) ?? {},
+    clientCapabilities: (message.params?.capabilities as Record<string, unknown>) ?? {},
+  });
+  return respondJson(
+    200,
+    jsonRpcResult(id, {
+      protocolVersion,
+      capabilities: { tools: { listChanged: false } },
+      serverInfo: GATEWAY_SERVER_INFO,
+      instructions: `Tools of route "${view.key}", named <backend>${view.toolNameSeparator}<tool>.`,
+    }),
+    'initialize',
+    { [SESSION_HEADER]: session.id },
+  );
+}
+
+/**
+ * The backend's own session for this gateway session, opened on first use. A backend that cannot be
+ * reached gets none now (the call then fails in Envoy, in JSON-RPC form) and is asked again next time.
+ */
+async function backendSessionFor(session: GatewaySession, backend: BackendView, context: GatewayContext): Promise<string | undefined> {
+  const known = session.backends[backend.name];
+  if (known !== undefined) return known;
+  try {
+    const opened = await context.backendSessions.open(backend.url, session);
+    return await context.sessions.claimBackend(session.id, backend.name, opened);
+  } catch (error) {
+    context.log.warn('could not open a backend session; the call goes on without one', {
+      route: session.route,
+      backend: backend.name,
+      error: (error as Error).message,
+    });
+    return undefined;
+  }
+}
+
+async function decideToolCall(
+  message: JsonRpcMessage,
+  id: JsonRpcId,
+  view: RouteCatalogView,
+  session: GatewaySession | undefined,
+  context: GatewayContext,
+): Promise<Decision> {
   const name = message.params?.name;
   if (typeof name !== 'string') {
     return respondError(200, id, JSON_RPC.INVALID_PARAMS, 'tools/call needs params.name', 'invalid_params');
@@ -173,11 +284,14 @@ function decideToolCall(message: JsonRpcMessage, id: JsonRpcId, view: RouteCatal
   if (!resolution.ok) return respondError(200, id, JSON_RPC.INVALID_PARAMS, resolution.message, 'unknown_tool');
   const forwarded = { ...message, params: { ...message.params, name: resolution.toolName } };
   const policy = callPolicy(resolution.tool, resolution.backend);
+  // The client's gateway session id means nothing to a backend: it gets its own session id, or none.
+  const backendSessionId = session && (await backendSessionFor(session, resolution.backend, context));
   return {
     kind: 'forward',
     cluster: resolution.backend.cluster,
     body: JSON.stringify(forwarded),
-    headers: policy.headers,
+    headers: { ...policy.headers, ...(backendSessionId && { [SESSION_HEADER]: backendSessionId }) },
+    removeHeaders: backendSessionId ? [] : [SESSION_HEADER],
     metadata: { backend: resolution.backend.name, tool: resolution.toolName, ...(policy.fallback && { fallback: policy.fallback }) },
   };
 }

@@ -4,7 +4,10 @@ import { grpcServices } from '../shared/grpc-packages';
 import { createLogger } from '../shared/log';
 import { CatalogSubscriber } from './catalog-subscriber';
 import { extProcServiceHandlers } from './ext-proc-server';
+import { GatewayContext } from './mcp-gateway';
 import { RouteCatalogView, buildRouteViews } from './route-catalog';
+import { closeBackendSession, openBackendSession } from './sessions/backend-sessions';
+import { MemorySessionStore, RedisSessionStore } from './sessions/session-store';
 
 export interface SidecarOptions {
   /** host:port the ext_proc gRPC server listens on. */
@@ -12,6 +15,11 @@ export interface SidecarOptions {
   /** host:port of the control plane's gRPC server (catalog stream). */
   controlPlaneAddress: string;
   sidecarId: string;
+  /** Sessions shared by every replica and kept across restarts; without it, in this process's memory. */
+  redis?: { url: string; prefix: string };
+  sessionIdleTtlSeconds: number;
+  /** Limit for opening (initialize) or ending (DELETE) a backend's session. */
+  backendSessionTimeoutMs: number;
 }
 
 export interface RunningSidecar {
@@ -35,8 +43,22 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     log,
   );
 
+  const sessions = options.redis
+    ? new RedisSessionStore(options.redis.url, options.redis.prefix, options.sessionIdleTtlSeconds)
+    : new MemorySessionStore(options.sessionIdleTtlSeconds);
+  if (!options.redis) log.warn('no --redis: sessions live in this process only (lost on restart, not shared with other replicas)');
+  const context: GatewayContext = {
+    lookup: (key) => routes.get(key),
+    sessions,
+    backendSessions: {
+      open: (url, session) => openBackendSession(url, session, options.backendSessionTimeoutMs),
+      close: (url, id, version) => closeBackendSession(url, id, version, options.backendSessionTimeoutMs),
+    },
+    log,
+  };
+
   const server = new grpc.Server();
-  server.addService(grpcServices.externalProcessor().service, extProcServiceHandlers((key) => routes.get(key), log));
+  server.addService(grpcServices.externalProcessor().service, extProcServiceHandlers(context));
   const port = await new Promise<number>((resolve, reject) =>
     server.bindAsync(options.extProcAddress, grpc.ServerCredentials.createInsecure(), (error, bound) =>
       error ? reject(error) : resolve(bound),
@@ -50,6 +72,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     stop: async () => {
       subscriber.stop();
       await new Promise<void>((resolve) => server.tryShutdown(() => resolve()));
+      await sessions.close();
     },
   };
 }

@@ -1,13 +1,14 @@
 import { CatalogSnapshotMessage } from '../../control-plane/catalog/catalog-store';
 import { Decision, RequestHead, decideOnBody, decideOnHead } from '../../control-plane/sidecar/mcp-gateway';
 import { buildRouteViews } from '../../control-plane/sidecar/route-catalog';
+import { sidecarContext } from '../support/sidecar-context';
 import { backendCatalog, catalogSnapshot } from './catalog-fixtures';
 
 const snapshot: CatalogSnapshotMessage = catalogSnapshot([
   { route_key: 'demo', backends: [backendCatalog('weather', ['get_forecast']), backendCatalog('jobs', ['run_job', 'echo'])] },
 ]);
 const views = buildRouteViews(snapshot);
-const lookup = (key: string) => views.get(key);
+const { context } = sidecarContext(views);
 
 const POST_HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
 const head = (method = 'POST', path = '/mcp/demo', headers: Record<string, string> = POST_HEADERS): RequestHead => ({
@@ -16,7 +17,8 @@ const head = (method = 'POST', path = '/mcp/demo', headers: Record<string, strin
   headers: new Map(Object.entries(headers)),
 });
 const body = (message: unknown) => Buffer.from(typeof message === 'string' ? message : JSON.stringify(message));
-const responded = (decision: Decision) => {
+const responded = async (pending: Decision | Promise<Decision>) => {
+  const decision = await pending;
   if (decision.kind !== 'respond') throw new Error(`expected a response, got ${decision.kind}`);
   return { status: decision.status, message: decision.body ? JSON.parse(decision.body) : undefined };
 };
@@ -30,12 +32,12 @@ describe('sidecar decisions on the request head', () => {
     ['GET (no standalone SSE stream yet)', head('GET'), 405, -32600, 'method GET is not allowed on this endpoint'],
     ['a wrong Content-Type', head('POST', '/mcp/demo', { ...POST_HEADERS, 'content-type': 'text/plain' }), 415, -32600, 'Content-Type must be application/json'],
     ['a missing Accept', head('POST', '/mcp/demo', { 'content-type': 'application/json' }), 406, -32600, 'Accept must list both application/json and text/event-stream'],
-  ])('answers %s itself', (_case, request, status, code, message) => {
-    expect(responded(decideOnHead(request, lookup))).toEqual({ status, message: { jsonrpc: '2.0', id: null, error: { code, message } } });
+  ])('answers %s itself', async (_case, request, status, code, message) => {
+    expect(await responded(decideOnHead(request, context))).toEqual({ status, message: { jsonrpc: '2.0', id: null, error: { code, message } } });
   });
 
-  it('reads the body of a well-formed POST, with a query string or a charset', () => {
-    expect(decideOnHead(head('POST', '/mcp/demo?trace=1', { ...POST_HEADERS, 'content-type': 'application/json; charset=utf-8' }), lookup)).toEqual({
+  it('reads the body of a well-formed POST, with a query string or a charset', async () => {
+    expect(await decideOnHead(head('POST', '/mcp/demo?trace=1', { ...POST_HEADERS, 'content-type': 'application/json; charset=utf-8' }), context)).toEqual({
       kind: 'read-body',
     });
   });
@@ -46,14 +48,14 @@ describe('sidecar decisions on the JSON-RPC body', () => {
     ['malformed JSON', '{"jsonrpc":', 400, -32700],
     ['a batch', [{ jsonrpc: '2.0', id: 1, method: 'ping' }], 400, -32600],
     ['a non-JSON-RPC object', { id: 1, method: 'ping' }, 400, -32600],
-  ])('rejects %s', (_case, message, status, code) => {
-    const { status: actual, message: reply } = responded(decideOnBody(head(), body(message), lookup));
+  ])('rejects %s', async (_case, message, status, code) => {
+    const { status: actual, message: reply } = await responded(decideOnBody(head(), body(message), context));
     expect(actual).toBe(status);
     expect(reply.error.code).toBe(code);
   });
 
-  it('accepts notifications with 202 and no body', () => {
-    expect(responded(decideOnBody(head(), body({ jsonrpc: '2.0', method: 'notifications/initialized' }), lookup))).toEqual({
+  it('accepts notifications with 202 and no body', async () => {
+    expect(await responded(decideOnBody(head(), body({ jsonrpc: '2.0', method: 'notifications/initialized' }), context))).toEqual({
       status: 202,
       message: undefined,
     });
@@ -63,29 +65,30 @@ describe('sidecar decisions on the JSON-RPC body', () => {
     ['2025-06-18', '2025-06-18'],
     ['2025-11-25', '2025-11-25'],
     ['1999-01-01', '2025-11-25'],
-  ])('answers initialize for protocol %s with %s', (requested, negotiated) => {
-    const { message } = responded(
-      decideOnBody(head(), body({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: requested } }), lookup),
+  ])('answers initialize for protocol %s with %s', async (requested, negotiated) => {
+    const { message } = await responded(
+      decideOnBody(head(), body({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: requested } }), context),
     );
     expect(message.result.protocolVersion).toBe(negotiated);
     expect(message.result.capabilities).toEqual({ tools: { listChanged: false } });
   });
 
-  it('answers tools/list from memory, prefixed and ordered by backend', () => {
-    const { status, message } = responded(decideOnBody(head(), body({ jsonrpc: '2.0', id: 'a', method: 'tools/list' }), lookup));
+  it('answers tools/list from memory, prefixed and ordered by backend', async () => {
+    const { status, message } = await responded(decideOnBody(head(), body({ jsonrpc: '2.0', id: 'a', method: 'tools/list' }), context));
     expect(status).toBe(200);
     expect(message.id).toBe('a');
     expect(message.result.tools.map((tool: { name: string }) => tool.name)).toEqual(['jobs__run_job', 'jobs__echo', 'weather__get_forecast']);
   });
 
-  it('forwards tools/call to the one backend its prefix names, with the prefix stripped', () => {
+  it('forwards tools/call to the one backend its prefix names, with the prefix stripped', async () => {
     const call = { jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: 'jobs__run_job', arguments: { steps: 2 }, _meta: { progressToken: 9 } } };
-    const decision = decideOnBody(head(), body(call), lookup);
+    const decision = await decideOnBody(head(), body(call), context);
     expect(decision).toEqual({
       kind: 'forward',
       cluster: 'tool_service.jobs',
       body: JSON.stringify({ ...call, params: { ...call.params, name: 'run_job' } }),
       headers: {},
+      removeHeaders: ['mcp-session-id'],
       metadata: { route: 'demo', method: 'tools/call', rpc_id: 3, backend: 'jobs', tool: 'run_job' },
     });
   });
@@ -94,16 +97,89 @@ describe('sidecar decisions on the JSON-RPC body', () => {
     ['an unprefixed name', 'get_forecast', 'tool "get_forecast" has no backend prefix: call it as <backend>__<tool>'],
     ['an unknown backend', 'ghost__get_forecast', 'unknown backend "ghost" on route "demo" (tool "ghost__get_forecast")'],
     ['an unknown tool', 'weather__get_rain', 'backend "weather" has no tool "get_rain" on route "demo"'],
-  ])('rejects tools/call with %s as invalid params', (_case, name, text) => {
-    const { status, message } = responded(
-      decideOnBody(head(), body({ jsonrpc: '2.0', id: 4, method: 'tools/call', params: { name } }), lookup),
+  ])('rejects tools/call with %s as invalid params', async (_case, name, text) => {
+    const { status, message } = await responded(
+      decideOnBody(head(), body({ jsonrpc: '2.0', id: 4, method: 'tools/call', params: { name } }), context),
     );
     expect(status).toBe(200);
     expect(message).toEqual({ jsonrpc: '2.0', id: 4, error: { code: -32602, message: text } });
   });
 
-  it('answers methods it does not serve with method-not-found', () => {
-    const { message } = responded(decideOnBody(head(), body({ jsonrpc: '2.0', id: 5, method: 'resources/list' }), lookup));
+  it('answers methods it does not serve with method-not-found', async () => {
+    const { message } = await responded(decideOnBody(head(), body({ jsonrpc: '2.0', id: 5, method: 'resources/list' }), context));
     expect(message.error.code).toBe(-32601);
+  });
+});
+
+describe('sidecar sessions', () => {
+  const initialize = { jsonrpc: '2.0', id: 0, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: { sampling: {} }, clientInfo: { name: 'agent', version: '1' } } };
+  const call = (name: string) => body({ jsonrpc: '2.0', id: 5, method: 'tools/call', params: { name, arguments: {} } });
+  const withSession = (id: string, method = 'POST', path = '/mcp/demo') => head(method, path, { ...POST_HEADERS, 'mcp-session-id': id });
+
+  async function open(sessions = sidecarContext(views)) {
+    const decision = await decideOnBody(head(), body(initialize), sessions.context);
+    if (decision.kind !== 'respond') throw new Error('initialize was not answered');
+    return { ...sessions, sessionId: decision.headers['mcp-session-id'], decision };
+  }
+
+  it('answers initialize with a session id of its own and the negotiated version', async () => {
+    const { sessionId, decision } = await open();
+    expect(sessionId).toMatch(/^[A-Za-z0-9_-]{32}$/);
+    expect(JSON.parse((decision as { body: string }).body).result.protocolVersion).toBe('2025-06-18');
+  });
+
+  it('opens a backend session on the first call to that backend only, and sends the backend its own id', async () => {
+    const { context, opened, sessionId } = await open();
+    const first = await decideOnBody(withSession(sessionId), call('jobs__echo'), context);
+    const second = await decideOnBody(withSession(sessionId), call('jobs__run_job'), context);
+    expect(opened).toEqual(['http://127.0.0.1:9/jobs/mcp']);
+    for (const decision of [first, second]) {
+      expect(decision).toMatchObject({ kind: 'forward', headers: { 'mcp-session-id': 'backend-session-1' }, removeHeaders: [] });
+    }
+  });
+
+  it('goes on without a backend session when the backend cannot be reached, and tries again next time', async () => {
+    let up = false;
+    const { context, opened, sessionId } = await open(
+      sidecarContext(views, async () => {
+        if (!up) throw new Error('connect ECONNREFUSED');
+        return 'late-session';
+      }),
+    );
+    expect(await decideOnBody(withSession(sessionId), call('jobs__echo'), context)).toMatchObject({ kind: 'forward', removeHeaders: ['mcp-session-id'] });
+    up = true;
+    expect(await decideOnBody(withSession(sessionId), call('jobs__echo'), context)).toMatchObject({ headers: { 'mcp-session-id': 'late-session' } });
+    expect(opened).toHaveLength(2);
+  });
+
+  it.each([
+    ['an unknown session id', () => 'x'.repeat(32), '/mcp/demo'],
+    ['a forged session id', () => 'not-a-session', '/mcp/demo'],
+  ])('answers %s with 404 and -32001', async (_case, id, path) => {
+    const { status, message } = await responded(decideOnBody(withSession(id(), 'POST', path), call('jobs__echo'), context));
+    expect(status).toBe(404);
+    expect(message.error.code).toBe(-32001);
+  });
+
+  it('does not accept a session on another route than its own', async () => {
+    const other = new Map([...views, ['second', { ...views.get('demo')!, key: 'second' }]]);
+    const sessions = sidecarContext(other);
+    const { sessionId } = await open(sessions);
+    const { status } = await responded(decideOnBody(withSession(sessionId, 'POST', '/mcp/second'), call('jobs__echo'), sessions.context));
+    expect(status).toBe(404);
+  });
+
+  it('ends the backend sessions and the gateway session on DELETE', async () => {
+    const { context, closed, sessionId } = await open();
+    await decideOnBody(withSession(sessionId), call('jobs__echo'), context);
+    expect(await responded(decideOnHead(withSession(sessionId, 'DELETE'), context))).toEqual({ status: 204, message: undefined });
+    expect(closed).toEqual(['http://127.0.0.1:9/jobs/mcp backend-session-1']);
+    expect((await responded(decideOnBody(withSession(sessionId), call('jobs__echo'), context))).status).toBe(404);
+  });
+
+  it('rejects an unsupported MCP-Protocol-Version with 400', async () => {
+    const { status, message } = await responded(decideOnHead(head('POST', '/mcp/demo', { ...POST_HEADERS, 'mcp-protocol-version': '1999-01-01' }), context));
+    expect(status).toBe(400);
+    expect(message.error.message).toMatch(/unsupported MCP-Protocol-Version "1999-01-01"/);
   });
 });

@@ -1,3 +1,4 @@
+import { sidecarContext } from '../support/sidecar-context';
 import { BackendCatalogMessage, CATALOG_DEFAULTS, CatalogSettings } from '../../control-plane/catalog/catalog-store';
 import { decideOnBody } from '../../control-plane/sidecar/mcp-gateway';
 import { RouteCatalogView, buildRouteViews, resolveTool } from '../../control-plane/sidecar/route-catalog';
@@ -110,10 +111,10 @@ describe('tools/list with an invalid cursor', () => {
     expect(answerToolsList(view, { _meta: { progressToken: 1 } }).ok).toBe(true);
   });
 
-  it('answers through the sidecar as a JSON-RPC error -32602 with HTTP 200', () => {
+  it('answers through the sidecar as a JSON-RPC error -32602 with HTTP 200', async () => {
     const head = { method: 'POST', path: '/mcp/big', headers: new Map<string, string>() };
     const request = { jsonrpc: '2.0', id: 9, method: 'tools/list', params: { cursor: 'bogus!' } };
-    const decision = decideOnBody(head, Buffer.from(JSON.stringify(request)), (key) => (key === 'big' ? view : undefined));
+    const decision = await decideOnBody(head, Buffer.from(JSON.stringify(request)), sidecarContext(new Map([['big', view]])).context);
     if (decision.kind !== 'respond') throw new Error(`expected a response, got ${decision.kind}`);
     expect(decision.status).toBe(200);
     expect(JSON.parse(decision.body)).toEqual({

@@ -1,0 +1,29 @@
+import { GatewayContext } from '../../control-plane/sidecar/mcp-gateway';
+import { RouteCatalogView } from '../../control-plane/sidecar/route-catalog';
+import { MemorySessionStore } from '../../control-plane/sidecar/sessions/session-store';
+
+const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
+
+/**
+ * The sidecar's decision context for unit tests: these route views, in-memory sessions, and a fake for
+ * opening and ending the backends' own sessions that records what it was asked.
+ */
+export function sidecarContext(views: Map<string, RouteCatalogView>, openBackendSession: (url: string) => Promise<string> = async () => 'backend-session-1') {
+  const opened: string[] = [];
+  const closed: string[] = [];
+  const context: GatewayContext = {
+    lookup: (key) => views.get(key),
+    sessions: new MemorySessionStore(60),
+    backendSessions: {
+      open: async (url) => {
+        opened.push(url);
+        return openBackendSession(url);
+      },
+      close: async (url, id) => {
+        closed.push(`${url} ${id}`);
+      },
+    },
+    log: quiet,
+  };
+  return { context, opened, closed };
+}
