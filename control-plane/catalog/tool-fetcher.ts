@@ -18,6 +18,8 @@ export async function fetchToolList(url: string, timeoutMs: number): Promise<Too
       tools.push(...page.tools);
       cursor = page.nextCursor;
     } while (cursor);
+    // A stateful backend opened a session for this listing only: end it rather than leave it to expire.
+    await transport.terminateSession().catch(() => undefined);
     return tools;
   } finally {
     await client.close().catch(() => undefined);

@@ -6,8 +6,13 @@ const MCP_HEADERS = { 'content-type': 'application/json', accept: 'application/j
 async function firstMessage(response: Response): Promise<{ error?: { message: string } } | undefined> {
   const text = await response.text();
   if (!(response.headers.get('content-type') ?? '').includes('text/event-stream')) return text ? JSON.parse(text) : undefined;
-  const data = text.split('\n').find((line) => line.startsWith('data:'));
-  return data ? JSON.parse(data.slice(5)) : undefined;
+  // Servers with resumability send an empty priming event first.
+  const data = text
+    .split('\n')
+    .filter((line) => line.startsWith('data:'))
+    .map((line) => line.slice(5).trim())
+    .find((payload) => payload.length > 0);
+  return data ? JSON.parse(data) : undefined;
 }
 
 /**

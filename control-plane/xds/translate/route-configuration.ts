@@ -40,6 +40,8 @@ function backendRoute(route: RouteIR, backend: RouteBackendIR, service: ToolServ
       },
     },
     request_headers_to_remove: [BACKEND_CLUSTER_HEADER],
+    // A backend's own session id must not reach the client, whose session is the gateway's (ADR-0004).
+    response_headers_to_remove: ['mcp-session-id'],
   };
 }
 
