@@ -1,7 +1,7 @@
 import * as http from 'node:http';
 import { z } from 'zod';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { mountStatelessMcp } from './stateless-mcp';
 import { createMcpExpressApp } from '@modelcontextprotocol/sdk/server/express.js';
 
 /** Sample Tool Services for the demo and the tests: real MCP SDK servers, stateless Streamable HTTP. */
@@ -87,17 +87,7 @@ export function isSampleServiceName(value: string): value is SampleServiceName {
  */
 export function startSampleToolService(service: SampleServiceName, host: string, port: number, jsonResponse = false): Promise<http.Server> {
   const app = createMcpExpressApp({ host });
-  app.post('/mcp', async (req, res) => {
-    // Stateless mode: a fresh server and transport per request, as the SDK recommends.
-    const server = FACTORIES[service]();
-    const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: jsonResponse });
-    res.on('close', () => {
-      void transport.close();
-      void server.close();
-    });
-    await server.connect(transport);
-    await transport.handleRequest(req, res, req.body);
-  });
+  mountStatelessMcp(app, FACTORIES[service], jsonResponse);
   const methodNotAllowed = (_req: unknown, res: { status(code: number): { json(body: unknown): void } }) =>
     res.status(405).json({ jsonrpc: '2.0', error: { code: -32000, message: 'Method not allowed.' }, id: null });
   app.get('/mcp', methodNotAllowed);

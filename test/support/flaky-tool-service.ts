@@ -1,7 +1,7 @@
 import * as http from 'node:http';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { createMcpExpressApp } from '@modelcontextprotocol/sdk/server/express.js';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { mountStatelessMcp } from '../../samples/tool-services/stateless-mcp';
 import { freePort } from '../../control-plane/devstack/processes';
 
 const HOST = '127.0.0.1';
@@ -25,22 +25,16 @@ export class FlakyToolService {
     const port = await freePort();
     const app = createMcpExpressApp({ host: HOST });
     const service = new FlakyToolService(http.createServer(app), port);
-    app.post('/mcp', async (req, res) => {
+    app.post('/mcp', (req, res, next) => {
       const tool = req.body?.method === 'tools/call' ? String(req.body.params?.name) : undefined;
       if (tool) service.received.set(tool, (service.received.get(tool) ?? 0) + 1);
       if (tool && service.failNext.delete(tool)) {
         res.status(503).json({ jsonrpc: '2.0', id: req.body.id, error: { code: -32000, message: 'temporarily unavailable' } });
         return;
       }
-      const mcp = service.mcpServer();
-      const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
-      res.on('close', () => {
-        void transport.close();
-        void mcp.close();
-      });
-      await mcp.connect(transport);
-      await transport.handleRequest(req, res, req.body);
+      next();
     });
+    mountStatelessMcp(app, () => service.mcpServer(), true);
     await new Promise<void>((resolve, reject) => {
       service.server.once('error', reject);
       service.server.listen(port, HOST, () => resolve());

@@ -1,7 +1,7 @@
 import * as http from 'node:http';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { createMcpExpressApp } from '@modelcontextprotocol/sdk/server/express.js';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { mountStatelessMcp } from '../../samples/tool-services/stateless-mcp';
 import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import { freePort } from '../../control-plane/devstack/processes';
 
@@ -26,17 +26,7 @@ export class ScriptedToolService {
     const app = createMcpExpressApp({ host: HOST });
     const server = http.createServer(app);
     const service = new ScriptedToolService(server, listenPort, toolNames, pageSize);
-    app.post('/mcp', async (req, res) => {
-      // Stateless mode: a fresh server and transport per request, as the SDK recommends.
-      const mcp = service.mcpServer();
-      const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
-      res.on('close', () => {
-        void transport.close();
-        void mcp.close();
-      });
-      await mcp.connect(transport);
-      await transport.handleRequest(req, res, req.body);
-    });
+    mountStatelessMcp(app, () => service.mcpServer());
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       server.listen(listenPort, HOST, () => resolve());
