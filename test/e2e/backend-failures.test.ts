@@ -95,6 +95,34 @@ describe('backend failures through the real Envoy', () => {
     }
   });
 
+  it('still lists the dead backend\'s last-good tools, marked stale in _meta; with both dead, a warning — always 200', async () => {
+    const refresh = () => fetch(`${stack.controlPlaneAdminUrl}/catalog/refresh?route=demo`, { method: 'POST' });
+    const federation = async () => {
+      const response = await postJsonRpc(stack.gatewayUrl('demo'), { jsonrpc: '2.0', id: 1, method: 'tools/list' });
+      expect(response.status).toBe(200);
+      const { tools, _meta } = response.json().result;
+      return { names: tools.map((tool: { name: string }) => tool.name), meta: _meta['mcpgw/federation'] };
+    };
+    await refresh();
+    const oneDown = await waitFor('jobs to be reported stale', async () => {
+      const answer = await federation();
+      return answer.meta.degradedBackends.length === 1 ? answer : undefined;
+    });
+    expect(oneDown.names).toEqual(['jobs__run_job', 'jobs__echo', 'jobs__whoami', 'weather__get_forecast', 'weather__get_alerts']);
+    expect(oneDown.meta.degradedBackends[0]).toMatchObject({ name: 'jobs', state: 'stale', tools: 3, failingSince: expect.any(String) });
+    expect(oneDown.meta.warning).toBeUndefined();
+
+    await stack.stopProcess(`tool-service-weather-${backends.ports.weather}`);
+    await refresh();
+    const bothDown = await waitFor('both backends to be reported stale', async () => {
+      const answer = await federation();
+      return answer.meta.degradedBackends.length === 2 ? answer : undefined;
+    });
+    expect(bothDown.names).toHaveLength(5);
+    expect(bothDown.meta.warning).toMatch(/no backend of route "demo" is answering/);
+    await stack.startSample('weather', backends.ports.weather);
+  });
+
   it('rejects an oversized body with 413 and a JSON-RPC error', async () => {
     const big = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'weather__get_forecast', arguments: { city: 'x'.repeat(2 * 1024 * 1024) } } });
     const response = await postJsonRpc(stack.gatewayUrl('demo'), big);
