@@ -53,7 +53,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const cache = new SnapshotCache();
   const publisher = new XdsPublisher(cache, xdsStatus);
   const lastGood = options.redis ? new LastGoodStore(options.redis.url, options.redis.prefix, log) : undefined;
-  const catalog = new CatalogStore((url) => fetchToolList(url, options.toolListTimeoutMs), options.catalog, log);
+  const catalog = new CatalogStore((service) => fetchToolList(service, options.toolListTimeoutMs), options.catalog, log);
   const registry = new RegistryController(options.source, { refreshIntervalMs: options.registryRefreshMs }, log);
   let resources: XdsResources = {};
   let savedAtStart: SavedRoute[] | undefined;

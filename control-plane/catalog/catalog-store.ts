@@ -32,6 +32,9 @@ export interface BackendCatalogMessage {
   url: string;
   /** Degraded answer for read-only tools when the backend cannot be reached; empty for none. */
   fallback_text: string;
+  /** For https Tool Services, how to verify them; empty otherwise. */
+  tls_ca_file: string;
+  tls_sni: string;
 }
 
 export interface ExposedToolMessage {
@@ -76,7 +79,7 @@ export const CATALOG_DEFAULTS: CatalogSettings = {
   toolsListPageSize: 100,
 };
 
-export type ToolListFetcher = (url: string) => Promise<Tool[]>;
+export type ToolListFetcher = (service: ToolServiceIR) => Promise<Tool[]>;
 
 function stateOf(catalog: ToolServiceCatalog | undefined): BackendState {
   if (!catalog?.lastSuccessAt) return 'missing';
@@ -193,7 +196,7 @@ export class CatalogStore extends EventEmitter {
     const existing = this.byCluster.get(service.clusterName);
     const catalog = existing?.url === service.url ? existing : { url: service.url, tools: [] };
     try {
-      catalog.tools = await this.fetchTools(service.url);
+      catalog.tools = await this.fetchTools(service);
       catalog.lastSuccessAt = new Date();
       catalog.failingSince = undefined;
       catalog.lastError = undefined;
@@ -238,6 +241,8 @@ export class CatalogStore extends EventEmitter {
           failing_since: catalog?.failingSince?.toISOString() ?? '',
           url: services.get(backend.clusterName)?.url ?? '',
           fallback_text: services.get(backend.clusterName)?.fallbackText ?? '',
+          tls_ca_file: services.get(backend.clusterName)?.endpoint.tls?.caFile ?? '',
+          tls_sni: services.get(backend.clusterName)?.endpoint.tls?.sni ?? '',
         })),
         tools: exposure.tools,
       };

@@ -1,13 +1,15 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
+import { ToolServiceIR } from '../ir/gateway-ir';
+import { backendFetch } from '../shared/backend-fetch';
 
 export const GATEWAY_CLIENT_INFO = { name: 'mcp-federation-gateway', version: '0.1.0' };
 
 /** The whole tools/list of one Tool Service, following nextCursor to the end. */
-export async function fetchToolList(url: string, timeoutMs: number): Promise<Tool[]> {
+export async function fetchToolList(service: ToolServiceIR, timeoutMs: number): Promise<Tool[]> {
   const client = new Client(GATEWAY_CLIENT_INFO);
-  const transport = new StreamableHTTPClientTransport(new URL(url));
+  const transport = new StreamableHTTPClientTransport(new URL(service.url), { fetch: backendFetch(service.endpoint.tls) });
   const options = { timeout: timeoutMs, signal: AbortSignal.timeout(timeoutMs) };
   try {
     await client.connect(transport, options);

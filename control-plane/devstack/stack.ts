@@ -144,9 +144,16 @@ export class GatewayStack {
     await waitFor('redis to accept connections', () => portAccepts(this.ports.redis));
   }
 
-  /** Starts a sample Tool Service; `jsonResponse` makes it answer in one JSON body instead of SSE. */
-  async startSample(service: string, port: number, jsonResponse = false): Promise<void> {
-    const args = [SAMPLE_MAIN, '--service', service, '--port', String(port), ...(jsonResponse ? ['--json-response'] : [])];
+  /**
+   * Starts a sample Tool Service: `jsonResponse` makes it answer in one JSON body instead of SSE,
+   * `tls` (PEM file paths) serves it over https.
+   */
+  async startSample(service: string, port: number, options: { jsonResponse?: boolean; tls?: { certFile: string; keyFile: string } } = {}): Promise<void> {
+    const args = [
+      SAMPLE_MAIN, '--service', service, '--port', String(port),
+      ...(options.jsonResponse ? ['--json-response'] : []),
+      ...(options.tls ? ['--tls-cert', options.tls.certFile, '--tls-key', options.tls.keyFile] : []),
+    ];
     this.spawn(`tool-service-${service}-${port}`, process.execPath, args);
     await waitFor(`sample tool service ${service}`, () => portAccepts(port));
   }

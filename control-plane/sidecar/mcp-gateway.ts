@@ -57,8 +57,8 @@ export interface GatewayContext {
   lookup(routeKey: string): RouteCatalogView | undefined;
   sessions: SessionStore;
   backendSessions: {
-    open(url: string, session: GatewaySession): Promise<string>;
-    close(url: string, backendSessionId: string, protocolVersion: string): Promise<void>;
+    open(backend: BackendView, session: GatewaySession): Promise<string>;
+    close(backend: BackendView, backendSessionId: string, protocolVersion: string): Promise<void>;
   };
   log: Logger;
 }
@@ -164,7 +164,7 @@ async function endSession(head: RequestHead, view: RouteCatalogView, context: Ga
       .map(async ([name, backendSessionId]) => {
         const backend = view.backends.get(name);
         if (!backend) return;
-        await context.backendSessions.close(backend.url, backendSessionId, session.protocolVersion).catch((error: Error) =>
+        await context.backendSessions.close(backend, backendSessionId, session.protocolVersion).catch((error: Error) =>
           context.log.warn('could not end a backend session', { route: view.key, backend: name, error: error.message }),
         );
       }),
@@ -257,7 +257,7 @@ async function backendSessionFor(session: GatewaySession, backend: BackendView, 
   const known = session.backends[backend.name];
   if (known !== undefined) return known;
   try {
-    const opened = await context.backendSessions.open(backend.url, session);
+    const opened = await context.backendSessions.open(backend, session);
     return await context.sessions.claimBackend(session.id, backend.name, opened);
   } catch (error) {
     context.log.warn('could not open a backend session; the call goes on without one', {

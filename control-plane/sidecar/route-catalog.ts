@@ -1,5 +1,6 @@
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { BackendState, CatalogSnapshotMessage } from '../catalog/catalog-store';
+import { BackendTls } from '../shared/backend-fetch';
 
 export interface BackendView {
   name: string;
@@ -15,6 +16,8 @@ export interface BackendView {
   url: string;
   /** Degraded answer for its read-only tools when it cannot be reached; empty for none. */
   fallbackText: string;
+  /** For an https backend: how to verify it. */
+  tls?: BackendTls;
 }
 
 /** One tool the route serves, and where it comes from. */
@@ -59,6 +62,7 @@ export function buildRouteViews(snapshot: CatalogSnapshotMessage): Map<string, R
         failingSince: backend.failing_since,
         url: backend.url,
         fallbackText: backend.fallback_text,
+        ...(backend.tls_ca_file && { tls: { caFile: backend.tls_ca_file, sni: backend.tls_sni } }),
       });
     }
     const tools: ExposedToolView[] = [];

@@ -51,8 +51,8 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     lookup: (key) => routes.get(key),
     sessions,
     backendSessions: {
-      open: (url, session) => openBackendSession(url, session, options.backendSessionTimeoutMs),
-      close: (url, id, version) => closeBackendSession(url, id, version, options.backendSessionTimeoutMs),
+      open: (backend, session) => openBackendSession(backend, session, options.backendSessionTimeoutMs),
+      close: (backend, id, version) => closeBackendSession(backend, id, version, options.backendSessionTimeoutMs),
     },
     log,
   };

@@ -1,3 +1,4 @@
+import * as fs from 'node:fs';
 import { parseArgs } from 'node:util';
 import { isSampleServiceName, startSampleToolService } from './sample-tool-services';
 
@@ -9,16 +10,19 @@ async function main(): Promise<void> {
       port: { type: 'string' },
       host: { type: 'string', default: '127.0.0.1' },
       'json-response': { type: 'boolean', default: false },
+      'tls-cert': { type: 'string' },
+      'tls-key': { type: 'string' },
     },
   });
   const service = values.service ?? '';
   const port = Number(values.port);
   if (!isSampleServiceName(service) || !Number.isInteger(port) || port <= 0) {
-    process.stderr.write('usage: main.js --service weather|jobs --port N [--host 127.0.0.1] [--json-response]\n');
+    process.stderr.write('usage: main.js --service weather|jobs --port N [--host 127.0.0.1] [--json-response] [--tls-cert PEM --tls-key PEM]\n');
     process.exit(2);
   }
-  const server = await startSampleToolService(service, values.host!, port, values['json-response']);
-  process.stderr.write(`sample tool service ${service} at http://${values.host}:${port}/mcp\n`);
+  const tls = values['tls-cert'] && values['tls-key'] ? { cert: fs.readFileSync(values['tls-cert']), key: fs.readFileSync(values['tls-key']) } : undefined;
+  const server = await startSampleToolService(service, values.host!, port, { jsonResponse: values['json-response'], tls });
+  process.stderr.write(`sample tool service ${service} at ${tls ? 'https' : 'http'}://${values.host}:${port}/mcp\n`);
   const stop = () => server.close(() => process.exit(0));
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);

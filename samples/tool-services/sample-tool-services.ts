@@ -1,4 +1,5 @@
 import * as http from 'node:http';
+import * as https from 'node:https';
 import { z } from 'zod';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { mountStatelessMcp } from './stateless-mcp';
@@ -85,7 +86,18 @@ export function isSampleServiceName(value: string): value is SampleServiceName {
  * jsonResponse it answers each request with one JSON body when the result is ready, instead of
  * opening an SSE stream at once.
  */
-export function startSampleToolService(service: SampleServiceName, host: string, port: number, jsonResponse = false): Promise<http.Server> {
+export interface SampleServiceOptions {
+  jsonResponse?: boolean;
+  /** PEM certificate and key: serve https instead of http. */
+  tls?: { cert: Buffer; key: Buffer };
+}
+
+export function startSampleToolService(
+  service: SampleServiceName,
+  host: string,
+  port: number,
+  { jsonResponse = false, tls }: SampleServiceOptions = {},
+): Promise<http.Server> {
   const app = createMcpExpressApp({ host });
   mountStatelessMcp(app, FACTORIES[service], jsonResponse);
   const methodNotAllowed = (_req: unknown, res: { status(code: number): { json(body: unknown): void } }) =>
@@ -93,7 +105,7 @@ export function startSampleToolService(service: SampleServiceName, host: string,
   app.get('/mcp', methodNotAllowed);
   app.delete('/mcp', methodNotAllowed);
   return new Promise((resolve, reject) => {
-    const server = http.createServer(app);
+    const server = tls ? https.createServer(tls, app) : http.createServer(app);
     server.once('error', reject);
     server.listen(port, host, () => resolve(server));
   });

@@ -31,7 +31,7 @@ describe('backend failures through the real Envoy', () => {
         },
       ],
     })));
-    await stack.startSample('jobs', jsonJobsPort, true);
+    await stack.startSample('jobs', jsonJobsPort, { jsonResponse: true });
     await fetch(`${stack.controlPlaneAdminUrl}/catalog/refresh?route=hasty`, { method: 'POST' });
     await waitFor('the catalog of the JSON-mode backend', async () =>
       ((await listedTools(stack.gatewayUrl('hasty'))) ?? []).includes('jobs__run_job') ? true : undefined,

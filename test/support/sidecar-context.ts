@@ -15,11 +15,11 @@ export function sidecarContext(views: Map<string, RouteCatalogView>, openBackend
     lookup: (key) => views.get(key),
     sessions: new MemorySessionStore(60),
     backendSessions: {
-      open: async (url) => {
+      open: async ({ url }) => {
         opened.push(url);
         return openBackendSession(url);
       },
-      close: async (url, id) => {
+      close: async ({ url }, id) => {
         closed.push(`${url} ${id}`);
       },
     },

@@ -13,6 +13,8 @@ export function backendCatalog(name: string, toolNames: string[], overrides: Par
     failing_since: '',
     url: `http://127.0.0.1:9/${name}/mcp`,
     fallback_text: '',
+    tls_ca_file: '',
+    tls_sni: '',
     ...overrides,
   };
 }

@@ -24,7 +24,7 @@ const ir = buildGatewayIR({
 function storeWith(lists: Record<string, Tool[]>, settings: Partial<CatalogSettings> = {}) {
   const fetched: string[] = [];
   const store = new CatalogStore(
-    async (target) => {
+    async ({ url: target }) => {
       fetched.push(target);
       const tools = lists[target];
       if (!tools) throw new Error(`connect ECONNREFUSED ${target}`);

@@ -1,3 +1,5 @@
+import { backendFetch } from '../../shared/backend-fetch';
+import { BackendView } from '../route-catalog';
 import { GatewaySession } from './session-store';
 
 const MCP_HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
@@ -20,9 +22,10 @@ async function firstMessage(response: Response): Promise<{ error?: { message: st
  * version, capabilities and info, then `notifications/initialized`. Returns the backend's
  * Mcp-Session-Id, or "" when the backend runs stateless (answers without one).
  */
-export async function openBackendSession(url: string, session: GatewaySession, timeoutMs: number): Promise<string> {
+export async function openBackendSession(backend: BackendView, session: GatewaySession, timeoutMs: number): Promise<string> {
   const signal = AbortSignal.timeout(timeoutMs);
-  const initialize = await fetch(url, {
+  const fetchBackend = backendFetch(backend.tls);
+  const initialize = await fetchBackend(backend.url, {
     method: 'POST',
     headers: MCP_HEADERS,
     signal,
@@ -39,7 +42,7 @@ export async function openBackendSession(url: string, session: GatewaySession, t
   }
   const backendSessionId = initialize.headers.get('mcp-session-id') ?? '';
   const sessionHeaders: Record<string, string> = backendSessionId ? { 'mcp-session-id': backendSessionId } : {};
-  const initialized = await fetch(url, {
+  const initialized = await fetchBackend(backend.url, {
     method: 'POST',
     headers: { ...MCP_HEADERS, ...sessionHeaders, 'mcp-protocol-version': session.protocolVersion },
     signal,
@@ -50,8 +53,8 @@ export async function openBackendSession(url: string, session: GatewaySession, t
 }
 
 /** Ends one backend session (DELETE, as the spec's session termination). Failures are the caller's to log. */
-export async function closeBackendSession(url: string, backendSessionId: string, protocolVersion: string, timeoutMs: number): Promise<void> {
-  const response = await fetch(url, {
+export async function closeBackendSession(backend: BackendView, backendSessionId: string, protocolVersion: string, timeoutMs: number): Promise<void> {
+  const response = await backendFetch(backend.tls)(backend.url, {
     method: 'DELETE',
     headers: { 'mcp-session-id': backendSessionId, 'mcp-protocol-version': protocolVersion },
     signal: AbortSignal.timeout(timeoutMs),
