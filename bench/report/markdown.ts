@@ -1,0 +1,242 @@
+import { Spread } from '../load/stats';
+import { SATURATION } from '../scenarios/tool-call';
+import { SystemId } from '../systems/systems';
+import { LIST_VARIANTS, ListVariant } from '../systems/topology';
+import { BenchResults, LatencySpread, streamingFigures, toolCallFigures, toolListFigures } from './results';
+import { ms } from './targets';
+
+/** The Markdown report of one run: what was measured, how, and how far each target is. */
+
+const num = (value: number, digits = 2) => (Number.isFinite(value) ? value.toFixed(value >= 100 ? 0 : value >= 10 ? 1 : digits) : 'n/a');
+/** Median over repetitions, with the range when there were several. */
+const cell = (spread: Spread | undefined, repetitions: number) =>
+  !spread ? '–' : repetitions > 1 ? `${num(spread.median)} (${num(spread.min)}–${num(spread.max)})` : num(spread.median);
+const times = (value: number | undefined, reference: number | undefined) =>
+  value !== undefined && reference !== undefined && Number.isFinite(value / reference) ? `${(value / reference).toFixed(2)}×` : 'n/a';
+
+function table(header: string[], rows: string[][]): string[] {
+  return [`| ${header.join(' | ')} |`, `| ${header.map(() => '---').join(' | ')} |`, ...rows.map((row) => `| ${row.join(' | ')} |`)];
+}
+
+const systemName = (results: BenchResults, id: SystemId) => `${id} ${results.systems.find((system) => system.id === id)?.name ?? ''}`.trim();
+
+/** One line naming every kind of wrong answer a scenario's runs counted, so a number is never read without its failures. */
+function errorLines<Run extends { errors: Record<string, number> }>(runs: Run[], label: (run: Run) => string): string[] {
+  const counts = new Map<string, number>();
+  for (const run of runs) {
+    for (const [reason, count] of Object.entries(run.errors)) {
+      const key = `${label(run)}: ${reason}`;
+      counts.set(key, (counts.get(key) ?? 0) + count);
+    }
+  }
+  return counts.size === 0 ? [] : ['Wrong or failed answers, all repetitions:', '', ...[...counts].map(([key, count]) => `- ${key} × ${count}`), ''];
+}
+
+function environmentSection(results: BenchResults): string[] {
+  const { machine, versions } = results.environment;
+  const s = results.settings;
+  const withSessions = Object.entries(results.toolCall.sessionIds)
+    .filter(([, handedOut]) => handedOut)
+    .map(([id]) => id)
+    .join(', ');
+  const packages = ['@modelcontextprotocol/sdk', '@grpc/grpc-js', 'typescript'].map((name) => `${name} ${versions.packages[name] ?? '?'}`).join(', ');
+  return [
+    '## Machine, versions, settings',
+    '',
+    `- Machine: ${machine.nproc} CPUs (${machine.cpuModel}), ${machine.memoryGiB} GiB, ${machine.kernel}, load average at start ${machine.loadAverageAtStart.join(' / ')}`,
+    `- Versions: Node ${versions.node}, Envoy ${versions.envoy}, ${packages} (all packages in the JSON); project ${versions.project.commit.slice(0, 12)}${versions.project.uncommittedChanges ? ' with uncommitted changes' : ''}`,
+    `- Load average (1 min / 5 min) after each phase: ${results.loadAverages.map((entry) => `${entry.after} ${entry.oneMinute} / ${entry.fiveMinutes}`).join(', ')} — the machine is shared; a load well above 2 means other work competed with the bench`,
+    `- CPU placement: ${results.cpuPlan.pinned ? `load generator on CPU ${results.cpuPlan.loadGenerator}, every system under test (and its backends) on CPU ${results.cpuPlan.systemsUnderTest} (taskset)` : 'not pinned (one CPU)'}; nice ${results.cpuPlan.niceness} for the bench and everything it starts`,
+    `- Method: ${s.repetitions} repetition(s), systems interleaved within each; fixed-rate (open-loop) arrivals with latency from the intended send time; ${s.toolCall.initialWarmup.durationMs / 1000} s warm-up per system, then ${s.toolCall.warmupMs / 1000} s warm-up + ${s.toolCall.measureMs / 1000} s measured per rate; saturation = closed loop, ${s.toolCall.saturation.concurrency} clients, ${s.toolCall.saturation.measureMs / 1000} s; every answer checked (JSON-RPC result, echoed text, tool count)`,
+    `- MCP client load: JSON-RPC over Streamable HTTP (POST, \`accept: application/json, text/event-stream\`), ${s.toolCall.sessions} sessions per system opened with initialize + notifications/initialized, their \`mcp-protocol-version\` and, where the path hands one out (${withSessions || 'none did'}), \`mcp-session-id\` on every request; the backends are stateless`,
+    '',
+    ...table(
+      ['system', 'set-up'],
+      results.systems.map((system) => [`${system.id} ${system.name}`, system.setup]),
+    ),
+    '',
+  ];
+}
+
+function targetsSection(results: BenchResults): string[] {
+  return [
+    '## Targets (reported, not asserted)',
+    '',
+    ...table(
+      ['target', 'measured (medians over repetitions)', 'status'],
+      results.targets.map((target) => [target.target, target.measured, target.met === null ? 'not measured' : target.met ? 'met' : 'missed']),
+    ),
+    '',
+  ];
+}
+
+function toolCallSection(results: BenchResults): string[] {
+  const loads = [...results.settings.toolCall.ratesPerSecond.map(String), SATURATION];
+  const ids = results.systems.map((system) => system.id);
+  const rows: string[][] = [];
+  for (const load of loads) {
+    const figures = Object.fromEntries(ids.map((id) => [id, toolCallFigures(results.toolCall, id, load)]));
+    for (const id of ids) {
+      const f = figures[id];
+      if (!f) continue;
+      const l: LatencySpread = f.latencyMs;
+      const ref = (other: SystemId, quantile: 'p50' | 'p99') => figures[other]?.latencyMs[quantile].median;
+      rows.push([
+        load === SATURATION ? `saturation (${results.settings.toolCall.saturation.concurrency} clients)` : `${load} req/s`,
+        systemName(results, id),
+        cell(l.p50, f.repetitions),
+        cell(l.p90, f.repetitions),
+        cell(l.p99, f.repetitions),
+        cell(l.max, f.repetitions),
+        cell(f.throughput, f.repetitions),
+        `${f.errors}/${f.sent}`,
+        `${times(l.p50.median, ref('A', 'p50'))} / ${times(l.p99.median, ref('A', 'p99'))}`,
+        `${times(l.p50.median, ref('D', 'p50'))} / ${times(l.p99.median, ref('D', 'p99'))}`,
+      ]);
+    }
+  }
+  return [
+    '## 1. tools/call, small result',
+    '',
+    'Latency in ms from the intended send time to the last byte of the answer: median over repetitions (min–max). Throughput: correct answers per second. Ratios: p50 / p99 against A and against D.',
+    '',
+    ...table(['load', 'system', 'p50', 'p90', 'p99', 'max', 'ok/s', 'errors/sent', '×A p50 / p99', '×D p50 / p99'], rows),
+    '',
+    ...errorLines(results.toolCall.runs, (run) => `${systemName(results, run.system)} at ${run.load === SATURATION ? SATURATION : `${run.load} req/s`}`),
+  ];
+}
+
+function streamingSection(results: BenchResults): string[] {
+  const { notifications, intervalMs, callsPerRepetition, concurrency } = results.settings.streaming;
+  const ids = results.systems.map((system) => system.id);
+  const figures = Object.fromEntries(ids.map((id) => [id, streamingFigures(results.streaming, id)]));
+  const reps = results.settings.repetitions;
+  const rows = ids.flatMap((id) => {
+    const f = figures[id];
+    if (!f) return [];
+    const refLater = (other: SystemId) => figures[other]?.laterFramesMs.p99.median;
+    const a = figures.A;
+    return [
+      [
+        systemName(results, id),
+        cell(f.firstFrameMs.p50, reps),
+        cell(f.firstFrameMs.p99, reps),
+        cell(f.laterFramesMs.p50, reps),
+        cell(f.laterFramesMs.p99, reps),
+        cell(f.laterFramesMs.max, reps),
+        a ? `${ms(f.laterFramesMs.p50.median - a.laterFramesMs.p50.median)} / ${ms(f.laterFramesMs.p99.median - a.laterFramesMs.p99.median)}` : 'n/a',
+        `${times(f.laterFramesMs.p99.median, refLater('A'))} / ${times(f.laterFramesMs.p99.median, refLater('D'))}`,
+        cell(f.requestToFirstFrameMs.p50, reps),
+        `${f.framesReceived}/${f.framesExpected}${f.errors ? `, ${f.errors} failed calls` : ''}`,
+      ],
+    ];
+  });
+  return [
+    '## 2. Streaming: progress notifications',
+    '',
+    `A tool sends ${notifications} progress notifications ${intervalMs} ms apart, each stamped with the backend's monotonic clock just before it is written; the client notes the same clock when the chunk arrives. ${callsPerRepetition} calls per repetition, ${concurrency} at a time. One-way delay per frame in ms (median over repetitions, min–max); "added over A" is the path's own share.`,
+    '',
+    ...table(
+      ['system', 'first frame p50', 'first frame p99', 'later frames p50', 'later frames p99', 'later frames max', 'added over A p50 / p99', '×A / ×D (later p99)', 'request → first frame p50', 'frames'],
+      rows,
+    ),
+    '',
+    ...errorLines(results.streaming.runs, (run) => systemName(results, run.system)),
+  ];
+}
+
+function toolListSection(results: BenchResults): string[] {
+  const { toolList } = results;
+  const s = results.settings.toolList;
+  const ids = [...new Set(toolList.runs.map((run) => run.system))];
+  const variantLabel: Record<ListVariant, string> = {
+    normal: 'all up',
+    down: 'one backend down',
+    slow: `one backend slow (${s.fleet.slowListDelayMs / 1000} s)`,
+  };
+  const rows: string[][] = [];
+  for (const variant of LIST_VARIANTS) {
+    const figures = Object.fromEntries(ids.map((id) => [id, toolListFigures(toolList, id, variant)]));
+    for (const id of ids) {
+      const f = figures[id];
+      if (!f) continue;
+      const refD = (quantile: 'p50' | 'p99') => figures.D?.latencyMs[quantile].median;
+      rows.push([
+        `${variantLabel[variant]} (${toolList.expectedTools[variant].toLocaleString('en-US')} tools)`,
+        systemName(results, id),
+        cell(f.latencyMs.p50, f.repetitions),
+        cell(f.latencyMs.p99, f.repetitions),
+        cell(f.latencyMs.max, f.repetitions),
+        String(f.pagesPerListing),
+        `${num(f.pageLatencyMs.p50.median)} / ${num(f.pageLatencyMs.p99.median)}`,
+        `${f.errors}/${f.sent}`,
+        `${times(f.latencyMs.p50.median, refD('p50'))} / ${times(f.latencyMs.p99.median, refD('p99'))}`,
+      ]);
+    }
+  }
+  return [
+    '## 3. tools/list, 50 backends × 100 tools',
+    '',
+    `${s.ratePerSecond} listings per second (fixed-rate arrivals) for ${s.measureMs / 1000} s per repetition: the client follows nextCursor until the last page, as an MCP client does, and the listing must hold every tool (a down backend's excepted). Latency in ms of the whole listing, median over repetitions (min–max); "per page" is each tools/list request alone. Ratios to A: n/a — ${toolList.unsupported.find((entry) => entry.system === 'A')?.reason ?? 'A is one backend'}.`,
+    '',
+    ...table(['route', 'system', 'p50', 'p99', 'max', 'pages', 'per page p50 / p99', 'errors/listings', '×D p50 / p99'], rows),
+    '',
+    ...toolList.unsupported.map((entry) => `- ${systemName(results, entry.system)}: not expressible — ${entry.reason}.`),
+    '',
+    ...errorLines(toolList.runs, (run) => `${systemName(results, run.system)}, ${variantLabel[run.variant]}`),
+  ];
+}
+
+function configurationSection(results: BenchResults): string[] {
+  const c = results.configuration;
+  const reps = c.registryChange.trials.length;
+  const build = c.snapshotBuildInProcessMs;
+  const memory = (label: string, m: typeof c.memoryAfter) => [label, num(m.controlPlaneMb, 0), num(m.sidecarMb, 0), num(m.envoyMb, 0)];
+  return [
+    '## 4. Configuration (issue 3)',
+    '',
+    `Only C has a control plane; B and D are static Envoy bootstraps and E a static file, where a change means a restart — so no ratios here. Gateway: ${c.settings.registrySource}, ${c.settings.xds}, catalog refresh every ${c.settings.catalogRefreshMs / 60000} min (so that only the fetch of new Tool Services falls inside the measurement).`,
+    '',
+    `Registry change → new route answering through Envoy (${reps} changes, each a new route with a new Tool Service: CDS + RDS + catalog), ms median (min–max):`,
+    '',
+    ...table(['tools/list lists its tools', 'tools/call answers'], [[cell(c.registryChange.toolsListMs, reps), cell(c.registryChange.toolsCallMs, reps)]]),
+    '',
+    `At ${c.size.routes.toLocaleString('en-US')} routes × ${c.size.toolServicesPerRoute} Tool Services (${c.size.toolServices.toLocaleString('en-US')} Tool Service ids, hence clusters, sharing ${c.size.backendUrls} real backends of ${c.size.toolsPerBackend} tools):`,
+    '',
+    ...table(
+      ['figure', 'value'],
+      [
+        ['snapshot build in process: validate / IR / translate / encode, ms', `${num(build.validate.median)} / ${num(build.ir.median)} / ${num(build.translate.median)} / ${num(build.encode.median)}`],
+        ['snapshot build in process: total, ms (min–max)', cell(build.total, results.settings.configuration.buildRepetitions)],
+        ['control plane metric mcpgw_xds_snapshot_build_seconds (mean of the change), ms', num(c.snapshotBuildMetricMs)],
+        ['Portal change → Envoy ACKed clusters and routes (wall clock), ms', num(c.changeToAckMs)],
+        ...Object.entries(c.pushToAckMetric).map(([type, figure]) => [`push-to-ACK ${type} (mcpgw_xds_push_to_ack_seconds), ms`, figure.acks > 0 ? `${num(figure.meanMs)} (${figure.acks} ACK)` : 'no push (unchanged)']),
+        ['NACKs', String(c.nacks)],
+        ['Portal change → last route answering tools/call, ms', c.changeToLastRouteServingMs === null ? 'not within the timeout' : num(c.changeToLastRouteServingMs)],
+        ['sidecar catalog stream: breaks after the change (last reason)', c.sidecarCatalogStream.breaks ? `${c.sidecarCatalogStream.breaks} (${c.sidecarCatalogStream.lastReason})` : '0'],
+        ['catalog: Tool Services fetched after the change (ok / stale / missing)', `${c.catalog.states.ok} / ${c.catalog.states.stale} / ${c.catalog.states.missing}, ${c.catalog.refreshesAnswered} fetches ended (answered or timed out)${c.catalog.settleMs === null ? ', not all within the timeout' : ` after ${num(c.catalog.settleMs)} ms`}`],
+      ],
+    ),
+    '',
+    'Resident memory (RSS, MB):',
+    '',
+    ...table(['when', 'control plane', 'sidecar', 'Envoy'], [memory('small registry', c.memoryBefore), memory(`${c.size.routes.toLocaleString('en-US')} routes`, c.memoryAfter)]),
+    '',
+  ];
+}
+
+export function renderMarkdown(results: BenchResults, chartFile: string | undefined): string {
+  return [
+    `# MCP gateway benchmark — ${results.mode} run`,
+    '',
+    `Run ${results.startedAt} → ${results.finishedAt} (${Math.round(results.durationSeconds / 60)} min) with \`scripts/bench.sh${results.mode === 'quick' ? ' --quick' : ''}\`. Systems: A backend direct (the floor), B plain Envoy, C this gateway, D Envoy 1.40 mcp_router, E naive Node proxy — all on 127.0.0.1.`,
+    '',
+    ...(chartFile ? [`![latency distributions](${chartFile})`, ''] : []),
+    ...targetsSection(results),
+    ...toolCallSection(results),
+    ...streamingSection(results),
+    ...toolListSection(results),
+    ...configurationSection(results),
+    ...environmentSection(results),
+  ].join('\n');
+}

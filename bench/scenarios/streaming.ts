@@ -1,0 +1,125 @@
+import { SENT_AT_PREFIX, STREAM_TOOL } from '../backends/bench-tool-service';
+import { McpHttpClient, answerTo, openSession } from '../load/mcp-client';
+import { LatencySummary, percentileSpectrum, summarize } from '../load/stats';
+import { JsonRpcMessage, SseDataReader } from '../mcp/streamable-http';
+import { BenchSettings } from '../settings';
+import { SystemId, SystemUnderTest, inRotation } from '../systems/systems';
+
+/**
+ * Scenario 2: a tool that sends N progress notifications M ms apart. Each notification carries the
+ * backend's monotonic send time; the client notes the monotonic time its chunk arrived. Both clocks
+ * are the same CLOCK_MONOTONIC, so the difference is how long the frame spent on this path. A path
+ * that buffers shows it at once: its frames arrive late, all together.
+ */
+
+export interface StreamingRun {
+  system: SystemId;
+  repetition: number;
+  calls: number;
+  framesExpected: number;
+  framesReceived: number;
+  /** One-way delay of each call's first notification (it travels with the response headers). */
+  firstFrameMs: LatencySummary;
+  /** One-way delay of every later notification. */
+  laterFramesMs: LatencySummary;
+  /** From the request leaving the client to the first notification arriving (includes the tool's first wait). */
+  requestToFirstFrameMs: LatencySummary;
+  errors: Record<string, number>;
+}
+
+export interface StreamingResults {
+  runs: StreamingRun[];
+  /** Pooled one-way delay of all frames, by system (for the chart). */
+  spectra: Partial<Record<SystemId, { q: number; ms: number }[]>>;
+}
+
+interface CallFrames {
+  first: number[];
+  later: number[];
+  requestToFirst: number[];
+  error?: string;
+}
+
+const nsToMs = (ns: bigint) => Number(ns) / 1e6;
+
+async function streamOneCall(client: McpHttpClient, system: SystemUnderTest, session: Record<string, string>, settings: BenchSettings): Promise<CallFrames> {
+  const { notifications, intervalMs } = settings.streaming;
+  const id = client.newId();
+  const frames: CallFrames = { first: [], later: [], requestToFirst: [] };
+  const reader = new SseDataReader();
+  const body = JSON.stringify({
+    jsonrpc: '2.0',
+    id,
+    method: 'tools/call',
+    params: { name: `${system.toolPrefix}${STREAM_TOOL}`, arguments: { count: notifications, interval_ms: intervalMs }, _meta: { progressToken: id } },
+  });
+  const sentNs = process.hrtime.bigint();
+  const onChunk = (chunk: string, arrivedNs: bigint) => {
+    for (const data of reader.push(chunk)) {
+      const message = JSON.parse(data) as JsonRpcMessage;
+      if (message.method !== 'notifications/progress') continue;
+      const params = message.params as { progress: number; message: string };
+      const delayMs = nsToMs(arrivedNs - BigInt(params.message.slice(SENT_AT_PREFIX.length)));
+      if (params.progress === 1) {
+        frames.first.push(delayMs);
+        frames.requestToFirst.push(nsToMs(arrivedNs - sentNs));
+      } else frames.later.push(delayMs);
+    }
+  };
+  try {
+    const answer = await client.post(system.callUrl, body, { headers: session, timeoutMs: settings.requestTimeoutMs, onChunk });
+    answerTo(answer, id);
+    if (frames.first.length + frames.later.length !== notifications) {
+      frames.error = `${frames.first.length + frames.later.length} of ${notifications} notifications arrived as SSE frames`;
+    }
+  } catch (error) {
+    frames.error = (error as Error).message;
+  }
+  return frames;
+}
+
+export async function runStreamingScenario(systems: SystemUnderTest[], settings: BenchSettings, log: (line: string) => void): Promise<StreamingResults> {
+  const { callsPerRepetition, concurrency, notifications } = settings.streaming;
+  const runs: StreamingRun[] = [];
+  const pooled = new Map<SystemId, number[]>();
+  for (let repetition = 1; repetition <= settings.repetitions; repetition++) {
+    for (const system of inRotation(systems, repetition)) {
+      const client = new McpHttpClient(concurrency);
+      try {
+        const session = await openSession(client, system.callUrl, settings.requestTimeoutMs);
+        const calls: CallFrames[] = [];
+        let started = 0;
+        const worker = async () => {
+          while (started < callsPerRepetition) {
+            started++;
+            calls.push(await streamOneCall(client, system, session, settings));
+          }
+        };
+        await Promise.all(Array.from({ length: concurrency }, worker));
+        const errors: Record<string, number> = {};
+        for (const call of calls) if (call.error) errors[call.error] = (errors[call.error] ?? 0) + 1;
+        const first = calls.flatMap((call) => call.first);
+        const later = calls.flatMap((call) => call.later);
+        const run: StreamingRun = {
+          system: system.id,
+          repetition,
+          calls: calls.length,
+          framesExpected: calls.length * notifications,
+          framesReceived: first.length + later.length,
+          firstFrameMs: summarize(first),
+          laterFramesMs: summarize(later),
+          requestToFirstFrameMs: summarize(calls.flatMap((call) => call.requestToFirst)),
+          errors,
+        };
+        runs.push(run);
+        pooled.set(system.id, (pooled.get(system.id) ?? []).concat(first, later));
+        log(
+          `streaming ${system.id} #${repetition}: first frame p50 ${run.firstFrameMs.p50.toFixed(2)} ms, later frames p50 ${run.laterFramesMs.p50.toFixed(2)} / p99 ${run.laterFramesMs.p99.toFixed(2)} ms, ${run.framesReceived}/${run.framesExpected} frames`,
+        );
+      } finally {
+        client.close();
+      }
+    }
+  }
+  return { runs, spectra: Object.fromEntries([...pooled].map(([system, samples]) => [system, percentileSpectrum(samples)])) };
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs the benchmark suite (issue 5): the gateway side by side with the backend called directly,
+# plain Envoy, Envoy 1.40's native MCP router and a naive Node.js proxy, all on 127.0.0.1.
+# Writes bench/results/latest.{json,md} and latest-latency.png (a --quick smoke run writes quick.*
+# instead, so it never replaces the numbers the repository carries). About 15 minutes on 2 cores.
+#   scripts/bench.sh [--quick]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CHART_PACKAGE="matplotlib==3.11.2"
+
+scripts/setup.sh
+
+# The chart is drawn with matplotlib, in the same project-local virtualenv setup.sh made for Envoy.
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+if ! .venv/bin/python -c 'import matplotlib' 2>/dev/null; then
+  printf '[bench] installing %s into .venv/\n' "$CHART_PACKAGE"
+  .venv/bin/pip install --quiet --disable-pip-version-check "$CHART_PACKAGE"
+fi
+
+exec node dist/bench/main.js "$@"
