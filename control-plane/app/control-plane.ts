@@ -7,13 +7,15 @@ import { catalogServiceHandlers } from '../catalog/catalog-service';
 import { CatalogSettings, CatalogSnapshotMessage, CatalogStore } from '../catalog/catalog-store';
 import { fetchToolList } from '../catalog/tool-fetcher';
 import { TOOL_RULES, TOOL_RULE_ACTIONS } from '../catalog/tool-exposure';
-import { buildGatewayIR } from '../ir/gateway-ir';
+import { Tool } from '@modelcontextprotocol/sdk/types.js';
+import { ToolServiceIR, buildGatewayIR } from '../ir/gateway-ir';
 import { Registry } from '../registry/model';
 import { RegistryController, RegistryPollResult } from '../registry/registry-controller';
 import { RegistryMerge } from '../registry/registry-state';
 import { RegistrySource } from '../registry/source';
 import { grpcServices } from '../shared/grpc-packages';
 import { createLogger } from '../shared/log';
+import { ConcurrencyLimit } from '../shared/concurrency-limit';
 import { LastGoodStore, SavedRoute } from '../state/last-good-store';
 import { adsServiceHandlers } from '../xds/server/ads-server';
 import { XdsPublisher } from '../xds/server/publisher';
@@ -30,6 +32,8 @@ export interface ControlPlaneOptions {
   registryRefreshMs: number;
   catalogRefreshMs: number;
   toolListTimeoutMs: number;
+  /** Most Tool Services whose tools/list is fetched at the same time. */
+  catalogFetchConcurrency: number;
   /** Naming rules, cap and page size of the catalogs sidecars serve (docs/tools-list.md). */
   catalog: CatalogSettings;
   /** Redis for last-good state; without it a cold start with the source down serves nothing. */
@@ -53,7 +57,20 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const cache = new SnapshotCache();
   const publisher = new XdsPublisher(cache, xdsStatus);
   const lastGood = options.redis ? new LastGoodStore(options.redis.url, options.redis.prefix, log) : undefined;
-  const catalog = new CatalogStore((service) => fetchToolList(service, options.toolListTimeoutMs), options.catalog, log);
+  // Thousands of Tool Services must not be fetched at once: the event loop also serves xDS and the
+  // catalog stream. Ids that share an endpoint share one fetch.
+  const catalogFetches = new ConcurrencyLimit(options.catalogFetchConcurrency);
+  const fetchesByEndpoint = new Map<string, Promise<Tool[]>>();
+  const fetchTools = (service: ToolServiceIR) => {
+    const endpoint = JSON.stringify([service.url, service.endpoint.tls]);
+    let pending = fetchesByEndpoint.get(endpoint);
+    if (!pending) {
+      pending = catalogFetches.run(() => fetchToolList(service, options.toolListTimeoutMs)).finally(() => fetchesByEndpoint.delete(endpoint));
+      fetchesByEndpoint.set(endpoint, pending);
+    }
+    return pending;
+  };
+  const catalog = new CatalogStore(fetchTools, options.catalog, log);
   const registry = new RegistryController(options.source, { refreshIntervalMs: options.registryRefreshMs }, log);
   let resources: XdsResources = {};
   let savedAtStart: SavedRoute[] | undefined;
@@ -91,8 +108,8 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     const started = performance.now();
     const ir = buildGatewayIR(current);
     resources = translate(ir, options.gateway);
-    const published = publisher.publish(resources);
-    metrics.snapshotBuildSeconds.observe((performance.now() - started) / 1000);
+    const translatedMs = performance.now() - started;
+    const published = publisher.publish(resources, (encodedMs) => metrics.snapshotBuildSeconds.observe((translatedMs + encodedMs) / 1000));
     metrics.routes.set(ir.routes.length);
     metrics.toolServices.set(ir.toolServices.length);
     metrics.rejectedRoutes.set(merge.rejected.length);

@@ -28,7 +28,7 @@ commands:
                     (--registry FILE | --portal URL [--portal-token T or $MCPGW_PORTAL_TOKEN])
                     --grpc HOST:PORT --admin HOST:PORT --listener HOST:PORT --sidecar HOST:PORT
                     [--redis redis://HOST:PORT [--redis-prefix mcpgw:]]
-                    [--registry-refresh-ms N] [--catalog-refresh-ms N] [--tool-list-timeout-ms N]
+                    [--registry-refresh-ms N] [--catalog-refresh-ms N] [--tool-list-timeout-ms N] [--catalog-fetch-concurrency 32]
                     [--tool-name-separator S]      exposed names are <backend>S<tool> (default: __)
                     [--tool-name-policy warn|drop] for names outside ^[a-zA-Z0-9_-]{1,64}$ (default: drop)
                     [--max-tools-per-route N]      tools a route serves at most (default: 5000)
@@ -140,6 +140,7 @@ async function runControlPlane(args: string[]): Promise<void> {
     'registry-refresh-ms': positiveInt.default(30000),
     'catalog-refresh-ms': positiveInt.default(30000),
     'tool-list-timeout-ms': positiveInt.default(5000),
+    'catalog-fetch-concurrency': positiveInt.default(32),
     'tool-name-separator': z
       .string()
       .superRefine((separator, ctx) => {
@@ -167,6 +168,7 @@ async function runControlPlane(args: string[]): Promise<void> {
     registryRefreshMs: options['registry-refresh-ms'],
     catalogRefreshMs: options['catalog-refresh-ms'],
     toolListTimeoutMs: options['tool-list-timeout-ms'],
+    catalogFetchConcurrency: options['catalog-fetch-concurrency'],
     catalog: {
       toolNameSeparator: options['tool-name-separator'],
       toolNamePolicy: options['tool-name-policy'],
