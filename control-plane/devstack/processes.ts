@@ -2,16 +2,28 @@ import * as fs from 'node:fs';
 import * as net from 'node:net';
 import { ChildProcess, spawn } from 'node:child_process';
 
-/** A port the kernel just handed out on loopback; free unless something grabs it in between. */
-export function freePort(host = '127.0.0.1'): Promise<number> {
+function listenOnAnyPort(host: string): Promise<net.Server> {
   return new Promise((resolve, reject) => {
     const server = net.createServer();
     server.once('error', reject);
-    server.listen(0, host, () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
+    server.listen(0, host, () => resolve(server));
   });
+}
+
+/**
+ * `count` distinct ports the kernel just handed out on loopback; free unless something grabs them in
+ * between. They are held open together, since a port released at once may be handed out again.
+ */
+export async function freePorts(count: number, host = '127.0.0.1'): Promise<number[]> {
+  const servers = await Promise.all(Array.from({ length: count }, () => listenOnAnyPort(host)));
+  const ports = servers.map((server) => (server.address() as net.AddressInfo).port);
+  await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))));
+  return ports;
+}
+
+export async function freePort(host = '127.0.0.1'): Promise<number> {
+  const [port] = await freePorts(1, host);
+  return port;
 }
 
 export async function waitFor<T>(

@@ -2,7 +2,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { projectPath } from '../shared/paths';
 import { XdsApiType, envoyBinary, writeBootstrap } from './envoy';
-import { ManagedProcess, freePort, portAccepts, waitFor } from './processes';
+import { ManagedProcess, freePorts, portAccepts, waitFor } from './processes';
 
 /**
  * The whole gateway as separate real processes on loopback: Redis, sample Tool Services, control
@@ -44,9 +44,8 @@ export interface StackOptions {
 
 async function resolvePorts(requested: Partial<StackPorts> = {}): Promise<StackPorts> {
   const names: (keyof StackPorts)[] = ['listener', 'envoyAdmin', 'grpc', 'controlPlaneAdmin', 'sidecar', 'redis', 'portal'];
-  const ports = {} as StackPorts;
-  for (const name of names) ports[name] = requested[name] ?? (await freePort());
-  return ports;
+  const fresh = await freePorts(names.length);
+  return Object.fromEntries(names.map((name, index) => [name, requested[name] ?? fresh[index]])) as unknown as StackPorts;
 }
 
 async function httpOk(url: string): Promise<true | undefined> {

@@ -57,9 +57,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     log,
   };
 
-  // Envoy multiplexes every request's ext_proc stream over one HTTP/2 connection; grpc-js refuses new
-  // streams once a session holds more than max_session_memory (10 MB by default), which load reaches.
-  const server = new grpc.Server({ 'grpc-node.max_session_memory': 1024 });
+  const server = new grpc.Server();
   server.addService(grpcServices.externalProcessor().service, extProcServiceHandlers(context));
   const port = await new Promise<number>((resolve, reject) =>
     server.bindAsync(options.extProcAddress, grpc.ServerCredentials.createInsecure(), (error, bound) =>

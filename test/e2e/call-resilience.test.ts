@@ -61,7 +61,8 @@ describe('call resilience through the real Envoy', () => {
     const { status, body } = await call('slow_read', 3);
     expect(status).toBe(200);
     expect(body.error).toMatchObject({ code: -32004, data: { http_status: 504, tool: 'slow_read', outcome: 'failed' } });
-    expect(body.error.data.elapsed_ms).toBeGreaterThanOrEqual(300);
+    // Envoy's timer and its %DURATION% clock differ by a millisecond or two.
+    expect(body.error.data.elapsed_ms).toBeGreaterThanOrEqual(290);
   });
 
   it('answers a read-only tool with the fallback when the Tool Service is gone, and fails the others', async () => {

@@ -4,7 +4,7 @@ import { stringify } from 'yaml';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { GatewayStack, StackOptions } from '../../control-plane/devstack/stack';
-import { freePort } from '../../control-plane/devstack/processes';
+import { freePorts } from '../../control-plane/devstack/processes';
 import { projectPath } from '../../control-plane/shared/paths';
 
 export interface SampleBackends {
@@ -15,7 +15,8 @@ export interface SampleBackends {
 
 /** Free ports for the two sample Tool Services and their MCP URLs. */
 export async function sampleBackends(): Promise<SampleBackends> {
-  const ports = { weather: await freePort(), jobs: await freePort() };
+  const [weather, jobs] = await freePorts(2);
+  const ports = { weather, jobs };
   return {
     weather: `http://127.0.0.1:${ports.weather}/mcp`,
     jobs: `http://127.0.0.1:${ports.jobs}/mcp`,

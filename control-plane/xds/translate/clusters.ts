@@ -79,6 +79,10 @@ function sidecarCluster(settings: GatewaySettings): TypedJson {
     typed_extension_protocol_options: {
       'envoy.extensions.upstreams.http.v3.HttpProtocolOptions': {
         '@type': TYPE_URL.httpProtocolOptions,
+        // Every request opens (and Envoy then resets) one ext_proc stream. Node's HTTP/2 server limits
+        // the rate of stream resets per connection (rapid-reset protection) and refuses streams past it,
+        // so connections to the sidecar are recycled well before that budget runs out.
+        common_http_protocol_options: { max_requests_per_connection: 500 },
         explicit_http_config: { http2_protocol_options: {} },
       },
     },
