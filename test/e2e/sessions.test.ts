@@ -5,7 +5,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { ManagedProcess, freePort, waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { startEverythingServer } from '../support/everything-server';
-import { listedTools, postJsonRpc, startGateway } from '../support/gateway-fixture';
+import { listedTools, postJsonRpc, startGateway, testDir } from '../support/gateway-fixture';
 
 /**
  * Sessions across the gateway with a real stateful backend (@modelcontextprotocol/server-everything):
@@ -22,7 +22,7 @@ describe('sessions through the gateway (server-everything, real Envoy and Redis)
   beforeAll(async () => {
     const port = await freePort();
     latePort = await freePort();
-    everything = await startEverythingServer(port, path.join(process.cwd(), '.run', 'test', 'everything.log'));
+    everything = await startEverythingServer(port, path.join(testDir('sessions-everything'), 'everything.log'));
     ({ stack, dir } = await startGateway('sessions', (b) => ({
       routes: [
         { key: 'stateful', toolServices: [{ name: 'everything', url: `http://127.0.0.1:${port}/mcp` }, { name: 'jobs', url: b.jobs }] },

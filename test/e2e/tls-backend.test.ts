@@ -1,4 +1,5 @@
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { freePort, waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
@@ -17,7 +18,7 @@ describe('https Tool Service with a private CA (real Envoy TLS)', () => {
 
   beforeAll(async () => {
     const port = await freePort();
-    tlsDir = fs.mkdtempSync(path.join(process.cwd(), '.run', 'tls-'));
+    tlsDir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcpgw-tls-'));
     const pki = makeTestPki(tlsDir, SERVER_NAME);
     const url = `https://127.0.0.1:${port}/mcp`;
     ({ stack, dir } = await startGateway('tls-backend', () => ({
@@ -31,7 +32,7 @@ describe('https Tool Service with a private CA (real Envoy TLS)', () => {
   });
   afterAll(async () => {
     await stack?.stop();
-    fs.rmSync(tlsDir, { recursive: true, force: true });
+    if (tlsDir) fs.rmSync(tlsDir, { recursive: true, force: true });
   });
 
   it('lists and calls the tools of a Tool Service verified by its own CA and server name', async () => {
