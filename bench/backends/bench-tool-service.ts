@@ -1,3 +1,4 @@
+import { text as readText } from 'node:stream/consumers';
 import * as http from 'node:http';
 import { z } from 'zod';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
@@ -102,14 +103,6 @@ function buildServer(spec: BenchToolServiceSpec, tools: Map<string, BenchTool>, 
   return server;
 }
 
-function readBody(req: http.IncomingMessage): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (chunk: Buffer) => chunks.push(chunk));
-    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
-    req.on('error', reject);
-  });
-}
 
 function answerJson(res: http.ServerResponse, status: number, body: unknown): void {
   res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
@@ -127,7 +120,7 @@ export function startBenchToolService(spec: BenchToolServiceSpec, host: string):
     // The body is read here (not by the transport) to see the method before answering.
     let message: { method?: unknown };
     try {
-      message = JSON.parse(await readBody(req)) as { method?: unknown };
+      message = JSON.parse(await readText(req)) as { method?: unknown };
     } catch {
       answerJson(res, 400, { jsonrpc: '2.0', error: { code: -32700, message: 'Parse error' }, id: null });
       return;

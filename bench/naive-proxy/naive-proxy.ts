@@ -1,3 +1,4 @@
+import { text as readText } from 'node:stream/consumers';
 import * as http from 'node:http';
 import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
 import { JSON_RPC, JsonRpcId, jsonRpcError, jsonRpcResult } from '../../control-plane/sidecar/json-rpc';
@@ -28,14 +29,6 @@ function answer(res: http.ServerResponse, status: number, payload: unknown): voi
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }).end(body);
 }
 
-function readBody(req: http.IncomingMessage): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (chunk: Buffer) => chunks.push(chunk));
-    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
-    req.on('error', reject);
-  });
-}
 
 function forwardedHeaders(req: http.IncomingMessage, body: string): http.OutgoingHttpHeaders {
   const headers: http.OutgoingHttpHeaders = { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) };
@@ -108,7 +101,7 @@ async function handle(config: NaiveProxyConfig, req: http.IncomingMessage, res: 
   if (req.method !== 'POST') return answer(res, 405, jsonRpcError(null, JSON_RPC.INVALID_REQUEST, `method ${req.method} not allowed`));
   let message: JsonRpcMessage;
   try {
-    message = JSON.parse(await readBody(req)) as JsonRpcMessage;
+    message = JSON.parse(await readText(req)) as JsonRpcMessage;
   } catch (error) {
     return answer(res, 400, jsonRpcError(null, JSON_RPC.PARSE_ERROR, `Parse error: ${(error as Error).message}`));
   }
