@@ -3,7 +3,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { freePort, waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
-import { SampleBackends, connectClient, listedTools, postJsonRpc, startGateway } from '../support/gateway-fixture';
+import { SampleBackends, callToolContent, connectClient, listedTools, postJsonRpc, startGateway } from '../support/gateway-fixture';
 
 /**
  * What an agent sees when the path behind the gateway fails: JSON-RPC errors naming the backend,
@@ -86,13 +86,9 @@ describe('backend failures through the real Envoy', () => {
     expect(body.error.data.attempts).toBeGreaterThan(1);
     expect(body.error.data.last_error).toMatch(/upstream|connection|refused/i);
 
-    const client = await connectClient(stack.gatewayUrl('demo'));
-    try {
-      const result = await client.callTool({ name: 'weather__get_forecast', arguments: { city: 'Rome' } });
-      expect(result.content).toEqual([{ type: 'text', text: 'Forecast for Rome: sunny, 14°C' }]);
-    } finally {
-      await client.close();
-    }
+    expect(await callToolContent(stack.gatewayUrl('demo'), 'weather__get_forecast', { city: 'Rome' })).toEqual([
+      { type: 'text', text: 'Forecast for Rome: sunny, 14°C' },
+    ]);
   });
 
   it('still lists the dead backend\'s last-good tools, marked stale in _meta; with both dead, a warning — always 200', async () => {

@@ -1,7 +1,7 @@
 import Redis from 'ioredis';
 import { waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
-import { SampleBackends, connectClient, controlPlaneStatus, listedTools, startGateway } from '../support/gateway-fixture';
+import { SampleBackends, callToolContent, controlPlaneStatus, listedTools, startGateway } from '../support/gateway-fixture';
 
 /** ADR-0013: a cold start with the Portal and a backend down serves the routes and tools Redis kept. */
 describe('cold start from Redis last-good (real Redis, Envoy, Portal client)', () => {
@@ -48,12 +48,8 @@ describe('cold start from Redis last-good (real Redis, Envoy, Portal client)', (
     expect(weather).toMatchObject({ state: 'stale', tools: 2 });
     expect((await controlPlaneStatus(stack)).readiness).toEqual({ status: 'UP', readyRoutes: ['demo'], routesWithoutSnapshot: [] });
 
-    const client = await connectClient(stack.gatewayUrl('demo'));
-    try {
-      const result = await client.callTool({ name: 'jobs__echo', arguments: { text: 'after a cold start' } });
-      expect(result.content).toEqual([{ type: 'text', text: 'after a cold start' }]);
-    } finally {
-      await client.close();
-    }
+    expect(await callToolContent(stack.gatewayUrl('demo'), 'jobs__echo', { text: 'after a cold start' })).toEqual([
+      { type: 'text', text: 'after a cold start' },
+    ]);
   });
 });

@@ -3,7 +3,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { freePort, waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
-import { connectClient, controlPlaneStatus, listedTools, postJsonRpc, startGateway } from '../support/gateway-fixture';
+import { callToolContent, controlPlaneStatus, listedTools, postJsonRpc, startGateway } from '../support/gateway-fixture';
 import { makeTestPki } from '../support/test-pki';
 
 /**
@@ -37,13 +37,9 @@ describe('https Tool Service with a private CA (real Envoy TLS)', () => {
 
   it('lists and calls the tools of a Tool Service verified by its own CA and server name', async () => {
     expect(await waitFor('the https catalog', () => listedTools(stack.gatewayUrl('secure')))).toEqual(['vault__get_forecast', 'vault__get_alerts']);
-    const client = await connectClient(stack.gatewayUrl('secure'));
-    try {
-      const result = await client.callTool({ name: 'vault__get_forecast', arguments: { city: 'Bern' } });
-      expect(result.content).toEqual([{ type: 'text', text: 'Forecast for Bern: sunny, 14°C' }]);
-    } finally {
-      await client.close();
-    }
+    expect(await callToolContent(stack.gatewayUrl('secure'), 'vault__get_forecast', { city: 'Bern' })).toEqual([
+      { type: 'text', text: 'Forecast for Bern: sunny, 14°C' },
+    ]);
     // The sidecar opened this session's backend session over the same TLS settings.
     expect(fs.readFileSync(path.join(dir, 'sidecar.log'), 'utf8')).not.toContain('could not open a backend session');
   });

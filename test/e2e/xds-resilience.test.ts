@@ -1,9 +1,8 @@
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { XdsApiType } from '../../control-plane/devstack/envoy';
 import { waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { TYPE_URL } from '../../control-plane/xds/translate/type-urls';
-import { SampleBackends, connectClient, controlPlaneStatus, listedTools, metricValue, startGateway } from '../support/gateway-fixture';
+import { SampleBackends, callToolContent, connectClient, controlPlaneStatus, listedTools, metricValue, startGateway } from '../support/gateway-fixture';
 
 /** What Envoy rejects, and Envoy or control-plane restarts, never take the gateway down. */
 describe.each<XdsApiType>(['GRPC', 'DELTA_GRPC'])('xDS resilience (ADS %s, real Envoy 1.40)', (xdsApiType) => {
@@ -18,14 +17,7 @@ describe.each<XdsApiType>(['GRPC', 'DELTA_GRPC'])('xDS resilience (ADS %s, real 
   });
   afterAll(async () => stack?.stop());
 
-  async function echoThroughEnvoy(text: string): Promise<unknown> {
-    const client: Client = await connectClient(stack.gatewayUrl('demo'));
-    try {
-      return (await client.callTool({ name: 'jobs__echo', arguments: { text } })).content;
-    } finally {
-      await client.close();
-    }
-  }
+  const echoThroughEnvoy = (text: string) => callToolContent(stack.gatewayUrl('demo'), 'jobs__echo', { text });
 
   it('surfaces a config Envoy rejects, does not resend it, and keeps serving the last accepted one', async () => {
     // Valid for the registry, rejected by Envoy: the CA file does not exist on Envoy's machine.

@@ -57,6 +57,16 @@ export async function startGateway(
   return { stack, backends, dir };
 }
 
+/** One tools/call through the gateway, by a client in a session of its own: the result's content. */
+export async function callToolContent(url: string, name: string, args: Record<string, unknown>): Promise<unknown> {
+  const client = await connectClient(url);
+  try {
+    return (await client.callTool({ name, arguments: args })).content;
+  } finally {
+    await client.close();
+  }
+}
+
 /** A real MCP SDK client connected to one gateway route. */
 export async function connectClient(url: string): Promise<Client> {
   const client = new Client({ name: 'e2e-test-client', version: '1.0.0' });
