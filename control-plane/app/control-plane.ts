@@ -1,5 +1,6 @@
 import * as http from 'node:http';
 import * as grpc from '@grpc/grpc-js';
+import { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { createAdminApp, listen } from '../admin/admin-server';
 import { ControlPlaneMetrics } from '../admin/metrics';
 import { XdsStatusTracker } from '../admin/xds-status';
@@ -7,7 +8,6 @@ import { catalogServiceHandlers } from '../catalog/catalog-service';
 import { CatalogSettings, CatalogSnapshotMessage, CatalogStore } from '../catalog/catalog-store';
 import { fetchToolList } from '../catalog/tool-fetcher';
 import { TOOL_RULES, TOOL_RULE_ACTIONS } from '../catalog/tool-exposure';
-import { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { ToolServiceIR, buildGatewayIR } from '../ir/gateway-ir';
 import { Registry } from '../registry/model';
 import { RegistryController, RegistryPollResult } from '../registry/registry-controller';

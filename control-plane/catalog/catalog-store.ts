@@ -100,6 +100,8 @@ export class CatalogStore extends EventEmitter {
   /** Fetches under way, by Tool Service and URL: a refresh asked for meanwhile joins the running one. */
   private readonly inFlight = new Map<string, Promise<void>>();
   private ir: GatewayIR = { routes: [], toolServices: [] };
+  /** The IR's Tool Services by cluster, for the lookups every fetch and rebuild makes. */
+  private servicesByCluster = new Map<string, ToolServiceIR>();
   private snapshot: CatalogSnapshotMessage;
   private findings = new Map<string, ToolFinding[]>();
 
@@ -127,9 +129,9 @@ export class CatalogStore extends EventEmitter {
    */
   setGateway(ir: GatewayIR): ToolServiceIR[] {
     this.ir = ir;
-    const live = new Map(ir.toolServices.map((service) => [service.clusterName, service]));
+    this.servicesByCluster = new Map(ir.toolServices.map((service) => [service.clusterName, service]));
     for (const [cluster, catalog] of this.byCluster) {
-      if (live.get(cluster)?.url !== catalog.url) this.byCluster.delete(cluster);
+      if (this.servicesByCluster.get(cluster)?.url !== catalog.url) this.byCluster.delete(cluster);
     }
     const unfetched = ir.toolServices.filter((service) => !this.byCluster.get(service.clusterName)?.lastSuccessAt);
     // A new route should appear with its tools, not first empty: when something is to be fetched,
@@ -146,7 +148,7 @@ export class CatalogStore extends EventEmitter {
     const restartedAt = new Date();
     for (const route of saved) {
       for (const backend of route.catalog ?? []) {
-        const service = this.ir.toolServices.find((candidate) => candidate.clusterName === backend.cluster);
+        const service = this.servicesByCluster.get(backend.cluster);
         if (!service || this.byCluster.has(backend.cluster)) continue;
         this.byCluster.set(backend.cluster, {
           url: service.url,
@@ -212,14 +214,14 @@ export class CatalogStore extends EventEmitter {
       });
     }
     // The registry may have moved on while the fetch ran: keep only what is still referenced.
-    if (this.ir.toolServices.some((current) => current.clusterName === service.clusterName && current.url === service.url)) {
+    if (this.servicesByCluster.get(service.clusterName)?.url === service.url) {
       this.byCluster.set(service.clusterName, catalog);
     }
   }
 
   private rebuild(): void {
     const findings = new Map<string, ToolFinding[]>();
-    const services = new Map(this.ir.toolServices.map((service) => [service.clusterName, service]));
+    const services = this.servicesByCluster;
     const routes = this.ir.routes.map((route): RouteCatalogMessage => {
       const backends = [...route.backends]
         .sort((a, b) => compareBackendNames(a.name, b.name))
