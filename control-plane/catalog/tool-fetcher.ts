@@ -6,9 +6,17 @@ import { backendFetch } from '../shared/backend-fetch';
 
 export const GATEWAY_CLIENT_INFO = { name: 'mcp-federation-gateway', version: '0.1.0' };
 
+/**
+ * The catalog lists tools for a client that can do everything a gateway client may do: some servers
+ * offer a tool only to clients that declare sampling, elicitation or roots. A call from a client that
+ * cannot is answered by the backend, in the session the gateway opened with the client's own
+ * capabilities.
+ */
+const CATALOG_CLIENT_CAPABILITIES = { sampling: {}, elicitation: {}, roots: {} };
+
 /** The whole tools/list of one Tool Service, following nextCursor to the end. */
 export async function fetchToolList(service: ToolServiceIR, timeoutMs: number): Promise<Tool[]> {
-  const client = new Client(GATEWAY_CLIENT_INFO);
+  const client = new Client(GATEWAY_CLIENT_INFO, { capabilities: CATALOG_CLIENT_CAPABILITIES });
   const transport = new StreamableHTTPClientTransport(new URL(service.url), { fetch: backendFetch(service.endpoint.tls) });
   const options = { timeout: timeoutMs, signal: AbortSignal.timeout(timeoutMs) };
   try {

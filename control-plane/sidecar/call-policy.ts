@@ -9,6 +9,8 @@ export interface CallPolicy {
   headers: Record<string, string>;
   /** Degraded answer Envoy gives if every attempt fails; only for read-only tools. */
   fallback?: string;
+  /** The tool's own deadline, if it asks for one. */
+  timeoutMs?: number;
 }
 
 /**
@@ -18,14 +20,17 @@ export interface CallPolicy {
  */
 export function callPolicy(tool: Tool, backend: BackendView): CallPolicy {
   const headers: Record<string, string> = {};
-  const timeoutMs = tool._meta?.[TOOL_TIMEOUT_META_KEY];
-  if (typeof timeoutMs === 'number' && Number.isInteger(timeoutMs) && timeoutMs > 0) {
-    headers['x-envoy-upstream-rq-timeout-ms'] = String(timeoutMs);
-  }
+  const requested = tool._meta?.[TOOL_TIMEOUT_META_KEY];
+  const timeoutMs = typeof requested === 'number' && Number.isInteger(requested) && requested > 0 ? requested : undefined;
+  if (timeoutMs !== undefined) headers['x-envoy-upstream-rq-timeout-ms'] = String(timeoutMs);
   const readOnly = tool.annotations?.readOnlyHint === true;
   if (readOnly || tool.annotations?.idempotentHint === true) {
     headers['x-envoy-retry-on'] = '5xx,reset,connect-failure,reset-before-request';
     headers['x-envoy-max-retries'] = '2';
   }
-  return { headers, ...(readOnly && backend.fallbackText && { fallback: backend.fallbackText }) };
+  return {
+    headers,
+    ...(readOnly && backend.fallbackText && { fallback: backend.fallbackText }),
+    ...(timeoutMs !== undefined && { timeoutMs }),
+  };
 }

@@ -1,7 +1,18 @@
 import * as grpc from '@grpc/grpc-js';
 import { toStruct } from '../xds/protobuf/proto-json';
 import { BACKEND_CLUSTER_HEADER, METADATA_NAMESPACE } from '../xds/translate/settings';
-import { Decision, GatewayContext, RequestHead, RequestMetadata, decideOnBody, decideOnHead } from './mcp-gateway';
+import { ResponseFacts, ResponseRewriter } from './call-response';
+import {
+  Decision,
+  GatewayContext,
+  RequestHead,
+  RequestMetadata,
+  ToolCallForward,
+  decideOnBody,
+  decideOnHead,
+  resendInNewBackendSession,
+  responseRewriter,
+} from './mcp-gateway';
 
 interface HeaderValue {
   key: string;
@@ -9,9 +20,21 @@ interface HeaderValue {
   raw_value?: Buffer;
 }
 
+interface HttpHeaders {
+  headers?: { headers: HeaderValue[] };
+  end_of_stream: boolean;
+}
+
+interface HttpBody {
+  body: Buffer;
+  end_of_stream: boolean;
+}
+
 interface ProcessingRequest {
-  request_headers?: { headers?: { headers: HeaderValue[] }; end_of_stream: boolean } | null;
-  request_body?: { body: Buffer; end_of_stream: boolean } | null;
+  request_headers?: HttpHeaders | null;
+  request_body?: HttpBody | null;
+  response_headers?: HttpHeaders | null;
+  response_body?: HttpBody | null;
 }
 
 type ProcessingResponse = Record<string, unknown>;
@@ -39,7 +62,7 @@ function dynamicMetadata(metadata: RequestMetadata | undefined) {
 }
 
 /** Spells a Decision in ext_proc terms for the phase it was taken in. */
-function toProcessingResponse(decision: Decision, phase: 'request_headers' | 'request_body', head: RequestHead): ProcessingResponse {
+function toProcessingResponse(decision: Decision, phase: 'request_headers' | 'request_body' | 'response_headers', head: RequestHead): ProcessingResponse {
   switch (decision.kind) {
     case 'respond':
       return {
@@ -74,15 +97,76 @@ function toProcessingResponse(decision: Decision, phase: 'request_headers' | 're
   }
 }
 
+/** After the response headers, only the response body is sent on, chunk by chunk (envoy ext_proc ProcessingMode). */
+const STREAM_RESPONSE_BODY = {
+  request_header_mode: 'SKIP',
+  response_header_mode: 'SKIP',
+  request_body_mode: 'NONE',
+  response_body_mode: 'STREAMED',
+  request_trailer_mode: 'SKIP',
+  response_trailer_mode: 'SKIP',
+};
+
+/** How long Envoy waits while the sidecar sends a call again itself (below the filter's max_message_timeout). */
+const RESEND_MESSAGE_TIMEOUT_S = 290;
+const RESEND_DEFAULT_TIMEOUT_MS = 120_000;
+
+/**
+ * The response half of a steered tools/call: its final message gets the call's outcome (attempts,
+ * elapsed_ms; docs/errors.md), requests the backend sends the client get ids the gateway can route
+ * back, and a backend that no longer knows its session gets a new one. Everything else passes as sent.
+ */
+class ToolCallResponse {
+  private rewriter: ResponseRewriter | undefined;
+
+  constructor(
+    private readonly call: ToolCallForward,
+    private readonly head: RequestHead,
+    private readonly startedAt: number,
+    private readonly context: GatewayContext,
+  ) {}
+
+  private facts(attempts: number): ResponseFacts {
+    return { attempts, elapsedMs: () => Math.round(performance.now() - this.startedAt) };
+  }
+
+  async onHeaders(headers: HttpHeaders, write: (response: ProcessingResponse) => void): Promise<ProcessingResponse> {
+    const response = readHead(headers.headers?.headers ?? []).headers;
+    const attempts = Number(response.get('x-envoy-attempt-count')) || 1;
+    const session = this.call.session;
+    if (response.get(':status') === '404' && session) {
+      write({ override_message_timeout: { seconds: String(RESEND_MESSAGE_TIMEOUT_S), nanos: 0 } });
+      const call = { ...this.call, session, timeoutMs: Math.min(this.call.timeoutMs ?? RESEND_DEFAULT_TIMEOUT_MS, (RESEND_MESSAGE_TIMEOUT_S - 5) * 1000) };
+      const decision = await resendInNewBackendSession(call, this.head, this.facts(attempts + 1), this.context);
+      return toProcessingResponse(decision, 'response_headers', this.head);
+    }
+    this.rewriter = responseRewriter(response.get('content-type') ?? '', this.call, this.facts(attempts));
+    if (!this.rewriter || headers.end_of_stream) return { response_headers: {} };
+    // The body may change length: the response goes on without one (chunked, or HTTP/2 framing).
+    return { response_headers: { response: { header_mutation: { remove_headers: ['content-length'] } } }, mode_override: STREAM_RESPONSE_BODY };
+  }
+
+  onBody(body: HttpBody): ProcessingResponse {
+    if (!this.rewriter) return { response_body: {} };
+    const out = this.rewriter.push(body.body, body.end_of_stream);
+    return { response_body: out.equals(body.body) ? {} : { response: { body_mutation: { body: out } } } };
+  }
+}
+
 /**
  * envoy.service.ext_proc.v3.ExternalProcessor: one bidirectional stream per HTTP request. Envoy sends
- * the headers, then (BUFFERED) the whole body; each gets exactly one response.
+ * the headers, then (BUFFERED) the whole body; each gets exactly one response. A steered tools/call
+ * also sends its response headers and, when the sidecar asks for it (mode_override), its body chunks.
  */
 export function extProcServiceHandlers(context: GatewayContext): grpc.UntypedServiceImplementation {
   return {
     Process(call: grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>) {
       let head: RequestHead | undefined;
-      // Envoy sends the body only after it has the answer to the headers, so the two never overlap.
+      let toolCallResponse: ToolCallResponse | undefined;
+      const startedAt = performance.now();
+      const write = (response: ProcessingResponse) => call.write(response);
+      // Envoy sends each message only after it has the answer to the one before, except body chunks,
+      // which are answered synchronously and so in order.
       call.on('data', async (request: ProcessingRequest) => {
         try {
           if (request.request_headers) {
@@ -91,9 +175,17 @@ export function extProcServiceHandlers(context: GatewayContext): grpc.UntypedSer
             if (decision.kind === 'read-body' && request.request_headers.end_of_stream) {
               decision = await decideOnBody(head, Buffer.alloc(0), context);
             }
-            call.write(toProcessingResponse(decision, 'request_headers', head));
+            write(toProcessingResponse(decision, 'request_headers', head));
           } else if (request.request_body && head) {
-            call.write(toProcessingResponse(await decideOnBody(head, request.request_body.body, context), 'request_body', head));
+            const decision = await decideOnBody(head, request.request_body.body, context);
+            if (decision.kind === 'forward' && decision.toolCall) {
+              toolCallResponse = new ToolCallResponse(decision.toolCall, head, startedAt, context);
+            }
+            write(toProcessingResponse(decision, 'request_body', head));
+          } else if (request.response_headers) {
+            write(toolCallResponse && head ? await toolCallResponse.onHeaders(request.response_headers, write) : { response_headers: {} });
+          } else if (request.response_body) {
+            write(toolCallResponse ? toolCallResponse.onBody(request.response_body) : { response_body: {} });
           }
         } catch (error) {
           // Envoy turns this into its JSON-RPC "gateway error" reply (fail closed).

@@ -1,8 +1,20 @@
 import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
 import { Logger } from '../shared/log';
+import { BACKEND_UNAVAILABLE_CODE } from '../xds/translate/local-replies';
 import { callPolicy } from './call-policy';
+import {
+  JsonResponseRewriter,
+  ProxiedToolCall,
+  ResponseFacts,
+  ResponseRewriter,
+  SseResponseRewriter,
+  annotateMessage,
+  outcomeOf,
+  parseServerRequestId,
+} from './call-response';
 import { JSON_RPC, JsonRpcId, jsonRpcError, jsonRpcResult } from './json-rpc';
 import { BackendView, RouteCatalogView, resolveTool } from './route-catalog';
+import { BackendAnswer } from './sessions/backend-sessions';
 import { GatewaySession, SessionStore } from './sessions/session-store';
 import { answerToolsList } from './tools-list';
 
@@ -17,6 +29,8 @@ export type Decision =
       /** Client headers that must not reach the backend (a gateway session id the backend does not know). */
       removeHeaders: string[];
       metadata: RequestMetadata;
+      /** Set for a tools/call: its response is annotated with the call's outcome on the way back. */
+      toolCall?: ToolCallForward;
     }
   | { kind: 'read-body' };
 
@@ -32,6 +46,17 @@ export interface RequestMetadata {
   tool?: string;
   /** Text of the degraded result Envoy answers with if every attempt of a read-only tool fails. */
   fallback?: string;
+}
+
+/** A tools/call on its way to one backend, as the response path needs it. */
+export interface ToolCallForward extends ProxiedToolCall {
+  backendView: BackendView;
+  /** The forwarded body, to send again if the backend no longer knows the session it went in. */
+  body: string;
+  /** The backend session the call went in, if any. */
+  session?: { gateway: GatewaySession; backendSessionId: string };
+  /** The tool's own deadline, if it has one. */
+  timeoutMs?: number;
 }
 
 export interface RequestHead {
@@ -59,6 +84,8 @@ export interface GatewayContext {
   backendSessions: {
     open(backend: BackendView, session: GatewaySession): Promise<string>;
     close(backend: BackendView, backendSessionId: string, protocolVersion: string): Promise<void>;
+    notify(backend: BackendView, backendSessionId: string, protocolVersion: string, notification: unknown): Promise<void>;
+    resend(backend: BackendView, clientHeaders: Record<string, string>, backendSessionId: string, protocolVersion: string, body: string, timeoutMs: number): Promise<BackendAnswer>;
   };
   log: Logger;
 }
@@ -204,13 +231,8 @@ async function decideOnMessage(message: JsonRpcMessage, head: RequestHead, view:
   if (message.method === 'initialize' && id !== undefined) return initializeSession(message, id, view, context);
   const session = await sessionOf(head, view, context);
   if (session === false) return sessionNotFound(id ?? null);
-  if (id === undefined) {
-    // Notifications and responses from the client need no answer beyond 202.
-    return { kind: 'respond', status: 202, headers: {}, body: '', reason: 'accepted' };
-  }
-  if (typeof message.method !== 'string') {
-    return { kind: 'respond', status: 202, headers: {}, body: '', reason: 'accepted' };
-  }
+  if (typeof message.method !== 'string') return routeClientResponse(message, view, session);
+  if (id === undefined) return relayNotification(message, view, session, context);
   switch (message.method) {
     case 'ping':
       return respondJson(200, jsonRpcResult(id, {}), 'ping');
@@ -249,6 +271,51 @@ async function initializeSession(message: JsonRpcMessage, id: JsonRpcId, view: R
   );
 }
 
+const ACCEPTED: Decision = { kind: 'respond', status: 202, headers: {}, body: '', reason: 'accepted' };
+
+/**
+ * A client's answer to a request a backend sent it through the gateway (sampling, elicitation,
+ * roots): back to that backend, in that backend's session, under the backend's own id.
+ */
+function routeClientResponse(message: JsonRpcMessage, view: RouteCatalogView, session: GatewaySession | undefined): Decision {
+  if (!('result' in message) && !('error' in message)) {
+    return respondError(400, null, JSON_RPC.INVALID_REQUEST, 'not a JSON-RPC request, notification or response', 'invalid_request');
+  }
+  const target = parseServerRequestId(message.id);
+  const backend = target && view.backends.get(target.backend);
+  if (!target || !backend) {
+    return respondError(400, null, JSON_RPC.INVALID_REQUEST, `response to id ${JSON.stringify(message.id)}, which no backend of route "${view.key}" sent through this gateway`, 'unknown_response');
+  }
+  const backendSessionId = session?.backends[backend.name];
+  return {
+    kind: 'forward',
+    cluster: backend.cluster,
+    body: JSON.stringify({ ...message, id: target.id }),
+    headers: backendSessionId ? { [SESSION_HEADER]: backendSessionId } : {},
+    removeHeaders: backendSessionId ? [] : [SESSION_HEADER],
+    metadata: { backend: backend.name },
+  };
+}
+
+/**
+ * A client's notification (cancelled, roots/list_changed, …) concerns the backends it talks to
+ * through this session: every backend session of it gets a copy. Ids of the client's requests are the
+ * same in every backend session, so a cancel reaches the one backend running that request; the
+ * others have no such request and ignore it. initialized is the gateway's own: each backend got its
+ * own when its session opened.
+ */
+function relayNotification(message: JsonRpcMessage, view: RouteCatalogView, session: GatewaySession | undefined, context: GatewayContext): Decision {
+  if (message.method === 'notifications/initialized' || !session) return ACCEPTED;
+  for (const [name, backendSessionId] of Object.entries(session.backends)) {
+    const backend = view.backends.get(name);
+    if (!backend || !backendSessionId) continue;
+    context.backendSessions
+      .notify(backend, backendSessionId, session.protocolVersion, message)
+      .catch((error: Error) => context.log.warn('could not pass a notification on', { route: view.key, backend: name, method: message.method, error: error.message }));
+  }
+  return ACCEPTED;
+}
+
 /**
  * The backend's own session for this gateway session, opened on first use. A backend that cannot be
  * reached gets none now (the call then fails in Envoy, in JSON-RPC form) and is asked again next time.
@@ -282,16 +349,76 @@ async function decideToolCall(
   }
   const resolution = resolveTool(view, name);
   if (!resolution.ok) return respondError(200, id, JSON_RPC.INVALID_PARAMS, resolution.message, 'unknown_tool');
-  const forwarded = { ...message, params: { ...message.params, name: resolution.toolName } };
+  const forwarded = JSON.stringify({ ...message, params: { ...message.params, name: resolution.toolName } });
   const policy = callPolicy(resolution.tool, resolution.backend);
   // The client's gateway session id means nothing to a backend: it gets its own session id, or none.
   const backendSessionId = session && (await backendSessionFor(session, resolution.backend, context));
   return {
     kind: 'forward',
     cluster: resolution.backend.cluster,
-    body: JSON.stringify(forwarded),
+    body: forwarded,
     headers: { ...policy.headers, ...(backendSessionId && { [SESSION_HEADER]: backendSessionId }) },
     removeHeaders: backendSessionId ? [] : [SESSION_HEADER],
     metadata: { backend: resolution.backend.name, tool: resolution.toolName, ...(policy.fallback && { fallback: policy.fallback }) },
+    toolCall: {
+      rpcId: id,
+      backend: resolution.backend.name,
+      tool: resolution.toolName,
+      backendView: resolution.backend,
+      body: forwarded,
+      ...(session && backendSessionId && { session: { gateway: session, backendSessionId } }),
+      ...(policy.timeoutMs !== undefined && { timeoutMs: policy.timeoutMs }),
+    },
   };
+}
+
+/** The rewriter for one tools/call response body, by its content type; undefined for a body left alone. */
+export function responseRewriter(contentType: string, call: ProxiedToolCall, facts: ResponseFacts): ResponseRewriter | undefined {
+  const rewrite = (message: unknown) => annotateMessage(message, call, facts);
+  if (/^text\/event-stream\b/i.test(contentType)) return new SseResponseRewriter(rewrite);
+  if (/^application\/json\b/i.test(contentType)) return new JsonResponseRewriter(rewrite);
+  return undefined;
+}
+
+/** Client headers a resent call carries: the caller's identity, trace context and the like, not the hop's own. */
+const NOT_RESENT = /^(:|host$|content-length$|content-type$|accept$|connection$|keep-alive$|transfer-encoding$|te$|upgrade$|mcp-session-id$|mcp-protocol-version$|x-envoy-|x-mcpgw-)/;
+
+/**
+ * A backend answered 404 to a call sent in its session: it no longer knows that session (it restarted
+ * or expired it) and ran nothing. The gateway opens a new backend session and sends the call again
+ * itself, so the client's session goes on; the answer comes whole, not streamed. If no new session
+ * can be opened, the client gets a JSON-RPC error, not the backend's 404 (which would end its own
+ * session with the gateway).
+ */
+export async function resendInNewBackendSession(
+  call: ToolCallForward & { session: NonNullable<ToolCallForward['session']>; timeoutMs: number },
+  head: RequestHead,
+  facts: ResponseFacts,
+  context: GatewayContext,
+): Promise<Decision> {
+  const { gateway, backendSessionId: stale } = call.session;
+  const backend = call.backendView;
+  try {
+    await context.sessions.forgetBackend(gateway.id, backend.name, stale);
+    const { [backend.name]: _forgotten, ...others } = gateway.backends;
+    const fresh = await context.backendSessions.open(backend, { ...gateway, backends: others });
+    const backendSessionId = await context.sessions.claimBackend(gateway.id, backend.name, fresh);
+    const clientHeaders = Object.fromEntries([...head.headers].filter(([name]) => !NOT_RESENT.test(name)));
+    const answer = await context.backendSessions.resend(backend, clientHeaders, backendSessionId, gateway.protocolVersion, call.body, call.timeoutMs);
+    if (answer.status === 404) throw new Error('it answered 404 in its new session too');
+    context.log.info('backend session renewed and call sent again', { route: gateway.route, backend: backend.name, tool: call.tool });
+    const rewriter = responseRewriter(answer.contentType, call, facts);
+    return {
+      kind: 'respond',
+      status: answer.status,
+      headers: { 'content-type': answer.contentType },
+      body: (rewriter ? rewriter.push(answer.body, true) : answer.body).toString('utf8'),
+      reason: 'backend_session_renewed',
+    };
+  } catch (error) {
+    const reason = (error as Error).message;
+    const message = `backend ${backend.name} lost its session and could not start a new one: tools/call ${call.tool} failed (${reason})`;
+    const data = { ...outcomeOf(call, facts, reason), http_status: 503 };
+    return respondJson(200, jsonRpcError(call.rpcId, BACKEND_UNAVAILABLE_CODE, message, data), 'backend_session_lost');
+  }
 }

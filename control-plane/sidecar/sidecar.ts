@@ -6,7 +6,7 @@ import { CatalogSubscriber } from './catalog-subscriber';
 import { extProcServiceHandlers } from './ext-proc-server';
 import { GatewayContext } from './mcp-gateway';
 import { RouteCatalogView, buildRouteViews } from './route-catalog';
-import { closeBackendSession, openBackendSession } from './sessions/backend-sessions';
+import { closeBackendSession, notifyBackend, openBackendSession, resendToBackend } from './sessions/backend-sessions';
 import { MemorySessionStore, RedisSessionStore } from './sessions/session-store';
 
 export interface SidecarOptions {
@@ -53,6 +53,8 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     backendSessions: {
       open: (backend, session) => openBackendSession(backend, session, options.backendSessionTimeoutMs),
       close: (backend, id, version) => closeBackendSession(backend, id, version, options.backendSessionTimeoutMs),
+      notify: (backend, id, version, notification) => notifyBackend(backend, id, version, notification, options.backendSessionTimeoutMs),
+      resend: (backend, headers, id, version, body, timeoutMs) => resendToBackend(backend, headers, id, version, body, timeoutMs),
     },
     log,
   };

@@ -44,6 +44,15 @@ describe('call resilience through the real Envoy', () => {
     expect(body.result.content).toEqual([{ type: 'text', text }]);
     expect(attempts).toBe('2');
     expect(flaky.received.get(tool)).toBe(2);
+    // The caller sees the outcome in the result itself (seed 004), not only in headers.
+    expect(body.result._meta['mcpgw/outcome']).toEqual({
+      outcome: 'ok',
+      backend: 'reports',
+      tool,
+      attempts: 2,
+      elapsed_ms: expect.any(Number),
+      fallback_used: false,
+    });
   });
 
   it('does not retry a tool that is neither read-only nor idempotent', async () => {
@@ -55,6 +64,7 @@ describe('call resilience through the real Envoy', () => {
     // The backend's own 503 answer reaches the caller as it was sent.
     expect(status).toBe(503);
     expect(body.error.message).toBe('temporarily unavailable');
+    expect(body.error.data['mcpgw/outcome']).toMatchObject({ outcome: 'failed', attempts: 1, fallback_used: false, last_error: 'temporarily unavailable' });
   });
 
   it("enforces a tool's own deadline from its tools/list _meta", async () => {

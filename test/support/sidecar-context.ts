@@ -11,6 +11,7 @@ const quiet = { info: () => undefined, warn: () => undefined, error: () => undef
 export function sidecarContext(views: Map<string, RouteCatalogView>, openBackendSession: (url: string) => Promise<string> = async () => 'backend-session-1') {
   const opened: string[] = [];
   const closed: string[] = [];
+  const notified: { url: string; backendSessionId: string; notification: unknown }[] = [];
   const context: GatewayContext = {
     lookup: (key) => views.get(key),
     sessions: new MemorySessionStore(60),
@@ -22,8 +23,14 @@ export function sidecarContext(views: Map<string, RouteCatalogView>, openBackend
       close: async ({ url }, id) => {
         closed.push(`${url} ${id}`);
       },
+      notify: async ({ url }, backendSessionId, _version, notification) => {
+        notified.push({ url, backendSessionId, notification });
+      },
+      resend: async () => {
+        throw new Error('unit tests do not resend calls');
+      },
     },
     log: quiet,
   };
-  return { context, opened, closed };
+  return { context, opened, closed, notified };
 }

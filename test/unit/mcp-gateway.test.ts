@@ -1,4 +1,5 @@
 import { CatalogSnapshotMessage } from '../../control-plane/catalog/catalog-store';
+import { scopeServerRequestId } from '../../control-plane/sidecar/call-response';
 import { Decision, RequestHead, decideOnBody, decideOnHead } from '../../control-plane/sidecar/mcp-gateway';
 import { buildRouteViews } from '../../control-plane/sidecar/route-catalog';
 import { sidecarContext } from '../support/sidecar-context';
@@ -90,6 +91,14 @@ describe('sidecar decisions on the JSON-RPC body', () => {
       headers: {},
       removeHeaders: ['mcp-session-id'],
       metadata: { route: 'demo', method: 'tools/call', rpc_id: 3, backend: 'jobs', tool: 'run_job' },
+      // What the response path needs to annotate the answer; no session, so nothing to renew.
+      toolCall: {
+        rpcId: 3,
+        backend: 'jobs',
+        tool: 'run_job',
+        backendView: views.get('demo')!.backends.get('jobs'),
+        body: JSON.stringify({ ...call, params: { ...call.params, name: 'run_job' } }),
+      },
     });
   });
 
@@ -175,6 +184,41 @@ describe('sidecar sessions', () => {
     expect(await responded(decideOnHead(withSession(sessionId, 'DELETE'), context))).toEqual({ status: 204, message: undefined });
     expect(closed).toEqual(['http://127.0.0.1:9/jobs/mcp backend-session-1']);
     expect((await responded(decideOnBody(withSession(sessionId), call('jobs__echo'), context))).status).toBe(404);
+  });
+
+  it("routes the client's answer to a backend's request back to that backend, under the backend's own id", async () => {
+    const { context, sessionId } = await open();
+    await decideOnBody(withSession(sessionId), call('jobs__echo'), context);
+    const answer = { jsonrpc: '2.0', id: scopeServerRequestId('jobs', 0), result: { role: 'assistant', content: { type: 'text', text: 'hi' } } };
+    expect(await decideOnBody(withSession(sessionId), body(answer), context)).toEqual({
+      kind: 'forward',
+      cluster: 'tool_service.jobs',
+      body: JSON.stringify({ ...answer, id: 0 }),
+      headers: { 'mcp-session-id': 'backend-session-1' },
+      removeHeaders: [],
+      metadata: { route: 'demo', rpc_id: answer.id, backend: 'jobs' },
+    });
+  });
+
+  it.each([
+    ['an id the gateway never handed out', 7],
+    ['a scoped id of a backend the route does not have', scopeServerRequestId('ghost', 1)],
+  ])('rejects an answer to %s with 400', async (_case, id) => {
+    const { context, sessionId } = await open();
+    const { status, message } = await responded(decideOnBody(withSession(sessionId), body({ jsonrpc: '2.0', id, result: {} }), context));
+    expect(status).toBe(400);
+    expect(message.error).toMatchObject({ code: -32600, message: expect.stringContaining('which no backend of route "demo" sent') });
+  });
+
+  it('passes client notifications to every backend session of the gateway session, but keeps initialized', async () => {
+    const sessions = sidecarContext(views);
+    const { context, notified, sessionId } = await open(sessions);
+    await decideOnBody(withSession(sessionId), call('jobs__echo'), context);
+    const cancelled = { jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 5, reason: 'user' } };
+    for (const notification of [cancelled, { jsonrpc: '2.0', method: 'notifications/initialized' }]) {
+      expect(await responded(decideOnBody(withSession(sessionId), body(notification), context))).toEqual({ status: 202, message: undefined });
+    }
+    expect(notified).toEqual([{ url: 'http://127.0.0.1:9/jobs/mcp', backendSessionId: 'backend-session-1', notification: cancelled }]);
   });
 
   it('rejects an unsupported MCP-Protocol-Version with 400', async () => {

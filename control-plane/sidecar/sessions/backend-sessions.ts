@@ -3,6 +3,22 @@ import { BackendView } from '../route-catalog';
 import { GatewaySession } from './session-store';
 
 const MCP_HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
+const SESSION_HEADER = 'mcp-session-id';
+const PROTOCOL_VERSION_HEADER = 'mcp-protocol-version';
+
+/** The sidecar's own requests to a Tool Service (sessions, relayed notifications, replays): JSON-RPC over Streamable HTTP. */
+function postToBackend(backend: BackendView, headers: Record<string, string>, body: unknown, signal: AbortSignal): Promise<Response> {
+  return backendFetch(backend.tls)(backend.url, {
+    method: 'POST',
+    headers: { ...headers, ...MCP_HEADERS },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+    signal,
+  });
+}
+
+function sessionHeaders(backendSessionId: string, protocolVersion: string): Record<string, string> {
+  return { ...(backendSessionId && { [SESSION_HEADER]: backendSessionId }), [PROTOCOL_VERSION_HEADER]: protocolVersion };
+}
 
 /** The JSON-RPC message of a Streamable HTTP response, whether sent as JSON or as one SSE event. */
 async function firstMessage(response: Response): Promise<{ error?: { message: string } } | undefined> {
@@ -24,30 +40,28 @@ async function firstMessage(response: Response): Promise<{ error?: { message: st
  */
 export async function openBackendSession(backend: BackendView, session: GatewaySession, timeoutMs: number): Promise<string> {
   const signal = AbortSignal.timeout(timeoutMs);
-  const fetchBackend = backendFetch(backend.tls);
-  const initialize = await fetchBackend(backend.url, {
-    method: 'POST',
-    headers: MCP_HEADERS,
-    signal,
-    body: JSON.stringify({
+  const initialize = await postToBackend(
+    backend,
+    {},
+    {
       jsonrpc: '2.0',
       id: 0,
       method: 'initialize',
       params: { protocolVersion: session.protocolVersion, capabilities: session.clientCapabilities, clientInfo: session.clientInfo },
-    }),
-  });
+    },
+    signal,
+  );
   const reply = await firstMessage(initialize);
   if (!initialize.ok || !reply || reply.error) {
     throw new Error(`initialize answered ${initialize.status}${reply?.error ? `: ${reply.error.message}` : ''}`);
   }
-  const backendSessionId = initialize.headers.get('mcp-session-id') ?? '';
-  const sessionHeaders: Record<string, string> = backendSessionId ? { 'mcp-session-id': backendSessionId } : {};
-  const initialized = await fetchBackend(backend.url, {
-    method: 'POST',
-    headers: { ...MCP_HEADERS, ...sessionHeaders, 'mcp-protocol-version': session.protocolVersion },
+  const backendSessionId = initialize.headers.get(SESSION_HEADER) ?? '';
+  const initialized = await postToBackend(
+    backend,
+    sessionHeaders(backendSessionId, session.protocolVersion),
+    { jsonrpc: '2.0', method: 'notifications/initialized' },
     signal,
-    body: JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }),
-  });
+  );
   await initialized.body?.cancel();
   return backendSessionId;
 }
@@ -56,8 +70,52 @@ export async function openBackendSession(backend: BackendView, session: GatewayS
 export async function closeBackendSession(backend: BackendView, backendSessionId: string, protocolVersion: string, timeoutMs: number): Promise<void> {
   const response = await backendFetch(backend.tls)(backend.url, {
     method: 'DELETE',
-    headers: { 'mcp-session-id': backendSessionId, 'mcp-protocol-version': protocolVersion },
+    headers: sessionHeaders(backendSessionId, protocolVersion),
     signal: AbortSignal.timeout(timeoutMs),
   });
   await response.body?.cancel();
+}
+
+/** Passes a client's notification (cancelled, roots changed, …) to one backend session. */
+export async function notifyBackend(
+  backend: BackendView,
+  backendSessionId: string,
+  protocolVersion: string,
+  notification: unknown,
+  timeoutMs: number,
+): Promise<void> {
+  const response = await postToBackend(backend, sessionHeaders(backendSessionId, protocolVersion), notification, AbortSignal.timeout(timeoutMs));
+  await response.body?.cancel();
+  if (!response.ok) throw new Error(`notification answered ${response.status}`);
+}
+
+export interface BackendAnswer {
+  status: number;
+  contentType: string;
+  body: Buffer;
+}
+
+/**
+ * Sends a request again, from the sidecar, in a new backend session: the whole answer, once the
+ * backend has finished it. Only for requests the backend refused without running them.
+ */
+export async function resendToBackend(
+  backend: BackendView,
+  clientHeaders: Record<string, string>,
+  backendSessionId: string,
+  protocolVersion: string,
+  body: string,
+  timeoutMs: number,
+): Promise<BackendAnswer> {
+  const response = await postToBackend(
+    backend,
+    { ...clientHeaders, ...sessionHeaders(backendSessionId, protocolVersion) },
+    body,
+    AbortSignal.timeout(timeoutMs),
+  );
+  return {
+    status: response.status,
+    contentType: response.headers.get('content-type') ?? 'application/json',
+    body: Buffer.from(await response.arrayBuffer()),
+  };
 }

@@ -24,6 +24,8 @@ export interface SessionStore {
   get(id: string): Promise<GatewaySession | undefined>;
   /** Records a backend session unless one was recorded meanwhile; returns the one that counts. */
   claimBackend(id: string, backend: string, backendSessionId: string): Promise<string>;
+  /** Drops a backend session the backend no longer knows, unless another one was recorded meanwhile. */
+  forgetBackend(id: string, backend: string, staleBackendSessionId: string): Promise<void>;
   remove(id: string): Promise<void>;
   close(): Promise<void>;
 }
@@ -40,6 +42,9 @@ const storedSessionSchema = z.object({
 });
 
 const BACKEND_FIELD = 'backend:';
+
+/** Compare-and-delete, so two replicas recovering the same backend session cannot drop each other's new one. */
+const FORGET_IF_UNCHANGED = `if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL', KEYS[1], ARGV[1]) end return 0`;
 
 /**
  * Sessions in Redis: shared by every sidecar replica and kept across sidecar restarts. One hash per
@@ -97,6 +102,10 @@ export class RedisSessionStore implements SessionStore {
     return (await this.redis.hget(this.key(id), field)) ?? backendSessionId;
   }
 
+  async forgetBackend(id: string, backend: string, staleBackendSessionId: string): Promise<void> {
+    await this.redis.eval(FORGET_IF_UNCHANGED, 1, this.key(id), `${BACKEND_FIELD}${backend}`, staleBackendSessionId);
+  }
+
   async remove(id: string): Promise<void> {
     await this.redis.del(this.key(id));
   }
@@ -133,6 +142,11 @@ export class MemorySessionStore implements SessionStore {
     if (!session) return backendSessionId;
     session.backends[backend] ??= backendSessionId;
     return session.backends[backend];
+  }
+
+  async forgetBackend(id: string, backend: string, staleBackendSessionId: string): Promise<void> {
+    const session = this.sessions.get(id)?.session;
+    if (session?.backends[backend] === staleBackendSessionId) delete session.backends[backend];
   }
 
   async remove(id: string): Promise<void> {

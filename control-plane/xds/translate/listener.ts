@@ -5,8 +5,10 @@ import { TYPE_URL } from './type-urls';
 
 /**
  * The sidecar sees every request's headers and, for POSTs, the whole JSON-RPC body (BUFFERED), so
- * it can answer or steer the request. Responses are never sent to it: the first SSE byte of a
- * tools/call must not wait on a gRPC round trip.
+ * it can answer or steer the request. Of the responses, only those of steered requests reach it
+ * (the sidecar's own answers have no response phase): their headers, and then, by mode_override,
+ * the body of a tools/call answer chunk by chunk (STREAMED), to put the call's outcome into its final
+ * message and scope the ids of requests its backend sends (ADR-0006).
  */
 const extProcFilter = {
   name: 'envoy.filters.http.ext_proc',
@@ -15,6 +17,9 @@ const extProcFilter = {
     grpc_service: { envoy_grpc: { cluster_name: SIDECAR_CLUSTER_NAME }, timeout: '5s' },
     failure_mode_allow: false,
     message_timeout: '2s',
+    // The sidecar may take longer when it sends a call again in a new backend session (ADR-0006).
+    max_message_timeout: '300s',
+    allow_mode_override: true,
     // The sidecar sets Envoy's per-request timeout and retry headers, and removes clients' copies.
     mutation_rules: { allow_envoy: true },
     metadata_options: { receiving_namespaces: { untyped: [METADATA_NAMESPACE] } },
@@ -22,7 +27,7 @@ const extProcFilter = {
       request_header_mode: 'SEND',
       request_body_mode: 'BUFFERED',
       request_trailer_mode: 'SKIP',
-      response_header_mode: 'SKIP',
+      response_header_mode: 'SEND',
       response_body_mode: 'NONE',
       response_trailer_mode: 'SKIP',
     },

@@ -1,0 +1,189 @@
+import { JsonRpcId } from './json-rpc';
+
+/** Where a call's outcome goes: `result._meta` of a result, `error.data` of a backend's own error. */
+export const OUTCOME_META_KEY = 'mcpgw/outcome';
+
+/** The reliability seed's per-call metadata (docs/errors.md), as the caller sees it. */
+export interface CallOutcome {
+  outcome: 'ok' | 'failed';
+  backend: string;
+  tool: string;
+  attempts: number;
+  elapsed_ms: number;
+  fallback_used: false;
+  /** The backend's own JSON-RPC error message, when it answered with one. */
+  last_error?: string;
+}
+
+/** What the response path knows about the tools/call it carries. */
+export interface ProxiedToolCall {
+  rpcId: JsonRpcId;
+  backend: string;
+  tool: string;
+}
+
+export interface ResponseFacts {
+  attempts: number;
+  elapsedMs: () => number;
+}
+
+/** ok, or failed with the last error; degraded (fallback) answers come from Envoy's local replies. */
+export function outcomeOf(call: ProxiedToolCall, facts: ResponseFacts, lastError?: string): CallOutcome {
+  return {
+    outcome: lastError === undefined ? 'ok' : 'failed',
+    backend: call.backend,
+    tool: call.tool,
+    attempts: facts.attempts,
+    elapsed_ms: facts.elapsedMs(),
+    fallback_used: false,
+    ...(lastError !== undefined && { last_error: lastError }),
+  };
+}
+
+type JsonObject = Record<string, unknown>;
+const isObject = (value: unknown): value is JsonObject => typeof value === 'object' && value !== null && !Array.isArray(value);
+
+/**
+ * Gives the gateway's id to a request a backend sends its client (sampling, elicitation, roots) inside
+ * a tools/call stream, so the client's answer can be routed back to that backend: ids of different
+ * backends would collide, and any sidecar replica must be able to route the answer without shared state.
+ */
+export function scopeServerRequestId(backend: string, id: string | number): string {
+  return `mcpgw:${backend}:${JSON.stringify(id)}`;
+}
+
+/** The backend and its own id behind a scoped id; undefined for an id the gateway did not hand out. */
+export function parseServerRequestId(id: unknown): { backend: string; id: string | number } | undefined {
+  if (typeof id !== 'string') return undefined;
+  const match = /^mcpgw:([a-z0-9_]+):(.+)$/s.exec(id);
+  if (!match) return undefined;
+  try {
+    const own = JSON.parse(match[2]) as unknown;
+    return typeof own === 'string' || typeof own === 'number' ? { backend: match[1], id: own } : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Rewrites one JSON-RPC message of a tools/call response; undefined leaves it untouched. The final
+ * response gets the call's outcome; requests from the backend get scoped ids. An outcome already
+ * present (Envoy's own JSON-RPC replies carry theirs) is never overwritten.
+ */
+export function annotateMessage(message: unknown, call: ProxiedToolCall, facts: ResponseFacts): JsonObject | undefined {
+  if (!isObject(message) || message.jsonrpc !== '2.0') return undefined;
+  if (typeof message.method === 'string') {
+    const id = message.id;
+    return typeof id === 'string' || typeof id === 'number' ? { ...message, id: scopeServerRequestId(call.backend, id) } : undefined;
+  }
+  if (message.id !== call.rpcId) return undefined;
+  const outcome = (lastError?: string) => outcomeOf(call, facts, lastError);
+  if (isObject(message.result)) {
+    const meta = isObject(message.result._meta) ? message.result._meta : {};
+    if (OUTCOME_META_KEY in meta) return undefined;
+    return { ...message, result: { ...message.result, _meta: { ...meta, [OUTCOME_META_KEY]: outcome() } } };
+  }
+  if (isObject(message.error)) {
+    const data = message.error.data;
+    // Envoy's replies (docs/errors.md) carry the outcome at the top of data; a backend's own data that is not an object stays as sent.
+    if ((data !== undefined && !isObject(data)) || (isObject(data) && ('outcome' in data || OUTCOME_META_KEY in data))) return undefined;
+    const message_ = typeof message.error.message === 'string' ? message.error.message : 'error';
+    return { ...message, error: { ...message.error, data: { ...(data ?? {}), [OUTCOME_META_KEY]: outcome(message_) } } };
+  }
+  return undefined;
+}
+
+export type MessageRewrite = (message: unknown) => JsonObject | undefined;
+
+/** Rewrites a response body as it passes, chunk by chunk; each call returns the bytes to send on now. */
+export interface ResponseRewriter {
+  push(chunk: Buffer, endOfStream: boolean): Buffer;
+}
+
+/** Past this size a JSON answer is sent on untouched rather than held in the sidecar's memory. */
+export const MAX_REWRITTEN_JSON_BYTES = 16 * 1024 * 1024;
+
+/** A JSON answer is one message: held until complete, then rewritten once. */
+export class JsonResponseRewriter implements ResponseRewriter {
+  private held: Buffer[] = [];
+  private heldBytes = 0;
+  private passThrough = false;
+
+  constructor(
+    private readonly rewrite: MessageRewrite,
+    private readonly maxBytes = MAX_REWRITTEN_JSON_BYTES,
+  ) {}
+
+  push(chunk: Buffer, endOfStream: boolean): Buffer {
+    if (this.passThrough) return chunk;
+    this.held.push(chunk);
+    this.heldBytes += chunk.length;
+    if (this.heldBytes > this.maxBytes) {
+      this.passThrough = true;
+      return this.release();
+    }
+    if (!endOfStream) return Buffer.alloc(0);
+    const body = this.release();
+    try {
+      const rewritten = this.rewrite(JSON.parse(body.toString('utf8')));
+      return rewritten ? Buffer.from(JSON.stringify(rewritten)) : body;
+    } catch {
+      return body;
+    }
+  }
+
+  private release(): Buffer {
+    const body = Buffer.concat(this.held);
+    this.held = [];
+    return body;
+  }
+}
+
+const EVENT_END = /\r\n\r\n|\n\n|\r\r/;
+
+/**
+ * A text/event-stream answer: each complete event goes on as soon as it is complete, rewritten if its
+ * data is a message to rewrite, byte for byte otherwise. Only an incomplete event is held back, since
+ * no client can act on half an event anyway.
+ */
+export class SseResponseRewriter implements ResponseRewriter {
+  private pending = '';
+  private readonly decoder = new TextDecoder('utf-8');
+
+  constructor(private readonly rewrite: MessageRewrite) {}
+
+  push(chunk: Buffer, endOfStream: boolean): Buffer {
+    this.pending += this.decoder.decode(chunk, { stream: !endOfStream });
+    let out = '';
+    for (let match = EVENT_END.exec(this.pending); match; match = EVENT_END.exec(this.pending)) {
+      const end = match.index + match[0].length;
+      out += this.rewriteEvent(this.pending.slice(0, match.index), match[0]);
+      this.pending = this.pending.slice(end);
+    }
+    if (endOfStream) {
+      out += this.pending;
+      this.pending = '';
+    }
+    return Buffer.from(out, 'utf8');
+  }
+
+  private rewriteEvent(event: string, terminator: string): string {
+    const lines = event.split(/\r\n|\n|\r/);
+    const dataLines = lines.filter((line) => line.startsWith('data:'));
+    if (dataLines.length === 0) return event + terminator;
+    const data = dataLines.map((line) => line.slice(line.startsWith('data: ') ? 6 : 5)).join('\n');
+    let rewritten: JsonObject | undefined;
+    try {
+      rewritten = this.rewrite(JSON.parse(data));
+    } catch {
+      rewritten = undefined;
+    }
+    if (!rewritten) return event + terminator;
+    // The rewritten message takes the place of the first data line; the other fields (event, id) stay.
+    const firstData = lines.findIndex((line) => line.startsWith('data:'));
+    const kept = lines.flatMap((line, index) =>
+      index === firstData ? [`data: ${JSON.stringify(rewritten)}`] : line.startsWith('data:') ? [] : [line],
+    );
+    return kept.join('\n') + '\n\n';
+  }
+}
