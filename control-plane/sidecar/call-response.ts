@@ -93,6 +93,22 @@ export function annotateMessage(message: unknown, call: ProxiedToolCall, facts: 
   return undefined;
 }
 
+/**
+ * A backend's answer meaning it does not know the session a call came in, so it ran nothing: 404, as
+ * the spec says, or the 400 "No valid session ID" of servers built on the MCP SDK's examples
+ * (server-everything among them).
+ */
+export function saysSessionUnknown(status: number, body?: Buffer): boolean {
+  if (status === 404) return true;
+  if (status !== 400 || !body) return false;
+  try {
+    const message = (JSON.parse(body.toString('utf8')) as { error?: { message?: unknown } }).error?.message;
+    return typeof message === 'string' && /session/i.test(message);
+  } catch {
+    return false;
+  }
+}
+
 export type MessageRewrite = (message: unknown) => JsonObject | undefined;
 
 /** Rewrites a response body as it passes, chunk by chunk; each call returns the bytes to send on now. */

@@ -1,7 +1,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { toStruct } from '../xds/protobuf/proto-json';
 import { BACKEND_CLUSTER_HEADER, METADATA_NAMESPACE } from '../xds/translate/settings';
-import { ResponseFacts, ResponseRewriter } from './call-response';
+import { ResponseFacts, ResponseRewriter, saysSessionUnknown } from './call-response';
 import {
   Decision,
   GatewayContext,
@@ -98,14 +98,16 @@ function toProcessingResponse(decision: Decision, phase: 'request_headers' | 're
 }
 
 /** After the response headers, only the response body is sent on, chunk by chunk (envoy ext_proc ProcessingMode). */
-const STREAM_RESPONSE_BODY = {
+const responseBodyMode = (mode: 'STREAMED' | 'BUFFERED') => ({
   request_header_mode: 'SKIP',
   response_header_mode: 'SKIP',
   request_body_mode: 'NONE',
-  response_body_mode: 'STREAMED',
+  response_body_mode: mode,
   request_trailer_mode: 'SKIP',
   response_trailer_mode: 'SKIP',
-};
+});
+const STREAM_RESPONSE_BODY = responseBodyMode('STREAMED');
+const BUFFER_RESPONSE_BODY = responseBodyMode('BUFFERED');
 
 /** How long Envoy waits while the sidecar sends a call again itself (below the filter's max_message_timeout). */
 const RESEND_MESSAGE_TIMEOUT_S = 290;
@@ -118,27 +120,30 @@ const RESEND_DEFAULT_TIMEOUT_MS = 120_000;
  */
 class ToolCallResponse {
   private rewriter: ResponseRewriter | undefined;
+  /** Attempts so far, while a 400 body is read to see whether the backend lost the session. */
+  private checkingBadRequest: number | undefined;
 
   constructor(
     private readonly call: ToolCallForward,
     private readonly head: RequestHead,
     private readonly startedAt: number,
     private readonly context: GatewayContext,
+    private readonly write: (response: ProcessingResponse) => void,
   ) {}
 
   private facts(attempts: number): ResponseFacts {
     return { attempts, elapsedMs: () => Math.round(performance.now() - this.startedAt) };
   }
 
-  async onHeaders(headers: HttpHeaders, write: (response: ProcessingResponse) => void): Promise<ProcessingResponse> {
+  async onHeaders(headers: HttpHeaders): Promise<ProcessingResponse> {
     const response = readHead(headers.headers?.headers ?? []).headers;
     const attempts = Number(response.get('x-envoy-attempt-count')) || 1;
-    const session = this.call.session;
-    if (response.get(':status') === '404' && session) {
-      write({ override_message_timeout: { seconds: String(RESEND_MESSAGE_TIMEOUT_S), nanos: 0 } });
-      const call = { ...this.call, session, timeoutMs: Math.min(this.call.timeoutMs ?? RESEND_DEFAULT_TIMEOUT_MS, (RESEND_MESSAGE_TIMEOUT_S - 5) * 1000) };
-      const decision = await resendInNewBackendSession(call, this.head, this.facts(attempts + 1), this.context);
-      return toProcessingResponse(decision, 'response_headers', this.head);
+    const status = Number(response.get(':status'));
+    if (this.call.session && status === 404) return this.resend(attempts);
+    if (this.call.session && status === 400 && !headers.end_of_stream) {
+      // Held whole (a short error) so that nothing reaches the client before the sidecar has read it.
+      this.checkingBadRequest = attempts;
+      return { response_headers: {}, mode_override: BUFFER_RESPONSE_BODY };
     }
     this.rewriter = responseRewriter(response.get('content-type') ?? '', this.call, this.facts(attempts));
     if (!this.rewriter || headers.end_of_stream) return { response_headers: {} };
@@ -146,10 +151,25 @@ class ToolCallResponse {
     return { response_headers: { response: { header_mutation: { remove_headers: ['content-length'] } } }, mode_override: STREAM_RESPONSE_BODY };
   }
 
-  onBody(body: HttpBody): ProcessingResponse {
+  /** Synchronous for body chunks, so that their answers go out in their order. */
+  onBody(body: HttpBody): ProcessingResponse | Promise<ProcessingResponse> {
+    if (this.checkingBadRequest !== undefined) {
+      return saysSessionUnknown(400, body.body) ? this.resend(this.checkingBadRequest) : { response_body: {} };
+    }
     if (!this.rewriter) return { response_body: {} };
     const out = this.rewriter.push(body.body, body.end_of_stream);
     return { response_body: out.equals(body.body) ? {} : { response: { body_mutation: { body: out } } } };
+  }
+
+  private async resend(attempts: number): Promise<ProcessingResponse> {
+    this.write({ override_message_timeout: { seconds: String(RESEND_MESSAGE_TIMEOUT_S), nanos: 0 } });
+    const call = {
+      ...this.call,
+      session: this.call.session!,
+      timeoutMs: Math.min(this.call.timeoutMs ?? RESEND_DEFAULT_TIMEOUT_MS, (RESEND_MESSAGE_TIMEOUT_S - 5) * 1000),
+    };
+    const decision = await resendInNewBackendSession(call, this.head, this.facts(attempts + 1), this.context);
+    return toProcessingResponse(decision, 'response_headers', this.head);
   }
 }
 
@@ -165,8 +185,8 @@ export function extProcServiceHandlers(context: GatewayContext): grpc.UntypedSer
       let toolCallResponse: ToolCallResponse | undefined;
       const startedAt = performance.now();
       const write = (response: ProcessingResponse) => call.write(response);
-      // Envoy sends each message only after it has the answer to the one before, except body chunks,
-      // which are answered synchronously and so in order.
+      // Envoy sends each message only after it has the answer to the one before, except streamed body
+      // chunks, which are answered synchronously and so in order.
       call.on('data', async (request: ProcessingRequest) => {
         try {
           if (request.request_headers) {
@@ -179,13 +199,14 @@ export function extProcServiceHandlers(context: GatewayContext): grpc.UntypedSer
           } else if (request.request_body && head) {
             const decision = await decideOnBody(head, request.request_body.body, context);
             if (decision.kind === 'forward' && decision.toolCall) {
-              toolCallResponse = new ToolCallResponse(decision.toolCall, head, startedAt, context);
+              toolCallResponse = new ToolCallResponse(decision.toolCall, head, startedAt, context, write);
             }
             write(toProcessingResponse(decision, 'request_body', head));
           } else if (request.response_headers) {
-            write(toolCallResponse && head ? await toolCallResponse.onHeaders(request.response_headers, write) : { response_headers: {} });
+            write(toolCallResponse ? await toolCallResponse.onHeaders(request.response_headers) : { response_headers: {} });
           } else if (request.response_body) {
-            write(toolCallResponse ? toolCallResponse.onBody(request.response_body) : { response_body: {} });
+            const answer = toolCallResponse ? toolCallResponse.onBody(request.response_body) : { response_body: {} };
+            write(answer instanceof Promise ? await answer : answer);
           }
         } catch (error) {
           // Envoy turns this into its JSON-RPC "gateway error" reply (fail closed).

@@ -2,8 +2,10 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { CreateMessageRequestSchema, ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import { ManagedProcess, freePort, waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
+import { CancellableToolService } from '../support/cancellable-tool-service';
 import { startEverythingServer } from '../support/everything-server';
 import { listedTools, postJsonRpc, startGateway, testDir } from '../support/gateway-fixture';
 
@@ -17,16 +19,21 @@ describe('sessions through the gateway (server-everything, real Envoy and Redis)
   let everything: ManagedProcess;
   let lateEverything: ManagedProcess | undefined;
   let latePort: number;
+  let everythingPort: number;
+  let waiter: CancellableToolService;
   const clients: Client[] = [];
 
   beforeAll(async () => {
     const port = await freePort();
+    everythingPort = port;
     latePort = await freePort();
+    waiter = await CancellableToolService.start();
     everything = await startEverythingServer(port, path.join(testDir('sessions-everything'), 'everything.log'));
     ({ stack, dir } = await startGateway('sessions', (b) => ({
       routes: [
         { key: 'stateful', toolServices: [{ name: 'everything', url: `http://127.0.0.1:${port}/mcp` }, { name: 'jobs', url: b.jobs }] },
         { key: 'late', toolServices: [{ name: 'jobs', url: b.jobs }, { id: 'late-everything', name: 'later', url: `http://127.0.0.1:${latePort}/mcp` }] },
+        { key: 'cancel', toolServices: [{ name: 'jobs', url: b.jobs }, { name: 'waiter', url: waiter.url }] },
       ],
     })));
   });
@@ -36,10 +43,10 @@ describe('sessions through the gateway (server-everything, real Envoy and Redis)
     await stack?.stop();
     await everything?.stop();
     await lateEverything?.stop();
+    await waiter?.stop();
   });
 
-  async function connect(route: string): Promise<{ client: Client; transport: StreamableHTTPClientTransport }> {
-    const client = new Client({ name: 'session-test', version: '1.0.0' });
+  async function connect(route: string, client = new Client({ name: 'session-test', version: '1.0.0' })): Promise<{ client: Client; transport: StreamableHTTPClientTransport }> {
     const transport = new StreamableHTTPClientTransport(new URL(stack.gatewayUrl(route)));
     await client.connect(transport);
     clients.push(client);
@@ -109,6 +116,53 @@ describe('sessions through the gateway (server-everything, real Envoy and Redis)
     expect(stale.json().error.code).toBe(-32001);
   });
 
+  it("carries a backend's sampling and elicitation requests to the client, and the client's answers back", async () => {
+    const agent = new Client({ name: 'session-test', version: '1.0.0' }, { capabilities: { sampling: {}, elicitation: {} } });
+    const asked: string[] = [];
+    agent.setRequestHandler(CreateMessageRequestSchema, async (request) => {
+      asked.push(request.method);
+      return { model: 'test-model', role: 'assistant', content: { type: 'text', text: 'sampled by the agent' } };
+    });
+    agent.setRequestHandler(ElicitRequestSchema, async (request) => {
+      asked.push(request.method);
+      return { action: 'accept', content: { name: 'Ada Lovelace' } };
+    });
+    const { client } = await connect('stateful', agent);
+    const sampled = await client.callTool({ name: 'everything__trigger-sampling-request', arguments: { prompt: 'weather?' } });
+    expect(JSON.stringify(sampled.content)).toContain('sampled by the agent');
+    expect(sampled._meta?.['mcpgw/outcome']).toMatchObject({ outcome: 'ok', backend: 'everything', tool: 'trigger-sampling-request', attempts: 1 });
+    const elicited = await client.callTool({ name: 'everything__trigger-elicitation-request', arguments: {} });
+    expect(JSON.stringify(elicited.content)).toContain('- Name: Ada Lovelace');
+    expect(asked).toEqual(['sampling/createMessage', 'elicitation/create']);
+  });
+
+  it("passes the client's cancellation to the backend session running the call, and only there", async () => {
+    const { client } = await connect('cancel');
+    expect((await client.callTool({ name: 'jobs__echo', arguments: { text: 'jobs joins the session' } })).content).toHaveLength(1);
+    const abort = new AbortController();
+    const pending = client.callTool({ name: 'waiter__wait', arguments: {} }, undefined, { signal: abort.signal });
+    await waitFor('the backend to start the call', async () => (waiter.started.length === 1 ? true : undefined));
+    abort.abort('the agent changed its mind');
+    await expect(pending).rejects.toThrow();
+    await waitFor('the cancellation to reach the backend', async () => (waiter.cancelled.length === 1 ? true : undefined));
+    expect(waiter.cancelled[0]).toMatchObject({ session: waiter.started[0].session, requestId: waiter.started[0].requestId });
+    expect(String(waiter.cancelled[0].reason)).toContain('the agent changed its mind');
+  });
+
+  it('opens a new backend session when the backend answers 404 for its own, without the client noticing', async () => {
+    const { client } = await connect('cancel');
+    const whoami = async () => ((await client.callTool({ name: 'waiter__whoami', arguments: {} })).content as { text: string }[])[0].text;
+    const before = await whoami();
+    waiter.forgetSessions();
+    const renewed = await client.callTool({ name: 'waiter__whoami', arguments: {} });
+    const after = (renewed.content as { text: string }[])[0].text;
+    expect(after).not.toBe(before);
+    expect(after).toMatch(/^[0-9a-f-]{36}$/);
+    // The call that found the session gone counts as an attempt.
+    expect(renewed._meta?.['mcpgw/outcome']).toMatchObject({ outcome: 'ok', attempts: 2 });
+    expect(await whoami()).toBe(after);
+  });
+
   it('answers a forged session id with 404', async () => {
     const forged = await postJsonRpc(stack.gatewayUrl('stateful'), { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'jobs__echo', arguments: { text: 'x' } } }, {
       'content-type': 'application/json',
@@ -117,5 +171,21 @@ describe('sessions through the gateway (server-everything, real Envoy and Redis)
     });
     expect(forged.status).toBe(404);
     expect(forged.json()).toMatchObject({ jsonrpc: '2.0', id: 1, error: { code: -32001 } });
+  });
+
+  // Last: it restarts server-everything, which the other tests use.
+  it('opens a new backend session when the backend forgot its own (restart), without the client noticing', async () => {
+    const { client, transport } = await connect('stateful');
+    const before = await toggle(client);
+    await everything.stop();
+    everything = await startEverythingServer(everythingPort, path.join(dir, 'everything-restarted.log'));
+    const after = await toggle(client);
+    // A new backend session (its toggle state starts afresh), under the same gateway session.
+    expect(after.started).toBe(true);
+    expect(after.session).not.toBe(before.session);
+    expect((await toggle(client)).session).toBe(after.session);
+    expect(transport.sessionId).toBeDefined();
+    const echoed = await client.callTool({ name: 'everything__echo', arguments: { message: 'still here' } });
+    expect(echoed.content).toEqual([{ type: 'text', text: 'Echo: still here' }]);
   });
 });

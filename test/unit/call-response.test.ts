@@ -3,6 +3,7 @@ import {
   SseResponseRewriter,
   annotateMessage,
   parseServerRequestId,
+  saysSessionUnknown,
   scopeServerRequestId,
 } from '../../control-plane/sidecar/call-response';
 
@@ -110,5 +111,17 @@ describe('JSON answers', () => {
 
   it('pass untouched when they are not JSON', () => {
     expect(new JsonResponseRewriter(annotate).push(Buffer.from('oops'), true).toString('utf8')).toBe('oops');
+  });
+});
+
+describe('a backend that does not know the session', () => {
+  it.each<[string, number, string | undefined, boolean]>([
+    ['404, as the spec says', 404, undefined, true],
+    ["the SDK examples' 400", 400, '{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}', true],
+    ['another 400', 400, '{"jsonrpc":"2.0","error":{"code":-32602,"message":"bad arguments"},"id":1}', false],
+    ['a 400 that is not JSON', 400, 'no session', false],
+    ['a 500 about sessions', 500, '{"error":{"message":"session store down"}}', false],
+  ])('%s', (_case, status, body, unknown) => {
+    expect(saysSessionUnknown(status, body === undefined ? undefined : Buffer.from(body))).toBe(unknown);
   });
 });

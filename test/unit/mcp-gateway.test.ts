@@ -1,6 +1,6 @@
 import { CatalogSnapshotMessage } from '../../control-plane/catalog/catalog-store';
 import { scopeServerRequestId } from '../../control-plane/sidecar/call-response';
-import { Decision, RequestHead, decideOnBody, decideOnHead } from '../../control-plane/sidecar/mcp-gateway';
+import { Decision, RequestHead, decideOnBody, decideOnHead, resendInNewBackendSession } from '../../control-plane/sidecar/mcp-gateway';
 import { buildRouteViews } from '../../control-plane/sidecar/route-catalog';
 import { sidecarContext } from '../support/sidecar-context';
 import { backendCatalog, catalogSnapshot } from './catalog-fixtures';
@@ -219,6 +219,27 @@ describe('sidecar sessions', () => {
       expect(await responded(decideOnBody(withSession(sessionId), body(notification), context))).toEqual({ status: 202, message: undefined });
     }
     expect(notified).toEqual([{ url: 'http://127.0.0.1:9/jobs/mcp', backendSessionId: 'backend-session-1', notification: cancelled }]);
+  });
+
+  it('answers with a JSON-RPC error naming the backend when a lost backend session cannot be replaced', async () => {
+    let sessions = 0;
+    const { context, sessionId } = await open(sidecarContext(views, async () => (++sessions === 1 ? 'first' : Promise.reject(new Error('connect ECONNREFUSED')))));
+    const forward = await decideOnBody(withSession(sessionId), call('jobs__echo'), context);
+    if (forward.kind !== 'forward' || !forward.toolCall?.session) throw new Error('expected a tools/call forwarded in a backend session');
+    const decision = await resendInNewBackendSession({ ...forward.toolCall, session: forward.toolCall.session, timeoutMs: 1000 }, withSession(sessionId), { attempts: 2, elapsedMs: () => 9 }, context);
+    const { status, message } = await responded(decision);
+    expect(status).toBe(200);
+    expect(message).toEqual({
+      jsonrpc: '2.0',
+      id: 5,
+      error: {
+        code: -32004,
+        message: 'backend jobs lost its session and could not start a new one: tools/call echo failed (connect ECONNREFUSED)',
+        data: { outcome: 'failed', backend: 'jobs', tool: 'echo', attempts: 2, elapsed_ms: 9, fallback_used: false, last_error: 'connect ECONNREFUSED', http_status: 503 },
+      },
+    });
+    // The stale backend session is forgotten, so the next call tries to open a new one.
+    expect((await context.sessions.get(sessionId))?.backends).toEqual({});
   });
 
   it('rejects an unsupported MCP-Protocol-Version with 400', async () => {

@@ -1,0 +1,89 @@
+import { randomUUID } from 'node:crypto';
+import * as http from 'node:http';
+import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import { createMcpExpressApp } from '@modelcontextprotocol/sdk/server/express.js';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
+import { freePort } from '../../control-plane/devstack/processes';
+
+const HOST = '127.0.0.1';
+
+/**
+ * A real stateful MCP SDK Tool Service in the test's own process. Its tool `wait` runs until its
+ * request is cancelled: the service records which of its sessions started a call and which calls the
+ * client's notifications/cancelled reached. Its tool `whoami` names the session it ran in. It answers
+ * an unknown session with 404, as the spec says, and can forget all its sessions at once.
+ */
+export class CancellableToolService {
+  readonly started: { session: string; requestId: string | number }[] = [];
+  readonly cancelled: { session: string; requestId: string | number; reason: unknown }[] = [];
+
+  private readonly transports = new Map<string, StreamableHTTPServerTransport>();
+
+  private constructor(
+    private readonly server: http.Server,
+    readonly port: number,
+  ) {}
+
+  static async start(): Promise<CancellableToolService> {
+    const port = await freePort();
+    const app = createMcpExpressApp({ host: HOST });
+    const server = http.createServer(app);
+    const service = new CancellableToolService(server, port);
+    const transports = service.transports;
+    app.all('/mcp', async (req, res) => {
+      const sessionId = req.headers['mcp-session-id'];
+      let transport = typeof sessionId === 'string' ? transports.get(sessionId) : undefined;
+      if (!transport && req.method === 'POST' && isInitializeRequest(req.body)) {
+        const created = new StreamableHTTPServerTransport({
+          sessionIdGenerator: randomUUID,
+          onsessioninitialized: (id) => void transports.set(id, created),
+        });
+        await service.mcpServer().connect(created);
+        transport = created;
+      }
+      if (!transport) {
+        res.status(404).json({ jsonrpc: '2.0', id: null, error: { code: -32001, message: 'Session not found' } });
+        return;
+      }
+      await transport.handleRequest(req, res, req.body);
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(port, HOST, () => resolve());
+    });
+    return service;
+  }
+
+  get url(): string {
+    return `http://${HOST}:${this.port}/mcp`;
+  }
+
+  private mcpServer(): McpServer {
+    const server = new McpServer({ name: 'cancellable-tool-service', version: '1.0.0' });
+    server.registerTool('wait', { description: 'Runs until cancelled.' }, (extra) =>
+      new Promise((resolve) => {
+        const session = extra.sessionId ?? '';
+        this.started.push({ session, requestId: extra.requestId });
+        extra.signal.addEventListener('abort', () => {
+          this.cancelled.push({ session, requestId: extra.requestId, reason: extra.signal.reason });
+          resolve({ content: [{ type: 'text', text: 'cancelled' }] });
+        });
+      }),
+    );
+    server.registerTool('whoami', { description: 'Names the session it runs in.' }, (extra) => ({
+      content: [{ type: 'text', text: extra.sessionId ?? '' }],
+    }));
+    return server;
+  }
+
+  /** As a restart would: every session the service had is unknown from now on. */
+  forgetSessions(): void {
+    this.transports.clear();
+  }
+
+  async stop(): Promise<void> {
+    this.server.closeAllConnections();
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+}
