@@ -3,7 +3,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { freePort, waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
-import { SampleBackends, callToolContent, connectClient, listedTools, postJsonRpc, startGateway } from '../support/gateway-fixture';
+import { MCP_POST_HEADERS, SampleBackends, callToolContent, connectClient, listedTools, postJsonRpc, startGateway } from '../support/gateway-fixture';
 
 /**
  * What an agent sees when the path behind the gateway fails: JSON-RPC errors naming the backend,
@@ -155,12 +155,40 @@ describe('backend failures through the real Envoy', () => {
     }
   });
 
+  it('keeps a tools/call stream in flight going when the sidecar restarts', async () => {
+    const client = await connectClient(stack.gatewayUrl('demo'));
+    try {
+      const progress: number[] = [];
+      let restart: Promise<void> | undefined;
+      const result = await client.callTool({ name: 'jobs__run_job', arguments: { steps: 8, interval_ms: 150 } }, undefined, {
+        onprogress: ({ progress: step }) => {
+          progress.push(step);
+          if (step === 2) restart = stack.stopProcess('sidecar').then(() => stack.startSidecar());
+        },
+      });
+      await restart;
+      expect(result.content).toEqual([{ type: 'text', text: 'job finished after 8 steps' }]);
+      expect(progress).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+    } finally {
+      await client.close();
+    }
+    await waitFor('the restarted sidecar to have the catalog', () => listedTools(stack.gatewayUrl('demo')));
+  });
+
   it('fails closed in JSON-RPC form when the sidecar is down', async () => {
     await stack.stopProcess('sidecar');
     const response = await postJsonRpc(stack.gatewayUrl('demo'), { jsonrpc: '2.0', id: 1, method: 'tools/list' });
-    expect(response.status).toBeGreaterThanOrEqual(500);
+    expect(response.status).toBe(503);
     expect(response.contentType).toBe('application/json');
-    expect(response.json()).toMatchObject({ jsonrpc: '2.0', error: { code: -32603 } });
+    expect(response.json()).toMatchObject({ jsonrpc: '2.0', error: { code: -32603, message: expect.stringContaining('gateway sidecar unavailable') } });
+    // A client's own steering header leads nowhere either: no request reaches a backend unchecked.
+    const forged = await postJsonRpc(
+      stack.gatewayUrl('demo'),
+      { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'run_job', arguments: {} } },
+      { ...MCP_POST_HEADERS, 'x-mcpgw-cluster': 'tool_service.jobs' },
+    );
+    expect(forged.status).toBe(503);
+    expect(forged.json().error.message).toContain('gateway sidecar unavailable');
     await stack.startSidecar();
   });
 });

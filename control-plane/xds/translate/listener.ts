@@ -1,6 +1,6 @@
 import { TypedJson } from '../protobuf/proto-json';
 import { localReplyConfig } from './local-replies';
-import { GatewaySettings, LISTENER_NAME, METADATA_NAMESPACE, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME } from './settings';
+import { BACKEND_CLUSTER_HEADER, GatewaySettings, LISTENER_NAME, METADATA_NAMESPACE, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME } from './settings';
 import { TYPE_URL } from './type-urls';
 
 /**
@@ -15,7 +15,10 @@ const extProcFilter = {
   typed_config: {
     '@type': TYPE_URL.extProc,
     grpc_service: { envoy_grpc: { cluster_name: SIDECAR_CLUSTER_NAME }, timeout: '5s' },
-    failure_mode_allow: false,
+    // Fail open, so that a sidecar restart never cuts a tools/call stream in flight (its outcome is
+    // then simply not annotated). Requests still fail closed: without the sidecar's steering header
+    // no route leads to a backend (clientSteeringStrip).
+    failure_mode_allow: true,
     message_timeout: '2s',
     // The sidecar may take longer when it sends a call again in a new backend session (ADR-0006).
     max_message_timeout: '300s',
@@ -31,6 +34,19 @@ const extProcFilter = {
       response_body_mode: 'NONE',
       response_trailer_mode: 'SKIP',
     },
+  },
+};
+
+/**
+ * Only the sidecar may steer: a client's own steering header is gone before the route is chosen
+ * (early header mutation runs before route matching, which any filter's route lookup would cache),
+ * so a request the sidecar did not handle (it was down or too slow) matches no backend route.
+ */
+const clientSteeringStrip = {
+  name: 'mcpgw.strip_client_steering',
+  typed_config: {
+    '@type': TYPE_URL.earlyHeaderMutation,
+    mutations: [{ remove: BACKEND_CLUSTER_HEADER }],
   },
 };
 
@@ -85,6 +101,7 @@ export function buildListener(settings: GatewaySettings): TypedJson {
               request_timeout: '0s',
               access_log: [accessLog],
               local_reply_config: localReplyConfig(),
+              early_header_mutation_extensions: [clientSteeringStrip],
               http_filters: [
                 extProcFilter,
                 { name: 'envoy.filters.http.router', typed_config: { '@type': TYPE_URL.router } },

@@ -1,4 +1,4 @@
-import { METADATA_NAMESPACE } from './settings';
+import { BACKEND_CLUSTER_HEADER, METADATA_NAMESPACE } from './settings';
 
 /**
  * Envoy's own replies in JSON-RPC form. When a steered tools/call fails in Envoy — no healthy
@@ -88,7 +88,20 @@ export function localReplyConfig() {
         }),
       },
       {
-        // ext_proc failures (sidecar down or too slow): fail closed, in JSON-RPC form.
+        // The sidecar did not handle the request (down or too slow; ext_proc fails open so that
+        // streams survive it): the unsteered route's own JSON-RPC answer, as it is.
+        filter: {
+          and_filter: {
+            filters: [
+              { status_code_filter: { comparison: { op: 'GE', value: { default_value: 500, runtime_key: 'mcpgw.unused' } } } },
+              { header_filter: { header: { name: BACKEND_CLUSTER_HEADER, present_match: false } } },
+            ],
+          },
+        },
+        body_format_override: { text_format: '%LOCAL_REPLY_BODY%', content_type: 'application/json' },
+      },
+      {
+        // Any other failure of Envoy's own: in JSON-RPC form.
         filter: { status_code_filter: { comparison: { op: 'GE', value: { default_value: 500, runtime_key: 'mcpgw.unused' } } } },
         body_format_override: jsonBody({
           jsonrpc: '2.0',

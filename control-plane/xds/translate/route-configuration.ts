@@ -5,10 +5,10 @@ import { BACKEND_CLUSTER_HEADER, ROUTE_CONFIG_NAME } from './settings';
 import { TYPE_URL } from './type-urls';
 
 /** A JSON-RPC error answered by Envoy itself, for requests the sidecar did not steer. */
-function jsonRpcDirectResponse(status: number, message: string) {
+function jsonRpcDirectResponse(status: number, code: number, message: string) {
   return {
     status,
-    body: { inline_string: JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32600, message } }) },
+    body: { inline_string: JSON.stringify({ jsonrpc: '2.0', id: null, error: { code, message } }) },
   };
 }
 
@@ -45,11 +45,12 @@ function backendRoute(route: RouteIR, backend: RouteBackendIR, service: ToolServ
   };
 }
 
+/** Reached only when the sidecar did not handle the request: it steers or answers everything else. */
 function unsteeredRoute(route: RouteIR) {
   return {
     name: `${route.key}/unsteered`,
     match: { path_separated_prefix: route.path },
-    direct_response: jsonRpcDirectResponse(502, `the gateway sidecar did not route this request on route "${route.key}"`),
+    direct_response: jsonRpcDirectResponse(503, -32603, `gateway sidecar unavailable: request on route "${route.key}" not routed, try again`),
     response_headers_to_add: JSON_CONTENT_TYPE,
   };
 }
@@ -75,7 +76,7 @@ export function buildRouteConfiguration(ir: GatewayIR): TypedJson {
           {
             name: 'not_found',
             match: { prefix: '/' },
-            direct_response: jsonRpcDirectResponse(404, 'not an MCP route: use /mcp/{routeKey}'),
+            direct_response: jsonRpcDirectResponse(404, -32600, 'not an MCP route: use /mcp/{routeKey}'),
             response_headers_to_add: JSON_CONTENT_TYPE,
           },
         ],
