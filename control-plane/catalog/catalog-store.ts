@@ -5,6 +5,7 @@ import { GatewayIR, ToolServiceIR } from '../ir/gateway-ir';
 import { Logger } from '../shared/log';
 import { SavedRoute } from '../state/last-good-store';
 import { ExposureSettings, ToolFinding, compareBackendNames, exposeRouteTools } from './tool-exposure';
+import { policyDenial } from './tool-policy';
 
 export type BackendState = 'ok' | 'stale' | 'missing';
 
@@ -35,6 +36,14 @@ export interface BackendCatalogMessage {
   /** For https Tool Services, how to verify them; empty otherwise. */
   tls_ca_file: string;
   tls_sni: string;
+  /** The backend's tools the route's policy keeps from agents, and the rule that does. */
+  denied_tools: DeniedToolMessage[];
+}
+
+export interface DeniedToolMessage {
+  /** The backend's own name for the tool. */
+  tool: string;
+  rule: string;
 }
 
 export interface ExposedToolMessage {
@@ -225,15 +234,23 @@ export class CatalogStore extends EventEmitter {
     const routes = this.ir.routes.map((route): RouteCatalogMessage => {
       const backends = [...route.backends]
         .sort((a, b) => compareBackendNames(a.name, b.name))
-        .map((backend) => ({ backend, catalog: this.byCluster.get(backend.clusterName) }));
+        .map((backend) => {
+          const catalog = this.byCluster.get(backend.clusterName);
+          const denials = (catalog?.tools ?? []).map((tool) => policyDenial(backend.policy, tool));
+          return { backend, catalog, denials };
+        });
       const exposure = exposeRouteTools(
-        backends.map(({ backend, catalog }) => ({ backend: backend.name, toolNames: (catalog?.tools ?? []).map(nameOf) })),
+        backends.map(({ backend, catalog, denials }) => ({
+          backend: backend.name,
+          toolNames: (catalog?.tools ?? []).map(nameOf),
+          denied: new Set(denials.flatMap((denial, index) => (denial === undefined ? [] : [index]))),
+        })),
         this.settings,
       );
       findings.set(route.key, exposure.findings);
       return {
         route_key: route.key,
-        backends: backends.map(({ backend, catalog }) => ({
+        backends: backends.map(({ backend, catalog, denials }) => ({
           name: backend.name,
           cluster: backend.clusterName,
           tools_json: (catalog?.tools ?? []).map((tool) => JSON.stringify(tool)),
@@ -245,6 +262,7 @@ export class CatalogStore extends EventEmitter {
           fallback_text: services.get(backend.clusterName)?.fallbackText ?? '',
           tls_ca_file: services.get(backend.clusterName)?.endpoint.tls?.caFile ?? '',
           tls_sni: services.get(backend.clusterName)?.endpoint.tls?.sni ?? '',
+          denied_tools: denials.flatMap((rule, index) => (rule === undefined ? [] : [{ tool: catalog!.tools[index].name, rule }])),
         })),
         tools: exposure.tools,
       };

@@ -41,6 +41,8 @@ export interface BackendToolNames {
   backend: string;
   /** The backend's own tool names, in the backend's order. */
   toolNames: string[];
+  /** Positions of the tools the route's policy keeps from agents: not served, and no finding either (it is the registry's wish). */
+  denied?: ReadonlySet<number>;
 }
 
 /**
@@ -108,8 +110,9 @@ export function exposeRouteTools(
   const tools: ExposedToolMessage[] = [];
   const findings: ToolFinding[] = [];
   const seen = new Set<string>();
-  for (const { backend, toolNames } of [...backends].sort((a, b) => compareBackendNames(a.backend, b.backend))) {
+  for (const { backend, toolNames, denied } of [...backends].sort((a, b) => compareBackendNames(a.backend, b.backend))) {
     toolNames.forEach((toolName, toolIndex) => {
+      if (denied?.has(toolIndex)) return;
       const name = exposedToolName(backend, settings.toolNameSeparator, toolName);
       const report = (rule: ToolRule, action: ToolRuleAction, reason: string) => {
         findings.push({ tool: name, backend, rule, action, reason });

@@ -37,7 +37,7 @@ commands:
   sidecar         run the MCP sidecar (Envoy ext_proc server)
                     --ext-proc HOST:PORT --control-plane HOST:PORT [--id NAME]
                     [--redis redis://HOST:PORT [--redis-prefix mcpgw:]] [--session-ttl-s 3600]
-                    [--backend-session-timeout-ms 5000]
+                    [--backend-session-timeout-ms 5000] [--admin HOST:PORT]  GET /metrics and /healthz
   validate FILE   check a registry file; prints every problem and exits 1 if there is any
   render          print the xDS a registry produces
                     --registry FILE [--format json|yaml|bootstrap] [--listener HOST:PORT] [--sidecar HOST:PORT]
@@ -188,8 +188,10 @@ async function runSidecar(args: string[]): Promise<void> {
     'redis-prefix': z.string().default('mcpgw:'),
     'session-ttl-s': positiveInt.default(3600),
     'backend-session-timeout-ms': positiveInt.default(5000),
+    admin: z.string().regex(/^[^:]+:\d{1,5}$/, 'must be HOST:PORT').optional(),
   });
   const running = await startSidecar({
+    adminAddress: options.admin,
     extProcAddress: options['ext-proc'],
     controlPlaneAddress: options['control-plane'],
     sidecarId: options.id,

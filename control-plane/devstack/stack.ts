@@ -20,6 +20,7 @@ export interface StackPorts {
   grpc: number;
   controlPlaneAdmin: number;
   sidecar: number;
+  sidecarAdmin: number;
   redis: number;
   portal: number;
 }
@@ -43,7 +44,7 @@ export interface StackOptions {
 }
 
 async function resolvePorts(requested: Partial<StackPorts> = {}): Promise<StackPorts> {
-  const names: (keyof StackPorts)[] = ['listener', 'envoyAdmin', 'grpc', 'controlPlaneAdmin', 'sidecar', 'redis', 'portal'];
+  const names: (keyof StackPorts)[] = ['listener', 'envoyAdmin', 'grpc', 'controlPlaneAdmin', 'sidecar', 'sidecarAdmin', 'redis', 'portal'];
   const fresh = await freePorts(names.length);
   return Object.fromEntries(names.map((name, index) => [name, requested[name] ?? fresh[index]])) as unknown as StackPorts;
 }
@@ -89,6 +90,10 @@ export class GatewayStack {
 
   get controlPlaneAdminUrl(): string {
     return `http://${HOST}:${this.ports.controlPlaneAdmin}`;
+  }
+
+  get sidecarAdminUrl(): string {
+    return `http://${HOST}:${this.ports.sidecarAdmin}`;
   }
 
   get portalUrl(): string {
@@ -180,7 +185,7 @@ export class GatewayStack {
   async startSidecar(): Promise<void> {
     this.spawn('sidecar', process.execPath, [
       CLI, 'sidecar', '--ext-proc', `${HOST}:${this.ports.sidecar}`, '--control-plane', `${HOST}:${this.ports.grpc}`,
-      '--redis', this.redisUrl,
+      '--redis', this.redisUrl, '--admin', `${HOST}:${this.ports.sidecarAdmin}`,
     ]);
     await waitFor('sidecar ext_proc port', () => portAccepts(this.ports.sidecar));
   }

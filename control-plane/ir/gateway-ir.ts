@@ -1,4 +1,4 @@
-import { Registry, ToolService } from '../registry/model';
+import { Registry, ToolPolicy, ToolService } from '../registry/model';
 
 /**
  * The intermediate representation between a registry source and Envoy. Everything Envoy needs is
@@ -40,6 +40,8 @@ export interface RouteBackendIR {
   /** snake_case prefix of this backend's tools inside the route. */
   name: string;
   clusterName: string;
+  /** Which of the Tool Service's tools this route serves; all when absent. */
+  policy?: ToolPolicy;
 }
 
 export interface RouteIR {
@@ -91,7 +93,7 @@ export function buildGatewayIR(registry: Registry): GatewayIR {
     backends: route.toolServices
       .map((service) => {
         toolServices.set(service.id, toolServiceIR(service));
-        return { name: service.name, clusterName: clusterNameFor(service.id) };
+        return { name: service.name, clusterName: clusterNameFor(service.id), ...(service.policy && { policy: service.policy }) };
       })
       .sort(byKey((backend) => backend.name)),
   }));

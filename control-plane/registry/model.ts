@@ -40,6 +40,25 @@ export const transportSchema = z
   })
   .strict();
 
+const toolPattern = z
+  .string()
+  .min(1)
+  .max(128)
+  .regex(/^\S+$/, 'must be a tool name or a pattern with * (no spaces)');
+
+/** Which of a Tool Service's tools a route serves; a tool outside it is neither listed nor callable (outcome denied). */
+export const toolPolicySchema = z
+  .object({
+    allowTools: z
+      .array(toolPattern)
+      .min(1)
+      .optional()
+      .describe('Serve only tools whose own name matches one of these patterns (`*` matches any characters). Default: every tool.'),
+    denyTools: z.array(toolPattern).min(1).optional().describe('Never serve tools whose own name matches one of these patterns; wins over allowTools.'),
+    readOnly: z.boolean().optional().describe('Serve only tools the Tool Service annotates readOnlyHint: true.'),
+  })
+  .strict();
+
 export const toolServiceSchema = z
   .object({
     id: z
@@ -59,6 +78,7 @@ export const toolServiceSchema = z
       .strict()
       .optional()
       .describe('Degraded answer for read-only tools when every attempt to reach the Tool Service failed.'),
+    policy: toolPolicySchema.optional().describe("Which of this Tool Service's tools the route serves (docs/registry.md)."),
   })
   .strict()
   .superRefine((service, ctx) => {
@@ -101,6 +121,7 @@ export const registryDocumentSchema = z
 
 export type ToolService = z.output<typeof toolServiceSchema>;
 export type Transport = z.output<typeof transportSchema>;
+export type ToolPolicy = z.output<typeof toolPolicySchema>;
 export type Route = z.output<typeof routeSchema>;
 
 export interface Registry {

@@ -1,4 +1,5 @@
 import { JsonRpcId } from './json-rpc';
+import { CallOutcomeName } from './sidecar-metrics';
 
 /** Where a call's outcome goes: `result._meta` of a result, `error.data` of a backend's own error. */
 export const OUTCOME_META_KEY = 'mcpgw/outcome';
@@ -107,6 +108,18 @@ export function saysSessionUnknown(status: number, body?: Buffer): boolean {
   } catch {
     return false;
   }
+}
+
+/**
+ * The outcome a final answer carries, once annotated: ours in `_meta` or `error.data`, or the one
+ * at the top of `error.data` of Envoy's failure replies. undefined for any other message.
+ */
+export function finalOutcome(message: unknown, rpcId: JsonRpcId): CallOutcomeName | undefined {
+  if (!isObject(message) || message.id !== rpcId || typeof message.method === 'string') return undefined;
+  const carried = isObject(message.result) ? message.result._meta : isObject(message.error) ? message.error.data : undefined;
+  if (!isObject(carried)) return isObject(message.error) ? 'failed' : undefined;
+  const outcome = isObject(carried[OUTCOME_META_KEY]) ? carried[OUTCOME_META_KEY].outcome : carried.outcome;
+  return outcome === 'ok' || outcome === 'failed' || outcome === 'degraded' || outcome === 'denied' ? outcome : undefined;
 }
 
 export type MessageRewrite = (message: unknown) => JsonObject | undefined;

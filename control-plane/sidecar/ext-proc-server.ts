@@ -12,7 +12,9 @@ import {
   decideOnHead,
   resendInNewBackendSession,
   responseRewriter,
+  routeKeyOf,
 } from './mcp-gateway';
+import { CallOutcomeName, SidecarObserver } from './sidecar-metrics';
 
 interface HeaderValue {
   key: string;
@@ -97,6 +99,8 @@ function toProcessingResponse(decision: Decision, phase: 'request_headers' | 're
   }
 }
 
+const IGNORE: SidecarObserver = { decided: () => undefined, toolCallFinished: () => undefined };
+
 /** After the response headers, only the response body is sent on, chunk by chunk (envoy ext_proc ProcessingMode). */
 const responseBodyMode = (mode: 'STREAMED' | 'BUFFERED') => ({
   request_header_mode: 'SKIP',
@@ -122,12 +126,14 @@ class ToolCallResponse {
   private rewriter: ResponseRewriter | undefined;
   /** Attempts so far, while a 400 body is read to see whether the backend lost the session. */
   private checkingBadRequest: number | undefined;
+  private outcome: CallOutcomeName | undefined;
 
   constructor(
     private readonly call: ToolCallForward,
     private readonly head: RequestHead,
     private readonly startedAt: number,
     private readonly context: GatewayContext,
+    private readonly observer: SidecarObserver,
     private readonly write: (response: ProcessingResponse) => void,
   ) {}
 
@@ -145,7 +151,7 @@ class ToolCallResponse {
       this.checkingBadRequest = attempts;
       return { response_headers: {}, mode_override: BUFFER_RESPONSE_BODY };
     }
-    this.rewriter = responseRewriter(response.get('content-type') ?? '', this.call, this.facts(attempts));
+    this.rewriter = responseRewriter(response.get('content-type') ?? '', this.call, this.facts(attempts), (outcome) => (this.outcome = outcome));
     if (!this.rewriter || headers.end_of_stream) return { response_headers: {} };
     // The body may change length: the response goes on without one (chunked, or HTTP/2 framing).
     return { response_headers: { response: { header_mutation: { remove_headers: ['content-length'] } } }, mode_override: STREAM_RESPONSE_BODY };
@@ -158,7 +164,14 @@ class ToolCallResponse {
     }
     if (!this.rewriter) return { response_body: {} };
     const out = this.rewriter.push(body.body, body.end_of_stream);
-    return { response_body: out.equals(body.body) ? {} : { response: { body_mutation: { body: out } } } };
+    const answer = { response_body: out.equals(body.body) ? {} : { response: { body_mutation: { body: out } } } };
+    return body.end_of_stream && this.outcome ? { ...answer, ...this.finish(this.outcome) } : answer;
+  }
+
+  /** Counts the call and leaves its outcome for the access log. */
+  private finish(outcome: CallOutcomeName) {
+    this.observer.toolCallFinished(this.call.route, this.call.backend, outcome, (performance.now() - this.startedAt) / 1000);
+    return dynamicMetadata({ outcome });
   }
 
   private async resend(attempts: number): Promise<ProcessingResponse> {
@@ -169,6 +182,9 @@ class ToolCallResponse {
       timeoutMs: Math.min(this.call.timeoutMs ?? RESEND_DEFAULT_TIMEOUT_MS, (RESEND_MESSAGE_TIMEOUT_S - 5) * 1000),
     };
     const decision = await resendInNewBackendSession(call, this.head, this.facts(attempts + 1), this.context);
+    this.observer.decided(this.call.route, decision.kind === 'respond' ? decision.reason : decision.kind);
+    const outcome = decision.kind === 'respond' ? decision.metadata?.outcome : undefined;
+    if (outcome) this.finish(outcome);
     return toProcessingResponse(decision, 'response_headers', this.head);
   }
 }
@@ -178,7 +194,20 @@ class ToolCallResponse {
  * the headers, then (BUFFERED) the whole body; each gets exactly one response. A steered tools/call
  * also sends its response headers and, when the sidecar asks for it (mode_override), its body chunks.
  */
-export function extProcServiceHandlers(context: GatewayContext): grpc.UntypedServiceImplementation {
+export function extProcServiceHandlers(context: GatewayContext, observer: SidecarObserver = IGNORE): grpc.UntypedServiceImplementation {
+  /** Route keys label metrics only when the route exists: clients choose the paths. */
+  const routeLabel = (requestHead: RequestHead | undefined) => {
+    const key = requestHead && routeKeyOf(requestHead.path).key;
+    return key !== undefined && context.lookup(key) ? key : '(none)';
+  };
+  const observe = (decision: Decision, requestHead: RequestHead) => {
+    if (decision.kind === 'read-body') return;
+    const route = routeLabel(requestHead);
+    observer.decided(route, decision.kind === 'respond' ? decision.reason : 'forward');
+    if (decision.kind === 'respond' && decision.metadata?.outcome && decision.metadata.backend) {
+      observer.toolCallFinished(route, decision.metadata.backend, decision.metadata.outcome, 0);
+    }
+  };
   return {
     Process(call: grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>) {
       let head: RequestHead | undefined;
@@ -195,11 +224,13 @@ export function extProcServiceHandlers(context: GatewayContext): grpc.UntypedSer
             if (decision.kind === 'read-body' && request.request_headers.end_of_stream) {
               decision = await decideOnBody(head, Buffer.alloc(0), context);
             }
+            observe(decision, head);
             write(toProcessingResponse(decision, 'request_headers', head));
           } else if (request.request_body && head) {
             const decision = await decideOnBody(head, request.request_body.body, context);
+            observe(decision, head);
             if (decision.kind === 'forward' && decision.toolCall) {
-              toolCallResponse = new ToolCallResponse(decision.toolCall, head, startedAt, context, write);
+              toolCallResponse = new ToolCallResponse(decision.toolCall, head, startedAt, context, observer, write);
             }
             write(toProcessingResponse(decision, 'request_body', head));
           } else if (request.response_headers) {

@@ -9,12 +9,14 @@ import {
   ResponseRewriter,
   SseResponseRewriter,
   annotateMessage,
+  finalOutcome,
   outcomeOf,
   parseServerRequestId,
 } from './call-response';
 import { JSON_RPC, JsonRpcId, jsonRpcError, jsonRpcResult } from './json-rpc';
 import { BackendView, RouteCatalogView, resolveTool } from './route-catalog';
 import { BackendAnswer } from './sessions/backend-sessions';
+import { CallOutcomeName } from './sidecar-metrics';
 import { GatewaySession, SessionStore } from './sessions/session-store';
 import { answerToolsList } from './tools-list';
 
@@ -46,10 +48,13 @@ export interface RequestMetadata {
   tool?: string;
   /** Text of the degraded result Envoy answers with if every attempt of a read-only tool fails. */
   fallback?: string;
+  /** The call's outcome, once the gateway knows it (docs/errors.md). */
+  outcome?: CallOutcomeName;
 }
 
 /** A tools/call on its way to one backend, as the response path needs it. */
 export interface ToolCallForward extends ProxiedToolCall {
+  route: string;
   backendView: BackendView;
   /** The forwarded body, to send again if the backend no longer knows the session it went in. */
   body: string;
@@ -69,7 +74,9 @@ export const GATEWAY_SERVER_INFO = { name: 'mcp-federation-gateway', version: '0
 
 const JSON_HEADERS = { 'content-type': 'application/json' };
 
-function respondJson(status: number, payload: unknown, reason: string, headers: Record<string, string> = {}): Decision {
+type Respond = Extract<Decision, { kind: 'respond' }>;
+
+function respondJson(status: number, payload: unknown, reason: string, headers: Record<string, string> = {}): Respond {
   return { kind: 'respond', status, headers: { ...JSON_HEADERS, ...headers }, body: JSON.stringify(payload), reason };
 }
 
@@ -92,11 +99,13 @@ export interface GatewayContext {
 
 const SESSION_HEADER = 'mcp-session-id';
 const PROTOCOL_VERSION_HEADER = 'mcp-protocol-version';
+/** A tools/call of a tool the route's policy denies (docs/errors.md). */
+export const TOOL_DENIED_CODE = -32003;
 /** The code the MCP SDK servers use for an unknown session, with HTTP 404. */
 const SESSION_NOT_FOUND = -32001;
 
 /** Extracts the route key from /mcp/{routeKey}; the key comes only from the URI, never from a default. */
-function routeKeyOf(path: string): { key?: string; error?: Decision } {
+export function routeKeyOf(path: string): { key?: string; error?: Decision } {
   const pathOnly = path.split('?', 1)[0];
   const match = /^\/mcp(?:\/([^/]*))?\/?$/.exec(pathOnly);
   if (!match) {
@@ -348,6 +357,14 @@ async function decideToolCall(
     return respondError(200, id, JSON_RPC.INVALID_PARAMS, 'tools/call needs params.name', 'invalid_params');
   }
   const resolution = resolveTool(view, name);
+  if (!resolution.ok && resolution.denied) {
+    const { backend, toolName, rule } = resolution.denied;
+    const outcome = { outcome: 'denied', backend: backend.name, tool: toolName, attempts: 0, elapsed_ms: 0, fallback_used: false, rule };
+    return {
+      ...respondJson(200, jsonRpcError(id, TOOL_DENIED_CODE, resolution.message, outcome), 'tool_denied'),
+      metadata: { backend: backend.name, tool: toolName, outcome: 'denied' },
+    };
+  }
   if (!resolution.ok) return respondError(200, id, JSON_RPC.INVALID_PARAMS, resolution.message, 'unknown_tool');
   const forwarded = JSON.stringify({ ...message, params: { ...message.params, name: resolution.toolName } });
   const policy = callPolicy(resolution.tool, resolution.backend);
@@ -361,6 +378,7 @@ async function decideToolCall(
     removeHeaders: backendSessionId ? [] : [SESSION_HEADER],
     metadata: { backend: resolution.backend.name, tool: resolution.toolName, ...(policy.fallback && { fallback: policy.fallback }) },
     toolCall: {
+      route: view.key,
       rpcId: id,
       backend: resolution.backend.name,
       tool: resolution.toolName,
@@ -372,9 +390,22 @@ async function decideToolCall(
   };
 }
 
-/** The rewriter for one tools/call response body, by its content type; undefined for a body left alone. */
-export function responseRewriter(contentType: string, call: ProxiedToolCall, facts: ResponseFacts): ResponseRewriter | undefined {
-  const rewrite = (message: unknown) => annotateMessage(message, call, facts);
+/**
+ * The rewriter for one tools/call response body, by its content type; undefined for a body left
+ * alone. onOutcome hears the outcome of the final answer as it passes.
+ */
+export function responseRewriter(
+  contentType: string,
+  call: ProxiedToolCall,
+  facts: ResponseFacts,
+  onOutcome: (outcome: CallOutcomeName) => void = () => undefined,
+): ResponseRewriter | undefined {
+  const rewrite = (message: unknown) => {
+    const rewritten = annotateMessage(message, call, facts);
+    const outcome = finalOutcome(rewritten ?? message, call.rpcId);
+    if (outcome) onOutcome(outcome);
+    return rewritten;
+  };
   if (/^text\/event-stream\b/i.test(contentType)) return new SseResponseRewriter(rewrite);
   if (/^application\/json\b/i.test(contentType)) return new JsonResponseRewriter(rewrite);
   return undefined;
@@ -407,18 +438,24 @@ export async function resendInNewBackendSession(
     const answer = await context.backendSessions.resend(backend, clientHeaders, backendSessionId, gateway.protocolVersion, call.body, call.timeoutMs);
     if (answer.status === 404) throw new Error('it answered 404 in its new session too');
     context.log.info('backend session renewed and call sent again', { route: gateway.route, backend: backend.name, tool: call.tool });
-    const rewriter = responseRewriter(answer.contentType, call, facts);
+    let outcome: CallOutcomeName | undefined;
+    const rewriter = responseRewriter(answer.contentType, call, facts, (final) => (outcome = final));
+    const body = (rewriter ? rewriter.push(answer.body, true) : answer.body).toString('utf8');
     return {
       kind: 'respond',
       status: answer.status,
       headers: { 'content-type': answer.contentType },
-      body: (rewriter ? rewriter.push(answer.body, true) : answer.body).toString('utf8'),
+      body,
       reason: 'backend_session_renewed',
+      metadata: { route: call.route, backend: call.backend, tool: call.tool, ...(outcome && { outcome }) },
     };
   } catch (error) {
     const reason = (error as Error).message;
     const message = `backend ${backend.name} lost its session and could not start a new one: tools/call ${call.tool} failed (${reason})`;
     const data = { ...outcomeOf(call, facts, reason), http_status: 503 };
-    return respondJson(200, jsonRpcError(call.rpcId, BACKEND_UNAVAILABLE_CODE, message, data), 'backend_session_lost');
+    return {
+      ...respondJson(200, jsonRpcError(call.rpcId, BACKEND_UNAVAILABLE_CODE, message, data), 'backend_session_lost'),
+      metadata: { route: call.route, backend: call.backend, tool: call.tool, outcome: 'failed' },
+    };
   }
 }

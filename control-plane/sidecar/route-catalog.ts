@@ -18,6 +18,8 @@ export interface BackendView {
   fallbackText: string;
   /** For an https backend: how to verify it. */
   tls?: BackendTls;
+  /** The backend's own names of tools the route's policy denies, with the rule that does. */
+  deniedTools: Map<string, string>;
 }
 
 /** One tool the route serves, and where it comes from. */
@@ -62,6 +64,7 @@ export function buildRouteViews(snapshot: CatalogSnapshotMessage): Map<string, R
         failingSince: backend.failing_since,
         url: backend.url,
         fallbackText: backend.fallback_text,
+        deniedTools: new Map((backend.denied_tools ?? []).map((denied) => [denied.tool, denied.rule])),
         ...(backend.tls_ca_file && { tls: { caFile: backend.tls_ca_file, sni: backend.tls_sni } }),
       });
     }
@@ -92,7 +95,7 @@ export function buildRouteViews(snapshot: CatalogSnapshotMessage): Map<string, R
 
 export type ToolResolution =
   | { ok: true; backend: BackendView; toolName: string; tool: Tool }
-  | { ok: false; message: string };
+  | { ok: false; message: string; denied?: { backend: BackendView; toolName: string; rule: string } };
 
 /**
  * The exposed name picks exactly one tool of one backend; anything else is an explicit error, never
@@ -108,8 +111,17 @@ export function resolveTool(view: RouteCatalogView, exposedName: string): ToolRe
   }
   const backendName = exposedName.slice(0, at);
   const toolName = exposedName.slice(at + separator.length);
-  if (!view.backends.has(backendName)) {
+  const backend = view.backends.get(backendName);
+  if (!backend) {
     return { ok: false, message: `unknown backend "${backendName}" on route "${view.key}" (tool "${exposedName}")` };
+  }
+  const rule = backend.deniedTools.get(toolName);
+  if (rule !== undefined) {
+    return {
+      ok: false,
+      message: `tool "${exposedName}" is denied on route "${view.key}" by policy (${rule})`,
+      denied: { backend, toolName, rule },
+    };
   }
   return { ok: false, message: `backend "${backendName}" has no tool "${toolName}" on route "${view.key}"` };
 }

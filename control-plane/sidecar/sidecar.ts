@@ -8,8 +8,11 @@ import { GatewayContext } from './mcp-gateway';
 import { RouteCatalogView, buildRouteViews } from './route-catalog';
 import { closeBackendSession, notifyBackend, openBackendSession, resendToBackend } from './sessions/backend-sessions';
 import { MemorySessionStore, RedisSessionStore } from './sessions/session-store';
+import { SidecarMetrics, startSidecarAdmin } from './sidecar-metrics';
 
 export interface SidecarOptions {
+  /** host:port for GET /metrics and /healthz; none when absent. */
+  adminAddress?: string;
   /** host:port the ext_proc gRPC server listens on. */
   extProcAddress: string;
   /** host:port of the control plane's gRPC server (catalog stream). */
@@ -59,20 +62,24 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     log,
   };
 
+  const metrics = new SidecarMetrics();
+  const admin = options.adminAddress ? await startSidecarAdmin(options.adminAddress, metrics, () => version) : undefined;
   const server = new grpc.Server();
-  server.addService(grpcServices.externalProcessor().service, extProcServiceHandlers(context));
+  server.addService(grpcServices.externalProcessor().service, extProcServiceHandlers(context, metrics));
   const port = await new Promise<number>((resolve, reject) =>
     server.bindAsync(options.extProcAddress, grpc.ServerCredentials.createInsecure(), (error, bound) =>
       error ? reject(error) : resolve(bound),
     ),
   );
   subscriber.start();
-  log.info('sidecar listening', { extProc: options.extProcAddress, controlPlane: options.controlPlaneAddress });
+  log.info('sidecar listening', { extProc: options.extProcAddress, admin: options.adminAddress, controlPlane: options.controlPlaneAddress });
 
   return {
     port,
     stop: async () => {
       subscriber.stop();
+      admin?.closeAllConnections();
+      await new Promise<void>((resolve) => (admin ? admin.close(() => resolve()) : resolve()));
       await new Promise<void>((resolve) => server.tryShutdown(() => resolve()));
       await sessions.close();
     },

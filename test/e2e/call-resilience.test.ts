@@ -1,7 +1,7 @@
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { waitFor } from '../../control-plane/devstack/processes';
 import { FlakyToolService } from '../support/flaky-tool-service';
-import { listedTools, startGateway } from '../support/gateway-fixture';
+import { listedTools, metricValue, startGateway, toolCallAccessLog } from '../support/gateway-fixture';
 
 /**
  * Seed 004 on the real path: retries only where safe, per-tool deadlines from the Tool Service's own
@@ -10,12 +10,16 @@ import { listedTools, startGateway } from '../support/gateway-fixture';
 describe('call resilience through the real Envoy', () => {
   let stack: GatewayStack;
   let flaky: FlakyToolService;
+  let dir: string;
   const FALLBACK = 'reports are unavailable right now; last known status: green';
 
   beforeAll(async () => {
     flaky = await FlakyToolService.start();
-    ({ stack } = await startGateway('call-resilience', () => ({
-      routes: [{ key: 'ops', toolServices: [{ name: 'reports', url: flaky.url, fallback: { text: FALLBACK } }] }],
+    ({ stack, dir } = await startGateway('call-resilience', () => ({
+      routes: [
+        { key: 'ops', toolServices: [{ name: 'reports', url: flaky.url, fallback: { text: FALLBACK } }] },
+        { key: 'readers', toolServices: [{ name: 'reports', url: flaky.url, fallback: { text: FALLBACK }, policy: { readOnly: true, denyTools: ['slow_*'] } }] },
+      ],
     })));
     await waitFor('the flaky service tools', async () => ((await listedTools(stack.gatewayUrl('ops'))) ?? []).length === 4 ? true : undefined);
   });
@@ -24,8 +28,8 @@ describe('call resilience through the real Envoy', () => {
     await flaky?.stop();
   });
 
-  async function call(tool: string, id: number) {
-    const response = await fetch(stack.gatewayUrl('ops'), {
+  async function call(tool: string, id: number, route = 'ops') {
+    const response = await fetch(stack.gatewayUrl(route), {
       method: 'POST',
       headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
       body: JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name: `reports__${tool}`, arguments: {} } }),
@@ -75,6 +79,20 @@ describe('call resilience through the real Envoy', () => {
     expect(body.error.data.elapsed_ms).toBeGreaterThanOrEqual(290);
   });
 
+  it("keeps tools the route's policy denies out of its list, and answers their calls with the denied outcome", async () => {
+    expect(await listedTools(stack.gatewayUrl('readers'))).toEqual(['reports__read_report']);
+    flaky.received.clear();
+    const { status, body } = await call('send_email', 6, 'readers');
+    expect(status).toBe(200);
+    expect(body.error).toEqual({
+      code: -32003,
+      message: 'tool "reports__send_email" is denied on route "readers" by policy (readOnly: the tool is not annotated readOnlyHint: true)',
+      data: expect.objectContaining({ outcome: 'denied', backend: 'reports', tool: 'send_email', attempts: 0, fallback_used: false }),
+    });
+    expect(flaky.received.get('send_email')).toBeUndefined();
+    expect((await call('slow_read', 7, 'readers')).body.error.data.rule).toBe('denyTools "slow_*"');
+  });
+
   it('answers a read-only tool with the fallback when the Tool Service is gone, and fails the others', async () => {
     await flaky.stop();
     const degraded = await call('read_report', 4);
@@ -92,5 +110,18 @@ describe('call resilience through the real Envoy', () => {
 
     const failed = await call('send_email', 5);
     expect(failed.body.error).toMatchObject({ code: -32004, data: { outcome: 'failed', fallback_used: false, http_status: 503 } });
+  });
+
+  // Last: it reads what the tests above did.
+  it('counts every outcome in the sidecar metrics and writes it to the access log', async () => {
+    const calls = (outcome: string) =>
+      metricValue(stack, 'mcpgw_tool_calls_total', { route: outcome === 'denied' ? 'readers' : 'ops', backend: 'reports', outcome }, stack.sidecarAdminUrl);
+    expect(await calls('ok')).toBe(2);
+    expect(await calls('failed')).toBeGreaterThanOrEqual(3);
+    expect(await calls('degraded')).toBe(1);
+    expect(await calls('denied')).toBe(2);
+    await waitFor('the access log to be written', async () => (toolCallAccessLog(dir).length >= 8 ? true : undefined));
+    const outcomes = toolCallAccessLog(dir).map((entry) => `${entry.tool} ${entry.outcome}`);
+    expect(outcomes).toEqual(expect.arrayContaining(['read_report ok', 'send_email failed', 'read_report degraded', 'send_email denied', 'slow_read failed']));
   });
 });

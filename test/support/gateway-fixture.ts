@@ -96,13 +96,30 @@ export async function controlPlaneStatus(stack: GatewayStack): Promise<any> {
 }
 
 /** One counter or gauge from the control plane's /metrics, summed over the label sets that match. */
-export async function metricValue(stack: GatewayStack, name: string, labels: Record<string, string> = {}): Promise<number> {
-  const text = await (await fetch(`${stack.controlPlaneAdminUrl}/metrics`)).text();
+export async function metricValue(
+  stack: GatewayStack,
+  name: string,
+  labels: Record<string, string> = {},
+  adminUrl = stack.controlPlaneAdminUrl,
+): Promise<number> {
+  const text = await (await fetch(`${adminUrl}/metrics`)).text();
   return text
     .split('\n')
     .filter((line) => line.startsWith(`${name}{`) || line.startsWith(`${name} `))
     .filter((line) => Object.entries(labels).every(([key, value]) => line.includes(`${key}="${value}"`)))
     .reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(' ') + 1)), 0);
+}
+
+/** Envoy's access-log entries (JSON lines of its stdout, in its log file behind a `[envoy] ` tag) for tools/call requests. */
+export function toolCallAccessLog(dir: string, envoyName = 'envoy'): Record<string, unknown>[] {
+  const tag = `[${envoyName}] `;
+  return fs
+    .readFileSync(path.join(dir, `${envoyName}.log`), 'utf8')
+    .split('\n')
+    .map((line) => (line.startsWith(tag) ? line.slice(tag.length) : line))
+    .filter((line) => line.startsWith('{'))
+    .map((line) => JSON.parse(line) as Record<string, unknown>)
+    .filter((entry) => entry.rpc_method === 'tools/call');
 }
 
 /** Names of the clusters an Envoy (the stack's, by default) has from CDS, from its admin config_dump. */

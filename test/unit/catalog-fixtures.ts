@@ -15,6 +15,7 @@ export function backendCatalog(name: string, toolNames: string[], overrides: Par
     fallback_text: '',
     tls_ca_file: '',
     tls_sni: '',
+    denied_tools: [],
     ...overrides,
   };
 }
@@ -37,6 +38,11 @@ export function catalogSnapshot(
         route.backends.map((backend) => ({
           backend: backend.name,
           toolNames: backend.tools_json.map((json) => (JSON.parse(json) as { name: string }).name),
+          denied: new Set(
+            backend.tools_json.flatMap((json, index) =>
+              backend.denied_tools.some((denied) => denied.tool === (JSON.parse(json) as { name: string }).name) ? [index] : [],
+            ),
+          ),
         })),
         settings,
       ).tools,

@@ -93,6 +93,7 @@ describe('sidecar decisions on the JSON-RPC body', () => {
       metadata: { route: 'demo', method: 'tools/call', rpc_id: 3, backend: 'jobs', tool: 'run_job' },
       // What the response path needs to annotate the answer; no session, so nothing to renew.
       toolCall: {
+        route: 'demo',
         rpcId: 3,
         backend: 'jobs',
         tool: 'run_job',
@@ -112,6 +113,32 @@ describe('sidecar decisions on the JSON-RPC body', () => {
     );
     expect(status).toBe(200);
     expect(message).toEqual({ jsonrpc: '2.0', id: 4, error: { code: -32602, message: text } });
+  });
+
+  it("answers a call of a tool the route's policy denies with the denied outcome, and never lists it", async () => {
+    const guarded = buildRouteViews(
+      catalogSnapshot([
+        { route_key: 'ops', backends: [backendCatalog('jobs', ['echo', 'delete_job'], { denied_tools: [{ tool: 'delete_job', rule: 'denyTools "delete_*"' }] })] },
+      ]),
+    );
+    const { context: guardedContext } = sidecarContext(guarded);
+    const listed = await responded(decideOnBody(head('POST', '/mcp/ops'), body({ jsonrpc: '2.0', id: 1, method: 'tools/list' }), guardedContext));
+    expect(listed.message.result.tools.map((tool: { name: string }) => tool.name)).toEqual(['jobs__echo']);
+    const decision = await decideOnBody(
+      head('POST', '/mcp/ops'),
+      body({ jsonrpc: '2.0', id: 6, method: 'tools/call', params: { name: 'jobs__delete_job', arguments: {} } }),
+      guardedContext,
+    );
+    expect(decision).toMatchObject({ kind: 'respond', status: 200, metadata: { route: 'ops', backend: 'jobs', tool: 'delete_job', outcome: 'denied' } });
+    expect(JSON.parse((decision as { body: string }).body)).toEqual({
+      jsonrpc: '2.0',
+      id: 6,
+      error: {
+        code: -32003,
+        message: 'tool "jobs__delete_job" is denied on route "ops" by policy (denyTools "delete_*")',
+        data: { outcome: 'denied', backend: 'jobs', tool: 'delete_job', attempts: 0, elapsed_ms: 0, fallback_used: false, rule: 'denyTools "delete_*"' },
+      },
+    });
   });
 
   it('answers methods it does not serve with method-not-found', async () => {

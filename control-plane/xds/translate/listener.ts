@@ -72,6 +72,8 @@ const accessLog = {
         rpc_id: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:rpc_id)%`,
         backend: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:backend)%`,
         tool: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:tool)%`,
+        // Set by the sidecar when it knows the call's outcome: ok, failed, degraded or denied.
+        outcome: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:outcome)%`,
       },
     },
   },

@@ -1,0 +1,26 @@
+import { Tool } from '@modelcontextprotocol/sdk/types.js';
+import { ToolPolicy } from '../registry/model';
+
+/** A pattern of the registry's tool policy: `*` matches any characters, everything else itself. */
+function patternMatches(pattern: string, name: string): boolean {
+  const expression = pattern
+    .split('*')
+    .map((part) => part.replace(/[.+?^${}()|[\]\\]/g, '\\$&'))
+    .join('.*');
+  return new RegExp(`^${expression}$`, 's').test(name);
+}
+
+/**
+ * Why a route's policy keeps a tool from its agents, or undefined when it serves it. The reason names
+ * the rule, so that an agent's "denied" error and the operator's /status say which one.
+ */
+export function policyDenial(policy: ToolPolicy | undefined, tool: Tool): string | undefined {
+  if (!policy) return undefined;
+  const denied = policy.denyTools?.find((pattern) => patternMatches(pattern, tool.name));
+  if (denied !== undefined) return `denyTools ${JSON.stringify(denied)}`;
+  if (policy.allowTools && !policy.allowTools.some((pattern) => patternMatches(pattern, tool.name))) {
+    return `not in allowTools ${JSON.stringify(policy.allowTools)}`;
+  }
+  if (policy.readOnly && tool.annotations?.readOnlyHint !== true) return 'readOnly: the tool is not annotated readOnlyHint: true';
+  return undefined;
+}
