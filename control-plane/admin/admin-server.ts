@@ -1,4 +1,3 @@
-import * as http from 'node:http';
 import express from 'express';
 import { Registry as MetricsRegistry } from 'prom-client';
 import { z } from 'zod';
@@ -99,12 +98,4 @@ export function createAdminApp(sources: AdminSources): express.Express {
     res.json(sources.xdsResources());
   });
   return app;
-}
-
-export function listen(app: express.Express, host: string, port: number): Promise<http.Server> {
-  return new Promise((resolve, reject) => {
-    const server = http.createServer(app);
-    server.once('error', reject);
-    server.listen(port, host, () => resolve(server));
-  });
 }

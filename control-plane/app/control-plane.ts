@@ -1,7 +1,8 @@
 import * as http from 'node:http';
 import * as grpc from '@grpc/grpc-js';
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
-import { createAdminApp, listen } from '../admin/admin-server';
+import { createAdminApp } from '../admin/admin-server';
+import { listen } from '../shared/http-listen';
 import { ControlPlaneMetrics } from '../admin/metrics';
 import { XdsStatusTracker } from '../admin/xds-status';
 import { catalogServiceHandlers } from '../catalog/catalog-service';

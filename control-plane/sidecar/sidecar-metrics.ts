@@ -1,5 +1,6 @@
 import * as http from 'node:http';
 import express from 'express';
+import { listen } from '../shared/http-listen';
 import * as client from 'prom-client';
 
 export type CallOutcomeName = 'ok' | 'failed' | 'degraded' | 'denied';
@@ -60,11 +61,6 @@ export async function startSidecarAdmin(address: string, metrics: SidecarMetrics
     const version = catalogVersion();
     res.status(version ? 200 : 503).json({ status: version ? 'UP' : 'WAITING_FOR_CATALOG', catalogVersion: version });
   });
-  const [host, port] = [address.slice(0, address.lastIndexOf(':')), Number(address.slice(address.lastIndexOf(':') + 1))];
-  const server = http.createServer(app);
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, host, () => resolve());
-  });
-  return server;
+  const at = address.lastIndexOf(':');
+  return listen(app, address.slice(0, at), Number(address.slice(at + 1)));
 }

@@ -1,12 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import * as http from 'node:http';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { createMcpExpressApp } from '@modelcontextprotocol/sdk/server/express.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import { freePort } from '../../control-plane/devstack/processes';
-
-const HOST = '127.0.0.1';
+import { LOOPBACK, LoopbackMcpService } from './loopback-mcp-service';
 
 /**
  * A real stateful MCP SDK Tool Service in the test's own process. Its tool `wait` runs until its
@@ -14,22 +12,16 @@ const HOST = '127.0.0.1';
  * client's notifications/cancelled reached. Its tool `whoami` names the session it ran in. It answers
  * an unknown session with 404, as the spec says, and can forget all its sessions at once.
  */
-export class CancellableToolService {
+export class CancellableToolService extends LoopbackMcpService {
   readonly started: { session: string; requestId: string | number }[] = [];
   readonly cancelled: { session: string; requestId: string | number; reason: unknown }[] = [];
 
   private readonly transports = new Map<string, StreamableHTTPServerTransport>();
 
-  private constructor(
-    private readonly server: http.Server,
-    readonly port: number,
-  ) {}
-
   static async start(): Promise<CancellableToolService> {
     const port = await freePort();
-    const app = createMcpExpressApp({ host: HOST });
-    const server = http.createServer(app);
-    const service = new CancellableToolService(server, port);
+    const app = createMcpExpressApp({ host: LOOPBACK });
+    const service = new CancellableToolService(port);
     const transports = service.transports;
     app.all('/mcp', async (req, res) => {
       const sessionId = req.headers['mcp-session-id'];
@@ -48,15 +40,8 @@ export class CancellableToolService {
       }
       await transport.handleRequest(req, res, req.body);
     });
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(port, HOST, () => resolve());
-    });
+    await service.listen(app);
     return service;
-  }
-
-  get url(): string {
-    return `http://${HOST}:${this.port}/mcp`;
   }
 
   private mcpServer(): McpServer {
@@ -80,10 +65,5 @@ export class CancellableToolService {
   /** As a restart would: every session the service had is unknown from now on. */
   forgetSessions(): void {
     this.transports.clear();
-  }
-
-  async stop(): Promise<void> {
-    this.server.closeAllConnections();
-    await new Promise<void>((resolve) => this.server.close(() => resolve()));
   }
 }

@@ -1,10 +1,9 @@
-import * as http from 'node:http';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { createMcpExpressApp } from '@modelcontextprotocol/sdk/server/express.js';
 import { mountStatelessMcp } from '../../samples/tool-services/stateless-mcp';
 import { freePort } from '../../control-plane/devstack/processes';
+import { LOOPBACK, LoopbackMcpService } from './loopback-mcp-service';
 
-const HOST = '127.0.0.1';
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
@@ -12,19 +11,14 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
  * level — a 503 before the tool runs — to see which calls the gateway retries. It counts every
  * tools/call request it receives, per tool.
  */
-export class FlakyToolService {
+export class FlakyToolService extends LoopbackMcpService {
   readonly received = new Map<string, number>();
   private readonly failNext = new Set<string>();
 
-  private constructor(
-    private readonly server: http.Server,
-    readonly port: number,
-  ) {}
-
   static async start(): Promise<FlakyToolService> {
     const port = await freePort();
-    const app = createMcpExpressApp({ host: HOST });
-    const service = new FlakyToolService(http.createServer(app), port);
+    const app = createMcpExpressApp({ host: LOOPBACK });
+    const service = new FlakyToolService(port);
     app.post('/mcp', (req, res, next) => {
       const tool = req.body?.method === 'tools/call' ? String(req.body.params?.name) : undefined;
       if (tool) service.received.set(tool, (service.received.get(tool) ?? 0) + 1);
@@ -35,15 +29,8 @@ export class FlakyToolService {
       next();
     });
     mountStatelessMcp(app, () => service.mcpServer(), true);
-    await new Promise<void>((resolve, reject) => {
-      service.server.once('error', reject);
-      service.server.listen(port, HOST, () => resolve());
-    });
+    await service.listen(app);
     return service;
-  }
-
-  get url(): string {
-    return `http://${HOST}:${this.port}/mcp`;
   }
 
   /** The next tools/call of this tool gets a 503 before it runs. */
@@ -66,10 +53,5 @@ export class FlakyToolService {
       },
     );
     return server;
-  }
-
-  async stop(): Promise<void> {
-    this.server.closeAllConnections();
-    await new Promise<void>((resolve) => this.server.close(() => resolve()));
   }
 }

@@ -1,11 +1,9 @@
-import * as http from 'node:http';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { createMcpExpressApp } from '@modelcontextprotocol/sdk/server/express.js';
 import { mountStatelessMcp } from '../../samples/tool-services/stateless-mcp';
 import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import { freePort } from '../../control-plane/devstack/processes';
-
-const HOST = '127.0.0.1';
+import { LOOPBACK, LoopbackMcpService } from './loopback-mcp-service';
 
 /**
  * A real MCP SDK Tool Service, in the test's own process, declaring whatever tool names the test
@@ -13,29 +11,21 @@ const HOST = '127.0.0.1';
  * refuses a second tool of the same name. Its tools/list is paginated (`pageSize` per page), so the
  * control plane must follow nextCursor; every tool answers "called <name>".
  */
-export class ScriptedToolService {
+export class ScriptedToolService extends LoopbackMcpService {
   private constructor(
-    private readonly server: http.Server,
-    readonly port: number,
+    port: number,
     private toolNames: string[],
     private readonly pageSize: number,
-  ) {}
-
-  static async start(toolNames: string[], pageSize = 50): Promise<ScriptedToolService> {
-    const listenPort = await freePort();
-    const app = createMcpExpressApp({ host: HOST });
-    const server = http.createServer(app);
-    const service = new ScriptedToolService(server, listenPort, toolNames, pageSize);
-    mountStatelessMcp(app, () => service.mcpServer());
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(listenPort, HOST, () => resolve());
-    });
-    return service;
+  ) {
+    super(port);
   }
 
-  get url(): string {
-    return `http://${HOST}:${this.port}/mcp`;
+  static async start(toolNames: string[], pageSize = 50): Promise<ScriptedToolService> {
+    const app = createMcpExpressApp({ host: LOOPBACK });
+    const service = new ScriptedToolService(await freePort(), toolNames, pageSize);
+    mountStatelessMcp(app, () => service.mcpServer());
+    await service.listen(app);
+    return service;
   }
 
   /** What the next tools/list declares. */
@@ -55,10 +45,5 @@ export class ScriptedToolService {
     });
     server.setRequestHandler(CallToolRequestSchema, async (request) => ({ content: [{ type: 'text', text: `called ${request.params.name}` }] }));
     return server;
-  }
-
-  async stop(): Promise<void> {
-    this.server.closeAllConnections();
-    await new Promise<void>((resolve) => this.server.close(() => resolve()));
   }
 }

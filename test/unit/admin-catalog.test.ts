@@ -1,6 +1,7 @@
 import * as http from 'node:http';
 import { Registry as MetricsRegistry } from 'prom-client';
-import { AdminSources, createAdminApp, listen } from '../../control-plane/admin/admin-server';
+import { AdminSources, createAdminApp } from '../../control-plane/admin/admin-server';
+import { listen } from '../../control-plane/shared/http-listen';
 import { CATALOG_DEFAULTS, CatalogSnapshotMessage } from '../../control-plane/catalog/catalog-store';
 import { ToolFinding } from '../../control-plane/catalog/tool-exposure';
 import { backendCatalog, catalogSnapshot } from './catalog-fixtures';
