@@ -101,7 +101,7 @@ function toProcessingResponse(decision: Decision, phase: 'request_headers' | 're
 
 const IGNORE: SidecarObserver = { decided: () => undefined, toolCallFinished: () => undefined };
 
-/** After the response headers, only the response body is sent on, chunk by chunk (envoy ext_proc ProcessingMode). */
+/** What Envoy sends the sidecar after a tools/call's response headers: the body only, streamed or whole (ext_proc ProcessingMode). */
 const responseBodyMode = (mode: 'STREAMED' | 'BUFFERED') => ({
   request_header_mode: 'SKIP',
   response_header_mode: 'SKIP',
@@ -165,13 +165,14 @@ class ToolCallResponse {
     if (!this.rewriter) return { response_body: {} };
     const out = this.rewriter.push(body.body, body.end_of_stream);
     const answer = { response_body: out.equals(body.body) ? {} : { response: { body_mutation: { body: out } } } };
-    return body.end_of_stream && this.outcome ? { ...answer, ...this.finish(this.outcome) } : answer;
+    if (!body.end_of_stream || !this.outcome) return answer;
+    this.count(this.outcome);
+    // For the access log.
+    return { ...answer, ...dynamicMetadata({ outcome: this.outcome }) };
   }
 
-  /** Counts the call and leaves its outcome for the access log. */
-  private finish(outcome: CallOutcomeName) {
+  private count(outcome: CallOutcomeName): void {
     this.observer.toolCallFinished(this.call.route, this.call.backend, outcome, (performance.now() - this.startedAt) / 1000);
-    return dynamicMetadata({ outcome });
   }
 
   private async resend(attempts: number): Promise<ProcessingResponse> {
@@ -184,7 +185,8 @@ class ToolCallResponse {
     const decision = await resendInNewBackendSession(call, this.head, this.facts(attempts + 1), this.context);
     this.observer.decided(this.call.route, decision.kind === 'respond' ? decision.reason : decision.kind);
     const outcome = decision.kind === 'respond' ? decision.metadata?.outcome : undefined;
-    if (outcome) this.finish(outcome);
+    if (outcome) this.count(outcome);
+    // An immediate response, carrying the outcome for the access log in its metadata.
     return toProcessingResponse(decision, 'response_headers', this.head);
   }
 }
