@@ -98,7 +98,7 @@ export function localReplyConfig() {
             ],
           },
         },
-        body_format_override: { text_format: '%LOCAL_REPLY_BODY%', content_type: 'application/json' },
+        body_format_override: { text_format_source: { inline_string: '%LOCAL_REPLY_BODY%' }, content_type: 'application/json' },
       },
       {
         // Any other failure of Envoy's own: in JSON-RPC form.
