@@ -233,6 +233,7 @@ async function runUp(args: string[]): Promise<void> {
     '',
     `envoy admin:         ${stack.envoyAdminUrl}`,
     `control plane admin: ${stack.controlPlaneAdminUrl} (/readyz, /status, /config/xds)`,
+    `sidecar admin:       ${stack.sidecarAdminUrl} (/metrics, /healthz)`,
     `xDS (ADS, gRPC):     127.0.0.1:${stack.ports.grpc}`,
     `dev portal:          ${stack.portalUrl}/v1/registry (serving ${registryFile}; edit the file to change routes)`,
     `redis:               ${stack.redisUrl}`,
