@@ -1,3 +1,4 @@
+import * as fs from 'node:fs/promises';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
@@ -14,10 +15,23 @@ export const GATEWAY_CLIENT_INFO = { name: 'mcp-federation-gateway', version: '0
  */
 const CATALOG_CLIENT_CAPABILITIES = { sampling: {}, elicitation: {}, roots: {} };
 
+async function readToken(file: string): Promise<string> {
+  try {
+    const token = (await fs.readFile(file, 'utf8')).trim();
+    if (token) return token;
+    throw new Error('the file is empty');
+  } catch (error) {
+    throw new Error(`cannot read transport.catalogBearerTokenFile ${file}: ${(error as Error).message}`);
+  }
+}
+
 /** The whole tools/list of one Tool Service, following nextCursor to the end. */
 export async function fetchToolList(service: ToolServiceIR, timeoutMs: number): Promise<Tool[]> {
   const client = new Client(GATEWAY_CLIENT_INFO, { capabilities: CATALOG_CLIENT_CAPABILITIES });
-  const transport = new StreamableHTTPClientTransport(new URL(service.url), { fetch: backendFetch(service.endpoint.tls) });
+  const transport = new StreamableHTTPClientTransport(new URL(service.url), {
+    fetch: backendFetch(service.endpoint.tls),
+    ...(service.catalogBearerTokenFile && { requestInit: { headers: { authorization: `Bearer ${await readToken(service.catalogBearerTokenFile)}` } } }),
+  });
   const options = { timeout: timeoutMs, signal: AbortSignal.timeout(timeoutMs) };
   try {
     await client.connect(transport, options);

@@ -34,6 +34,8 @@ export interface ToolServiceIR {
   healthCheckPath?: string;
   /** Answer for read-only tools when every attempt failed (a degraded result). */
   fallbackText?: string;
+  /** Where the token the control plane lists this Tool Service's tools with is kept; read at each listing, so it can rotate. */
+  catalogBearerTokenFile?: string;
 }
 
 export interface RouteBackendIR {
@@ -65,7 +67,7 @@ function toolServiceIR(service: ToolService): ToolServiceIR {
   const parsed = new URL(service.url);
   const tls = parsed.protocol === 'https:';
   const host = parsed.hostname.replace(/^\[(.*)\]$/, '$1');
-  const { tls: tlsSettings, healthCheckPath, ...timeouts } = service.transport ?? {};
+  const { tls: tlsSettings, healthCheckPath, catalogBearerTokenFile, ...timeouts } = service.transport ?? {};
   return {
     id: service.id,
     clusterName: clusterNameFor(service.id),
@@ -78,6 +80,7 @@ function toolServiceIR(service: ToolService): ToolServiceIR {
     },
     timeouts: { ...TRANSPORT_DEFAULTS, ...timeouts },
     ...(healthCheckPath && { healthCheckPath }),
+    ...(catalogBearerTokenFile && { catalogBearerTokenFile }),
     ...(service.fallback && { fallbackText: service.fallback.text }),
   };
 }

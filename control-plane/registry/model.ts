@@ -28,6 +28,11 @@ export const transportSchema = z
     idleTimeoutMs: z.number().int().min(1).max(DAY_MS).optional(),
     /** An HTTP GET health check on this path instead of the default TCP connect check. */
     healthCheckPath: z.string().regex(/^\/[^\s]*$/, 'must be an absolute path such as /healthz').optional(),
+    /**
+     * A file (on the control plane's machine) holding the bearer token the control plane sends when it
+     * lists this Tool Service's tools. Agents' calls carry the agents' own Authorization.
+     */
+    catalogBearerTokenFile: z.string().min(1).optional(),
     tls: z
       .object({
         /** PEM bundle to verify the backend with, instead of the system CA bundle. */

@@ -88,11 +88,12 @@ function respondError(status: number, id: JsonRpcId, code: number, message: stri
 export interface GatewayContext {
   lookup(routeKey: string): RouteCatalogView | undefined;
   sessions: SessionStore;
+  /** Requests the sidecar makes to a backend itself, on the client's behalf (with the client's own headers). */
   backendSessions: {
-    open(backend: BackendView, session: GatewaySession): Promise<string>;
-    close(backend: BackendView, backendSessionId: string, protocolVersion: string): Promise<void>;
-    notify(backend: BackendView, backendSessionId: string, protocolVersion: string, notification: unknown): Promise<void>;
-    resend(backend: BackendView, clientHeaders: Record<string, string>, backendSessionId: string, protocolVersion: string, body: string, timeoutMs: number): Promise<BackendAnswer>;
+    open(backend: BackendView, session: GatewaySession, clientHeaders: Record<string, string>): Promise<string>;
+    close(backend: BackendView, backendSessionId: string, protocolVersion: string, clientHeaders: Record<string, string>): Promise<void>;
+    notify(backend: BackendView, backendSessionId: string, protocolVersion: string, clientHeaders: Record<string, string>, notification: unknown): Promise<void>;
+    resend(backend: BackendView, backendSessionId: string, protocolVersion: string, clientHeaders: Record<string, string>, body: string, timeoutMs: number): Promise<BackendAnswer>;
   };
   log: Logger;
 }
@@ -200,7 +201,7 @@ async function endSession(head: RequestHead, view: RouteCatalogView, context: Ga
       .map(async ([name, backendSessionId]) => {
         const backend = view.backends.get(name);
         if (!backend) return;
-        await context.backendSessions.close(backend, backendSessionId, session.protocolVersion).catch((error: Error) =>
+        await context.backendSessions.close(backend, backendSessionId, session.protocolVersion, clientHeadersOf(head)).catch((error: Error) =>
           context.log.warn('could not end a backend session', { route: view.key, backend: name, error: error.message }),
         );
       }),
@@ -241,7 +242,7 @@ async function decideOnMessage(message: JsonRpcMessage, head: RequestHead, view:
   const session = await sessionOf(head, view, context);
   if (session === false) return sessionNotFound(id ?? null);
   if (typeof message.method !== 'string') return routeClientResponse(message, view, session);
-  if (id === undefined) return relayNotification(message, view, session, context);
+  if (id === undefined) return relayNotification(message, head, view, session, context);
   switch (message.method) {
     case 'ping':
       return respondJson(200, jsonRpcResult(id, {}), 'ping');
@@ -252,7 +253,7 @@ async function decideOnMessage(message: JsonRpcMessage, head: RequestHead, view:
         : respondError(200, id, JSON_RPC.INVALID_PARAMS, answer.message, 'invalid_cursor');
     }
     case 'tools/call':
-      return decideToolCall(message, id, view, session, context);
+      return decideToolCall(message, id, head, view, session, context);
     default:
       return respondError(200, id, JSON_RPC.METHOD_NOT_FOUND, `method "${message.method}" is not supported by this gateway`, 'method_not_found');
   }
@@ -278,6 +279,17 @@ async function initializeSession(message: JsonRpcMessage, id: JsonRpcId, view: R
     'initialize',
     { [SESSION_HEADER]: session.id },
   );
+}
+
+/** Headers of the hop itself, or the gateway's own: not what a request made on the client's behalf carries. */
+const NOT_ON_BEHALF = /^(:|host$|content-length$|content-type$|accept$|connection$|keep-alive$|transfer-encoding$|te$|upgrade$|mcp-session-id$|mcp-protocol-version$|x-envoy-|x-mcpgw-)/;
+
+/**
+ * The client's own headers (Authorization, traceparent, tracestate, …) for a request the sidecar makes
+ * to a backend on the client's behalf: such a request must look to the backend like the client's own.
+ */
+function clientHeadersOf(head: RequestHead): Record<string, string> {
+  return Object.fromEntries([...head.headers].filter(([name]) => !NOT_ON_BEHALF.test(name)));
 }
 
 const ACCEPTED: Decision = { kind: 'respond', status: 202, headers: {}, body: '', reason: 'accepted' };
@@ -313,13 +325,20 @@ function routeClientResponse(message: JsonRpcMessage, view: RouteCatalogView, se
  * others have no such request and ignore it. initialized is the gateway's own: each backend got its
  * own when its session opened.
  */
-function relayNotification(message: JsonRpcMessage, view: RouteCatalogView, session: GatewaySession | undefined, context: GatewayContext): Decision {
+function relayNotification(
+  message: JsonRpcMessage,
+  head: RequestHead,
+  view: RouteCatalogView,
+  session: GatewaySession | undefined,
+  context: GatewayContext,
+): Decision {
   if (message.method === 'notifications/initialized' || !session) return ACCEPTED;
+  const clientHeaders = clientHeadersOf(head);
   for (const [name, backendSessionId] of Object.entries(session.backends)) {
     const backend = view.backends.get(name);
     if (!backend || !backendSessionId) continue;
     context.backendSessions
-      .notify(backend, backendSessionId, session.protocolVersion, message)
+      .notify(backend, backendSessionId, session.protocolVersion, clientHeaders, message)
       .catch((error: Error) => context.log.warn('could not pass a notification on', { route: view.key, backend: name, method: message.method, error: error.message }));
   }
   return ACCEPTED;
@@ -329,11 +348,11 @@ function relayNotification(message: JsonRpcMessage, view: RouteCatalogView, sess
  * The backend's own session for this gateway session, opened on first use. A backend that cannot be
  * reached gets none now (the call then fails in Envoy, in JSON-RPC form) and is asked again next time.
  */
-async function backendSessionFor(session: GatewaySession, backend: BackendView, context: GatewayContext): Promise<string | undefined> {
+async function backendSessionFor(session: GatewaySession, backend: BackendView, head: RequestHead, context: GatewayContext): Promise<string | undefined> {
   const known = session.backends[backend.name];
   if (known !== undefined) return known;
   try {
-    const opened = await context.backendSessions.open(backend, session);
+    const opened = await context.backendSessions.open(backend, session, clientHeadersOf(head));
     return await context.sessions.claimBackend(session.id, backend.name, opened);
   } catch (error) {
     context.log.warn('could not open a backend session; the call goes on without one', {
@@ -348,6 +367,7 @@ async function backendSessionFor(session: GatewaySession, backend: BackendView, 
 async function decideToolCall(
   message: JsonRpcMessage,
   id: JsonRpcId,
+  head: RequestHead,
   view: RouteCatalogView,
   session: GatewaySession | undefined,
   context: GatewayContext,
@@ -369,7 +389,7 @@ async function decideToolCall(
   const forwarded = JSON.stringify({ ...message, params: { ...message.params, name: resolution.toolName } });
   const policy = callPolicy(resolution.tool, resolution.backend);
   // The client's gateway session id means nothing to a backend: it gets its own session id, or none.
-  const backendSessionId = session && (await backendSessionFor(session, resolution.backend, context));
+  const backendSessionId = session && (await backendSessionFor(session, resolution.backend, head, context));
   return {
     kind: 'forward',
     cluster: resolution.backend.cluster,
@@ -411,8 +431,6 @@ export function responseRewriter(
   return undefined;
 }
 
-/** Client headers a resent call carries: the caller's identity, trace context and the like, not the hop's own. */
-const NOT_RESENT = /^(:|host$|content-length$|content-type$|accept$|connection$|keep-alive$|transfer-encoding$|te$|upgrade$|mcp-session-id$|mcp-protocol-version$|x-envoy-|x-mcpgw-)/;
 
 /**
  * A backend answered 404 to a call sent in its session: it no longer knows that session (it restarted
@@ -432,10 +450,10 @@ export async function resendInNewBackendSession(
   try {
     await context.sessions.forgetBackend(gateway.id, backend.name, stale);
     const { [backend.name]: _forgotten, ...others } = gateway.backends;
-    const fresh = await context.backendSessions.open(backend, { ...gateway, backends: others });
+    const clientHeaders = clientHeadersOf(head);
+    const fresh = await context.backendSessions.open(backend, { ...gateway, backends: others }, clientHeaders);
     const backendSessionId = await context.sessions.claimBackend(gateway.id, backend.name, fresh);
-    const clientHeaders = Object.fromEntries([...head.headers].filter(([name]) => !NOT_RESENT.test(name)));
-    const answer = await context.backendSessions.resend(backend, clientHeaders, backendSessionId, gateway.protocolVersion, call.body, call.timeoutMs);
+    const answer = await context.backendSessions.resend(backend, backendSessionId, gateway.protocolVersion, clientHeaders, call.body, call.timeoutMs);
     if (answer.status === 404) throw new Error('it answered 404 in its new session too');
     context.log.info('backend session renewed and call sent again', { route: gateway.route, backend: backend.name, tool: call.tool });
     let outcome: CallOutcomeName | undefined;

@@ -54,10 +54,11 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     lookup: (key) => routes.get(key),
     sessions,
     backendSessions: {
-      open: (backend, session) => openBackendSession(backend, session, options.backendSessionTimeoutMs),
-      close: (backend, id, version) => closeBackendSession(backend, id, version, options.backendSessionTimeoutMs),
-      notify: (backend, id, version, notification) => notifyBackend(backend, id, version, notification, options.backendSessionTimeoutMs),
-      resend: (backend, headers, id, version, body, timeoutMs) => resendToBackend(backend, headers, id, version, body, timeoutMs),
+      open: (backend, session, clientHeaders) => openBackendSession(backend, session, clientHeaders, options.backendSessionTimeoutMs),
+      close: (backend, id, version, clientHeaders) => closeBackendSession(backend, id, version, clientHeaders, options.backendSessionTimeoutMs),
+      notify: (backend, id, version, clientHeaders, notification) =>
+        notifyBackend(backend, id, version, clientHeaders, notification, options.backendSessionTimeoutMs),
+      resend: resendToBackend,
     },
     log,
   };

@@ -22,18 +22,31 @@ describe('sessions through the gateway (server-everything, real Envoy and Redis)
   let everythingPort: number;
   let waiter: CancellableToolService;
   const clients: Client[] = [];
+  /**
+   * The waiter backend authenticates every request: the control plane lists its tools with a token of
+   * its own (transport.catalogBearerTokenFile), and what the gateway sends on an agent's behalf carries the agent's.
+   */
+  const WAITER_TOKEN = 'agent-token';
+  const CATALOG_TOKEN = 'catalog-token';
+  const asAgent = { authorization: `Bearer ${WAITER_TOKEN}` };
 
   beforeAll(async () => {
     const port = await freePort();
     everythingPort = port;
     latePort = await freePort();
-    waiter = await CancellableToolService.start();
-    everything = await startEverythingServer(port, path.join(testDir('sessions-everything'), 'everything.log'));
+    waiter = await CancellableToolService.start([WAITER_TOKEN, CATALOG_TOKEN]);
+    const ownDir = testDir('sessions-everything');
+    const catalogTokenFile = path.join(ownDir, 'waiter-catalog.token');
+    fs.writeFileSync(catalogTokenFile, `${CATALOG_TOKEN}\n`);
+    everything = await startEverythingServer(port, path.join(ownDir, 'everything.log'));
     ({ stack, dir } = await startGateway('sessions', (b) => ({
       routes: [
         { key: 'stateful', toolServices: [{ name: 'everything', url: `http://127.0.0.1:${port}/mcp` }, { name: 'jobs', url: b.jobs }] },
         { key: 'late', toolServices: [{ name: 'jobs', url: b.jobs }, { id: 'late-everything', name: 'later', url: `http://127.0.0.1:${latePort}/mcp` }] },
-        { key: 'cancel', toolServices: [{ name: 'jobs', url: b.jobs }, { name: 'waiter', url: waiter.url }] },
+        {
+          key: 'cancel',
+          toolServices: [{ name: 'jobs', url: b.jobs }, { name: 'waiter', url: waiter.url, transport: { catalogBearerTokenFile: catalogTokenFile } }],
+        },
       ],
     })));
   });
@@ -46,8 +59,12 @@ describe('sessions through the gateway (server-everything, real Envoy and Redis)
     await waiter?.stop();
   });
 
-  async function connect(route: string, client = new Client({ name: 'session-test', version: '1.0.0' })): Promise<{ client: Client; transport: StreamableHTTPClientTransport }> {
-    const transport = new StreamableHTTPClientTransport(new URL(stack.gatewayUrl(route)));
+  async function connect(
+    route: string,
+    client = new Client({ name: 'session-test', version: '1.0.0' }),
+    headers: Record<string, string> = {},
+  ): Promise<{ client: Client; transport: StreamableHTTPClientTransport }> {
+    const transport = new StreamableHTTPClientTransport(new URL(stack.gatewayUrl(route)), { requestInit: { headers } });
     await client.connect(transport);
     clients.push(client);
     return { client, transport };
@@ -137,7 +154,7 @@ describe('sessions through the gateway (server-everything, real Envoy and Redis)
   });
 
   it("passes the client's cancellation to the backend session running the call, and only there", async () => {
-    const { client } = await connect('cancel');
+    const { client } = await connect('cancel', undefined, asAgent);
     expect((await client.callTool({ name: 'jobs__echo', arguments: { text: 'jobs joins the session' } })).content).toHaveLength(1);
     const abort = new AbortController();
     const pending = client.callTool({ name: 'waiter__wait', arguments: {} }, undefined, { signal: abort.signal });
@@ -147,10 +164,12 @@ describe('sessions through the gateway (server-everything, real Envoy and Redis)
     await waitFor('the cancellation to reach the backend', async () => (waiter.cancelled.length === 1 ? true : undefined));
     expect(waiter.cancelled[0]).toMatchObject({ session: waiter.started[0].session, requestId: waiter.started[0].requestId });
     expect(String(waiter.cancelled[0].reason)).toContain('the agent changed its mind');
+    // The session open (initialize) and the relayed cancel carried the agent's own credentials.
+    expect(waiter.unauthorized).toBe(0);
   });
 
   it('opens a new backend session when the backend answers 404 for its own, without the client noticing', async () => {
-    const { client } = await connect('cancel');
+    const { client } = await connect('cancel', undefined, asAgent);
     const whoami = async () => ((await client.callTool({ name: 'waiter__whoami', arguments: {} })).content as { text: string }[])[0].text;
     const before = await whoami();
     waiter.forgetSessions();
@@ -161,6 +180,7 @@ describe('sessions through the gateway (server-everything, real Envoy and Redis)
     // The call that found the session gone counts as an attempt.
     expect(renewed._meta?.['mcpgw/outcome']).toMatchObject({ outcome: 'ok', attempts: 2 });
     expect(await whoami()).toBe(after);
+    expect(waiter.unauthorized).toBe(0);
   });
 
   it('answers a forged session id with 404', async () => {

@@ -10,7 +10,9 @@ import { LOOPBACK, LoopbackMcpService } from './loopback-mcp-service';
  * A real stateful MCP SDK Tool Service in the test's own process. Its tool `wait` runs until its
  * request is cancelled: the service records which of its sessions started a call and which calls the
  * client's notifications/cancelled reached. Its tool `whoami` names the session it ran in. It answers
- * an unknown session with 404, as the spec says, and can forget all its sessions at once.
+ * an unknown session with 404, as the spec says, and can forget all its sessions at once. Every
+ * request must carry `Authorization: Bearer <one of the accepted tokens>` (401 otherwise), as a
+ * backend that authenticates each request does.
  */
 export class CancellableToolService extends LoopbackMcpService {
   readonly started: { session: string; requestId: string | number }[] = [];
@@ -18,12 +20,20 @@ export class CancellableToolService extends LoopbackMcpService {
 
   private readonly transports = new Map<string, StreamableHTTPServerTransport>();
 
-  static async start(): Promise<CancellableToolService> {
+  /** Requests refused for a missing or wrong bearer token. */
+  unauthorized = 0;
+
+  static async start(acceptedTokens: string[]): Promise<CancellableToolService> {
     const port = await freePort();
     const app = createMcpExpressApp({ host: LOOPBACK });
     const service = new CancellableToolService(port);
     const transports = service.transports;
     app.all('/mcp', async (req, res) => {
+      if (!acceptedTokens.some((token) => req.headers.authorization === `Bearer ${token}`)) {
+        service.unauthorized++;
+        res.status(401).json({ jsonrpc: '2.0', id: null, error: { code: -32000, message: 'Unauthorized' } });
+        return;
+      }
       const sessionId = req.headers['mcp-session-id'];
       let transport = typeof sessionId === 'string' ? transports.get(sessionId) : undefined;
       if (!transport && req.method === 'POST' && isInitializeRequest(req.body)) {

@@ -23,7 +23,7 @@ export function sidecarContext(views: Map<string, RouteCatalogView>, openBackend
       close: async ({ url }, id) => {
         closed.push(`${url} ${id}`);
       },
-      notify: async ({ url }, backendSessionId, _version, notification) => {
+      notify: async ({ url }, backendSessionId, _version, _clientHeaders, notification) => {
         notified.push({ url, backendSessionId, notification });
       },
       resend: async () => {

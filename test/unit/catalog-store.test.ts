@@ -1,5 +1,6 @@
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { CATALOG_DEFAULTS, CatalogSettings, CatalogSnapshotMessage, CatalogStore } from '../../control-plane/catalog/catalog-store';
+import { fetchToolList } from '../../control-plane/catalog/tool-fetcher';
 import { buildGatewayIR } from '../../control-plane/ir/gateway-ir';
 import { Logger } from '../../control-plane/shared/log';
 
@@ -138,5 +139,14 @@ describe('catalog store: the route catalog sidecars serve', () => {
     const other = storeWith(lists, { toolNameSeparator: '-' });
     await other.store.refresh();
     expect(other.store.current().version).not.toBe(version);
+  });
+});
+
+describe('tools/list of a Tool Service that wants a bearer token', () => {
+  it('fails with the token file named when the file cannot be read, and never calls the backend', async () => {
+    const [service] = buildGatewayIR({
+      routes: [{ key: 'r', toolServices: [{ id: 's', name: 's', url: 'http://127.0.0.1:9/mcp', transport: { catalogBearerTokenFile: '/nonexistent/token' } }] }],
+    }).toolServices;
+    await expect(fetchToolList(service, 1000)).rejects.toThrow('cannot read transport.catalogBearerTokenFile /nonexistent/token: ENOENT');
   });
 });

@@ -6,7 +6,11 @@ const MCP_HEADERS = { 'content-type': 'application/json', accept: 'application/j
 const SESSION_HEADER = 'mcp-session-id';
 const PROTOCOL_VERSION_HEADER = 'mcp-protocol-version';
 
-/** The sidecar's own requests to a Tool Service (sessions, relayed notifications, replays): JSON-RPC over Streamable HTTP. */
+/**
+ * The sidecar's own requests to a Tool Service (sessions, relayed notifications, resent calls):
+ * JSON-RPC over Streamable HTTP, carrying the client's own headers (identity, trace context), since
+ * they are made on the client's behalf.
+ */
 function postToBackend(backend: BackendView, headers: Record<string, string>, body: unknown, signal: AbortSignal): Promise<Response> {
   return backendFetch(backend.tls)(backend.url, {
     method: 'POST',
@@ -38,11 +42,16 @@ async function firstMessage(response: Response): Promise<{ error?: { message: st
  * version, capabilities and info, then `notifications/initialized`. Returns the backend's
  * Mcp-Session-Id, or "" when the backend runs stateless (answers without one).
  */
-export async function openBackendSession(backend: BackendView, session: GatewaySession, timeoutMs: number): Promise<string> {
+export async function openBackendSession(
+  backend: BackendView,
+  session: GatewaySession,
+  clientHeaders: Record<string, string>,
+  timeoutMs: number,
+): Promise<string> {
   const signal = AbortSignal.timeout(timeoutMs);
   const initialize = await postToBackend(
     backend,
-    {},
+    clientHeaders,
     {
       jsonrpc: '2.0',
       id: 0,
@@ -58,7 +67,7 @@ export async function openBackendSession(backend: BackendView, session: GatewayS
   const backendSessionId = initialize.headers.get(SESSION_HEADER) ?? '';
   const initialized = await postToBackend(
     backend,
-    sessionHeaders(backendSessionId, session.protocolVersion),
+    { ...clientHeaders, ...sessionHeaders(backendSessionId, session.protocolVersion) },
     { jsonrpc: '2.0', method: 'notifications/initialized' },
     signal,
   );
@@ -67,10 +76,16 @@ export async function openBackendSession(backend: BackendView, session: GatewayS
 }
 
 /** Ends one backend session (DELETE, as the spec's session termination). Failures are the caller's to log. */
-export async function closeBackendSession(backend: BackendView, backendSessionId: string, protocolVersion: string, timeoutMs: number): Promise<void> {
+export async function closeBackendSession(
+  backend: BackendView,
+  backendSessionId: string,
+  protocolVersion: string,
+  clientHeaders: Record<string, string>,
+  timeoutMs: number,
+): Promise<void> {
   const response = await backendFetch(backend.tls)(backend.url, {
     method: 'DELETE',
-    headers: sessionHeaders(backendSessionId, protocolVersion),
+    headers: { ...clientHeaders, ...sessionHeaders(backendSessionId, protocolVersion) },
     signal: AbortSignal.timeout(timeoutMs),
   });
   await response.body?.cancel();
@@ -81,10 +96,16 @@ export async function notifyBackend(
   backend: BackendView,
   backendSessionId: string,
   protocolVersion: string,
+  clientHeaders: Record<string, string>,
   notification: unknown,
   timeoutMs: number,
 ): Promise<void> {
-  const response = await postToBackend(backend, sessionHeaders(backendSessionId, protocolVersion), notification, AbortSignal.timeout(timeoutMs));
+  const response = await postToBackend(
+    backend,
+    { ...clientHeaders, ...sessionHeaders(backendSessionId, protocolVersion) },
+    notification,
+    AbortSignal.timeout(timeoutMs),
+  );
   await response.body?.cancel();
   if (!response.ok) throw new Error(`notification answered ${response.status}`);
 }
@@ -101,9 +122,9 @@ export interface BackendAnswer {
  */
 export async function resendToBackend(
   backend: BackendView,
-  clientHeaders: Record<string, string>,
   backendSessionId: string,
   protocolVersion: string,
+  clientHeaders: Record<string, string>,
   body: string,
   timeoutMs: number,
 ): Promise<BackendAnswer> {
