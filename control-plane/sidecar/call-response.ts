@@ -1,8 +1,10 @@
 import { JsonRpcId } from './json-rpc';
-import { CallOutcomeName } from './sidecar-metrics';
 
 /** Where a call's outcome goes: `result._meta` of a result, `error.data` of a backend's own error. */
 export const OUTCOME_META_KEY = 'mcpgw/outcome';
+
+/** The reliability seed's outcome vocabulary (docs/errors.md). */
+export type CallOutcomeName = 'ok' | 'failed' | 'degraded' | 'denied';
 
 /** The reliability seed's per-call metadata (docs/errors.md), as the caller sees it. */
 export interface CallOutcome {

@@ -1,7 +1,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { toStruct } from '../xds/protobuf/proto-json';
 import { BACKEND_CLUSTER_HEADER, METADATA_NAMESPACE } from '../xds/translate/settings';
-import { ResponseFacts, ResponseRewriter, saysSessionUnknown } from './call-response';
+import { CallOutcomeName, ResponseFacts, ResponseRewriter, saysSessionUnknown } from './call-response';
 import {
   Decision,
   GatewayContext,
@@ -14,7 +14,7 @@ import {
   responseRewriter,
   routeKeyOf,
 } from './mcp-gateway';
-import { CallOutcomeName, SidecarObserver } from './sidecar-metrics';
+import { SidecarObserver } from './sidecar-metrics';
 
 interface HeaderValue {
   key: string;

@@ -3,6 +3,7 @@ import { Logger } from '../shared/log';
 import { BACKEND_UNAVAILABLE_CODE } from '../xds/translate/local-replies';
 import { callPolicy } from './call-policy';
 import {
+  CallOutcomeName,
   JsonResponseRewriter,
   ProxiedToolCall,
   ResponseFacts,
@@ -16,7 +17,6 @@ import {
 import { JSON_RPC, JsonRpcId, jsonRpcError, jsonRpcResult } from './json-rpc';
 import { BackendView, RouteCatalogView, resolveTool } from './route-catalog';
 import { BackendAnswer } from './sessions/backend-sessions';
-import { CallOutcomeName } from './sidecar-metrics';
 import { GatewaySession, SessionStore } from './sessions/session-store';
 import { answerToolsList } from './tools-list';
 

@@ -1,9 +1,9 @@
 import * as http from 'node:http';
 import express from 'express';
+import { CallOutcomeName } from './call-response';
 import { listen } from '../shared/http-listen';
 import * as client from 'prom-client';
 
-export type CallOutcomeName = 'ok' | 'failed' | 'degraded' | 'denied';
 
 /** What the ext_proc server reports as it works; the sidecar's metrics are one implementation. */
 export interface SidecarObserver {
