@@ -38,6 +38,7 @@ commands:
                     --ext-proc HOST:PORT --control-plane HOST:PORT [--id NAME]
                     [--redis redis://HOST:PORT [--redis-prefix mcpgw:]] [--session-ttl-s 3600]
                     [--backend-session-timeout-ms 5000] [--admin HOST:PORT]  GET /metrics and /healthz
+                    [--drain-timeout-ms 10000]     on SIGTERM, how long calls in flight keep the sidecar
   validate FILE   check a registry file; prints every problem and exits 1 if there is any
   render          print the xDS a registry produces
                     --registry FILE [--format json|yaml|bootstrap] [--listener HOST:PORT] [--sidecar HOST:PORT]
@@ -189,8 +190,10 @@ async function runSidecar(args: string[]): Promise<void> {
     'session-ttl-s': positiveInt.default(3600),
     'backend-session-timeout-ms': positiveInt.default(5000),
     admin: z.string().regex(/^[^:]+:\d{1,5}$/, 'must be HOST:PORT').optional(),
+    'drain-timeout-ms': positiveInt.default(10_000),
   });
   const running = await startSidecar({
+    drainTimeoutMs: options['drain-timeout-ms'],
     adminAddress: options.admin,
     extProcAddress: options['ext-proc'],
     controlPlaneAddress: options['control-plane'],

@@ -186,6 +186,8 @@ export class GatewayStack {
     this.spawn('sidecar', process.execPath, [
       CLI, 'sidecar', '--ext-proc', `${HOST}:${this.ports.sidecar}`, '--control-plane', `${HOST}:${this.ports.grpc}`,
       '--redis', this.redisUrl, '--admin', `${HOST}:${this.ports.sidecarAdmin}`,
+      // Below ManagedProcess's SIGKILL grace, so that a stop is always the sidecar's own.
+      '--drain-timeout-ms', '2000',
     ]);
     await waitFor('sidecar ext_proc port', () => portAccepts(this.ports.sidecar));
   }

@@ -23,6 +23,8 @@ export interface SidecarOptions {
   sessionIdleTtlSeconds: number;
   /** Limit for opening (initialize) or ending (DELETE) a backend's session. */
   backendSessionTimeoutMs: number;
+  /** On stop, how long calls in flight may keep the sidecar on their response path. */
+  drainTimeoutMs: number;
 }
 
 export interface RunningSidecar {
@@ -81,7 +83,19 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       subscriber.stop();
       admin?.closeAllConnections();
       await new Promise<void>((resolve) => (admin ? admin.close(() => resolve()) : resolve()));
-      await new Promise<void>((resolve) => server.tryShutdown(() => resolve()));
+      // Calls in flight may stream for minutes: they get drainTimeoutMs, then the sidecar lets go of
+      // them, and Envoy (failing open) carries their remaining frames unannotated.
+      await new Promise<void>((resolve) => {
+        const deadline = setTimeout(() => {
+          log.warn('drain timeout: leaving the calls still in flight to Envoy', { drainTimeoutMs: options.drainTimeoutMs });
+          server.forceShutdown();
+          resolve();
+        }, options.drainTimeoutMs);
+        server.tryShutdown(() => {
+          clearTimeout(deadline);
+          resolve();
+        });
+      });
       await sessions.close();
     },
   };
