@@ -16,7 +16,7 @@ import {
 } from './call-response';
 import { JSON_RPC, JsonRpcId, jsonRpcError, jsonRpcResult } from './json-rpc';
 import { BackendView, RouteCatalogView, resolveTool } from './route-catalog';
-import { BackendAnswer } from './sessions/backend-sessions';
+import { BackendAnswer, OnBehalf } from './sessions/backend-sessions';
 import { GatewaySession, SessionStore } from './sessions/session-store';
 import { answerToolsList } from './tools-list';
 
@@ -91,9 +91,9 @@ export interface GatewayContext {
   /** Requests the sidecar makes to a backend itself, on the client's behalf (with the client's own headers). */
   backendSessions: {
     open(backend: BackendView, session: GatewaySession, clientHeaders: Record<string, string>): Promise<string>;
-    close(backend: BackendView, backendSessionId: string, protocolVersion: string, clientHeaders: Record<string, string>): Promise<void>;
-    notify(backend: BackendView, backendSessionId: string, protocolVersion: string, clientHeaders: Record<string, string>, notification: unknown): Promise<void>;
-    resend(backend: BackendView, backendSessionId: string, protocolVersion: string, clientHeaders: Record<string, string>, body: string, timeoutMs: number): Promise<BackendAnswer>;
+    close(backend: BackendView, onBehalf: OnBehalf): Promise<void>;
+    notify(backend: BackendView, onBehalf: OnBehalf, notification: unknown): Promise<void>;
+    resend(backend: BackendView, onBehalf: OnBehalf, body: string, timeoutMs: number): Promise<BackendAnswer>;
   };
   log: Logger;
 }
@@ -201,7 +201,8 @@ async function endSession(head: RequestHead, view: RouteCatalogView, context: Ga
       .map(async ([name, backendSessionId]) => {
         const backend = view.backends.get(name);
         if (!backend) return;
-        await context.backendSessions.close(backend, backendSessionId, session.protocolVersion, clientHeadersOf(head)).catch((error: Error) =>
+        const onBehalf = { backendSessionId, protocolVersion: session.protocolVersion, clientHeaders: clientHeadersOf(head) };
+        await context.backendSessions.close(backend, onBehalf).catch((error: Error) =>
           context.log.warn('could not end a backend session', { route: view.key, backend: name, error: error.message }),
         );
       }),
@@ -338,7 +339,7 @@ function relayNotification(
     const backend = view.backends.get(name);
     if (!backend || !backendSessionId) continue;
     context.backendSessions
-      .notify(backend, backendSessionId, session.protocolVersion, clientHeaders, message)
+      .notify(backend, { backendSessionId, protocolVersion: session.protocolVersion, clientHeaders }, message)
       .catch((error: Error) => context.log.warn('could not pass a notification on', { route: view.key, backend: name, method: message.method, error: error.message }));
   }
   return ACCEPTED;
@@ -453,7 +454,8 @@ export async function resendInNewBackendSession(
     const clientHeaders = clientHeadersOf(head);
     const fresh = await context.backendSessions.open(backend, { ...gateway, backends: others }, clientHeaders);
     const backendSessionId = await context.sessions.claimBackend(gateway.id, backend.name, fresh);
-    const answer = await context.backendSessions.resend(backend, backendSessionId, gateway.protocolVersion, clientHeaders, call.body, call.timeoutMs);
+    const onBehalf = { backendSessionId, protocolVersion: gateway.protocolVersion, clientHeaders };
+    const answer = await context.backendSessions.resend(backend, onBehalf, call.body, call.timeoutMs);
     if (answer.status === 404) throw new Error('it answered 404 in its new session too');
     context.log.info('backend session renewed and call sent again', { route: gateway.route, backend: backend.name, tool: call.tool });
     let outcome: CallOutcomeName | undefined;

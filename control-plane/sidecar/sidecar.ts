@@ -57,9 +57,8 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     sessions,
     backendSessions: {
       open: (backend, session, clientHeaders) => openBackendSession(backend, session, clientHeaders, options.backendSessionTimeoutMs),
-      close: (backend, id, version, clientHeaders) => closeBackendSession(backend, id, version, clientHeaders, options.backendSessionTimeoutMs),
-      notify: (backend, id, version, clientHeaders, notification) =>
-        notifyBackend(backend, id, version, clientHeaders, notification, options.backendSessionTimeoutMs),
+      close: (backend, onBehalf) => closeBackendSession(backend, onBehalf, options.backendSessionTimeoutMs),
+      notify: (backend, onBehalf, notification) => notifyBackend(backend, onBehalf, notification, options.backendSessionTimeoutMs),
       resend: resendToBackend,
     },
     log,

@@ -20,10 +20,10 @@ export function sidecarContext(views: Map<string, RouteCatalogView>, openBackend
         opened.push(url);
         return openBackendSession(url);
       },
-      close: async ({ url }, id) => {
-        closed.push(`${url} ${id}`);
+      close: async ({ url }, { backendSessionId }) => {
+        closed.push(`${url} ${backendSessionId}`);
       },
-      notify: async ({ url }, backendSessionId, _version, _clientHeaders, notification) => {
+      notify: async ({ url }, { backendSessionId }, notification) => {
         notified.push({ url, backendSessionId, notification });
       },
       resend: async () => {

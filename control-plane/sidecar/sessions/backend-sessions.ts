@@ -67,7 +67,7 @@ export async function openBackendSession(
   const backendSessionId = initialize.headers.get(SESSION_HEADER) ?? '';
   const initialized = await postToBackend(
     backend,
-    { ...clientHeaders, ...sessionHeaders(backendSessionId, session.protocolVersion) },
+    inSession({ backendSessionId, protocolVersion: session.protocolVersion, clientHeaders }),
     { jsonrpc: '2.0', method: 'notifications/initialized' },
     signal,
   );
@@ -75,37 +75,32 @@ export async function openBackendSession(
   return backendSessionId;
 }
 
+/** A backend session, and the client on whose behalf the sidecar uses it. */
+export interface OnBehalf {
+  backendSessionId: string;
+  protocolVersion: string;
+  /** The client's own headers (identity, trace context). */
+  clientHeaders: Record<string, string>;
+}
+
+const inSession = ({ backendSessionId, protocolVersion, clientHeaders }: OnBehalf) => ({
+  ...clientHeaders,
+  ...sessionHeaders(backendSessionId, protocolVersion),
+});
+
 /** Ends one backend session (DELETE, as the spec's session termination). Failures are the caller's to log. */
-export async function closeBackendSession(
-  backend: BackendView,
-  backendSessionId: string,
-  protocolVersion: string,
-  clientHeaders: Record<string, string>,
-  timeoutMs: number,
-): Promise<void> {
+export async function closeBackendSession(backend: BackendView, onBehalf: OnBehalf, timeoutMs: number): Promise<void> {
   const response = await backendFetch(backend.tls)(backend.url, {
     method: 'DELETE',
-    headers: { ...clientHeaders, ...sessionHeaders(backendSessionId, protocolVersion) },
+    headers: inSession(onBehalf),
     signal: AbortSignal.timeout(timeoutMs),
   });
   await response.body?.cancel();
 }
 
 /** Passes a client's notification (cancelled, roots changed, …) to one backend session. */
-export async function notifyBackend(
-  backend: BackendView,
-  backendSessionId: string,
-  protocolVersion: string,
-  clientHeaders: Record<string, string>,
-  notification: unknown,
-  timeoutMs: number,
-): Promise<void> {
-  const response = await postToBackend(
-    backend,
-    { ...clientHeaders, ...sessionHeaders(backendSessionId, protocolVersion) },
-    notification,
-    AbortSignal.timeout(timeoutMs),
-  );
+export async function notifyBackend(backend: BackendView, onBehalf: OnBehalf, notification: unknown, timeoutMs: number): Promise<void> {
+  const response = await postToBackend(backend, inSession(onBehalf), notification, AbortSignal.timeout(timeoutMs));
   await response.body?.cancel();
   if (!response.ok) throw new Error(`notification answered ${response.status}`);
 }
@@ -120,20 +115,8 @@ export interface BackendAnswer {
  * Sends a request again, from the sidecar, in a new backend session: the whole answer, once the
  * backend has finished it. Only for requests the backend refused without running them.
  */
-export async function resendToBackend(
-  backend: BackendView,
-  backendSessionId: string,
-  protocolVersion: string,
-  clientHeaders: Record<string, string>,
-  body: string,
-  timeoutMs: number,
-): Promise<BackendAnswer> {
-  const response = await postToBackend(
-    backend,
-    { ...clientHeaders, ...sessionHeaders(backendSessionId, protocolVersion) },
-    body,
-    AbortSignal.timeout(timeoutMs),
-  );
+export async function resendToBackend(backend: BackendView, onBehalf: OnBehalf, body: string, timeoutMs: number): Promise<BackendAnswer> {
+  const response = await postToBackend(backend, inSession(onBehalf), body, AbortSignal.timeout(timeoutMs));
   return {
     status: response.status,
     contentType: response.headers.get('content-type') ?? 'application/json',
