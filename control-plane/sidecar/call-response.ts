@@ -23,6 +23,8 @@ export interface ProxiedToolCall {
   rpcId: JsonRpcId;
   backend: string;
   tool: string;
+  /** Asked in MCP 2026-07-28, whose results carry a resultType. */
+  modern?: boolean;
 }
 
 export interface ResponseFacts {
@@ -84,7 +86,8 @@ export function annotateMessage(message: unknown, call: ProxiedToolCall, facts: 
   if (isObject(message.result)) {
     const meta = isObject(message.result._meta) ? message.result._meta : {};
     if (OUTCOME_META_KEY in meta) return undefined;
-    return { ...message, result: { ...message.result, _meta: { ...meta, [OUTCOME_META_KEY]: outcome() } } };
+    const resultType = call.modern && message.result.resultType === undefined ? { resultType: 'complete' } : {};
+    return { ...message, result: { ...resultType, ...message.result, _meta: { ...meta, [OUTCOME_META_KEY]: outcome() } } };
   }
   if (isObject(message.error)) {
     const data = message.error.data;
@@ -97,16 +100,16 @@ export function annotateMessage(message: unknown, call: ProxiedToolCall, facts: 
 }
 
 /**
- * A backend's answer meaning it does not know the session a call came in, so it ran nothing: 404, as
- * the spec says, or the 400 "No valid session ID" of servers built on the MCP SDK's examples
- * (server-everything among them).
+ * A backend's answer meaning it does not know the session a call came in, or wants one, so it ran
+ * nothing: 404, as the spec says, or the 400 "No valid session ID" / "Server not initialized" of
+ * servers built on the MCP SDK and its examples (server-everything among them).
  */
 export function saysSessionUnknown(status: number, body?: Buffer): boolean {
   if (status === 404) return true;
   if (status !== 400 || !body) return false;
   try {
     const message = (JSON.parse(body.toString('utf8')) as { error?: { message?: unknown } }).error?.message;
-    return typeof message === 'string' && /session/i.test(message);
+    return typeof message === 'string' && /session|not initialized/i.test(message);
   } catch {
     return false;
   }

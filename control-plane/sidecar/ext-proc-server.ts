@@ -145,8 +145,10 @@ class ToolCallResponse {
     const response = readHead(headers.headers?.headers ?? []).headers;
     const attempts = Number(response.get('x-envoy-attempt-count')) || 1;
     const status = Number(response.get(':status'));
-    if (this.call.session && status === 404) return this.resend(attempts);
-    if (this.call.session && status === 400 && !headers.end_of_stream) {
+    // Only calls in a session, or of the session-less revision, may have met a backend that wants one.
+    const mayNeedSession = this.call.session !== undefined || this.call.modern === true;
+    if (mayNeedSession && status === 404) return this.resend(attempts);
+    if (mayNeedSession && status === 400 && !headers.end_of_stream) {
       // Held whole (a short error) so that nothing reaches the client before the sidecar has read it.
       this.checkingBadRequest = attempts;
       return { response_headers: {}, mode_override: BUFFER_RESPONSE_BODY };
@@ -177,11 +179,7 @@ class ToolCallResponse {
 
   private async resend(attempts: number): Promise<ProcessingResponse> {
     this.write({ override_message_timeout: { seconds: String(RESEND_MESSAGE_TIMEOUT_S), nanos: 0 } });
-    const call = {
-      ...this.call,
-      session: this.call.session!,
-      timeoutMs: Math.min(this.call.timeoutMs ?? RESEND_DEFAULT_TIMEOUT_MS, (RESEND_MESSAGE_TIMEOUT_S - 5) * 1000),
-    };
+    const call = { ...this.call, timeoutMs: Math.min(this.call.timeoutMs ?? RESEND_DEFAULT_TIMEOUT_MS, (RESEND_MESSAGE_TIMEOUT_S - 5) * 1000) };
     const decision = await resendInNewBackendSession(call, this.head, this.facts(attempts + 1), this.context);
     this.observer.decided(this.call.route, decision.kind === 'respond' ? decision.reason : decision.kind);
     const outcome = decision.kind === 'respond' ? decision.metadata?.outcome : undefined;

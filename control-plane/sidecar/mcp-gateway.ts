@@ -13,8 +13,17 @@ import {
   finalOutcome,
   outcomeOf,
   parseServerRequestId,
+  saysSessionUnknown,
 } from './call-response';
 import { JSON_RPC, JsonRpcId, jsonRpcError, jsonRpcResult } from './json-rpc';
+import {
+  MODERN_META,
+  MODERN_PROTOCOL_VERSION,
+  MODERN_PROTOCOL_VERSIONS,
+  modernRequestProblem,
+  modernVersionClaim,
+  withoutModernEnvelope,
+} from './modern-era';
 import { BackendView, RouteCatalogView, resolveTool } from './route-catalog';
 import { BackendAnswer, OnBehalf } from './sessions/backend-sessions';
 import { GatewaySession, SessionStore } from './sessions/session-store';
@@ -105,6 +114,20 @@ export const TOOL_DENIED_CODE = -32003;
 /** The code the MCP SDK servers use for an unknown session, with HTTP 404. */
 const SESSION_NOT_FOUND = -32001;
 
+const unsupportedVersionHeader = (head: RequestHead) => {
+  const version = head.headers.get(PROTOCOL_VERSION_HEADER);
+  return version !== undefined && !SUPPORTED_PROTOCOL_VERSIONS.includes(version);
+};
+
+const unsupportedVersion = (head: RequestHead) =>
+  respondError(
+    400,
+    null,
+    JSON_RPC.INVALID_REQUEST,
+    `unsupported MCP-Protocol-Version "${head.headers.get(PROTOCOL_VERSION_HEADER)}" (supported: ${SUPPORTED_PROTOCOL_VERSIONS.join(', ')})`,
+    'unsupported_protocol_version',
+  );
+
 /** Extracts the route key from /mcp/{routeKey}; the key comes only from the URI, never from a default. */
 export function routeKeyOf(path: string): { key?: string; error?: Decision } {
   const pathOnly = path.split('?', 1)[0];
@@ -131,16 +154,8 @@ export async function decideOnHead(head: RequestHead, context: GatewayContext): 
   if (!view) {
     return respondError(404, null, JSON_RPC.INVALID_REQUEST, `unknown route key "${key}"`, 'unknown_route');
   }
-  const version = head.headers.get(PROTOCOL_VERSION_HEADER);
-  if (version !== undefined && !SUPPORTED_PROTOCOL_VERSIONS.includes(version)) {
-    return respondError(
-      400,
-      null,
-      JSON_RPC.INVALID_REQUEST,
-      `unsupported MCP-Protocol-Version "${version}" (supported: ${SUPPORTED_PROTOCOL_VERSIONS.join(', ')})`,
-      'unsupported_protocol_version',
-    );
-  }
+  // A POST's body says which era it is from, and so how an unknown version is answered (decideOnMessage).
+  if (head.method !== 'POST' && unsupportedVersionHeader(head)) return unsupportedVersion(head);
   if (head.method === 'DELETE') return endSession(head, view, context);
   if (head.method !== 'POST') {
     // No standalone SSE stream (GET) is offered: the spec lets a server answer 405.
@@ -238,6 +253,11 @@ export async function decideOnBody(head: RequestHead, body: Buffer, context: Gat
 }
 
 async function decideOnMessage(message: JsonRpcMessage, head: RequestHead, view: RouteCatalogView, context: GatewayContext): Promise<Decision> {
+  const versionHeader = head.headers.get(PROTOCOL_VERSION_HEADER);
+  if (modernVersionClaim(message.params) !== undefined || (versionHeader !== undefined && MODERN_PROTOCOL_VERSIONS.includes(versionHeader))) {
+    return decideModern(message, head, view, context);
+  }
+  if (unsupportedVersionHeader(head)) return unsupportedVersion(head);
   const id = message.id;
   if (message.method === 'initialize' && id !== undefined) return initializeSession(message, id, view, context);
   const session = await sessionOf(head, view, context);
@@ -257,6 +277,67 @@ async function decideOnMessage(message: JsonRpcMessage, head: RequestHead, view:
       return decideToolCall(message, id, head, view, session, context);
     default:
       return respondError(200, id, JSON_RPC.METHOD_NOT_FOUND, `method "${message.method}" is not supported by this gateway`, 'method_not_found');
+  }
+}
+
+/** Answers to tools/list and server/discover may be cached this long by clients of the stateless revision. */
+const DISCOVER_TTL_MS = 300_000;
+/** The catalog changes whenever the registry or a backend does, and the gateway sends no list_changed yet. */
+const TOOLS_LIST_TTL_MS = 0;
+
+/**
+ * A request of MCP 2026-07-28 (no session; docs/adr/0007-mcp-2026-07-28.md). The gateway answers
+ * server/discover and tools/list itself and sends tools/call on to its backend in the session-less
+ * form of 2025-11-25, which every backend speaks today.
+ */
+async function decideModern(message: JsonRpcMessage, head: RequestHead, view: RouteCatalogView, context: GatewayContext): Promise<Decision> {
+  const id = message.id ?? null;
+  if (typeof message.method !== 'string') {
+    return respondError(400, null, JSON_RPC.INVALID_REQUEST, `protocol ${MODERN_PROTOCOL_VERSION} has no client responses: the gateway sent no request`, 'invalid_request');
+  }
+  if (modernVersionClaim(message.params) === undefined) {
+    return respondError(400, id, JSON_RPC.INVALID_PARAMS, `a ${MODERN_PROTOCOL_VERSION} request carries params._meta["${MODERN_META.protocolVersion}"]`, 'modern_meta_missing');
+  }
+  const modern = { ...message, method: message.method };
+  const problem = modernRequestProblem(modern, head.headers);
+  if (problem) return respondJson(problem.status, problem.body, 'modern_request_invalid');
+  if (message.id === undefined) return ACCEPTED;
+  const serverInfo = { [MODERN_META.serverInfo]: GATEWAY_SERVER_INFO };
+  switch (message.method) {
+    case 'server/discover':
+      return respondJson(
+        200,
+        jsonRpcResult(id, {
+          resultType: 'complete',
+          supportedVersions: [MODERN_PROTOCOL_VERSION, ...SUPPORTED_PROTOCOL_VERSIONS],
+          capabilities: { tools: { listChanged: false } },
+          instructions: `Tools of route "${view.key}", named <backend>${view.toolNameSeparator}<tool>.`,
+          ttlMs: DISCOVER_TTL_MS,
+          cacheScope: 'public',
+          _meta: serverInfo,
+        }),
+        'server_discover',
+      );
+    case 'tools/list': {
+      const answer = answerToolsList(view, message.params);
+      if (!answer.ok) return respondError(200, id, JSON_RPC.INVALID_PARAMS, answer.message, 'invalid_cursor');
+      const result = { resultType: 'complete', ...answer.result, ttlMs: TOOLS_LIST_TTL_MS, cacheScope: 'public', _meta: { ...answer.result._meta, ...serverInfo } };
+      return respondJson(200, jsonRpcResult(id, result), 'tools_list');
+    }
+    case 'tools/call': {
+      const legacy = { ...message, params: withoutModernEnvelope(message.params ?? {}) };
+      const decision = await decideToolCall(legacy, id, head, view, undefined, context);
+      if (decision.kind !== 'forward') return decision;
+      return {
+        ...decision,
+        // The backend is spoken to in 2025-11-25 form: its version header, not the stateless revision's routing headers.
+        headers: { ...decision.headers, [PROTOCOL_VERSION_HEADER]: LATEST_PROTOCOL_VERSION },
+        removeHeaders: [...decision.removeHeaders, 'mcp-method', 'mcp-name'],
+        ...(decision.toolCall && { toolCall: { ...decision.toolCall, modern: true } }),
+      };
+    }
+    default:
+      return respondError(404, id, JSON_RPC.METHOD_NOT_FOUND, `method "${message.method}" is not served in protocol ${MODERN_PROTOCOL_VERSION}`, 'method_not_found');
   }
 }
 
@@ -434,30 +515,43 @@ export function responseRewriter(
 
 
 /**
- * A backend answered 404 to a call sent in its session: it no longer knows that session (it restarted
- * or expired it) and ran nothing. The gateway opens a new backend session and sends the call again
- * itself, so the client's session goes on; the answer comes whole, not streamed. If no new session
- * can be opened, the client gets a JSON-RPC error, not the backend's 404 (which would end its own
- * session with the gateway).
+ * A backend answered that it does not know the session of a call (404, or 400 "no valid session"):
+ * it ran nothing. The gateway opens a backend session and sends the call again itself; the answer
+ * comes whole, not streamed.
+ * - A call of a client's gateway session lost its backend session (the backend restarted or expired
+ *   it): the new one replaces it, so the client's session goes on.
+ * - A call of the stateless revision (2026-07-28, no session at all) reached a backend that needs
+ *   one: the session is opened for this call only, with no client capabilities (requests from the
+ *   backend to the client cannot be carried across eras), and ended after it.
+ * If no session can be opened, the client gets a JSON-RPC error naming the backend, never the
+ * backend's 404 (which would end the client's own session with the gateway).
  */
 export async function resendInNewBackendSession(
-  call: ToolCallForward & { session: NonNullable<ToolCallForward['session']>; timeoutMs: number },
+  call: ToolCallForward & { timeoutMs: number },
   head: RequestHead,
   facts: ResponseFacts,
   context: GatewayContext,
 ): Promise<Decision> {
-  const { gateway, backendSessionId: stale } = call.session;
   const backend = call.backendView;
+  const clientHeaders = clientHeadersOf(head);
+  let oneOff: OnBehalf | undefined;
   try {
-    await context.sessions.forgetBackend(gateway.id, backend.name, stale);
-    const { [backend.name]: _forgotten, ...others } = gateway.backends;
-    const clientHeaders = clientHeadersOf(head);
-    const fresh = await context.backendSessions.open(backend, { ...gateway, backends: others }, clientHeaders);
-    const backendSessionId = await context.sessions.claimBackend(gateway.id, backend.name, fresh);
-    const onBehalf = { backendSessionId, protocolVersion: gateway.protocolVersion, clientHeaders };
+    let onBehalf: OnBehalf;
+    if (call.session) {
+      const { gateway, backendSessionId: stale } = call.session;
+      await context.sessions.forgetBackend(gateway.id, backend.name, stale);
+      const { [backend.name]: _forgotten, ...others } = gateway.backends;
+      const fresh = await context.backendSessions.open(backend, { ...gateway, backends: others }, clientHeaders);
+      const backendSessionId = await context.sessions.claimBackend(gateway.id, backend.name, fresh);
+      onBehalf = { backendSessionId, protocolVersion: gateway.protocolVersion, clientHeaders };
+    } else {
+      const session = { id: '', route: call.route, protocolVersion: LATEST_PROTOCOL_VERSION, clientInfo: GATEWAY_SERVER_INFO, clientCapabilities: {}, backends: {} };
+      oneOff = { backendSessionId: await context.backendSessions.open(backend, session, clientHeaders), protocolVersion: LATEST_PROTOCOL_VERSION, clientHeaders };
+      onBehalf = oneOff;
+    }
     const answer = await context.backendSessions.resend(backend, onBehalf, call.body, call.timeoutMs);
-    if (answer.status === 404) throw new Error('it answered 404 in its new session too');
-    context.log.info('backend session renewed and call sent again', { route: gateway.route, backend: backend.name, tool: call.tool });
+    if (saysSessionUnknown(answer.status, answer.body)) throw new Error(`it answered ${answer.status} in its new session too`);
+    context.log.info('call sent again in a new backend session', { route: call.route, backend: backend.name, tool: call.tool, oneOff: !call.session });
     let outcome: CallOutcomeName | undefined;
     const rewriter = responseRewriter(answer.contentType, call, facts, (final) => (outcome = final));
     const body = (rewriter ? rewriter.push(answer.body, true) : answer.body).toString('utf8');
@@ -466,16 +560,22 @@ export async function resendInNewBackendSession(
       status: answer.status,
       headers: { 'content-type': answer.contentType },
       body,
-      reason: 'backend_session_renewed',
+      reason: call.session ? 'backend_session_renewed' : 'backend_session_for_one_call',
       metadata: { route: call.route, backend: call.backend, tool: call.tool, ...(outcome && { outcome }) },
     };
   } catch (error) {
     const reason = (error as Error).message;
-    const message = `backend ${backend.name} lost its session and could not start a new one: tools/call ${call.tool} failed (${reason})`;
+    const message = `backend ${backend.name} needs a session and could not start one: tools/call ${call.tool} failed (${reason})`;
     const data = { ...outcomeOf(call, facts, reason), http_status: 503 };
     return {
       ...respondJson(200, jsonRpcError(call.rpcId, BACKEND_UNAVAILABLE_CODE, message, data), 'backend_session_lost'),
       metadata: { route: call.route, backend: call.backend, tool: call.tool, outcome: 'failed' },
     };
+  } finally {
+    if (oneOff?.backendSessionId) {
+      await context.backendSessions.close(backend, oneOff).catch((error: Error) =>
+        context.log.warn('could not end a one-call backend session', { route: call.route, backend: backend.name, error: error.message }),
+      );
+    }
   }
 }

@@ -1,43 +1,103 @@
 import { Client as V2Client, StreamableHTTPClientTransport as V2Transport } from '@modelcontextprotocol/client';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { ManagedProcess, freePort, waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
-import { listedTools, startGateway } from '../support/gateway-fixture';
+import { startEverythingServer } from '../support/everything-server';
+import { MCP_POST_HEADERS, listedTools, postJsonRpc, startGateway, testDir } from '../support/gateway-fixture';
 
 /**
- * MCP SDK v2 clients (@modelcontextprotocol/client, which can speak 2026-07-28) through the gateway,
- * which serves the session-based revisions (2025-03-26 to 2025-11-25) only: a client that negotiates
- * lands on 2025-11-25 and works; one pinned to 2026-07-28 is told clearly that it is not offered
- * (docs/adr/0007-mcp-2026-07-28.md).
+ * MCP SDK v2 clients (@modelcontextprotocol/client) through the gateway, in both eras: the
+ * session-based revisions (2025-11-25) and the stateless one (2026-07-28), in front of SDK v1 Tool
+ * Services that speak only the former (docs/adr/0007-mcp-2026-07-28.md).
  */
-describe('MCP SDK v2 clients through the gateway', () => {
+describe('both protocol eras through the gateway (SDK v2 clients, SDK v1 backends)', () => {
   let stack: GatewayStack;
+  let everything: ManagedProcess;
 
   beforeAll(async () => {
-    ({ stack } = await startGateway('protocol-eras', (b) => ({ routes: [{ key: 'demo', toolServices: [{ name: 'jobs', url: b.jobs }] }] })));
+    const everythingPort = await freePort();
+    everything = await startEverythingServer(everythingPort, path.join(testDir('protocol-eras-everything'), 'everything.log'));
+    ({ stack } = await startGateway('protocol-eras', (b) => ({
+      routes: [
+        { key: 'demo', toolServices: [{ name: 'jobs', url: b.jobs }] },
+        { key: 'stateful', toolServices: [{ name: 'everything', url: `http://127.0.0.1:${everythingPort}/mcp` }] },
+      ],
+    })));
     await listedTools(stack.gatewayUrl('demo'));
+    await waitFor('server-everything in the catalog', async () => (((await listedTools(stack.gatewayUrl('stateful'))) ?? []).length > 0 ? true : undefined));
   });
   afterAll(async () => {
     await stack?.stop();
+    await everything?.stop();
   });
 
-  it.each(['legacy', 'auto'] as const)('serves a v2 client in %s negotiation on 2025-11-25', async (mode) => {
+  it.each<[string, 'legacy' | 'auto' | { pin: string }, string]>([
+    ['legacy negotiation (initialize)', 'legacy', '2025-11-25'],
+    ['auto negotiation (server/discover)', 'auto', '2026-07-28'],
+    ['a pin to 2026-07-28', { pin: '2026-07-28' }, '2026-07-28'],
+  ])('serves a v2 client in %s', async (_case, mode, version) => {
     const client = new V2Client({ name: 'v2-agent', version: '1.0.0' }, { versionNegotiation: { mode } });
     try {
       await client.connect(new V2Transport(new URL(stack.gatewayUrl('demo'))));
-      expect(client.getNegotiatedProtocolVersion()).toBe('2025-11-25');
+      expect(client.getNegotiatedProtocolVersion()).toBe(version);
       expect((await client.listTools()).tools.map((tool) => tool.name)).toContain('jobs__echo');
       const result = await client.callTool({ name: 'jobs__echo', arguments: { text: 'from v2' } });
       expect(result.content).toEqual([{ type: 'text', text: 'from v2' }]);
       expect(result._meta?.['mcpgw/outcome']).toMatchObject({ outcome: 'ok', backend: 'jobs', tool: 'echo' });
+      const progress: number[] = [];
+      const job = await client.callTool({ name: 'jobs__run_job', arguments: { steps: 3, interval_ms: 20 } }, { onprogress: ({ progress: step }) => progress.push(step) });
+      expect(job.content).toEqual([{ type: 'text', text: 'job finished after 3 steps' }]);
+      expect(progress).toEqual([1, 2, 3]);
     } finally {
       await client.close();
     }
   });
 
-  it('tells a v2 client pinned to 2026-07-28 that the revision is not offered', async () => {
+  it('gives a stateless client’s call to a backend that needs a session a session of its own, ended after the call', async () => {
     const client = new V2Client({ name: 'v2-agent', version: '1.0.0' }, { versionNegotiation: { mode: { pin: '2026-07-28' } } });
-    await expect(client.connect(new V2Transport(new URL(stack.gatewayUrl('demo'))))).rejects.toThrow(
-      'did not offer pinned protocol version 2026-07-28',
-    );
-    await client.close();
+    try {
+      await client.connect(new V2Transport(new URL(stack.gatewayUrl('stateful'))));
+      const sum = await client.callTool({ name: 'everything__get-sum', arguments: { a: 2, b: 3 } });
+      expect(JSON.stringify(sum.content)).toContain('5');
+      expect(sum._meta?.['mcpgw/outcome']).toMatchObject({ outcome: 'ok', backend: 'everything', attempts: 2 });
+    } finally {
+      await client.close();
+    }
+    const log = () => fs.readFileSync(everything.options.logFile!, 'utf8');
+    await waitFor('server-everything to end the one-call session', async () => (/Received session termination request for session/.test(log()) ? true : undefined));
+  });
+
+  const modernHeaders = (method: string, name?: string) => ({
+    ...MCP_POST_HEADERS,
+    'mcp-protocol-version': '2026-07-28',
+    'mcp-method': method,
+    ...(name !== undefined && { 'mcp-name': name }),
+  });
+  const envelope = (version = '2026-07-28') => ({
+    'io.modelcontextprotocol/protocolVersion': version,
+    'io.modelcontextprotocol/clientCapabilities': {},
+  });
+
+  it.each<[string, Record<string, string>, unknown, number, number]>([
+    [
+      'an Mcp-Name that is not the tool in the body',
+      modernHeaders('tools/call', 'jobs__run_job'),
+      { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'jobs__echo', arguments: { text: 'x' }, _meta: envelope() } },
+      400,
+      -32020,
+    ],
+    [
+      'a version the gateway does not serve',
+      { ...modernHeaders('tools/list'), 'mcp-protocol-version': '2027-01-01' },
+      { jsonrpc: '2.0', id: 2, method: 'tools/list', params: { _meta: envelope('2027-01-01') } },
+      400,
+      -32022,
+    ],
+    ['a method the revision removed (ping)', modernHeaders('ping'), { jsonrpc: '2.0', id: 3, method: 'ping', params: { _meta: envelope() } }, 404, -32601],
+  ])('answers %s in the revision’s own terms', async (_case, headers, body, status, code) => {
+    const response = await postJsonRpc(stack.gatewayUrl('demo'), body, headers);
+    expect(response.status).toBe(status);
+    expect(response.json().error.code).toBe(code);
   });
 });

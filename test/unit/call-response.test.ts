@@ -118,6 +118,7 @@ describe('a backend that does not know the session', () => {
   it.each<[string, number, string | undefined, boolean]>([
     ['404, as the spec says', 404, undefined, true],
     ["the SDK examples' 400", 400, '{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}', true],
+    ["the SDK's 400 for a call without initialize", 400, '{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: Server not initialized"},"id":null}', true],
     ['another 400', 400, '{"jsonrpc":"2.0","error":{"code":-32602,"message":"bad arguments"},"id":1}', false],
     ['a 400 that is not JSON', 400, 'no session', false],
     ['a 500 about sessions', 500, '{"error":{"message":"session store down"}}', false],

@@ -1,3 +1,4 @@
+import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
 import { CatalogSnapshotMessage } from '../../control-plane/catalog/catalog-store';
 import { scopeServerRequestId } from '../../control-plane/sidecar/call-response';
 import { Decision, RequestHead, decideOnBody, decideOnHead, resendInNewBackendSession } from '../../control-plane/sidecar/mcp-gateway';
@@ -261,7 +262,7 @@ describe('sidecar sessions', () => {
       id: 5,
       error: {
         code: -32004,
-        message: 'backend jobs lost its session and could not start a new one: tools/call echo failed (connect ECONNREFUSED)',
+        message: 'backend jobs needs a session and could not start one: tools/call echo failed (connect ECONNREFUSED)',
         data: { outcome: 'failed', backend: 'jobs', tool: 'echo', attempts: 2, elapsed_ms: 9, fallback_used: false, last_error: 'connect ECONNREFUSED', http_status: 503 },
       },
     });
@@ -269,9 +270,81 @@ describe('sidecar sessions', () => {
     expect((await context.sessions.get(sessionId))?.backends).toEqual({});
   });
 
-  it('rejects an unsupported MCP-Protocol-Version with 400', async () => {
-    const { status, message } = await responded(decideOnHead(head('POST', '/mcp/demo', { ...POST_HEADERS, 'mcp-protocol-version': '1999-01-01' }), context));
+  it('rejects an unsupported MCP-Protocol-Version with 400, on the head of a DELETE and on the body of a POST', async () => {
+    const unsupported = { ...POST_HEADERS, 'mcp-protocol-version': '1999-01-01' };
+    const deleted = await responded(decideOnHead(head('DELETE', '/mcp/demo', unsupported), context));
+    const posted = await responded(decideOnBody(head('POST', '/mcp/demo', unsupported), call('jobs__echo'), context));
+    for (const { status, message } of [deleted, posted]) {
+      expect(status).toBe(400);
+      expect(message.error).toMatchObject({ code: -32600, message: expect.stringMatching(/unsupported MCP-Protocol-Version "1999-01-01"/) });
+    }
+  });
+});
+
+describe('sidecar decisions for MCP 2026-07-28 (stateless)', () => {
+  const envelope = { 'io.modelcontextprotocol/protocolVersion': '2026-07-28', 'io.modelcontextprotocol/clientCapabilities': {}, progressToken: 4 };
+  const modernHead = (method: string, name?: string) =>
+    head('POST', '/mcp/demo', { ...POST_HEADERS, 'mcp-protocol-version': '2026-07-28', 'mcp-method': method, ...(name && { 'mcp-name': name }) });
+  const request = (method: string, params: Record<string, unknown> = {}) => body({ jsonrpc: '2.0', id: 9, method, params: { ...params, _meta: envelope } });
+
+  it('answers server/discover with its versions, capabilities and server info', async () => {
+    const { status, message } = await responded(decideOnBody(modernHead('server/discover'), request('server/discover'), context));
+    expect(status).toBe(200);
+    expect(message.result).toMatchObject({
+      resultType: 'complete',
+      supportedVersions: ['2026-07-28', ...SUPPORTED_PROTOCOL_VERSIONS],
+      capabilities: { tools: { listChanged: false } },
+      cacheScope: 'public',
+      _meta: { 'io.modelcontextprotocol/serverInfo': { name: 'mcp-federation-gateway' } },
+    });
+  });
+
+  it('answers tools/list as a complete, uncacheable result', async () => {
+    const { message } = await responded(decideOnBody(modernHead('tools/list'), request('tools/list'), context));
+    expect(message.result).toMatchObject({ resultType: 'complete', ttlMs: 0, cacheScope: 'public', tools: expect.any(Array) });
+    expect(message.result._meta).toHaveProperty('mcpgw/federation');
+  });
+
+  it('sends tools/call on in 2025-11-25 form: name stripped, envelope and routing headers gone, progress token kept', async () => {
+    const decision = await decideOnBody(modernHead('tools/call', 'jobs__echo'), request('tools/call', { name: 'jobs__echo', arguments: {} }), context);
+    expect(decision).toMatchObject({
+      kind: 'forward',
+      cluster: 'tool_service.jobs',
+      headers: { 'mcp-protocol-version': '2025-11-25' },
+      removeHeaders: ['mcp-session-id', 'mcp-method', 'mcp-name'],
+      toolCall: { modern: true },
+    });
+    expect(JSON.parse((decision as { body: string }).body).params).toEqual({ name: 'echo', arguments: {}, _meta: { progressToken: 4 } });
+  });
+
+  it.each<[string, RequestHead, Buffer, number, number]>([
+    ['Mcp-Name unlike the body', modernHead('tools/call', 'jobs__run_job'), request('tools/call', { name: 'jobs__echo' }), 400, -32020],
+    ['no Mcp-Method', head('POST', '/mcp/demo', { ...POST_HEADERS, 'mcp-protocol-version': '2026-07-28' }), request('tools/list'), 400, -32020],
+    ['a base64 Mcp-Name that decodes to another tool', modernHead('tools/call', `=?base64?${Buffer.from('jobs__run_job').toString('base64')}?=`), request('tools/call', { name: 'jobs__echo' }), 400, -32020],
+    [
+      'no client capabilities',
+      modernHead('tools/list'),
+      body({ jsonrpc: '2.0', id: 9, method: 'tools/list', params: { _meta: { 'io.modelcontextprotocol/protocolVersion': '2026-07-28' } } }),
+      400,
+      -32602,
+    ],
+    ['the modern header without the _meta claim', modernHead('tools/list'), body({ jsonrpc: '2.0', id: 9, method: 'tools/list' }), 400, -32602],
+    ['a removed method', modernHead('logging/setLevel'), request('logging/setLevel', { level: 'info' }), 404, -32601],
+  ])('rejects %s', async (_case, requestHead, requestBody, status, code) => {
+    const { status: actual, message } = await responded(decideOnBody(requestHead, requestBody, context));
+    expect(actual).toBe(status);
+    expect(message.error.code).toBe(code);
+  });
+
+  it('accepts a base64 Mcp-Name that decodes to the tool in the body', async () => {
+    const encoded = modernHead('tools/call', `=?base64?${Buffer.from('jobs__echo').toString('base64')}?=`);
+    expect((await decideOnBody(encoded, request('tools/call', { name: 'jobs__echo' }), context)).kind).toBe('forward');
+  });
+
+  it('names the versions it serves when a request claims another', async () => {
+    const claimed = body({ jsonrpc: '2.0', id: 9, method: 'tools/list', params: { _meta: { ...envelope, 'io.modelcontextprotocol/protocolVersion': '2027-01-01' } } });
+    const { status, message } = await responded(decideOnBody(modernHead('tools/list'), claimed, context));
     expect(status).toBe(400);
-    expect(message.error.message).toMatch(/unsupported MCP-Protocol-Version "1999-01-01"/);
+    expect(message.error).toMatchObject({ code: -32022, data: { supported: ['2026-07-28'], requested: '2027-01-01' } });
   });
 });
