@@ -1,12 +1,11 @@
 import * as http from 'node:http';
 import * as grpc from '@grpc/grpc-js';
-import { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { createAdminApp } from '../admin/admin-server';
 import { listen } from '../shared/http-listen';
 import { ControlPlaneMetrics } from '../admin/metrics';
 import { XdsStatusTracker } from '../admin/xds-status';
 import { catalogServiceHandlers } from '../catalog/catalog-service';
-import { CatalogSettings, CatalogSnapshotMessage, CatalogStore } from '../catalog/catalog-store';
+import { CatalogSettings, CatalogSnapshotMessage, CatalogStore, ToolList } from '../catalog/catalog-store';
 import { fetchToolList } from '../catalog/tool-fetcher';
 import { TOOL_RULES, TOOL_RULE_ACTIONS } from '../catalog/tool-exposure';
 import { ToolServiceIR, buildGatewayIR } from '../ir/gateway-ir';
@@ -61,9 +60,9 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   // Thousands of Tool Services must not be fetched at once: the event loop also serves xDS and the
   // catalog stream. Ids that share an endpoint share one fetch.
   const catalogFetches = new ConcurrencyLimit(options.catalogFetchConcurrency);
-  const fetchesByEndpoint = new Map<string, Promise<Tool[]>>();
+  const fetchesByEndpoint = new Map<string, Promise<ToolList>>();
   const fetchTools = (service: ToolServiceIR) => {
-    const endpoint = JSON.stringify([service.url, service.endpoint.tls]);
+    const endpoint = JSON.stringify([service.url, service.endpoint.tls, service.catalogBearerTokenFile]);
     let pending = fetchesByEndpoint.get(endpoint);
     if (!pending) {
       pending = catalogFetches.run(() => fetchToolList(service, options.toolListTimeoutMs)).finally(() => fetchesByEndpoint.delete(endpoint));

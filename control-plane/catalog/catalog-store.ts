@@ -14,6 +14,8 @@ interface ToolServiceCatalog {
   url: string;
   /** Last-good tools: a failed refresh never replaces them. */
   tools: Tool[];
+  /** The protocol revision the Tool Service answered its tools/list in; "" until it has answered. */
+  protocolVersion: string;
   lastSuccessAt?: Date;
   lastError?: string;
   /** First failure since the last success; stays put while the backend keeps failing. */
@@ -38,6 +40,8 @@ export interface BackendCatalogMessage {
   tls_sni: string;
   /** The backend's tools the route's policy keeps from agents, and the rule that does. */
   denied_tools: DeniedToolMessage[];
+  /** The protocol revision the backend speaks (its tools/list's); "" before it has answered. */
+  protocol_version: string;
 }
 
 export interface DeniedToolMessage {
@@ -88,7 +92,13 @@ export const CATALOG_DEFAULTS: CatalogSettings = {
   toolsListPageSize: 100,
 };
 
-export type ToolListFetcher = (service: ToolServiceIR) => Promise<Tool[]>;
+/** A Tool Service's whole tools/list, and the protocol revision it answered in. */
+export interface ToolList {
+  tools: Tool[];
+  protocolVersion: string;
+}
+
+export type ToolListFetcher = (service: ToolServiceIR) => Promise<ToolList>;
 
 function stateOf(catalog: ToolServiceCatalog | undefined): BackendState {
   if (!catalog?.lastSuccessAt) return 'missing';
@@ -162,6 +172,7 @@ export class CatalogStore extends EventEmitter {
         this.byCluster.set(backend.cluster, {
           url: service.url,
           tools: backend.tools_json.map((json) => JSON.parse(json) as Tool),
+          protocolVersion: backend.protocol_version ?? '',
           lastSuccessAt: backend.last_success_at ? new Date(backend.last_success_at) : restartedAt,
           lastError: 'not refreshed since the gateway started: tools restored from Redis last-good',
           failingSince: restartedAt,
@@ -205,9 +216,9 @@ export class CatalogStore extends EventEmitter {
 
   private async fetchOne(service: ToolServiceIR): Promise<void> {
     const existing = this.byCluster.get(service.clusterName);
-    const catalog = existing?.url === service.url ? existing : { url: service.url, tools: [] };
+    const catalog = existing?.url === service.url ? existing : { url: service.url, tools: [], protocolVersion: '' };
     try {
-      catalog.tools = await this.fetchTools(service);
+      ({ tools: catalog.tools, protocolVersion: catalog.protocolVersion } = await this.fetchTools(service));
       catalog.lastSuccessAt = new Date();
       catalog.failingSince = undefined;
       catalog.lastError = undefined;
@@ -263,6 +274,7 @@ export class CatalogStore extends EventEmitter {
           tls_ca_file: services.get(backend.clusterName)?.endpoint.tls?.caFile ?? '',
           tls_sni: services.get(backend.clusterName)?.endpoint.tls?.sni ?? '',
           denied_tools: denials.flatMap((rule, index) => (rule === undefined ? [] : [{ tool: catalog!.tools[index].name, rule }])),
+          protocol_version: catalog?.protocolVersion ?? '',
         })),
         tools: exposure.tools,
       };

@@ -85,7 +85,8 @@ export function annotateMessage(message: unknown, call: ProxiedToolCall, facts: 
   const outcome = (lastError?: string) => outcomeOf(call, facts, lastError);
   if (isObject(message.result)) {
     const meta = isObject(message.result._meta) ? message.result._meta : {};
-    if (OUTCOME_META_KEY in meta) return undefined;
+    // A stateless backend asking the client for input: the call is not over, it has no outcome yet.
+    if (OUTCOME_META_KEY in meta || message.result.resultType === 'input_required') return undefined;
     const resultType = call.modern && message.result.resultType === undefined ? { resultType: 'complete' } : {};
     return { ...message, result: { ...resultType, ...message.result, _meta: { ...meta, [OUTCOME_META_KEY]: outcome() } } };
   }

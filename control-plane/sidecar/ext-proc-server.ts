@@ -14,6 +14,7 @@ import {
   responseRewriter,
   routeKeyOf,
 } from './mcp-gateway';
+import { MODERN_PROTOCOL_VERSION } from './modern-era';
 import { SidecarObserver } from './sidecar-metrics';
 
 interface HeaderValue {
@@ -145,8 +146,10 @@ class ToolCallResponse {
     const response = readHead(headers.headers?.headers ?? []).headers;
     const attempts = Number(response.get('x-envoy-attempt-count')) || 1;
     const status = Number(response.get(':status'));
-    // Only calls in a session, or of the session-less revision, may have met a backend that wants one.
-    const mayNeedSession = this.call.session !== undefined || this.call.modern === true;
+    // Only calls in a session, or of stateless clients to backends of a session-based revision, may
+    // have met a backend that wants a (new) session.
+    const statelessBackend = this.call.backendView.protocolVersion === MODERN_PROTOCOL_VERSION;
+    const mayNeedSession = !statelessBackend && (this.call.session !== undefined || this.call.modern === true);
     if (mayNeedSession && status === 404) return this.resend(attempts);
     if (mayNeedSession && status === 400 && !headers.end_of_stream) {
       // Held whole (a short error) so that nothing reaches the client before the sidecar has read it.

@@ -20,6 +20,7 @@ import {
   MODERN_META,
   MODERN_PROTOCOL_VERSION,
   MODERN_PROTOCOL_VERSIONS,
+  encodeMcpHeaderValue,
   modernRequestProblem,
   modernVersionClaim,
   withoutModernEnvelope,
@@ -274,7 +275,7 @@ async function decideOnMessage(message: JsonRpcMessage, head: RequestHead, view:
         : respondError(200, id, JSON_RPC.INVALID_PARAMS, answer.message, 'invalid_cursor');
     }
     case 'tools/call':
-      return decideToolCall(message, id, head, view, session, context);
+      return decideToolCall(message, id, head, view, { era: 'session', session }, context);
     default:
       return respondError(200, id, JSON_RPC.METHOD_NOT_FOUND, `method "${message.method}" is not supported by this gateway`, 'method_not_found');
   }
@@ -324,18 +325,8 @@ async function decideModern(message: JsonRpcMessage, head: RequestHead, view: Ro
       const result = { resultType: 'complete', ...answer.result, ttlMs: TOOLS_LIST_TTL_MS, cacheScope: 'public', _meta: { ...answer.result._meta, ...serverInfo } };
       return respondJson(200, jsonRpcResult(id, result), 'tools_list');
     }
-    case 'tools/call': {
-      const legacy = { ...message, params: withoutModernEnvelope(message.params ?? {}) };
-      const decision = await decideToolCall(legacy, id, head, view, undefined, context);
-      if (decision.kind !== 'forward') return decision;
-      return {
-        ...decision,
-        // The backend is spoken to in 2025-11-25 form: its version header, not the stateless revision's routing headers.
-        headers: { ...decision.headers, [PROTOCOL_VERSION_HEADER]: LATEST_PROTOCOL_VERSION },
-        removeHeaders: [...decision.removeHeaders, 'mcp-method', 'mcp-name'],
-        ...(decision.toolCall && { toolCall: { ...decision.toolCall, modern: true } }),
-      };
-    }
+    case 'tools/call':
+      return decideToolCall(message, id, head, view, { era: 'stateless' }, context);
     default:
       return respondError(404, id, JSON_RPC.METHOD_NOT_FOUND, `method "${message.method}" is not served in protocol ${MODERN_PROTOCOL_VERSION}`, 'method_not_found');
   }
@@ -451,7 +442,7 @@ async function decideToolCall(
   id: JsonRpcId,
   head: RequestHead,
   view: RouteCatalogView,
-  session: GatewaySession | undefined,
+  client: CallingClient,
   context: GatewayContext,
 ): Promise<Decision> {
   const name = message.params?.name;
@@ -468,16 +459,20 @@ async function decideToolCall(
     };
   }
   if (!resolution.ok) return respondError(200, id, JSON_RPC.INVALID_PARAMS, resolution.message, 'unknown_tool');
-  const forwarded = JSON.stringify({ ...message, params: { ...message.params, name: resolution.toolName } });
   const policy = callPolicy(resolution.tool, resolution.backend);
+  const statelessBackend = resolution.backend.protocolVersion === MODERN_PROTOCOL_VERSION;
+  const session = client.era === 'session' ? client.session : undefined;
+  const renamed = { ...message, params: { ...message.params, name: resolution.toolName } };
   // The client's gateway session id means nothing to a backend: it gets its own session id, or none.
-  const backendSessionId = session && (await backendSessionFor(session, resolution.backend, head, context));
+  const backendSessionId = session && !statelessBackend ? await backendSessionFor(session, resolution.backend, head, context) : undefined;
+  const form = statelessBackend ? statelessCall(renamed, resolution.toolName, client) : sessionCall(renamed, client);
+  const forwarded = JSON.stringify(form.message);
   return {
     kind: 'forward',
     cluster: resolution.backend.cluster,
     body: forwarded,
-    headers: { ...policy.headers, ...(backendSessionId && { [SESSION_HEADER]: backendSessionId }) },
-    removeHeaders: backendSessionId ? [] : [SESSION_HEADER],
+    headers: { ...policy.headers, ...form.headers, ...(backendSessionId && { [SESSION_HEADER]: backendSessionId }) },
+    removeHeaders: [...(backendSessionId ? [] : [SESSION_HEADER]), ...form.removeHeaders],
     metadata: { backend: resolution.backend.name, tool: resolution.toolName, ...(policy.fallback && { fallback: policy.fallback }) },
     toolCall: {
       route: view.key,
@@ -488,7 +483,54 @@ async function decideToolCall(
       body: forwarded,
       ...(session && backendSessionId && { session: { gateway: session, backendSessionId } }),
       ...(policy.timeoutMs !== undefined && { timeoutMs: policy.timeoutMs }),
+      ...(client.era === 'stateless' && { modern: true }),
     },
+  };
+}
+
+/** Who asks: a client in a session-based revision (with its gateway session, if it has one), or one of the stateless revision. */
+type CallingClient = { era: 'session'; session?: GatewaySession } | { era: 'stateless' };
+
+interface BackendForm {
+  message: JsonRpcMessage;
+  headers: Record<string, string>;
+  removeHeaders: string[];
+}
+
+/**
+ * A call for a backend of a session-based revision (2025-11-25 and before): as it came from a client
+ * of that era, or, from a stateless client, without the stateless envelope and routing headers.
+ */
+function sessionCall(message: JsonRpcMessage, client: CallingClient): BackendForm {
+  if (client.era === 'session') return { message, headers: {}, removeHeaders: [] };
+  return {
+    message: { ...message, params: withoutModernEnvelope(message.params ?? {}) },
+    headers: { [PROTOCOL_VERSION_HEADER]: LATEST_PROTOCOL_VERSION },
+    removeHeaders: ['mcp-method', 'mcp-name'],
+  };
+}
+
+/**
+ * A call for a backend of the stateless revision: with the `_meta` envelope and the routing headers
+ * that name the backend's own tool. A stateless client's envelope goes on as it came (its
+ * capabilities included: it can answer an input_required result); a session client's is made up
+ * with no capabilities, since it could not answer one.
+ */
+function statelessCall(message: JsonRpcMessage, toolName: string, client: CallingClient): BackendForm {
+  const params = message.params ?? {};
+  const meta = (params._meta ?? {}) as Record<string, unknown>;
+  const envelope =
+    client.era === 'stateless'
+      ? {}
+      : {
+          [MODERN_META.protocolVersion]: MODERN_PROTOCOL_VERSION,
+          [MODERN_META.clientCapabilities]: {},
+          [MODERN_META.clientInfo]: client.session?.clientInfo.name ? client.session.clientInfo : GATEWAY_SERVER_INFO,
+        };
+  return {
+    message: { ...message, params: { ...params, _meta: { ...meta, ...envelope } } },
+    headers: { [PROTOCOL_VERSION_HEADER]: MODERN_PROTOCOL_VERSION, 'mcp-method': 'tools/call', 'mcp-name': encodeMcpHeaderValue(toolName) },
+    removeHeaders: [],
   };
 }
 

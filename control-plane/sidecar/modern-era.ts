@@ -40,7 +40,11 @@ export function modernVersionClaim(params: unknown): string | undefined {
   return typeof claim === 'string' ? claim : undefined;
 }
 
-/** Header values that are not plain ASCII travel as `=?base64?…?=` (UTF-8). */
+/** Header values that are not plain printable ASCII travel as `=?base64?…?=` (UTF-8). */
+export function encodeMcpHeaderValue(value: string): string {
+  return /^[\x20-\x7e]*$/.test(value) && !value.startsWith('=?') ? value : `=?base64?${Buffer.from(value, 'utf8').toString('base64')}?=`;
+}
+
 export function decodeMcpHeaderValue(value: string): string {
   const encoded = /^=\?base64\?(.*)\?=$/.exec(value);
   return encoded ? Buffer.from(encoded[1], 'base64').toString('utf8') : value;

@@ -20,6 +20,8 @@ export interface BackendView {
   tls?: BackendTls;
   /** The backend's own names of tools the route's policy denies, with the rule that does. */
   deniedTools: Map<string, string>;
+  /** The protocol revision the backend speaks; "" before the control plane has heard from it. */
+  protocolVersion: string;
 }
 
 /** One tool the route serves, and where it comes from. */
@@ -65,6 +67,7 @@ export function buildRouteViews(snapshot: CatalogSnapshotMessage): Map<string, R
         url: backend.url,
         fallbackText: backend.fallback_text,
         deniedTools: new Map((backend.denied_tools ?? []).map((denied) => [denied.tool, denied.rule])),
+        protocolVersion: backend.protocol_version ?? '',
         ...(backend.tls_ca_file && { tls: { caFile: backend.tls_ca_file, sni: backend.tls_sni } }),
       });
     }

@@ -5,7 +5,14 @@ import { Logger } from '../shared/log';
 
 /** What a route's catalog looked like when it was saved: enough to serve tools/list at once. */
 const savedCatalogSchema = z.array(
-  z.object({ name: z.string(), cluster: z.string(), tools_json: z.array(z.string()), last_success_at: z.string() }),
+  z.object({
+    name: z.string(),
+    cluster: z.string(),
+    tools_json: z.array(z.string()),
+    last_success_at: z.string(),
+    // Absent in copies saved before the gateway served backends of the stateless revision.
+    protocol_version: z.string().optional(),
+  }),
 );
 export type SavedBackendCatalog = z.output<typeof savedCatalogSchema>[number];
 

@@ -4,23 +4,28 @@ import * as path from 'node:path';
 import { ManagedProcess, freePort, waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { startEverythingServer } from '../support/everything-server';
-import { MCP_POST_HEADERS, listedTools, postJsonRpc, startGateway, testDir } from '../support/gateway-fixture';
+import { MCP_POST_HEADERS, connectClient, controlPlaneStatus, listedTools, postJsonRpc, startGateway, testDir } from '../support/gateway-fixture';
+import { ModernToolService } from '../support/modern-tool-service';
 
 /**
- * MCP SDK v2 clients (@modelcontextprotocol/client) through the gateway, in both eras: the
- * session-based revisions (2025-11-25) and the stateless one (2026-07-28), in front of SDK v1 Tool
- * Services that speak only the former (docs/adr/0007-mcp-2026-07-28.md).
+ * Both protocol eras through the gateway (docs/adr/0007-mcp-2026-07-28.md): MCP SDK v2 clients
+ * (@modelcontextprotocol/client) in the session-based revision (2025-11-25) and the stateless one
+ * (2026-07-28), and v1 clients, in front of SDK v1 Tool Services that speak only the former and an
+ * SDK v2 Tool Service that speaks only the latter.
  */
-describe('both protocol eras through the gateway (SDK v2 clients, SDK v1 backends)', () => {
+describe('both protocol eras through the gateway (SDK v1 and v2 clients and backends)', () => {
   let stack: GatewayStack;
   let everything: ManagedProcess;
+  let modern: ModernToolService;
 
   beforeAll(async () => {
     const everythingPort = await freePort();
     everything = await startEverythingServer(everythingPort, path.join(testDir('protocol-eras-everything'), 'everything.log'));
+    modern = await ModernToolService.start();
     ({ stack } = await startGateway('protocol-eras', (b) => ({
       routes: [
         { key: 'demo', toolServices: [{ name: 'jobs', url: b.jobs }] },
+        { key: 'mixed', toolServices: [{ name: 'jobs', url: b.jobs }, { name: 'modern', url: modern.url }] },
         { key: 'stateful', toolServices: [{ name: 'everything', url: `http://127.0.0.1:${everythingPort}/mcp` }] },
       ],
     })));
@@ -30,6 +35,7 @@ describe('both protocol eras through the gateway (SDK v2 clients, SDK v1 backend
   afterAll(async () => {
     await stack?.stop();
     await everything?.stop();
+    await modern?.stop();
   });
 
   it.each<[string, 'legacy' | 'auto' | { pin: string }, string]>([
@@ -66,6 +72,31 @@ describe('both protocol eras through the gateway (SDK v2 clients, SDK v1 backend
     }
     const log = () => fs.readFileSync(everything.options.logFile!, 'utf8');
     await waitFor('server-everything to end the one-call session', async () => (/Received session termination request for session/.test(log()) ? true : undefined));
+  });
+
+  it('lists a Tool Service of the stateless revision, and calls it statelessly for clients of either era', async () => {
+    await waitFor('the stateless Tool Service in the catalog', async () => (((await listedTools(stack.gatewayUrl('mixed'))) ?? []).includes('modern__shout') ? true : undefined));
+    const status = await controlPlaneStatus(stack);
+    const mixed = status.catalog.routes.find((route: { route: string }) => route.route === 'mixed');
+    expect(mixed.backends.map((backend: { name: string; protocol_version: string }) => [backend.name, backend.protocol_version])).toEqual([
+      ['jobs', '2025-11-25'],
+      ['modern', '2026-07-28'],
+    ]);
+    const sessionClient = await connectClient(stack.gatewayUrl('mixed'));
+    const statelessClient = new V2Client({ name: 'v2-agent', version: '1.0.0' }, { versionNegotiation: { mode: { pin: '2026-07-28' } } });
+    try {
+      await statelessClient.connect(new V2Transport(new URL(stack.gatewayUrl('mixed'))));
+      for (const client of [sessionClient, statelessClient]) {
+        const shouted = await client.callTool({ name: 'modern__shout', arguments: { text: 'both eras' } });
+        expect(shouted.content).toEqual([{ type: 'text', text: 'BOTH ERAS' }]);
+        expect(shouted._meta?.['mcpgw/outcome']).toMatchObject({ outcome: 'ok', backend: 'modern', tool: 'shout', attempts: 1 });
+      }
+    } finally {
+      await sessionClient.close();
+      await statelessClient.close();
+    }
+    // Every request the backend got was of its own revision (the catalog's failed 2025 attempt aside).
+    expect(modern.protocolVersions.filter((version) => version !== '2026-07-28').every((version) => version === '')).toBe(true);
   });
 
   const modernHeaders = (method: string, name?: string) => ({

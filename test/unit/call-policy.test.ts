@@ -13,6 +13,7 @@ const backend = (fallbackText = ''): BackendView => ({
   url: 'http://127.0.0.1:9/mcp',
   fallbackText,
   deniedTools: new Map(),
+  protocolVersion: '2025-11-25',
 });
 const tool = (extra: Partial<Tool> = {}): Tool => ({ name: 't', inputSchema: { type: 'object' }, ...extra });
 const RETRY = { 'x-envoy-retry-on': '5xx,reset,connect-failure,reset-before-request', 'x-envoy-max-retries': '2' };

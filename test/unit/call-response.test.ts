@@ -29,6 +29,7 @@ describe('outcome of a tools/call answer', () => {
       { jsonrpc: '2.0', id: 0, method: 'sampling/createMessage', params: {} },
       { jsonrpc: '2.0', id: 'mcpgw:jobs:0', method: 'sampling/createMessage', params: {} },
     ],
+    ['an input_required answer (the call goes on) is left alone', { jsonrpc: '2.0', id: 7, result: { resultType: 'input_required', requestState: 's' } }, undefined],
     ['an answer to another id is left alone', { jsonrpc: '2.0', id: 8, result: {} }, undefined],
     ['a notification is left alone', { jsonrpc: '2.0', method: 'notifications/progress', params: { progress: 1 } }, undefined],
     ["Envoy's own failure reply keeps its outcome", { jsonrpc: '2.0', id: 7, error: { code: -32004, message: 'x', data: { outcome: 'failed' } } }, undefined],

@@ -16,6 +16,7 @@ export function backendCatalog(name: string, toolNames: string[], overrides: Par
     tls_ca_file: '',
     tls_sni: '',
     denied_tools: [],
+    protocol_version: '2025-11-25',
     ...overrides,
   };
 }

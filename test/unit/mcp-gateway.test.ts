@@ -25,6 +25,16 @@ const responded = async (pending: Decision | Promise<Decision>) => {
   return { status: decision.status, message: decision.body ? JSON.parse(decision.body) : undefined };
 };
 
+const initialize = { jsonrpc: '2.0', id: 0, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: { sampling: {} }, clientInfo: { name: 'agent', version: '1' } } };
+const call = (name: string) => body({ jsonrpc: '2.0', id: 5, method: 'tools/call', params: { name, arguments: {} } });
+const withSession = (id: string, method = 'POST', path = '/mcp/demo') => head(method, path, { ...POST_HEADERS, 'mcp-session-id': id });
+
+async function open(sessions = sidecarContext(views)) {
+  const decision = await decideOnBody(head(), body(initialize), sessions.context);
+  if (decision.kind !== 'respond') throw new Error('initialize was not answered');
+  return { ...sessions, sessionId: decision.headers['mcp-session-id'], decision };
+}
+
 describe('sidecar decisions on the request head', () => {
   it.each([
     ['/mcp without a route key', head('POST', '/mcp'), 400, -32600, 'route key is required: use /mcp/{routeKey}'],
@@ -149,16 +159,6 @@ describe('sidecar decisions on the JSON-RPC body', () => {
 });
 
 describe('sidecar sessions', () => {
-  const initialize = { jsonrpc: '2.0', id: 0, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: { sampling: {} }, clientInfo: { name: 'agent', version: '1' } } };
-  const call = (name: string) => body({ jsonrpc: '2.0', id: 5, method: 'tools/call', params: { name, arguments: {} } });
-  const withSession = (id: string, method = 'POST', path = '/mcp/demo') => head(method, path, { ...POST_HEADERS, 'mcp-session-id': id });
-
-  async function open(sessions = sidecarContext(views)) {
-    const decision = await decideOnBody(head(), body(initialize), sessions.context);
-    if (decision.kind !== 'respond') throw new Error('initialize was not answered');
-    return { ...sessions, sessionId: decision.headers['mcp-session-id'], decision };
-  }
-
   it('answers initialize with a session id of its own and the negotiated version', async () => {
     const { sessionId, decision } = await open();
     expect(sessionId).toMatch(/^[A-Za-z0-9_-]{32}$/);
@@ -334,6 +334,36 @@ describe('sidecar decisions for MCP 2026-07-28 (stateless)', () => {
     const { status: actual, message } = await responded(decideOnBody(requestHead, requestBody, context));
     expect(actual).toBe(status);
     expect(message.error.code).toBe(code);
+  });
+
+  describe('to a backend of the stateless revision', () => {
+    const statelessViews = buildRouteViews(
+      catalogSnapshot([{ route_key: 'demo', backends: [backendCatalog('modern', ['shout'], { protocol_version: '2026-07-28' })] }]),
+    );
+
+    it("passes a stateless client's envelope on, with the backend's own tool name in body and header", async () => {
+      const { context: modernContext } = sidecarContext(statelessViews);
+      const decision = await decideOnBody(modernHead('tools/call', 'modern__shout'), request('tools/call', { name: 'modern__shout', arguments: {} }), modernContext);
+      expect(decision).toMatchObject({
+        kind: 'forward',
+        headers: { 'mcp-protocol-version': '2026-07-28', 'mcp-method': 'tools/call', 'mcp-name': 'shout' },
+        removeHeaders: ['mcp-session-id'],
+      });
+      expect(JSON.parse((decision as { body: string }).body).params).toEqual({ name: 'shout', arguments: {}, _meta: envelope });
+    });
+
+    it("gives a session client's call an envelope of its own, without capabilities and without a backend session", async () => {
+      const sessions = sidecarContext(statelessViews);
+      const { context: sessionContext, opened, sessionId } = await open(sessions);
+      const decision = await decideOnBody(withSession(sessionId), call('modern__shout'), sessionContext);
+      expect(opened).toEqual([]);
+      expect(decision).toMatchObject({ kind: 'forward', headers: { 'mcp-protocol-version': '2026-07-28', 'mcp-name': 'shout' }, removeHeaders: ['mcp-session-id'] });
+      expect(JSON.parse((decision as { body: string }).body).params._meta).toEqual({
+        'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+        'io.modelcontextprotocol/clientCapabilities': {},
+        'io.modelcontextprotocol/clientInfo': { name: 'agent', version: '1' },
+      });
+    });
   });
 
   it('accepts a base64 Mcp-Name that decodes to the tool in the body', async () => {

@@ -1,0 +1,37 @@
+import { McpServer, createMcpHandler } from '@modelcontextprotocol/server';
+import { toNodeHandler } from '@modelcontextprotocol/node';
+import express from 'express';
+import { z } from 'zod';
+import { freePort } from '../../control-plane/devstack/processes';
+import { LoopbackMcpService } from './loopback-mcp-service';
+
+/**
+ * A real MCP SDK v2 Tool Service that speaks only the stateless revision (2026-07-28): the SDK's own
+ * handler with `legacy: 'reject'`, so a 2025-style request (initialize, no `_meta` claim) is refused.
+ * Its tool `shout` upper-cases its text. It records the protocol version header of every request.
+ */
+export class ModernToolService extends LoopbackMcpService {
+  readonly protocolVersions: string[] = [];
+
+  static async start(): Promise<ModernToolService> {
+    const service = new ModernToolService(await freePort());
+    const handler = createMcpHandler(
+      () => {
+        const server = new McpServer({ name: 'modern-tool-service', version: '1.0.0' });
+        server.registerTool('shout', { description: 'Upper-cases its text.', inputSchema: z.object({ text: z.string() }) }, async ({ text }) => ({
+          content: [{ type: 'text' as const, text: text.toUpperCase() }],
+        }));
+        return server;
+      },
+      { legacy: 'reject' },
+    );
+    const app = express();
+    const serve = toNodeHandler(handler);
+    app.all('/mcp', (req, res) => {
+      service.protocolVersions.push(String(req.headers['mcp-protocol-version'] ?? ''));
+      void serve(req, res);
+    });
+    await service.listen(app);
+    return service;
+  }
+}
