@@ -2,6 +2,7 @@ import * as grpc from '@grpc/grpc-js';
 import { toStruct } from '../xds/protobuf/proto-json';
 import { BACKEND_CLUSTER_HEADER, METADATA_NAMESPACE } from '../xds/translate/settings';
 import { CallOutcomeName, ResponseFacts, ResponseRewriter, saysSessionUnknown } from './call-response';
+import { JSON_RPC, jsonRpcError } from './json-rpc';
 import {
   Decision,
   GatewayContext,
@@ -64,19 +65,24 @@ function dynamicMetadata(metadata: RequestMetadata | undefined) {
   return metadata ? { dynamic_metadata: toStruct({ [METADATA_NAMESPACE]: metadata }) } : {};
 }
 
+/** The sidecar's own answer to a request: Envoy sends it to the client at once. */
+function immediateResponse(decision: Extract<Decision, { kind: 'respond' }>): ProcessingResponse {
+  return {
+    immediate_response: {
+      status: { code: decision.status },
+      headers: { set_headers: Object.entries(decision.headers).map(([key, value]) => headerOption(key, value)) },
+      body: Buffer.from(decision.body),
+      details: `mcpgw_${decision.reason}`,
+    },
+    ...dynamicMetadata(decision.metadata),
+  };
+}
+
 /** Spells a Decision in ext_proc terms for the phase it was taken in. */
 function toProcessingResponse(decision: Decision, phase: 'request_headers' | 'request_body' | 'response_headers', head: RequestHead): ProcessingResponse {
   switch (decision.kind) {
     case 'respond':
-      return {
-        immediate_response: {
-          status: { code: decision.status },
-          headers: { set_headers: Object.entries(decision.headers).map(([key, value]) => headerOption(key, value)) },
-          body: Buffer.from(decision.body),
-          details: `mcpgw_${decision.reason}`,
-        },
-        ...dynamicMetadata(decision.metadata),
-      };
+      return immediateResponse(decision);
     case 'read-body':
       return { [phase]: { response: { header_mutation: { remove_headers: [...head.headers.keys()].filter(isGatewayOwnedHeader) } } } };
     case 'forward': {
@@ -99,6 +105,8 @@ function toProcessingResponse(decision: Decision, phase: 'request_headers' | 're
     }
   }
 }
+
+const JSON_CONTENT_TYPE = { 'content-type': 'application/json' };
 
 const IGNORE: SidecarObserver = { decided: () => undefined, toolCallFinished: () => undefined };
 
@@ -243,9 +251,15 @@ export function extProcServiceHandlers(context: GatewayContext, observer: Sideca
             write(answer instanceof Promise ? await answer : answer);
           }
         } catch (error) {
-          // Envoy turns this into its JSON-RPC "gateway error" reply (fail closed).
           context.log.error('ext_proc request failed', { error: (error as Error).stack, path: head?.path });
-          call.emit('error', { code: grpc.status.INTERNAL, details: (error as Error).message });
+          if (request.request_headers || request.request_body) {
+            // Nothing was decided: the client learns why, in JSON-RPC form (no backend is reached).
+            const failed = jsonRpcError(null, JSON_RPC.INTERNAL_ERROR, `gateway error: ${(error as Error).message}`);
+            write(immediateResponse({ kind: 'respond', status: 503, headers: JSON_CONTENT_TYPE, body: JSON.stringify(failed), reason: 'gateway_error' }));
+          } else {
+            // On the response path Envoy fails open: the rest of the answer passes untouched.
+            call.emit('error', { code: grpc.status.INTERNAL, details: (error as Error).message });
+          }
         }
       });
       call.on('end', () => call.end());

@@ -7,7 +7,7 @@ import { extProcServiceHandlers } from './ext-proc-server';
 import { GatewayContext } from './mcp-gateway';
 import { RouteCatalogView, buildRouteViews } from './route-catalog';
 import { closeBackendSession, notifyBackend, openBackendSession, resendToBackend } from './sessions/backend-sessions';
-import { MemorySessionStore, RedisSessionStore } from './sessions/session-store';
+import { MemorySessionStore, RedisSessionStore, SessionStore } from './sessions/session-store';
 import { SidecarMetrics, startSidecarAdmin } from './sidecar-metrics';
 
 export interface SidecarOptions {
@@ -26,6 +26,8 @@ export interface SidecarOptions {
   /** On stop, how long calls in flight may keep the sidecar on their response path. */
   drainTimeoutMs: number;
 }
+
+const REDIS_CONNECT_WAIT_MS = 5000;
 
 export interface RunningSidecar {
   port: number;
@@ -48,10 +50,18 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     log,
   );
 
-  const sessions = options.redis
-    ? new RedisSessionStore(options.redis.url, options.redis.prefix, options.sessionIdleTtlSeconds)
-    : new MemorySessionStore(options.sessionIdleTtlSeconds);
-  if (!options.redis) log.warn('no --redis: sessions live in this process only (lost on restart, not shared with other replicas)');
+  let sessions: SessionStore;
+  if (options.redis) {
+    const redisSessions = new RedisSessionStore(options.redis.url, options.redis.prefix, options.sessionIdleTtlSeconds);
+    // Session requests fail at once while Redis is unreachable: serve only once it is (or was given its chance).
+    if (!(await redisSessions.connected(REDIS_CONNECT_WAIT_MS))) {
+      log.warn('Redis is not reachable yet: requests that need a session fail until it is', { redis: options.redis.url });
+    }
+    sessions = redisSessions;
+  } else {
+    sessions = new MemorySessionStore(options.sessionIdleTtlSeconds);
+    log.warn('no --redis: sessions live in this process only (lost on restart, not shared with other replicas)');
+  }
   const context: GatewayContext = {
     lookup: (key) => routes.get(key),
     sessions,

@@ -198,4 +198,20 @@ describe('backend failures through the real Envoy', () => {
     expect(forged.json().error.message).toContain('gateway sidecar unavailable');
     await stack.startSidecar();
   });
+
+  // Last: it stops the stack's Redis.
+  it('answers requests that need a session with a JSON-RPC error naming the session store when Redis is down; others go on', async () => {
+    await stack.stopProcess('redis');
+    const initialize = await postJsonRpc(stack.gatewayUrl('demo'), {
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'initialize',
+      params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'agent', version: '1' } },
+    });
+    expect(initialize.status).toBe(503);
+    expect(initialize.json().error).toMatchObject({ code: -32603, message: expect.stringContaining('session store (Redis) unavailable') });
+    const stateless = await postJsonRpc(stack.gatewayUrl('demo'), { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'jobs__echo', arguments: { text: 'no session needed' } } });
+    expect(stateless.status).toBe(200);
+    expect(stateless.text).toContain('no session needed');
+  });
 });

@@ -58,8 +58,31 @@ export class RedisSessionStore implements SessionStore {
     private readonly prefix: string,
     private readonly idleTtlSeconds: number,
   ) {
-    this.redis = new Redis(url, { maxRetriesPerRequest: 2, connectTimeout: 2000 });
+    // No offline queue: while Redis is unreachable a session request fails at once, within Envoy's
+    // ext_proc message timeout, and the client is told why (docs/errors.md).
+    this.redis = new Redis(url, { maxRetriesPerRequest: 2, connectTimeout: 2000, enableOfflineQueue: false });
     this.redis.on('error', () => undefined); // each call reports its own failure
+  }
+
+  /** Resolves once Redis is connected, or false after timeoutMs: requests are not queued while it is not. */
+  connected(timeoutMs: number): Promise<boolean> {
+    if (this.redis.status === 'ready') return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => resolve(false), timeoutMs);
+      this.redis.once('ready', () => {
+        clearTimeout(timer);
+        resolve(true);
+      });
+    });
+  }
+
+  /** What a Redis failure means to the client: no session can be opened, found or ended now. */
+  private async guarded<T>(operation: () => Promise<T>): Promise<T> {
+    try {
+      return await operation();
+    } catch (error) {
+      throw new Error(`session store (Redis) unavailable: ${(error as Error).message}`);
+    }
   }
 
   private key(id: string): string {
@@ -67,47 +90,57 @@ export class RedisSessionStore implements SessionStore {
   }
 
   async create(fields: Omit<GatewaySession, 'id' | 'backends'>): Promise<GatewaySession> {
-    const session: GatewaySession = { ...fields, id: newSessionId(), backends: {} };
-    await this.redis
-      .multi()
-      .hset(this.key(session.id), {
-        route: session.route,
-        protocolVersion: session.protocolVersion,
-        clientInfo: JSON.stringify(session.clientInfo),
-        clientCapabilities: JSON.stringify(session.clientCapabilities),
-      })
-      .expire(this.key(session.id), this.idleTtlSeconds)
-      .exec();
-    return session;
+    return this.guarded(async () => {
+      const session: GatewaySession = { ...fields, id: newSessionId(), backends: {} };
+      await this.redis
+        .multi()
+        .hset(this.key(session.id), {
+          route: session.route,
+          protocolVersion: session.protocolVersion,
+          clientInfo: JSON.stringify(session.clientInfo),
+          clientCapabilities: JSON.stringify(session.clientCapabilities),
+        })
+        .expire(this.key(session.id), this.idleTtlSeconds)
+        .exec();
+      return session;
+    });
   }
 
   async get(id: string): Promise<GatewaySession | undefined> {
-    if (!SESSION_ID_PATTERN.test(id)) return undefined;
-    const [[, fields]] = (await this.redis.multi().hgetall(this.key(id)).expire(this.key(id), this.idleTtlSeconds).exec()) as [
-      [Error | null, Record<string, string>],
-    ];
-    const parsed = storedSessionSchema.safeParse(fields);
-    if (!parsed.success) return undefined;
-    const backends = Object.fromEntries(
-      Object.entries(fields)
-        .filter(([field]) => field.startsWith(BACKEND_FIELD))
-        .map(([field, value]) => [field.slice(BACKEND_FIELD.length), value]),
-    );
-    return { id, ...parsed.data, backends };
+    return this.guarded(async () => {
+      if (!SESSION_ID_PATTERN.test(id)) return undefined;
+      const [[, fields]] = (await this.redis.multi().hgetall(this.key(id)).expire(this.key(id), this.idleTtlSeconds).exec()) as [
+        [Error | null, Record<string, string>],
+      ];
+      const parsed = storedSessionSchema.safeParse(fields);
+      if (!parsed.success) return undefined;
+      const backends = Object.fromEntries(
+        Object.entries(fields)
+          .filter(([field]) => field.startsWith(BACKEND_FIELD))
+          .map(([field, value]) => [field.slice(BACKEND_FIELD.length), value]),
+      );
+      return { id, ...parsed.data, backends };
+    });
   }
 
   async claimBackend(id: string, backend: string, backendSessionId: string): Promise<string> {
-    const field = `${BACKEND_FIELD}${backend}`;
-    await this.redis.hsetnx(this.key(id), field, backendSessionId);
-    return (await this.redis.hget(this.key(id), field)) ?? backendSessionId;
+    return this.guarded(async () => {
+      const field = `${BACKEND_FIELD}${backend}`;
+      await this.redis.hsetnx(this.key(id), field, backendSessionId);
+      return (await this.redis.hget(this.key(id), field)) ?? backendSessionId;
+    });
   }
 
   async forgetBackend(id: string, backend: string, staleBackendSessionId: string): Promise<void> {
-    await this.redis.eval(FORGET_IF_UNCHANGED, 1, this.key(id), `${BACKEND_FIELD}${backend}`, staleBackendSessionId);
+    return this.guarded(async () => {
+      await this.redis.eval(FORGET_IF_UNCHANGED, 1, this.key(id), `${BACKEND_FIELD}${backend}`, staleBackendSessionId);
+    });
   }
 
   async remove(id: string): Promise<void> {
-    await this.redis.del(this.key(id));
+    return this.guarded(async () => {
+      await this.redis.del(this.key(id));
+    });
   }
 
   async close(): Promise<void> {
