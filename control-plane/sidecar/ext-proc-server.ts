@@ -3,20 +3,11 @@ import { toStruct } from '../xds/protobuf/proto-json';
 import { BACKEND_CLUSTER_HEADER, METADATA_NAMESPACE } from '../xds/translate/settings';
 import { CallOutcomeName, ResponseFacts, ResponseRewriter, saysSessionUnknown } from './call-response';
 import { JSON_RPC, jsonRpcError } from './json-rpc';
-import {
-  Decision,
-  GatewayContext,
-  RequestHead,
-  RequestMetadata,
-  ToolCallForward,
-  decideOnBody,
-  decideOnHead,
-  resendInNewBackendSession,
-  responseRewriter,
-  routeKeyOf,
-} from './mcp-gateway';
+import { Decision, GatewayContext, RequestHead, RequestMetadata, ToolCallForward } from './decision';
+import { decideOnBody, decideOnHead, routeKeyOf } from './mcp-gateway';
 import { MODERN_PROTOCOL_VERSION } from './modern-era';
 import { SidecarObserver } from './sidecar-metrics';
+import { resendInNewBackendSession, responseRewriter } from './tool-call';
 
 interface HeaderValue {
   key: string;

@@ -4,7 +4,7 @@ import { grpcServices } from '../shared/grpc-packages';
 import { createLogger } from '../shared/log';
 import { CatalogSubscriber } from './catalog-subscriber';
 import { extProcServiceHandlers } from './ext-proc-server';
-import { GatewayContext } from './mcp-gateway';
+import { GatewayContext } from './decision';
 import { RouteCatalogView, buildRouteViews } from './route-catalog';
 import { closeBackendSession, notifyBackend, openBackendSession, resendToBackend } from './sessions/backend-sessions';
 import { MemorySessionStore, RedisSessionStore, SessionStore } from './sessions/session-store';

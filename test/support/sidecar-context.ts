@@ -1,4 +1,4 @@
-import { GatewayContext } from '../../control-plane/sidecar/mcp-gateway';
+import { GatewayContext } from '../../control-plane/sidecar/decision';
 import { RouteCatalogView } from '../../control-plane/sidecar/route-catalog';
 import { MemorySessionStore } from '../../control-plane/sidecar/sessions/session-store';
 

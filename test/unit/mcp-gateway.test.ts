@@ -1,7 +1,9 @@
 import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
 import { CatalogSnapshotMessage } from '../../control-plane/catalog/catalog-store';
 import { scopeServerRequestId } from '../../control-plane/sidecar/call-response';
-import { Decision, RequestHead, decideOnBody, decideOnHead, resendInNewBackendSession } from '../../control-plane/sidecar/mcp-gateway';
+import { Decision, RequestHead } from '../../control-plane/sidecar/decision';
+import { decideOnBody, decideOnHead } from '../../control-plane/sidecar/mcp-gateway';
+import { resendInNewBackendSession } from '../../control-plane/sidecar/tool-call';
 import { buildRouteViews } from '../../control-plane/sidecar/route-catalog';
 import { sidecarContext } from '../support/sidecar-context';
 import { backendCatalog, catalogSnapshot } from './catalog-fixtures';
