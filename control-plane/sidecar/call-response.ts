@@ -135,8 +135,8 @@ export interface ResponseRewriter {
   push(chunk: Buffer, endOfStream: boolean): Buffer;
 }
 
-/** Past this size a JSON answer is sent on untouched rather than held in the sidecar's memory. */
-export const MAX_REWRITTEN_JSON_BYTES = 16 * 1024 * 1024;
+/** Past this size an answer (JSON), or one event of it (SSE), is sent on untouched rather than held in the sidecar's memory. */
+const MAX_HELD_BYTES = 16 * 1024 * 1024;
 
 /** A JSON answer is one message: held until complete, then rewritten once. */
 export class JsonResponseRewriter implements ResponseRewriter {
@@ -146,7 +146,7 @@ export class JsonResponseRewriter implements ResponseRewriter {
 
   constructor(
     private readonly rewrite: MessageRewrite,
-    private readonly maxBytes = MAX_REWRITTEN_JSON_BYTES,
+    private readonly maxBytes = MAX_HELD_BYTES,
   ) {}
 
   push(chunk: Buffer, endOfStream: boolean): Buffer {
@@ -174,32 +174,68 @@ export class JsonResponseRewriter implements ResponseRewriter {
   }
 }
 
-const EVENT_END = /\r\n\r\n|\n\n|\r\r/;
+const EVENT_END = /\r\n\r\n|\n\n|\r\r/g;
+/** The longest event terminator, less one: how far back a new chunk may complete one. */
+const TERMINATOR_OVERLAP = 3;
+
+/** How many leading bytes of a chunk are whole UTF-8 characters: the rest waits for the next chunk. */
+function wholeUtf8Length(bytes: Buffer): number {
+  for (let back = 1; back <= Math.min(3, bytes.length); back++) {
+    const byte = bytes[bytes.length - back];
+    if ((byte & 0xc0) === 0x80) continue; // a continuation byte: look further back
+    const needed = byte >= 0xf0 ? 4 : byte >= 0xe0 ? 3 : byte >= 0xc0 ? 2 : 1;
+    return needed > back ? bytes.length - back : bytes.length;
+  }
+  return bytes.length;
+}
 
 /**
  * A text/event-stream answer: each complete event goes on as soon as it is complete, rewritten if its
  * data is a message to rewrite, byte for byte otherwise. Only an incomplete event is held back, since
- * no client can act on half an event anyway.
+ * no client can act on half an event anyway; one that grows past maxBytes (a backend that never ends
+ * its event) is sent on as it is, and so is the rest of the stream.
  */
 export class SseResponseRewriter implements ResponseRewriter {
+  /** Whole characters of the incomplete event. */
   private pending = '';
-  private readonly decoder = new TextDecoder('utf-8');
+  /** The first bytes of a character the next chunk completes. */
+  private carry: Buffer = Buffer.alloc(0);
+  private passThrough = false;
 
-  constructor(private readonly rewrite: MessageRewrite) {}
+  constructor(
+    private readonly rewrite: MessageRewrite,
+    private readonly maxBytes = MAX_HELD_BYTES,
+  ) {}
 
   push(chunk: Buffer, endOfStream: boolean): Buffer {
-    this.pending += this.decoder.decode(chunk, { stream: !endOfStream });
+    if (this.passThrough) return chunk;
+    const bytes = this.carry.length ? Buffer.concat([this.carry, chunk]) : chunk;
+    const whole = wholeUtf8Length(bytes);
+    this.carry = bytes.subarray(whole);
+    // Only the new text (and a terminator it may complete) needs searching: the rest had none.
+    EVENT_END.lastIndex = Math.max(0, this.pending.length - TERMINATOR_OVERLAP);
+    this.pending += bytes.toString('utf8', 0, whole);
     let out = '';
+    let consumed = 0;
     for (let match = EVENT_END.exec(this.pending); match; match = EVENT_END.exec(this.pending)) {
-      const end = match.index + match[0].length;
-      out += this.rewriteEvent(this.pending.slice(0, match.index), match[0]);
-      this.pending = this.pending.slice(end);
+      out += this.rewriteEvent(this.pending.slice(consumed, match.index), match[0]);
+      consumed = match.index + match[0].length;
     }
-    if (endOfStream) {
-      out += this.pending;
+    this.pending = this.pending.slice(consumed);
+    if (endOfStream || this.holdsTooMuch()) {
+      this.passThrough = !endOfStream;
+      const rest = Buffer.concat([Buffer.from(out + this.pending, 'utf8'), this.carry]);
       this.pending = '';
+      this.carry = Buffer.alloc(0);
+      return rest;
     }
     return Buffer.from(out, 'utf8');
+  }
+
+  /** A character is 1 to 3 UTF-16 units' worth of 1 to 4 bytes: count bytes only when it matters. */
+  private holdsTooMuch(): boolean {
+    if (this.pending.length * 3 <= this.maxBytes) return false;
+    return this.pending.length > this.maxBytes || Buffer.byteLength(this.pending) > this.maxBytes;
   }
 
   private rewriteEvent(event: string, terminator: string): string {

@@ -87,6 +87,17 @@ describe('SSE answers, rewritten event by event', () => {
     expect(out.equals(bytes)).toBe(true);
   });
 
+  it('sends on, byte for byte, an event that outgrows the limit and the rest of the stream', () => {
+    const rewriter = new SseResponseRewriter(annotate, 64);
+    const head = Buffer.from(`data: ${progress}\n\ndata: ${'날'.repeat(30)}`);
+    const tail = Buffer.from(`${'x'.repeat(10)}\n\ndata: ${final}\n\n`);
+    // Split inside a multi-byte character, so that nothing may be decoded early.
+    const out = [rewriter.push(head.subarray(0, head.length - 1), false), rewriter.push(Buffer.concat([head.subarray(head.length - 1), tail]), true)];
+    expect(Buffer.concat(out).equals(Buffer.concat([head, tail]))).toBe(true);
+    // Nothing waits for the end: once over the limit, what was held goes on at once (the split character's first bytes too).
+    expect(out[0].equals(head.subarray(0, head.length - 1))).toBe(true);
+  });
+
   it('sends on an unfinished event when the stream ends, and data that is not JSON untouched', () => {
     expect(run(['data: not json\n\n', 'data: {"half"']).join('')).toBe('data: not json\n\ndata: {"half"');
   });
