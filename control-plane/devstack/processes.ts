@@ -2,23 +2,55 @@ import * as fs from 'node:fs';
 import * as net from 'node:net';
 import { ChildProcess, spawn } from 'node:child_process';
 
-function listenOnAnyPort(host: string): Promise<net.Server> {
+function listenOn(port: number, host: string): Promise<net.Server> {
   return new Promise((resolve, reject) => {
     const server = net.createServer();
     server.once('error', reject);
-    server.listen(0, host, () => resolve(server));
+    server.listen(port, host, () => resolve(server));
   });
 }
 
 /**
- * `count` distinct ports the kernel just handed out on loopback; free unless something grabs them in
- * between. They are held open together, since a port released at once may be handed out again.
+ * Where free ports are looked for: below the kernel's ephemeral range. A port from that range can be
+ * taken meanwhile as the local port of any outgoing connection, and a connection to a port nobody
+ * listens on in that range can even connect to itself (TCP self-connect), which would make a process
+ * that failed to bind look started.
+ */
+function portPool(): { low: number; high: number } | undefined {
+  let ephemeralLow = 32768;
+  try {
+    ephemeralLow = Number(fs.readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]) || ephemeralLow;
+  } catch {
+    // Not Linux: keep the usual default.
+  }
+  const low = 15000;
+  return ephemeralLow - 1 > low + 1000 ? { low, high: ephemeralLow - 1 } : undefined;
+}
+
+/** Ports this process has handed out: never twice, even after the process using one has let it go. */
+const handedOut = new Set<number>();
+
+/**
+ * `count` distinct free ports on loopback, picked at random below the ephemeral range (kernel-chosen
+ * ones where that range leaves no room). They are held open together until all are found.
  */
 export async function freePorts(count: number, host = '127.0.0.1'): Promise<number[]> {
-  const servers = await Promise.all(Array.from({ length: count }, () => listenOnAnyPort(host)));
-  const ports = servers.map((server) => (server.address() as net.AddressInfo).port);
-  await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))));
-  return ports;
+  const pool = portPool();
+  const servers: net.Server[] = [];
+  try {
+    for (let attempt = 0; servers.length < count; attempt++) {
+      if (attempt > 1000 + count * 10) throw new Error(`no ${count} free ports on ${host}`);
+      const candidate = pool ? pool.low + Math.floor(Math.random() * (pool.high - pool.low + 1)) : 0;
+      if (handedOut.has(candidate)) continue;
+      const server = await listenOn(candidate, host).catch(() => undefined);
+      if (!server) continue;
+      servers.push(server);
+      handedOut.add((server.address() as net.AddressInfo).port);
+    }
+    return servers.map((server) => (server.address() as net.AddressInfo).port);
+  } finally {
+    await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))));
+  }
 }
 
 export async function freePort(host = '127.0.0.1'): Promise<number> {
