@@ -27,6 +27,7 @@ commands:
   control-plane   run the xDS control plane
                     (--registry FILE | --portal URL [--portal-token T or $MCPGW_PORTAL_TOKEN])
                     --grpc HOST:PORT --admin HOST:PORT --listener HOST:PORT --sidecar HOST:PORT
+                    [--sidecar-streams HOST:PORT]  the sidecars' --streams: clients' GET streams (tools/list_changed)
                     [--redis redis://HOST:PORT [--redis-prefix mcpgw:]]
                     [--registry-refresh-ms N] [--catalog-refresh-ms N] [--tool-list-timeout-ms N] [--catalog-fetch-concurrency 32]
                     [--tool-name-separator S]      exposed names are <backend>S<tool> (default: __)
@@ -39,6 +40,7 @@ commands:
                     [--redis redis://HOST:PORT [--redis-prefix mcpgw:]] [--session-ttl-s 3600]
                     [--backend-session-timeout-ms 5000] [--admin HOST:PORT]  GET /metrics and /healthz
                     [--drain-timeout-ms 10000]     on SIGTERM, how long calls in flight keep the sidecar
+                    [--streams HOST:PORT]          holds clients' GET streams (tools/list_changed); the control plane's --sidecar-streams
   validate FILE   check a registry file; prints every problem and exits 1 if there is any
   render          print the xDS a registry produces
                     --registry FILE [--format json|yaml|bootstrap] [--listener HOST:PORT] [--sidecar HOST:PORT]
@@ -138,6 +140,7 @@ async function runControlPlane(args: string[]): Promise<void> {
     admin: hostPort,
     listener: hostPort,
     sidecar: hostPort,
+    'sidecar-streams': hostPort.optional(),
     'registry-refresh-ms': positiveInt.default(30000),
     'catalog-refresh-ms': positiveInt.default(30000),
     'tool-list-timeout-ms': positiveInt.default(5000),
@@ -165,7 +168,11 @@ async function runControlPlane(args: string[]): Promise<void> {
     redis: options.redis ? { url: options.redis, prefix: options['redis-prefix'] } : undefined,
     grpcAddress: `${options.grpc.address}:${options.grpc.port}`,
     admin: { host: options.admin.address, port: options.admin.port },
-    gateway: { listener: options.listener, sidecar: options.sidecar },
+    gateway: {
+      listener: options.listener,
+      sidecar: options.sidecar,
+      ...(options['sidecar-streams'] && { sidecarStreams: options['sidecar-streams'] }),
+    },
     registryRefreshMs: options['registry-refresh-ms'],
     catalogRefreshMs: options['catalog-refresh-ms'],
     toolListTimeoutMs: options['tool-list-timeout-ms'],
@@ -191,8 +198,10 @@ async function runSidecar(args: string[]): Promise<void> {
     'backend-session-timeout-ms': positiveInt.default(5000),
     admin: z.string().regex(/^[^:]+:\d{1,5}$/, 'must be HOST:PORT').optional(),
     'drain-timeout-ms': positiveInt.default(10_000),
+    streams: z.string().regex(/^[^:]+:\d{1,5}$/, 'must be HOST:PORT').optional(),
   });
   const running = await startSidecar({
+    streamsAddress: options.streams,
     drainTimeoutMs: options['drain-timeout-ms'],
     adminAddress: options.admin,
     extProcAddress: options['ext-proc'],

@@ -21,6 +21,7 @@ export interface StackPorts {
   controlPlaneAdmin: number;
   sidecar: number;
   sidecarAdmin: number;
+  sidecarStreams: number;
   redis: number;
   portal: number;
 }
@@ -44,7 +45,7 @@ export interface StackOptions {
 }
 
 async function resolvePorts(requested: Partial<StackPorts> = {}): Promise<StackPorts> {
-  const names: (keyof StackPorts)[] = ['listener', 'envoyAdmin', 'grpc', 'controlPlaneAdmin', 'sidecar', 'sidecarAdmin', 'redis', 'portal'];
+  const names: (keyof StackPorts)[] = ['listener', 'envoyAdmin', 'grpc', 'controlPlaneAdmin', 'sidecar', 'sidecarAdmin', 'sidecarStreams', 'redis', 'portal'];
   const fresh = await freePorts(names.length);
   return Object.fromEntries(names.map((name, index) => [name, requested[name] ?? fresh[index]])) as unknown as StackPorts;
 }
@@ -176,6 +177,7 @@ export class GatewayStack {
       '--admin', `${HOST}:${this.ports.controlPlaneAdmin}`,
       '--listener', `${HOST}:${this.ports.listener}`,
       '--sidecar', `${HOST}:${this.ports.sidecar}`,
+      '--sidecar-streams', `${HOST}:${this.ports.sidecarStreams}`,
       ...(this.options.catalogRefreshMs ? ['--catalog-refresh-ms', String(this.options.catalogRefreshMs)] : []),
       ...(this.options.registryRefreshMs ? ['--registry-refresh-ms', String(this.options.registryRefreshMs)] : []),
     ]);
@@ -188,6 +190,7 @@ export class GatewayStack {
       '--redis', this.redisUrl, '--admin', `${HOST}:${this.ports.sidecarAdmin}`,
       // Below ManagedProcess's SIGKILL grace, so that a stop is always the sidecar's own.
       '--drain-timeout-ms', '2000',
+      '--streams', `${HOST}:${this.ports.sidecarStreams}`,
     ]);
     await waitFor('sidecar ext_proc port', () => portAccepts(this.ports.sidecar));
   }

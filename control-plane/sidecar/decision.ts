@@ -13,7 +13,8 @@ export type Decision =
   | {
       kind: 'forward';
       cluster: string;
-      body: string;
+      /** The body to send on; none for a request without one. */
+      body?: string;
       headers: Record<string, string>;
       /** Client headers that must not reach the backend (a gateway session id the backend does not know). */
       removeHeaders: string[];
@@ -74,6 +75,8 @@ export function respondError(status: number, id: JsonRpcId, code: number, messag
 /** What the sidecar decides with: the in-memory catalog, the session store and the backends' sessions. */
 export interface GatewayContext {
   lookup(routeKey: string): RouteCatalogView | undefined;
+  /** Whether the sidecars hold clients' GET streams (tools/list_changed); without, GET is answered 405. */
+  streams: boolean;
   sessions: SessionStore;
   /** Requests the sidecar makes to a backend itself, on the client's behalf (with the client's own headers). */
   backendSessions: {

@@ -77,8 +77,9 @@ function toProcessingResponse(decision: Decision, phase: 'request_headers' | 're
     case 'read-body':
       return { [phase]: { response: { header_mutation: { remove_headers: [...head.headers.keys()].filter(isGatewayOwnedHeader) } } } };
     case 'forward': {
-      const body = Buffer.from(decision.body);
-      const headers = { ...decision.headers, [BACKEND_CLUSTER_HEADER]: decision.cluster, 'content-length': String(body.length) };
+      // A request without a body (a GET stream) is steered as it is.
+      const body = decision.body === undefined ? undefined : Buffer.from(decision.body);
+      const headers = { ...decision.headers, [BACKEND_CLUSTER_HEADER]: decision.cluster, ...(body && { 'content-length': String(body.length) }) };
       return {
         [phase]: {
           response: {
@@ -87,7 +88,7 @@ function toProcessingResponse(decision: Decision, phase: 'request_headers' | 're
               set_headers: Object.entries(headers).map(([key, value]) => headerOption(key, value)),
               remove_headers: decision.removeHeaders,
             },
-            body_mutation: { body },
+            ...(body && { body_mutation: { body } }),
             clear_route_cache: true,
           },
         },

@@ -20,6 +20,7 @@ import { RouteCatalogView } from './route-catalog';
 import { GatewaySession } from './sessions/session-store';
 import { decideToolCall } from './tool-call';
 import { answerToolsList } from './tools-list';
+import { SIDECAR_STREAMS_CLUSTER_NAME } from '../xds/translate/settings';
 
 /** The sidecar's decisions on requests: answered here, or sent on to exactly one backend (tool-call.ts). */
 
@@ -66,8 +67,9 @@ export async function decideOnHead(head: RequestHead, context: GatewayContext): 
   // A POST's body says which era it is from, and so how an unknown version is answered (decideOnMessage).
   if (head.method !== 'POST' && unsupportedVersionHeader(head)) return unsupportedVersion(head);
   if (head.method === 'DELETE') return endSession(head, view, context);
+  if (head.method === 'GET' && context.streams && head.headers.has(SESSION_HEADER)) return openStream(head, view, context);
   if (head.method !== 'POST') {
-    // No standalone SSE stream (GET) is offered: the spec lets a server answer 405.
+    // Without a session (or without stream servers) no standalone SSE stream is offered: the spec lets a server answer 405.
     return respondError(405, null, JSON_RPC.INVALID_REQUEST, `method ${head.method} is not allowed on this endpoint`, 'method_not_allowed', {
       allow: 'POST, DELETE',
     });
@@ -103,6 +105,19 @@ async function sessionOf(head: RequestHead, view: RouteCatalogView, context: Gat
   const session = await context.sessions.get(id);
   // A session belongs to the route it was opened on.
   return session && session.route === view.key ? session : false;
+}
+
+/**
+ * GET with a session: the client's standalone SSE stream, held by the sidecars' stream server, which
+ * tells it when the route's tools change (notifications/tools/list_changed).
+ */
+async function openStream(head: RequestHead, view: RouteCatalogView, context: GatewayContext): Promise<Decision> {
+  if (!(head.headers.get('accept') ?? '').includes('text/event-stream')) {
+    return respondError(406, null, JSON_RPC.INVALID_REQUEST, 'Accept must list text/event-stream', 'not_acceptable');
+  }
+  const session = await sessionOf(head, view, context);
+  if (!session) return sessionNotFound(null);
+  return { kind: 'forward', cluster: SIDECAR_STREAMS_CLUSTER_NAME, headers: {}, removeHeaders: [], metadata: { route: view.key, method: 'GET' } };
 }
 
 /** DELETE: ends the backend sessions, then the gateway session. */
@@ -246,7 +261,7 @@ async function initializeSession(message: JsonRpcMessage, id: JsonRpcId, view: R
     200,
     jsonRpcResult(id, {
       protocolVersion,
-      capabilities: { tools: { listChanged: false } },
+      capabilities: { tools: { listChanged: context.streams } },
       serverInfo: GATEWAY_SERVER_INFO,
       instructions: `Tools of route "${view.key}", named <backend>${view.toolNameSeparator}<tool>.`,
     }),

@@ -8,9 +8,12 @@ import { GatewayContext } from './decision';
 import { RouteCatalogView, buildRouteViews } from './route-catalog';
 import { closeBackendSession, notifyBackend, openBackendSession, resendToBackend } from './sessions/backend-sessions';
 import { MemorySessionStore, RedisSessionStore, SessionStore } from './sessions/session-store';
+import { ListChangedStreams, servedNames } from './list-changed-streams';
 import { SidecarMetrics, startSidecarAdmin } from './sidecar-metrics';
 
 export interface SidecarOptions {
+  /** host:port for clients' GET streams (tools/list_changed), steered here by Envoy; none: GET is answered 405. */
+  streamsAddress?: string;
   /** host:port for GET /metrics and /healthz; none when absent. */
   adminAddress?: string;
   /** host:port the ext_proc gRPC server listens on. */
@@ -38,14 +41,18 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   const log = createLogger('sidecar');
   let routes = new Map<string, RouteCatalogView>();
   let version = '';
+  let streams: ListChangedStreams | undefined;
   const subscriber = new CatalogSubscriber(
     options.controlPlaneAddress,
     options.sidecarId,
     (snapshot: CatalogSnapshotMessage) => {
       if (snapshot.version === version) return;
+      const previous = routes;
       routes = buildRouteViews(snapshot);
       version = snapshot.version;
       log.info('catalog updated', { version, routes: [...routes.keys()] });
+      const changed = [...routes].filter(([key, view]) => previous.has(key) && servedNames(previous.get(key)!) !== servedNames(view));
+      streams?.toolsChanged(changed.map(([key]) => key));
     },
     log,
   );
@@ -62,8 +69,13 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     sessions = new MemorySessionStore(options.sessionIdleTtlSeconds);
     log.warn('no --redis: sessions live in this process only (lost on restart, not shared with other replicas)');
   }
+  if (options.streamsAddress) {
+    streams = new ListChangedStreams(sessions, log);
+    await streams.listen(options.streamsAddress);
+  }
   const context: GatewayContext = {
     lookup: (key) => routes.get(key),
+    streams: streams !== undefined,
     sessions,
     backendSessions: {
       open: (backend, session, clientHeaders) => openBackendSession(backend, session, clientHeaders, options.backendSessionTimeoutMs),
@@ -92,6 +104,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       subscriber.stop();
       admin?.closeAllConnections();
       await new Promise<void>((resolve) => (admin ? admin.close(() => resolve()) : resolve()));
+      await streams?.close();
       // Calls in flight may stream for minutes: they get drainTimeoutMs, then the sidecar lets go of
       // them, and Envoy (failing open) carries their remaining frames unannotated.
       await new Promise<void>((resolve) => {

@@ -27,7 +27,7 @@ describe.each<XdsApiType>(['GRPC', 'DELTA_GRPC'])('several Envoys on one control
     });
     expect(new Set(nodes.map((node) => node.node.id)).size).toBe(2);
     for (const adminUrl of [stack.envoyAdminUrl, secondAdminUrl]) {
-      expect(await envoyRouteNames(adminUrl)).toEqual(['demo/weather', 'demo/unsteered', 'not_found']);
+      expect(await envoyRouteNames(adminUrl)).toEqual(['demo/weather', 'demo/streams', 'demo/unsteered', 'not_found']);
     }
   });
 

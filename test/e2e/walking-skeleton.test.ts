@@ -118,8 +118,10 @@ describe('walking skeleton (real Envoy, sidecar, control plane, MCP SDK peers)',
     expect(routeConfig.virtual_hosts[0].routes.map((route) => route.name)).toEqual([
       'demo/jobs',
       'demo/weather',
+      'demo/streams',
       'demo/unsteered',
       'solo/jobs',
+      'solo/streams',
       'solo/unsteered',
       'not_found',
     ]);
@@ -131,6 +133,7 @@ describe('walking skeleton (real Envoy, sidecar, control plane, MCP SDK peers)',
     expect(clusters.static_clusters.map((entry) => entry.cluster.name)).toEqual(['xds_control_plane']);
     expect(clusters.dynamic_active_clusters.map((entry) => entry.cluster.name).sort()).toEqual([
       'mcp_sidecar',
+      'mcp_sidecar_streams',
       'tool_service.jobs',
       'tool_service.weather',
     ]);

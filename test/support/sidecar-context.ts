@@ -14,6 +14,7 @@ export function sidecarContext(views: Map<string, RouteCatalogView>, openBackend
   const notified: { url: string; backendSessionId: string; notification: unknown }[] = [];
   const context: GatewayContext = {
     lookup: (key) => views.get(key),
+    streams: false,
     sessions: new MemorySessionStore(60),
     backendSessions: {
       open: async ({ url }) => {

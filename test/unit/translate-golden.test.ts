@@ -15,6 +15,7 @@ import { TYPE_URL } from '../../control-plane/xds/translate/type-urls';
 const settings: GatewaySettings = {
   listener: { address: '127.0.0.1', port: 10000 },
   sidecar: { address: '127.0.0.1', port: 18080 },
+  sidecarStreams: { address: '127.0.0.1', port: 18082 },
 };
 const FIXTURES = projectPath('test', 'fixtures', 'registries');
 const GOLDEN = projectPath('test', 'golden');

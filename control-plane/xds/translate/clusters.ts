@@ -2,7 +2,7 @@ import { isIP } from 'node:net';
 import { GatewayIR, ToolServiceIR } from '../../ir/gateway-ir';
 import { TypedJson } from '../protobuf/proto-json';
 import { duration } from './duration';
-import { GatewaySettings, SIDECAR_CLUSTER_NAME } from './settings';
+import { GatewaySettings, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { TYPE_URL } from './type-urls';
 
 /**
@@ -89,6 +89,21 @@ function sidecarCluster(settings: GatewaySettings): TypedJson {
   };
 }
 
+/** Plain HTTP/1.1 to the sidecars' stream server: one long-lived response per client GET stream. */
+function sidecarStreamsCluster(streams: NonNullable<GatewaySettings['sidecarStreams']>): TypedJson {
+  return {
+    '@type': TYPE_URL.cluster,
+    name: SIDECAR_STREAMS_CLUSTER_NAME,
+    type: discoveryTypeFor(streams.address),
+    connect_timeout: '1s',
+    load_assignment: loadAssignment(SIDECAR_STREAMS_CLUSTER_NAME, streams.address, streams.port),
+  };
+}
+
 export function buildClusters(ir: GatewayIR, settings: GatewaySettings): TypedJson[] {
-  return [sidecarCluster(settings), ...ir.toolServices.map(toolServiceCluster)];
+  return [
+    sidecarCluster(settings),
+    ...(settings.sidecarStreams ? [sidecarStreamsCluster(settings.sidecarStreams)] : []),
+    ...ir.toolServices.map(toolServiceCluster),
+  ];
 }

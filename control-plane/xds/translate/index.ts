@@ -13,6 +13,6 @@ export function translate(ir: GatewayIR, settings: GatewaySettings): XdsResource
   return {
     [TYPE_URL.cluster]: buildClusters(ir, settings),
     [TYPE_URL.listener]: [buildListener(settings)],
-    [TYPE_URL.routeConfiguration]: [buildRouteConfiguration(ir)],
+    [TYPE_URL.routeConfiguration]: [buildRouteConfiguration(ir, settings)],
   };
 }

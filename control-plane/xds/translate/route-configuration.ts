@@ -1,7 +1,7 @@
 import { GatewayIR, RouteBackendIR, RouteIR, ToolServiceIR } from '../../ir/gateway-ir';
 import { TypedJson } from '../protobuf/proto-json';
 import { duration } from './duration';
-import { BACKEND_CLUSTER_HEADER, ROUTE_CONFIG_NAME } from './settings';
+import { BACKEND_CLUSTER_HEADER, GatewaySettings, ROUTE_CONFIG_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { TYPE_URL } from './type-urls';
 
 /** A JSON-RPC error answered by Envoy itself, for requests the sidecar did not steer. */
@@ -55,11 +55,25 @@ function unsteeredRoute(route: RouteIR) {
   };
 }
 
+/** A client's GET stream of the route, steered by the sidecar to the sidecars' stream server; it lasts as long as the client keeps it. */
+function streamsRoute(route: RouteIR) {
+  return {
+    name: `${route.key}/streams`,
+    match: {
+      path_separated_prefix: route.path,
+      headers: [{ name: BACKEND_CLUSTER_HEADER, string_match: { exact: SIDECAR_STREAMS_CLUSTER_NAME } }],
+    },
+    route: { cluster: SIDECAR_STREAMS_CLUSTER_NAME, timeout: '0s' },
+    request_headers_to_remove: [BACKEND_CLUSTER_HEADER],
+  };
+}
+
 /** All routes live in one RouteConfiguration, so any registry change is a single RDS update. */
-export function buildRouteConfiguration(ir: GatewayIR): TypedJson {
+export function buildRouteConfiguration(ir: GatewayIR, settings: GatewaySettings): TypedJson {
   const services = new Map(ir.toolServices.map((service) => [service.clusterName, service]));
   const routes = ir.routes.flatMap((route) => [
     ...route.backends.map((backend) => backendRoute(route, backend, services.get(backend.clusterName)!)),
+    ...(settings.sidecarStreams ? [streamsRoute(route)] : []),
     unsteeredRoute(route),
   ]);
   return {
