@@ -1,7 +1,7 @@
 import * as http from 'node:http';
 import * as grpc from '@grpc/grpc-js';
 import { createAdminApp } from '../admin/admin-server';
-import { listen } from '../shared/http-listen';
+import { closeServer, listen } from '../shared/http-listen';
 import { ControlPlaneMetrics } from '../admin/metrics';
 import { XdsStatusTracker } from '../admin/xds-status';
 import { catalogServiceHandlers } from '../catalog/catalog-service';
@@ -180,8 +180,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       await registry.stop();
       server.forceShutdown();
       await lastGood?.close();
-      admin.closeAllConnections();
-      await new Promise<void>((resolve) => admin.close(() => resolve()));
+      await closeServer(admin);
     },
   };
 }

@@ -1,4 +1,4 @@
-import { JsonRpcId } from './json-rpc';
+import { JsonObject, JsonRpcId, isObject } from './json-rpc';
 
 /** Where a call's outcome goes: `result._meta` of a result, `error.data` of a backend's own error. */
 export const OUTCOME_META_KEY = 'mcpgw/outcome';
@@ -45,8 +45,6 @@ export function outcomeOf(call: ProxiedToolCall, facts: ResponseFacts, lastError
   };
 }
 
-type JsonObject = Record<string, unknown>;
-const isObject = (value: unknown): value is JsonObject => typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /**
  * Gives the gateway's id to a request a backend sends its client (sampling, elicitation, roots) inside

@@ -93,7 +93,11 @@ export const PROTOCOL_VERSION_HEADER = 'mcp-protocol-version';
 /** A tools/call of a tool the route's policy denies (docs/errors.md). */
 export const TOOL_DENIED_CODE = -32003;
 /** The code the MCP SDK servers use for an unknown session, with HTTP 404. */
-export const SESSION_NOT_FOUND = -32001;
+const SESSION_NOT_FOUND = -32001;
+
+/** An unknown, expired, forged or other-route session id: 404, as the spec says, so the client initializes anew. */
+export const sessionNotFound = (id: JsonRpcId) =>
+  respondError(404, id, SESSION_NOT_FOUND, 'Session not found: initialize a new session', 'session_not_found');
 
 export interface JsonRpcMessage {
   jsonrpc?: unknown;

@@ -9,6 +9,10 @@ export const JSON_RPC = {
 
 export type JsonRpcId = string | number | null;
 
+export type JsonObject = Record<string, unknown>;
+/** A JSON object (not an array, not null): what a JSON-RPC message, its params, result or `_meta` must be. */
+export const isObject = (value: unknown): value is JsonObject => typeof value === 'object' && value !== null && !Array.isArray(value);
+
 export function jsonRpcError(id: JsonRpcId, code: number, message: string, data?: unknown) {
   return { jsonrpc: '2.0' as const, id, error: { code, message, ...(data !== undefined && { data }) } };
 }

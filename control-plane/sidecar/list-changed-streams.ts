@@ -1,8 +1,8 @@
 import * as http from 'node:http';
 import express from 'express';
 import { Logger } from '../shared/log';
-import { listen } from '../shared/http-listen';
-import { SESSION_HEADER } from './decision';
+import { closeServer, listenAt } from '../shared/http-listen';
+import { SESSION_HEADER, sessionNotFound } from './decision';
 import { RouteCatalogView } from './route-catalog';
 import { SessionStore } from './sessions/session-store';
 
@@ -33,8 +33,7 @@ export class ListChangedStreams {
   async listen(address: string): Promise<void> {
     const app = express();
     app.get('/mcp/:route', (req, res) => void this.open(req.params.route, req, res));
-    const at = address.lastIndexOf(':');
-    this.server = await listen(app, address.slice(0, at), Number(address.slice(at + 1)));
+    this.server = await listenAt(app, address);
   }
 
   private async open(route: string, req: express.Request, res: express.Response): Promise<void> {
@@ -42,7 +41,8 @@ export class ListChangedStreams {
     const id = req.header(SESSION_HEADER);
     const session = id === undefined ? undefined : await this.sessions.get(id).catch(() => undefined);
     if (!session || session.route !== route) {
-      res.status(404).json({ jsonrpc: '2.0', id: null, error: { code: -32001, message: 'Session not found: initialize a new session' } });
+      const notFound = sessionNotFound(null);
+      res.status(notFound.status).set(notFound.headers).send(notFound.body);
       return;
     }
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
@@ -69,9 +69,6 @@ export class ListChangedStreams {
 
   async close(): Promise<void> {
     for (const streams of this.byRoute.values()) for (const res of streams) res.end();
-    const server = this.server;
-    if (!server) return;
-    server.closeAllConnections();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
+    if (this.server) await closeServer(this.server);
   }
 }

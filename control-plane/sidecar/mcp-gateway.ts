@@ -9,10 +9,10 @@ import {
   RequestHead,
   RequestMetadata,
   SESSION_HEADER,
-  SESSION_NOT_FOUND,
   clientHeadersOf,
   respondError,
   respondJson,
+  sessionNotFound,
 } from './decision';
 import { JSON_RPC, JsonRpcId, jsonRpcResult } from './json-rpc';
 import { MODERN_META, MODERN_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSIONS, modernRequestProblem, modernVersionClaim } from './modern-era';
@@ -94,9 +94,6 @@ export async function decideOnHead(head: RequestHead, context: GatewayContext): 
 function negotiatedVersion(requested: unknown): string {
   return typeof requested === 'string' && SUPPORTED_PROTOCOL_VERSIONS.includes(requested) ? requested : LATEST_PROTOCOL_VERSION;
 }
-
-const sessionNotFound = (id: JsonRpcId) =>
-  respondError(404, id, SESSION_NOT_FOUND, 'Session not found: initialize a new session', 'session_not_found');
 
 /** The session a request names, if it names one; `false` when it names one that does not exist here. */
 async function sessionOf(head: RequestHead, view: RouteCatalogView, context: GatewayContext): Promise<GatewaySession | undefined | false> {

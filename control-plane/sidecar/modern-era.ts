@@ -1,4 +1,4 @@
-import { JSON_RPC, JsonRpcId, jsonRpcError } from './json-rpc';
+import { JSON_RPC, JsonObject, JsonRpcId, isObject, jsonRpcError } from './json-rpc';
 
 /**
  * MCP 2026-07-28, the stateless revision (docs/adr/0007-mcp-2026-07-28.md): every request names its
@@ -30,8 +30,6 @@ export interface ModernMessage {
   params?: Record<string, unknown>;
 }
 
-type JsonObject = Record<string, unknown>;
-const isObject = (value: unknown): value is JsonObject => typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /** The protocol version a request claims in its `_meta`: present only on requests of the stateless revision. */
 export function modernVersionClaim(params: unknown): string | undefined {

@@ -1,7 +1,7 @@
 import * as http from 'node:http';
 import express from 'express';
 import { CallOutcomeName } from './call-response';
-import { listen } from '../shared/http-listen';
+import { listenAt } from '../shared/http-listen';
 import * as client from 'prom-client';
 
 
@@ -61,6 +61,5 @@ export async function startSidecarAdmin(address: string, metrics: SidecarMetrics
     const version = catalogVersion();
     res.status(version ? 200 : 503).json({ status: version ? 'UP' : 'WAITING_FOR_CATALOG', catalogVersion: version });
   });
-  const at = address.lastIndexOf(':');
-  return listen(app, address.slice(0, at), Number(address.slice(at + 1)));
+  return listenAt(app, address);
 }

@@ -1,6 +1,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { CatalogSnapshotMessage } from '../catalog/catalog-store';
 import { grpcServices } from '../shared/grpc-packages';
+import { closeServer } from '../shared/http-listen';
 import { createLogger } from '../shared/log';
 import { CatalogSubscriber } from './catalog-subscriber';
 import { extProcServiceHandlers } from './ext-proc-server';
@@ -102,8 +103,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     port,
     stop: async () => {
       subscriber.stop();
-      admin?.closeAllConnections();
-      await new Promise<void>((resolve) => (admin ? admin.close(() => resolve()) : resolve()));
+      if (admin) await closeServer(admin);
       await streams?.close();
       // Calls in flight may stream for minutes: they get drainTimeoutMs, then the sidecar lets go of
       // them, and Envoy (failing open) carries their remaining frames unannotated.

@@ -1,5 +1,5 @@
 import * as http from 'node:http';
-import { listen } from '../../control-plane/shared/http-listen';
+import { closeServer, listen } from '../../control-plane/shared/http-listen';
 
 export const LOOPBACK = '127.0.0.1';
 
@@ -18,9 +18,6 @@ export abstract class LoopbackMcpService {
   }
 
   async stop(): Promise<void> {
-    const server = this.server;
-    if (!server) return;
-    server.closeAllConnections();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
+    if (this.server) await closeServer(this.server);
   }
 }

@@ -4,6 +4,7 @@ import { RegistryController } from '../../control-plane/registry/registry-contro
 import { mergeRegistry } from '../../control-plane/registry/registry-state';
 import { RegistryDocument, RegistrySource } from '../../control-plane/registry/source';
 import { validateRegistry } from '../../control-plane/registry/validate';
+import { closeServer } from '../../control-plane/shared/http-listen';
 import { Logger } from '../../control-plane/shared/log';
 import { DevPortal, startDevPortal } from '../../samples/dev-portal/dev-portal';
 
@@ -97,8 +98,7 @@ describe('Portal client against the dev Portal', () => {
   });
   afterAll(async () => {
     abort.abort();
-    portal.server.closeAllConnections();
-    await new Promise((resolve) => portal.server.close(resolve));
+    await closeServer(portal.server);
   });
 
   it('fetches the document with its revision, then long-polls until it changes', async () => {
