@@ -16,7 +16,7 @@ function listenOn(port: number, host: string): Promise<net.Server> {
  * listens on in that range can even connect to itself (TCP self-connect), which would make a process
  * that failed to bind look started.
  */
-function portPool(): { low: number; high: number } | undefined {
+function findPortPool(): { low: number; high: number } | undefined {
   let ephemeralLow = 32768;
   try {
     ephemeralLow = Number(fs.readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]) || ephemeralLow;
@@ -27,6 +27,8 @@ function portPool(): { low: number; high: number } | undefined {
   return ephemeralLow - 1 > low + 1000 ? { low, high: ephemeralLow - 1 } : undefined;
 }
 
+const PORT_POOL = findPortPool();
+
 /** Ports this process has handed out: never twice, even after the process using one has let it go. */
 const handedOut = new Set<number>();
 
@@ -35,12 +37,11 @@ const handedOut = new Set<number>();
  * ones where that range leaves no room). They are held open together until all are found.
  */
 export async function freePorts(count: number, host = '127.0.0.1'): Promise<number[]> {
-  const pool = portPool();
   const servers: net.Server[] = [];
   try {
     for (let attempt = 0; servers.length < count; attempt++) {
       if (attempt > 1000 + count * 10) throw new Error(`no ${count} free ports on ${host}`);
-      const candidate = pool ? pool.low + Math.floor(Math.random() * (pool.high - pool.low + 1)) : 0;
+      const candidate = PORT_POOL ? PORT_POOL.low + Math.floor(Math.random() * (PORT_POOL.high - PORT_POOL.low + 1)) : 0;
       if (handedOut.has(candidate)) continue;
       const server = await listenOn(candidate, host).catch(() => undefined);
       if (!server) continue;

@@ -62,7 +62,7 @@ export const GATEWAY_SERVER_INFO = { name: 'mcp-federation-gateway', version: '0
 
 const JSON_HEADERS = { 'content-type': 'application/json' };
 
-type Respond = Extract<Decision, { kind: 'respond' }>;
+export type Respond = Extract<Decision, { kind: 'respond' }>;
 
 export function respondJson(status: number, payload: unknown, reason: string, headers: Record<string, string> = {}): Respond {
   return { kind: 'respond', status, headers: { ...JSON_HEADERS, ...headers }, body: JSON.stringify(payload), reason };

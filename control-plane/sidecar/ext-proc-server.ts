@@ -2,8 +2,8 @@ import * as grpc from '@grpc/grpc-js';
 import { toStruct } from '../xds/protobuf/proto-json';
 import { BACKEND_CLUSTER_HEADER, METADATA_NAMESPACE } from '../xds/translate/settings';
 import { CallOutcomeName, ResponseFacts, ResponseRewriter, saysSessionUnknown } from './call-response';
-import { JSON_RPC, jsonRpcError } from './json-rpc';
-import { Decision, GatewayContext, RequestHead, RequestMetadata, ToolCallForward } from './decision';
+import { JSON_RPC } from './json-rpc';
+import { Decision, GatewayContext, RequestHead, RequestMetadata, Respond, ToolCallForward, respondError } from './decision';
 import { decideOnBody, decideOnHead, routeKeyOf } from './mcp-gateway';
 import { MODERN_PROTOCOL_VERSION } from './modern-era';
 import { SidecarObserver } from './sidecar-metrics';
@@ -57,7 +57,7 @@ function dynamicMetadata(metadata: RequestMetadata | undefined) {
 }
 
 /** The sidecar's own answer to a request: Envoy sends it to the client at once. */
-function immediateResponse(decision: Extract<Decision, { kind: 'respond' }>): ProcessingResponse {
+function immediateResponse(decision: Respond): ProcessingResponse {
   return {
     immediate_response: {
       status: { code: decision.status },
@@ -70,7 +70,7 @@ function immediateResponse(decision: Extract<Decision, { kind: 'respond' }>): Pr
 }
 
 /** Spells a Decision in ext_proc terms for the phase it was taken in. */
-function toProcessingResponse(decision: Decision, phase: 'request_headers' | 'request_body' | 'response_headers', head: RequestHead): ProcessingResponse {
+function toProcessingResponse(decision: Decision, phase: 'request_headers' | 'request_body', head: RequestHead): ProcessingResponse {
   switch (decision.kind) {
     case 'respond':
       return immediateResponse(decision);
@@ -97,8 +97,6 @@ function toProcessingResponse(decision: Decision, phase: 'request_headers' | 're
     }
   }
 }
-
-const JSON_CONTENT_TYPE = { 'content-type': 'application/json' };
 
 const IGNORE: SidecarObserver = { decided: () => undefined, toolCallFinished: () => undefined };
 
@@ -183,12 +181,11 @@ class ToolCallResponse {
   private async resend(attempts: number): Promise<ProcessingResponse> {
     this.write({ override_message_timeout: { seconds: String(RESEND_MESSAGE_TIMEOUT_S), nanos: 0 } });
     const call = { ...this.call, timeoutMs: Math.min(this.call.timeoutMs ?? RESEND_DEFAULT_TIMEOUT_MS, (RESEND_MESSAGE_TIMEOUT_S - 5) * 1000) };
-    const decision = await resendInNewBackendSession(call, this.head, this.facts(attempts + 1), this.context);
-    this.observer.decided(this.call.route, decision.kind === 'respond' ? decision.reason : decision.kind);
-    const outcome = decision.kind === 'respond' ? decision.metadata?.outcome : undefined;
-    if (outcome) this.count(outcome);
-    // An immediate response, carrying the outcome for the access log in its metadata.
-    return toProcessingResponse(decision, 'response_headers', this.head);
+    const answer = await resendInNewBackendSession(call, this.head, this.facts(attempts + 1), this.context);
+    this.observer.decided(this.call.route, answer.reason);
+    if (answer.metadata?.outcome) this.count(answer.metadata.outcome);
+    // It carries the outcome for the access log in its metadata.
+    return immediateResponse(answer);
   }
 }
 
@@ -246,8 +243,7 @@ export function extProcServiceHandlers(context: GatewayContext, observer: Sideca
           context.log.error('ext_proc request failed', { error: (error as Error).stack, path: head?.path });
           if (request.request_headers || request.request_body) {
             // Nothing was decided: the client learns why, in JSON-RPC form (no backend is reached).
-            const failed = jsonRpcError(null, JSON_RPC.INTERNAL_ERROR, `gateway error: ${(error as Error).message}`);
-            write(immediateResponse({ kind: 'respond', status: 503, headers: JSON_CONTENT_TYPE, body: JSON.stringify(failed), reason: 'gateway_error' }));
+            write(immediateResponse(respondError(503, null, JSON_RPC.INTERNAL_ERROR, `gateway error: ${(error as Error).message}`, 'gateway_error')));
           } else {
             // On the response path Envoy fails open: the rest of the answer passes untouched.
             call.emit('error', { code: grpc.status.INTERNAL, details: (error as Error).message });

@@ -1,4 +1,5 @@
 import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
+import { SIDECAR_STREAMS_CLUSTER_NAME } from '../xds/translate/settings';
 import { parseServerRequestId } from './call-response';
 import {
   Decision,
@@ -20,7 +21,6 @@ import { RouteCatalogView } from './route-catalog';
 import { GatewaySession } from './sessions/session-store';
 import { decideToolCall } from './tool-call';
 import { answerToolsList } from './tools-list';
-import { SIDECAR_STREAMS_CLUSTER_NAME } from '../xds/translate/settings';
 
 /** The sidecar's decisions on requests: answered here, or sent on to exactly one backend (tool-call.ts). */
 
@@ -194,15 +194,20 @@ async function decideOnMessage(message: JsonRpcMessage, head: RequestHead, view:
   }
 }
 
-/** Answers to tools/list and server/discover may be cached this long by clients of the stateless revision. */
+/** How long clients of the stateless revision may cache server/discover. */
 const DISCOVER_TTL_MS = 300_000;
-/** The catalog changes whenever the registry or a backend does, and the gateway sends no list_changed yet. */
+/**
+ * The catalog changes whenever the registry or a backend does, and clients of the stateless revision
+ * get no change notification (no subscriptions/listen yet): their tools/list must not be cached.
+ */
 const TOOLS_LIST_TTL_MS = 0;
+
+const instructionsFor = (view: RouteCatalogView) => `Tools of route "${view.key}", named <backend>${view.toolNameSeparator}<tool>.`;
 
 /**
  * A request of MCP 2026-07-28 (no session; docs/adr/0007-mcp-2026-07-28.md). The gateway answers
- * server/discover and tools/list itself and sends tools/call on to its backend in the session-less
- * form of 2025-11-25, which every backend speaks today.
+ * server/discover and tools/list itself and sends tools/call on to its backend in the revision that
+ * backend speaks (tool-call.ts).
  */
 async function decideModern(message: JsonRpcMessage, head: RequestHead, view: RouteCatalogView, context: GatewayContext): Promise<Decision> {
   const id = message.id ?? null;
@@ -225,7 +230,7 @@ async function decideModern(message: JsonRpcMessage, head: RequestHead, view: Ro
           resultType: 'complete',
           supportedVersions: [MODERN_PROTOCOL_VERSION, ...SUPPORTED_PROTOCOL_VERSIONS],
           capabilities: { tools: { listChanged: false } },
-          instructions: `Tools of route "${view.key}", named <backend>${view.toolNameSeparator}<tool>.`,
+          instructions: instructionsFor(view),
           ttlMs: DISCOVER_TTL_MS,
           cacheScope: 'public',
           _meta: serverInfo,
@@ -260,7 +265,7 @@ async function initializeSession(message: JsonRpcMessage, id: JsonRpcId, view: R
       protocolVersion,
       capabilities: { tools: { listChanged: context.streams } },
       serverInfo: GATEWAY_SERVER_INFO,
-      instructions: `Tools of route "${view.key}", named <backend>${view.toolNameSeparator}<tool>.`,
+      instructions: instructionsFor(view),
     }),
     'initialize',
     { [SESSION_HEADER]: session.id },

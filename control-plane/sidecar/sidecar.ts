@@ -52,8 +52,9 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       routes = buildRouteViews(snapshot);
       version = snapshot.version;
       log.info('catalog updated', { version, routes: [...routes.keys()] });
+      if (!streams) return;
       const changed = [...routes].filter(([key, view]) => previous.has(key) && servedNames(previous.get(key)!) !== servedNames(view));
-      streams?.toolsChanged(changed.map(([key]) => key));
+      streams.toolsChanged(changed.map(([key]) => key));
     },
     log,
   );

@@ -20,6 +20,7 @@ import {
   JsonRpcMessage,
   PROTOCOL_VERSION_HEADER,
   RequestHead,
+  Respond,
   SESSION_HEADER,
   TOOL_DENIED_CODE,
   ToolCallForward,
@@ -176,7 +177,6 @@ export function responseRewriter(
   return undefined;
 }
 
-
 /**
  * A backend answered that it does not know the session of a call (404, or 400 "no valid session"):
  * it ran nothing. The gateway opens a backend session and sends the call again itself; the answer
@@ -194,12 +194,11 @@ export async function resendInNewBackendSession(
   head: RequestHead,
   facts: ResponseFacts,
   context: GatewayContext,
-): Promise<Decision> {
+): Promise<Respond> {
   const backend = call.backendView;
   const clientHeaders = clientHeadersOf(head);
-  let oneOff: OnBehalf | undefined;
+  let onBehalf: OnBehalf | undefined;
   try {
-    let onBehalf: OnBehalf;
     if (call.session) {
       const { gateway, backendSessionId: stale } = call.session;
       await context.sessions.forgetBackend(gateway.id, backend.name, stale);
@@ -209,8 +208,7 @@ export async function resendInNewBackendSession(
       onBehalf = { backendSessionId, protocolVersion: gateway.protocolVersion, clientHeaders };
     } else {
       const session = { id: '', route: call.route, protocolVersion: LATEST_PROTOCOL_VERSION, clientInfo: GATEWAY_SERVER_INFO, clientCapabilities: {}, backends: {} };
-      oneOff = { backendSessionId: await context.backendSessions.open(backend, session, clientHeaders), protocolVersion: LATEST_PROTOCOL_VERSION, clientHeaders };
-      onBehalf = oneOff;
+      onBehalf = { backendSessionId: await context.backendSessions.open(backend, session, clientHeaders), protocolVersion: LATEST_PROTOCOL_VERSION, clientHeaders };
     }
     const answer = await context.backendSessions.resend(backend, onBehalf, call.body, call.timeoutMs);
     if (saysSessionUnknown(answer.status, answer.body)) throw new Error(`it answered ${answer.status} in its new session too`);
@@ -235,8 +233,9 @@ export async function resendInNewBackendSession(
       metadata: { route: call.route, backend: call.backend, tool: call.tool, outcome: 'failed' },
     };
   } finally {
-    if (oneOff?.backendSessionId) {
-      await context.backendSessions.close(backend, oneOff).catch((error: Error) =>
+    // A session opened for this one call ends with it.
+    if (!call.session && onBehalf?.backendSessionId) {
+      await context.backendSessions.close(backend, onBehalf).catch((error: Error) =>
         context.log.warn('could not end a one-call backend session', { route: call.route, backend: backend.name, error: error.message }),
       );
     }
