@@ -55,9 +55,10 @@ async function fetchInSession(service: ToolServiceIR, timeoutMs: number): Promis
   try {
     await client.connect(transport, options);
     const tools = await listAllTools((cursor) => client.listTools(cursor ? { cursor } : {}, options));
+    const sessionful = transport.sessionId !== undefined;
     // A stateful backend opened a session for this listing only: end it rather than leave it to expire.
-    await transport.terminateSession().catch(() => undefined);
-    return { tools, protocolVersion: transport.protocolVersion ?? LATEST_PROTOCOL_VERSION };
+    if (sessionful) await transport.terminateSession().catch(() => undefined);
+    return { tools, protocolVersion: transport.protocolVersion ?? LATEST_PROTOCOL_VERSION, sessionful };
   } finally {
     await client.close().catch(() => undefined);
   }
@@ -70,7 +71,7 @@ async function fetchStateless(service: ToolServiceIR, timeoutMs: number): Promis
   try {
     await client.connect(new StatelessTransport(new URL(service.url), await transportOptions(service)), options);
     const tools = await listAllTools((cursor) => client.listTools(cursor ? { cursor } : {}, options) as Promise<{ tools: Tool[]; nextCursor?: string }>);
-    return { tools, protocolVersion: MODERN_PROTOCOL_VERSION };
+    return { tools, protocolVersion: MODERN_PROTOCOL_VERSION, sessionful: false };
   } finally {
     await client.close().catch(() => undefined);
   }

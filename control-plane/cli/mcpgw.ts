@@ -12,6 +12,8 @@ import { GatewayStack } from '../devstack/stack';
 import { buildGatewayIR } from '../ir/gateway-ir';
 import { asStaticBootstrap, diffXds, formatDifferences } from '../xds/render';
 import { XdsResources, translate } from '../xds/translate';
+import { EMPTY_CALL_LANE_CATALOG } from '../xds/translate/call-lane';
+import { GATEWAY_DEFAULTS, GatewaySettings } from '../xds/translate/settings';
 import { FileRegistrySource } from '../registry/file-source';
 import { PortalRegistrySource } from '../registry/portal-source';
 import { RegistryFileError, loadRegistryFile } from '../registry/static-file';
@@ -27,7 +29,6 @@ commands:
   control-plane   run the xDS control plane
                     (--registry FILE | --portal URL [--portal-token T or $MCPGW_PORTAL_TOKEN])
                     --grpc HOST:PORT --admin HOST:PORT --listener HOST:PORT --sidecar HOST:PORT
-                    [--sidecar-streams HOST:PORT]  the sidecars' --streams: clients' GET streams (tools/list_changed)
                     [--redis redis://HOST:PORT [--redis-prefix mcpgw:]]
                     [--registry-refresh-ms N] [--catalog-refresh-ms N] [--tool-list-timeout-ms N] [--catalog-fetch-concurrency 32]
                     [--tool-name-separator S]      exposed names are <backend>S<tool> (default: __)
@@ -35,12 +36,12 @@ commands:
                     [--max-tools-per-route N]      tools a route serves at most (default: 5000)
                     [--tools-list-page-size N]     tools per tools/list answer (default: 100)
                     (naming rules and defaults: docs/tools-list.md)
-  sidecar         run the MCP sidecar (Envoy ext_proc server)
-                    --ext-proc HOST:PORT --control-plane HOST:PORT [--id NAME]
+  sidecar         run the MCP sidecar (the gateway lane and the session check, behind Envoy)
+                    --listen HOST:PORT --control-plane HOST:PORT [--id NAME]
                     [--redis redis://HOST:PORT [--redis-prefix mcpgw:]] [--session-ttl-s 3600]
                     [--backend-session-timeout-ms 5000] [--admin HOST:PORT]  GET /metrics and /healthz
-                    [--drain-timeout-ms 10000]     on SIGTERM, how long calls in flight keep the sidecar
-                    [--streams HOST:PORT]          holds clients' GET streams (tools/list_changed); the control plane's --sidecar-streams
+                    [--drain-timeout-ms 10000]     on SIGTERM, how long requests in flight keep the sidecar
+                    [--max-request-body-bytes 1048576] [--max-streams-per-session 4]
   validate FILE   check a registry file; prints every problem and exits 1 if there is any
   render          print the xDS a registry produces
                     --registry FILE [--format json|yaml|bootstrap] [--listener HOST:PORT] [--sidecar HOST:PORT]
@@ -92,8 +93,12 @@ const gatewayAddressOptions = {
   sidecar: hostPort.default({ address: '127.0.0.1', port: 18080 }),
 };
 
-function xdsOf(registryFile: string, settings: { listener: { address: string; port: number }; sidecar: { address: string; port: number } }): XdsResources {
-  return translate(buildGatewayIR(loadRegistryFile(registryFile)), settings);
+/**
+ * The xDS a registry file makes. The call routes' per-tool rules come from the live catalog (the
+ * backends' tools/list), which a file alone does not have: rendered here, every call route serves no tool yet.
+ */
+function xdsOf(registryFile: string, addresses: Pick<GatewaySettings, 'listener' | 'sidecar'>): XdsResources {
+  return translate(buildGatewayIR(loadRegistryFile(registryFile)), EMPTY_CALL_LANE_CATALOG, { ...GATEWAY_DEFAULTS, ...addresses });
 }
 
 function runRender(args: string[]): void {
@@ -140,7 +145,8 @@ async function runControlPlane(args: string[]): Promise<void> {
     admin: hostPort,
     listener: hostPort,
     sidecar: hostPort,
-    'sidecar-streams': hostPort.optional(),
+    'max-request-body-bytes': positiveInt.default(GATEWAY_DEFAULTS.maxRequestBodyBytes),
+    'session-check-timeout-ms': positiveInt.default(GATEWAY_DEFAULTS.sessionCheckTimeoutMs),
     'registry-refresh-ms': positiveInt.default(30000),
     'catalog-refresh-ms': positiveInt.default(30000),
     'tool-list-timeout-ms': positiveInt.default(5000),
@@ -171,7 +177,8 @@ async function runControlPlane(args: string[]): Promise<void> {
     gateway: {
       listener: options.listener,
       sidecar: options.sidecar,
-      ...(options['sidecar-streams'] && { sidecarStreams: options['sidecar-streams'] }),
+      maxRequestBodyBytes: options['max-request-body-bytes'],
+      sessionCheckTimeoutMs: options['session-check-timeout-ms'],
     },
     registryRefreshMs: options['registry-refresh-ms'],
     catalogRefreshMs: options['catalog-refresh-ms'],
@@ -189,7 +196,7 @@ async function runControlPlane(args: string[]): Promise<void> {
 
 async function runSidecar(args: string[]): Promise<void> {
   const options = parseOptions(args, {
-    'ext-proc': z.string().regex(/^[^:]+:\d{1,5}$/, 'must be HOST:PORT'),
+    listen: z.string().regex(/^[^:]+:\d{1,5}$/, 'must be HOST:PORT'),
     'control-plane': z.string().regex(/^[^:]+:\d{1,5}$/, 'must be HOST:PORT'),
     id: z.string().default(`${os.hostname()}-${process.pid}`),
     redis: z.string().url('must be a redis:// URL').optional(),
@@ -198,13 +205,15 @@ async function runSidecar(args: string[]): Promise<void> {
     'backend-session-timeout-ms': positiveInt.default(5000),
     admin: z.string().regex(/^[^:]+:\d{1,5}$/, 'must be HOST:PORT').optional(),
     'drain-timeout-ms': positiveInt.default(10_000),
-    streams: z.string().regex(/^[^:]+:\d{1,5}$/, 'must be HOST:PORT').optional(),
+    'max-request-body-bytes': positiveInt.default(GATEWAY_DEFAULTS.maxRequestBodyBytes),
+    'max-streams-per-session': positiveInt.default(4),
   });
   const running = await startSidecar({
-    streamsAddress: options.streams,
     drainTimeoutMs: options['drain-timeout-ms'],
     adminAddress: options.admin,
-    extProcAddress: options['ext-proc'],
+    address: options.listen,
+    maxRequestBodyBytes: options['max-request-body-bytes'],
+    maxStreamsPerSession: options['max-streams-per-session'],
     controlPlaneAddress: options['control-plane'],
     sidecarId: options.id,
     redis: options.redis ? { url: options.redis, prefix: options['redis-prefix'] } : undefined,

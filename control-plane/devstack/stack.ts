@@ -21,7 +21,6 @@ export interface StackPorts {
   controlPlaneAdmin: number;
   sidecar: number;
   sidecarAdmin: number;
-  sidecarStreams: number;
   redis: number;
   portal: number;
 }
@@ -45,7 +44,7 @@ export interface StackOptions {
 }
 
 async function resolvePorts(requested: Partial<StackPorts> = {}): Promise<StackPorts> {
-  const names: (keyof StackPorts)[] = ['listener', 'envoyAdmin', 'grpc', 'controlPlaneAdmin', 'sidecar', 'sidecarAdmin', 'sidecarStreams', 'redis', 'portal'];
+  const names: (keyof StackPorts)[] = ['listener', 'envoyAdmin', 'grpc', 'controlPlaneAdmin', 'sidecar', 'sidecarAdmin', 'redis', 'portal'];
   const fresh = await freePorts(names.length);
   return Object.fromEntries(names.map((name, index) => [name, requested[name] ?? fresh[index]])) as unknown as StackPorts;
 }
@@ -177,7 +176,6 @@ export class GatewayStack {
       '--admin', `${HOST}:${this.ports.controlPlaneAdmin}`,
       '--listener', `${HOST}:${this.ports.listener}`,
       '--sidecar', `${HOST}:${this.ports.sidecar}`,
-      '--sidecar-streams', `${HOST}:${this.ports.sidecarStreams}`,
       ...(this.options.catalogRefreshMs ? ['--catalog-refresh-ms', String(this.options.catalogRefreshMs)] : []),
       ...(this.options.registryRefreshMs ? ['--registry-refresh-ms', String(this.options.registryRefreshMs)] : []),
     ]);
@@ -186,13 +184,12 @@ export class GatewayStack {
 
   async startSidecar(): Promise<void> {
     this.spawn('sidecar', process.execPath, [
-      CLI, 'sidecar', '--ext-proc', `${HOST}:${this.ports.sidecar}`, '--control-plane', `${HOST}:${this.ports.grpc}`,
+      CLI, 'sidecar', '--listen', `${HOST}:${this.ports.sidecar}`, '--control-plane', `${HOST}:${this.ports.grpc}`,
       '--redis', this.redisUrl, '--admin', `${HOST}:${this.ports.sidecarAdmin}`,
       // Below ManagedProcess's SIGKILL grace, so that a stop is always the sidecar's own.
       '--drain-timeout-ms', '2000',
-      '--streams', `${HOST}:${this.ports.sidecarStreams}`,
     ]);
-    await waitFor('sidecar ext_proc port', () => portAccepts(this.ports.sidecar));
+    await waitFor('sidecar port', () => portAccepts(this.ports.sidecar));
   }
 
   /**
