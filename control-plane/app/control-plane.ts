@@ -79,6 +79,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   registry.on('poll', (result: RegistryPollResult) => {
     metrics.registryPolls.inc({ ...sourceLabel, outcome: result.outcome });
     metrics.registryPollSeconds.observe({ ...sourceLabel, outcome: result.outcome }, result.durationMs / 1000);
+    if (result.rejection) metrics.registryDocumentRejections.inc({ ...sourceLabel, reason: result.rejection });
   });
   catalog.on('refresh', (outcome: string) => metrics.catalogRefreshes.inc({ outcome }));
 
@@ -164,7 +165,8 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   await lastGood?.connect();
   const saved = (await lastGood?.loadAll()) ?? [];
   savedAtStart = saved;
-  if ((await registry.pollOnce()) === 'failed') {
+  const firstPoll = await registry.pollOnce();
+  if (firstPoll === 'failed' || firstPoll === 'rejected') {
     registry.restore(saved.flatMap((route) => (route.mapping ? [route.mapping] : [])));
   }
   registry.start();
