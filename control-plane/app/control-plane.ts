@@ -14,6 +14,7 @@ import { RegistryController, RegistryPollResult } from '../registry/registry-con
 import { RegistryMerge } from '../registry/registry-state';
 import { RegistrySource } from '../registry/source';
 import { grpcServices } from '../shared/grpc-packages';
+import { RedisTimeouts } from '../shared/redis-client';
 import { createLogger } from '../shared/log';
 import { ConcurrencyLimit } from '../shared/concurrency-limit';
 import { LastGoodStore, SavedRoute } from '../state/last-good-store';
@@ -37,7 +38,7 @@ export interface ControlPlaneOptions {
   /** Naming rules, cap and page size of the catalogs sidecars serve (docs/tools-list.md). */
   catalog: CatalogSettings;
   /** Redis for last-good state; without it a cold start with the source down serves nothing. */
-  redis?: { url: string; prefix: string };
+  redis?: { url: string; prefix: string; timeouts?: RedisTimeouts };
 }
 
 export interface RunningControlPlane {
@@ -56,7 +57,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const xdsStatus = new XdsStatusTracker(metrics, log);
   const cache = new SnapshotCache();
   const publisher = new XdsPublisher(cache, xdsStatus);
-  const lastGood = options.redis ? new LastGoodStore(options.redis.url, options.redis.prefix, log) : undefined;
+  const lastGood = options.redis ? new LastGoodStore(options.redis.url, options.redis.prefix, log, options.redis.timeouts) : undefined;
   // Thousands of Tool Services must not be fetched at once: the event loop also serves xDS and the
   // catalog stream. Ids that share an endpoint share one fetch.
   const catalogFetches = new ConcurrencyLimit(options.catalogFetchConcurrency);
@@ -101,7 +102,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       const fingerprint = JSON.stringify(saved.map(({ last_success_at: _at, ...rest }) => rest));
       if (known.length === 0 || savedCatalogs.get(route.route_key) === fingerprint) continue;
       savedCatalogs.set(route.route_key, fingerprint);
-      void lastGood.saveCatalog(route.route_key, saved);
+      lastGood.saveCatalog(route.route_key, saved);
     }
   });
 
@@ -122,11 +123,12 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       savedAtStart = undefined;
     }
     if (lastGood) {
+      // Queued, not awaited: a hung Redis must not hold up this update or the next.
       const touched = new Set([...merge.added, ...merge.changed]);
-      for (const route of current.routes) if (touched.has(route.key)) await lastGood.saveMapping(route);
+      for (const route of current.routes) if (touched.has(route.key)) lastGood.saveMapping(route);
       for (const key of merge.removed) {
         savedCatalogs.delete(key);
-        await lastGood.removeRoute(key);
+        lastGood.removeRoute(key);
       }
     }
     await Promise.all([published, catalog.refresh(fetchNow)]);
