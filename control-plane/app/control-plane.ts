@@ -5,8 +5,8 @@ import { closeServer, listen } from '../shared/http-listen';
 import { ControlPlaneMetrics } from '../admin/metrics';
 import { XdsStatusTracker } from '../admin/xds-status';
 import { catalogServiceHandlers } from '../catalog/catalog-service';
-import { CatalogSettings, CatalogSnapshotMessage, CatalogStore, ToolList } from '../catalog/catalog-store';
-import { fetchToolList } from '../catalog/tool-fetcher';
+import { CatalogSettings, CatalogSnapshotMessage, CatalogStore, RelistSettings, ToolList } from '../catalog/catalog-store';
+import { ToolListLimits, fetchToolList } from '../catalog/tool-fetcher';
 import { TOOL_RULES, TOOL_RULE_ACTIONS } from '../catalog/tool-exposure';
 import { ToolServiceIR, buildGatewayIR } from '../ir/gateway-ir';
 import { Registry } from '../registry/model';
@@ -32,7 +32,11 @@ export interface ControlPlaneOptions {
   admin: { host: string; port: number };
   registryRefreshMs: number;
   catalogRefreshMs: number;
-  toolListTimeoutMs: number;
+  /** Deadline and size bounds of one Tool Service's tools/list (docs/hardening.md). */
+  toolList: ToolListLimits;
+  /** How soon a failing Tool Service is listed again. */
+  relist: RelistSettings;
+
   /** Most Tool Services whose tools/list is fetched at the same time. */
   catalogFetchConcurrency: number;
   /** Naming rules, cap and page size of the catalogs sidecars serve (docs/tools-list.md). */
@@ -66,12 +70,12 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     const endpoint = JSON.stringify([service.url, service.endpoint.tls, service.catalogBearerTokenFile]);
     let pending = fetchesByEndpoint.get(endpoint);
     if (!pending) {
-      pending = catalogFetches.run(() => fetchToolList(service, options.toolListTimeoutMs)).finally(() => fetchesByEndpoint.delete(endpoint));
+      pending = catalogFetches.run(() => fetchToolList(service, options.toolList)).finally(() => fetchesByEndpoint.delete(endpoint));
       fetchesByEndpoint.set(endpoint, pending);
     }
     return pending;
   };
-  const catalog = new CatalogStore(fetchTools, options.catalog, log);
+  const catalog = new CatalogStore(fetchTools, options.catalog, log, options.relist);
   const registry = new RegistryController(options.source, { refreshIntervalMs: options.registryRefreshMs }, log);
   let resources: XdsResources = {};
   let savedAtStart: SavedRoute[] | undefined;
@@ -181,6 +185,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     adminPort,
     stop: async () => {
       clearInterval(catalogTimer);
+      catalog.close();
       await registry.stop();
       server.forceShutdown();
       await lastGood?.close();
