@@ -1,3 +1,4 @@
+import Redis from 'ioredis';
 import { waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { SampleBackends, listedTools, postJsonRpc, startGateway } from '../support/gateway-fixture';
@@ -17,13 +18,24 @@ describe('a frozen Redis (SIGSTOP)', () => {
       routes: [{ key: 'demo', toolServices: [{ name: 'weather', url: b.weather }, { name: 'jobs', url: b.jobs }] }],
     })));
     await waitFor('the route', () => listedTools(stack.gatewayUrl('demo')));
-    // The control plane has saved its last-good copies by now; every later write meets the frozen Redis.
-    redisProcess().kill('SIGSTOP');
   });
 
   afterAll(async () => {
     redisProcess()?.kill('SIGCONT');
     await stack?.stop();
+  });
+
+  it('runs the Redis it starts with a memory bound that evicts only keys with a TTL (sessions), never last-good state', async () => {
+    const redis = new Redis(stack.redisUrl);
+    try {
+      expect(await redis.config('GET', 'maxmemory-policy')).toEqual(['maxmemory-policy', 'volatile-lru']);
+      expect(Number((await redis.config('GET', 'maxmemory'))[1])).toBe(256 * 1024 * 1024);
+      expect(await redis.ttl('mcpgw:route:demo')).toBe(-1);
+    } finally {
+      redis.disconnect();
+    }
+    // The control plane has saved its last-good copies by now; every later write meets the frozen Redis.
+    redisProcess().kill('SIGSTOP');
   });
 
   it('answers an initialize with a JSON-RPC error naming Redis, from the sidecar, not as "sidecar unavailable"', async () => {

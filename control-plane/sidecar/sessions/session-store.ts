@@ -28,7 +28,7 @@ export interface SessionStore {
    * Records a backend session unless one was recorded meanwhile; returns the one that counts, and
    * pushes the session's idle expiry back. Rejects with SessionGoneError when the gateway session ended
    * (DELETE or expiry) meanwhile: nothing is recorded then, and the backend session just opened is
-   * the caller's to close (see keepOrCloseBackendSession).
+   * the caller's to close (claimOpenedBackendSession does both).
    */
   claimBackend(id: string, backend: string, backendSessionId: string): Promise<string>;
   /** Drops a backend session the backend no longer knows, unless another one was recorded meanwhile. */
@@ -47,9 +47,8 @@ export interface SessionLimits {
 }
 
 /**
- * 16 KiB: a real client's clientInfo and capabilities take a few hundred bytes (the largest seen, with
- * experimental capabilities, about 2 KiB), and at the default idle TTL 16 KiB bounds what one
- * initialize can make Redis hold.
+ * 16 KiB: a client's clientInfo and capabilities take a few hundred bytes, and with the idle TTL this
+ * bounds what one initialize can make Redis hold.
  */
 export const SESSION_DEFAULTS: SessionLimits = { maxClientFieldsBytes: 16_384 };
 
