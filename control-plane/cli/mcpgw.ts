@@ -5,7 +5,8 @@ import { parseArgs } from 'node:util';
 import { stringify as toYaml } from 'yaml';
 import { z } from 'zod';
 import { startControlPlane } from '../app/control-plane';
-import { CATALOG_DEFAULTS } from '../catalog/catalog-store';
+import { CATALOG_DEFAULTS, RELIST_DEFAULTS } from '../catalog/catalog-store';
+import { TOOL_LIST_DEFAULTS } from '../catalog/tool-fetcher';
 import { TOOL_NAME_POLICIES, separatorProblem } from '../catalog/tool-exposure';
 import { renderBootstrap } from '../devstack/envoy';
 import { GatewayStack } from '../devstack/stack';
@@ -14,10 +15,12 @@ import { asStaticBootstrap, diffXds, formatDifferences } from '../xds/render';
 import { XdsResources, translate } from '../xds/translate';
 import { EMPTY_CALL_LANE_CATALOG } from '../xds/translate/call-lane';
 import { GATEWAY_DEFAULTS, GatewaySettings } from '../xds/translate/settings';
-import { FileRegistrySource } from '../registry/file-source';
+import { DEFAULT_FILE_SETTLE_MS, FileRegistrySource } from '../registry/file-source';
 import { PortalRegistrySource } from '../registry/portal-source';
 import { RegistryFileError, loadRegistryFile } from '../registry/static-file';
 import { projectPath } from '../shared/paths';
+import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts } from '../shared/redis-client';
+import { SESSION_DEFAULTS } from '../sidecar/sessions/session-store';
 import { startSidecar } from '../sidecar/sidecar';
 
 const USAGE = `usage: mcpgw <command> [options]
@@ -31,6 +34,10 @@ commands:
                     --grpc HOST:PORT --admin HOST:PORT --listener HOST:PORT --sidecar HOST:PORT
                     [--redis redis://HOST:PORT [--redis-prefix mcpgw:]]
                     [--registry-refresh-ms N] [--catalog-refresh-ms N] [--tool-list-timeout-ms N] [--catalog-fetch-concurrency 32]
+                    [--tool-list-max-bytes 10485760] [--tool-list-max-tools 5000]  one Tool Service's tools/list, over all pages
+                    [--catalog-retry-min-ms 1000] [--catalog-retry-max-ms 10000]   re-listing a failing Tool Service
+                    [--registry-file-settle-ms 500]  a registry file is read once unchanged this long
+                    [--redis-connect-timeout-ms 2000] [--redis-command-timeout-ms 500]
                     [--tool-name-separator S]      exposed names are <backend>S<tool> (default: __)
                     [--tool-name-policy warn|drop] for names outside ^[a-zA-Z0-9_-]{1,64}$ (default: drop)
                     [--max-tools-per-route N]      tools a route serves at most (default: 5000)
@@ -40,6 +47,8 @@ commands:
                     --listen HOST:PORT --control-plane HOST:PORT [--id NAME]
                     [--redis redis://HOST:PORT [--redis-prefix mcpgw:]] [--session-ttl-s 3600]
                     [--backend-session-timeout-ms 5000] [--admin HOST:PORT]  GET /metrics and /healthz
+                    [--session-client-fields-max-bytes 16384]  initialize's clientInfo + capabilities stored per session
+                    [--redis-connect-timeout-ms 2000] [--redis-command-timeout-ms 500]
                     [--drain-timeout-ms 10000]     on SIGTERM, how long requests in flight keep the sidecar
                     [--max-request-body-bytes 1048576] [--max-streams-per-session 4]
   validate FILE   check a registry file; prints every problem and exits 1 if there is any
@@ -87,6 +96,15 @@ function parseOptions<T extends z.ZodRawShape>(
   }
   return { ...parsed.data, positionals: given };
 }
+
+const redisTimeoutOptions = {
+  'redis-connect-timeout-ms': positiveInt.default(REDIS_TIMEOUT_DEFAULTS.connectTimeoutMs),
+  'redis-command-timeout-ms': positiveInt.default(REDIS_TIMEOUT_DEFAULTS.commandTimeoutMs),
+};
+const redisTimeoutsOf = (options: { 'redis-connect-timeout-ms': number; 'redis-command-timeout-ms': number }): RedisTimeouts => ({
+  connectTimeoutMs: options['redis-connect-timeout-ms'],
+  commandTimeoutMs: options['redis-command-timeout-ms'],
+});
 
 const gatewayAddressOptions = {
   listener: hostPort.default({ address: '127.0.0.1', port: 10000 }),
@@ -161,6 +179,12 @@ async function runControlPlane(args: string[]): Promise<void> {
     'tool-name-policy': z.enum(TOOL_NAME_POLICIES).default(CATALOG_DEFAULTS.toolNamePolicy),
     'max-tools-per-route': positiveInt.default(CATALOG_DEFAULTS.maxToolsPerRoute),
     'tools-list-page-size': positiveInt.default(CATALOG_DEFAULTS.toolsListPageSize),
+    'tool-list-max-bytes': positiveInt.default(TOOL_LIST_DEFAULTS.maxBytes),
+    'tool-list-max-tools': positiveInt.default(TOOL_LIST_DEFAULTS.maxTools),
+    'catalog-retry-min-ms': positiveInt.default(RELIST_DEFAULTS.retryMinMs),
+    'catalog-retry-max-ms': positiveInt.default(RELIST_DEFAULTS.retryMaxMs),
+    'registry-file-settle-ms': positiveInt.default(DEFAULT_FILE_SETTLE_MS),
+    ...redisTimeoutOptions,
   });
   if (Boolean(options.registry) === Boolean(options.portal)) {
     throw new UsageError('give exactly one registry source: --registry FILE or --portal URL');
@@ -169,9 +193,9 @@ async function runControlPlane(args: string[]): Promise<void> {
   if (options.registry) loadRegistryFile(options.registry);
   const running = await startControlPlane({
     source: options.registry
-      ? new FileRegistrySource(options.registry)
+      ? new FileRegistrySource(options.registry, options['registry-file-settle-ms'])
       : new PortalRegistrySource({ baseUrl: options.portal!, token: options['portal-token'] || undefined }),
-    redis: options.redis ? { url: options.redis, prefix: options['redis-prefix'] } : undefined,
+    redis: options.redis ? { url: options.redis, prefix: options['redis-prefix'], timeouts: redisTimeoutsOf(options) } : undefined,
     grpcAddress: `${options.grpc.address}:${options.grpc.port}`,
     admin: { host: options.admin.address, port: options.admin.port },
     gateway: {
@@ -182,7 +206,8 @@ async function runControlPlane(args: string[]): Promise<void> {
     },
     registryRefreshMs: options['registry-refresh-ms'],
     catalogRefreshMs: options['catalog-refresh-ms'],
-    toolListTimeoutMs: options['tool-list-timeout-ms'],
+    toolList: { timeoutMs: options['tool-list-timeout-ms'], maxBytes: options['tool-list-max-bytes'], maxTools: options['tool-list-max-tools'] },
+    relist: { retryMinMs: options['catalog-retry-min-ms'], retryMaxMs: options['catalog-retry-max-ms'] },
     catalogFetchConcurrency: options['catalog-fetch-concurrency'],
     catalog: {
       toolNameSeparator: options['tool-name-separator'],
@@ -207,6 +232,8 @@ async function runSidecar(args: string[]): Promise<void> {
     'drain-timeout-ms': positiveInt.default(10_000),
     'max-request-body-bytes': positiveInt.default(GATEWAY_DEFAULTS.maxRequestBodyBytes),
     'max-streams-per-session': positiveInt.default(4),
+    'session-client-fields-max-bytes': positiveInt.default(SESSION_DEFAULTS.maxClientFieldsBytes),
+    ...redisTimeoutOptions,
   });
   const running = await startSidecar({
     drainTimeoutMs: options['drain-timeout-ms'],
@@ -216,7 +243,8 @@ async function runSidecar(args: string[]): Promise<void> {
     maxStreamsPerSession: options['max-streams-per-session'],
     controlPlaneAddress: options['control-plane'],
     sidecarId: options.id,
-    redis: options.redis ? { url: options.redis, prefix: options['redis-prefix'] } : undefined,
+    redis: options.redis ? { url: options.redis, prefix: options['redis-prefix'], timeouts: redisTimeoutsOf(options) } : undefined,
+    sessionLimits: { maxClientFieldsBytes: options['session-client-fields-max-bytes'] },
     sessionIdleTtlSeconds: options['session-ttl-s'],
     backendSessionTimeoutMs: options['backend-session-timeout-ms'],
   });

@@ -144,6 +144,8 @@ export class GatewayStack {
   async startRedis(): Promise<void> {
     this.spawn('redis', 'redis-server', [
       '--bind', HOST, '--port', String(this.ports.redis), '--save', '', '--appendonly', 'no',
+      // Bounded, evicting only keys with a TTL (idle sessions), never last-good state: docs/hardening.md.
+      '--maxmemory', '256mb', '--maxmemory-policy', 'volatile-lru',
     ]);
     await waitFor('redis to accept connections', () => portAccepts(this.ports.redis));
   }

@@ -21,6 +21,11 @@ export interface RegistryValidation {
   knownRoutes: string[];
   /** The source's own revision of the document, when it gives one. */
   revision?: string;
+  /**
+   * The document is not a registry at all (not an object with a list of routes): it declares no
+   * routes, and a source's such document must change nothing (RegistryDocumentError).
+   */
+  documentRejected: boolean;
 }
 
 const documentSchema = z.object({ revision: z.string().optional(), routes: z.array(z.unknown()) }).strict();
@@ -44,6 +49,7 @@ export function validateRegistry(document: unknown): RegistryValidation {
     return {
       registry: { routes: [] },
       knownRoutes: [],
+      documentRejected: true,
       problems: top.error.issues.map((issue) => ({ field: formatPath('', issue.path).replace(/^\./, '') || '(document)', message: issue.message })),
     };
   }
@@ -87,7 +93,7 @@ export function validateRegistry(document: unknown): RegistryValidation {
     routes.push(route);
   });
   const knownRoutes = [...new Set(top.data.routes.map(keyOf).filter((key): key is string => key !== undefined))];
-  return { registry: { routes }, problems, knownRoutes, revision: top.data.revision };
+  return { registry: { routes }, problems, knownRoutes, revision: top.data.revision, documentRejected: false };
 }
 
 export function describeProblem(problem: RegistryProblem): string {

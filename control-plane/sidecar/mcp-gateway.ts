@@ -17,7 +17,7 @@ import {
 import { JSON_RPC, JsonRpcId, jsonRpcResult } from './json-rpc';
 import { MODERN_META, MODERN_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSIONS, modernRequestProblem, modernVersionClaim } from './modern-era';
 import { RouteCatalogView } from './route-catalog';
-import { GatewaySession } from './sessions/session-store';
+import { ClientFieldsTooLargeError, GatewaySession } from './sessions/session-store';
 import { answerUnplacedCall } from './tool-call';
 import { answerToolsList } from './tools-list';
 
@@ -256,12 +256,18 @@ function decideModern(message: JsonRpcMessage, head: RequestHead, view: RouteCat
 /** The gateway is the client's MCP server: its own capabilities, and a session of its own. */
 async function initializeSession(message: JsonRpcMessage, id: JsonRpcId, view: RouteCatalogView, context: GatewayContext): Promise<Decision> {
   const protocolVersion = negotiatedVersion(message.params?.protocolVersion);
-  const session = await context.sessions.create({
-    route: view.key,
-    protocolVersion,
-    clientInfo: (message.params?.clientInfo as Record<string, unknown>) ?? {},
-    clientCapabilities: (message.params?.capabilities as Record<string, unknown>) ?? {},
-  });
+  let session: GatewaySession;
+  try {
+    session = await context.sessions.create({
+      route: view.key,
+      protocolVersion,
+      clientInfo: (message.params?.clientInfo as Record<string, unknown>) ?? {},
+      clientCapabilities: (message.params?.capabilities as Record<string, unknown>) ?? {},
+    });
+  } catch (error) {
+    if (error instanceof ClientFieldsTooLargeError) return respondError(200, id, JSON_RPC.INVALID_PARAMS, error.message, 'client_fields_too_large');
+    throw error;
+  }
   return respondJson(
     200,
     jsonRpcResult(id, {

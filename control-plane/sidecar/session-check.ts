@@ -7,6 +7,7 @@ import { JSON_RPC, JsonRpcId, jsonRpcError } from './json-rpc';
 import { BACKEND_UNAVAILABLE_CODE } from '../xds/translate/local-replies';
 import { MODERN_PROTOCOL_VERSION } from './modern-era';
 import { BackendView } from './route-catalog';
+import { claimOpenedBackendSession } from './sessions/backend-session-claim';
 import { GatewaySession } from './sessions/session-store';
 
 /**
@@ -94,12 +95,17 @@ export class StatelessCallSessions {
   }
 }
 
-/** The backend's own session for this gateway session, opened on first use and recorded for every replica. */
-async function backendSessionFor(session: GatewaySession, backend: BackendView, head: RequestHead, context: GatewayContext): Promise<string> {
+/**
+ * The backend's own session for this gateway session, opened on first use and recorded for every
+ * replica; undefined when the gateway session ended meanwhile.
+ */
+async function backendSessionFor(session: GatewaySession, backend: BackendView, head: RequestHead, context: GatewayContext): Promise<string | undefined> {
   const known = session.backends[backend.name];
   if (known !== undefined) return known;
-  const opened = await context.backendSessions.open(backend, session, clientHeadersOf(head));
-  return context.sessions.claimBackend(session.id, backend.name, opened);
+  const clientHeaders = clientHeadersOf(head);
+  const opened = await context.backendSessions.open(backend, session, clientHeaders);
+  const claim = await claimOpenedBackendSession(context, backend, session, { backendSessionId: opened, protocolVersion: session.protocolVersion, clientHeaders });
+  return claim.kind === 'claimed' ? claim.backendSessionId : undefined;
 }
 
 export async function checkCall(head: RequestHead, context: GatewayContext, statelessSessions: StatelessCallSessions): Promise<CheckAnswer> {
@@ -127,12 +133,14 @@ export async function checkCall(head: RequestHead, context: GatewayContext, stat
       return pooled ? allowInBackendSession(pooled, '') : ALLOW_UNCHANGED;
     }
     const session = await context.sessions.get(sessionId);
-    if (!session || session.route !== request[CHECK_HEADERS.route]) {
+    const notFound = () => {
       const { status, headers, body } = sessionNotFound(id);
       return { status, headers, body };
-    }
+    };
+    if (!session || session.route !== request[CHECK_HEADERS.route]) return notFound();
     if (statelessBackend) return ALLOW_WITHOUT_SESSION;
     const backendSessionId = await backendSessionFor(session, backend, head, context);
+    if (backendSessionId === undefined) return notFound();
     return backendSessionId ? allowInBackendSession(backendSessionId, session.id) : ALLOW_WITHOUT_SESSION;
   } catch (error) {
     const reason = (error as Error).message;

@@ -5,10 +5,11 @@ import { createLogger } from '../shared/log';
 import { CatalogSubscriber } from './catalog-subscriber';
 import { GatewayContext } from './decision';
 import { GatewayServer } from './gateway-server';
+import { RedisTimeouts } from '../shared/redis-client';
 import { ListChangedStreams, servedNames } from './list-changed-streams';
 import { RouteCatalogView, buildRouteViews } from './route-catalog';
 import { closeBackendSession, openBackendSession, postToBackendSession } from './sessions/backend-sessions';
-import { MemorySessionStore, RedisSessionStore, SessionStore } from './sessions/session-store';
+import { MemorySessionStore, RedisSessionStore, SessionLimits, SessionStore } from './sessions/session-store';
 import { SidecarMetrics, startSidecarAdmin } from './sidecar-metrics';
 
 export interface SidecarOptions {
@@ -20,8 +21,10 @@ export interface SidecarOptions {
   controlPlaneAddress: string;
   sidecarId: string;
   /** Sessions shared by every replica and kept across restarts; without it, in this process's memory. */
-  redis?: { url: string; prefix: string };
+  redis?: { url: string; prefix: string; timeouts?: RedisTimeouts };
   sessionIdleTtlSeconds: number;
+  /** Bounds on what one client's initialize makes the gateway store (docs/hardening.md). */
+  sessionLimits?: SessionLimits;
   /** Limit for opening (initialize) or ending (DELETE) a backend's session, and for relaying a client's message. */
   backendSessionTimeoutMs: number;
   /** Largest request body the gateway lane reads (Envoy's mcp filter has the same limit). */
@@ -61,14 +64,20 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
 
   let sessions: SessionStore;
   if (options.redis) {
-    const redisSessions = new RedisSessionStore(options.redis.url, options.redis.prefix, options.sessionIdleTtlSeconds);
+    const redisSessions = new RedisSessionStore({
+      url: options.redis.url,
+      prefix: options.redis.prefix,
+      idleTtlSeconds: options.sessionIdleTtlSeconds,
+      ...options.redis.timeouts,
+      ...options.sessionLimits,
+    });
     // Session requests fail at once while Redis is unreachable: serve only once it is (or was given its chance).
     if (!(await redisSessions.connected(REDIS_CONNECT_WAIT_MS))) {
       log.warn('Redis is not reachable yet: requests that need a session fail until it is', { redis: options.redis.url });
     }
     sessions = redisSessions;
   } else {
-    sessions = new MemorySessionStore(options.sessionIdleTtlSeconds);
+    sessions = new MemorySessionStore(options.sessionIdleTtlSeconds, options.sessionLimits);
     log.warn('no --redis: sessions live in this process only (lost on restart, not shared with other replicas)');
   }
   const context: GatewayContext = {
