@@ -32,6 +32,11 @@ local MODERN_PROTOCOL_META = '"io.modelcontextprotocol/protocolVersion"'
 local GATEWAY_CLIENT_INFO = '{"name":"mcp-federation-gateway","version":"0.1.0"}'
 -- Past this, an event (or a JSON answer) is sent on as it is, and so is the rest of the answer.
 local MAX_HELD_BYTES = 16 * 1024 * 1024
+-- A JSON answer is held whole only up to Envoy's buffer limit for one body (1 MiB by default).
+local MAX_HELD_JSON_BYTES = 1024 * 1024
+local AUTHZ_NS = "envoy.filters.http.ext_authz"
+local CHECK_BACKEND_SESSION = "x-mcpgw-backend-session"
+local CHECK_GATEWAY_SESSION = "x-mcpgw-gateway-session"
 
 local TOOL_DENIED = -32003
 local INVALID_PARAMS = -32602
@@ -197,24 +202,29 @@ local function outcome_json(o)
 end
 M.outcome_json = outcome_json
 
+-- Envoy's handle objects (headers, metadata, filter context) are valid only until the script
+-- yields, and reading the body yields: everything needed from them is read first, and they are
+-- fetched again afterwards.
 function envoy_on_request(h)
   local request = h:streamInfo():dynamicMetadata():get(MCP_NS)
   if not request or request.method ~= "tools/call" then return end
   local context = h:filterContext()
-  local backend, route = context:get("backend"), context:get("route")
+  local backend, route, separator = context:get("backend"), context:get("route"), context:get("separator")
   local id = request.id
   local exposed = request.params and request.params.name
-  local prefix = backend .. context:get("separator")
-  local own = sub(exposed, #prefix + 1)
+  local own = sub(exposed, #backend + #separator + 1)
+  local flags = context:get("tool:" .. own)
+  local rule = flags == nil and context:get("deny:" .. own) or nil
+  local era, sessionful, fallback = context:get("era"), context:get("sessionful"), context:get("fallback")
+  local modern_client = request.params._meta ~= nil and request.params._meta["io.modelcontextprotocol/protocolVersion"] ~= nil
+
   local metadata = h:streamInfo():dynamicMetadata()
   metadata:set(NS, "route", route)
   metadata:set(NS, "backend", backend)
   metadata:set(NS, "tool", own)
   if id ~= nil then metadata:set(NS, "rpc_id", id) end
   metadata:set(NS, "rpc_id_json", id_json(id))
-  local flags = context:get("tool:" .. own)
   if flags == nil then
-    local rule = context:get("deny:" .. own)
     if rule then
       metadata:set(NS, "outcome", "denied")
       local outcome = outcome_json({ outcome = "denied", backend = backend, tool = own, attempts = 0, elapsed_ms = 0, rule = rule })
@@ -222,6 +232,9 @@ function envoy_on_request(h)
     end
     return error_reply(h, id, INVALID_PARAMS, 'backend "' .. backend .. '" has no tool "' .. own .. '" on route "' .. route .. '"')
   end
+  local tool = M.tool_flags(flags)
+  if tool.fallback then metadata:set(NS, "fallback", fallback) end
+  metadata:set(NS, "started_ms", h:timestamp())
 
   local body = h:body()
   local text = body:getBytes(0, body:length())
@@ -231,8 +244,6 @@ function envoy_on_request(h)
   end
   text = sub(text, 1, first) .. own .. sub(text, last)
   local headers = h:headers()
-  local era = context:get("era")
-  local modern_client = request.params._meta ~= nil and request.params._meta["io.modelcontextprotocol/protocolVersion"] ~= nil
   if era == "modern" then
     if not modern_client then
       first, last, inner, params = M.tool_name_span(text)
@@ -248,20 +259,16 @@ function envoy_on_request(h)
     headers:remove("mcp-name")
   end
   body:setBytes(text)
-
-  local tool = M.tool_flags(flags)
   if tool.deadline_ms then headers:replace("x-envoy-upstream-rq-timeout-ms", tool.deadline_ms) end
   if tool.retry then
     -- Read-only and idempotent tools only: running a side-effecting tool twice is worse than failing once.
     headers:replace("x-envoy-retry-on", "5xx,reset,connect-failure,reset-before-request")
     headers:replace("x-envoy-max-retries", "2")
   end
-  if tool.fallback then metadata:set(NS, "fallback", context:get("fallback")) end
-  metadata:set(NS, "started_ms", h:timestamp())
   -- The session check (ext_authz, enabled by this flag): a call in a session, or a stateless
-  -- client's call for a backend that needs a session.
-  if headers:get("mcp-session-id") ~= nil or (modern_client and context:get("sessionful")) then
-    metadata:set(NS, "check", true)
+  -- client's call for a backend that needs one.
+  if headers:get("mcp-session-id") ~= nil or (modern_client and sessionful) then
+    h:streamInfo():dynamicMetadata():set(NS, "check", true)
   end
 end
 
@@ -321,6 +328,18 @@ function M.rewrite_message(s, call)
   return nil
 end
 
+-- A 400 of servers built on the MCP SDK's examples ("No valid session ID", "Server not initialized")
+-- means, like a 404, that the backend does not know the session and ran nothing.
+function M.says_session_unknown(s)
+  local top = members(s, skip_ws(s, 1))
+  local error_ = top and top.error
+  local inner = error_ and byte(s, error_[1]) == 123 and members(s, error_[1])
+  local message = inner and inner.message and text_of(s, inner.message)
+  if not message then return false end
+  local lower = string.lower(message)
+  return find(lower, "session", 1, true) ~= nil or find(lower, "not initialized", 1, true) ~= nil
+end
+
 -- One SSE event (without its terminator), rewritten, or nil to leave it as it is.
 function M.rewrite_event(event, call)
   local lines, data = {}, {}
@@ -361,28 +380,46 @@ function M.take_events(pending, call)
   return concat(out), sub(pending, position)
 end
 
+-- What the response side needs of the call, read before the body (see envoy_on_request).
 local function call_of(h)
   local metadata = h:streamInfo():dynamicMetadata()
-  local ours = metadata:get(NS) or {}
+  local ours = metadata:get(NS)
+  if not ours or not ours.backend or ours.answered then return nil end
   local request = metadata:get(MCP_NS) or {}
-  if not ours.backend then return nil end
-  local attempts = tonumber(h:headers():get("x-envoy-attempt-count")) or 1
+  local authz = metadata:get(AUTHZ_NS) or {}
+  local headers = h:headers()
+  local attempts = tonumber(headers:get("x-envoy-attempt-count") or "1") or 1
   local started = tonumber(ours.started_ms) or h:timestamp()
-  local modern = request.params and request.params._meta and request.params._meta["io.modelcontextprotocol/protocolVersion"] ~= nil
-  return {
+  local meta = request.params and request.params._meta
+  local call = {
     backend = ours.backend,
     tool = ours.tool,
     route = ours.route,
     id = request.id,
     id_json = ours.rpc_id_json or "null",
-    modern = modern,
-    outcome = function(last_error)
-      return outcome_json({
-        outcome = last_error and "failed" or "ok", backend = ours.backend, tool = ours.tool, attempts = attempts,
-        elapsed_ms = math.max(0, h:timestamp() - started), last_error = last_error,
-      })
-    end,
+    modern = meta ~= nil and meta["io.modelcontextprotocol/protocolVersion"] ~= nil,
+    attempts = attempts,
+    backend_session = authz[CHECK_BACKEND_SESSION],
+    gateway_session = authz[CHECK_GATEWAY_SESSION] or "",
+    status = tonumber(headers:get(":status") or "0") or 0,
+    content_type = headers:get("content-type") or "",
+    length = tonumber(headers:get("content-length") or ""),
+    annotate = h:filterContext():get("annotate"),
+    sidecar = h:filterContext():get("sidecar_cluster"),
   }
+  -- The final message's outcome, once it has passed: for the access log.
+  call.outcome = function(last_error)
+    call.final = last_error and "failed" or "ok"
+    return outcome_json({
+      outcome = call.final, backend = call.backend, tool = call.tool, attempts = attempts,
+      elapsed_ms = math.max(0, h:timestamp() - started), last_error = last_error,
+    })
+  end
+  return call
+end
+
+local function record_outcome(h, outcome)
+  if outcome then h:streamInfo():dynamicMetadata():set(NS, "outcome", outcome) end
 end
 
 -- The whole answer replaced by one JSON-RPC error naming the backend (status 200: MCP clients read
@@ -393,8 +430,9 @@ local function replace_with_error(h, call, message, http_status)
   headers:replace("content-type", "application/json")
   headers:remove("content-length")
   headers:remove("mcp-session-id")
+  record_outcome(h, "failed")
   local data = '{"outcome":"failed","backend":' .. json_string(call.backend) .. ',"tool":' .. json_string(call.tool)
-    .. ',"attempts":' .. (tonumber(headers:get("x-envoy-attempt-count")) or 1) .. ',"fallback_used":false,"http_status":' .. http_status .. "}"
+    .. ',"attempts":' .. call.attempts .. ',"fallback_used":false,"http_status":' .. http_status .. "}"
   local body = '{"jsonrpc":"2.0","id":' .. call.id_json .. ',"error":{"code":' .. BACKEND_UNAVAILABLE .. ',"message":'
     .. json_string(message) .. ',"data":' .. data .. "}}"
   local sent = false
@@ -402,49 +440,45 @@ local function replace_with_error(h, call, message, http_status)
     chunk:setBytes(sent and "" or body)
     sent = true
   end
-  return body, sent
+end
+
+-- A backend that no longer knows the session a call went in ran nothing: its answer must not reach
+-- the client, whose own session with the gateway goes on. The sidecar forgets the backend session, so
+-- the next call opens a new one.
+local function backend_session_lost(h, call)
+  h:httpCall(call.sidecar, {
+    [":method"] = "POST", [":path"] = "/internal/backend-session-lost", [":authority"] = "mcpgw-sidecar",
+    ["content-type"] = "application/json",
+  }, '{"route":' .. json_string(call.route) .. ',"backend":' .. json_string(call.backend)
+    .. ',"backendSessionId":' .. json_string(call.backend_session) .. ',"gatewaySessionId":' .. json_string(call.gateway_session) .. "}",
+    2000, true)
+  replace_with_error(h, call, "backend " .. call.backend .. " lost the session of this call and ran nothing: call again", call.status)
 end
 
 function envoy_on_response(h)
   local call = call_of(h)
   if not call then return end
-  local headers = h:headers()
-  local status = tonumber(headers:get(":status")) or 0
-  local content_type = headers:get("content-type") or ""
-  local metadata = h:streamInfo():dynamicMetadata()
-  local ours = metadata:get(NS) or {}
-  local is_sse = find(content_type, "^text/event%-stream") ~= nil
-  local is_json = find(content_type, "^application/json") ~= nil
-  if status == 404 and ours.backend_session then
-    -- The backend no longer knows the session the call went in: it ran nothing. Its 404 must not
-    -- reach the client, whose own session with the gateway goes on; the next call opens a new one.
-    h:httpCall(h:filterContext():get("sidecar_cluster"), {
-      [":method"] = "POST", [":path"] = "/internal/backend-session-lost", [":authority"] = "mcpgw-sidecar",
-      ["content-type"] = "application/json",
-    }, '{"route":' .. json_string(call.route) .. ',"backend":' .. json_string(call.backend)
-      .. ',"backendSessionId":' .. json_string(ours.backend_session) .. "}", 2000, true)
-    metadata:set(NS, "outcome", "failed")
-    return replace_with_error(h, call, "backend " .. call.backend .. " lost the session of this call and ran nothing: call again", 404)
-  end
-  if status >= 400 and not is_json and not is_sse then
+  local is_sse = find(call.content_type, "^text/event%-stream") ~= nil
+  local is_json = find(call.content_type, "^application/json") ~= nil
+  if call.backend_session and call.status == 404 then return backend_session_lost(h, call) end
+  if call.status >= 400 and not is_json and not is_sse then
     -- A backend's own error page (HTML, text, a stack trace) never reaches the agent: only its status.
-    metadata:set(NS, "outcome", "failed")
-    return replace_with_error(h, call, "backend " .. call.backend .. " answered HTTP " .. status .. ": tools/call " .. call.tool .. " failed", status)
+    return replace_with_error(h, call, "backend " .. call.backend .. " answered HTTP " .. call.status .. ": tools/call " .. call.tool .. " failed", call.status)
   end
-  if not h:filterContext():get("annotate") or (not is_sse and not is_json) then return end
-  if is_json then
-    local length = tonumber(headers:get("content-length"))
+  if is_json and call.length and call.length <= MAX_HELD_JSON_BYTES and (call.annotate or (call.backend_session and call.status == 400)) then
     -- A JSON answer is one message: rewritten whole when it is small enough to hold, else sent as it is.
-    if not length or length > MAX_HELD_BYTES then return end
     local body = h:body()
-    local rewritten = M.rewrite_message(body:getBytes(0, body:length()), call)
+    local text = body:getBytes(0, body:length())
+    if call.backend_session and call.status == 400 and M.says_session_unknown(text) then return backend_session_lost(h, call) end
+    local rewritten = call.annotate and M.rewrite_message(text, call)
     if rewritten then
       body:setBytes(rewritten)
-      metadata:set(NS, "outcome", find(rewritten, '"outcome":"failed"', 1, true) and "failed" or "ok")
+      record_outcome(h, call.final)
     end
     return
   end
-  headers:remove("content-length")
+  if not call.annotate or not is_sse then return end
+  h:headers():remove("content-length")
   local pending, passing = "", false
   for chunk in h:bodyChunks() do
     if not passing then
@@ -455,6 +489,8 @@ function envoy_on_response(h)
         out, pending, passing = out .. pending, "", true
       end
       chunk:setBytes(out)
+      record_outcome(h, call.final)
+      call.final = nil
     end
   end
 end

@@ -97,12 +97,16 @@ export interface HttpFilter {
 const CALL_SCRIPT = projectPath('control-plane/xds/lua/call-lane.lua');
 let callScript: string | undefined;
 
-/** The listener's Lua filter: off unless a call route turns it on with its own rules. */
+/**
+ * The listener's Lua filter, running the call script with each call route's own rules. It cannot be
+ * off at the listener and turned on by a call route: Envoy settles which filters run when a request
+ * starts, before the mcp filter has read the body that picks the call route. Gateway lane routes
+ * turn it off instead (gatewayLaneFilters).
+ */
 export function callScriptFilter(): HttpFilter {
   callScript ??= fs.readFileSync(CALL_SCRIPT, 'utf8');
   return {
     name: 'envoy.filters.http.lua',
-    disabled: true,
     typed_config: typedStruct(TYPE_URL.lua, {
       default_source_code: { inline_string: callScript },
       // The script changes headers it owns; the route was chosen by the mcp filter's metadata and stays.
@@ -132,14 +136,13 @@ const formatterOf = (key: string) => `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:${
 const CHECKED_CLIENT_HEADERS = ['mcp-session-id', 'mcp-protocol-version', 'authorization', 'traceparent', 'tracestate', 'baggage'];
 
 /**
- * The session check (ext_authz over HTTP to the sidecars), off unless the call script asks for it: a
- * call in a session, or a stateless client's call for a backend that needs one. It may put the
+ * The session check (ext_authz over HTTP to the sidecars), asked only when the call script sets its
+ * flag: a call in a session, or a stateless client's call for a backend that needs one. It may put the
  * backend's own session into Mcp-Session-Id, or refuse the call in JSON-RPC form.
  */
 export function sessionCheckFilter(timeoutMs: number): HttpFilter {
   return {
     name: 'envoy.filters.http.ext_authz',
-    disabled: true,
     typed_config: {
       '@type': TYPE_URL.extAuthz,
       transport_api_version: 'V3',
@@ -147,7 +150,6 @@ export function sessionCheckFilter(timeoutMs: number): HttpFilter {
         server_uri: { uri: `http://${SIDECAR_CHECK_CLUSTER_NAME}${SESSION_CHECK_PATH}`, cluster: SIDECAR_CHECK_CLUSTER_NAME, timeout: duration(timeoutMs) },
         path_prefix: SESSION_CHECK_PATH,
         authorization_request: {
-          allowed_headers: { patterns: CHECKED_CLIENT_HEADERS.map((exact) => ({ exact })) },
           headers_to_add: [
             { key: CHECK_HEADERS.route, value: formatterOf('route') },
             { key: CHECK_HEADERS.backend, value: formatterOf('backend') },
@@ -161,6 +163,7 @@ export function sessionCheckFilter(timeoutMs: number): HttpFilter {
           dynamic_metadata_from_headers: { patterns: [{ exact: CHECK_HEADERS.backendSession }, { exact: CHECK_HEADERS.gatewaySession }] },
         },
       },
+      allowed_headers: { patterns: CHECKED_CLIENT_HEADERS.map((exact) => ({ exact })) },
       filter_enabled_metadata: { filter: METADATA_NAMESPACE, path: [{ key: 'check' }], value: { bool_match: true } },
       failure_mode_allow: false,
       status_on_error: { code: 'ServiceUnavailable' },
@@ -181,7 +184,7 @@ export function callMatch(path: string, backendName: string, separator: string) 
   };
 }
 
-/** A call route's rules for the script, and the session check turned on. */
+/** A call route's rules for the script. */
 export function callRouteFilters(routeKey: string, backendName: string, separator: string, backend: CallLaneBackend | undefined, annotate: boolean) {
   const context: Record<string, unknown> = {
     route: routeKey,
@@ -197,6 +200,11 @@ export function callRouteFilters(routeKey: string, backendName: string, separato
   for (const [tool, rule] of backend?.denied ?? []) context[`deny:${tool}`] = rule;
   return {
     'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: context }),
-    'envoy.filters.http.ext_authz': { '@type': TYPE_URL.extAuthzPerRoute, check_settings: {} },
   };
 }
+
+/** Routes of the gateway lane: the call script does not run, and the session check is never asked. */
+export const GATEWAY_LANE_FILTERS = {
+  'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { disabled: true }),
+  'envoy.filters.http.ext_authz': { '@type': TYPE_URL.extAuthzPerRoute, disabled: true },
+};

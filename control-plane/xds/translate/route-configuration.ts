@@ -1,6 +1,6 @@
 import { GatewayIR, RouteBackendIR, RouteIR, ToolServiceIR } from '../../ir/gateway-ir';
 import { TypedJson } from '../protobuf/proto-json';
-import { CallLaneCatalog, callMatch, callRouteFilters } from './call-lane';
+import { CallLaneCatalog, GATEWAY_LANE_FILTERS, callMatch, callRouteFilters } from './call-lane';
 import { duration } from './duration';
 import { ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { TYPE_URL } from './type-urls';
@@ -43,6 +43,7 @@ function streamsRoute(route: RouteIR) {
     name: `${route.key}/streams`,
     match: { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'GET' } }] },
     route: { cluster: SIDECAR_STREAMS_CLUSTER_NAME, timeout: '0s', idle_timeout: STREAM_IDLE_TIMEOUT },
+    typed_per_filter_config: GATEWAY_LANE_FILTERS,
   };
 }
 
@@ -57,6 +58,7 @@ function gatewayRoute(name: string, match: Record<string, unknown>) {
       // Another sidecar replica, if one refused or reset before answering.
       retry_policy: { retry_on: 'connect-failure,reset-before-request,refused-stream', num_retries: 2 },
     },
+    typed_per_filter_config: GATEWAY_LANE_FILTERS,
   };
 }
 
