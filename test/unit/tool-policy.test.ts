@@ -34,7 +34,7 @@ describe('tool policy of a route', () => {
         { key: 'full', toolServices: [{ id: 'jobs', name: 'jobs', url }] },
       ],
     });
-    const store = new CatalogStore(async () => ({ tools: [tool('get_job', true), tool('delete_job')], protocolVersion: '2025-11-25' }), CATALOG_DEFAULTS, {
+    const store = new CatalogStore(async () => ({ tools: [tool('get_job', true), tool('delete_job')], protocolVersion: '2025-11-25', sessionful: true }), CATALOG_DEFAULTS, {
       info: () => undefined,
       warn: () => undefined,
       error: () => undefined,

@@ -92,6 +92,18 @@ local function value_end(s, i)
 end
 M.value_end = value_end
 
+-- The last index of the JSON value the text starts with, once all of it has arrived; nil before.
+function M.json_end(s)
+  local start = skip_ws(s, 1)
+  if start > #s then return nil end
+  local c = byte(s, start)
+  if c ~= 123 and c ~= 91 and c ~= 34 then
+    -- a bare scalar is complete only at the end of the stream: treat it as not JSON to rewrite
+    return #s
+  end
+  return value_end(s, start)
+end
+
 -- The members of the object at i: { [key] = {value start, value end} }, and the object's last index.
 -- nil for anything that is not an object, or a key with escapes (no MCP member name has one).
 local function members(s, i)
@@ -244,6 +256,12 @@ function envoy_on_request(h)
   end
   text = sub(text, 1, first) .. own .. sub(text, last)
   local headers = h:headers()
+  -- Headers of the gateway's own namespace mean nothing from a client and must not reach a backend.
+  local owned = {}
+  for name, _ in pairs(headers) do
+    if sub(name, 1, 8) == "x-mcpgw-" then owned[#owned + 1] = name end
+  end
+  for _, name in ipairs(owned) do headers:remove(name) end
   if era == "modern" then
     if not modern_client then
       first, last, inner, params = M.tool_name_span(text)
@@ -423,18 +441,23 @@ local function record_outcome(h, outcome)
 end
 
 -- The whole answer replaced by one JSON-RPC error naming the backend (status 200: MCP clients read
--- the JSON-RPC error only from a 2xx answer).
-local function replace_with_error(h, call, message, http_status)
+-- the JSON-RPC error only from a 2xx answer). `held` is the answer's body when it was read whole
+-- (h:body()): its content-length then follows the new body; a streamed one is framed anew.
+local function replace_with_error(h, call, message, http_status, held)
   local headers = h:headers()
   headers:replace(":status", "200")
   headers:replace("content-type", "application/json")
-  headers:remove("content-length")
   headers:remove("mcp-session-id")
   record_outcome(h, "failed")
   local data = '{"outcome":"failed","backend":' .. json_string(call.backend) .. ',"tool":' .. json_string(call.tool)
     .. ',"attempts":' .. call.attempts .. ',"fallback_used":false,"http_status":' .. http_status .. "}"
   local body = '{"jsonrpc":"2.0","id":' .. call.id_json .. ',"error":{"code":' .. BACKEND_UNAVAILABLE .. ',"message":'
     .. json_string(message) .. ',"data":' .. data .. "}}"
+  if held then
+    held:setBytes(body)
+    return
+  end
+  headers:remove("content-length")
   local sent = false
   for chunk in h:bodyChunks() do
     chunk:setBytes(sent and "" or body)
@@ -445,14 +468,14 @@ end
 -- A backend that no longer knows the session a call went in ran nothing: its answer must not reach
 -- the client, whose own session with the gateway goes on. The sidecar forgets the backend session, so
 -- the next call opens a new one.
-local function backend_session_lost(h, call)
+local function backend_session_lost(h, call, held)
   h:httpCall(call.sidecar, {
     [":method"] = "POST", [":path"] = "/internal/backend-session-lost", [":authority"] = "mcpgw-sidecar",
     ["content-type"] = "application/json",
   }, '{"route":' .. json_string(call.route) .. ',"backend":' .. json_string(call.backend)
     .. ',"backendSessionId":' .. json_string(call.backend_session) .. ',"gatewaySessionId":' .. json_string(call.gateway_session) .. "}",
     2000, true)
-  replace_with_error(h, call, "backend " .. call.backend .. " lost the session of this call and ran nothing: call again", call.status)
+  replace_with_error(h, call, "backend " .. call.backend .. " lost the session of this call and ran nothing: call again", call.status, held)
 end
 
 function envoy_on_response(h)
@@ -460,16 +483,12 @@ function envoy_on_response(h)
   if not call then return end
   local is_sse = find(call.content_type, "^text/event%-stream") ~= nil
   local is_json = find(call.content_type, "^application/json") ~= nil
-  if call.backend_session and call.status == 404 then return backend_session_lost(h, call) end
-  if call.status >= 400 and not is_json and not is_sse then
-    -- A backend's own error page (HTML, text, a stack trace) never reaches the agent: only its status.
-    return replace_with_error(h, call, "backend " .. call.backend .. " answered HTTP " .. call.status .. ": tools/call " .. call.tool .. " failed", call.status)
-  end
-  if is_json and call.length and call.length <= MAX_HELD_JSON_BYTES and (call.annotate or (call.backend_session and call.status == 400)) then
-    -- A JSON answer is one message: rewritten whole when it is small enough to hold, else sent as it is.
-    local body = h:body()
+  if call.backend_session and (call.status == 404 or (call.status == 400 and is_json)) then
+    -- A short error answer, held whole with its headers (h:body(true): even one without a body), so
+    -- that a lost session can still become another answer.
+    local body = h:body(true)
     local text = body:getBytes(0, body:length())
-    if call.backend_session and call.status == 400 and M.says_session_unknown(text) then return backend_session_lost(h, call) end
+    if call.status == 404 or M.says_session_unknown(text) then return backend_session_lost(h, call, body) end
     local rewritten = call.annotate and M.rewrite_message(text, call)
     if rewritten then
       body:setBytes(rewritten)
@@ -477,8 +496,33 @@ function envoy_on_response(h)
     end
     return
   end
-  if not call.annotate or not is_sse then return end
+  if call.status >= 400 and not is_json and not is_sse then
+    -- A backend's own error page (HTML, text, a stack trace) never reaches the agent: only its status.
+    local held = call.length and call.length <= MAX_HELD_JSON_BYTES and h:body(true) or nil
+    return replace_with_error(h, call, "backend " .. call.backend .. " answered HTTP " .. call.status .. ": tools/call " .. call.tool .. " failed", call.status, held)
+  end
+  if not call.annotate or (not is_sse and not is_json) then return end
   h:headers():remove("content-length")
+  if is_json then
+    -- A JSON answer is one message: held until it is whole, then rewritten; past the limit, or not
+    -- JSON at all, sent as it came.
+    local held, done = "", false
+    for chunk in h:bodyChunks() do
+      if not done then
+        held = held .. chunk:getBytes(0, chunk:length())
+        local last = M.json_end(held)
+        if last or #held > MAX_HELD_JSON_BYTES then
+          done = true
+          local rewritten = last and M.rewrite_message(sub(held, 1, last), call)
+          chunk:setBytes(rewritten and (rewritten .. sub(held, last + 1)) or held)
+          record_outcome(h, call.final)
+        else
+          chunk:setBytes("")
+        end
+      end
+    end
+    return
+  end
   local pending, passing = "", false
   for chunk in h:bodyChunks() do
     if not passing then

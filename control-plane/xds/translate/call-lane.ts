@@ -123,8 +123,9 @@ export function mcpFilter(maxRequestBodyBytes: number): HttpFilter {
       traffic_mode: 'REJECT_NO_MCP',
       reject_duplicate_keys: true,
       max_request_body_size: maxRequestBodyBytes,
-      // 2026-07-28 requests: Mcp-Method / Mcp-Name must agree with the body (-32020).
+      // 2026-07-28 requests: Mcp-Method / Mcp-Name must agree with the body (-32020); a newer revision is refused (-32022).
       attribute_source: 'VERIFY',
+      max_supported_protocol_version: MODERN_PROTOCOL_VERSION,
       clear_route_cache: true,
     }),
   };

@@ -52,6 +52,10 @@ const statusIs = (op: 'EQ' | 'GE', value: number) => ({
   status_code_filter: { comparison: { op, value: { default_value: value, runtime_key: 'mcpgw.unused' } } },
 });
 const all = (...filters: unknown[]) => ({ and_filter: { filters } });
+/** The mcp filter's verdict on the request (mcp_ok, mcp_parse_error, mcp_body_too_large, …), in its own metadata. */
+const mcpStatusIs = (status: string) => ({
+  metadata_filter: { matcher: { filter: MCP_METADATA_NAMESPACE, path: [{ key: 'status' }], value: { string_match: { exact: status } } } },
+});
 
 function jsonBody(body: Record<string, unknown>) {
   return { json_format: body, content_type: 'application/json' };
@@ -59,6 +63,9 @@ function jsonBody(body: Record<string, unknown>) {
 
 /** What Envoy says of its own reply, for operators reading a client's report. */
 const ENVOY_DETAILS = { http_status: '%RESPONSE_CODE%', details: '%RESPONSE_CODE_DETAILS%' };
+
+/** MCP-Protocol-Version values of 2026 and later: the stateless revisions, whose requests the mcp filter checks itself. */
+const STATELESS_REVISIONS = '^20(2[6-9]|[3-9][0-9])-.*';
 
 const AS_IT_IS = { text_format_source: { inline_string: '%LOCAL_REPLY_BODY%' }, content_type: 'application/json' };
 
@@ -113,16 +120,23 @@ export function localReplyConfig() {
         body_format_override: rpcError(null, GATEWAY_INTERNAL_CODE, 'gateway sidecar unavailable: %RESPONSE_CODE_DETAILS%, try again'),
       },
       {
-        filter: statusIs('EQ', 413),
-        body_format_override: rpcError(null, -32600, 'request body too large for the gateway (%RESPONSE_CODE_DETAILS%)'),
+        // Over the body limit, on any HTTP version: the mcp filter stops reading and refuses it.
+        filter: { or_filter: { filters: [statusIs('EQ', 413), mcpStatusIs('mcp_body_too_large')] } },
+        status_code: 413,
+        body_format_override: rpcError(null, -32600, 'request body too large for the gateway (settings: --max-request-body-bytes)', ENVOY_DETAILS),
+      },
+      {
+        // The mcp filter's checks of a request of the stateless revisions (2026-07-28 on: headers
+        // against the body, the request envelope, the version) answer in JSON-RPC already (-32020,
+        // -32602, -32022).
+        filter: all(mcpStatusIs('mcp_not_jsonrpc'), {
+          header_filter: { header: { name: 'mcp-protocol-version', string_match: { safe_regex: { regex: STATELESS_REVISIONS } } } },
+        }),
+        body_format_override: AS_IT_IS,
       },
       {
         // The mcp filter could not parse the body.
-        filter: all(statusIs('EQ', 400), {
-          metadata_filter: {
-            matcher: { filter: MCP_METADATA_NAMESPACE, path: [{ key: 'status' }], value: { string_match: { exact: 'mcp_parse_error' } } },
-          },
-        }),
+        filter: mcpStatusIs('mcp_parse_error'),
         body_format_override: rpcError(null, -32700, 'Parse error: %LOCAL_REPLY_BODY%'),
       },
       {

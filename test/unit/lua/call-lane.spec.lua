@@ -90,3 +90,23 @@ out, rest = M.take_events(': keepalive\n\n', call)
 check("comment passes", out, ': keepalive\n\n')
 out, rest = M.take_events('data:{"jsonrpc":"2.0","id":7,"result":{}}\n\n', call)
 check("data without space", out, 'data: {"jsonrpc":"2.0","id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\n\n')
+
+-- an event split anywhere between socket reads comes out whole, once, annotated
+local stream = 'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}\n\nevent: message\ndata: {"jsonrpc":"2.0","id":7,"result":{"content":[]}}\n\n'
+local whole = M.take_events(stream, call)
+local all_same = true
+for split = 1, #stream - 1 do
+  local a, held = M.take_events(stream:sub(1, split), call)
+  local b, rest = M.take_events(held .. stream:sub(split + 1), call)
+  if a .. b ~= whole or rest ~= "" then all_same = false; print("# split at " .. split .. " gave " .. a .. b) end
+end
+check("any split gives the same events", all_same, true)
+out = M.take_events('data: not json\n\n', call)
+check("data that is not JSON untouched", out, 'data: not json\n\n')
+check("session unknown 400", M.says_session_unknown('{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}'), true)
+check("not initialized 400", M.says_session_unknown('{"jsonrpc":"2.0","error":{"code":-32000,"message":"Server not initialized"},"id":null}'), true)
+check("other 400", M.says_session_unknown('{"jsonrpc":"2.0","error":{"code":-32602,"message":"Invalid params"},"id":1}'), false)
+check("400 not json", M.says_session_unknown('oops'), false)
+check("json end: partial", M.json_end('{"jsonrpc":"2.0","result":{"a":"}'), nil)
+check("json end: whole", M.json_end(' {"a":{"b":"}"}} \n'), 16)
+check("json end: empty", M.json_end('  '), nil)
