@@ -151,9 +151,6 @@ export class GatewayServer {
     const key = routeKeyOf(head.path).key;
     const route = key !== undefined && this.context.lookup(key) ? key : '(none)';
     this.observer.decided(route, decision.kind === 'respond' ? decision.reason : decision.kind);
-    if (decision.kind === 'respond' && decision.metadata?.outcome && decision.metadata.backend) {
-      this.observer.toolCallFinished(route, decision.metadata.backend, decision.metadata.outcome, 0);
-    }
   }
 
   close(): void {

@@ -232,6 +232,7 @@ function envoy_on_request(h)
 
   local metadata = h:streamInfo():dynamicMetadata()
   metadata:set(NS, "route", route)
+  metadata:set(NS, "method", "tools/call")
   metadata:set(NS, "backend", backend)
   metadata:set(NS, "tool", own)
   if id ~= nil then metadata:set(NS, "rpc_id", id) end
@@ -344,6 +345,25 @@ function M.rewrite_message(s, call)
     return insert_members(s, data[1], '"' .. OUTCOME_KEY .. '":' .. call.outcome(last_error))
   end
   return nil
+end
+
+-- The outcome an answer already carries: Envoy's own failure replies (docs/errors.md) put theirs at the
+-- top of error.data, a degraded (fallback) result in result._meta. nil for any other message.
+function M.carried_outcome(s)
+  local top = members(s, skip_ws(s, 1))
+  if not top then return nil end
+  local holder
+  if top.error and byte(s, top.error[1]) == 123 then
+    local inner = members(s, top.error[1])
+    holder = inner and inner.data
+  elseif top.result and byte(s, top.result[1]) == 123 then
+    local inner = members(s, top.result[1])
+    local meta = inner and inner._meta and byte(s, inner._meta[1]) == 123 and members(s, inner._meta[1])
+    holder = meta and meta[OUTCOME_KEY]
+  end
+  local fields = holder and byte(s, holder[1]) == 123 and members(s, holder[1])
+  local outcome = fields and fields.outcome and text_of(s, fields.outcome)
+  return outcome and string.match(outcome, '^"([a-z_]+)"$') or nil
 end
 
 -- A 400 of servers built on the MCP SDK's examples ("No valid session ID", "Server not initialized")
@@ -513,9 +533,10 @@ function envoy_on_response(h)
         local last = M.json_end(held)
         if last or #held > MAX_HELD_JSON_BYTES then
           done = true
-          local rewritten = last and M.rewrite_message(sub(held, 1, last), call)
+          local message = last and sub(held, 1, last)
+          local rewritten = message and M.rewrite_message(message, call)
           chunk:setBytes(rewritten and (rewritten .. sub(held, last + 1)) or held)
-          record_outcome(h, call.final)
+          record_outcome(h, call.final or (message and M.carried_outcome(message)))
         else
           chunk:setBytes("")
         end

@@ -25,6 +25,7 @@ const RESOURCE_PROTO_FILES = [
   'envoy/extensions/upstreams/http/v3/http_protocol_options.proto',
   'envoy/extensions/transport_sockets/tls/v3/tls.proto',
   'envoy/extensions/access_loggers/stream/v3/stream.proto',
+  'envoy/extensions/access_loggers/grpc/v3/als.proto',
   'xds/type/v3/typed_struct.proto',
 ];
 

@@ -1,7 +1,7 @@
 import { TypedJson } from '../protobuf/proto-json';
 import { callScriptFilter, mcpFilter, sessionCheckFilter } from './call-lane';
 import { localReplyConfig } from './local-replies';
-import { GatewaySettings, LISTENER_NAME, METADATA_NAMESPACE, ROUTE_CONFIG_NAME } from './settings';
+import { CONTROL_PLANE_CLUSTER_NAME, GatewaySettings, LISTENER_NAME, MCP_METADATA_NAMESPACE, METADATA_NAMESPACE, ROUTE_CONFIG_NAME } from './settings';
 import { TYPE_URL } from './type-urls';
 
 const accessLog = {
@@ -10,25 +10,49 @@ const accessLog = {
     '@type': TYPE_URL.stdoutAccessLog,
     log_format: {
       json_format: {
+        // Values a client chooses are cut to a bounded length (:N), so that no request can swell the log.
         start_time: '%START_TIME%',
-        method: '%REQ(:METHOD)%',
-        path: '%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%',
+        method: '%REQ(:METHOD):16%',
+        path: '%REQ(X-ENVOY-ORIGINAL-PATH?:PATH):256%',
         status: '%RESPONSE_CODE%',
         flags: '%RESPONSE_FLAGS%',
         details: '%RESPONSE_CODE_DETAILS%',
+        envoy_route: '%ROUTE_NAME%',
         upstream_cluster: '%UPSTREAM_CLUSTER%',
         duration_ms: '%DURATION%',
         attempts: '%UPSTREAM_REQUEST_ATTEMPT_COUNT%',
-        request_id: '%REQ(X-REQUEST-ID)%',
-        traceparent: '%REQ(TRACEPARENT)%',
+        request_id: '%REQ(X-REQUEST-ID):64%',
+        traceparent: '%REQ(TRACEPARENT):64%',
         route_key: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:route)%`,
-        rpc_method: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:method)%`,
-        rpc_id: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:rpc_id)%`,
+        // The mcp filter's parse of every request, either lane.
+        rpc_method: `%DYNAMIC_METADATA(${MCP_METADATA_NAMESPACE}:method):64%`,
+        rpc_id: `%DYNAMIC_METADATA(${MCP_METADATA_NAMESPACE}:id):64%`,
         backend: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:backend)%`,
-        tool: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:tool)%`,
+        tool: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:tool):128%`,
         // Set by the call script when it knows the call's outcome: ok, failed, degraded or denied.
         outcome: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:outcome)%`,
       },
+    },
+  },
+};
+
+/**
+ * Every call of the call lane, streamed to the control plane (control-plane/admin/call-log.ts), which
+ * counts outcomes and durations by route, backend and tool: batched, off the request path.
+ */
+const callLog = {
+  name: 'envoy.access_loggers.http_grpc',
+  filter: {
+    metadata_filter: { matcher: { filter: METADATA_NAMESPACE, path: [{ key: 'backend' }], value: { present_match: true } }, match_if_key_not_found: false },
+  },
+  typed_config: {
+    '@type': TYPE_URL.grpcAccessLog,
+    common_config: {
+      log_name: 'mcpgw_calls',
+      grpc_service: { envoy_grpc: { cluster_name: CONTROL_PLANE_CLUSTER_NAME } },
+      transport_api_version: 'V3',
+      buffer_flush_interval: '1s',
+      buffer_size_bytes: 65536,
     },
   },
 };
@@ -55,7 +79,7 @@ export function buildListener(settings: GatewaySettings): TypedJson {
               // Long-lived SSE streams are normal here; idle limits are set per route.
               stream_idle_timeout: '600s',
               request_timeout: '0s',
-              access_log: [accessLog],
+              access_log: [accessLog, callLog],
               local_reply_config: localReplyConfig(),
               // The two lanes (docs/adr/0008-data-path-lanes.md): the mcp filter parses every request; a
               // tools/call route turns on the call script and the session check with its own rules.

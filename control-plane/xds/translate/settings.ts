@@ -19,6 +19,8 @@ export const GATEWAY_DEFAULTS = {
 };
 
 export const LISTENER_NAME = 'mcp_gateway';
+/** The control plane's cluster in Envoy's bootstrap (envoy/bootstrap.yaml): ADS, and the call log. */
+export const CONTROL_PLANE_CLUSTER_NAME = 'xds_control_plane';
 export const ROUTE_CONFIG_NAME = 'mcp_routes';
 /** The sidecars' gateway lane: initialize, tools/list, notifications, DELETE, … (short requests). */
 export const SIDECAR_CLUSTER_NAME = 'mcp_sidecar';
