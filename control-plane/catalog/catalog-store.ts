@@ -223,6 +223,7 @@ export class CatalogStore extends EventEmitter {
       catalog.failingSince = undefined;
       catalog.lastError = undefined;
       this.emit('refresh', 'ok');
+      this.log.debug('tools/list refreshed', { toolService: service.id, tools: catalog.tools.length, protocolVersion: catalog.protocolVersion });
     } catch (error) {
       catalog.lastError = (error as Error).message;
       catalog.failingSince ??= new Date();

@@ -2,6 +2,7 @@ import * as fs from 'node:fs';
 import * as http from 'node:http';
 import express from 'express';
 import { parse as parseYaml } from 'yaml';
+import { Logger, createLogger } from '../../control-plane/shared/log';
 
 /**
  * A development Portal: serves the registry contract (docs/portal-contract.md) from a YAML or JSON
@@ -18,7 +19,8 @@ export interface DevPortal {
 
 const MAX_WAIT_SECONDS = 60;
 
-export function startDevPortal(options: { file?: string; host: string; port: number; token?: string }): Promise<DevPortal> {
+export function startDevPortal(options: { file?: string; host: string; port: number; token?: string; log?: Logger }): Promise<DevPortal> {
+  const log = options.log ?? createLogger('dev-portal');
   let document: unknown = { routes: [] };
   let revision = 0;
   let outageStatus = 0;
@@ -34,7 +36,7 @@ export function startDevPortal(options: { file?: string; host: string; port: num
     try {
       setDocument(parseYaml(fs.readFileSync(options.file, 'utf8')));
     } catch (error) {
-      process.stderr.write(`dev portal: cannot load ${options.file}: ${(error as Error).message}\n`);
+      log.warn('cannot load the registry file; serving the previous document', { file: options.file, error: (error as Error).message });
     }
   };
   loadFile();

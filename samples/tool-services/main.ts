@@ -1,5 +1,6 @@
 import * as fs from 'node:fs';
 import { parseArgs } from 'node:util';
+import { createLogger } from '../../control-plane/shared/log';
 import { isSampleServiceName, startSampleToolService } from './sample-tool-services';
 
 /** Runs one sample Tool Service: node dist/samples/tool-services/main.js --service jobs --port 18102 */
@@ -22,7 +23,7 @@ async function main(): Promise<void> {
   }
   const tls = values['tls-cert'] && values['tls-key'] ? { cert: fs.readFileSync(values['tls-cert']), key: fs.readFileSync(values['tls-key']) } : undefined;
   const server = await startSampleToolService(service, values.host!, port, { jsonResponse: values['json-response'], tls });
-  process.stderr.write(`sample tool service ${service} at ${tls ? 'https' : 'http'}://${values.host}:${port}/mcp\n`);
+  createLogger(`tool-service-${service}`).info('sample tool service listening', { url: `${tls ? 'https' : 'http'}://${values.host}:${port}/mcp` });
   const stop = () => server.close(() => process.exit(0));
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
