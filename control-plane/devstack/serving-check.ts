@@ -82,7 +82,7 @@ function nackFix(errorDetail: string, stack: GatewayStack): string {
     const owner = portOwner(port);
     return `port ${port} is taken${owner ? ` by ${owner}` : ''}: stop that process or choose another port with --listener-port`;
   }
-  return `check the registry with \`mcpgw validate\` and ${stack.logFileOf('control-plane')}`;
+  return `fix what it names in ${stack.options.registryFile} and start again (details in ${stack.logFileOf('control-plane')})`;
 }
 
 function envoyFailure(status: ControlPlaneStatus, stack: GatewayStack): Failure | undefined {
