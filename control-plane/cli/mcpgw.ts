@@ -46,27 +46,26 @@ interface HostPort {
   port: number;
 }
 const hostPort = z.string().transform((value, ctx): HostPort => {
-  const match = /^([^:\s]+):(\d{1,5})$/.exec(value);
-  const port = Number(match?.[2]);
-  if (!match || port < 1 || port > 65535) {
-    ctx.addIssue({ code: 'custom', message: `must be HOST:PORT with a port from 1 to 65535, e.g. 127.0.0.1:18000` });
+  const match = /^([^:\s]+):(\d+)$/.exec(value);
+  const port = portNumber.safeParse(match?.[2]);
+  if (!match || !port.success) {
+    ctx.addIssue({ code: 'custom', message: 'must be HOST:PORT with a port from 1 to 65535, e.g. 127.0.0.1:18000' });
     return z.NEVER;
   }
-  return { host: match[1], port };
+  return { host: match[1], port: port.data };
 });
 const joined = (address: HostPort) => `${address.host}:${address.port}`;
 const positiveInt = z.coerce.number({ message: 'must be a whole number above 0' }).int('must be a whole number above 0').positive('must be a whole number above 0');
 const url = (what: string) => z.string().url(`must be ${what}`);
 const samplePorts = z
   .string()
-  .regex(/^\d{1,5},\d{1,5}$/, 'must be two ports, WEATHER,JOBS')
   .transform((value, ctx) => {
-    const [weather, jobs] = value.split(',').map(Number);
-    if (![weather, jobs].every((port) => port >= 1 && port <= 65535)) {
-      ctx.addIssue({ code: 'custom', message: `each ${PORT_RULE}` });
+    const [weather, jobs, ...rest] = value.split(',').map((part) => portNumber.safeParse(part));
+    if (!weather?.success || !jobs?.success || rest.length > 0) {
+      ctx.addIssue({ code: 'custom', message: `must be two ports WEATHER,JOBS, each from 1 to 65535` });
       return z.NEVER;
     }
-    return { weather, jobs };
+    return { weather: weather.data, jobs: jobs.data };
   });
 
 const hostPortOption = <Flags extends string>(flags: Flags, description: string) => new Option(flags, description).argParser(parsedBy(hostPort));

@@ -1,6 +1,6 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { ManagedProcess, freePorts, waitFor } from '../../control-plane/devstack/processes';
+import { ManagedProcess, freePorts } from '../../control-plane/devstack/processes';
 import { projectPath } from '../../control-plane/shared/paths';
 import { testDir } from '../support/gateway-fixture';
 
