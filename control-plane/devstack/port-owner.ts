@@ -3,46 +3,53 @@ import { listenOn } from './processes';
 
 const LISTEN_STATE = '0A';
 
-/** Inodes of the TCP sockets listening on `port` (Linux /proc/net/tcp and tcp6). */
-function listeningSocketInodes(port: number): Set<string> {
+/** Inodes of the TCP sockets listening on `port` (Linux /proc/net/tcp and tcp6); undefined where there is no /proc. */
+function listeningSocketInodes(port: number): Set<string> | undefined {
+  const tables = ['/proc/net/tcp', '/proc/net/tcp6'].filter((table) => fs.existsSync(table));
+  if (tables.length === 0) return undefined;
   const inodes = new Set<string>();
-  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
-    let text: string;
-    try {
-      text = fs.readFileSync(table, 'utf8');
-    } catch {
-      continue;
-    }
-    for (const line of text.split('\n').slice(1)) {
+  for (const table of tables) {
+    for (const line of fs.readFileSync(table, 'utf8').split('\n').slice(1)) {
       const fields = line.trim().split(/\s+/);
       const localPort = Number.parseInt(fields[1]?.split(':')[1] ?? '', 16);
-      if (localPort === port && fields[3] === LISTEN_STATE) inodes.add(fields[9]);
+      if (localPort === port && fields[3] === LISTEN_STATE) inodes.add(`socket:[${fields[9]}]`);
     }
   }
   return inodes;
 }
 
+/** Whether process `pid` holds one of `sockets` (as /proc/<pid>/fd links name them). */
+function holdsAny(pid: string | number, sockets: Set<string>): boolean {
+  let descriptors: string[];
+  try {
+    descriptors = fs.readdirSync(`/proc/${pid}/fd`);
+  } catch {
+    return false;
+  }
+  return descriptors.some((fd) => {
+    try {
+      return sockets.has(fs.readlinkSync(`/proc/${pid}/fd/${fd}`));
+    } catch {
+      return false;
+    }
+  });
+}
+
 /** "pid 1234 (python3)" for the process listening on a TCP port, when this user may see it (Linux). */
 export function portOwner(port: number): string | undefined {
-  const sockets = new Set([...listeningSocketInodes(port)].map((inode) => `socket:[${inode}]`));
-  if (sockets.size === 0) return undefined;
-  for (const pid of fs.readdirSync('/proc').filter((entry) => /^\d+$/.test(entry))) {
-    let descriptors: string[];
-    try {
-      descriptors = fs.readdirSync(`/proc/${pid}/fd`);
-    } catch {
-      continue;
-    }
-    const holds = descriptors.some((fd) => {
-      try {
-        return sockets.has(fs.readlinkSync(`/proc/${pid}/fd/${fd}`));
-      } catch {
-        return false;
-      }
-    });
-    if (holds) return `pid ${pid} (${fs.readFileSync(`/proc/${pid}/comm`, 'utf8').trim()})`;
-  }
-  return undefined;
+  const sockets = listeningSocketInodes(port);
+  if (!sockets?.size) return undefined;
+  const pid = fs.readdirSync('/proc').find((entry) => /^\d+$/.test(entry) && holdsAny(entry, sockets));
+  return pid && `pid ${pid} (${fs.readFileSync(`/proc/${pid}/comm`, 'utf8').trim()})`;
+}
+
+/**
+ * Whether process `pid` itself listens on `port`: a port that accepts connections may be another
+ * process's. Without /proc (not Linux) it cannot be told, and a listening port has to do.
+ */
+export function listensOn(pid: number, port: number): boolean {
+  const sockets = listeningSocketInodes(port);
+  return sockets === undefined || holdsAny(pid, sockets);
 }
 
 /**

@@ -104,8 +104,12 @@ export interface ProcessOptions {
   logFile?: string;
   /** A file of its own for stdout (Envoy's access log). */
   stdoutFile?: string;
-  /** The process logs plain text (Redis): each line is written to the file as a JSON log line of its own. */
-  textOutput?: boolean;
+  /**
+   * Which lines of what goes to logFile are plain text, each written there as a JSON log line of its
+   * own: 'all' (Redis logs only text) or 'not-json' (Envoy: its JSON log format does not cover what it
+   * prints before its logger starts or after it stops). Otherwise the output is written as it comes.
+   */
+  textLines?: 'all' | 'not-json';
 }
 
 export function onPath(command: string): string | undefined {
@@ -135,6 +139,15 @@ export const CHILDREN_DIE_WITH_PARENT = SETPRIV !== undefined;
 
 /** The end of a process's output kept in memory, to say why it stopped. */
 const KEPT_OUTPUT_CHARS = 8192;
+
+function isJsonObject(line: string): boolean {
+  if (!line.startsWith('{')) return false;
+  try {
+    return typeof JSON.parse(line) === 'object';
+  } catch {
+    return false;
+  }
+}
 
 const LAST_WORDS_CHARS = 300;
 
@@ -191,20 +204,29 @@ export class ManagedProcess {
         resolve();
       });
     });
-    this.capture(this.child.stdout!, this.stdoutFile ?? this.logFile, 'stdout');
-    this.capture(this.child.stderr!, this.logFile, 'stderr');
+    if (this.stdoutFile) this.capture(this.child.stdout!, this.stdoutFile);
+    else this.captureToLog(this.child.stdout!, 'stdout');
+    this.captureToLog(this.child.stderr!, 'stderr');
   }
 
-  private capture(stream: Readable, file: fs.WriteStream | undefined, name: 'stdout' | 'stderr'): void {
+  private capture(stream: Readable, file: fs.WriteStream | undefined): void {
     stream.setEncoding('utf8');
     stream.on('data', (chunk: string) => {
       this.recentOutput = (this.recentOutput + chunk).slice(-KEPT_OUTPUT_CHARS);
+      file?.write(chunk);
     });
-    if (this.options.textOutput) {
-      readline.createInterface({ input: stream, crlfDelay: Infinity }).on('line', (line) => this.log?.info(line, { stream: name }));
-    } else if (file) {
-      stream.on('data', (chunk: string) => file.write(chunk));
-    }
+  }
+
+  /** Into logFile: as it comes, or line by line with plain text made JSON log lines (level error on stderr). */
+  private captureToLog(stream: Readable, name: 'stdout' | 'stderr'): void {
+    const { textLines } = this.options;
+    if (!textLines) return this.capture(stream, this.logFile);
+    this.capture(stream, undefined);
+    readline.createInterface({ input: stream, crlfDelay: Infinity }).on('line', (line) => {
+      if (textLines === 'not-json' && isJsonObject(line)) this.logFile?.write(`${line}\n`);
+      else if (name === 'stderr') this.log?.error(line, { stream: name });
+      else this.log?.info(line, { stream: name });
+    });
   }
 
   get running(): boolean {
@@ -230,7 +252,8 @@ export class ManagedProcess {
     const exited = new AbortController();
     void this.exited.then(() => {
       const said = this.lastWords;
-      exited.abort(new Error(`${this.options.name} exited (${this.exitDescription}) before ${what}${said ? `: ${said}` : ''}`));
+      const log = this.options.logFile ? `; its log: ${this.options.logFile}` : '';
+      exited.abort(new Error(`${this.options.name} exited (${this.exitDescription}) before ${what}${said ? `: ${said}` : ''}${log}`));
     });
     return waitFor(what, probe, { ...options, signal: exited.signal });
   }

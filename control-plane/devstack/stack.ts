@@ -3,6 +3,7 @@ import * as path from 'node:path';
 import { projectPath } from '../shared/paths';
 import { LogLevel } from '../shared/log';
 import { BASE_ID_TAKEN, ENVOY_JSON_LOG_FORMAT, XdsApiType, envoyBinary, writeBootstrap } from './envoy';
+import { listensOn } from './port-owner';
 import { ManagedProcess, ProcessOptions, freePorts, portAccepts } from './processes';
 
 /**
@@ -83,6 +84,14 @@ async function resolvePorts(requested: Partial<StackPorts> = {}): Promise<StackP
 async function httpOk(url: string): Promise<true | undefined> {
   const response = await fetch(url);
   return response.ok ? true : undefined;
+}
+
+/**
+ * A readiness probe: the port accepts connections and it is `process` that listens on it (a port
+ * another process holds accepts too, while ours fails to bind).
+ */
+function listening(process: ManagedProcess, port: number): () => Promise<boolean | undefined> {
+  return async () => (process.child.pid !== undefined && listensOn(process.child.pid, port) ? portAccepts(port) : undefined);
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -189,7 +198,7 @@ export class GatewayStack {
     if (!response.ok) throw new Error(`dev portal ${path} answered ${response.status}`);
   }
 
-  private spawn(name: string, command: string, args: string[], output: Pick<ProcessOptions, 'stdoutFile' | 'textOutput'> = {}): ManagedProcess {
+  private spawn(name: string, command: string, args: string[], output: Pick<ProcessOptions, 'stdoutFile' | 'textLines'> = {}): ManagedProcess {
     if (this.stopping) throw new Error(`not starting ${name}: the stack is stopping`);
     // A second process under a taken name would be orphaned: stop() could never reach it.
     if (this.processes.get(name)?.running) throw new Error(`a process named ${name} is already running`);
@@ -242,9 +251,9 @@ export class GatewayStack {
         'redis',
         'redis-server',
         ['--bind', HOST, '--port', String(this.ports.redis), '--save', '', '--appendonly', 'no'],
-        { textOutput: true },
+        { textLines: 'all' },
       );
-      await redis.untilReady('redis to accept connections', () => portAccepts(this.ports.redis));
+      await redis.untilReady('redis to accept connections', listening(redis, this.ports.redis));
       return redis;
     });
   }
@@ -262,7 +271,7 @@ export class GatewayStack {
     const name = this.sampleName({ service, port });
     await this.launch(name, async () => {
       const sample = this.spawn(name, process.execPath, args);
-      await sample.untilReady(`sample tool service ${service} to listen on ${HOST}:${port}`, () => portAccepts(port));
+      await sample.untilReady(`sample tool service ${service} to listen on ${HOST}:${port}`, listening(sample, port));
       return sample;
     });
   }
@@ -270,7 +279,7 @@ export class GatewayStack {
   async startPortal(): Promise<void> {
     await this.launch('portal', async () => {
       const portal = this.spawn('portal', process.execPath, [DEV_PORTAL_MAIN, '--file', this.options.registryFile, '--port', String(this.ports.portal)]);
-      await portal.untilReady('the dev portal to listen', () => portAccepts(this.ports.portal));
+      await portal.untilReady('the dev portal to listen', listening(portal, this.ports.portal));
       return portal;
     });
   }
@@ -294,7 +303,9 @@ export class GatewayStack {
         ...(this.options.registryRefreshMs ? ['--registry-refresh-ms', String(this.options.registryRefreshMs)] : []),
         ...this.logLevelArgs,
       ]);
-      await controlPlane.untilReady('the control plane admin to answer /healthz', () => httpOk(`${this.controlPlaneAdminUrl}/healthz`));
+      await controlPlane.untilReady('the control plane admin to answer /healthz', async () =>
+        listensOn(controlPlane.child.pid!, this.ports.controlPlaneAdmin) ? httpOk(`${this.controlPlaneAdminUrl}/healthz`) : undefined,
+      );
       return controlPlane;
     });
   }
@@ -309,7 +320,7 @@ export class GatewayStack {
         '--streams', `${HOST}:${this.ports.sidecarStreams}`,
         ...this.logLevelArgs,
       ]);
-      await sidecar.untilReady('the sidecar to listen for ext_proc', () => portAccepts(this.ports.sidecar));
+      await sidecar.untilReady('the sidecar to listen for ext_proc', listening(sidecar, this.ports.sidecar));
       return sidecar;
     });
   }
@@ -343,10 +354,10 @@ export class GatewayStack {
             ...(baseId === 'dynamic' ? ['--use-dynamic-base-id'] : ['--base-id', String(baseId)]),
             '--log-level', 'warn', '--log-format', ENVOY_JSON_LOG_FORMAT, '--drain-time-s', '5',
           ],
-          { stdoutFile: path.join(this.options.logDir, `${name}-access.log`) },
+          { stdoutFile: path.join(this.options.logDir, `${name}-access.log`), textLines: 'not-json' },
         );
-        await envoy.untilReady(`${name} to be LIVE`, () => httpOk(`http://${HOST}:${adminPort}/ready`));
-        await envoy.untilReady('the gateway listener from LDS', () => portAccepts(this.ports.listener));
+        await envoy.untilReady(`${name} to be LIVE`, async () => (listensOn(envoy.child.pid!, adminPort) ? httpOk(`http://${HOST}:${adminPort}/ready`) : undefined));
+        await envoy.untilReady('the gateway listener from LDS', listening(envoy, this.ports.listener));
         this.envoyBaseId = baseId;
         return envoy;
       };

@@ -1,5 +1,5 @@
 import { parseArgs } from 'node:util';
-import { createLogger } from '../../control-plane/shared/log';
+import { createLogger, logProcessEvents } from '../../control-plane/shared/log';
 import { startDevPortal } from './dev-portal';
 
 /** node dist/samples/dev-portal/main.js --file registry/default.yaml --port 18100 */
@@ -18,6 +18,7 @@ async function main(): Promise<void> {
     process.exit(2);
   }
   const log = createLogger('dev-portal');
+  logProcessEvents(log);
   const portal = await startDevPortal({ file: values.file, host: values.host!, port, token: values.token, log });
   log.info('dev portal listening', { url: `http://${values.host}:${port}/v1/registry`, file: values.file });
   const stop = () => {

@@ -3,6 +3,7 @@ import * as net from 'node:net';
 import * as path from 'node:path';
 import { ChildProcess, spawn } from 'node:child_process';
 import { freePorts, listenOn, waitFor } from '../../control-plane/devstack/processes';
+import { GatewayStack } from '../../control-plane/devstack/stack';
 import { projectPath } from '../../control-plane/shared/paths';
 import { listedTools, testDir, writeRegistry } from '../support/gateway-fixture';
 import { commandLineOf, descendantsOf, isAlive } from '../support/process-tree';
@@ -116,6 +117,21 @@ describe('mcpgw up tells the truth', () => {
     expect(run.seen.size).toBe(0);
   });
 
+  it('fails a start at once when a process cannot listen, naming why, although another process holds the port', async () => {
+    const dir = testDir('up-sample-port-taken');
+    const [port] = await freePorts(1);
+    const holder = await listenOn(port, '127.0.0.1');
+    const stack = await GatewayStack.prepare({ registryFile: projectPath('registry', 'default.yaml'), logDir: dir });
+    try {
+      await expect(stack.startSample('weather', port)).rejects.toThrow(
+        `tool-service-weather-${port} exited (code 1) before sample tool service weather to listen on 127.0.0.1:${port}: Error: listen EADDRINUSE: address already in use 127.0.0.1:${port}; its log: ${stack.logFileOf(`tool-service-weather-${port}`)}`,
+      );
+    } finally {
+      await stack.stop();
+      await new Promise((resolve) => holder.close(resolve));
+    }
+  });
+
   it('says what Envoy rejected (a NACK), exits 1 and stops everything it started', async () => {
     const setup = await freeSetup('up-nack');
     // Valid for the registry, rejected by Envoy: the CA file does not exist on Envoy's machine.
@@ -161,5 +177,18 @@ describe('mcpgw up tells the truth', () => {
     await noneLeft(run);
     // The ports are free again: a new up could start at once.
     await expect(listenOn(setup.listener, '127.0.0.1').then((server) => new Promise((resolve) => server.close(resolve)))).resolves.toBeUndefined();
+  });
+
+  it('stops everything in order on SIGTERM and exits 0', async () => {
+    const setup = await freeSetup('up-sigterm');
+    const run = up(setup.args());
+    await run.untilOutput(/MCP federation gateway is up/);
+    expect(descendantsOf(run.child.pid!).length).toBe(7);
+    run.child.kill('SIGTERM');
+    expect(await run.exited).toBe(0);
+    expect(run.stdout).toContain('stopping ...');
+    await noneLeft(run);
+    const exits = fs.readFileSync(path.join(setup.dir, 'logs', 'sidecar.log'), 'utf8').split('\n').filter((line) => line.includes('process exited'));
+    expect(exits.map((line) => JSON.parse(line).exit)).toEqual(['code 0']);
   });
 });
