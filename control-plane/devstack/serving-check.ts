@@ -2,7 +2,7 @@ import Redis from 'ioredis';
 import { z } from 'zod';
 import { Registry } from '../registry/model';
 import { TYPE_URL } from '../xds/translate/type-urls';
-import { portOwner } from './port-owner';
+import { listensOn, portOwner } from './port-owner';
 import { GatewayStack } from './stack';
 
 /**
@@ -163,8 +163,13 @@ export class ServingCheck {
     const body = await response.text();
     const parsed = toolsListAnswer.safeParse(parseJson(body));
     if (parsed.success) return parsed.data.result.tools.length;
+    const answer = `HTTP ${response.status}: ${body.slice(0, 120).replace(/\s+/g, ' ')}`;
+    const envoy = this.stack.processes.get('envoy')?.child.pid;
+    if (envoy !== undefined && listensOn(envoy, port)) {
+      return `tools/list on route ${routeKey} through the gateway answers ${answer}; see ${this.stack.logFileOf('sidecar')} and ${this.stack.logFileOf('control-plane')}`;
+    }
     const owner = portOwner(port);
-    return `${url} answers, but not as this gateway (HTTP ${response.status}: ${body.slice(0, 120).replace(/\s+/g, ' ')})${owner ? `; port ${port} is held by ${owner}` : ''}`;
+    return `${url} answers, but not as this gateway (${answer}): port ${port} is held by ${owner ?? 'another process'}; stop that process or choose another port with --listener-port`;
   }
 
   /**

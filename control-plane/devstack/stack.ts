@@ -74,6 +74,7 @@ export interface RestartEvent {
  * exiting; a process that served for 30 s starts over at 250 ms.
  */
 const RESTART_BACKOFF = { firstMs: 250, maxMs: 10_000, stableAfterMs: 30_000 };
+const restartDelayMs = (streak: number) => Math.min(RESTART_BACKOFF.maxMs, RESTART_BACKOFF.firstMs * 2 ** streak);
 
 async function resolvePorts(requested: Partial<StackPorts> = {}): Promise<StackPorts> {
   const names: (keyof StackPorts)[] = ['listener', 'envoyAdmin', 'grpc', 'controlPlaneAdmin', 'sidecar', 'sidecarAdmin', 'sidecarStreams', 'redis', 'portal'];
@@ -227,9 +228,8 @@ export class GatewayStack {
     // What a process said last explains an exit of its own (a code), not a kill by a signal.
     const exit = { name, exit: exited.exitDescription, lastWords: exited.child.signalCode ? undefined : exited.lastWords };
     for (;;) {
-      const delayMs = Math.min(RESTART_BACKOFF.maxMs, RESTART_BACKOFF.firstMs * 2 ** state.streak);
+      await sleep(restartDelayMs(state.streak));
       state.streak += 1;
-      await sleep(delayMs);
       if (this.stopping) return;
       try {
         state.restarts += 1;
@@ -239,8 +239,7 @@ export class GatewayStack {
       } catch (error) {
         if (this.stopping) return;
         await this.processes.get(name)?.stop();
-        const retryInMs = Math.min(RESTART_BACKOFF.maxMs, RESTART_BACKOFF.firstMs * 2 ** state.streak);
-        report({ ...exit, restarts: state.restarts, failure: (error as Error).message, retryInMs });
+        report({ ...exit, restarts: state.restarts, failure: (error as Error).message, retryInMs: restartDelayMs(state.streak) });
       }
     }
   }
