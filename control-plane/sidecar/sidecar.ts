@@ -2,7 +2,7 @@ import * as grpc from '@grpc/grpc-js';
 import { CatalogSnapshotMessage } from '../catalog/catalog-store';
 import { grpcServices } from '../shared/grpc-packages';
 import { closeServer } from '../shared/http-listen';
-import { createLogger } from '../shared/log';
+import { Logger } from '../shared/log';
 import { CatalogSubscriber } from './catalog-subscriber';
 import { extProcServiceHandlers } from './ext-proc-server';
 import { GatewayContext } from './decision';
@@ -32,6 +32,7 @@ export interface SidecarOptions {
   backendSessionTimeoutMs: number;
   /** On stop, how long calls in flight may keep the sidecar on their response path. */
   drainTimeoutMs: number;
+  log: Logger;
 }
 
 const REDIS_CONNECT_WAIT_MS = 5000;
@@ -42,7 +43,7 @@ export interface RunningSidecar {
 }
 
 export async function startSidecar(options: SidecarOptions): Promise<RunningSidecar> {
-  const log = createLogger('sidecar');
+  const { log } = options;
   let routes = new Map<string, RouteCatalogView>();
   let version = '';
   let streams: ListChangedStreams | undefined;
