@@ -39,11 +39,32 @@ describe('mcpgw help and usage', () => {
     expect(helpOf('control-plane', '--help')).toContain('--portal-token <token> bearer token for the Portal (env: MCPGW_PORTAL_TOKEN)');
   });
 
+  it('lists the bounds and Redis timeouts (docs/hardening.md) with their defaults', () => {
+    const redisTimeouts = [['--redis-connect-timeout-ms <ms>', 2000], ['--redis-command-timeout-ms <ms>', 500]] as const;
+    const defaults = {
+      'control-plane': [
+        ['--tool-list-max-bytes <bytes>', 10485760],
+        ['--tool-list-max-tools <n>', 5000],
+        ['--catalog-retry-min-ms <ms>', 1000],
+        ['--catalog-retry-max-ms <ms>', 10000],
+        ['--registry-file-settle-ms <ms>', 500],
+        ...redisTimeouts,
+      ],
+      sidecar: [['--session-client-fields-max-bytes <bytes>', 16384], ...redisTimeouts],
+    };
+    for (const [command, options] of Object.entries(defaults)) {
+      const help = mcpgw(command, '--help').stdout.replace(/\s+/g, ' ');
+      // The option's own description (up to the next option) ends with its default.
+      for (const [option, fallback] of options) expect(help).toMatch(new RegExp(`${option} (?:(?! --).)*\\(default: ${fallback}\\)`));
+    }
+  });
+
   it.each([
     [['up', '--listner-port', '1'], "mcpgw up: unknown option '--listner-port' (Did you mean --listener-port?) (see 'mcpgw up --help')"],
     [['sidecar', '--ext-proc', 'nohost', '--control-plane', '127.0.0.1:1'], "mcpgw sidecar: option '--ext-proc <host:port>' argument 'nohost' is invalid. must be HOST:PORT with a port from 1 to 65535, e.g. 127.0.0.1:18000 (see 'mcpgw sidecar --help')"],
     [['control-plane', '--grpc', '127.0.0.1:1'], "mcpgw control-plane: required option '--admin <host:port>' not specified (see 'mcpgw control-plane --help')"],
     [['envoy-bootstrap', '--node-id', 'n', '--admin', '127.0.0.1:1', '--xds', '127.0.0.1:2', '--ads', 'REST'], "mcpgw envoy-bootstrap: option '--ads <type>' argument 'REST' is invalid. Allowed choices are GRPC, DELTA_GRPC. (see 'mcpgw envoy-bootstrap --help')"],
+    [['sidecar', '--ext-proc', '127.0.0.1:1', '--control-plane', '127.0.0.1:2', '--redis-command-timeout-ms', '0'], "mcpgw sidecar: option '--redis-command-timeout-ms <ms>' argument '0' is invalid. must be a whole number above 0 (see 'mcpgw sidecar --help')"],
     [['lift-off'], "mcpgw: unknown command 'lift-off' (see 'mcpgw --help')"],
   ])('answers a usage error (%j) with one line naming it, exit 2', (args, line) => {
     expect(mcpgw(...args)).toEqual({ code: 2, stdout: '', stderr: `${line}\n` });
