@@ -16,7 +16,7 @@ import { RegistryMerge } from '../registry/registry-state';
 import { RegistrySource } from '../registry/source';
 import { grpcServices } from '../shared/grpc-packages';
 import { RedisTimeouts } from '../shared/redis-client';
-import { createLogger } from '../shared/log';
+import { Logger } from '../shared/log';
 import { ConcurrencyLimit } from '../shared/concurrency-limit';
 import { LastGoodStore, SavedRoute } from '../state/last-good-store';
 import { adsServiceHandlers } from '../xds/server/ads-server';
@@ -45,6 +45,7 @@ export interface ControlPlaneOptions {
   catalog: CatalogSettings;
   /** Redis for last-good state; without it a cold start with the source down serves nothing. */
   redis?: { url: string; prefix: string; timeouts?: RedisTimeouts };
+  log: Logger;
 }
 
 export interface RunningControlPlane {
@@ -58,7 +59,7 @@ export interface RunningControlPlane {
  * Start-up order follows ADR-0013: registry, then Redis warm start, then backend tools/list.
  */
 export async function startControlPlane(options: ControlPlaneOptions): Promise<RunningControlPlane> {
-  const log = createLogger('control-plane');
+  const { log } = options;
   const metrics = new ControlPlaneMetrics();
   const xdsStatus = new XdsStatusTracker(metrics, log);
   const cache = new SnapshotCache();

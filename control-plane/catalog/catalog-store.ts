@@ -254,6 +254,7 @@ export class CatalogStore extends EventEmitter {
       catalog.lastError = undefined;
       this.stopRelisting(service.clusterName);
       this.emit('refresh', 'ok');
+      this.log.debug('tools/list refreshed', { toolService: service.id, tools: catalog.tools.length, protocolVersion: catalog.protocolVersion });
     } catch (error) {
       catalog.lastError = (error as Error).message;
       catalog.failingSince ??= new Date();

@@ -17,21 +17,6 @@ function parseRegistryText(file: string, text: string): RegistryDocument {
   }
 }
 
-/** For the commands that read a registry file once (validate, render, diff, the control plane's start check). */
-export function readRegistryDocument(file: string): RegistryDocument {
-  let text: string;
-  try {
-    text = fs.readFileSync(file, 'utf8');
-  } catch (error) {
-    throw new RegistryFileError(`cannot read registry file ${file}: ${(error as Error).message}`);
-  }
-  try {
-    return parseRegistryText(file, text);
-  } catch (error) {
-    throw new RegistryFileError((error as Error).message);
-  }
-}
-
 /** What tells one version of a file from the next, through symlinks (a ConfigMap's `..data` swap changes the inode). */
 const fingerprint = (stats: fs.Stats) => `${stats.dev}:${stats.ino}:${stats.size}:${stats.mtimeMs}:${stats.ctimeMs}`;
 

@@ -1,7 +1,7 @@
 import * as http from 'node:http';
 import { CatalogSnapshotMessage } from '../catalog/catalog-store';
 import { closeServer, listenAt } from '../shared/http-listen';
-import { createLogger } from '../shared/log';
+import { Logger } from '../shared/log';
 import { CatalogSubscriber } from './catalog-subscriber';
 import { GatewayContext } from './decision';
 import { GatewayServer } from './gateway-server';
@@ -33,6 +33,7 @@ export interface SidecarOptions {
   maxStreamsPerSession: number;
   /** On stop, how long requests in flight may take to finish. */
   drainTimeoutMs: number;
+  log: Logger;
 }
 
 const REDIS_CONNECT_WAIT_MS = 5000;
@@ -43,7 +44,7 @@ export interface RunningSidecar {
 }
 
 export async function startSidecar(options: SidecarOptions): Promise<RunningSidecar> {
-  const log = createLogger('sidecar');
+  const { log } = options;
   let routes = new Map<string, RouteCatalogView>();
   let version = '';
   const streams = new ListChangedStreams(options.maxStreamsPerSession, log);

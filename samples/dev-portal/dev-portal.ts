@@ -4,6 +4,7 @@ import * as http from 'node:http';
 import express from 'express';
 import { parse as parseYaml } from 'yaml';
 import { DEFAULT_FILE_SETTLE_MS, readSettledFile } from '../../control-plane/registry/file-source';
+import { Logger, createLogger } from '../../control-plane/shared/log';
 
 /**
  * A development Portal: serves the registry contract (docs/portal-contract.md) from a YAML or JSON
@@ -40,7 +41,8 @@ function servedDocument(document: unknown): Served {
 
 const servedText = (text: string): Served => ({ etag: `"${contentHash(text)}"`, body: text });
 
-export async function startDevPortal(options: { file?: string; host: string; port: number; token?: string; settleMs?: number }): Promise<DevPortal> {
+export async function startDevPortal(options: { file?: string; host: string; port: number; token?: string; settleMs?: number; log?: Logger }): Promise<DevPortal> {
+  const log = options.log ?? createLogger('dev-portal');
   let served = servedDocument({ routes: [] });
   let outageStatus = 0;
   const waiters = new Set<() => void>();
@@ -59,7 +61,7 @@ export async function startDevPortal(options: { file?: string; host: string; por
       try {
         setDocument(parseYaml(await readSettledFile(file, options.settleMs ?? DEFAULT_FILE_SETTLE_MS, watching.signal)));
       } catch (error) {
-        if (!watching.signal.aborted) process.stderr.write(`dev portal: cannot load ${file}: ${(error as Error).message}\n`);
+        if (!watching.signal.aborted) log.warn('cannot load the registry file; serving the previous document', { file, error: (error as Error).message });
       }
     });
     return loading;

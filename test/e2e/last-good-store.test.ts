@@ -1,13 +1,14 @@
 import { LastGoodStore } from '../../control-plane/state/last-good-store';
 import { TestRedis } from '../support/redis-server';
 import { testDir } from '../support/gateway-fixture';
+import { quietLogger } from '../support/quiet-logger';
 
 /** The control plane's last-good store against a real redis-server, also while Redis hangs. */
 describe('Redis last-good store (real Redis)', () => {
   let redis: TestRedis;
   let store: LastGoodStore;
   const warnings: string[] = [];
-  const log = { info: () => undefined, warn: (message: string) => void warnings.push(message), error: () => undefined };
+  const log = { ...quietLogger, warn: (message: string) => void warnings.push(message) };
   const route = (key: string, port: number) => ({ key, toolServices: [{ id: 'svc', name: 'svc', url: `http://127.0.0.1:${port}/mcp` }] });
 
   beforeAll(async () => {

@@ -15,6 +15,7 @@ import { BackendView } from '../../control-plane/sidecar/route-catalog';
 import { CancellableToolService } from '../support/cancellable-tool-service';
 import { TestRedis } from '../support/redis-server';
 import { testDir } from '../support/gateway-fixture';
+import { quietLogger } from '../support/quiet-logger';
 
 /** The sidecar's session store against a real redis-server: expiry races, size bounds, a frozen Redis. */
 describe('Redis session store (real Redis)', () => {
@@ -129,7 +130,7 @@ describe('claiming a backend session just opened (real Redis, real stateful MCP 
         throw new Error('not used here');
       },
     },
-    log: { info: () => undefined, warn: (...args: unknown[]) => void warnings.push(args), error: () => undefined },
+    log: { ...quietLogger, warn: (...args: unknown[]) => void warnings.push(args) },
   });
 
   beforeAll(async () => {

@@ -2,9 +2,8 @@ import { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { CATALOG_DEFAULTS, CatalogSettings, CatalogSnapshotMessage, CatalogStore, RelistSettings } from '../../control-plane/catalog/catalog-store';
 import { TOOL_LIST_DEFAULTS, fetchToolList } from '../../control-plane/catalog/tool-fetcher';
 import { buildGatewayIR } from '../../control-plane/ir/gateway-ir';
-import { Logger } from '../../control-plane/shared/log';
+import { quietLogger as quiet } from '../support/quiet-logger';
 
-const quiet: Logger = { info: () => undefined, warn: () => undefined, error: () => undefined };
 const tool = (name: string): Tool => ({ name, inputSchema: { type: 'object' } });
 const url = (service: string) => `http://127.0.0.1:1/${service}`;
 

@@ -9,10 +9,9 @@ import { mergeRegistry } from '../../control-plane/registry/registry-state';
 import { RegistryDocument, RegistryDocumentError, RegistrySource } from '../../control-plane/registry/source';
 import { validateRegistry } from '../../control-plane/registry/validate';
 import { closeServer } from '../../control-plane/shared/http-listen';
-import { Logger } from '../../control-plane/shared/log';
+import { quietLogger as quiet } from '../support/quiet-logger';
 import { DevPortal, startDevPortal } from '../../samples/dev-portal/dev-portal';
 
-const quiet: Logger = { info: () => undefined, warn: () => undefined, error: () => undefined };
 const route = (key: string, name = 'svc', port = 9000) => ({ key, toolServices: [{ name, url: `http://127.0.0.1:${port}/mcp` }] });
 const serve = (routes: unknown[]) => mergeRegistry({ routes: [] }, validateRegistry({ routes })).registry;
 
