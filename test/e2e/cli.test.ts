@@ -35,7 +35,7 @@ describe('mcpgw help and usage', () => {
     expect(up).toContain('--listener-port <port> the port agents connect to (default: 10000, env: MCPGW_PORT)');
     expect(up).toContain('--registry <file> the registry (routes → Tool Services), YAML or JSON (default: registry/default.yaml, env: MCPGW_REGISTRY)');
     expect(up).toMatch(/--log-level <level> .* default: "info", env: MCPGW_LOG_LEVEL\)/);
-    expect(helpOf('sidecar', '-h')).toContain('--drain-timeout-ms <ms> on SIGTERM, how long calls in flight keep the sidecar (default: 10000)');
+    expect(helpOf('sidecar', '-h')).toContain('--drain-timeout-ms <ms> on SIGTERM, how long requests in flight keep the sidecar (default: 10000)');
     expect(helpOf('control-plane', '--help')).toContain('--portal-token <token> bearer token for the Portal (env: MCPGW_PORTAL_TOKEN)');
   });
 
