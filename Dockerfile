@@ -18,6 +18,8 @@ COPY --from=build /app/package.json ./
 COPY --from=build /app/node_modules node_modules
 COPY --from=build /app/dist dist
 COPY --from=build /app/proto proto
+# The call script Envoy runs (the control plane sends it in the listener's Lua filter).
+COPY --from=build /app/control-plane/xds/lua control-plane/xds/lua
 COPY --from=build /app/envoy envoy
 COPY --from=build /app/registry registry
 USER node

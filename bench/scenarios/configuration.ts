@@ -7,6 +7,8 @@ import { buildGatewayIR } from '../../control-plane/ir/gateway-ir';
 import { validateRegistry } from '../../control-plane/registry/validate';
 import { buildSnapshot } from '../../control-plane/xds/server/snapshot';
 import { translate } from '../../control-plane/xds/translate';
+import { EMPTY_CALL_LANE_CATALOG } from '../../control-plane/xds/translate/call-lane';
+import { GATEWAY_DEFAULTS } from '../../control-plane/xds/translate/settings';
 import { BASE_TOOL_COUNT, ECHO_TOOL } from '../backends/bench-tool-service';
 import { McpHttpClient, answerTo } from '../load/mcp-client';
 import { Spread, spreadOf } from '../load/stats';
@@ -89,14 +91,14 @@ function registryDocument(routes: number, servicesPerRoute: number, backendUrls:
 
 function timeBuilds(document: unknown, repetitions: number): ConfigurationResults['snapshotBuildInProcessMs'] {
   const steps = { validate: [] as number[], ir: [] as number[], translate: [] as number[], encode: [] as number[], total: [] as number[] };
-  const gateway = { listener: { address: HOST, port: 10000 }, sidecar: { address: HOST, port: 18080 } };
+  const gateway = { ...GATEWAY_DEFAULTS, listener: { address: HOST, port: 10000 }, sidecar: { address: HOST, port: 18080 } };
   for (let repetition = 0; repetition < repetitions; repetition++) {
     const t0 = performance.now();
     const { registry } = validateRegistry(document);
     const t1 = performance.now();
     const ir = buildGatewayIR(registry);
     const t2 = performance.now();
-    const resources = translate(ir, gateway);
+    const resources = translate(ir, EMPTY_CALL_LANE_CATALOG, gateway);
     const t3 = performance.now();
     buildSnapshot(resources);
     const t4 = performance.now();

@@ -150,7 +150,7 @@ export async function startSystems(group: ProcessGroup, topology: Topology, opti
     notes: {
       A: `bench/backends: MCP SDK Server + StreamableHTTPServerTransport (stateless: a fresh server and transport per request; SSE answers), ${direct.url}`,
       B: 'Envoy 1.40, static bootstrap: HCM + router, one STATIC cluster, route timeout 0s, default worker count',
-      C: 'GatewayStack: Redis, dev Portal, control plane (catalog refresh 30 s default), sidecar (ext_proc), Envoy over SotW ADS',
+      C: 'GatewayStack: Redis, dev Portal, control plane (catalog refresh 30 s default), sidecar (gateway lane and session check), Envoy (call lane) over SotW ADS',
       D: 'Envoy 1.40, static bootstrap: envoy.filters.http.mcp + envoy.filters.http.mcp_router (terminal), one listener per route, per-backend timeout 5 s (its default)',
       E: `bench/naive-proxy: node:http, keep-alive agent, tools/list fanned out per request (per-backend timeout ${options.naiveListTimeoutMs} ms), tools/call piped`,
     },

@@ -1,6 +1,7 @@
 import * as http from 'node:http';
 import * as grpc from '@grpc/grpc-js';
 import { createAdminApp } from '../admin/admin-server';
+import { CallMetrics, accessLogServiceHandlers } from '../admin/call-log';
 import { closeServer, listen } from '../shared/http-listen';
 import { ControlPlaneMetrics } from '../admin/metrics';
 import { XdsStatusTracker } from '../admin/xds-status';
@@ -8,7 +9,7 @@ import { catalogServiceHandlers } from '../catalog/catalog-service';
 import { CatalogSettings, CatalogSnapshotMessage, CatalogStore, RelistSettings, ToolList } from '../catalog/catalog-store';
 import { ToolListLimits, fetchToolList } from '../catalog/tool-fetcher';
 import { TOOL_RULES, TOOL_RULE_ACTIONS } from '../catalog/tool-exposure';
-import { ToolServiceIR, buildGatewayIR } from '../ir/gateway-ir';
+import { GatewayIR, ToolServiceIR, buildGatewayIR } from '../ir/gateway-ir';
 import { Registry } from '../registry/model';
 import { RegistryController, RegistryPollResult } from '../registry/registry-controller';
 import { RegistryMerge } from '../registry/registry-state';
@@ -22,6 +23,7 @@ import { adsServiceHandlers } from '../xds/server/ads-server';
 import { XdsPublisher } from '../xds/server/publisher';
 import { SnapshotCache } from '../xds/server/snapshot-cache';
 import { XdsResources, translate } from '../xds/translate';
+import { EMPTY_CALL_LANE_CATALOG, callLaneCatalogOf } from '../xds/translate/call-lane';
 import { GatewaySettings } from '../xds/translate/settings';
 
 export interface ControlPlaneOptions {
@@ -79,6 +81,15 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const catalog = new CatalogStore(fetchTools, options.catalog, log, options.relist);
   const registry = new RegistryController(options.source, { refreshIntervalMs: options.registryRefreshMs }, log);
   let resources: XdsResources = {};
+  let ir: GatewayIR = { routes: [], toolServices: [] };
+  let callLane = EMPTY_CALL_LANE_CATALOG;
+  /** Registry (IR) and catalog (the call lane's per-backend rules) both shape Envoy's config; either change republishes it. */
+  const publishXds = () => {
+    const started = performance.now();
+    resources = translate(ir, callLane, options.gateway);
+    const translatedMs = performance.now() - started;
+    return publisher.publish(resources, (encodedMs) => metrics.snapshotBuildSeconds.observe((translatedMs + encodedMs) / 1000));
+  };
   let savedAtStart: SavedRoute[] | undefined;
 
   const sourceLabel = { source: options.source.description.split(' ')[0] };
@@ -91,6 +102,8 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
 
   const savedCatalogs = new Map<string, string>();
   catalog.on('change', (snapshot: CatalogSnapshotMessage) => {
+    callLane = callLaneCatalogOf(snapshot);
+    void publishXds();
     for (const state of ['ok', 'stale', 'missing']) {
       metrics.catalogBackends.set({ state }, snapshot.routes.flatMap((route) => route.backends).filter((b) => b.state === state).length);
     }
@@ -103,7 +116,14 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     if (!lastGood) return;
     for (const route of snapshot.routes) {
       const known = route.backends.filter((backend) => backend.state !== 'missing');
-      const saved = known.map(({ name, cluster, tools_json, last_success_at }) => ({ name, cluster, tools_json, last_success_at }));
+      const saved = known.map(({ name, cluster, tools_json, last_success_at, protocol_version, sessionful }) => ({
+        name,
+        cluster,
+        tools_json,
+        last_success_at,
+        protocol_version,
+        sessionful,
+      }));
       const fingerprint = JSON.stringify(saved.map(({ last_success_at: _at, ...rest }) => rest));
       if (known.length === 0 || savedCatalogs.get(route.route_key) === fingerprint) continue;
       savedCatalogs.set(route.route_key, fingerprint);
@@ -112,11 +132,8 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   });
 
   const onRegistryUpdate = async (current: Registry, merge: RegistryMerge) => {
-    const started = performance.now();
-    const ir = buildGatewayIR(current);
-    resources = translate(ir, options.gateway);
-    const translatedMs = performance.now() - started;
-    const published = publisher.publish(resources, (encodedMs) => metrics.snapshotBuildSeconds.observe((translatedMs + encodedMs) / 1000));
+    ir = buildGatewayIR(current);
+    const published = publishXds();
     metrics.routes.set(ir.routes.length);
     metrics.toolServices.set(ir.toolServices.length);
     metrics.rejectedRoutes.set(merge.rejected.length);
@@ -148,6 +165,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const server = new grpc.Server();
   server.addService(grpcServices.aggregatedDiscovery().service, adsServiceHandlers(cache, xdsStatus.callbacks()));
   server.addService(grpcServices.catalogDiscovery().service, catalogServiceHandlers(catalog, log));
+  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers(new CallMetrics(metrics.registry), log));
   const grpcPort = await new Promise<number>((resolve, reject) =>
     server.bindAsync(options.grpcAddress, grpc.ServerCredentials.createInsecure(), (error, port) =>
       error ? reject(error) : resolve(port),

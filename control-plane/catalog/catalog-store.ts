@@ -16,6 +16,8 @@ interface ToolServiceCatalog {
   tools: Tool[];
   /** The protocol revision the Tool Service answered its tools/list in; "" until it has answered. */
   protocolVersion: string;
+  /** It handed out a session when it was listed; true until it has answered (the safe guess). */
+  sessionful: boolean;
   lastSuccessAt?: Date;
   lastError?: string;
   /** First failure since the last success; stays put while the backend keeps failing. */
@@ -42,6 +44,8 @@ export interface BackendCatalogMessage {
   denied_tools: DeniedToolMessage[];
   /** The protocol revision the backend speaks (its tools/list's); "" before it has answered. */
   protocol_version: string;
+  /** It hands out sessions: a stateless client's call needs one opened for it. */
+  sessionful: boolean;
 }
 
 export interface DeniedToolMessage {
@@ -92,10 +96,11 @@ export const CATALOG_DEFAULTS: CatalogSettings = {
   toolsListPageSize: 100,
 };
 
-/** A Tool Service's whole tools/list, and the protocol revision it answered in. */
+/** A Tool Service's whole tools/list, the protocol revision it answered in, and whether it handed out a session. */
 export interface ToolList {
   tools: Tool[];
   protocolVersion: string;
+  sessionful: boolean;
 }
 
 export type ToolListFetcher = (service: ToolServiceIR) => Promise<ToolList>;
@@ -197,6 +202,7 @@ export class CatalogStore extends EventEmitter {
           url: service.url,
           tools: backend.tools_json.map((json) => JSON.parse(json) as Tool),
           protocolVersion: backend.protocol_version ?? '',
+          sessionful: backend.sessionful ?? true,
           lastSuccessAt: backend.last_success_at ? new Date(backend.last_success_at) : restartedAt,
           lastError: 'not refreshed since the gateway started: tools restored from Redis last-good',
           failingSince: restartedAt,
@@ -240,9 +246,9 @@ export class CatalogStore extends EventEmitter {
 
   private async fetchOne(service: ToolServiceIR): Promise<void> {
     const existing = this.byCluster.get(service.clusterName);
-    const catalog = existing?.url === service.url ? existing : { url: service.url, tools: [], protocolVersion: '' };
+    const catalog = existing?.url === service.url ? existing : { url: service.url, tools: [], protocolVersion: '', sessionful: true };
     try {
-      ({ tools: catalog.tools, protocolVersion: catalog.protocolVersion } = await this.fetchTools(service));
+      ({ tools: catalog.tools, protocolVersion: catalog.protocolVersion, sessionful: catalog.sessionful } = await this.fetchTools(service));
       catalog.lastSuccessAt = new Date();
       catalog.failingSince = undefined;
       catalog.lastError = undefined;
@@ -360,6 +366,7 @@ export class CatalogStore extends EventEmitter {
           tls_sni: services.get(backend.clusterName)?.endpoint.tls?.sni ?? '',
           denied_tools: denials.flatMap((rule, index) => (rule === undefined ? [] : [{ tool: catalog!.tools[index].name, rule }])),
           protocol_version: catalog?.protocolVersion ?? '',
+          sessionful: catalog?.sessionful ?? true,
         })),
         tools: exposure.tools,
       };

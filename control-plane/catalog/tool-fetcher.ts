@@ -144,9 +144,10 @@ async function fetchInSession(service: ToolServiceIR, limits: ToolListLimits): P
       (async () => {
         await client.connect(transport, options);
         const tools = await listAllTools((cursor) => client.listTools(cursor ? { cursor } : {}, options), budget);
+        const sessionful = transport.sessionId !== undefined;
         // A stateful backend opened a session for this listing only: end it rather than leave it to expire.
-        await transport.terminateSession().catch(() => undefined);
-        return { tools, protocolVersion: transport.protocolVersion ?? LATEST_PROTOCOL_VERSION };
+        if (sessionful) await transport.terminateSession().catch(() => undefined);
+        return { tools, protocolVersion: transport.protocolVersion ?? LATEST_PROTOCOL_VERSION, sessionful };
       })(),
     );
   } finally {
@@ -168,7 +169,7 @@ async function fetchStateless(service: ToolServiceIR, limits: ToolListLimits): P
           (cursor) => client.listTools(cursor ? { cursor } : {}, options) as Promise<{ tools: Tool[]; nextCursor?: string }>,
           budget,
         );
-        return { tools, protocolVersion: MODERN_PROTOCOL_VERSION };
+        return { tools, protocolVersion: MODERN_PROTOCOL_VERSION, sessionful: false };
       })(),
     );
   } finally {

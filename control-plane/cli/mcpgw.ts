@@ -13,6 +13,8 @@ import { renderBootstrap } from '../devstack/envoy';
 import { buildGatewayIR } from '../ir/gateway-ir';
 import { asStaticBootstrap, diffXds, formatDifferences } from '../xds/render';
 import { XdsResources, translate } from '../xds/translate';
+import { EMPTY_CALL_LANE_CATALOG } from '../xds/translate/call-lane';
+import { GATEWAY_DEFAULTS } from '../xds/translate/settings';
 import { DEFAULT_FILE_SETTLE_MS, FileRegistrySource } from '../registry/file-source';
 import { PortalRegistrySource } from '../registry/portal-source';
 import { RegistryFileError, checkRegistryFile, formatFileProblem, loadRegistryFile } from '../registry/static-file';
@@ -118,12 +120,20 @@ program.configureOutput({ outputError: (text, write) => write(oneLineError('mcpg
 
 const gatewayAddressOptions = [
   hostPortOption('--listener <host:port>', "Envoy's listener agents connect to").default({ host: '127.0.0.1', port: 10000 }, '127.0.0.1:10000'),
-  hostPortOption('--sidecar <host:port>', "the sidecar's ext_proc address").default({ host: '127.0.0.1', port: 18080 }, '127.0.0.1:18080'),
+  hostPortOption('--sidecar <host:port>', "the sidecars' --listen address").default({ host: '127.0.0.1', port: 18080 }, '127.0.0.1:18080'),
 ] as const;
 
+/**
+ * The xDS a registry file makes. The call routes' per-tool rules come from the live catalog (the
+ * backends' tools/list), which a file alone does not have: rendered here, every call route serves no tool yet.
+ */
 function xdsOf(registryFile: string, settings: { listener: HostPort; sidecar: HostPort }): XdsResources {
   const address = (value: HostPort) => ({ address: value.host, port: value.port });
-  return translate(buildGatewayIR(loadRegistryFile(registryFile)), { listener: address(settings.listener), sidecar: address(settings.sidecar) });
+  return translate(buildGatewayIR(loadRegistryFile(registryFile)), EMPTY_CALL_LANE_CATALOG, {
+    ...GATEWAY_DEFAULTS,
+    listener: address(settings.listener),
+    sidecar: address(settings.sidecar),
+  });
 }
 
 /** The component's logger; from here on, everything it says on stderr is a JSON log line. */
@@ -178,8 +188,9 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
   .addOption(hostPortOption('--grpc <host:port>', 'gRPC server: ADS for Envoy and the catalog stream for sidecars').makeOptionMandatory())
   .addOption(hostPortOption('--admin <host:port>', 'admin HTTP: /healthz /readyz /status /metrics /config/xds').makeOptionMandatory())
   .addOption(hostPortOption('--listener <host:port>', "Envoy's listener agents connect to").makeOptionMandatory())
-  .addOption(hostPortOption('--sidecar <host:port>', "the sidecars' ext_proc address").makeOptionMandatory())
-  .addOption(hostPortOption('--sidecar-streams <host:port>', "the sidecars' --streams: clients' GET streams (tools/list_changed)"))
+  .addOption(hostPortOption('--sidecar <host:port>', "the sidecars' --listen address: the gateway lane and the session check").makeOptionMandatory())
+  .addOption(positiveIntOption('--max-request-body-bytes <bytes>', 'largest JSON-RPC request body, on every HTTP version (413 past it)', GATEWAY_DEFAULTS.maxRequestBodyBytes))
+  .addOption(positiveIntOption('--session-check-timeout-ms <ms>', "how long Envoy waits for the session check (above the sidecar's --backend-session-timeout-ms)", GATEWAY_DEFAULTS.sessionCheckTimeoutMs))
   .addOption(positiveIntOption('--registry-refresh-ms <ms>', 'registry poll interval (long-poll wait for a Portal)', 30000))
   .addOption(positiveIntOption('--catalog-refresh-ms <ms>', "how often every Tool Service's tools/list is fetched", 30000))
   .addOption(positiveIntOption('--tool-list-timeout-ms <ms>', 'deadline of one tools/list fetch', 5000))
@@ -223,7 +234,8 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
         gateway: {
           listener: { address: options.listener.host, port: options.listener.port },
           sidecar: { address: options.sidecar.host, port: options.sidecar.port },
-          ...(options.sidecarStreams && { sidecarStreams: { address: options.sidecarStreams.host, port: options.sidecarStreams.port } }),
+          maxRequestBodyBytes: options.maxRequestBodyBytes,
+          sessionCheckTimeoutMs: options.sessionCheckTimeoutMs,
         },
         registryRefreshMs: options.registryRefreshMs,
         catalogRefreshMs: options.catalogRefreshMs,
@@ -244,8 +256,8 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
     }
   });
 
-subcommand('sidecar', 'run the MCP sidecar (Envoy ext_proc server)')
-  .addOption(hostPortOption('--ext-proc <host:port>', 'the ext_proc gRPC server Envoy calls').makeOptionMandatory())
+subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway answers itself) and the call lane\'s session check, behind Envoy')
+  .addOption(hostPortOption('--listen <host:port>', 'the HTTP address Envoy sends the gateway lane and the session checks to').makeOptionMandatory())
   .addOption(hostPortOption('--control-plane <host:port>', "the control plane's --grpc (catalog stream)").makeOptionMandatory())
   .addOption(new Option('--id <name>', 'this replica in the control plane’s logs').default(`${os.hostname()}-${process.pid}`, 'HOSTNAME-PID'))
   .addOption(new Option('--redis <url>', 'Redis for sessions shared by every replica; without it sessions live in this process').argParser(parsedBy(url('a redis:// URL'))))
@@ -253,8 +265,9 @@ subcommand('sidecar', 'run the MCP sidecar (Envoy ext_proc server)')
   .addOption(positiveIntOption('--session-ttl-s <s>', 'idle gateway sessions expire after this', 3600))
   .addOption(positiveIntOption('--backend-session-timeout-ms <ms>', "limit for opening or ending a backend's session", 5000))
   .addOption(hostPortOption('--admin <host:port>', 'GET /metrics and /healthz'))
-  .addOption(positiveIntOption('--drain-timeout-ms <ms>', 'on SIGTERM, how long calls in flight keep the sidecar', 10_000))
-  .addOption(hostPortOption('--streams <host:port>', "clients' GET streams (tools/list_changed); the control plane's --sidecar-streams"))
+  .addOption(positiveIntOption('--drain-timeout-ms <ms>', 'on SIGTERM, how long requests in flight keep the sidecar', 10_000))
+  .addOption(positiveIntOption('--max-request-body-bytes <bytes>', 'largest request body the gateway lane reads', GATEWAY_DEFAULTS.maxRequestBodyBytes))
+  .addOption(positiveIntOption('--max-streams-per-session <n>', 'GET streams one session may hold at a time (429 past it)', 4))
   .addOption(positiveIntOption('--session-client-fields-max-bytes <bytes>', "initialize's clientInfo + capabilities stored per session; more is refused (-32602)", SESSION_DEFAULTS.maxClientFieldsBytes))
   .addOption(redisConnectTimeoutOption())
   .addOption(redisCommandTimeoutOption())
@@ -263,10 +276,11 @@ subcommand('sidecar', 'run the MCP sidecar (Envoy ext_proc server)')
     const log = componentLogger('sidecar', options.logLevel);
     try {
       const running = await startSidecar({
-        streamsAddress: options.streams && joined(options.streams),
         drainTimeoutMs: options.drainTimeoutMs,
         adminAddress: options.admin && joined(options.admin),
-        extProcAddress: joined(options.extProc),
+        address: joined(options.listen),
+        maxRequestBodyBytes: options.maxRequestBodyBytes,
+        maxStreamsPerSession: options.maxStreamsPerSession,
         controlPlaneAddress: joined(options.controlPlane),
         sidecarId: options.id,
         redis: options.redis ? { url: options.redis, prefix: options.redisPrefix, timeouts: redisTimeoutsOf(options) } : undefined,

@@ -23,7 +23,6 @@ export interface StackPorts {
   controlPlaneAdmin: number;
   sidecar: number;
   sidecarAdmin: number;
-  sidecarStreams: number;
   redis: number;
   portal: number;
 }
@@ -77,7 +76,7 @@ const RESTART_BACKOFF = { firstMs: 250, maxMs: 10_000, stableAfterMs: 30_000 };
 const restartDelayMs = (streak: number) => Math.min(RESTART_BACKOFF.maxMs, RESTART_BACKOFF.firstMs * 2 ** streak);
 
 async function resolvePorts(requested: Partial<StackPorts> = {}): Promise<StackPorts> {
-  const names: (keyof StackPorts)[] = ['listener', 'envoyAdmin', 'grpc', 'controlPlaneAdmin', 'sidecar', 'sidecarAdmin', 'sidecarStreams', 'redis', 'portal'];
+  const names: (keyof StackPorts)[] = ['listener', 'envoyAdmin', 'grpc', 'controlPlaneAdmin', 'sidecar', 'sidecarAdmin', 'redis', 'portal'];
   const fresh = await freePorts(names.length);
   return Object.fromEntries(names.map((name, index) => [name, requested[name] ?? fresh[index]])) as unknown as StackPorts;
 }
@@ -301,7 +300,6 @@ export class GatewayStack {
         '--admin', `${HOST}:${this.ports.controlPlaneAdmin}`,
         '--listener', `${HOST}:${this.ports.listener}`,
         '--sidecar', `${HOST}:${this.ports.sidecar}`,
-        '--sidecar-streams', `${HOST}:${this.ports.sidecarStreams}`,
         ...(this.options.catalogRefreshMs ? ['--catalog-refresh-ms', String(this.options.catalogRefreshMs)] : []),
         ...(this.options.registryRefreshMs ? ['--registry-refresh-ms', String(this.options.registryRefreshMs)] : []),
         ...this.logLevelArgs,
@@ -316,14 +314,13 @@ export class GatewayStack {
   async startSidecar(): Promise<void> {
     await this.launch('sidecar', async () => {
       const sidecar = this.spawn('sidecar', process.execPath, [
-        CLI, 'sidecar', '--ext-proc', `${HOST}:${this.ports.sidecar}`, '--control-plane', `${HOST}:${this.ports.grpc}`,
+        CLI, 'sidecar', '--listen', `${HOST}:${this.ports.sidecar}`, '--control-plane', `${HOST}:${this.ports.grpc}`,
         '--redis', this.redisUrl, '--admin', `${HOST}:${this.ports.sidecarAdmin}`,
         // Below ManagedProcess's SIGKILL grace, so that a stop is always the sidecar's own.
         '--drain-timeout-ms', '2000',
-        '--streams', `${HOST}:${this.ports.sidecarStreams}`,
         ...this.logLevelArgs,
       ]);
-      await sidecar.untilReady('the sidecar to listen for ext_proc', listening(sidecar, this.ports.sidecar));
+      await sidecar.untilReady('the sidecar to listen', listening(sidecar, this.ports.sidecar));
       return sidecar;
     });
   }

@@ -1,5 +1,5 @@
 import { Logger } from '../shared/log';
-import { CallOutcomeName, ProxiedToolCall } from './call-response';
+import { CallOutcomeName } from './call-response';
 import { JsonRpcId, jsonRpcError } from './json-rpc';
 import { BackendView, RouteCatalogView } from './route-catalog';
 import { BackendAnswer, OnBehalf } from './sessions/backend-sessions';
@@ -7,49 +7,25 @@ import { GatewaySession, SessionStore } from './sessions/session-store';
 
 /** The vocabulary of the sidecar's decisions: what it is asked, what it answers, what it decides with. */
 
-/** The sidecar's answer to one request: answer it here, or send it on to exactly one backend. */
+/**
+ * The sidecar's answer to one request of the gateway lane (docs/adr/0008-data-path-lanes.md): answer
+ * it here, read its body first, hold it as the client's standalone stream, or pass a client's answer
+ * on to the backend that asked.
+ */
 export type Decision =
   | { kind: 'respond'; status: number; headers: Record<string, string>; body: string; reason: string; metadata?: RequestMetadata }
-  | {
-      kind: 'forward';
-      cluster: string;
-      /** The body to send on; none for a request without one. */
-      body?: string;
-      headers: Record<string, string>;
-      /** Client headers that must not reach the backend (a gateway session id the backend does not know). */
-      removeHeaders: string[];
-      metadata: RequestMetadata;
-      /** Set for a tools/call: its response is annotated with the call's outcome on the way back. */
-      toolCall?: ToolCallForward;
-    }
-  | { kind: 'read-body' };
+  | { kind: 'read-body' }
+  | { kind: 'stream'; session: GatewaySession }
+  | { kind: 'relay'; backend: BackendView; onBehalf: OnBehalf; body: string };
 
-/**
- * What the sidecar tells Envoy about a request, as dynamic metadata: the access log and the JSON-RPC
- * local replies (docs/errors.md) read it.
- */
+/** What the sidecar knows of a request it answered, for its metrics and logs. */
 export interface RequestMetadata {
   route?: string;
   method?: string;
   rpc_id?: JsonRpcId;
   backend?: string;
   tool?: string;
-  /** Text of the degraded result Envoy answers with if every attempt of a read-only tool fails. */
-  fallback?: string;
-  /** The call's outcome, once the gateway knows it (docs/errors.md). */
   outcome?: CallOutcomeName;
-}
-
-/** A tools/call on its way to one backend, as the response path needs it. */
-export interface ToolCallForward extends ProxiedToolCall {
-  route: string;
-  backendView: BackendView;
-  /** The forwarded body, to send again if the backend no longer knows the session it went in. */
-  body: string;
-  /** The backend session the call went in, if any. */
-  session?: { gateway: GatewaySession; backendSessionId: string };
-  /** The tool's own deadline, if it has one. */
-  timeoutMs?: number;
 }
 
 export interface RequestHead {
@@ -75,15 +51,13 @@ export function respondError(status: number, id: JsonRpcId, code: number, messag
 /** What the sidecar decides with: the in-memory catalog, the session store and the backends' sessions. */
 export interface GatewayContext {
   lookup(routeKey: string): RouteCatalogView | undefined;
-  /** Whether the sidecars hold clients' GET streams (tools/list_changed); without, GET is answered 405. */
-  streams: boolean;
   sessions: SessionStore;
   /** Requests the sidecar makes to a backend itself, on the client's behalf (with the client's own headers). */
   backendSessions: {
-    open(backend: BackendView, session: GatewaySession, clientHeaders: Record<string, string>): Promise<string>;
+    open(backend: BackendView, session: Pick<GatewaySession, 'protocolVersion' | 'clientInfo' | 'clientCapabilities'>, clientHeaders: Record<string, string>): Promise<string>;
     close(backend: BackendView, onBehalf: OnBehalf): Promise<void>;
-    notify(backend: BackendView, onBehalf: OnBehalf, notification: unknown): Promise<void>;
-    resend(backend: BackendView, onBehalf: OnBehalf, body: string, timeoutMs: number): Promise<BackendAnswer>;
+    /** A client's notification or answer, posted in the backend session; the backend's HTTP answer. */
+    post(backend: BackendView, onBehalf: OnBehalf, message: string): Promise<BackendAnswer>;
   };
   log: Logger;
 }

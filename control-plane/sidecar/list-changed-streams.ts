@@ -1,12 +1,10 @@
 import * as http from 'node:http';
-import express from 'express';
 import { Logger } from '../shared/log';
-import { closeServer, listenAt } from '../shared/http-listen';
-import { SESSION_HEADER, sessionNotFound } from './decision';
+import { JSON_RPC, jsonRpcError } from './json-rpc';
 import { RouteCatalogView } from './route-catalog';
-import { SessionStore } from './sessions/session-store';
+import { GatewaySession } from './sessions/session-store';
 
-/** Envoy cuts a stream silent for longer than its stream_idle_timeout (600 s): a comment well before. */
+/** Envoy cuts a stream silent for longer than the streams route's idle timeout (120 s): a comment well before. */
 const KEEPALIVE_MS = 30_000;
 
 const LIST_CHANGED = `event: message\ndata: ${JSON.stringify({ jsonrpc: '2.0', method: 'notifications/tools/list_changed' })}\n\n`;
@@ -17,43 +15,40 @@ export function servedNames(view: RouteCatalogView): string {
 }
 
 /**
- * Clients' standalone GET streams (the sidecar steered them here after checking their session), held
- * open so that each can be told when its route's tools change. Every replica holds its own streams
- * and learns of changes from its own catalog stream: nothing is shared.
+ * Clients' standalone GET streams (their session checked), held open so that each can be told when
+ * its route's tools change. Every replica holds its own streams and learns of changes from its own
+ * catalog stream: nothing is shared. A session holds at most maxPerSession streams at a time, so
+ * that no client can take the slots Envoy keeps for everyone's streams.
  */
 export class ListChangedStreams {
   private readonly byRoute = new Map<string, Set<http.ServerResponse>>();
-  private server?: http.Server;
+  private readonly perSession = new Map<string, number>();
 
   constructor(
-    private readonly sessions: SessionStore,
+    private readonly maxPerSession: number,
     private readonly log: Logger,
   ) {}
 
-  async listen(address: string): Promise<void> {
-    const app = express();
-    app.get('/mcp/:route', (req, res) => void this.open(req.params.route, req, res));
-    this.server = await listenAt(app, address);
-  }
-
-  private async open(route: string, req: express.Request, res: express.Response): Promise<void> {
-    // The sidecar checked the session before steering here; checked again, since this port is reachable on its own.
-    const id = req.header(SESSION_HEADER);
-    const session = id === undefined ? undefined : await this.sessions.get(id).catch(() => undefined);
-    if (!session || session.route !== route) {
-      const notFound = sessionNotFound(null);
-      res.status(notFound.status).set(notFound.headers).send(notFound.body);
+  hold(session: GatewaySession, res: http.ServerResponse): void {
+    const open = this.perSession.get(session.id) ?? 0;
+    if (open >= this.maxPerSession) {
+      res.writeHead(429, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(jsonRpcError(null, JSON_RPC.INVALID_REQUEST, `this session already holds ${open} streams (at most ${this.maxPerSession}): close one first`)));
       return;
     }
+    this.perSession.set(session.id, open + 1);
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
     res.flushHeaders();
-    const streams = this.byRoute.get(route) ?? new Set();
-    this.byRoute.set(route, streams);
+    const streams = this.byRoute.get(session.route) ?? new Set();
+    this.byRoute.set(session.route, streams);
     streams.add(res);
     const keepalive = setInterval(() => res.write(': keepalive\n\n'), KEEPALIVE_MS);
     res.on('close', () => {
       clearInterval(keepalive);
       streams.delete(res);
+      const left = (this.perSession.get(session.id) ?? 1) - 1;
+      if (left > 0) this.perSession.set(session.id, left);
+      else this.perSession.delete(session.id);
     });
   }
 
@@ -67,8 +62,7 @@ export class ListChangedStreams {
     }
   }
 
-  async close(): Promise<void> {
+  close(): void {
     for (const streams of this.byRoute.values()) for (const res of streams) res.end();
-    if (this.server) await closeServer(this.server);
   }
 }

@@ -1,5 +1,4 @@
 import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
-import { SIDECAR_STREAMS_CLUSTER_NAME } from '../xds/translate/settings';
 import { parseServerRequestId } from './call-response';
 import {
   Decision,
@@ -18,8 +17,8 @@ import {
 import { JSON_RPC, JsonRpcId, jsonRpcResult } from './json-rpc';
 import { MODERN_META, MODERN_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSIONS, modernRequestProblem, modernVersionClaim } from './modern-era';
 import { RouteCatalogView } from './route-catalog';
-import { GatewaySession } from './sessions/session-store';
-import { decideToolCall } from './tool-call';
+import { ClientFieldsTooLargeError, GatewaySession } from './sessions/session-store';
+import { answerUnplacedCall } from './tool-call';
 import { answerToolsList } from './tools-list';
 
 /** The sidecar's decisions on requests: answered here, or sent on to exactly one backend (tool-call.ts). */
@@ -50,7 +49,11 @@ export function routeKeyOf(path: string): { key?: string; error?: Decision } {
       error: respondError(400, null, JSON_RPC.INVALID_REQUEST, 'route key is required: use /mcp/{routeKey}', 'route_key_required'),
     };
   }
-  return { key: decodeURIComponent(match[1]) };
+  try {
+    return { key: decodeURIComponent(match[1]) };
+  } catch {
+    return { error: respondError(400, null, JSON_RPC.INVALID_REQUEST, 'malformed route key: it is not valid percent-encoding', 'malformed_route_key') };
+  }
 }
 
 /**
@@ -67,11 +70,11 @@ export async function decideOnHead(head: RequestHead, context: GatewayContext): 
   // A POST's body says which era it is from, and so how an unknown version is answered (decideOnMessage).
   if (head.method !== 'POST' && unsupportedVersionHeader(head)) return unsupportedVersion(head);
   if (head.method === 'DELETE') return endSession(head, view, context);
-  if (head.method === 'GET' && context.streams && head.headers.has(SESSION_HEADER)) return openStream(head, view, context);
+  if (head.method === 'GET' && head.headers.has(SESSION_HEADER)) return openStream(head, view, context);
   if (head.method !== 'POST') {
-    // Without a session (or without stream servers) no standalone SSE stream is offered: the spec lets a server answer 405.
+    // Without a session no standalone SSE stream is offered: the spec lets a server answer 405.
     return respondError(405, null, JSON_RPC.INVALID_REQUEST, `method ${head.method} is not allowed on this endpoint`, 'method_not_allowed', {
-      allow: 'POST, DELETE',
+      allow: 'GET, POST, DELETE',
     });
   }
   const contentType = head.headers.get('content-type') ?? '';
@@ -105,8 +108,8 @@ async function sessionOf(head: RequestHead, view: RouteCatalogView, context: Gat
 }
 
 /**
- * GET with a session: the client's standalone SSE stream, held by the sidecars' stream server, which
- * tells it when the route's tools change (notifications/tools/list_changed).
+ * GET with a session: the client's standalone SSE stream, held by this sidecar, which tells it when
+ * the route's tools change (notifications/tools/list_changed).
  */
 async function openStream(head: RequestHead, view: RouteCatalogView, context: GatewayContext): Promise<Decision> {
   if (!(head.headers.get('accept') ?? '').includes('text/event-stream')) {
@@ -114,7 +117,7 @@ async function openStream(head: RequestHead, view: RouteCatalogView, context: Ga
   }
   const session = await sessionOf(head, view, context);
   if (!session) return sessionNotFound(null);
-  return { kind: 'forward', cluster: SIDECAR_STREAMS_CLUSTER_NAME, headers: {}, removeHeaders: [], metadata: { route: view.key, method: 'GET' } };
+  return { kind: 'stream', session };
 }
 
 /** DELETE: ends the backend sessions, then the gateway session. */
@@ -162,21 +165,21 @@ export async function decideOnBody(head: RequestHead, body: Buffer, context: Gat
     ...(message.id !== undefined && { rpc_id: message.id }),
   };
   const decision = await decideOnMessage(message, head, view, context);
-  if (decision.kind === 'read-body') return decision;
+  if (decision.kind !== 'respond') return decision;
   return { ...decision, metadata: { ...metadata, ...decision.metadata } };
 }
 
 async function decideOnMessage(message: JsonRpcMessage, head: RequestHead, view: RouteCatalogView, context: GatewayContext): Promise<Decision> {
   const versionHeader = head.headers.get(PROTOCOL_VERSION_HEADER);
   if (modernVersionClaim(message.params) !== undefined || (versionHeader !== undefined && MODERN_PROTOCOL_VERSIONS.includes(versionHeader))) {
-    return decideModern(message, head, view, context);
+    return decideModern(message, head, view);
   }
   if (unsupportedVersionHeader(head)) return unsupportedVersion(head);
   const id = message.id;
   if (message.method === 'initialize' && id !== undefined) return initializeSession(message, id, view, context);
   const session = await sessionOf(head, view, context);
   if (session === false) return sessionNotFound(id ?? null);
-  if (typeof message.method !== 'string') return routeClientResponse(message, view, session);
+  if (typeof message.method !== 'string') return routeClientResponse(message, head, view, session);
   if (id === undefined) return relayNotification(message, head, view, session, context);
   switch (message.method) {
     case 'ping':
@@ -188,7 +191,7 @@ async function decideOnMessage(message: JsonRpcMessage, head: RequestHead, view:
         : respondError(200, id, JSON_RPC.INVALID_PARAMS, answer.message, 'invalid_cursor');
     }
     case 'tools/call':
-      return decideToolCall(message, id, head, view, { era: 'session', session }, context);
+      return answerUnplacedCall(message.params, id, view);
     default:
       return respondError(200, id, JSON_RPC.METHOD_NOT_FOUND, `method "${message.method}" is not supported by this gateway`, 'method_not_found');
   }
@@ -206,10 +209,10 @@ const instructionsFor = (view: RouteCatalogView) => `Tools of route "${view.key}
 
 /**
  * A request of MCP 2026-07-28 (no session; docs/adr/0007-mcp-2026-07-28.md). The gateway answers
- * server/discover and tools/list itself and sends tools/call on to its backend in the revision that
- * backend speaks (tool-call.ts).
+ * server/discover and tools/list itself; Envoy's call lane sends tools/call on to its backend in the
+ * revision that backend speaks (docs/adr/0008-data-path-lanes.md).
  */
-async function decideModern(message: JsonRpcMessage, head: RequestHead, view: RouteCatalogView, context: GatewayContext): Promise<Decision> {
+function decideModern(message: JsonRpcMessage, head: RequestHead, view: RouteCatalogView): Decision {
   const id = message.id ?? null;
   if (typeof message.method !== 'string') {
     return respondError(400, null, JSON_RPC.INVALID_REQUEST, `protocol ${MODERN_PROTOCOL_VERSION} has no client responses: the gateway sent no request`, 'invalid_request');
@@ -244,7 +247,7 @@ async function decideModern(message: JsonRpcMessage, head: RequestHead, view: Ro
       return respondJson(200, jsonRpcResult(id, result), 'tools_list');
     }
     case 'tools/call':
-      return decideToolCall(message, id, head, view, { era: 'stateless' }, context);
+      return answerUnplacedCall(message.params, id, view);
     default:
       return respondError(404, id, JSON_RPC.METHOD_NOT_FOUND, `method "${message.method}" is not served in protocol ${MODERN_PROTOCOL_VERSION}`, 'method_not_found');
   }
@@ -253,17 +256,23 @@ async function decideModern(message: JsonRpcMessage, head: RequestHead, view: Ro
 /** The gateway is the client's MCP server: its own capabilities, and a session of its own. */
 async function initializeSession(message: JsonRpcMessage, id: JsonRpcId, view: RouteCatalogView, context: GatewayContext): Promise<Decision> {
   const protocolVersion = negotiatedVersion(message.params?.protocolVersion);
-  const session = await context.sessions.create({
-    route: view.key,
-    protocolVersion,
-    clientInfo: (message.params?.clientInfo as Record<string, unknown>) ?? {},
-    clientCapabilities: (message.params?.capabilities as Record<string, unknown>) ?? {},
-  });
+  let session: GatewaySession;
+  try {
+    session = await context.sessions.create({
+      route: view.key,
+      protocolVersion,
+      clientInfo: (message.params?.clientInfo as Record<string, unknown>) ?? {},
+      clientCapabilities: (message.params?.capabilities as Record<string, unknown>) ?? {},
+    });
+  } catch (error) {
+    if (error instanceof ClientFieldsTooLargeError) return respondError(200, id, JSON_RPC.INVALID_PARAMS, error.message, 'client_fields_too_large');
+    throw error;
+  }
   return respondJson(
     200,
     jsonRpcResult(id, {
       protocolVersion,
-      capabilities: { tools: { listChanged: context.streams } },
+      capabilities: { tools: { listChanged: true } },
       serverInfo: GATEWAY_SERVER_INFO,
       instructions: instructionsFor(view),
     }),
@@ -278,7 +287,7 @@ const ACCEPTED: Decision = { kind: 'respond', status: 202, headers: {}, body: ''
  * A client's answer to a request a backend sent it through the gateway (sampling, elicitation,
  * roots): back to that backend, in that backend's session, under the backend's own id.
  */
-function routeClientResponse(message: JsonRpcMessage, view: RouteCatalogView, session: GatewaySession | undefined): Decision {
+function routeClientResponse(message: JsonRpcMessage, head: RequestHead, view: RouteCatalogView, session: GatewaySession | undefined): Decision {
   if (!('result' in message) && !('error' in message)) {
     return respondError(400, null, JSON_RPC.INVALID_REQUEST, 'not a JSON-RPC request, notification or response', 'invalid_request');
   }
@@ -287,14 +296,15 @@ function routeClientResponse(message: JsonRpcMessage, view: RouteCatalogView, se
   if (!target || !backend) {
     return respondError(400, null, JSON_RPC.INVALID_REQUEST, `response to id ${JSON.stringify(message.id)}, which no backend of route "${view.key}" sent through this gateway`, 'unknown_response');
   }
-  const backendSessionId = session?.backends[backend.name];
   return {
-    kind: 'forward',
-    cluster: backend.cluster,
+    kind: 'relay',
+    backend,
+    onBehalf: {
+      backendSessionId: session?.backends[backend.name] ?? '',
+      protocolVersion: session?.protocolVersion ?? LATEST_PROTOCOL_VERSION,
+      clientHeaders: clientHeadersOf(head),
+    },
     body: JSON.stringify({ ...message, id: target.id }),
-    headers: backendSessionId ? { [SESSION_HEADER]: backendSessionId } : {},
-    removeHeaders: backendSessionId ? [] : [SESSION_HEADER],
-    metadata: { backend: backend.name },
   };
 }
 
@@ -318,7 +328,10 @@ function relayNotification(
     const backend = view.backends.get(name);
     if (!backend || !backendSessionId) continue;
     context.backendSessions
-      .notify(backend, { backendSessionId, protocolVersion: session.protocolVersion, clientHeaders }, message)
+      .post(backend, { backendSessionId, protocolVersion: session.protocolVersion, clientHeaders }, JSON.stringify(message))
+      .then((answer) => {
+        if (answer.status >= 400) throw new Error(`it answered HTTP ${answer.status}`);
+      })
       .catch((error: Error) => context.log.warn('could not pass a notification on', { route: view.key, backend: name, method: message.method, error: error.message }));
   }
   return ACCEPTED;

@@ -1,16 +1,16 @@
 import * as http from 'node:http';
 import express from 'express';
-import { CallOutcomeName } from './call-response';
 import { listenAt } from '../shared/http-listen';
 import * as client from 'prom-client';
 
 
-/** What the ext_proc server reports as it works; the sidecar's metrics are one implementation. */
+/**
+ * What the gateway lane reports as it works; the sidecar's metrics are one implementation. Calls are
+ * counted from Envoy's call log on the control plane (control-plane/admin/call-log.ts).
+ */
 export interface SidecarObserver {
-  /** Every request the sidecar decided on: answered here (by reason) or forwarded. */
+  /** Every request of the gateway lane: answered here (by reason), held as a stream, or relayed. */
   decided(route: string, decision: string): void;
-  /** A tools/call whose outcome the gateway knows: answered by the backend, by Envoy's failure replies, or denied. */
-  toolCallFinished(route: string, backend: string, outcome: CallOutcomeName, seconds: number): void;
 }
 
 /** The sidecar's Prometheus metrics, on a registry of its own (GET /metrics of its admin port). */
@@ -19,21 +19,8 @@ export class SidecarMetrics implements SidecarObserver {
 
   private readonly decisions = new client.Counter({
     name: 'mcpgw_sidecar_decisions_total',
-    help: 'Requests the sidecar decided on, by route and decision (forward, or the reason it answered itself)',
+    help: 'Requests of the gateway lane, by route and decision (the reason it answered itself, stream, or relay)',
     labelNames: ['route', 'decision'] as const,
-    registers: [this.registry],
-  });
-  private readonly toolCalls = new client.Counter({
-    name: 'mcpgw_tool_calls_total',
-    help: 'tools/call by route, backend and outcome (ok, failed, degraded, denied)',
-    labelNames: ['route', 'backend', 'outcome'] as const,
-    registers: [this.registry],
-  });
-  private readonly toolCallSeconds = new client.Histogram({
-    name: 'mcpgw_tool_call_duration_seconds',
-    help: 'tools/call time in the gateway, from the request to the final message, by route, backend and outcome',
-    labelNames: ['route', 'backend', 'outcome'] as const,
-    buckets: [0.005, 0.025, 0.1, 0.5, 1, 5, 30, 120],
     registers: [this.registry],
   });
 
@@ -43,11 +30,6 @@ export class SidecarMetrics implements SidecarObserver {
 
   decided(route: string, decision: string): void {
     this.decisions.inc({ route, decision });
-  }
-
-  toolCallFinished(route: string, backend: string, outcome: CallOutcomeName, seconds: number): void {
-    this.toolCalls.inc({ route, backend, outcome });
-    this.toolCallSeconds.observe({ route, backend, outcome }, seconds);
   }
 }
 

@@ -1,25 +1,22 @@
-import * as grpc from '@grpc/grpc-js';
+import * as http from 'node:http';
 import { CatalogSnapshotMessage } from '../catalog/catalog-store';
-import { grpcServices } from '../shared/grpc-packages';
-import { closeServer } from '../shared/http-listen';
+import { closeServer, listenAt } from '../shared/http-listen';
 import { Logger } from '../shared/log';
 import { CatalogSubscriber } from './catalog-subscriber';
-import { extProcServiceHandlers } from './ext-proc-server';
 import { GatewayContext } from './decision';
-import { RouteCatalogView, buildRouteViews } from './route-catalog';
-import { closeBackendSession, notifyBackend, openBackendSession, resendToBackend } from './sessions/backend-sessions';
-import { MemorySessionStore, RedisSessionStore, SessionLimits, SessionStore } from './sessions/session-store';
+import { GatewayServer } from './gateway-server';
 import { RedisTimeouts } from '../shared/redis-client';
 import { ListChangedStreams, servedNames } from './list-changed-streams';
+import { RouteCatalogView, buildRouteViews } from './route-catalog';
+import { closeBackendSession, openBackendSession, postToBackendSession } from './sessions/backend-sessions';
+import { MemorySessionStore, RedisSessionStore, SessionLimits, SessionStore } from './sessions/session-store';
 import { SidecarMetrics, startSidecarAdmin } from './sidecar-metrics';
 
 export interface SidecarOptions {
-  /** host:port for clients' GET streams (tools/list_changed), steered here by Envoy; none: GET is answered 405. */
-  streamsAddress?: string;
+  /** host:port of the sidecar's HTTP port behind Envoy: the gateway lane and the call lane's session check. */
+  address: string;
   /** host:port for GET /metrics and /healthz; none when absent. */
   adminAddress?: string;
-  /** host:port the ext_proc gRPC server listens on. */
-  extProcAddress: string;
   /** host:port of the control plane's gRPC server (catalog stream). */
   controlPlaneAddress: string;
   sidecarId: string;
@@ -28,9 +25,13 @@ export interface SidecarOptions {
   sessionIdleTtlSeconds: number;
   /** Bounds on what one client's initialize makes the gateway store (docs/hardening.md). */
   sessionLimits?: SessionLimits;
-  /** Limit for opening (initialize) or ending (DELETE) a backend's session. */
+  /** Limit for opening (initialize) or ending (DELETE) a backend's session, and for relaying a client's message. */
   backendSessionTimeoutMs: number;
-  /** On stop, how long calls in flight may keep the sidecar on their response path. */
+  /** Largest request body the gateway lane reads (Envoy's mcp filter has the same limit). */
+  maxRequestBodyBytes: number;
+  /** GET streams one session may hold at a time. */
+  maxStreamsPerSession: number;
+  /** On stop, how long requests in flight may take to finish. */
   drainTimeoutMs: number;
   log: Logger;
 }
@@ -46,7 +47,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   const { log } = options;
   let routes = new Map<string, RouteCatalogView>();
   let version = '';
-  let streams: ListChangedStreams | undefined;
+  const streams = new ListChangedStreams(options.maxStreamsPerSession, log);
   const subscriber = new CatalogSubscriber(
     options.controlPlaneAddress,
     options.sidecarId,
@@ -56,7 +57,6 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       routes = buildRouteViews(snapshot);
       version = snapshot.version;
       log.info('catalog updated', { version, routes: [...routes.keys()] });
-      if (!streams) return;
       const changed = [...routes].filter(([key, view]) => previous.has(key) && servedNames(previous.get(key)!) !== servedNames(view));
       streams.toolsChanged(changed.map(([key]) => key));
     },
@@ -81,54 +81,39 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     sessions = new MemorySessionStore(options.sessionIdleTtlSeconds, options.sessionLimits);
     log.warn('no --redis: sessions live in this process only (lost on restart, not shared with other replicas)');
   }
-  if (options.streamsAddress) {
-    streams = new ListChangedStreams(sessions, log);
-    await streams.listen(options.streamsAddress);
-  }
   const context: GatewayContext = {
     lookup: (key) => routes.get(key),
-    streams: streams !== undefined,
     sessions,
     backendSessions: {
       open: (backend, session, clientHeaders) => openBackendSession(backend, session, clientHeaders, options.backendSessionTimeoutMs),
       close: (backend, onBehalf) => closeBackendSession(backend, onBehalf, options.backendSessionTimeoutMs),
-      notify: (backend, onBehalf, notification) => notifyBackend(backend, onBehalf, notification, options.backendSessionTimeoutMs),
-      resend: resendToBackend,
+      post: (backend, onBehalf, message) => postToBackendSession(backend, onBehalf, message, options.backendSessionTimeoutMs),
     },
     log,
   };
 
   const metrics = new SidecarMetrics();
   const admin = options.adminAddress ? await startSidecarAdmin(options.adminAddress, metrics, () => version) : undefined;
-  const server = new grpc.Server();
-  server.addService(grpcServices.externalProcessor().service, extProcServiceHandlers(context, metrics));
-  const port = await new Promise<number>((resolve, reject) =>
-    server.bindAsync(options.extProcAddress, grpc.ServerCredentials.createInsecure(), (error, bound) =>
-      error ? reject(error) : resolve(bound),
-    ),
-  );
+  const gateway = new GatewayServer(context, streams, { maxRequestBodyBytes: options.maxRequestBodyBytes }, metrics);
+  const server: http.Server = await listenAt(gateway.handle, options.address);
+  // Envoy keeps its connections to the sidecar open between requests: longer than Envoy's own idle timeout (1 h by default) would be pointless.
+  server.keepAliveTimeout = 300_000;
   subscriber.start();
-  log.info('sidecar listening', { extProc: options.extProcAddress, admin: options.adminAddress, controlPlane: options.controlPlaneAddress });
+  log.info('sidecar listening', { address: options.address, admin: options.adminAddress, controlPlane: options.controlPlaneAddress });
 
   return {
-    port,
+    port: (server.address() as { port: number }).port,
     stop: async () => {
       subscriber.stop();
       if (admin) await closeServer(admin);
-      await streams?.close();
-      // Calls in flight may stream for minutes: they get drainTimeoutMs, then the sidecar lets go of
-      // them, and Envoy (failing open) carries their remaining frames unannotated.
-      await new Promise<void>((resolve) => {
-        const deadline = setTimeout(() => {
-          log.warn('drain timeout: leaving the calls still in flight to Envoy', { drainTimeoutMs: options.drainTimeoutMs });
-          server.forceShutdown();
-          resolve();
-        }, options.drainTimeoutMs);
-        server.tryShutdown(() => {
-          clearTimeout(deadline);
-          resolve();
-        });
-      });
+      gateway.close();
+      // Requests in flight are short (no call passes through the sidecar): they get drainTimeoutMs.
+      server.closeIdleConnections();
+      await Promise.race([
+        new Promise<void>((resolve) => server.close(() => resolve())),
+        new Promise<void>((resolve) => setTimeout(resolve, options.drainTimeoutMs).unref()),
+      ]);
+      server.closeAllConnections();
       await sessions.close();
     },
   };

@@ -13,6 +13,7 @@ const savedCatalogSchema = z.array(
     last_success_at: z.string(),
     // Absent in copies saved before the gateway served backends of the stateless revision.
     protocol_version: z.string().optional(),
+    sessionful: z.boolean().optional(),
   }),
 );
 export type SavedBackendCatalog = z.output<typeof savedCatalogSchema>[number];

@@ -113,9 +113,11 @@ describe('call resilience through the real Envoy', () => {
   });
 
   // Last: it reads what the tests above did.
-  it('counts every outcome in the sidecar metrics and writes it to the access log', async () => {
+  it("counts every outcome in the control plane's metrics (from Envoy's call log) and writes it to the access log", async () => {
     const calls = (outcome: string) =>
-      metricValue(stack, 'mcpgw_tool_calls_total', { route: outcome === 'denied' ? 'readers' : 'ops', backend: 'reports', outcome }, stack.sidecarAdminUrl);
+      metricValue(stack, 'mcpgw_tool_calls_total', { route: outcome === 'denied' ? 'readers' : 'ops', backend: 'reports', outcome });
+    // Envoy sends its call log in batches, at least every second.
+    await waitFor('the call log to reach the control plane', async () => ((await calls('denied')) === 2 ? true : undefined));
     expect(await calls('ok')).toBe(2);
     expect(await calls('failed')).toBeGreaterThanOrEqual(3);
     expect(await calls('degraded')).toBe(1);

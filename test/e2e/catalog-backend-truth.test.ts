@@ -58,7 +58,11 @@ describe('a backend whose tools/list grows to 50 MB', () => {
     const refreshed = (await (await refreshing).json()) as { routes: { backends: { name: string; state: string; last_error: string; tools: number }[] }[] };
     expect(refreshed.routes[0].backends.find((backend) => backend.name === 'huge')).toMatchObject({ state: 'stale', last_error: 'tools/list exceeded 10 MiB', tools: 2 });
 
-    const big = await toolsListResult(stack.gatewayUrl('big'));
+    // The control plane answered; the sidecars hear of the change over their catalog stream a moment later.
+    const big = await waitFor('the sidecar to serve the degraded catalog', async () => {
+      const listed = await toolsListResult(stack.gatewayUrl('big'));
+      return listed.degraded.length > 0 ? listed : undefined;
+    });
     expect(big.names).toEqual(['huge__alpha', 'huge__beta', 'weather__get_forecast', 'weather__get_alerts']);
     expect(big.degraded).toEqual([expect.objectContaining({ name: 'huge', state: 'stale', lastError: 'tools/list exceeded 10 MiB', tools: 2 })]);
     const call = await postJsonRpc(stack.gatewayUrl('big'), { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'weather__get_forecast', arguments: { city: 'Oslo' } } });

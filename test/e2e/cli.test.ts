@@ -35,7 +35,7 @@ describe('mcpgw help and usage', () => {
     expect(up).toContain('--listener-port <port> the port agents connect to (default: 10000, env: MCPGW_PORT)');
     expect(up).toContain('--registry <file> the registry (routes → Tool Services), YAML or JSON (default: registry/default.yaml, env: MCPGW_REGISTRY)');
     expect(up).toMatch(/--log-level <level> .* default: "info", env: MCPGW_LOG_LEVEL\)/);
-    expect(helpOf('sidecar', '-h')).toContain('--drain-timeout-ms <ms> on SIGTERM, how long calls in flight keep the sidecar (default: 10000)');
+    expect(helpOf('sidecar', '-h')).toContain('--drain-timeout-ms <ms> on SIGTERM, how long requests in flight keep the sidecar (default: 10000)');
     expect(helpOf('control-plane', '--help')).toContain('--portal-token <token> bearer token for the Portal (env: MCPGW_PORTAL_TOKEN)');
   });
 
@@ -61,10 +61,10 @@ describe('mcpgw help and usage', () => {
 
   it.each([
     [['up', '--listner-port', '1'], "mcpgw up: unknown option '--listner-port' (Did you mean --listener-port?) (see 'mcpgw up --help')"],
-    [['sidecar', '--ext-proc', 'nohost', '--control-plane', '127.0.0.1:1'], "mcpgw sidecar: option '--ext-proc <host:port>' argument 'nohost' is invalid. must be HOST:PORT with a port from 1 to 65535, e.g. 127.0.0.1:18000 (see 'mcpgw sidecar --help')"],
+    [['sidecar', '--listen', 'nohost', '--control-plane', '127.0.0.1:1'], "mcpgw sidecar: option '--listen <host:port>' argument 'nohost' is invalid. must be HOST:PORT with a port from 1 to 65535, e.g. 127.0.0.1:18000 (see 'mcpgw sidecar --help')"],
     [['control-plane', '--grpc', '127.0.0.1:1'], "mcpgw control-plane: required option '--admin <host:port>' not specified (see 'mcpgw control-plane --help')"],
     [['envoy-bootstrap', '--node-id', 'n', '--admin', '127.0.0.1:1', '--xds', '127.0.0.1:2', '--ads', 'REST'], "mcpgw envoy-bootstrap: option '--ads <type>' argument 'REST' is invalid. Allowed choices are GRPC, DELTA_GRPC. (see 'mcpgw envoy-bootstrap --help')"],
-    [['sidecar', '--ext-proc', '127.0.0.1:1', '--control-plane', '127.0.0.1:2', '--redis-command-timeout-ms', '0'], "mcpgw sidecar: option '--redis-command-timeout-ms <ms>' argument '0' is invalid. must be a whole number above 0 (see 'mcpgw sidecar --help')"],
+    [['sidecar', '--listen', '127.0.0.1:1', '--control-plane', '127.0.0.1:2', '--redis-command-timeout-ms', '0'], "mcpgw sidecar: option '--redis-command-timeout-ms <ms>' argument '0' is invalid. must be a whole number above 0 (see 'mcpgw sidecar --help')"],
     [['lift-off'], "mcpgw: unknown command 'lift-off' (see 'mcpgw --help')"],
   ])('answers a usage error (%j) with one line naming it, exit 2', (args, line) => {
     expect(mcpgw(...args)).toEqual({ code: 2, stdout: '', stderr: `${line}\n` });

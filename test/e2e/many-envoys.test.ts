@@ -27,7 +27,7 @@ describe.each<XdsApiType>(['GRPC', 'DELTA_GRPC'])('several Envoys on one control
     });
     expect(new Set(nodes.map((node) => node.node.id)).size).toBe(2);
     for (const adminUrl of [stack.envoyAdminUrl, secondAdminUrl]) {
-      expect(await envoyRouteNames(adminUrl)).toEqual(['demo/weather', 'demo/streams', 'demo/unsteered', 'not_found']);
+      expect(await envoyRouteNames(adminUrl)).toEqual(['demo/call/weather', 'demo/streams', 'demo/gateway', 'unknown_route', 'not_found']);
     }
   });
 
@@ -40,7 +40,7 @@ describe.each<XdsApiType>(['GRPC', 'DELTA_GRPC'])('several Envoys on one control
     });
     for (const adminUrl of [stack.envoyAdminUrl, secondAdminUrl]) {
       await waitFor(`${adminUrl} to get the new route and cluster`, async () =>
-        (await envoyRouteNames(adminUrl)).includes('jobs/jobs') && (await envoyDynamicClusters(stack, adminUrl)).includes('tool_service.jobs')
+        (await envoyRouteNames(adminUrl)).includes('jobs/call/jobs') && (await envoyDynamicClusters(stack, adminUrl)).includes('tool_service.jobs')
           ? true
           : undefined,
       );

@@ -126,8 +126,7 @@ describe('claiming a backend session just opened (real Redis, real stateful MCP 
     backendSessions: {
       open: (view: BackendView, session: GatewaySession) => openBackendSession(view, session, clientHeaders, 5000),
       close: (view: BackendView, onBehalf: Parameters<typeof closeBackendSession>[1]) => closeBackendSession(view, onBehalf, 5000),
-      notify: async () => undefined,
-      resend: async () => {
+      post: async () => {
         throw new Error('not used here');
       },
     },

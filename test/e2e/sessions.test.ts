@@ -168,18 +168,20 @@ describe('sessions through the gateway (server-everything, real Envoy and Redis)
     expect(waiter.unauthorized).toBe(0);
   });
 
-  it('opens a new backend session when the backend answers 404 for its own, without the client noticing', async () => {
-    const { client } = await connect('cancel', undefined, asAgent);
+  it("answers a call the backend refused for a session it forgot (404) with a JSON-RPC error, keeps the client's session, and opens a new backend session for the next call", async () => {
+    const { client, transport } = await connect('cancel', undefined, asAgent);
     const whoami = async () => ((await client.callTool({ name: 'waiter__whoami', arguments: {} })).content as { text: string }[])[0].text;
     const before = await whoami();
+    const gatewaySession = transport.sessionId;
     waiter.forgetSessions();
-    const renewed = await client.callTool({ name: 'waiter__whoami', arguments: {} });
-    const after = (renewed.content as { text: string }[])[0].text;
+    await expect(client.callTool({ name: 'waiter__whoami', arguments: {} })).rejects.toThrow(
+      /-32004.*backend waiter lost the session of this call and ran nothing: call again/,
+    );
+    const after = await whoami();
     expect(after).not.toBe(before);
     expect(after).toMatch(/^[0-9a-f-]{36}$/);
-    // The call that found the session gone counts as an attempt.
-    expect(renewed._meta?.['mcpgw/outcome']).toMatchObject({ outcome: 'ok', attempts: 2 });
     expect(await whoami()).toBe(after);
+    expect(transport.sessionId).toBe(gatewaySession);
     expect(waiter.unauthorized).toBe(0);
   });
 
@@ -194,11 +196,12 @@ describe('sessions through the gateway (server-everything, real Envoy and Redis)
   });
 
   // Last: it restarts server-everything, which the other tests use.
-  it('opens a new backend session when the backend forgot its own (restart), without the client noticing', async () => {
+  it('opens a new backend session after the backend forgot its own (restart): one call is answered "call again", the client keeps its session', async () => {
     const { client, transport } = await connect('stateful');
     const before = await toggle(client);
     await everything.stop();
     everything = await startEverythingServer(everythingPort, path.join(dir, 'everything-restarted.log'));
+    await expect(toggle(client)).rejects.toThrow(/lost the session of this call and ran nothing: call again/);
     const after = await toggle(client);
     // A new backend session (its toggle state starts afresh), under the same gateway session.
     expect(after.started).toBe(true);

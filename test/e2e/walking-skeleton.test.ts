@@ -4,8 +4,9 @@ import { GatewayStack } from '../../control-plane/devstack/stack';
 import { connectClient, postJsonRpc, startGateway } from '../support/gateway-fixture';
 
 /**
- * The whole path on real parts: SDK client → Envoy 1.40 → ext_proc sidecar → sample Tool Service,
- * configured over ADS by the control plane.
+ * The whole path on real parts: SDK client → Envoy 1.40 (call lane: mcp filter, call script, session
+ * check) → sample Tool Service, and Envoy → sidecar for what the gateway answers itself, configured
+ * over ADS by the control plane.
  */
 describe('walking skeleton (real Envoy, sidecar, control plane, MCP SDK peers)', () => {
   let stack: GatewayStack;
@@ -92,7 +93,7 @@ describe('walking skeleton (real Envoy, sidecar, control plane, MCP SDK peers)',
     expect(response.json().error).toEqual({ code: -32600, message: 'unknown route key "nope"' });
   });
 
-  it('ignores a steering header injected by the client', async () => {
+  it('lets no client header choose the backend', async () => {
     const response = await postJsonRpc(
       stack.gatewayUrl('demo'),
       { jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name: 'weather__get_alerts', arguments: { region: 'north' } } },
@@ -116,13 +117,14 @@ describe('walking skeleton (real Envoy, sidecar, control plane, MCP SDK peers)',
     const routeConfig = routes.dynamic_route_configs[0].route_config;
     expect(routeConfig.name).toBe('mcp_routes');
     expect(routeConfig.virtual_hosts[0].routes.map((route) => route.name)).toEqual([
-      'demo/jobs',
-      'demo/weather',
+      'demo/call/weather',
+      'demo/call/jobs',
       'demo/streams',
-      'demo/unsteered',
-      'solo/jobs',
+      'demo/gateway',
+      'solo/call/jobs',
       'solo/streams',
-      'solo/unsteered',
+      'solo/gateway',
+      'unknown_route',
       'not_found',
     ]);
 
@@ -133,6 +135,7 @@ describe('walking skeleton (real Envoy, sidecar, control plane, MCP SDK peers)',
     expect(clusters.static_clusters.map((entry) => entry.cluster.name)).toEqual(['xds_control_plane']);
     expect(clusters.dynamic_active_clusters.map((entry) => entry.cluster.name).sort()).toEqual([
       'mcp_sidecar',
+      'mcp_sidecar_check',
       'mcp_sidecar_streams',
       'tool_service.jobs',
       'tool_service.weather',

@@ -11,10 +11,9 @@ import { quietLogger } from './quiet-logger';
 export function sidecarContext(views: Map<string, RouteCatalogView>, openBackendSession: (url: string) => Promise<string> = async () => 'backend-session-1') {
   const opened: string[] = [];
   const closed: string[] = [];
-  const notified: { url: string; backendSessionId: string; notification: unknown }[] = [];
+  const posted: { url: string; backendSessionId: string; message: unknown }[] = [];
   const context: GatewayContext = {
     lookup: (key) => views.get(key),
-    streams: false,
     sessions: new MemorySessionStore(60),
     backendSessions: {
       open: async ({ url }) => {
@@ -24,14 +23,12 @@ export function sidecarContext(views: Map<string, RouteCatalogView>, openBackend
       close: async ({ url }, { backendSessionId }) => {
         closed.push(`${url} ${backendSessionId}`);
       },
-      notify: async ({ url }, { backendSessionId }, notification) => {
-        notified.push({ url, backendSessionId, notification });
-      },
-      resend: async () => {
-        throw new Error('unit tests do not resend calls');
+      post: async ({ url }, { backendSessionId }, message) => {
+        posted.push({ url, backendSessionId, message: JSON.parse(message) });
+        return { status: 202, contentType: 'application/json', body: Buffer.alloc(0) };
       },
     },
     log: quietLogger,
   };
-  return { context, opened, closed, notified };
+  return { context, opened, closed, posted };
 }

@@ -28,7 +28,7 @@ function storeWith(lists: Record<string, Tool[]>, settings: Partial<CatalogSetti
       fetched.push(target);
       const tools = lists[target];
       if (!tools) throw new Error(`connect ECONNREFUSED ${target}`);
-      return { tools, protocolVersion: '2025-11-25' };
+      return { tools, protocolVersion: '2025-11-25', sessionful: true };
     },
     { ...CATALOG_DEFAULTS, ...settings },
     quiet,
@@ -114,7 +114,7 @@ describe('catalog store: the route catalog sidecars serve', () => {
       async () => {
         calls++;
         await new Promise<void>((resolve) => (release = resolve));
-        return { tools: [tool('ping')], protocolVersion: '2025-11-25' };
+        return { tools: [tool('ping')], protocolVersion: '2025-11-25', sessionful: true };
       },
       CATALOG_DEFAULTS,
       quiet,

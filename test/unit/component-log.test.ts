@@ -6,12 +6,12 @@ import { testDir } from '../support/gateway-fixture';
 
 /** A real sidecar process (no control plane to talk to) writing its log file, read back line by line. */
 async function sidecarLog(dir: string, level: string): Promise<Record<string, unknown>[]> {
-  const [extProc, nobody] = await freePorts(2);
+  const [listen, nobody] = await freePorts(2);
   const file = path.join(dir, `sidecar-${level}.log`);
   const sidecar = new ManagedProcess({
     name: 'sidecar',
     command: process.execPath,
-    args: [projectPath('dist', 'control-plane', 'cli', 'mcpgw.js'), 'sidecar', '--ext-proc', `127.0.0.1:${extProc}`, '--control-plane', `127.0.0.1:${nobody}`, '--log-level', level],
+    args: [projectPath('dist', 'control-plane', 'cli', 'mcpgw.js'), 'sidecar', '--listen', `127.0.0.1:${listen}`, '--control-plane', `127.0.0.1:${nobody}`, '--log-level', level],
     logFile: file,
   });
   try {

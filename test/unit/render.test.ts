@@ -9,10 +9,12 @@ import { loadRegistryFile } from '../../control-plane/registry/static-file';
 import { projectPath } from '../../control-plane/shared/paths';
 import { asStaticBootstrap, diffXds, formatDifferences } from '../../control-plane/xds/render';
 import { translate } from '../../control-plane/xds/translate';
+import { EMPTY_CALL_LANE_CATALOG } from '../../control-plane/xds/translate/call-lane';
+import { GATEWAY_DEFAULTS } from '../../control-plane/xds/translate/settings';
 
-const settings = { listener: { address: '127.0.0.1', port: 10000 }, sidecar: { address: '127.0.0.1', port: 18080 } };
+const settings = { ...GATEWAY_DEFAULTS, listener: { address: '127.0.0.1', port: 10000 }, sidecar: { address: '127.0.0.1', port: 18080 } };
 const FIXTURES = projectPath('test', 'fixtures', 'registries');
-const xdsOf = (file: string) => translate(buildGatewayIR(loadRegistryFile(path.join(FIXTURES, file))), settings);
+const xdsOf = (file: string) => translate(buildGatewayIR(loadRegistryFile(path.join(FIXTURES, file))), EMPTY_CALL_LANE_CATALOG, settings);
 const CLI = projectPath('dist', 'control-plane', 'cli', 'mcpgw.js');
 
 describe('rendered xDS', () => {
@@ -47,7 +49,7 @@ describe('xDS diff', () => {
     expect(text).toContain('+ clusters/tool_service.cluster-manager-prod');
     expect(text).toContain('- clusters/tool_service.weather');
     expect(text).toContain('~ route_configurations/mcp_routes');
-    expect(text).toContain('.virtual_hosts[mcp].routes[demo/jobs]: {');
+    expect(text).toContain('.virtual_hosts[mcp].routes[demo/call/jobs]: {');
     expect(differences.find((difference) => difference.type === 'listeners')).toBeUndefined();
   });
 

@@ -35,7 +35,7 @@ describe('tool policy of a route', () => {
         { key: 'full', toolServices: [{ id: 'jobs', name: 'jobs', url }] },
       ],
     });
-    const store = new CatalogStore(async () => ({ tools: [tool('get_job', true), tool('delete_job')], protocolVersion: '2025-11-25' }), CATALOG_DEFAULTS, quietLogger);
+    const store = new CatalogStore(async () => ({ tools: [tool('get_job', true), tool('delete_job')], protocolVersion: '2025-11-25', sessionful: true }), CATALOG_DEFAULTS, quietLogger);
     store.setGateway(ir);
     await store.refresh();
     const routes = new Map(store.current().routes.map((route) => [route.route_key, route]));

@@ -1,11 +1,13 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { buildGatewayIR } from '../../control-plane/ir/gateway-ir';
+import { GatewayIR, buildGatewayIR } from '../../control-plane/ir/gateway-ir';
+import { backendCatalog, catalogSnapshot } from './catalog-fixtures';
 import { loadRegistryFile } from '../../control-plane/registry/static-file';
 import { projectPath } from '../../control-plane/shared/paths';
 import { buildSnapshot } from '../../control-plane/xds/server/snapshot';
 import { translate } from '../../control-plane/xds/translate';
-import { GatewaySettings } from '../../control-plane/xds/translate/settings';
+import { GATEWAY_DEFAULTS, GatewaySettings } from '../../control-plane/xds/translate/settings';
+import { CallLaneCatalog, callLaneCatalogOf } from '../../control-plane/xds/translate/call-lane';
 import { TYPE_URL } from '../../control-plane/xds/translate/type-urls';
 
 /**
@@ -13,19 +15,47 @@ import { TYPE_URL } from '../../control-plane/xds/translate/type-urls';
  * `UPDATE_GOLDEN=1 npx jest test/unit/translate-golden` before committing it.
  */
 const settings: GatewaySettings = {
+  ...GATEWAY_DEFAULTS,
   listener: { address: '127.0.0.1', port: 10000 },
   sidecar: { address: '127.0.0.1', port: 18080 },
-  sidecarStreams: { address: '127.0.0.1', port: 18082 },
 };
 const FIXTURES = projectPath('test', 'fixtures', 'registries');
 const GOLDEN = projectPath('test', 'golden');
 
-const resourcesOf = (registry: ReturnType<typeof loadRegistryFile>) => translate(buildGatewayIR(registry), settings);
+/**
+ * A catalog for the registry's routes, as the control plane would have it once the backends answered:
+ * each backend with a read-only tool, a tool with its own deadline and a tool the policy denies; the
+ * call routes carry these as the call script's rules.
+ */
+function catalogFor(ir: GatewayIR): CallLaneCatalog {
+  const tool = (name: string, extra: Record<string, unknown> = {}) => JSON.stringify({ name, inputSchema: { type: 'object' }, ...extra });
+  return callLaneCatalogOf(
+    catalogSnapshot(
+      ir.routes.map((route) => ({
+        route_key: route.key,
+        backends: route.backends.map((backend) =>
+          backendCatalog(backend.name, [], {
+            cluster: backend.clusterName,
+            tools_json: [tool('get_status', { annotations: { readOnlyHint: true } }), tool('run_task', { _meta: { 'mcpgw/timeoutMs': 30000 } }), tool('delete_all')],
+            denied_tools: [{ tool: 'delete_all', rule: 'denyTools: delete_*' }],
+          }),
+        ),
+      })),
+    ),
+  );
+}
+
+const resourcesOf = (registry: ReturnType<typeof loadRegistryFile>) => {
+  const ir = buildGatewayIR(registry);
+  return translate(ir, catalogFor(ir), settings);
+};
 
 describe('registry → IR → xDS golden files', () => {
   it.each(fs.readdirSync(FIXTURES).filter((file) => file.endsWith('.yaml')))('%s', (file) => {
     const resources = resourcesOf(loadRegistryFile(path.join(FIXTURES, file)));
-    const rendered = `${JSON.stringify(resources, null, 2)}\n`;
+    // The call script is tested on its own (call-lane-lua.test.ts): golden files name it rather than repeat it.
+    const script = fs.readFileSync(projectPath('control-plane', 'xds', 'lua', 'call-lane.lua'), 'utf8');
+    const rendered = `${JSON.stringify(resources, (_key, value) => (value === script ? '<control-plane/xds/lua/call-lane.lua>' : value), 2)}\n`;
     const golden = path.join(GOLDEN, file.replace(/\.yaml$/, '.xds.json'));
     if (process.env.UPDATE_GOLDEN) fs.writeFileSync(golden, rendered);
     expect(rendered).toBe(fs.readFileSync(golden, 'utf8'));

@@ -44,7 +44,7 @@ async function firstMessage(response: Response): Promise<{ error?: { message: st
  */
 export async function openBackendSession(
   backend: BackendView,
-  session: GatewaySession,
+  session: Pick<GatewaySession, 'protocolVersion' | 'clientInfo' | 'clientCapabilities'>,
   clientHeaders: Record<string, string>,
   timeoutMs: number,
 ): Promise<string> {
@@ -98,13 +98,6 @@ export async function closeBackendSession(backend: BackendView, onBehalf: OnBeha
   await response.body?.cancel();
 }
 
-/** Passes a client's notification (cancelled, roots changed, …) to one backend session. */
-export async function notifyBackend(backend: BackendView, onBehalf: OnBehalf, notification: unknown, timeoutMs: number): Promise<void> {
-  const response = await postToBackend(backend, inSession(onBehalf), notification, AbortSignal.timeout(timeoutMs));
-  await response.body?.cancel();
-  if (!response.ok) throw new Error(`notification answered ${response.status}`);
-}
-
 export interface BackendAnswer {
   status: number;
   contentType: string;
@@ -112,11 +105,11 @@ export interface BackendAnswer {
 }
 
 /**
- * Sends a request again, from the sidecar, in a new backend session: the whole answer, once the
- * backend has finished it. Only for requests the backend refused without running them.
+ * Posts a client's message (a notification, or its answer to a request the backend sent it) in the
+ * backend session: the backend's whole HTTP answer (202 for both, as the spec says).
  */
-export async function resendToBackend(backend: BackendView, onBehalf: OnBehalf, body: string, timeoutMs: number): Promise<BackendAnswer> {
-  const response = await postToBackend(backend, inSession(onBehalf), body, AbortSignal.timeout(timeoutMs));
+export async function postToBackendSession(backend: BackendView, onBehalf: OnBehalf, message: string, timeoutMs: number): Promise<BackendAnswer> {
+  const response = await postToBackend(backend, inSession(onBehalf), message, AbortSignal.timeout(timeoutMs));
   return {
     status: response.status,
     contentType: response.headers.get('content-type') ?? 'application/json',

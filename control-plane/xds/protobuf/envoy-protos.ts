@@ -20,12 +20,12 @@ const RESOURCE_PROTO_FILES = [
   'envoy/config/cluster/v3/cluster.proto',
   'envoy/config/endpoint/v3/endpoint.proto',
   'envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.proto',
-  'envoy/extensions/filters/http/ext_proc/v3/ext_proc.proto',
-  'envoy/extensions/http/early_header_mutation/header_mutation/v3/header_mutation.proto',
+  'envoy/extensions/filters/http/ext_authz/v3/ext_authz.proto',
   'envoy/extensions/filters/http/router/v3/router.proto',
   'envoy/extensions/upstreams/http/v3/http_protocol_options.proto',
   'envoy/extensions/transport_sockets/tls/v3/tls.proto',
   'envoy/extensions/access_loggers/stream/v3/stream.proto',
+  'envoy/extensions/access_loggers/grpc/v3/als.proto',
   'xds/type/v3/typed_struct.proto',
 ];
 

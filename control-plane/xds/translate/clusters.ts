@@ -2,7 +2,7 @@ import { isIP } from 'node:net';
 import { GatewayIR, ToolServiceIR } from '../../ir/gateway-ir';
 import { TypedJson } from '../protobuf/proto-json';
 import { duration } from './duration';
-import { GatewaySettings, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
+import { GatewaySettings, SIDECAR_CHECK_CLUSTER_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { TYPE_URL } from './type-urls';
 
 /**
@@ -68,42 +68,33 @@ function toolServiceCluster(service: ToolServiceIR): TypedJson {
   };
 }
 
-/** ext_proc is gRPC, so the sidecar cluster speaks HTTP/2 to it. */
-function sidecarCluster(settings: GatewaySettings): TypedJson {
+/**
+ * The sidecars, over plain HTTP/1.1, as three clusters with limits of their own (docs/adr/0008): the
+ * gateway lane's short requests, the call lane's session checks, and clients' long-lived GET streams —
+ * so that streams held open can never take the slots of checks or answers.
+ */
+export const SIDECAR_LIMITS = {
+  [SIDECAR_CLUSTER_NAME]: { max_connections: 1024, max_pending_requests: 1024, max_requests: 1024, max_retries: 3 },
+  [SIDECAR_CHECK_CLUSTER_NAME]: { max_connections: 1024, max_pending_requests: 1024, max_requests: 1024, max_retries: 3 },
+  [SIDECAR_STREAMS_CLUSTER_NAME]: { max_connections: 4096, max_pending_requests: 256, max_requests: 4096, max_retries: 0 },
+};
+
+function sidecarCluster(name: keyof typeof SIDECAR_LIMITS, settings: GatewaySettings): TypedJson {
   return {
     '@type': TYPE_URL.cluster,
-    name: SIDECAR_CLUSTER_NAME,
+    name,
     type: discoveryTypeFor(settings.sidecar.address),
     connect_timeout: '1s',
-    load_assignment: loadAssignment(SIDECAR_CLUSTER_NAME, settings.sidecar.address, settings.sidecar.port),
-    typed_extension_protocol_options: {
-      'envoy.extensions.upstreams.http.v3.HttpProtocolOptions': {
-        '@type': TYPE_URL.httpProtocolOptions,
-        // Every request opens (and Envoy then resets) one ext_proc stream. Node's HTTP/2 server limits
-        // the rate of stream resets per connection (rapid-reset protection) and refuses streams past it,
-        // so connections to the sidecar are recycled well before that budget runs out.
-        common_http_protocol_options: { max_requests_per_connection: 500 },
-        explicit_http_config: { http2_protocol_options: {} },
-      },
-    },
-  };
-}
-
-/** Plain HTTP/1.1 to the sidecars' stream server: one long-lived response per client GET stream. */
-function sidecarStreamsCluster(streams: NonNullable<GatewaySettings['sidecarStreams']>): TypedJson {
-  return {
-    '@type': TYPE_URL.cluster,
-    name: SIDECAR_STREAMS_CLUSTER_NAME,
-    type: discoveryTypeFor(streams.address),
-    connect_timeout: '1s',
-    load_assignment: loadAssignment(SIDECAR_STREAMS_CLUSTER_NAME, streams.address, streams.port),
+    load_assignment: loadAssignment(name, settings.sidecar.address, settings.sidecar.port),
+    circuit_breakers: { thresholds: [{ priority: 'DEFAULT', ...SIDECAR_LIMITS[name] }] },
   };
 }
 
 export function buildClusters(ir: GatewayIR, settings: GatewaySettings): TypedJson[] {
   return [
-    sidecarCluster(settings),
-    ...(settings.sidecarStreams ? [sidecarStreamsCluster(settings.sidecarStreams)] : []),
+    sidecarCluster(SIDECAR_CLUSTER_NAME, settings),
+    sidecarCluster(SIDECAR_CHECK_CLUSTER_NAME, settings),
+    sidecarCluster(SIDECAR_STREAMS_CLUSTER_NAME, settings),
     ...ir.toolServices.map(toolServiceCluster),
   ];
 }

@@ -1,5 +1,6 @@
 import { GatewayIR } from '../../ir/gateway-ir';
 import { TypedJson } from '../protobuf/proto-json';
+import { CallLaneCatalog } from './call-lane';
 import { buildClusters } from './clusters';
 import { buildListener } from './listener';
 import { buildRouteConfiguration } from './route-configuration';
@@ -9,10 +10,11 @@ import { TYPE_URL } from './type-urls';
 /** The Envoy resources for one IR, by xDS type URL, in proto3 JSON form (what golden files hold). */
 export type XdsResources = Record<string, TypedJson[]>;
 
-export function translate(ir: GatewayIR, settings: GatewaySettings): XdsResources {
+/** The registry (IR) makes listener, routes and clusters; the catalog adds the call lane's per-backend rules to the routes. */
+export function translate(ir: GatewayIR, catalog: CallLaneCatalog, settings: GatewaySettings): XdsResources {
   return {
     [TYPE_URL.cluster]: buildClusters(ir, settings),
     [TYPE_URL.listener]: [buildListener(settings)],
-    [TYPE_URL.routeConfiguration]: [buildRouteConfiguration(ir, settings)],
+    [TYPE_URL.routeConfiguration]: [buildRouteConfiguration(ir, catalog)],
   };
 }

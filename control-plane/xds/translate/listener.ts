@@ -1,54 +1,8 @@
 import { TypedJson } from '../protobuf/proto-json';
+import { callScriptFilter, mcpFilter, sessionCheckFilter } from './call-lane';
 import { localReplyConfig } from './local-replies';
-import { BACKEND_CLUSTER_HEADER, GatewaySettings, LISTENER_NAME, METADATA_NAMESPACE, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME } from './settings';
+import { CONTROL_PLANE_CLUSTER_NAME, GatewaySettings, LISTENER_NAME, MCP_METADATA_NAMESPACE, METADATA_NAMESPACE, ROUTE_CONFIG_NAME } from './settings';
 import { TYPE_URL } from './type-urls';
-
-/**
- * The sidecar sees every request's headers and, for POSTs, the whole JSON-RPC body (BUFFERED), so
- * it can answer or steer the request. Of the responses, only those of steered requests reach it
- * (the sidecar's own answers have no response phase): their headers, and then, by mode_override,
- * the body of a tools/call answer chunk by chunk (STREAMED), to put the call's outcome into its final
- * message and scope the ids of requests its backend sends (ADR-0006).
- */
-const extProcFilter = {
-  name: 'envoy.filters.http.ext_proc',
-  typed_config: {
-    '@type': TYPE_URL.extProc,
-    grpc_service: { envoy_grpc: { cluster_name: SIDECAR_CLUSTER_NAME }, timeout: '5s' },
-    // Fail open, so that a sidecar restart never cuts a tools/call stream in flight (its outcome is
-    // then simply not annotated). Requests still fail closed: without the sidecar's steering header
-    // no route leads to a backend (clientSteeringStrip).
-    failure_mode_allow: true,
-    message_timeout: '2s',
-    // The sidecar may take longer when it sends a call again in a new backend session (ADR-0006).
-    max_message_timeout: '300s',
-    allow_mode_override: true,
-    // The sidecar sets Envoy's per-request timeout and retry headers, and removes clients' copies.
-    mutation_rules: { allow_envoy: true },
-    metadata_options: { receiving_namespaces: { untyped: [METADATA_NAMESPACE] } },
-    processing_mode: {
-      request_header_mode: 'SEND',
-      request_body_mode: 'BUFFERED',
-      request_trailer_mode: 'SKIP',
-      response_header_mode: 'SEND',
-      response_body_mode: 'NONE',
-      response_trailer_mode: 'SKIP',
-    },
-  },
-};
-
-/**
- * Only the sidecar may steer: a client's own steering header is gone before the route is chosen
- * (early header mutation runs before route matching, which any filter's route lookup would cache),
- * so a request the sidecar did not handle (it was down or too slow) matches no backend route.
- */
-const clientSteeringStrip = {
-  name: 'mcpgw.strip_client_steering',
-  typed_config: {
-    '@type': TYPE_URL.earlyHeaderMutation,
-    mutations: [{ remove: BACKEND_CLUSTER_HEADER }],
-  },
-};
 
 const accessLog = {
   name: 'envoy.access_loggers.stdout',
@@ -56,25 +10,49 @@ const accessLog = {
     '@type': TYPE_URL.stdoutAccessLog,
     log_format: {
       json_format: {
+        // Values a client chooses are cut to a bounded length (:N), so that no request can swell the log.
         start_time: '%START_TIME%',
-        method: '%REQ(:METHOD)%',
-        path: '%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%',
+        method: '%REQ(:METHOD):16%',
+        path: '%REQ(X-ENVOY-ORIGINAL-PATH?:PATH):256%',
         status: '%RESPONSE_CODE%',
         flags: '%RESPONSE_FLAGS%',
         details: '%RESPONSE_CODE_DETAILS%',
+        envoy_route: '%ROUTE_NAME%',
         upstream_cluster: '%UPSTREAM_CLUSTER%',
         duration_ms: '%DURATION%',
         attempts: '%UPSTREAM_REQUEST_ATTEMPT_COUNT%',
-        request_id: '%REQ(X-REQUEST-ID)%',
-        traceparent: '%REQ(TRACEPARENT)%',
+        request_id: '%REQ(X-REQUEST-ID):64%',
+        traceparent: '%REQ(TRACEPARENT):64%',
         route_key: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:route)%`,
-        rpc_method: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:method)%`,
-        rpc_id: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:rpc_id)%`,
+        // The mcp filter's parse of every request, either lane.
+        rpc_method: `%DYNAMIC_METADATA(${MCP_METADATA_NAMESPACE}:method):64%`,
+        rpc_id: `%DYNAMIC_METADATA(${MCP_METADATA_NAMESPACE}:id):64%`,
         backend: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:backend)%`,
-        tool: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:tool)%`,
-        // Set by the sidecar when it knows the call's outcome: ok, failed, degraded or denied.
+        tool: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:tool):128%`,
+        // Set by the call script when it knows the call's outcome: ok, failed, degraded or denied.
         outcome: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:outcome)%`,
       },
+    },
+  },
+};
+
+/**
+ * Every call of the call lane, streamed to the control plane (control-plane/admin/call-log.ts), which
+ * counts outcomes and durations by route, backend and tool: batched, off the request path.
+ */
+const callLog = {
+  name: 'envoy.access_loggers.http_grpc',
+  filter: {
+    metadata_filter: { matcher: { filter: METADATA_NAMESPACE, path: [{ key: 'backend' }], value: { present_match: true } }, match_if_key_not_found: false },
+  },
+  typed_config: {
+    '@type': TYPE_URL.grpcAccessLog,
+    common_config: {
+      log_name: 'mcpgw_calls',
+      grpc_service: { envoy_grpc: { cluster_name: CONTROL_PLANE_CLUSTER_NAME } },
+      transport_api_version: 'V3',
+      buffer_flush_interval: '1s',
+      buffer_size_bytes: 65536,
     },
   },
 };
@@ -101,11 +79,14 @@ export function buildListener(settings: GatewaySettings): TypedJson {
               // Long-lived SSE streams are normal here; idle limits are set per route.
               stream_idle_timeout: '600s',
               request_timeout: '0s',
-              access_log: [accessLog],
+              access_log: [accessLog, callLog],
               local_reply_config: localReplyConfig(),
-              early_header_mutation_extensions: [clientSteeringStrip],
+              // The two lanes (docs/adr/0008-data-path-lanes.md): the mcp filter parses every request; a
+              // tools/call route turns on the call script and the session check with its own rules.
               http_filters: [
-                extProcFilter,
+                mcpFilter(settings.maxRequestBodyBytes),
+                callScriptFilter(),
+                sessionCheckFilter(settings.sessionCheckTimeoutMs),
                 { name: 'envoy.filters.http.router', typed_config: { '@type': TYPE_URL.router } },
               ],
             },

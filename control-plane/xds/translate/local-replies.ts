@@ -1,11 +1,14 @@
-import { BACKEND_CLUSTER_HEADER, METADATA_NAMESPACE } from './settings';
+import { MCP_METADATA_NAMESPACE, METADATA_NAMESPACE } from './settings';
 
 /**
- * Envoy's own replies in JSON-RPC form. When a steered tools/call fails in Envoy — no healthy
+ * Envoy's own replies in JSON-RPC form (docs/errors.md). When a tools/call fails in Envoy — no healthy
  * upstream, connection refused or reset, timeout, overflow — the agent gets a JSON-RPC error naming
- * the backend (never Envoy's text/plain body), or, for a read-only tool whose Tool Service defines
- * a fallback, a degraded result. The sidecar leaves the request's JSON-RPC id, backend, tool and
- * fallback in dynamic metadata (namespace `mcpgw`) for these formatters. Error codes: docs/errors.md.
+ * the backend (never Envoy's text/plain body), or, for a read-only tool whose Tool Service defines a
+ * fallback, a degraded result. The call script leaves the request's JSON-RPC id, backend, tool and
+ * fallback in dynamic metadata (namespace `mcpgw`) for these formatters. Every other reply of Envoy's
+ * own — a request the mcp filter refuses, an HTTP protocol error, the sidecars out of reach — is a
+ * JSON-RPC error too. Replies that already are JSON-RPC (the call script's, the session check's) pass
+ * as they are.
  */
 
 /**
@@ -21,6 +24,8 @@ const ALL_FAILURE_FLAGS = FAILURE_CLASSES.flatMap((failure) => failure.flags);
 
 export const BACKEND_UNAVAILABLE_CODE = -32004;
 export const GATEWAY_INTERNAL_CODE = -32603;
+/** The session check could not be asked (its sidecars out of reach): Envoy's own status for it, rewritten to 503 here. */
+export const SESSION_CHECK_ERROR_STATUS = 502;
 
 const meta = (key: string) => `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:${key})%`;
 
@@ -37,23 +42,45 @@ const failureData = (outcome: 'failed' | 'degraded', httpStatus?: number) => ({
 });
 
 const failedWith = (flags: string[]) => ({ response_flag_filter: { flags } });
-const hasFallback = {
+const metadataPresent = (namespace: string, key: string) => ({
   metadata_filter: {
-    matcher: { filter: METADATA_NAMESPACE, path: [{ key: 'fallback' }], value: { present_match: true } },
+    matcher: { filter: namespace, path: [{ key }], value: { present_match: true } },
     match_if_key_not_found: false,
   },
-};
+});
+const statusIs = (op: 'EQ' | 'GE', value: number) => ({
+  status_code_filter: { comparison: { op, value: { default_value: value, runtime_key: 'mcpgw.unused' } } },
+});
+const all = (...filters: unknown[]) => ({ and_filter: { filters } });
+/** The mcp filter's verdict on the request (mcp_ok, mcp_parse_error, mcp_body_too_large, …), in its own metadata. */
+const mcpStatusIs = (status: string) => ({
+  metadata_filter: { matcher: { filter: MCP_METADATA_NAMESPACE, path: [{ key: 'status' }], value: { string_match: { exact: status } } } },
+});
 
 function jsonBody(body: Record<string, unknown>) {
   return { json_format: body, content_type: 'application/json' };
 }
 
+/** What Envoy says of its own reply, for operators reading a client's report. */
+const ENVOY_DETAILS = { http_status: '%RESPONSE_CODE%', details: '%RESPONSE_CODE_DETAILS%' };
+
+/** MCP-Protocol-Version values of 2026 and later: the stateless revisions, whose requests the mcp filter checks itself. */
+const STATELESS_REVISIONS = '^20(2[6-9]|[3-9][0-9])-.*';
+
+const AS_IT_IS = { text_format_source: { inline_string: '%LOCAL_REPLY_BODY%' }, content_type: 'application/json' };
+
+const rpcError = (id: string | null, code: number, message: string, data?: Record<string, unknown>) =>
+  jsonBody({ jsonrpc: '2.0', id, error: { code, message, ...(data && { data }) } });
+
 export function localReplyConfig() {
+  const callLane = metadataPresent(METADATA_NAMESPACE, 'backend');
   return {
     mappers: [
+      // The call script's own answers (unknown or denied tool, …) are JSON-RPC already.
+      { filter: metadataPresent(METADATA_NAMESPACE, 'answered'), body_format_override: AS_IT_IS },
       {
         // Read-only tool with a fallback: the agent gets a degraded result instead of an error.
-        filter: { and_filter: { filters: [failedWith(ALL_FAILURE_FLAGS), hasFallback] } },
+        filter: all(failedWith(ALL_FAILURE_FLAGS), metadataPresent(METADATA_NAMESPACE, 'fallback')),
         status_code: 200,
         body_format_override: jsonBody({
           jsonrpc: '2.0',
@@ -67,7 +94,7 @@ export function localReplyConfig() {
       },
       // HTTP 200 so that MCP clients surface the JSON-RPC error itself (they report non-2xx bodies as text).
       ...FAILURE_CLASSES.map(({ httpStatus, flags, reason }) => ({
-        filter: failedWith(flags),
+        filter: all(failedWith(flags), callLane),
         status_code: 200,
         body_format_override: jsonBody({
           jsonrpc: '2.0',
@@ -80,34 +107,47 @@ export function localReplyConfig() {
         }),
       })),
       {
-        filter: { status_code_filter: { comparison: { op: 'EQ', value: { default_value: 413, runtime_key: 'mcpgw.unused' } } } },
-        body_format_override: jsonBody({
-          jsonrpc: '2.0',
-          id: null,
-          error: { code: -32600, message: 'request body too large for the gateway (limit: Envoy per-connection buffer, 1 MiB by default)' },
-        }),
+        // The session check could not be asked: the call went nowhere.
+        filter: all(failedWith(['UAEX']), statusIs('EQ', SESSION_CHECK_ERROR_STATUS)),
+        status_code: 503,
+        body_format_override: rpcError(meta('rpc_id'), GATEWAY_INTERNAL_CODE, 'gateway sidecar unavailable: the session check of this call failed, try again'),
+      },
+      // The session check refused the call: its own JSON-RPC answer.
+      { filter: failedWith(['UAEX']), body_format_override: AS_IT_IS },
+      {
+        // The gateway lane's sidecars out of reach (down, restarting, overloaded).
+        filter: all(failedWith(ALL_FAILURE_FLAGS), statusIs('GE', 500)),
+        body_format_override: rpcError(null, GATEWAY_INTERNAL_CODE, 'gateway sidecar unavailable: %RESPONSE_CODE_DETAILS%, try again'),
       },
       {
-        // The sidecar did not handle the request (down or too slow; ext_proc fails open so that
-        // streams survive it): the unsteered route's own JSON-RPC answer, as it is.
-        filter: {
-          and_filter: {
-            filters: [
-              { status_code_filter: { comparison: { op: 'GE', value: { default_value: 500, runtime_key: 'mcpgw.unused' } } } },
-              { header_filter: { header: { name: BACKEND_CLUSTER_HEADER, present_match: false } } },
-            ],
-          },
-        },
-        body_format_override: { text_format_source: { inline_string: '%LOCAL_REPLY_BODY%' }, content_type: 'application/json' },
+        // Over the body limit, on any HTTP version: the mcp filter stops reading and refuses it.
+        filter: { or_filter: { filters: [statusIs('EQ', 413), mcpStatusIs('mcp_body_too_large')] } },
+        status_code: 413,
+        body_format_override: rpcError(null, -32600, 'request body too large for the gateway (settings: --max-request-body-bytes)', ENVOY_DETAILS),
       },
       {
-        // Any other failure of Envoy's own: in JSON-RPC form.
-        filter: { status_code_filter: { comparison: { op: 'GE', value: { default_value: 500, runtime_key: 'mcpgw.unused' } } } },
-        body_format_override: jsonBody({
-          jsonrpc: '2.0',
-          id: null,
-          error: { code: GATEWAY_INTERNAL_CODE, message: 'gateway error: %RESPONSE_CODE_DETAILS%', data: { http_status: '%RESPONSE_CODE%' } },
+        // The mcp filter's checks of a request of the stateless revisions (2026-07-28 on: headers
+        // against the body, the request envelope, the version) answer in JSON-RPC already (-32020,
+        // -32602, -32022).
+        filter: all(mcpStatusIs('mcp_not_jsonrpc'), {
+          header_filter: { header: { name: 'mcp-protocol-version', string_match: { safe_regex: { regex: STATELESS_REVISIONS } } } },
         }),
+        body_format_override: AS_IT_IS,
+      },
+      {
+        // The mcp filter could not parse the body.
+        filter: mcpStatusIs('mcp_parse_error'),
+        body_format_override: rpcError(null, -32700, 'Parse error: %LOCAL_REPLY_BODY%'),
+      },
+      {
+        // Any other failure of Envoy's own (overload, an internal error).
+        filter: statusIs('GE', 500),
+        body_format_override: rpcError(null, GATEWAY_INTERNAL_CODE, 'gateway error: %LOCAL_REPLY_BODY%', ENVOY_DETAILS),
+      },
+      {
+        // The mcp filter's other refusals, and HTTP protocol errors (HTTP/1.0, conflicting lengths, header limits, …).
+        filter: statusIs('GE', 400),
+        body_format_override: rpcError(null, -32600, '%LOCAL_REPLY_BODY%', ENVOY_DETAILS),
       },
     ],
   };

@@ -1,29 +1,21 @@
 import { GatewayIR, RouteBackendIR, RouteIR, ToolServiceIR } from '../../ir/gateway-ir';
 import { TypedJson } from '../protobuf/proto-json';
+import { CallLaneCatalog, GATEWAY_LANE_FILTERS, callMatch, callRouteFilters } from './call-lane';
 import { duration } from './duration';
-import { BACKEND_CLUSTER_HEADER, GatewaySettings, ROUTE_CONFIG_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
+import { ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { TYPE_URL } from './type-urls';
 
-/** A JSON-RPC error answered by Envoy itself, for requests the sidecar did not steer. */
-function jsonRpcDirectResponse(status: number, code: number, message: string) {
-  return {
-    status,
-    body: { inline_string: JSON.stringify({ jsonrpc: '2.0', id: null, error: { code, message } }) },
-  };
-}
+/** How long the gateway lane may take: it answers from memory, or ends and notifies backend sessions (bounded there). */
+const GATEWAY_LANE_TIMEOUT = '30s';
+/** A client's GET stream is kept alive by the sidecar's keepalive comments (every 30 s). */
+const STREAM_IDLE_TIMEOUT = '120s';
 
-const JSON_CONTENT_TYPE = [
-  { header: { key: 'content-type', value: 'application/json' }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' },
-];
-
-function backendRoute(route: RouteIR, backend: RouteBackendIR, service: ToolServiceIR) {
+/** The call lane: a tools/call named with this backend's prefix, to its Tool Service, under the call script's rules. */
+function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolServiceIR, catalog: CallLaneCatalog) {
   const { host, port, path } = service.endpoint;
   return {
-    name: `${route.key}/${backend.name}`,
-    match: {
-      path_separated_prefix: route.path,
-      headers: [{ name: BACKEND_CLUSTER_HEADER, string_match: { exact: backend.clusterName } }],
-    },
+    name: `${route.key}/call/${backend.name}`,
+    match: callMatch(route.path, backend.name, catalog.separator),
     route: {
       cluster: backend.clusterName,
       prefix_rewrite: path,
@@ -31,7 +23,7 @@ function backendRoute(route: RouteIR, backend: RouteBackendIR, service: ToolServ
       // By default no whole-response deadline (a tools/call may stream for minutes), only an idle limit.
       timeout: duration(service.timeouts.requestTimeoutMs),
       idle_timeout: duration(service.timeouts.idleTimeoutMs),
-      // Always safe: the request never reached the backend. The sidecar widens this per request for
+      // Always safe: the request never reached the backend. The call script widens this per request for
       // read-only and idempotent tools. Envoy never retries once response bytes went downstream.
       retry_policy: {
         retry_on: 'connect-failure,reset-before-request',
@@ -39,42 +31,50 @@ function backendRoute(route: RouteIR, backend: RouteBackendIR, service: ToolServ
         retry_back_off: { base_interval: '0.025s', max_interval: '0.250s' },
       },
     },
-    request_headers_to_remove: [BACKEND_CLUSTER_HEADER],
+    typed_per_filter_config: callRouteFilters(route.key, backend.name, catalog.separator, catalog.routes.get(route.key)?.get(backend.name), true),
     // A backend's own session id must not reach the client, whose session is the gateway's (ADR-0004).
     response_headers_to_remove: ['mcp-session-id'],
   };
 }
 
-/** Reached only when the sidecar did not handle the request: it steers or answers everything else. */
-function unsteeredRoute(route: RouteIR) {
-  return {
-    name: `${route.key}/unsteered`,
-    match: { path_separated_prefix: route.path },
-    direct_response: jsonRpcDirectResponse(503, -32603, `gateway sidecar unavailable: request on route "${route.key}" not routed, try again`),
-    response_headers_to_add: JSON_CONTENT_TYPE,
-  };
-}
-
-/** A client's GET stream of the route, steered by the sidecar to the sidecars' stream server; it lasts as long as the client keeps it. */
+/** A client's standalone GET stream of the route: held by the sidecars for as long as the client keeps it. */
 function streamsRoute(route: RouteIR) {
   return {
     name: `${route.key}/streams`,
-    match: {
-      path_separated_prefix: route.path,
-      headers: [{ name: BACKEND_CLUSTER_HEADER, string_match: { exact: SIDECAR_STREAMS_CLUSTER_NAME } }],
-    },
-    route: { cluster: SIDECAR_STREAMS_CLUSTER_NAME, timeout: '0s' },
-    request_headers_to_remove: [BACKEND_CLUSTER_HEADER],
+    match: { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'GET' } }] },
+    route: { cluster: SIDECAR_STREAMS_CLUSTER_NAME, timeout: '0s', idle_timeout: STREAM_IDLE_TIMEOUT },
+    typed_per_filter_config: GATEWAY_LANE_FILTERS,
   };
 }
 
-/** All routes live in one RouteConfiguration, so any registry change is a single RDS update. */
-export function buildRouteConfiguration(ir: GatewayIR, settings: GatewaySettings): TypedJson {
+/** The gateway lane: everything the gateway answers itself (initialize, tools/list, DELETE, …) and calls no backend route took. */
+function gatewayRoute(name: string, match: Record<string, unknown>) {
+  return {
+    name,
+    match,
+    route: {
+      cluster: SIDECAR_CLUSTER_NAME,
+      timeout: GATEWAY_LANE_TIMEOUT,
+      // Another sidecar replica, if one refused or reset before answering.
+      retry_policy: { retry_on: 'connect-failure,reset-before-request,refused-stream', num_retries: 2 },
+    },
+    typed_per_filter_config: GATEWAY_LANE_FILTERS,
+  };
+}
+
+/**
+ * All routes live in one RouteConfiguration, so any registry or catalog change is a single RDS update.
+ * Per route key: a call route per backend (longest prefix first, so a prefix that extends another wins),
+ * the GET stream route, then the gateway lane.
+ */
+export function buildRouteConfiguration(ir: GatewayIR, catalog: CallLaneCatalog): TypedJson {
   const services = new Map(ir.toolServices.map((service) => [service.clusterName, service]));
   const routes = ir.routes.flatMap((route) => [
-    ...route.backends.map((backend) => backendRoute(route, backend, services.get(backend.clusterName)!)),
-    ...(settings.sidecarStreams ? [streamsRoute(route)] : []),
-    unsteeredRoute(route),
+    ...[...route.backends]
+      .sort((a, b) => b.name.length - a.name.length || a.name.localeCompare(b.name))
+      .map((backend) => callRoute(route, backend, services.get(backend.clusterName)!, catalog)),
+    streamsRoute(route),
+    gatewayRoute(`${route.key}/gateway`, { path_separated_prefix: route.path }),
   ]);
   return {
     '@type': TYPE_URL.routeConfiguration,
@@ -87,11 +87,13 @@ export function buildRouteConfiguration(ir: GatewayIR, settings: GatewaySettings
         include_attempt_count_in_response: true,
         routes: [
           ...routes,
+          // /mcp without a key, or a key no route has: the sidecar says which.
+          gatewayRoute('unknown_route', { path_separated_prefix: '/mcp' }),
           {
             name: 'not_found',
             match: { prefix: '/' },
-            direct_response: jsonRpcDirectResponse(404, -32600, 'not an MCP route: use /mcp/{routeKey}'),
-            response_headers_to_add: JSON_CONTENT_TYPE,
+            // In JSON-RPC form by the local-reply mappers (local-replies.ts), like every reply of Envoy's own.
+            direct_response: { status: 404, body: { inline_string: 'not an MCP route: use /mcp/{routeKey}' } },
           },
         ],
       },

@@ -1,18 +1,46 @@
 /** Gateway-wide settings the translator needs besides the registry: where things listen. */
 export interface GatewaySettings {
   listener: { address: string; port: number };
-  /** The sidecar's ext_proc gRPC address; Envoy reaches it through a cluster sent over CDS. */
+  /**
+   * The sidecars' HTTP address: the gateway lane (the MCP methods the gateway answers itself, clients'
+   * GET streams) and the call lane's session check (docs/adr/0008-data-path-lanes.md).
+   */
   sidecar: { address: string; port: number };
-  /** The sidecars' HTTP address for clients' GET streams (tools/list_changed); none: GET is answered 405. */
-  sidecarStreams?: { address: string; port: number };
+  /** Largest JSON-RPC request body, on every HTTP version (the mcp filter refuses larger ones). */
+  maxRequestBodyBytes: number;
+  /** How long Envoy waits for the session check, which may open a backend's session (its own deadline is shorter). */
+  sessionCheckTimeoutMs: number;
 }
 
+/** Defaults of the settings above that are not addresses (docs/xds.md says why). */
+export const GATEWAY_DEFAULTS = {
+  maxRequestBodyBytes: 1024 * 1024,
+  sessionCheckTimeoutMs: 6_000,
+};
+
 export const LISTENER_NAME = 'mcp_gateway';
+/** The control plane's cluster in Envoy's bootstrap (envoy/bootstrap.yaml): ADS, and the call log. */
+export const CONTROL_PLANE_CLUSTER_NAME = 'xds_control_plane';
 export const ROUTE_CONFIG_NAME = 'mcp_routes';
+/** The sidecars' gateway lane: initialize, tools/list, notifications, DELETE, … (short requests). */
 export const SIDECAR_CLUSTER_NAME = 'mcp_sidecar';
-/** The sidecars' HTTP side, where clients' GET streams are held (steered there by the sidecar, like a call). */
+/** The same sidecars, for clients' standalone GET streams: long-lived, so limited apart from the rest. */
 export const SIDECAR_STREAMS_CLUSTER_NAME = 'mcp_sidecar_streams';
-/** Set only by the sidecar (clients' copies are removed) to steer a tools/call to one Tool Service. */
-export const BACKEND_CLUSTER_HEADER = 'x-mcpgw-cluster';
-/** Dynamic-metadata namespace the sidecar writes (JSON-RPC id, backend, tool, fallback) for Envoy's formatters. */
+/** The same sidecars, for the call lane's session check (ext_authz over HTTP). */
+export const SIDECAR_CHECK_CLUSTER_NAME = 'mcp_sidecar_check';
+/** Where the sidecar serves the session check; Envoy prefixes the call's own path with it. */
+export const SESSION_CHECK_PATH = '/check';
+/** Dynamic-metadata namespace the call lane writes (route, backend, tool, JSON-RPC id, fallback, outcome) for Envoy's formatters. */
 export const METADATA_NAMESPACE = 'mcpgw';
+/** The mcp filter's own dynamic-metadata namespace (method, id, params.name). */
+export const MCP_METADATA_NAMESPACE = 'envoy.filters.http.mcp';
+/** Headers the session check receives from the call script's metadata and may send back. */
+export const CHECK_HEADERS = {
+  route: 'x-mcpgw-route',
+  backend: 'x-mcpgw-backend',
+  tool: 'x-mcpgw-tool',
+  rpcId: 'x-mcpgw-rpc-id',
+  /** The backend session a call went in, and the gateway session it belongs to, kept for the response side (a lost session). */
+  backendSession: 'x-mcpgw-backend-session',
+  gatewaySession: 'x-mcpgw-gateway-session',
+} as const;

@@ -1,3 +1,5 @@
+import { TypedJson } from '../protobuf/proto-json';
+
 const prefix = 'type.googleapis.com/';
 
 export const TYPE_URL = {
@@ -6,10 +8,24 @@ export const TYPE_URL = {
   cluster: `${prefix}envoy.config.cluster.v3.Cluster`,
   clusterLoadAssignment: `${prefix}envoy.config.endpoint.v3.ClusterLoadAssignment`,
   httpConnectionManager: `${prefix}envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager`,
-  extProc: `${prefix}envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor`,
-  earlyHeaderMutation: `${prefix}envoy.extensions.http.early_header_mutation.header_mutation.v3.HeaderMutation`,
+  extAuthz: `${prefix}envoy.extensions.filters.http.ext_authz.v3.ExtAuthz`,
+  extAuthzPerRoute: `${prefix}envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute`,
   router: `${prefix}envoy.extensions.filters.http.router.v3.Router`,
   httpProtocolOptions: `${prefix}envoy.extensions.upstreams.http.v3.HttpProtocolOptions`,
   upstreamTls: `${prefix}envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext`,
   stdoutAccessLog: `${prefix}envoy.extensions.access_loggers.stream.v3.StdoutAccessLog`,
+  grpcAccessLog: `${prefix}envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig`,
+  typedStruct: `${prefix}xds.type.v3.TypedStruct`,
+  // Newer than the protos the project ships (ADR-0002): these travel as TypedStruct.
+  mcp: `${prefix}envoy.extensions.filters.http.mcp.v3.Mcp`,
+  lua: `${prefix}envoy.extensions.filters.http.lua.v3.Lua`,
+  luaPerRoute: `${prefix}envoy.extensions.filters.http.lua.v3.LuaPerRoute`,
 } as const;
+
+/**
+ * A config of a type newer than the shipped protos (ADR-0002), for Envoy to decode by its own: written
+ * as proto3 JSON, carried as a Struct.
+ */
+export function typedStruct(typeUrl: string, value: Record<string, unknown>): TypedJson {
+  return { '@type': TYPE_URL.typedStruct, type_url: typeUrl, value };
+}

@@ -1,0 +1,159 @@
+import * as http from 'node:http';
+import { SESSION_CHECK_PATH } from '../xds/translate/settings';
+import { Decision, GatewayContext, RequestHead, respondError } from './decision';
+import { JSON_RPC } from './json-rpc';
+import { ListChangedStreams } from './list-changed-streams';
+import { decideOnBody, decideOnHead, routeKeyOf } from './mcp-gateway';
+import { StatelessCallSessions, checkCall, forgetLostSession, lostSessionSchema } from './session-check';
+import { SidecarObserver } from './sidecar-metrics';
+
+/**
+ * The sidecar's one HTTP port behind Envoy (docs/adr/0008-data-path-lanes.md):
+ * - `/mcp/...`: the gateway lane — every MCP request the gateway answers itself (initialize,
+ *   tools/list, ping, notifications, clients' answers, DELETE, GET streams);
+ * - `/check/mcp/...`: the call lane's session check (Envoy's ext_authz over HTTP);
+ * - `/internal/backend-session-lost`: the call script's report of a backend that lost a session.
+ */
+
+/** Where the call script reports a lost backend session (control-plane/xds/lua/call-lane.lua). */
+export const LOST_SESSION_PATH = '/internal/backend-session-lost';
+/** The call script's report is a few ids. */
+const MAX_REPORT_BYTES = 4096;
+
+class BodyTooLarge extends Error {}
+
+function readBody(req: http.IncomingMessage, maxBytes: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > maxBytes) {
+        reject(new BodyTooLarge(`request body over ${maxBytes} bytes`));
+        req.destroy();
+        return;
+      }
+      chunks.push(chunk);
+    });
+    req.on('end', () => resolve(Buffer.concat(chunks)));
+    req.on('error', reject);
+  });
+}
+
+function headOf(req: http.IncomingMessage, path: string): RequestHead {
+  const headers = new Map<string, string>();
+  for (const [name, value] of Object.entries(req.headers)) {
+    if (value !== undefined) headers.set(name, Array.isArray(value) ? value.join(', ') : value);
+  }
+  return { method: req.method ?? '', path, headers };
+}
+
+function send(res: http.ServerResponse, status: number, headers: Record<string, string>, body: string | Buffer): void {
+  res.writeHead(status, headers);
+  res.end(body);
+}
+
+export interface GatewayServerOptions {
+  maxRequestBodyBytes: number;
+}
+
+export class GatewayServer {
+  private readonly statelessSessions: StatelessCallSessions;
+
+  constructor(
+    private readonly context: GatewayContext,
+    private readonly streams: ListChangedStreams,
+    private readonly options: GatewayServerOptions,
+    private readonly observer: SidecarObserver,
+  ) {
+    this.statelessSessions = new StatelessCallSessions(context);
+  }
+
+  readonly handle = (req: http.IncomingMessage, res: http.ServerResponse): void => {
+    const path = req.url ?? '/';
+    const work = path.startsWith(`${SESSION_CHECK_PATH}/`)
+      ? this.check(req, res, path.slice(SESSION_CHECK_PATH.length))
+      : path === LOST_SESSION_PATH
+        ? this.lostSession(req, res)
+        : this.gatewayLane(req, res, path);
+    work.catch((error: Error) => {
+      this.context.log.error('sidecar request failed', { error: error.stack, path });
+      if (res.headersSent) {
+        res.destroy();
+        return;
+      }
+      // Nothing was decided: the client learns why, in JSON-RPC form (no backend is reached).
+      const failure = respondError(503, null, JSON_RPC.INTERNAL_ERROR, `gateway error: ${error.message}`, 'gateway_error');
+      send(res, failure.status, failure.headers, failure.body);
+    });
+  };
+
+  private async check(req: http.IncomingMessage, res: http.ServerResponse, path: string): Promise<void> {
+    req.resume();
+    const answer = await checkCall(headOf(req, path), this.context, this.statelessSessions);
+    send(res, answer.status, answer.headers, answer.body);
+  }
+
+  private async lostSession(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    let report: unknown;
+    try {
+      report = JSON.parse((await readBody(req, MAX_REPORT_BYTES)).toString('utf8'));
+    } catch {
+      report = undefined;
+    }
+    const parsed = lostSessionSchema.safeParse(report);
+    if (!parsed.success) {
+      send(res, 400, { 'content-type': 'text/plain' }, 'expected {route, backend, backendSessionId, gatewaySessionId}');
+      return;
+    }
+    await forgetLostSession(parsed.data, this.context, this.statelessSessions);
+    this.context.log.info('a backend lost the session of a call; the next call opens a new one', { route: parsed.data.route, backend: parsed.data.backend });
+    send(res, 204, {}, '');
+  }
+
+  private async gatewayLane(req: http.IncomingMessage, res: http.ServerResponse, path: string): Promise<void> {
+    const head = headOf(req, path);
+    let decision = await decideOnHead(head, this.context);
+    if (decision.kind === 'read-body') {
+      let body: Buffer;
+      try {
+        body = await readBody(req, this.options.maxRequestBodyBytes);
+      } catch (error) {
+        if (!(error instanceof BodyTooLarge)) throw error;
+        decision = respondError(413, null, JSON_RPC.INVALID_REQUEST, `request body too large for the gateway (${error.message})`, 'body_too_large');
+        body = Buffer.alloc(0);
+      }
+      if (decision.kind === 'read-body') decision = await decideOnBody(head, body, this.context);
+    } else {
+      req.resume();
+    }
+    this.observe(decision, head);
+    await this.carryOut(decision, res);
+  }
+
+  private async carryOut(decision: Decision, res: http.ServerResponse): Promise<void> {
+    switch (decision.kind) {
+      case 'respond':
+        return send(res, decision.status, decision.headers, decision.body);
+      case 'stream':
+        return this.streams.hold(decision.session, res);
+      case 'relay': {
+        const answer = await this.context.backendSessions.post(decision.backend, decision.onBehalf, decision.body);
+        return send(res, answer.status, answer.body.length ? { 'content-type': answer.contentType } : {}, answer.body);
+      }
+      case 'read-body':
+        throw new Error('a request body was asked for twice');
+    }
+  }
+
+  /** Route keys label metrics only when the route exists: clients choose the paths. */
+  private observe(decision: Decision, head: RequestHead): void {
+    const key = routeKeyOf(head.path).key;
+    const route = key !== undefined && this.context.lookup(key) ? key : '(none)';
+    this.observer.decided(route, decision.kind === 'respond' ? decision.reason : decision.kind);
+  }
+
+  close(): void {
+    this.streams.close();
+  }
+}

@@ -1,0 +1,170 @@
+import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
+import { z } from 'zod';
+import { CHECK_HEADERS } from '../xds/translate/settings';
+import { failedOutcome } from './call-response';
+import { GATEWAY_SERVER_INFO, GatewayContext, RequestHead, SESSION_HEADER, clientHeadersOf, sessionNotFound } from './decision';
+import { JSON_RPC, JsonRpcId, jsonRpcError } from './json-rpc';
+import { BACKEND_UNAVAILABLE_CODE } from '../xds/translate/local-replies';
+import { MODERN_PROTOCOL_VERSION } from './modern-era';
+import { BackendView } from './route-catalog';
+import { claimOpenedBackendSession } from './sessions/backend-session-claim';
+import { GatewaySession } from './sessions/session-store';
+
+/**
+ * The call lane's session check (docs/adr/0008-data-path-lanes.md): Envoy asks it, over HTTP, before
+ * it sends a tools/call that needs per-call state — a call in a gateway session, or a stateless
+ * client's call for a backend that hands out sessions. It answers from memory and the session store,
+ * opening the backend's own session on first use, and never holds the call itself.
+ */
+
+/** Envoy's answer statuses (ext_authz): 200 lets the call go; anything else is the client's answer. */
+export const CHECK_STATUS = {
+  ALLOW: 200,
+  /**
+   * A JSON-RPC error for the client, which Envoy's local-reply mapper sends with status 200 (MCP
+   * clients read JSON-RPC errors only from 2xx answers; 200 itself would mean "allowed" here).
+   */
+  JSON_RPC_ERROR: 424,
+} as const;
+
+export interface CheckAnswer {
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+}
+
+/** What Envoy tells the check: the call script's verdict (from its metadata) and the client's own headers. */
+const checkRequestSchema = z.object({
+  [CHECK_HEADERS.route]: z.string().min(1),
+  [CHECK_HEADERS.backend]: z.string().min(1),
+  [CHECK_HEADERS.tool]: z.string(),
+  [CHECK_HEADERS.rpcId]: z.string().transform((json, ctx): JsonRpcId => {
+    try {
+      const id = JSON.parse(json) as unknown;
+      if (typeof id === 'string' || typeof id === 'number' || id === null) return id;
+    } catch {
+      // reported below
+    }
+    ctx.addIssue({ code: 'custom', message: 'not a JSON-RPC id' });
+    return z.NEVER;
+  }),
+});
+
+const ALLOW_UNCHANGED: CheckAnswer = { status: CHECK_STATUS.ALLOW, headers: {}, body: '' };
+
+/** The call goes without the client's gateway session id, which means nothing to a backend. */
+const ALLOW_WITHOUT_SESSION: CheckAnswer = { status: CHECK_STATUS.ALLOW, headers: { 'x-envoy-auth-headers-to-remove': SESSION_HEADER }, body: '' };
+
+function allowInBackendSession(backendSessionId: string, gatewaySessionId: string): CheckAnswer {
+  return {
+    status: CHECK_STATUS.ALLOW,
+    headers: { [SESSION_HEADER]: backendSessionId, [CHECK_HEADERS.backendSession]: backendSessionId, [CHECK_HEADERS.gatewaySession]: gatewaySessionId },
+    body: '',
+  };
+}
+
+const answer = (status: number, body: unknown): CheckAnswer => ({ status, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+
+/**
+ * Backend sessions for calls of stateless (2026-07-28) clients to backends of a session-based
+ * revision: one per backend on this replica, opened on first use with the gateway's own client info
+ * and no capabilities (requests from the backend to such a client cannot be carried), and replaced
+ * when the backend loses it.
+ */
+export class StatelessCallSessions {
+  private readonly byBackend = new Map<string, Promise<string>>();
+
+  constructor(private readonly context: Pick<GatewayContext, 'backendSessions'>) {}
+
+  get(backend: BackendView, clientHeaders: Record<string, string>): Promise<string> {
+    const key = `${backend.cluster} ${backend.url}`;
+    let session = this.byBackend.get(key);
+    if (!session) {
+      session = this.context.backendSessions.open(backend, { protocolVersion: LATEST_PROTOCOL_VERSION, clientInfo: GATEWAY_SERVER_INFO, clientCapabilities: {} }, clientHeaders);
+      session.catch(() => this.byBackend.delete(key));
+      this.byBackend.set(key, session);
+    }
+    return session;
+  }
+
+  /** The backend no longer knows this session: the next call opens another. */
+  async lost(backend: BackendView, backendSessionId: string): Promise<void> {
+    const key = `${backend.cluster} ${backend.url}`;
+    const current = this.byBackend.get(key);
+    if (current && (await current.catch(() => undefined)) === backendSessionId) this.byBackend.delete(key);
+  }
+}
+
+/**
+ * The backend's own session for this gateway session, opened on first use and recorded for every
+ * replica; undefined when the gateway session ended meanwhile.
+ */
+async function backendSessionFor(session: GatewaySession, backend: BackendView, head: RequestHead, context: GatewayContext): Promise<string | undefined> {
+  const known = session.backends[backend.name];
+  if (known !== undefined) return known;
+  const clientHeaders = clientHeadersOf(head);
+  const opened = await context.backendSessions.open(backend, session, clientHeaders);
+  const claim = await claimOpenedBackendSession(context, backend, session, { backendSessionId: opened, protocolVersion: session.protocolVersion, clientHeaders });
+  return claim.kind === 'claimed' ? claim.backendSessionId : undefined;
+}
+
+export async function checkCall(head: RequestHead, context: GatewayContext, statelessSessions: StatelessCallSessions): Promise<CheckAnswer> {
+  const startedAt = performance.now();
+  const parsed = checkRequestSchema.safeParse(Object.fromEntries(head.headers));
+  if (!parsed.success) {
+    return answer(400, jsonRpcError(null, JSON_RPC.INVALID_REQUEST, `session check: ${parsed.error.issues.map((issue) => `${String(issue.path[0])} ${issue.message}`).join('; ')}`));
+  }
+  const request = parsed.data;
+  const id = request[CHECK_HEADERS.rpcId];
+  const backendName = request[CHECK_HEADERS.backend];
+  const tool = request[CHECK_HEADERS.tool];
+  const backend = context.lookup(request[CHECK_HEADERS.route])?.backends.get(backendName);
+  if (!backend) {
+    // Envoy was told of this backend before this sidecar's catalog was: a moment, at most.
+    return answer(CHECK_STATUS.JSON_RPC_ERROR, jsonRpcError(id, JSON_RPC.INTERNAL_ERROR, `backend "${backendName}" is being added to the gateway: call again`));
+  }
+  const statelessBackend = backend.protocolVersion === MODERN_PROTOCOL_VERSION;
+  const sessionId = head.headers.get(SESSION_HEADER);
+  try {
+    if (sessionId === undefined) {
+      // A stateless client: the call script asks only when the backend needs a session.
+      if (statelessBackend) return ALLOW_UNCHANGED;
+      const pooled = await statelessSessions.get(backend, clientHeadersOf(head));
+      return pooled ? allowInBackendSession(pooled, '') : ALLOW_UNCHANGED;
+    }
+    const session = await context.sessions.get(sessionId);
+    const notFound = () => {
+      const { status, headers, body } = sessionNotFound(id);
+      return { status, headers, body };
+    };
+    if (!session || session.route !== request[CHECK_HEADERS.route]) return notFound();
+    if (statelessBackend) return ALLOW_WITHOUT_SESSION;
+    const backendSessionId = await backendSessionFor(session, backend, head, context);
+    if (backendSessionId === undefined) return notFound();
+    return backendSessionId ? allowInBackendSession(backendSessionId, session.id) : ALLOW_WITHOUT_SESSION;
+  } catch (error) {
+    const reason = (error as Error).message;
+    if (/session store/.test(reason)) {
+      return answer(503, jsonRpcError(id, JSON_RPC.INTERNAL_ERROR, `gateway error: ${reason}`));
+    }
+    context.log.warn('could not open a backend session for a call', { backend: backend.name, error: reason });
+    const message = `backend ${backend.name} could not open a session: tools/call ${tool} failed (${reason})`;
+    return answer(CHECK_STATUS.JSON_RPC_ERROR, jsonRpcError(id, BACKEND_UNAVAILABLE_CODE, message, failedOutcome(backend.name, tool, startedAt, reason)));
+  }
+}
+
+/** The call script's report of a backend that lost the session a call went in: forgotten, so the next call opens a new one. */
+export const lostSessionSchema = z.object({
+  route: z.string(),
+  backend: z.string(),
+  backendSessionId: z.string().min(1),
+  gatewaySessionId: z.string(),
+});
+
+export async function forgetLostSession(report: z.output<typeof lostSessionSchema>, context: GatewayContext, statelessSessions: StatelessCallSessions): Promise<void> {
+  const backend = context.lookup(report.route)?.backends.get(report.backend);
+  if (!backend) return;
+  if (report.gatewaySessionId) await context.sessions.forgetBackend(report.gatewaySessionId, backend.name, report.backendSessionId);
+  else await statelessSessions.lost(backend, report.backendSessionId);
+}
+

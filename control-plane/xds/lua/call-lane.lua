@@ -1,0 +1,563 @@
+-- The call lane's script (docs/adr/0008-data-path-lanes.md): runs in Envoy on every tools/call route,
+-- one route per (route key, backend). Its per-route filter_context says what the control plane decided
+-- for that backend on that route:
+--   backend, separator, route     the backend's prefix name, the tool-name separator, the route key
+--   era                           "modern" (MCP 2026-07-28, stateless) or "session" (2025-11-25 and before)
+--   sessionful                    true when the backend hands out sessions (a stateless client's call needs one)
+--   annotate                      true: the final message of the answer gets the call's outcome
+--   fallback                      degraded answer text for read-only tools, if the Tool Service has one
+--   ["tool:<own name>"]           a served tool: "" or flags "t=<deadline ms>;r;f" (retry safe, fallback)
+--   ["deny:<own name>"]           a tool the route's policy denies, with the rule that does
+-- The request side checks the tool, strips the backend prefix from params.name (and Mcp-Name), sets
+-- Envoy's per-request deadline and retries, and leaves what local replies, the access log and the
+-- session check read in dynamic metadata (namespace mcpgw). The response side scopes the ids of
+-- requests the backend sends its client, puts the outcome into the final message, and turns a
+-- backend's non-JSON failure or a lost backend session into a JSON-RPC error.
+--
+-- No JSON or SSE library exists inside Envoy's Lua: the scanning below only finds the members of an
+-- object and the end of an event; it never builds values. Requests reaching it were parsed and
+-- checked (duplicate keys included) by the mcp filter before.
+
+local find, byte, sub, format, gsub = string.find, string.byte, string.sub, string.format, string.gsub
+local concat = table.concat
+
+local M = {}
+
+local MCP_NS = "envoy.filters.http.mcp"
+local NS = "mcpgw"
+local OUTCOME_KEY = "mcpgw/outcome"
+local MODERN_VERSION = "2026-07-28"
+local SESSION_ERA_VERSION = "2025-11-25"
+local MODERN_PROTOCOL_META = '"io.modelcontextprotocol/protocolVersion"'
+local GATEWAY_CLIENT_INFO = '{"name":"mcp-federation-gateway","version":"0.1.0"}'
+-- Past this, an event (or a JSON answer) is sent on as it is, and so is the rest of the answer.
+local MAX_HELD_BYTES = 16 * 1024 * 1024
+-- A JSON answer is held whole only up to Envoy's buffer limit for one body (1 MiB by default).
+local MAX_HELD_JSON_BYTES = 1024 * 1024
+local AUTHZ_NS = "envoy.filters.http.ext_authz"
+local CHECK_BACKEND_SESSION = "x-mcpgw-backend-session"
+local CHECK_GATEWAY_SESSION = "x-mcpgw-gateway-session"
+
+local TOOL_DENIED = -32003
+local INVALID_PARAMS = -32602
+local INVALID_REQUEST = -32600
+local BACKEND_UNAVAILABLE = -32004
+
+---------------------------------------------------------------------------------------------------
+-- JSON scanning: positions only
+
+local function skip_ws(s, i)
+  local _, e = find(s, "^[ \t\r\n]*", i)
+  return e + 1
+end
+
+-- i at an opening quote; the index of the closing one, or nil.
+local function string_end(s, i)
+  local j = i + 1
+  while true do
+    local p = find(s, '["\\]', j)
+    if not p then return nil end
+    if byte(s, p) == 92 then j = p + 2 else return p end
+  end
+end
+
+local function container_end(s, i)
+  local depth, j = 0, i
+  while true do
+    local p = find(s, '[%[%]{}"]', j)
+    if not p then return nil end
+    local c = byte(s, p)
+    if c == 34 then
+      local e = string_end(s, p)
+      if not e then return nil end
+      j = e + 1
+    elseif c == 91 or c == 123 then
+      depth = depth + 1
+      j = p + 1
+    else
+      depth = depth - 1
+      j = p + 1
+      if depth == 0 then return p end
+    end
+  end
+end
+
+-- The last index of the JSON value starting at i, or nil.
+local function value_end(s, i)
+  local c = byte(s, i)
+  if c == 34 then return string_end(s, i) end
+  if c == 123 or c == 91 then return container_end(s, i) end
+  local _, e = find(s, "^[^,}%]%s]+", i)
+  return e
+end
+M.value_end = value_end
+
+-- The last index of the JSON value the text starts with, once all of it has arrived; nil before.
+function M.json_end(s)
+  local start = skip_ws(s, 1)
+  if start > #s then return nil end
+  local c = byte(s, start)
+  if c ~= 123 and c ~= 91 and c ~= 34 then
+    -- a bare scalar is complete only at the end of the stream: treat it as not JSON to rewrite
+    return #s
+  end
+  return value_end(s, start)
+end
+
+-- The members of the object at i: { [key] = {value start, value end} }, and the object's last index.
+-- nil for anything that is not an object, or a key with escapes (no MCP member name has one).
+local function members(s, i)
+  if byte(s, i) ~= 123 then return nil end
+  local found = {}
+  i = skip_ws(s, i + 1)
+  if byte(s, i) == 125 then return found, i end
+  while true do
+    if byte(s, i) ~= 34 then return nil end
+    local key_end = string_end(s, i)
+    if not key_end then return nil end
+    local key = sub(s, i + 1, key_end - 1)
+    if find(key, "\\", 1, true) then return nil end
+    i = skip_ws(s, key_end + 1)
+    if byte(s, i) ~= 58 then return nil end
+    i = skip_ws(s, i + 1)
+    local last = value_end(s, i)
+    if not last then return nil end
+    if found[key] then return nil end
+    found[key] = { i, last }
+    i = skip_ws(s, last + 1)
+    local c = byte(s, i)
+    if c == 125 then return found, i end
+    if c ~= 44 then return nil end
+    i = skip_ws(s, i + 1)
+  end
+end
+M.members = members
+
+local function text_of(s, span) return sub(s, span[1], span[2]) end
+
+-- s with `insertion` (one or more members) put first into the object that starts at `open`.
+local function insert_members(s, open, insertion)
+  local after = skip_ws(s, open + 1)
+  local separator = byte(s, after) == 125 and "" or ","
+  return sub(s, 1, open) .. insertion .. separator .. sub(s, open + 1)
+end
+M.insert_members = insert_members
+
+local function json_string(text)
+  return '"' .. gsub(text, '[%c"\\]', function(c)
+    if c == '"' then return '\\"' end
+    if c == "\\" then return "\\\\" end
+    return format("\\u%04x", byte(c))
+  end) .. '"'
+end
+M.json_string = json_string
+
+---------------------------------------------------------------------------------------------------
+-- Request side
+
+-- The span of the string value of params.name, from the body's own bytes.
+function M.tool_name_span(body)
+  local top = members(body, skip_ws(body, 1))
+  local params = top and top.params
+  if not params then return nil end
+  local inner = members(body, params[1])
+  local name = inner and inner.name
+  if not name or byte(body, name[1]) ~= 34 then return nil end
+  return name[1], name[2], inner, params
+end
+
+-- A session-era client's call for a backend of the stateless revision: the request envelope it
+-- needs (protocol version, client capabilities, client info) in params._meta. A client of the
+-- stateless revision sent its own.
+function M.with_modern_envelope(body, params, inner)
+  if find(body, MODERN_PROTOCOL_META, 1, true) then return body end
+  local envelope = MODERN_PROTOCOL_META .. ':"' .. MODERN_VERSION .. '",'
+    .. '"io.modelcontextprotocol/clientCapabilities":{},'
+    .. '"io.modelcontextprotocol/clientInfo":' .. GATEWAY_CLIENT_INFO
+  if inner._meta and byte(body, inner._meta[1]) == 123 then return insert_members(body, inner._meta[1], envelope) end
+  return insert_members(body, params[1], '"_meta":{' .. envelope .. "}")
+end
+
+-- "t=30000;r;f" → { deadline_ms = 30000, retry = true, fallback = true }
+function M.tool_flags(flags)
+  local parsed = {}
+  for flag in string.gmatch(flags, "[^;]+") do
+    local deadline = string.match(flag, "^t=(%d+)$")
+    if deadline then parsed.deadline_ms = deadline
+    elseif flag == "r" then parsed.retry = true
+    elseif flag == "f" then parsed.fallback = true end
+  end
+  return parsed
+end
+
+local function id_json(id)
+  if id == nil then return "null" end
+  if type(id) == "string" then return json_string(id) end
+  if id == math.floor(id) and math.abs(id) < 2^53 then return format("%d", id) end
+  return format("%.17g", id)
+end
+M.id_json = id_json
+
+local function error_reply(h, id, code, message, data, status)
+  -- Envoy's local-reply mappers leave an answer marked so as it is (it is JSON-RPC already).
+  h:streamInfo():dynamicMetadata():set(NS, "answered", true)
+  local body = '{"jsonrpc":"2.0","id":' .. id_json(id) .. ',"error":{"code":' .. code .. ',"message":' .. json_string(message)
+    .. (data and (',"data":' .. data) or "") .. "}}"
+  h:respond({ [":status"] = status or "200", ["content-type"] = "application/json" }, body)
+end
+
+local function outcome_json(o)
+  return '{"outcome":' .. json_string(o.outcome) .. ',"backend":' .. json_string(o.backend) .. ',"tool":' .. json_string(o.tool)
+    .. ',"attempts":' .. o.attempts .. ',"elapsed_ms":' .. o.elapsed_ms .. ',"fallback_used":false'
+    .. (o.rule and (',"rule":' .. json_string(o.rule)) or "")
+    .. (o.last_error and (',"last_error":' .. o.last_error) or "") .. "}"
+end
+M.outcome_json = outcome_json
+
+-- Envoy's handle objects (headers, metadata, filter context) are valid only until the script
+-- yields, and reading the body yields: everything needed from them is read first, and they are
+-- fetched again afterwards.
+function envoy_on_request(h)
+  local request = h:streamInfo():dynamicMetadata():get(MCP_NS)
+  if not request or request.method ~= "tools/call" then return end
+  local context = h:filterContext()
+  local backend, route, separator = context:get("backend"), context:get("route"), context:get("separator")
+  local id = request.id
+  local exposed = request.params and request.params.name
+  local own = sub(exposed, #backend + #separator + 1)
+  local flags = context:get("tool:" .. own)
+  local rule = flags == nil and context:get("deny:" .. own) or nil
+  local era, sessionful, fallback = context:get("era"), context:get("sessionful"), context:get("fallback")
+  local modern_client = request.params._meta ~= nil and request.params._meta["io.modelcontextprotocol/protocolVersion"] ~= nil
+
+  local metadata = h:streamInfo():dynamicMetadata()
+  metadata:set(NS, "route", route)
+  metadata:set(NS, "method", "tools/call")
+  metadata:set(NS, "backend", backend)
+  metadata:set(NS, "tool", own)
+  if id ~= nil then metadata:set(NS, "rpc_id", id) end
+  metadata:set(NS, "rpc_id_json", id_json(id))
+  if flags == nil then
+    if rule then
+      metadata:set(NS, "outcome", "denied")
+      local outcome = outcome_json({ outcome = "denied", backend = backend, tool = own, attempts = 0, elapsed_ms = 0, rule = rule })
+      return error_reply(h, id, TOOL_DENIED, 'tool "' .. exposed .. '" is denied on route "' .. route .. '" by policy (' .. rule .. ")", outcome)
+    end
+    return error_reply(h, id, INVALID_PARAMS, 'backend "' .. backend .. '" has no tool "' .. own .. '" on route "' .. route .. '"')
+  end
+  local tool = M.tool_flags(flags)
+  if tool.fallback then metadata:set(NS, "fallback", fallback) end
+  metadata:set(NS, "started_ms", h:timestamp())
+
+  local body = h:body()
+  local text = body:getBytes(0, body:length())
+  local first, last, inner, params = M.tool_name_span(text)
+  if not first or sub(text, first + 1, last - 1) ~= exposed then
+    return error_reply(h, id, INVALID_REQUEST, "tools/call params.name must be a plain JSON string", nil, "400")
+  end
+  text = sub(text, 1, first) .. own .. sub(text, last)
+  local headers = h:headers()
+  -- Headers of the gateway's own namespace mean nothing from a client and must not reach a backend.
+  local owned = {}
+  for name, _ in pairs(headers) do
+    if sub(name, 1, 8) == "x-mcpgw-" then owned[#owned + 1] = name end
+  end
+  for _, name in ipairs(owned) do headers:remove(name) end
+  if era == "modern" then
+    if not modern_client then
+      first, last, inner, params = M.tool_name_span(text)
+      text = M.with_modern_envelope(text, params, inner)
+    end
+    headers:replace("mcp-protocol-version", MODERN_VERSION)
+    headers:replace("mcp-method", "tools/call")
+    headers:replace("mcp-name", own)
+  elseif modern_client then
+    -- A stateless client's call for a session-era backend goes in that era's form.
+    headers:replace("mcp-protocol-version", SESSION_ERA_VERSION)
+    headers:remove("mcp-method")
+    headers:remove("mcp-name")
+  end
+  body:setBytes(text)
+  if tool.deadline_ms then headers:replace("x-envoy-upstream-rq-timeout-ms", tool.deadline_ms) end
+  if tool.retry then
+    -- Read-only and idempotent tools only: running a side-effecting tool twice is worse than failing once.
+    headers:replace("x-envoy-retry-on", "5xx,reset,connect-failure,reset-before-request")
+    headers:replace("x-envoy-max-retries", "2")
+  end
+  -- The session check (ext_authz, enabled by this flag): a call in a session, or a stateless
+  -- client's call for a backend that needs one.
+  if headers:get("mcp-session-id") ~= nil or (modern_client and sessionful) then
+    h:streamInfo():dynamicMetadata():set(NS, "check", true)
+  end
+end
+
+---------------------------------------------------------------------------------------------------
+-- Response side
+
+local function is_call_id(raw, id)
+  if type(id) == "string" then return byte(raw, 1) == 34 and raw == json_string(id) end
+  return tonumber(raw) == id
+end
+
+-- One JSON-RPC message of the answer, rewritten, or nil to leave it as it is.
+-- call: { backend, id, modern, outcome = function(last_error_json) -> outcome JSON }
+function M.rewrite_message(s, call)
+  local start = skip_ws(s, 1)
+  local top = members(s, start)
+  if not top then return nil end
+  if top.method then
+    -- A request the backend sends its client: an id the gateway can route the client's answer back by.
+    local id = top.id
+    if not id then return nil end
+    local raw = text_of(s, id)
+    local scoped = json_string("mcpgw:" .. call.backend .. ":" .. raw)
+    return sub(s, 1, id[1] - 1) .. scoped .. sub(s, id[2] + 1)
+  end
+  if not top.id or not is_call_id(text_of(s, top.id), call.id) then return nil end
+  local result, error_ = top.result, top.error
+  if result and byte(s, result[1]) == 123 then
+    local inner = members(s, result[1])
+    if not inner then return nil end
+    -- A stateless backend asking its client for input: the call is not over.
+    if inner.resultType and text_of(s, inner.resultType) == '"input_required"' then return nil end
+    local prefix = (call.modern and not inner.resultType) and '"resultType":"complete",' or ""
+    local meta = inner._meta
+    if meta and byte(s, meta[1]) == 123 then
+      local meta_members = members(s, meta[1])
+      if not meta_members or meta_members[OUTCOME_KEY] then return nil end
+      local annotated = insert_members(s, meta[1], '"' .. OUTCOME_KEY .. '":' .. call.outcome(nil))
+      return prefix == "" and annotated or insert_members(annotated, result[1], sub(prefix, 1, -2))
+    end
+    return insert_members(s, result[1], prefix .. '"_meta":{"' .. OUTCOME_KEY .. '":' .. call.outcome(nil) .. "}")
+  end
+  if error_ and byte(s, error_[1]) == 123 then
+    local inner = members(s, error_[1])
+    if not inner then return nil end
+    local last_error = inner.message and text_of(s, inner.message) or '"error"'
+    local data = inner.data
+    if not data then
+      return insert_members(s, error_[1], '"data":{"' .. OUTCOME_KEY .. '":' .. call.outcome(last_error) .. "}")
+    end
+    if byte(s, data[1]) ~= 123 then return nil end
+    local data_members = members(s, data[1])
+    -- Envoy's own failure replies carry their outcome at the top of data (docs/errors.md).
+    if not data_members or data_members.outcome or data_members[OUTCOME_KEY] then return nil end
+    return insert_members(s, data[1], '"' .. OUTCOME_KEY .. '":' .. call.outcome(last_error))
+  end
+  return nil
+end
+
+-- The outcome an answer already carries: Envoy's own failure replies (docs/errors.md) put theirs at the
+-- top of error.data, a degraded (fallback) result in result._meta. nil for any other message.
+function M.carried_outcome(s)
+  local top = members(s, skip_ws(s, 1))
+  if not top then return nil end
+  local holder
+  if top.error and byte(s, top.error[1]) == 123 then
+    local inner = members(s, top.error[1])
+    holder = inner and inner.data
+  elseif top.result and byte(s, top.result[1]) == 123 then
+    local inner = members(s, top.result[1])
+    local meta = inner and inner._meta and byte(s, inner._meta[1]) == 123 and members(s, inner._meta[1])
+    holder = meta and meta[OUTCOME_KEY]
+  end
+  local fields = holder and byte(s, holder[1]) == 123 and members(s, holder[1])
+  local outcome = fields and fields.outcome and text_of(s, fields.outcome)
+  return outcome and string.match(outcome, '^"([a-z_]+)"$') or nil
+end
+
+-- A 400 of servers built on the MCP SDK's examples ("No valid session ID", "Server not initialized")
+-- means, like a 404, that the backend does not know the session and ran nothing.
+function M.says_session_unknown(s)
+  local top = members(s, skip_ws(s, 1))
+  local error_ = top and top.error
+  local inner = error_ and byte(s, error_[1]) == 123 and members(s, error_[1])
+  local message = inner and inner.message and text_of(s, inner.message)
+  if not message then return false end
+  local lower = string.lower(message)
+  return find(lower, "session", 1, true) ~= nil or find(lower, "not initialized", 1, true) ~= nil
+end
+
+-- One SSE event (without its terminator), rewritten, or nil to leave it as it is.
+function M.rewrite_event(event, call)
+  local lines, data = {}, {}
+  for line in string.gmatch(event .. "\n", "([^\r\n]*)\r?\n?") do lines[#lines + 1] = line end
+  -- gmatch yields one empty match at the very end
+  if lines[#lines] == "" then lines[#lines] = nil end
+  local first_data
+  for index, line in ipairs(lines) do
+    if sub(line, 1, 5) == "data:" then
+      first_data = first_data or index
+      data[#data + 1] = sub(line, byte(line, 6) == 32 and 7 or 6)
+    end
+  end
+  if not first_data then return nil end
+  local rewritten = M.rewrite_message(concat(data, "\n"), call)
+  if not rewritten then return nil end
+  local out = {}
+  for index, line in ipairs(lines) do
+    if index == first_data then out[#out + 1] = "data: " .. gsub(rewritten, "[\r\n]", " ")
+    elseif sub(line, 1, 5) ~= "data:" then out[#out + 1] = line end
+  end
+  return concat(out, "\n")
+end
+
+-- Splits the complete events off `pending`: the text to send now (rewritten) and what stays held.
+function M.take_events(pending, call)
+  local out, position = {}, 1
+  while true do
+    local s, e = find(pending, "\r?\n\r?\n", position)
+    local s2, e2 = find(pending, "\r\r", position)
+    if s2 and (not s or s2 < s) then s, e = s2, e2 end
+    if not s then break end
+    local event = sub(pending, position, s - 1)
+    local rewritten = M.rewrite_event(event, call)
+    out[#out + 1] = (rewritten or event) .. sub(pending, s, e)
+    position = e + 1
+  end
+  return concat(out), sub(pending, position)
+end
+
+-- What the response side needs of the call, read before the body (see envoy_on_request).
+local function call_of(h)
+  local metadata = h:streamInfo():dynamicMetadata()
+  local ours = metadata:get(NS)
+  if not ours or not ours.backend or ours.answered then return nil end
+  local request = metadata:get(MCP_NS) or {}
+  local authz = metadata:get(AUTHZ_NS) or {}
+  local headers = h:headers()
+  local attempts = tonumber(headers:get("x-envoy-attempt-count") or "1") or 1
+  local started = tonumber(ours.started_ms) or h:timestamp()
+  local meta = request.params and request.params._meta
+  local call = {
+    backend = ours.backend,
+    tool = ours.tool,
+    route = ours.route,
+    id = request.id,
+    id_json = ours.rpc_id_json or "null",
+    modern = meta ~= nil and meta["io.modelcontextprotocol/protocolVersion"] ~= nil,
+    attempts = attempts,
+    backend_session = authz[CHECK_BACKEND_SESSION],
+    gateway_session = authz[CHECK_GATEWAY_SESSION] or "",
+    status = tonumber(headers:get(":status") or "0") or 0,
+    content_type = headers:get("content-type") or "",
+    length = tonumber(headers:get("content-length") or ""),
+    annotate = h:filterContext():get("annotate"),
+    sidecar = h:filterContext():get("sidecar_cluster"),
+  }
+  -- The final message's outcome, once it has passed: for the access log.
+  call.outcome = function(last_error)
+    call.final = last_error and "failed" or "ok"
+    return outcome_json({
+      outcome = call.final, backend = call.backend, tool = call.tool, attempts = attempts,
+      elapsed_ms = math.max(0, h:timestamp() - started), last_error = last_error,
+    })
+  end
+  return call
+end
+
+local function record_outcome(h, outcome)
+  if outcome then h:streamInfo():dynamicMetadata():set(NS, "outcome", outcome) end
+end
+
+-- The whole answer replaced by one JSON-RPC error naming the backend (status 200: MCP clients read
+-- the JSON-RPC error only from a 2xx answer). `held` is the answer's body when it was read whole
+-- (h:body()): its content-length then follows the new body; a streamed one is framed anew.
+local function replace_with_error(h, call, message, http_status, held)
+  local headers = h:headers()
+  headers:replace(":status", "200")
+  headers:replace("content-type", "application/json")
+  headers:remove("mcp-session-id")
+  record_outcome(h, "failed")
+  local data = '{"outcome":"failed","backend":' .. json_string(call.backend) .. ',"tool":' .. json_string(call.tool)
+    .. ',"attempts":' .. call.attempts .. ',"fallback_used":false,"http_status":' .. http_status .. "}"
+  local body = '{"jsonrpc":"2.0","id":' .. call.id_json .. ',"error":{"code":' .. BACKEND_UNAVAILABLE .. ',"message":'
+    .. json_string(message) .. ',"data":' .. data .. "}}"
+  if held then
+    held:setBytes(body)
+    return
+  end
+  headers:remove("content-length")
+  local sent = false
+  for chunk in h:bodyChunks() do
+    chunk:setBytes(sent and "" or body)
+    sent = true
+  end
+end
+
+-- A backend that no longer knows the session a call went in ran nothing: its answer must not reach
+-- the client, whose own session with the gateway goes on. The sidecar forgets the backend session, so
+-- the next call opens a new one.
+local function backend_session_lost(h, call, held)
+  h:httpCall(call.sidecar, {
+    [":method"] = "POST", [":path"] = "/internal/backend-session-lost", [":authority"] = "mcpgw-sidecar",
+    ["content-type"] = "application/json",
+  }, '{"route":' .. json_string(call.route) .. ',"backend":' .. json_string(call.backend)
+    .. ',"backendSessionId":' .. json_string(call.backend_session) .. ',"gatewaySessionId":' .. json_string(call.gateway_session) .. "}",
+    2000, true)
+  replace_with_error(h, call, "backend " .. call.backend .. " lost the session of this call and ran nothing: call again", call.status, held)
+end
+
+function envoy_on_response(h)
+  local call = call_of(h)
+  if not call then return end
+  local is_sse = find(call.content_type, "^text/event%-stream") ~= nil
+  local is_json = find(call.content_type, "^application/json") ~= nil
+  if call.backend_session and (call.status == 404 or (call.status == 400 and is_json)) then
+    -- A short error answer, held whole with its headers (h:body(true): even one without a body), so
+    -- that a lost session can still become another answer.
+    local body = h:body(true)
+    local text = body:getBytes(0, body:length())
+    if call.status == 404 or M.says_session_unknown(text) then return backend_session_lost(h, call, body) end
+    local rewritten = call.annotate and M.rewrite_message(text, call)
+    if rewritten then
+      body:setBytes(rewritten)
+      record_outcome(h, call.final)
+    end
+    return
+  end
+  if call.status >= 400 and not is_json and not is_sse then
+    -- A backend's own error page (HTML, text, a stack trace) never reaches the agent: only its status.
+    local held = call.length and call.length <= MAX_HELD_JSON_BYTES and h:body(true) or nil
+    return replace_with_error(h, call, "backend " .. call.backend .. " answered HTTP " .. call.status .. ": tools/call " .. call.tool .. " failed", call.status, held)
+  end
+  if not call.annotate or (not is_sse and not is_json) then return end
+  h:headers():remove("content-length")
+  if is_json then
+    -- A JSON answer is one message: held until it is whole, then rewritten; past the limit, or not
+    -- JSON at all, sent as it came.
+    local held, done = "", false
+    for chunk in h:bodyChunks() do
+      if not done then
+        held = held .. chunk:getBytes(0, chunk:length())
+        local last = M.json_end(held)
+        if last or #held > MAX_HELD_JSON_BYTES then
+          done = true
+          local message = last and sub(held, 1, last)
+          local rewritten = message and M.rewrite_message(message, call)
+          chunk:setBytes(rewritten and (rewritten .. sub(held, last + 1)) or held)
+          record_outcome(h, call.final or (message and M.carried_outcome(message)))
+        else
+          chunk:setBytes("")
+        end
+      end
+    end
+    return
+  end
+  local pending, passing = "", false
+  for chunk in h:bodyChunks() do
+    if not passing then
+      pending = pending .. chunk:getBytes(0, chunk:length())
+      local out
+      out, pending = M.take_events(pending, call)
+      if #pending > MAX_HELD_BYTES then
+        out, pending, passing = out .. pending, "", true
+      end
+      chunk:setBytes(out)
+      record_outcome(h, call.final)
+      call.final = nil
+    end
+  end
+end
+
+mcpgw_call_lane = M

@@ -1,0 +1,211 @@
+import * as fs from 'node:fs';
+import { Tool } from '@modelcontextprotocol/sdk/types.js';
+import { CatalogSnapshotMessage } from '../../catalog/catalog-store';
+import { MODERN_PROTOCOL_VERSION } from '../../sidecar/modern-era';
+import { projectPath } from '../../shared/paths';
+import { TypedJson } from '../protobuf/proto-json';
+import { duration } from './duration';
+import {
+  CHECK_HEADERS,
+  MCP_METADATA_NAMESPACE,
+  METADATA_NAMESPACE,
+  SESSION_CHECK_PATH,
+  SIDECAR_CHECK_CLUSTER_NAME,
+  SIDECAR_CLUSTER_NAME,
+} from './settings';
+import { TYPE_URL, typedStruct } from './type-urls';
+
+/**
+ * The call lane (docs/adr/0008-data-path-lanes.md): Envoy's mcp filter parses every POST, a tools/call
+ * matches its backend's route by the name's prefix, the call script (control-plane/xds/lua/call-lane.lua)
+ * decides on it with that route's rules, and the session check runs when the script asks for it.
+ */
+
+/** A tool may ask for its own deadline in its tools/list entry: `_meta: { "mcpgw/timeoutMs": 30000 }`. */
+export const TOOL_TIMEOUT_META_KEY = 'mcpgw/timeoutMs';
+
+/** What the call lane needs to know of one backend of one route, from the catalog. */
+export interface CallLaneBackend {
+  /** The revision family it speaks: the stateless one gets the request envelope and routing headers. */
+  era: 'modern' | 'session';
+  /** It hands out sessions, so a stateless client's call needs one opened for it. */
+  sessionful: boolean;
+  /** Its own names of the tools the route serves, with how Envoy treats a call of each. */
+  tools: Map<string, string>;
+  /** Its own names of tools the route's policy denies, with the rule. */
+  denied: Map<string, string>;
+  fallbackText: string;
+}
+
+/** What the call lane needs of the catalog: the tool-name separator, and route key → backend name → its rules. */
+export interface CallLaneCatalog {
+  separator: string;
+  routes: Map<string, Map<string, CallLaneBackend>>;
+}
+
+/** Before any catalog: no tool is served yet, so every call is answered "unknown tool". */
+export const EMPTY_CALL_LANE_CATALOG: CallLaneCatalog = { separator: '__', routes: new Map() };
+
+/**
+ * How Envoy treats one tools/call, as the script's flags: its own deadline (`t=`), retries beyond "never
+ * reached the backend" (`r`, only for tools the backend marks read-only or idempotent: running a
+ * side-effecting tool twice is worse than failing once), and the degraded fallback (`f`, read-only tools
+ * of a Tool Service that has one).
+ */
+export function toolFlags(tool: Tool, hasFallback: boolean): string {
+  const flags: string[] = [];
+  const requested = tool._meta?.[TOOL_TIMEOUT_META_KEY];
+  if (typeof requested === 'number' && Number.isInteger(requested) && requested > 0) flags.push(`t=${requested}`);
+  const readOnly = tool.annotations?.readOnlyHint === true;
+  if (readOnly || tool.annotations?.idempotentHint === true) flags.push('r');
+  if (readOnly && hasFallback) flags.push('f');
+  return flags.join(';');
+}
+
+export function callLaneCatalogOf(snapshot: CatalogSnapshotMessage): CallLaneCatalog {
+  const routes = new Map<string, Map<string, CallLaneBackend>>();
+  for (const route of snapshot.routes) {
+    const backends = new Map<string, CallLaneBackend>();
+    const served = new Set(route.tools.map((exposed) => `${exposed.backend}\n${exposed.tool_index}`));
+    for (const backend of route.backends) {
+      const tools = new Map<string, string>();
+      backend.tools_json.forEach((json, index) => {
+        if (!served.has(`${backend.name}\n${index}`)) return;
+        const tool = JSON.parse(json) as Tool;
+        tools.set(tool.name, toolFlags(tool, backend.fallback_text !== ''));
+      });
+      backends.set(backend.name, {
+        era: backend.protocol_version === MODERN_PROTOCOL_VERSION ? 'modern' : 'session',
+        sessionful: backend.sessionful,
+        tools,
+        denied: new Map(backend.denied_tools.map((denied) => [denied.tool, denied.rule])),
+        fallbackText: backend.fallback_text,
+      });
+    }
+    routes.set(route.route_key, backends);
+  }
+  return { separator: snapshot.tool_name_separator, routes };
+}
+
+/** An entry of the HttpConnectionManager's http_filters. */
+export interface HttpFilter {
+  name: string;
+  disabled?: boolean;
+  typed_config: TypedJson;
+}
+
+const CALL_SCRIPT = projectPath('control-plane/xds/lua/call-lane.lua');
+let callScript: string | undefined;
+
+/**
+ * The listener's Lua filter, running the call script with each call route's own rules. It cannot be
+ * off at the listener and turned on by a call route: Envoy settles which filters run when a request
+ * starts, before the mcp filter has read the body that picks the call route. Gateway lane routes
+ * turn it off instead (gatewayLaneFilters).
+ */
+export function callScriptFilter(): HttpFilter {
+  callScript ??= fs.readFileSync(CALL_SCRIPT, 'utf8');
+  return {
+    name: 'envoy.filters.http.lua',
+    typed_config: typedStruct(TYPE_URL.lua, {
+      default_source_code: { inline_string: callScript },
+      // The script changes headers it owns; the route was chosen by the mcp filter's metadata and stays.
+      clear_route_cache: false,
+    }),
+  };
+}
+
+/** The mcp filter: every request is MCP (anything else is refused in JSON-RPC form), parsed once, bounded, duplicate keys refused. */
+export function mcpFilter(maxRequestBodyBytes: number): HttpFilter {
+  return {
+    name: 'envoy.filters.http.mcp',
+    typed_config: typedStruct(TYPE_URL.mcp, {
+      traffic_mode: 'REJECT_NO_MCP',
+      reject_duplicate_keys: true,
+      max_request_body_size: maxRequestBodyBytes,
+      // 2026-07-28 requests: Mcp-Method / Mcp-Name must agree with the body (-32020); a newer revision is refused (-32022).
+      attribute_source: 'VERIFY',
+      max_supported_protocol_version: MODERN_PROTOCOL_VERSION,
+      clear_route_cache: true,
+    }),
+  };
+}
+
+const formatterOf = (key: string) => `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:${key})%`;
+
+/** Client headers the session check sees: its session, protocol version, and what a backend session is opened with on the client's behalf. */
+const CHECKED_CLIENT_HEADERS = ['mcp-session-id', 'mcp-protocol-version', 'authorization', 'traceparent', 'tracestate', 'baggage'];
+
+/**
+ * The session check (ext_authz over HTTP to the sidecars), asked only when the call script sets its
+ * flag: a call in a session, or a stateless client's call for a backend that needs one. It may put the
+ * backend's own session into Mcp-Session-Id, or refuse the call in JSON-RPC form.
+ */
+export function sessionCheckFilter(timeoutMs: number): HttpFilter {
+  return {
+    name: 'envoy.filters.http.ext_authz',
+    typed_config: {
+      '@type': TYPE_URL.extAuthz,
+      transport_api_version: 'V3',
+      http_service: {
+        server_uri: { uri: `http://${SIDECAR_CHECK_CLUSTER_NAME}${SESSION_CHECK_PATH}`, cluster: SIDECAR_CHECK_CLUSTER_NAME, timeout: duration(timeoutMs) },
+        path_prefix: SESSION_CHECK_PATH,
+        authorization_request: {
+          headers_to_add: [
+            { key: CHECK_HEADERS.route, value: formatterOf('route') },
+            { key: CHECK_HEADERS.backend, value: formatterOf('backend') },
+            { key: CHECK_HEADERS.tool, value: formatterOf('tool') },
+            { key: CHECK_HEADERS.rpcId, value: formatterOf('rpc_id_json') },
+          ],
+        },
+        authorization_response: {
+          allowed_upstream_headers: { patterns: [{ exact: 'mcp-session-id' }] },
+          allowed_client_headers: { patterns: [{ exact: 'content-type' }] },
+          dynamic_metadata_from_headers: { patterns: [{ exact: CHECK_HEADERS.backendSession }, { exact: CHECK_HEADERS.gatewaySession }] },
+        },
+      },
+      allowed_headers: { patterns: CHECKED_CLIENT_HEADERS.map((exact) => ({ exact })) },
+      filter_enabled_metadata: { filter: METADATA_NAMESPACE, path: [{ key: 'check' }], value: { bool_match: true } },
+      failure_mode_allow: false,
+      status_on_error: { code: 'ServiceUnavailable' },
+    },
+  };
+}
+
+/** Match a tools/call whose name carries this backend's prefix (the mcp filter parsed it). */
+export function callMatch(path: string, backendName: string, separator: string) {
+  const metadataIs = (keys: string[], string_match: Record<string, string>) => ({
+    filter: MCP_METADATA_NAMESPACE,
+    path: keys.map((key) => ({ key })),
+    value: { string_match },
+  });
+  return {
+    path_separated_prefix: path,
+    dynamic_metadata: [metadataIs(['method'], { exact: 'tools/call' }), metadataIs(['params', 'name'], { prefix: `${backendName}${separator}` })],
+  };
+}
+
+/** A call route's rules for the script. */
+export function callRouteFilters(routeKey: string, backendName: string, separator: string, backend: CallLaneBackend | undefined, annotate: boolean) {
+  const context: Record<string, unknown> = {
+    route: routeKey,
+    backend: backendName,
+    separator,
+    era: backend?.era ?? 'session',
+    sessionful: backend?.sessionful ?? true,
+    annotate,
+    fallback: backend?.fallbackText ?? '',
+    sidecar_cluster: SIDECAR_CLUSTER_NAME,
+  };
+  for (const [tool, flags] of backend?.tools ?? []) context[`tool:${tool}`] = flags;
+  for (const [tool, rule] of backend?.denied ?? []) context[`deny:${tool}`] = rule;
+  return {
+    'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: context }),
+  };
+}
+
+/** Routes of the gateway lane: the call script does not run, and the session check is never asked. */
+export const GATEWAY_LANE_FILTERS = {
+  'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { disabled: true }),
+  'envoy.filters.http.ext_authz': { '@type': TYPE_URL.extAuthzPerRoute, disabled: true },
+};

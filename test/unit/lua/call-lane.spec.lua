@@ -1,0 +1,115 @@
+-- Table tests of the call lane script's pure functions, run on LuaJIT (Envoy's Lua) by call-lane-lua.test.ts.
+-- Prints "ok <name>" or "not ok <name>: <why>" per case.
+dofile(arg[1])
+local M = mcpgw_call_lane
+
+local function check(name, got, want)
+  if got == want then print("ok " .. name)
+  else print("not ok " .. name .. ": got " .. tostring(got) .. ", want " .. tostring(want)) end
+end
+
+local function strip(body, exposed, own)
+  local first, last = M.tool_name_span(body)
+  if not first or body:sub(first + 1, last - 1) ~= exposed then return nil end
+  return body:sub(1, first) .. own .. body:sub(last)
+end
+
+-- params.name found structurally, not by text
+check("strip simple", strip('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"w__get","arguments":{"x":1}}}', "w__get", "get"),
+  '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get","arguments":{"x":1}}}')
+check("strip when arguments hold the same text first",
+  strip('{"params":{"arguments":{"name":"w__get","note":"\\"name\\":\\"w__get\\""},"name":"w__get"},"method":"tools/call"}', "w__get", "get"),
+  '{"params":{"arguments":{"name":"w__get","note":"\\"name\\":\\"w__get\\""},"name":"get"},"method":"tools/call"}')
+check("strip with whitespace", strip(' { "params" : { "name" : "w__get" } } ', "w__get", "get"), ' { "params" : { "name" : "get" } } ')
+check("escaped name refused", strip('{"params":{"name":"w__g\\u0065t"}}', "w__get", "get"), nil)
+check("name not a string refused", M.tool_name_span('{"params":{"name":5}}'), nil)
+check("escaped key refused", M.tool_name_span('{"params":{"na\\u006de":"w__get"}}'), nil)
+check("duplicate key refused", M.tool_name_span('{"params":{"name":"a","name":"b"}}'), nil)
+check("truncated refused", M.tool_name_span('{"params":{"name":"w__get"'), nil)
+check("nested arrays skipped", strip('{"params":{"arguments":[[1,{"a":"]"}],"}"],"name":"w__x"}}', "w__x", "x"), '{"params":{"arguments":[[1,{"a":"]"}],"}"],"name":"x"}}')
+
+-- the stateless envelope for a modern backend
+local body = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get","arguments":{}}}'
+local _, _, inner, params = M.tool_name_span(body)
+check("envelope added", M.with_modern_envelope(body, params, inner),
+  '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"mcp-federation-gateway","version":"0.1.0"}},"name":"get","arguments":{}}}')
+body = '{"params":{"name":"get","_meta":{"progressToken":3}}}'
+_, _, inner, params = M.tool_name_span(body)
+check("envelope merged into _meta", M.with_modern_envelope(body, params, inner),
+  '{"params":{"name":"get","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"mcp-federation-gateway","version":"0.1.0"},"progressToken":3}}}')
+
+-- flags
+local flags = M.tool_flags("t=30000;r;f")
+check("flag deadline", flags.deadline_ms, "30000")
+check("flag retry", flags.retry, true)
+check("flag fallback", flags.fallback, true)
+check("no flags", M.tool_flags("").retry, nil)
+
+-- ids
+check("id number", M.id_json(7), "7")
+check("id string", M.id_json('a"b'), '"a\\"b"')
+check("id null", M.id_json(nil), "null")
+
+-- the answer
+local call = { backend = "jobs", id = 7, outcome = function(last_error) return '{"outcome":"' .. (last_error and "failed" or "ok") .. '"' .. (last_error and (',"last_error":' .. last_error) or "") .. "}" end }
+check("result annotated", M.rewrite_message('{"jsonrpc":"2.0","id":7,"result":{"content":[]}}', call),
+  '{"jsonrpc":"2.0","id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}},"content":[]}}')
+check("result _meta kept", M.rewrite_message('{"jsonrpc":"2.0","id":7,"result":{"_meta":{"a":1},"content":[]}}', call),
+  '{"jsonrpc":"2.0","id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"},"a":1},"content":[]}}')
+check("empty result", M.rewrite_message('{"jsonrpc":"2.0","id":7,"result":{}}', call), '{"jsonrpc":"2.0","id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}')
+check("other id untouched", M.rewrite_message('{"jsonrpc":"2.0","id":8,"result":{}}', call), nil)
+check("string id 7 is not number 7", M.rewrite_message('{"jsonrpc":"2.0","id":"7","result":{}}', call), nil)
+check("backend error annotated", M.rewrite_message('{"jsonrpc":"2.0","id":7,"error":{"code":-1,"message":"boom"}}', call),
+  '{"jsonrpc":"2.0","id":7,"error":{"data":{"mcpgw/outcome":{"outcome":"failed","last_error":"boom"}},"code":-1,"message":"boom"}}')
+check("envoy failure reply untouched", M.rewrite_message('{"jsonrpc":"2.0","id":7,"error":{"code":-32004,"message":"x","data":{"outcome":"failed"}}}', call), nil)
+check("error data not an object untouched", M.rewrite_message('{"jsonrpc":"2.0","id":7,"error":{"code":-1,"message":"x","data":"text"}}', call), nil)
+check("outcome already there", M.rewrite_message('{"jsonrpc":"2.0","id":7,"result":{"_meta":{"mcpgw/outcome":{}}}}', call), nil)
+check("input_required untouched", M.rewrite_message('{"jsonrpc":"2.0","id":7,"result":{"resultType":"input_required"}}', call), nil)
+check("backend request scoped", M.rewrite_message('{"jsonrpc":"2.0","id":0,"method":"sampling/createMessage","params":{}}', call),
+  '{"jsonrpc":"2.0","id":"mcpgw:jobs:0","method":"sampling/createMessage","params":{}}')
+check("backend request string id scoped", M.rewrite_message('{"method":"elicitation/create","id":"a\\"b"}', call),
+  '{"method":"elicitation/create","id":"mcpgw:jobs:\\"a\\\\\\"b\\""}')
+check("notification untouched", M.rewrite_message('{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}', call), nil)
+check("not json untouched", M.rewrite_message('hello', call), nil)
+local modern = { backend = "jobs", id = 7, modern = true, outcome = call.outcome }
+check("modern result gets resultType", M.rewrite_message('{"jsonrpc":"2.0","id":7,"result":{"content":[]}}', modern),
+  '{"jsonrpc":"2.0","id":7,"result":{"resultType":"complete","_meta":{"mcpgw/outcome":{"outcome":"ok"}},"content":[]}}')
+check("modern result with _meta gets resultType", M.rewrite_message('{"jsonrpc":"2.0","id":7,"result":{"_meta":{}}}', modern),
+  '{"jsonrpc":"2.0","id":7,"result":{"resultType":"complete","_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}')
+
+-- SSE framing
+local out, rest = M.take_events('event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\nevent: message\ndata: {"jsonrpc":"2.0","id":7,"res', call)
+check("complete event passes, partial held", out, 'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n')
+check("partial held", rest, 'event: message\ndata: {"jsonrpc":"2.0","id":7,"res')
+out, rest = M.take_events(rest .. 'ult":{}}\n\n', call)
+check("final event annotated", out, 'event: message\ndata: {"jsonrpc":"2.0","id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\n\n')
+check("nothing held", rest, "")
+out, rest = M.take_events('id: 5\r\ndata: {"jsonrpc":"2.0",\r\ndata: "id":7,"result":{}}\r\n\r\n', call)
+check("multi-line data, CRLF", out, 'id: 5\ndata: {"jsonrpc":"2.0", "id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\r\n\r\n')
+out, rest = M.take_events(': keepalive\n\n', call)
+check("comment passes", out, ': keepalive\n\n')
+out, rest = M.take_events('data:{"jsonrpc":"2.0","id":7,"result":{}}\n\n', call)
+check("data without space", out, 'data: {"jsonrpc":"2.0","id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\n\n')
+
+-- an event split anywhere between socket reads comes out whole, once, annotated
+local stream = 'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}\n\nevent: message\ndata: {"jsonrpc":"2.0","id":7,"result":{"content":[]}}\n\n'
+local whole = M.take_events(stream, call)
+local all_same = true
+for split = 1, #stream - 1 do
+  local a, held = M.take_events(stream:sub(1, split), call)
+  local b, rest = M.take_events(held .. stream:sub(split + 1), call)
+  if a .. b ~= whole or rest ~= "" then all_same = false; print("# split at " .. split .. " gave " .. a .. b) end
+end
+check("any split gives the same events", all_same, true)
+out = M.take_events('data: not json\n\n', call)
+check("data that is not JSON untouched", out, 'data: not json\n\n')
+check("session unknown 400", M.says_session_unknown('{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}'), true)
+check("not initialized 400", M.says_session_unknown('{"jsonrpc":"2.0","error":{"code":-32000,"message":"Server not initialized"},"id":null}'), true)
+check("other 400", M.says_session_unknown('{"jsonrpc":"2.0","error":{"code":-32602,"message":"Invalid params"},"id":1}'), false)
+check("400 not json", M.says_session_unknown('oops'), false)
+check("json end: partial", M.json_end('{"jsonrpc":"2.0","result":{"a":"}'), nil)
+check("json end: whole", M.json_end(' {"a":{"b":"}"}} \n'), 16)
+check("json end: empty", M.json_end('  '), nil)
+check("carried outcome of a failure reply", M.carried_outcome('{"jsonrpc":"2.0","id":1,"error":{"code":-32004,"message":"x","data":{"outcome":"failed","backend":"b"}}}'), "failed")
+check("carried outcome of a degraded result", M.carried_outcome('{"jsonrpc":"2.0","id":1,"result":{"content":[],"_meta":{"mcpgw/outcome":{"outcome":"degraded"}}}}'), "degraded")
+check("no carried outcome", M.carried_outcome('{"jsonrpc":"2.0","id":1,"result":{"content":[]}}'), nil)

@@ -1,0 +1,132 @@
+import { RequestHead } from '../../control-plane/sidecar/decision';
+import { decideOnBody } from '../../control-plane/sidecar/mcp-gateway';
+import { buildRouteViews } from '../../control-plane/sidecar/route-catalog';
+import { CHECK_STATUS, StatelessCallSessions, checkCall, forgetLostSession } from '../../control-plane/sidecar/session-check';
+import { sidecarContext } from '../support/sidecar-context';
+import { backendCatalog, catalogSnapshot } from './catalog-fixtures';
+
+const views = buildRouteViews(
+  catalogSnapshot([
+    {
+      route_key: 'demo',
+      backends: [backendCatalog('jobs', ['echo']), backendCatalog('modern', ['shout'], { protocol_version: '2026-07-28', sessionful: false })],
+    },
+    { route_key: 'other', backends: [backendCatalog('jobs', ['echo'])] },
+  ]),
+);
+
+/** What Envoy sends the session check for a call the call script placed on `backend`. */
+const checkHead = (backend: string, extra: Record<string, string> = {}, route = 'demo'): RequestHead => ({
+  method: 'POST',
+  path: `/mcp/${route}`,
+  headers: new Map(
+    Object.entries({ 'x-mcpgw-route': route, 'x-mcpgw-backend': backend, 'x-mcpgw-tool': 'echo', 'x-mcpgw-rpc-id': '5', authorization: 'Bearer agent', ...extra }),
+  ),
+});
+
+async function session(sessions = sidecarContext(views), route = 'demo') {
+  const initialize = { jsonrpc: '2.0', id: 0, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: { sampling: {} }, clientInfo: { name: 'agent', version: '1' } } };
+  const decision = await decideOnBody(
+    { method: 'POST', path: `/mcp/${route}`, headers: new Map([['content-type', 'application/json'], ['accept', 'application/json, text/event-stream']]) },
+    Buffer.from(JSON.stringify(initialize)),
+    sessions.context,
+  );
+  if (decision.kind !== 'respond') throw new Error('initialize was not answered');
+  return { ...sessions, pool: new StatelessCallSessions(sessions.context), sessionId: decision.headers['mcp-session-id'] };
+}
+
+describe('the session check of the call lane', () => {
+  it("opens the backend's session on the first call only, on the client's behalf, and sends each call in it", async () => {
+    const { context, opened, pool, sessionId } = await session();
+    for (let call = 0; call < 2; call++) {
+      expect(await checkCall(checkHead('jobs', { 'mcp-session-id': sessionId }), context, pool)).toEqual({
+        status: CHECK_STATUS.ALLOW,
+        headers: { 'mcp-session-id': 'backend-session-1', 'x-mcpgw-backend-session': 'backend-session-1', 'x-mcpgw-gateway-session': sessionId },
+        body: '',
+      });
+    }
+    expect(opened).toEqual(['http://127.0.0.1:9/jobs/mcp']);
+  });
+
+  it.each([
+    ['an unknown session id', () => 'x'.repeat(32), 'demo'],
+    ['a forged session id', () => 'forged', 'demo'],
+  ])('answers %s with 404 and -32001 for the call', async (_case, id, route) => {
+    const { context, pool } = await session();
+    const answer = await checkCall(checkHead('jobs', { 'mcp-session-id': id() }, route), context, pool);
+    expect(answer.status).toBe(404);
+    expect(JSON.parse(answer.body)).toMatchObject({ id: 5, error: { code: -32001 } });
+  });
+
+  it("does not let a session of another route call this route's backends", async () => {
+    const sessions = sidecarContext(views);
+    const { context, pool, sessionId } = await session(sessions, 'other');
+    expect((await checkCall(checkHead('jobs', { 'mcp-session-id': sessionId }), context, pool)).status).toBe(404);
+  });
+
+  it('answers a backend that cannot open a session with -32004 naming it, for the client (status 200 after Envoy)', async () => {
+    const { context, pool, sessionId } = await session(sidecarContext(views, async () => Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:9'))));
+    const answer = await checkCall(checkHead('jobs', { 'mcp-session-id': sessionId }), context, pool);
+    expect(answer.status).toBe(CHECK_STATUS.JSON_RPC_ERROR);
+    expect(JSON.parse(answer.body)).toMatchObject({
+      id: 5,
+      error: {
+        code: -32004,
+        message: 'backend jobs could not open a session: tools/call echo failed (connect ECONNREFUSED 127.0.0.1:9)',
+        data: { outcome: 'failed', backend: 'jobs', tool: 'echo', attempts: 0, fallback_used: false, last_error: 'connect ECONNREFUSED 127.0.0.1:9' },
+      },
+    });
+  });
+
+  it('answers a call whose gateway session ended while its backend session was opening as an unknown session, and ends that backend session', async () => {
+    let sessions!: ReturnType<typeof sidecarContext>;
+    let gatewaySession = '';
+    sessions = sidecarContext(views, async () => {
+      await sessions.context.sessions.remove(gatewaySession);
+      return 'late';
+    });
+    const { context, closed, pool, sessionId } = await session(sessions);
+    gatewaySession = sessionId;
+    expect((await checkCall(checkHead('jobs', { 'mcp-session-id': sessionId }), context, pool)).status).toBe(404);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(closed).toEqual(['http://127.0.0.1:9/jobs/mcp late']);
+  });
+
+  it("sends a call for a stateless backend without the client's gateway session id", async () => {
+    const { context, opened, pool, sessionId } = await session();
+    expect(await checkCall(checkHead('modern', { 'mcp-session-id': sessionId }), context, pool)).toEqual({
+      status: CHECK_STATUS.ALLOW,
+      headers: { 'x-envoy-auth-headers-to-remove': 'mcp-session-id' },
+      body: '',
+    });
+    expect(opened).toEqual([]);
+  });
+
+  it("gives stateless clients' calls for a backend that needs a session one pooled backend session, replaced once lost", async () => {
+    const sessions = sidecarContext(views);
+    const pool = new StatelessCallSessions(sessions.context);
+    const first = await checkCall(checkHead('jobs'), sessions.context, pool);
+    const second = await checkCall(checkHead('jobs'), sessions.context, pool);
+    expect(first).toEqual(second);
+    expect(first.headers).toMatchObject({ 'mcp-session-id': 'backend-session-1', 'x-mcpgw-gateway-session': '' });
+    expect(sessions.opened).toHaveLength(1);
+    await forgetLostSession({ route: 'demo', backend: 'jobs', backendSessionId: 'backend-session-1', gatewaySessionId: '' }, sessions.context, pool);
+    await checkCall(checkHead('jobs'), sessions.context, pool);
+    expect(sessions.opened).toHaveLength(2);
+  });
+
+  it("forgets a gateway session's lost backend session, so that the next call opens a new one", async () => {
+    const { context, opened, pool, sessionId } = await session();
+    await checkCall(checkHead('jobs', { 'mcp-session-id': sessionId }), context, pool);
+    await forgetLostSession({ route: 'demo', backend: 'jobs', backendSessionId: 'backend-session-1', gatewaySessionId: sessionId }, context, pool);
+    await checkCall(checkHead('jobs', { 'mcp-session-id': sessionId }), context, pool);
+    expect(opened).toHaveLength(2);
+  });
+
+  it('refuses a check without the call script headers (nothing but Envoy may ask)', async () => {
+    const { context, pool } = await session();
+    const answer = await checkCall({ method: 'POST', path: '/mcp/demo', headers: new Map() }, context, pool);
+    expect(answer.status).toBe(400);
+    expect(JSON.parse(answer.body).error.message).toMatch(/session check: x-mcpgw-route/);
+  });
+});
