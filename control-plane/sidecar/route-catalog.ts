@@ -4,7 +4,8 @@ import { BackendTls } from '../shared/backend-fetch';
 
 export interface BackendView {
   name: string;
-  cluster: string;
+  /** The Tool Service behind this backend (`tool_service.<id>`). */
+  toolService: string;
   state: BackendState;
   /** Unprefixed names of the backend's tools this route serves. */
   toolNames: Set<string>;
@@ -58,7 +59,7 @@ export function buildRouteViews(snapshot: CatalogSnapshotMessage): Map<string, R
       declared.set(backend.name, backend.tools_json);
       backends.set(backend.name, {
         name: backend.name,
-        cluster: backend.cluster,
+        toolService: backend.tool_service,
         state: backend.state,
         toolNames: new Set(),
         lastSuccessAt: backend.last_success_at,

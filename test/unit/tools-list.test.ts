@@ -183,7 +183,7 @@ describe('tools/list degraded metadata', () => {
 describe('tools/call resolution by exact exposed name', () => {
   it('resolves names the control plane exposed, even when the tool\'s own name holds the separator', () => {
     const view = routeView([backendCatalog('svc', ['a__b', 'plain'])]);
-    expect(resolveTool(view, 'svc__a__b')).toMatchObject({ ok: true, toolName: 'a__b', backend: { name: 'svc', cluster: 'tool_service.svc' } });
+    expect(resolveTool(view, 'svc__a__b')).toMatchObject({ ok: true, toolName: 'a__b', backend: { name: 'svc', toolService: 'tool_service.svc' } });
   });
 
   it('uses the separator of the catalog, not a built-in one', () => {
