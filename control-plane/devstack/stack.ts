@@ -44,6 +44,11 @@ export interface StackOptions {
   registryRefreshMs?: number;
 }
 
+/** A throwaway Redis on loopback: nothing saved to disk. */
+export function redisServerArgs(port: number): string[] {
+  return ['--bind', HOST, '--port', String(port), '--save', '', '--appendonly', 'no'];
+}
+
 async function resolvePorts(requested: Partial<StackPorts> = {}): Promise<StackPorts> {
   const names: (keyof StackPorts)[] = ['listener', 'envoyAdmin', 'grpc', 'controlPlaneAdmin', 'sidecar', 'sidecarAdmin', 'sidecarStreams', 'redis', 'portal'];
   const fresh = await freePorts(names.length);
@@ -143,9 +148,7 @@ export class GatewayStack {
   }
 
   async startRedis(): Promise<void> {
-    this.spawn('redis', 'redis-server', [
-      '--bind', HOST, '--port', String(this.ports.redis), '--save', '', '--appendonly', 'no',
-    ]);
+    this.spawn('redis', 'redis-server', redisServerArgs(this.ports.redis));
     await waitFor('redis to accept connections', () => portAccepts(this.ports.redis));
   }
 
