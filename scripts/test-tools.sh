@@ -32,7 +32,7 @@ fail() { say "$*" >&2; exit 1; }
 
 mkdir -p "$BIN" "$LOGS"
 
-# A Java of at least 21 for Keycloak: JAVA_HOME if it is one, else the newest JDK under /usr/lib/jvm.
+# A Java of at least 21 for Keycloak: JAVA_HOME if it is one, else one under /usr/lib/jvm.
 java_major() { "$1/bin/java" -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p'; }
 find_keycloak_java() {
   local candidate
@@ -67,6 +67,14 @@ build_go_tool() {
   go_module_stamp "$module" >"$BIN/.$name.stamp"
 }
 
+# promtool and prometheus share most of their packages: built one after the other, the second reuses the
+# first's compiled packages (two builds at once would each compile them).
+prometheus_present() { go_tool_present promtool prometheus && go_tool_present prometheus prometheus; }
+build_prometheus() {
+  build_go_tool promtool prometheus github.com/prometheus/prometheus/cmd/promtool
+  build_go_tool prometheus prometheus github.com/prometheus/prometheus/cmd/prometheus
+}
+
 debian_packages_present() {
   local package
   for package in "${DEBIAN_PACKAGES[@]}"; do
@@ -75,12 +83,11 @@ debian_packages_present() {
 }
 install_debian_packages() { apt_install_missing "${DEBIAN_PACKAGES[@]}"; }
 
-# name | present check | install command. Go tools: binary, module under test/tools/, package.
+# name | present check | install command. Go tools: binary, its module under test/tools/, package.
 TOOLS=(
   "keycloak|keycloak_present|install_keycloak"
   "jaeger|go_tool_present jaeger jaeger|build_go_tool jaeger jaeger github.com/jaegertracing/jaeger/cmd/jaeger"
-  "promtool|go_tool_present promtool prometheus|build_go_tool promtool prometheus github.com/prometheus/prometheus/cmd/promtool"
-  "prometheus|go_tool_present prometheus prometheus|build_go_tool prometheus prometheus github.com/prometheus/prometheus/cmd/prometheus"
+  "prometheus|prometheus_present|build_prometheus"
   "helm|go_tool_present helm helm|build_go_tool helm helm helm.sh/helm/v4/cmd/helm"
   "ratelimit|go_tool_present ratelimit ratelimit|build_go_tool ratelimit ratelimit github.com/envoyproxy/ratelimit/src/service_cmd"
   "debian packages (${DEBIAN_PACKAGES[*]})|debian_packages_present|install_debian_packages"

@@ -19,7 +19,7 @@ const HOST = '127.0.0.1';
 /**
  * Jaeger v1.76.0 all-in-one (the OpenTelemetry-collector based `cmd/jaeger`) with in-memory storage,
  * OTLP receivers and the query API, each on a free loopback port; nothing else it would open by
- * default (Jaeger/Zipkin receivers, sampling, metrics, health check) is started.
+ * default (Jaeger/Zipkin receivers, sampling, metrics, health check, its own tracing) is started.
  */
 export async function startJaeger(dir: string): Promise<Jaeger> {
   const [otlpHttp, otlpGrpc, queryHttp, queryGrpc] = await freePorts(4);
@@ -33,6 +33,8 @@ export async function startJaeger(dir: string): Promise<Jaeger> {
       jaeger_storage: { backends: { memory_store: { memory: { max_traces: 10000 } } } },
       jaeger_query: {
         storage: { traces: 'memory_store' },
+        // On by default: it would export Jaeger's own spans to 127.0.0.1:4317, and wait for it at exit.
+        enable_tracing: false,
         http: { endpoint: `${HOST}:${queryHttp}` },
         grpc: { endpoint: `${HOST}:${queryGrpc}` },
       },

@@ -3,7 +3,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { spawn } from 'node:child_process';
-import { freePorts } from '../../control-plane/devstack/processes';
+import { freePorts, portAccepts, waitFor } from '../../control-plane/devstack/processes';
 import { projectPath } from '../../control-plane/shared/paths';
 import { KEYCLOAK_RUN_ENV, KeycloakRun, REALM_FILE } from './keycloak';
 import { SupervisorConfig, keycloakBaseUrl } from './keycloak-supervisor';
@@ -38,6 +38,10 @@ export default async function startRunKeycloak(): Promise<void> {
   const supervisor = spawn(process.execPath, [projectPath('dist', 'test', 'support', 'keycloak-supervisor.js'), JSON.stringify(config)], {
     stdio: ['pipe', 'inherit', 'inherit'],
   });
+  const supervisorExited = new Promise<never>((_, reject) =>
+    supervisor.once('exit', (code) => reject(new Error(`the Keycloak supervisor exited at once (code ${code})`))),
+  );
+  await Promise.race([waitFor('the Keycloak supervisor', () => portAccepts(controlPort)), supervisorExited]);
   const run: KeycloakRun = {
     baseUrl: keycloakBaseUrl(config),
     adminUser: config.adminUser,
@@ -49,5 +53,5 @@ export default async function startRunKeycloak(): Promise<void> {
   const runFile = path.join(dataDir, 'run.json');
   fs.writeFileSync(runFile, JSON.stringify(run, null, 2));
   process.env[KEYCLOAK_RUN_ENV] = runFile;
-  (globalThis as Record<symbol, unknown>)[SUPERVISOR_KEY] = { supervisor, dataDir };
+  (globalThis as Record<symbol, unknown>)[SUPERVISOR_KEY] = supervisor;
 }

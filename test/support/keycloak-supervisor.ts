@@ -9,7 +9,8 @@ import { listen } from '../../control-plane/shared/http-listen';
  * The one Keycloak of a test run, kept by a small process of its own (started by the jest global
  * setup, see keycloak-global-setup.ts) so that every test process can stop and start it for outage
  * tests, and so that it never outlives the run: the supervisor's stdin is a pipe from jest, and when it
- * closes — teardown, or jest dying however it dies — Keycloak's whole process group is stopped.
+ * closes — teardown, or jest dying however it dies — Keycloak's whole process group is stopped and its
+ * data folder removed.
  *
  * Control API on 127.0.0.1:<controlPort>: POST /stop (answers once Keycloak has exited), POST /start
  * (answers once it is spawned; readiness is the caller's to wait for), GET /status.
@@ -18,7 +19,10 @@ export const SupervisorConfig = z.object({
   keycloakHome: z.string(),
   javaHome: z.string(),
   realmFile: z.string(),
-  /** Holds Keycloak's H2 database, so a restart keeps the realm, its users and its signing keys. */
+  /**
+   * Holds Keycloak's H2 database, so a restart keeps the realm, its users and its signing keys (and
+   * the run file tests read); removed when the supervisor exits.
+   */
   dataDir: z.string(),
   port: z.number().int(),
   managementPort: z.number().int(),
@@ -104,6 +108,7 @@ async function main(): Promise<void> {
     control.closeAllConnections();
     control.close();
     await stopKeycloak();
+    fs.rmSync(config.dataDir, { recursive: true, force: true });
     process.exit(0);
   };
   process.stdin.on('end', exit).on('close', exit).resume();

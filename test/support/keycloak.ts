@@ -187,6 +187,16 @@ async function discoveryOf(issuer: string): Promise<z.infer<typeof Discovery> | 
   return response.ok ? Discovery.parse(await response.json()) : undefined;
 }
 
+/** Whether the supervisor's Keycloak process is running; 'gone' when the supervisor itself is. */
+async function keycloakProcess(run: KeycloakRun): Promise<'running' | 'stopped' | 'gone'> {
+  try {
+    const response = await fetch(`${run.controlUrl}/status`);
+    return z.object({ keycloak: z.enum(['running', 'stopped']) }).parse(await response.json()).keycloak;
+  } catch {
+    return 'gone';
+  }
+}
+
 async function control(run: KeycloakRun, action: 'start' | 'stop'): Promise<void> {
   const response = await fetch(`${run.controlUrl}/${action}`, { method: 'POST' });
   if (!response.ok) throw new Error(`Keycloak supervisor: ${action} answered ${response.status}`);
@@ -206,8 +216,23 @@ export function keycloak(): Promise<Keycloak> {
 async function connect(): Promise<Keycloak> {
   const run = readRun();
   const issuerUrl = `${run.baseUrl}/realms/${realm().realm}`;
-  const untilReady = () =>
-    waitFor(`Keycloak at ${run.baseUrl} (log: ${run.logFile})`, () => discoveryOf(issuerUrl), { timeoutMs: KEYCLOAK_STARTUP_MS - 5000, intervalMs: 500 });
+  /** Waits until Keycloak answers; fails at once when its process or the supervisor has ended. */
+  const untilReady = async () => {
+    const outcome = await waitFor(
+      `Keycloak at ${run.baseUrl} (log: ${run.logFile})`,
+      async () => {
+        const state = await keycloakProcess(run);
+        if (state !== 'running') return { ended: state };
+        const discovery = await discoveryOf(issuerUrl);
+        return discovery && { discovery };
+      },
+      { timeoutMs: KEYCLOAK_STARTUP_MS - 5000, intervalMs: 500 },
+    );
+    if ('ended' in outcome) {
+      throw new Error(outcome.ended === 'gone' ? 'the Keycloak supervisor has exited (see the jest output)' : `Keycloak exited: see ${run.logFile}`);
+    }
+    return outcome.discovery;
+  };
   const discovery = await untilReady();
   return {
     issuer: discovery.issuer,

@@ -28,6 +28,8 @@ export async function startPrometheus(dir: string, config: string | object): Pro
       `--storage.tsdb.path=${path.join(dir, 'data')}`,
       `--web.listen-address=127.0.0.1:${port}`,
       '--web.enable-lifecycle',
+      // Targets reach the scrape manager every 5 s by default: a test would wait that long for its first sample.
+      '--scrape.discovery-reload-interval=500ms',
     ],
     logFile: path.join(dir, 'prometheus.log'),
   });
