@@ -7,8 +7,14 @@ export class ControlPlaneMetrics {
 
   readonly registryPolls = new client.Counter({
     name: `${this.prefix}registry_polls_total`,
-    help: 'Registry source polls by outcome (changed, unchanged, failed)',
+    help: 'Registry source polls by outcome (changed, unchanged, failed, rejected)',
     labelNames: ['source', 'outcome'] as const,
+    registers: [this.registry],
+  });
+  readonly registryDocumentRejections = new client.Counter({
+    name: `${this.prefix}registry_document_rejections_total`,
+    help: 'Registry documents refused as a whole, keeping the last good registry, by reason (syntax, empty, not-a-registry)',
+    labelNames: ['source', 'reason'] as const,
     registers: [this.registry],
   });
   readonly registryPollSeconds = new client.Histogram({

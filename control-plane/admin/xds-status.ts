@@ -46,11 +46,13 @@ export class XdsStatusTracker {
       onPush: (node, typeUrl, version) => {
         statusFor(node).sent[typeUrl] = version;
         this.metrics.xdsPushes.inc({ type: shortType(typeUrl) });
+        this.log.debug('xds sent', { node: node.id, type: shortType(typeUrl), version });
       },
       onAck: (node, typeUrl, version, pushToAckMs) => {
         statusFor(node).acked[typeUrl] = version;
         this.metrics.xdsAcks.inc({ type: shortType(typeUrl) });
         this.metrics.xdsPushToAckSeconds.observe({ type: shortType(typeUrl) }, pushToAckMs / 1000);
+        this.log.debug('xds ACK', { node: node.id, type: shortType(typeUrl), version, pushToAckMs });
         this.settleWaiters();
       },
       onNack: (node, typeUrl, version, errorDetail) => {

@@ -5,8 +5,8 @@ import { closeServer, listen } from '../shared/http-listen';
 import { ControlPlaneMetrics } from '../admin/metrics';
 import { XdsStatusTracker } from '../admin/xds-status';
 import { catalogServiceHandlers } from '../catalog/catalog-service';
-import { CatalogSettings, CatalogSnapshotMessage, CatalogStore, ToolList } from '../catalog/catalog-store';
-import { fetchToolList } from '../catalog/tool-fetcher';
+import { CatalogSettings, CatalogSnapshotMessage, CatalogStore, RelistSettings, ToolList } from '../catalog/catalog-store';
+import { ToolListLimits, fetchToolList } from '../catalog/tool-fetcher';
 import { TOOL_RULES, TOOL_RULE_ACTIONS } from '../catalog/tool-exposure';
 import { ToolServiceIR, buildGatewayIR } from '../ir/gateway-ir';
 import { Registry } from '../registry/model';
@@ -14,7 +14,8 @@ import { RegistryController, RegistryPollResult } from '../registry/registry-con
 import { RegistryMerge } from '../registry/registry-state';
 import { RegistrySource } from '../registry/source';
 import { grpcServices } from '../shared/grpc-packages';
-import { createLogger } from '../shared/log';
+import { RedisTimeouts } from '../shared/redis-client';
+import { Logger } from '../shared/log';
 import { ConcurrencyLimit } from '../shared/concurrency-limit';
 import { LastGoodStore, SavedRoute } from '../state/last-good-store';
 import { adsServiceHandlers } from '../xds/server/ads-server';
@@ -31,13 +32,18 @@ export interface ControlPlaneOptions {
   admin: { host: string; port: number };
   registryRefreshMs: number;
   catalogRefreshMs: number;
-  toolListTimeoutMs: number;
+  /** Deadline and size bounds of one Tool Service's tools/list (docs/hardening.md). */
+  toolList: ToolListLimits;
+  /** How soon a failing Tool Service is listed again. */
+  relist: RelistSettings;
+
   /** Most Tool Services whose tools/list is fetched at the same time. */
   catalogFetchConcurrency: number;
   /** Naming rules, cap and page size of the catalogs sidecars serve (docs/tools-list.md). */
   catalog: CatalogSettings;
   /** Redis for last-good state; without it a cold start with the source down serves nothing. */
-  redis?: { url: string; prefix: string };
+  redis?: { url: string; prefix: string; timeouts?: RedisTimeouts };
+  log: Logger;
 }
 
 export interface RunningControlPlane {
@@ -51,12 +57,12 @@ export interface RunningControlPlane {
  * Start-up order follows ADR-0013: registry, then Redis warm start, then backend tools/list.
  */
 export async function startControlPlane(options: ControlPlaneOptions): Promise<RunningControlPlane> {
-  const log = createLogger('control-plane');
+  const { log } = options;
   const metrics = new ControlPlaneMetrics();
   const xdsStatus = new XdsStatusTracker(metrics, log);
   const cache = new SnapshotCache();
   const publisher = new XdsPublisher(cache, xdsStatus);
-  const lastGood = options.redis ? new LastGoodStore(options.redis.url, options.redis.prefix, log) : undefined;
+  const lastGood = options.redis ? new LastGoodStore(options.redis.url, options.redis.prefix, log, options.redis.timeouts) : undefined;
   // Thousands of Tool Services must not be fetched at once: the event loop also serves xDS and the
   // catalog stream. Ids that share an endpoint share one fetch.
   const catalogFetches = new ConcurrencyLimit(options.catalogFetchConcurrency);
@@ -65,12 +71,12 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     const endpoint = JSON.stringify([service.url, service.endpoint.tls, service.catalogBearerTokenFile]);
     let pending = fetchesByEndpoint.get(endpoint);
     if (!pending) {
-      pending = catalogFetches.run(() => fetchToolList(service, options.toolListTimeoutMs)).finally(() => fetchesByEndpoint.delete(endpoint));
+      pending = catalogFetches.run(() => fetchToolList(service, options.toolList)).finally(() => fetchesByEndpoint.delete(endpoint));
       fetchesByEndpoint.set(endpoint, pending);
     }
     return pending;
   };
-  const catalog = new CatalogStore(fetchTools, options.catalog, log);
+  const catalog = new CatalogStore(fetchTools, options.catalog, log, options.relist);
   const registry = new RegistryController(options.source, { refreshIntervalMs: options.registryRefreshMs }, log);
   let resources: XdsResources = {};
   let savedAtStart: SavedRoute[] | undefined;
@@ -79,6 +85,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   registry.on('poll', (result: RegistryPollResult) => {
     metrics.registryPolls.inc({ ...sourceLabel, outcome: result.outcome });
     metrics.registryPollSeconds.observe({ ...sourceLabel, outcome: result.outcome }, result.durationMs / 1000);
+    if (result.rejection) metrics.registryDocumentRejections.inc({ ...sourceLabel, reason: result.rejection });
   });
   catalog.on('refresh', (outcome: string) => metrics.catalogRefreshes.inc({ outcome }));
 
@@ -100,7 +107,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       const fingerprint = JSON.stringify(saved.map(({ last_success_at: _at, ...rest }) => rest));
       if (known.length === 0 || savedCatalogs.get(route.route_key) === fingerprint) continue;
       savedCatalogs.set(route.route_key, fingerprint);
-      void lastGood.saveCatalog(route.route_key, saved);
+      lastGood.saveCatalog(route.route_key, saved);
     }
   });
 
@@ -121,11 +128,12 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       savedAtStart = undefined;
     }
     if (lastGood) {
+      // Queued, not awaited: a hung Redis must not hold up this update or the next.
       const touched = new Set([...merge.added, ...merge.changed]);
-      for (const route of current.routes) if (touched.has(route.key)) await lastGood.saveMapping(route);
+      for (const route of current.routes) if (touched.has(route.key)) lastGood.saveMapping(route);
       for (const key of merge.removed) {
         savedCatalogs.delete(key);
-        await lastGood.removeRoute(key);
+        lastGood.removeRoute(key);
       }
     }
     await Promise.all([published, catalog.refresh(fetchNow)]);
@@ -164,7 +172,8 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   await lastGood?.connect();
   const saved = (await lastGood?.loadAll()) ?? [];
   savedAtStart = saved;
-  if ((await registry.pollOnce()) === 'failed') {
+  const firstPoll = await registry.pollOnce();
+  if (firstPoll === 'failed' || firstPoll === 'rejected') {
     registry.restore(saved.flatMap((route) => (route.mapping ? [route.mapping] : [])));
   }
   registry.start();
@@ -177,6 +186,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     adminPort,
     stop: async () => {
       clearInterval(catalogTimer);
+      catalog.close();
       await registry.stop();
       server.forceShutdown();
       await lastGood?.close();

@@ -100,6 +100,23 @@ export interface ToolList {
 
 export type ToolListFetcher = (service: ToolServiceIR) => Promise<ToolList>;
 
+/** How soon a Tool Service whose listing failed, or that a sidecar reported, is listed again (docs/tools-list.md). */
+export interface RelistSettings {
+  /** First retry after a failure; each further failure doubles the wait. */
+  retryMinMs: number;
+  /** Longest wait between retries; well below the catalog refresh interval, so a backend that is back is seen within seconds. */
+  retryMaxMs: number;
+}
+
+export const RELIST_DEFAULTS: RelistSettings = { retryMinMs: 1000, retryMaxMs: 10_000 };
+
+/** A failing Tool Service's next listing. */
+interface Relisting {
+  timer: NodeJS.Timeout;
+  /** Failures in a row: the next wait is retryMinMs * 2^failures, capped. */
+  failures: number;
+}
+
 function stateOf(catalog: ToolServiceCatalog | undefined): BackendState {
   if (!catalog?.lastSuccessAt) return 'missing';
   if (catalog.failingSince) return 'stale';
@@ -123,11 +140,15 @@ export class CatalogStore extends EventEmitter {
   private servicesByCluster = new Map<string, ToolServiceIR>();
   private snapshot: CatalogSnapshotMessage;
   private findings = new Map<string, ToolFinding[]>();
+  /** Tool Services listed again soon, by cluster, instead of at the next full refresh. */
+  private readonly relistings = new Map<string, Relisting>();
+  private closed = false;
 
   constructor(
     private readonly fetchTools: ToolListFetcher,
     private readonly settings: CatalogSettings,
     private readonly log: Logger,
+    private readonly relist: RelistSettings = RELIST_DEFAULTS,
   ) {
     super();
     this.snapshot = this.snapshotOf([]);
@@ -151,6 +172,9 @@ export class CatalogStore extends EventEmitter {
     this.servicesByCluster = new Map(ir.toolServices.map((service) => [service.clusterName, service]));
     for (const [cluster, catalog] of this.byCluster) {
       if (this.servicesByCluster.get(cluster)?.url !== catalog.url) this.byCluster.delete(cluster);
+    }
+    for (const cluster of this.relistings.keys()) {
+      if (!this.servicesByCluster.has(cluster)) this.stopRelisting(cluster);
     }
     const unfetched = ir.toolServices.filter((service) => !this.byCluster.get(service.clusterName)?.lastSuccessAt);
     // A new route should appear with its tools, not first empty: when something is to be fetched,
@@ -222,7 +246,9 @@ export class CatalogStore extends EventEmitter {
       catalog.lastSuccessAt = new Date();
       catalog.failingSince = undefined;
       catalog.lastError = undefined;
+      this.stopRelisting(service.clusterName);
       this.emit('refresh', 'ok');
+      this.log.debug('tools/list refreshed', { toolService: service.id, tools: catalog.tools.length, protocolVersion: catalog.protocolVersion });
     } catch (error) {
       catalog.lastError = (error as Error).message;
       catalog.failingSince ??= new Date();
@@ -232,11 +258,70 @@ export class CatalogStore extends EventEmitter {
         url: service.url,
         error: catalog.lastError,
       });
+      this.scheduleRelisting(service.clusterName);
     }
     // The registry may have moved on while the fetch ran: keep only what is still referenced.
     if (this.servicesByCluster.get(service.clusterName)?.url === service.url) {
       this.byCluster.set(service.clusterName, catalog);
     }
+  }
+
+  /**
+   * Lists a failing Tool Service again after a backoff (retryMinMs doubling up to retryMaxMs, with
+   * jitter so that many backends that failed together do not retry together), so one that comes back
+   * is served within seconds rather than at the next full refresh; the change reaches the sidecars
+   * over the catalog stream like any other.
+   */
+  private scheduleRelisting(cluster: string, failures = (this.relistings.get(cluster)?.failures ?? -1) + 1): void {
+    this.stopRelisting(cluster);
+    if (this.closed || !this.servicesByCluster.has(cluster)) return;
+    const wait = Math.min(this.relist.retryMinMs * 2 ** failures, this.relist.retryMaxMs) * (0.8 + Math.random() * 0.4);
+    const timer = setTimeout(() => {
+      const service = this.servicesByCluster.get(cluster);
+      if (!service) return;
+      void this.refreshOne(service).then(() => this.rebuild());
+    }, wait);
+    timer.unref();
+    this.relistings.set(cluster, { timer, failures });
+  }
+
+  private stopRelisting(cluster: string): void {
+    clearTimeout(this.relistings.get(cluster)?.timer);
+    this.relistings.delete(cluster);
+  }
+
+  /**
+   * A sidecar saw a call to this Tool Service fail (connection refused, timed out, …): it is served as
+   * stale (its last-good tools still listed, `reason` as its lastError) and listed again after
+   * retryMinMs, which puts it back to ok if it answers. A Tool Service already failing only gets the
+   * newer reason, so a burst of failed calls costs no more than one. Returns false for an unknown id.
+   * `route` only names where the call was made, in the log: a Tool Service's state is the same in
+   * every route.
+   */
+  markDegraded(report: { toolServiceId: string; reason: string; route?: string }): boolean {
+    const service = this.ir.toolServices.find((candidate) => candidate.id === report.toolServiceId);
+    if (!service) return false;
+    const catalog = this.byCluster.get(service.clusterName);
+    if (catalog?.failingSince || !catalog?.lastSuccessAt) {
+      if (catalog) catalog.lastError = report.reason;
+      return true;
+    }
+    catalog.failingSince = new Date();
+    catalog.lastError = report.reason;
+    this.log.warn('a sidecar reported a Tool Service failing; serving it as stale and listing it again', {
+      toolService: service.id,
+      route: report.route,
+      reason: report.reason,
+    });
+    this.scheduleRelisting(service.clusterName, 0);
+    this.rebuild();
+    return true;
+  }
+
+  /** Stops the pending re-listings. */
+  close(): void {
+    this.closed = true;
+    for (const cluster of [...this.relistings.keys()]) this.stopRelisting(cluster);
   }
 
   private rebuild(): void {

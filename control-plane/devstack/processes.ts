@@ -1,8 +1,12 @@
 import * as fs from 'node:fs';
 import * as net from 'node:net';
+import * as path from 'node:path';
+import * as readline from 'node:readline';
+import { Readable } from 'node:stream';
 import { ChildProcess, spawn } from 'node:child_process';
+import { Logger, createLogger } from '../shared/log';
 
-function listenOn(port: number, host: string): Promise<net.Server> {
+export function listenOn(port: number, host: string): Promise<net.Server> {
   return new Promise((resolve, reject) => {
     const server = net.createServer();
     server.once('error', reject);
@@ -62,11 +66,12 @@ export async function freePort(host = '127.0.0.1'): Promise<number> {
 export async function waitFor<T>(
   what: string,
   probe: () => Promise<T | undefined>,
-  { timeoutMs = 20000, intervalMs = 100 } = {},
+  { timeoutMs = 20000, intervalMs = 100, signal }: { timeoutMs?: number; intervalMs?: number; signal?: AbortSignal } = {},
 ): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let lastError: unknown;
   while (Date.now() < deadline) {
+    signal?.throwIfAborted();
     try {
       const value = await probe();
       if (value !== undefined) return value;
@@ -75,6 +80,7 @@ export async function waitFor<T>(
     }
     await new Promise((resolve) => setTimeout(resolve, intervalMs));
   }
+  signal?.throwIfAborted();
   throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${lastError ? `: ${String(lastError)}` : ''}`);
 }
 
@@ -94,71 +100,177 @@ export interface ProcessOptions {
   command: string;
   args: string[];
   env?: NodeJS.ProcessEnv;
-  /** Where stdout and stderr go; each line is prefixed with the process name. */
+  /** Where stderr goes, and stdout too unless stdoutFile is given. */
   logFile?: string;
-  echo?: boolean;
+  /** A file of its own for stdout (Envoy's access log). */
+  stdoutFile?: string;
   /**
-   * Runs in a process group of its own and is stopped as a whole: for launcher scripts (Keycloak's
-   * kc.sh) whose server is a child of theirs.
+   * Which lines of what goes to logFile are plain text, each written there as a JSON log line of its
+   * own: 'all' (Redis logs only text) or 'not-json' (Envoy: its JSON log format does not cover what it
+   * prints before its logger starts or after it stops). Otherwise the output is written as it comes.
    */
-  processGroup?: boolean;
+  textLines?: 'all' | 'not-json';
 }
 
-/** A child process that is always stopped by whoever started it: SIGTERM, then SIGKILL. */
+export function onPath(command: string): string | undefined {
+  return (process.env.PATH ?? '')
+    .split(path.delimiter)
+    .map((dir) => path.join(dir, command))
+    .find((candidate) => {
+      try {
+        fs.accessSync(candidate, fs.constants.X_OK);
+        return true;
+      } catch {
+        return false;
+      }
+    });
+}
+
+/**
+ * util-linux's setpriv sets the kernel's parent-death signal (prctl PR_SET_PDEATHSIG, which Node
+ * cannot set itself) and then execs the command in place, so the child keeps its pid and its own
+ * signals and exit codes. Whatever ends the process that started it, SIGKILL included, the kernel
+ * kills the child at that moment: nothing is orphaned. Where setpriv is missing, children are
+ * started plainly and only a clean stop of their parent stops them.
+ */
+const SETPRIV = onPath('setpriv');
+
+export const CHILDREN_DIE_WITH_PARENT = SETPRIV !== undefined;
+
+/** The end of a process's output kept in memory, to say why it stopped. */
+const KEPT_OUTPUT_CHARS = 8192;
+
+function isJsonObject(line: string): boolean {
+  if (!line.startsWith('{')) return false;
+  try {
+    return typeof JSON.parse(line) === 'object';
+  } catch {
+    return false;
+  }
+}
+
+const LAST_WORDS_CHARS = 300;
+
+/** The last thing a process said: a log line's error or message, or the line itself. */
+function lastWordsOf(output: string): string | undefined {
+  const line = output.split('\n').map((entry) => entry.trim()).filter(Boolean).pop();
+  if (line === undefined) return undefined;
+  let said = line;
+  try {
+    const entry = JSON.parse(line) as { message?: unknown; error?: unknown };
+    const logged = typeof entry.error === 'string' ? entry.error.split('\n')[0] : entry.message;
+    if (typeof logged === 'string') said = logged;
+  } catch {
+    // Not a JSON log line: the line says it.
+  }
+  return said.slice(0, LAST_WORDS_CHARS);
+}
+
+/**
+ * A child process that is always stopped by whoever started it: SIGTERM, then SIGKILL. It runs in a
+ * process group of its own, so a Ctrl-C in the terminal reaches only its parent, which stops its
+ * children in order, and a stop reaches anything the child started.
+ */
 export class ManagedProcess {
   readonly child: ChildProcess;
-  readonly exited: Promise<number | null>;
-  private readonly log?: fs.WriteStream;
+  /** Resolves when the process has exited and its output is written (or it could not be started). */
+  readonly exited: Promise<void>;
+  private readonly logFile?: fs.WriteStream;
+  private readonly stdoutFile?: fs.WriteStream;
+  private readonly log?: Logger;
+  private recentOutput = '';
+  private spawnError?: Error;
 
   constructor(readonly options: ProcessOptions) {
-    this.log = options.logFile ? fs.createWriteStream(options.logFile, { flags: 'a' }) : undefined;
-    this.child = spawn(options.command, options.args, {
+    this.logFile = options.logFile ? fs.createWriteStream(options.logFile, { flags: 'a' }) : undefined;
+    this.stdoutFile = options.stdoutFile ? fs.createWriteStream(options.stdoutFile, { flags: 'a' }) : undefined;
+    this.log = this.logFile && createLogger(options.name, 'info', this.logFile);
+    const [command, args] = SETPRIV
+      ? [SETPRIV, ['--pdeathsig', 'KILL', '--', options.command, ...options.args]]
+      : [options.command, options.args];
+    this.child = spawn(command, args, {
       env: { ...process.env, ...options.env },
       stdio: ['ignore', 'pipe', 'pipe'],
-      detached: options.processGroup ?? false,
+      detached: true,
     });
-    this.exited = new Promise((resolve) =>
-      this.child.once('exit', (code, signal) => {
-        this.write(`[exited code=${code} signal=${signal}]\n`);
-        resolve(code);
-      }),
-    );
-    this.child.once('error', (error) => this.write(`[spawn failed: ${error.message}]\n`));
-    for (const stream of [this.child.stdout!, this.child.stderr!]) {
-      stream.setEncoding('utf8');
-      stream.on('data', (chunk: string) => this.write(chunk));
-    }
+    this.exited = new Promise((resolve) => {
+      this.child.once('close', () => {
+        this.log?.info('process exited', { exit: this.exitDescription });
+        resolve();
+      });
+      this.child.once('error', (error) => {
+        this.spawnError = error;
+        this.log?.error('process could not be started', { error: error.message });
+        resolve();
+      });
+    });
+    if (this.stdoutFile) this.capture(this.child.stdout!, this.stdoutFile);
+    else this.captureToLog(this.child.stdout!, 'stdout');
+    this.captureToLog(this.child.stderr!, 'stderr');
   }
 
-  private write(chunk: string): void {
-    const prefixed = chunk.replace(/^(?=.)/gm, `[${this.options.name}] `);
-    this.log?.write(prefixed);
-    if (this.options.echo) process.stdout.write(prefixed);
+  private capture(stream: Readable, file: fs.WriteStream | undefined): void {
+    stream.setEncoding('utf8');
+    stream.on('data', (chunk: string) => {
+      this.recentOutput = (this.recentOutput + chunk).slice(-KEPT_OUTPUT_CHARS);
+      file?.write(chunk);
+    });
+  }
+
+  /** Into logFile: as it comes, or line by line with plain text made JSON log lines (level error on stderr). */
+  private captureToLog(stream: Readable, name: 'stdout' | 'stderr'): void {
+    const { textLines } = this.options;
+    if (!textLines) return this.capture(stream, this.logFile);
+    this.capture(stream, undefined);
+    readline.createInterface({ input: stream, crlfDelay: Infinity }).on('line', (line) => {
+      if (textLines === 'not-json' && isJsonObject(line)) this.logFile?.write(`${line}\n`);
+      else if (name === 'stderr') this.log?.error(line, { stream: name });
+      else this.log?.info(line, { stream: name });
+    });
   }
 
   get running(): boolean {
-    return this.child.exitCode === null && this.child.signalCode === null;
+    return this.child.exitCode === null && this.child.signalCode === null && this.spawnError === undefined;
   }
 
-  private signal(signal: NodeJS.Signals): void {
-    if (!this.options.processGroup || this.child.pid === undefined) {
-      this.child.kill(signal);
-      return;
-    }
+  /** How the process ended, e.g. "code 1" or "signal SIGKILL". */
+  get exitDescription(): string {
+    if (this.spawnError) return `not started: ${this.spawnError.message}`;
+    return this.child.signalCode ? `signal ${this.child.signalCode}` : `code ${this.child.exitCode}`;
+  }
+
+  /** The last line the process wrote, for saying why it stopped. */
+  get lastWords(): string | undefined {
+    return lastWordsOf(this.recentOutput);
+  }
+
+  /**
+   * Waits until `probe` answers, as waitFor does, but fails at once when the process exits first,
+   * with how it ended and the last thing it said (e.g. the port it could not bind).
+   */
+  async untilReady<T>(what: string, probe: () => Promise<T | undefined>, options: { timeoutMs?: number } = {}): Promise<T> {
+    const exited = new AbortController();
+    void this.exited.then(() => {
+      const said = this.lastWords;
+      const log = this.options.logFile ? `; its log: ${this.options.logFile}` : '';
+      exited.abort(new Error(`${this.options.name} exited (${this.exitDescription}) before ${what}${said ? `: ${said}` : ''}${log}`));
+    });
+    return waitFor(what, probe, { ...options, signal: exited.signal });
+  }
+
+  private signalGroup(signal: NodeJS.Signals): void {
     try {
-      process.kill(-this.child.pid, signal);
+      process.kill(-this.child.pid!, signal);
     } catch {
-      // The group is gone already.
+      // Already gone.
     }
   }
 
   async stop(graceMs = 5000): Promise<void> {
-    if (this.running) {
-      this.signal('SIGTERM');
-      const timer = setTimeout(() => this.signal('SIGKILL'), graceMs);
-      await this.exited;
-      clearTimeout(timer);
-    }
-    await new Promise<void>((resolve) => (this.log ? this.log.end(resolve) : resolve()));
+    if (this.running) this.signalGroup('SIGTERM');
+    const timer = setTimeout(() => this.signalGroup('SIGKILL'), graceMs);
+    await this.exited;
+    clearTimeout(timer);
+    await Promise.all([this.logFile, this.stdoutFile].map((file) => new Promise<void>((resolve) => (file ? file.end(resolve) : resolve()))));
   }
 }

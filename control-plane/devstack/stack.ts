@@ -1,8 +1,10 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { projectPath } from '../shared/paths';
-import { XdsApiType, envoyBinary, writeBootstrap } from './envoy';
-import { ManagedProcess, freePorts, portAccepts, waitFor } from './processes';
+import { LogLevel } from '../shared/log';
+import { BASE_ID_TAKEN, ENVOY_JSON_LOG_FORMAT, XdsApiType, envoyBinary, writeBootstrap } from './envoy';
+import { listensOn } from './port-owner';
+import { ManagedProcess, ProcessOptions, freePorts, portAccepts } from './processes';
 
 /**
  * The whole gateway as separate real processes on loopback: Redis, sample Tool Services, control
@@ -32,7 +34,6 @@ export interface StackOptions {
   /** Fixed ports where given; free ports otherwise. */
   ports?: Partial<StackPorts>;
   samples?: { service: string; port: number }[];
-  echo?: boolean;
   catalogRefreshMs?: number;
   /** How Envoy talks ADS; state of the world by default. */
   xdsApiType?: XdsApiType;
@@ -42,12 +43,38 @@ export interface StackOptions {
    */
   registrySource?: 'portal' | 'file';
   registryRefreshMs?: number;
+  /** Log level of the control plane and the sidecar (info by default). */
+  logLevel?: LogLevel;
+  /**
+   * Envoy's base id (hot restart) when no other Envoy on this host uses it, else a dynamic one. Without
+   * it Envoy always gets a dynamic base id, as several stacks on one host need.
+   */
+  envoyBaseId?: number;
+  /** Supervision (mcpgw up): every process that exits on its own is started again, and reported here. */
+  onRestart?: (event: RestartEvent) => void;
 }
 
-/** A throwaway Redis on loopback: nothing saved to disk. */
-export function redisServerArgs(port: number): string[] {
-  return ['--bind', HOST, '--port', String(port), '--save', '', '--appendonly', 'no'];
+/** A supervised process exited on its own and was started again, or a try to do so failed. */
+export interface RestartEvent {
+  name: string;
+  /** How it ended, e.g. "signal SIGKILL" or "code 1", and the last thing it said. */
+  exit: string;
+  lastWords?: string;
+  /** Restarts of this process so far. */
+  restarts: number;
+  /** Set when it serves again: time from its exit to ready. */
+  downMs?: number;
+  /** Set when this try failed: why, and when the next one comes. */
+  failure?: string;
+  retryInMs?: number;
 }
+
+/**
+ * Restart backoff: the first restart after 250 ms, doubling up to 10 s while the process keeps
+ * exiting; a process that served for 30 s starts over at 250 ms.
+ */
+const RESTART_BACKOFF = { firstMs: 250, maxMs: 10_000, stableAfterMs: 30_000 };
+const restartDelayMs = (streak: number) => Math.min(RESTART_BACKOFF.maxMs, RESTART_BACKOFF.firstMs * 2 ** streak);
 
 async function resolvePorts(requested: Partial<StackPorts> = {}): Promise<StackPorts> {
   const names: (keyof StackPorts)[] = ['listener', 'envoyAdmin', 'grpc', 'controlPlaneAdmin', 'sidecar', 'sidecarAdmin', 'sidecarStreams', 'redis', 'portal'];
@@ -60,9 +87,25 @@ async function httpOk(url: string): Promise<true | undefined> {
   return response.ok ? true : undefined;
 }
 
+/**
+ * A readiness probe: the port accepts connections and it is `process` that listens on it (a port
+ * another process holds accepts too, while ours fails to bind).
+ */
+function listening(process: ManagedProcess, port: number): () => Promise<boolean | undefined> {
+  return async () => (process.child.pid !== undefined && listensOn(process.child.pid, port) ? portAccepts(port) : undefined);
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
 export class GatewayStack {
   readonly processes = new Map<string, ManagedProcess>();
-  private envoyRestarts = 0;
+  /** Node id of each Envoy (by process name), as the control plane's /status lists it. */
+  readonly envoyNodeIds = new Map<string, string>();
+  /** The base id the stack's Envoys were last started with. */
+  envoyBaseId: number | 'dynamic' = 'dynamic';
+  private envoyStarts = 0;
+  private stopping = false;
+  private readonly supervision = new Map<string, { restarts: number; streak: number; readyAt: number }>();
 
   private constructor(
     readonly options: StackOptions,
@@ -70,22 +113,35 @@ export class GatewayStack {
   ) {}
 
   static async start(options: StackOptions): Promise<GatewayStack> {
-    fs.mkdirSync(options.logDir, { recursive: true });
-    const stack = new GatewayStack(options, await resolvePorts(options.ports));
-    try {
-      await stack.startRedis();
-      for (const sample of options.samples ?? []) await stack.startSample(sample.service, sample.port);
-      if (stack.usesPortal) await stack.startPortal();
-      await stack.startControlPlane();
-      await stack.startSidecar();
-      await stack.startEnvoy();
-    } catch (error) {
-      await stack.stop();
-      throw error;
-    }
+    const stack = await GatewayStack.prepare(options);
+    await stack.startAll();
     return stack;
   }
 
+  /** A stack with its ports chosen and nothing started yet, so that it can be stopped while it starts. */
+  static async prepare(options: StackOptions): Promise<GatewayStack> {
+    fs.mkdirSync(options.logDir, { recursive: true });
+    return new GatewayStack(options, await resolvePorts(options.ports));
+  }
+
+  /**
+   * Starts what does not depend on anything at once (Redis, the sample Tool Services, the dev Portal),
+   * then the control plane, then the sidecar and Envoy together; any failure stops what started.
+   */
+  async startAll(): Promise<void> {
+    try {
+      await Promise.all([
+        this.startRedis(),
+        ...(this.options.samples ?? []).map((sample) => this.startSample(sample.service, sample.port)),
+        ...(this.usesPortal ? [this.startPortal()] : []),
+      ]);
+      await this.startControlPlane();
+      await Promise.all([this.startSidecar(), this.startEnvoy()]);
+    } catch (error) {
+      await this.stop();
+      throw error;
+    }
+  }
   gatewayUrl(routeKey: string): string {
     return `http://${HOST}:${this.ports.listener}/mcp/${routeKey}`;
   }
@@ -108,6 +164,16 @@ export class GatewayStack {
 
   get redisUrl(): string {
     return `redis://${HOST}:${this.ports.redis}`;
+  }
+
+  /** The log file of one of the stack's processes. */
+  logFileOf(name: string): string {
+    return path.join(this.options.logDir, `${name}.log`);
+  }
+
+  /** The process name of a sample Tool Service. */
+  sampleName(sample: { service: string; port: number }): string {
+    return `tool-service-${sample.service}-${sample.port}`;
   }
 
   get usesPortal(): boolean {
@@ -133,23 +199,66 @@ export class GatewayStack {
     if (!response.ok) throw new Error(`dev portal ${path} answered ${response.status}`);
   }
 
-  private spawn(name: string, command: string, args: string[]): ManagedProcess {
+  private spawn(name: string, command: string, args: string[], output: Pick<ProcessOptions, 'stdoutFile' | 'textLines'> = {}): ManagedProcess {
+    if (this.stopping) throw new Error(`not starting ${name}: the stack is stopping`);
     // A second process under a taken name would be orphaned: stop() could never reach it.
     if (this.processes.get(name)?.running) throw new Error(`a process named ${name} is already running`);
-    const process = new ManagedProcess({
-      name,
-      command,
-      args,
-      logFile: path.join(this.options.logDir, `${name}.log`),
-      echo: this.options.echo,
-    });
+    const process = new ManagedProcess({ name, command, args, logFile: this.logFileOf(name), ...output });
     this.processes.set(name, process);
     return process;
   }
 
+  /** Starts a process with `start` (which resolves once it serves) and, under supervision, keeps it running. */
+  private async launch(name: string, start: () => Promise<ManagedProcess>): Promise<void> {
+    const process = await start();
+    if (!this.options.onRestart) return;
+    const state = this.supervision.get(name) ?? { restarts: 0, streak: 0, readyAt: 0 };
+    state.readyAt = Date.now();
+    this.supervision.set(name, state);
+    void process.exited.then(() => this.restart(name, process, start));
+  }
+
+  private async restart(name: string, exited: ManagedProcess, start: () => Promise<ManagedProcess>): Promise<void> {
+    // A process stopped on purpose has left the map (or the whole stack is stopping).
+    if (this.stopping || this.processes.get(name) !== exited) return;
+    const report = this.options.onRestart!;
+    const state = this.supervision.get(name)!;
+    const exitedAt = Date.now();
+    if (exitedAt - state.readyAt >= RESTART_BACKOFF.stableAfterMs) state.streak = 0;
+    // What a process said last explains an exit of its own (a code), not a kill by a signal.
+    const exit = { name, exit: exited.exitDescription, lastWords: exited.child.signalCode ? undefined : exited.lastWords };
+    for (;;) {
+      await sleep(restartDelayMs(state.streak));
+      state.streak += 1;
+      if (this.stopping) return;
+      try {
+        state.restarts += 1;
+        await this.launch(name, start);
+        report({ ...exit, restarts: state.restarts, downMs: Date.now() - exitedAt });
+        return;
+      } catch (error) {
+        if (this.stopping) return;
+        await this.processes.get(name)?.stop();
+        report({ ...exit, restarts: state.restarts, failure: (error as Error).message, retryInMs: restartDelayMs(state.streak) });
+      }
+    }
+  }
+
   async startRedis(): Promise<void> {
-    this.spawn('redis', 'redis-server', redisServerArgs(this.ports.redis));
-    await waitFor('redis to accept connections', () => portAccepts(this.ports.redis));
+    await this.launch('redis', async () => {
+      const redis = this.spawn(
+        'redis',
+        'redis-server',
+        [
+          '--bind', HOST, '--port', String(this.ports.redis), '--save', '', '--appendonly', 'no',
+          // Bounded, evicting only keys with a TTL (idle sessions), never last-good state: docs/hardening.md.
+          '--maxmemory', '256mb', '--maxmemory-policy', 'volatile-lru',
+        ],
+        { textLines: 'all' },
+      );
+      await redis.untilReady('redis to accept connections', listening(redis, this.ports.redis));
+      return redis;
+    });
   }
 
   /**
@@ -162,72 +271,118 @@ export class GatewayStack {
       ...(options.jsonResponse ? ['--json-response'] : []),
       ...(options.tls ? ['--tls-cert', options.tls.certFile, '--tls-key', options.tls.keyFile] : []),
     ];
-    this.spawn(`tool-service-${service}-${port}`, process.execPath, args);
-    await waitFor(`sample tool service ${service}`, () => portAccepts(port));
+    const name = this.sampleName({ service, port });
+    await this.launch(name, async () => {
+      const sample = this.spawn(name, process.execPath, args);
+      await sample.untilReady(`sample tool service ${service} to listen on ${HOST}:${port}`, listening(sample, port));
+      return sample;
+    });
   }
 
   async startPortal(): Promise<void> {
-    this.spawn('portal', process.execPath, [DEV_PORTAL_MAIN, '--file', this.options.registryFile, '--port', String(this.ports.portal)]);
-    await waitFor('dev portal', () => portAccepts(this.ports.portal));
+    await this.launch('portal', async () => {
+      const portal = this.spawn('portal', process.execPath, [DEV_PORTAL_MAIN, '--file', this.options.registryFile, '--port', String(this.ports.portal)]);
+      await portal.untilReady('the dev portal to listen', listening(portal, this.ports.portal));
+      return portal;
+    });
+  }
+
+  private get logLevelArgs(): string[] {
+    return this.options.logLevel ? ['--log-level', this.options.logLevel] : [];
   }
 
   async startControlPlane(): Promise<void> {
-    this.spawn('control-plane', process.execPath, [
-      CLI, 'control-plane',
-      ...(this.usesPortal ? ['--portal', this.portalUrl] : ['--registry', this.options.registryFile]),
-      '--redis', this.redisUrl,
-      '--grpc', `${HOST}:${this.ports.grpc}`,
-      '--admin', `${HOST}:${this.ports.controlPlaneAdmin}`,
-      '--listener', `${HOST}:${this.ports.listener}`,
-      '--sidecar', `${HOST}:${this.ports.sidecar}`,
-      '--sidecar-streams', `${HOST}:${this.ports.sidecarStreams}`,
-      ...(this.options.catalogRefreshMs ? ['--catalog-refresh-ms', String(this.options.catalogRefreshMs)] : []),
-      ...(this.options.registryRefreshMs ? ['--registry-refresh-ms', String(this.options.registryRefreshMs)] : []),
-    ]);
-    await waitFor('control plane admin /healthz', () => httpOk(`${this.controlPlaneAdminUrl}/healthz`));
+    await this.launch('control-plane', async () => {
+      const controlPlane = this.spawn('control-plane', process.execPath, [
+        CLI, 'control-plane',
+        ...(this.usesPortal ? ['--portal', this.portalUrl] : ['--registry', this.options.registryFile]),
+        '--redis', this.redisUrl,
+        '--grpc', `${HOST}:${this.ports.grpc}`,
+        '--admin', `${HOST}:${this.ports.controlPlaneAdmin}`,
+        '--listener', `${HOST}:${this.ports.listener}`,
+        '--sidecar', `${HOST}:${this.ports.sidecar}`,
+        '--sidecar-streams', `${HOST}:${this.ports.sidecarStreams}`,
+        ...(this.options.catalogRefreshMs ? ['--catalog-refresh-ms', String(this.options.catalogRefreshMs)] : []),
+        ...(this.options.registryRefreshMs ? ['--registry-refresh-ms', String(this.options.registryRefreshMs)] : []),
+        ...this.logLevelArgs,
+      ]);
+      await controlPlane.untilReady('the control plane admin to answer /healthz', async () =>
+        listensOn(controlPlane.child.pid!, this.ports.controlPlaneAdmin) ? httpOk(`${this.controlPlaneAdminUrl}/healthz`) : undefined,
+      );
+      return controlPlane;
+    });
   }
 
   async startSidecar(): Promise<void> {
-    this.spawn('sidecar', process.execPath, [
-      CLI, 'sidecar', '--ext-proc', `${HOST}:${this.ports.sidecar}`, '--control-plane', `${HOST}:${this.ports.grpc}`,
-      '--redis', this.redisUrl, '--admin', `${HOST}:${this.ports.sidecarAdmin}`,
-      // Below ManagedProcess's SIGKILL grace, so that a stop is always the sidecar's own.
-      '--drain-timeout-ms', '2000',
-      '--streams', `${HOST}:${this.ports.sidecarStreams}`,
-    ]);
-    await waitFor('sidecar ext_proc port', () => portAccepts(this.ports.sidecar));
+    await this.launch('sidecar', async () => {
+      const sidecar = this.spawn('sidecar', process.execPath, [
+        CLI, 'sidecar', '--ext-proc', `${HOST}:${this.ports.sidecar}`, '--control-plane', `${HOST}:${this.ports.grpc}`,
+        '--redis', this.redisUrl, '--admin', `${HOST}:${this.ports.sidecarAdmin}`,
+        // Below ManagedProcess's SIGKILL grace, so that a stop is always the sidecar's own.
+        '--drain-timeout-ms', '2000',
+        '--streams', `${HOST}:${this.ports.sidecarStreams}`,
+        ...this.logLevelArgs,
+      ]);
+      await sidecar.untilReady('the sidecar to listen for ext_proc', listening(sidecar, this.ports.sidecar));
+      return sidecar;
+    });
   }
 
   /**
    * Starts the stack's Envoy, or with another name and admin port an additional one: every Envoy
-   * gets the same listener (Envoy binds it with SO_REUSEPORT) and its own node id.
+   * gets the same listener (Envoy binds it with SO_REUSEPORT) and its own node id. Its own log goes
+   * to <name>.log, its access log to <name>-access.log, both JSON lines.
    */
   async startEnvoy(name = 'envoy', adminPort = this.ports.envoyAdmin): Promise<void> {
-    const bootstrap = writeBootstrap(
-      {
-        nodeId: `mcpgw-${this.ports.listener}-${this.envoyRestarts++}`,
-        adsApiType: this.options.xdsApiType ?? 'GRPC',
-        adminAddress: HOST,
-        adminPort,
-        xdsHost: HOST,
-        xdsPort: this.ports.grpc,
-      },
-      this.options.logDir,
-    );
-    this.spawn(name, envoyBinary(), [
-      '-c', bootstrap, '--use-dynamic-base-id', '--log-level', 'warn', '--drain-time-s', '5',
-    ]);
-    await waitFor(`${name} to be LIVE`, () => httpOk(`http://${HOST}:${adminPort}/ready`));
-    await waitFor('the gateway listener from LDS', () => portAccepts(this.ports.listener));
+    await this.launch(name, async () => {
+      const nodeId = `mcpgw-${this.ports.listener}-${this.envoyStarts++}`;
+      const bootstrap = writeBootstrap(
+        {
+          nodeId,
+          adsApiType: this.options.xdsApiType ?? 'GRPC',
+          adminAddress: HOST,
+          adminPort,
+          xdsHost: HOST,
+          xdsPort: this.ports.grpc,
+        },
+        this.options.logDir,
+      );
+      this.envoyNodeIds.set(name, nodeId);
+      const startWith = async (baseId: number | 'dynamic') => {
+        const envoy = this.spawn(
+          name,
+          envoyBinary(),
+          [
+            '-c', bootstrap,
+            ...(baseId === 'dynamic' ? ['--use-dynamic-base-id'] : ['--base-id', String(baseId)]),
+            '--log-level', 'warn', '--log-format', ENVOY_JSON_LOG_FORMAT, '--drain-time-s', '5',
+          ],
+          { stdoutFile: path.join(this.options.logDir, `${name}-access.log`), textLines: 'not-json' },
+        );
+        await envoy.untilReady(`${name} to be LIVE`, async () => (listensOn(envoy.child.pid!, adminPort) ? httpOk(`http://${HOST}:${adminPort}/ready`) : undefined));
+        await envoy.untilReady('the gateway listener from LDS', listening(envoy, this.ports.listener));
+        this.envoyBaseId = baseId;
+        return envoy;
+      };
+      const fixed = this.options.envoyBaseId;
+      if (fixed === undefined) return startWith('dynamic');
+      return startWith(fixed).catch((error: Error) => {
+        if (!BASE_ID_TAKEN.test(this.processes.get(name)?.lastWords ?? '')) throw error;
+        return startWith('dynamic');
+      });
+    });
   }
 
   async stopProcess(name: string): Promise<void> {
-    await this.processes.get(name)?.stop();
+    const process = this.processes.get(name);
+    // Out of the map first: supervision restarts only what exits on its own.
     this.processes.delete(name);
+    await process?.stop();
   }
 
   /** Stops in reverse start order, so nothing outlives what it depends on by more than a moment. */
   async stop(): Promise<void> {
+    this.stopping = true;
     for (const name of [...this.processes.keys()].reverse()) await this.stopProcess(name);
   }
 }

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { RegistryDocument, RegistrySource } from './source';
+import { RegistryDocument, RegistryDocumentError, RegistrySource } from './source';
 
 /** Longest long-poll the contract allows (docs/portal-contract.md). */
 export const PORTAL_MAX_WAIT_SECONDS = 60;
@@ -51,13 +51,15 @@ export class PortalRegistrySource implements RegistrySource {
     if (!response.ok) {
       throw new Error(`Portal answered ${response.status} ${response.statusText}${text ? `: ${text.slice(0, 200)}` : ''}`);
     }
+    const revision = etagValue(response.headers.get('etag')) ?? createHash('sha256').update(text).digest('hex').slice(0, 16);
+    if (text.trim() === '') throw new RegistryDocumentError('empty', `Portal sent an empty registry document (${response.status})`, revision);
     let body: unknown;
     try {
       body = JSON.parse(text);
     } catch (error) {
-      throw new Error(`Portal sent a body that is not JSON: ${(error as Error).message}`);
+      // A body cut short (a Portal that died mid-response) is a refused document, not an outage.
+      throw new RegistryDocumentError('syntax', `Portal sent a registry document that is not JSON: ${(error as Error).message}`, revision);
     }
-    const revision = etagValue(response.headers.get('etag')) ?? createHash('sha256').update(text).digest('hex').slice(0, 16);
     return { revision, body };
   }
 }

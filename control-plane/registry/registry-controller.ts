@@ -2,8 +2,8 @@ import { EventEmitter } from 'node:events';
 import { Logger } from '../shared/log';
 import { Registry } from './model';
 import { RegistryMerge, mergeRegistry } from './registry-state';
-import { RegistrySource } from './source';
-import { RegistryProblem, validateRegistry } from './validate';
+import { DocumentRejectionReason, RegistryDocumentError, RegistrySource } from './source';
+import { RegistryProblem, describeProblem, validateRegistry } from './validate';
 
 export interface RegistryControllerOptions {
   /** How long one poll may wait for a change (the Portal's long-poll), and the refresh period. */
@@ -15,9 +15,17 @@ export interface RegistryControllerOptions {
 
 export interface RegistryStatus {
   source: string;
+  /** The revision of the document served now. */
   revision?: string;
+  /** When the source last answered with a document that was applied, or with "unchanged". */
   lastSuccessAt?: string;
+  /** The last failure, of either kind: the source unreachable or erring, or its document refused. */
   lastError?: { message: string; at: string };
+  /**
+   * Set while the source's current document is refused as a whole (ADR-0013: the last good registry
+   * keeps serving); cleared once a document is applied. `since`: the first refusal in a row.
+   */
+  rejectedDocument?: { reason: DocumentRejectionReason; message: string; revision?: string; at: string; since: string };
   /** Declared routes rejected by validation; each keeps its previous good state if it had one. */
   rejectedRoutes: RegistryProblem[];
   /** Where the routes served now came from. */
@@ -25,18 +33,22 @@ export interface RegistryStatus {
 }
 
 export interface RegistryPollResult {
-  outcome: 'changed' | 'unchanged' | 'failed';
+  /** `rejected`: the source answered with a document that is not a registry at all (rejection says why). */
+  outcome: 'changed' | 'unchanged' | 'failed' | 'rejected';
   durationMs: number;
+  rejection?: DocumentRejectionReason;
 }
 
 /**
  * Keeps the served registry in step with its source. Emits 'update' (registry, merge) after every
- * change and 'poll' (RegistryPollResult) after every poll. A failing source changes nothing: the
- * routes in memory keep serving until the source answers again.
+ * change and 'poll' (RegistryPollResult) after every poll. A failing source, or a document that is
+ * not a registry at all, changes nothing: the routes in memory keep serving until the source answers
+ * with a registry again.
  */
 export class RegistryController extends EventEmitter {
   private registry: Registry = { routes: [] };
-  private revision?: string;
+  /** The newest revision the source has sent, applied or refused: polls wait for a newer one. */
+  private seenRevision?: string;
   private readonly status: RegistryStatus;
   private readonly abort = new AbortController();
   private running?: Promise<void>;
@@ -61,25 +73,48 @@ export class RegistryController extends EventEmitter {
   /** One poll; by default it answers at once (no long-poll wait). */
   async pollOnce(waitMs = 0): Promise<RegistryPollResult['outcome']> {
     const started = Date.now();
+    const finish = (outcome: RegistryPollResult['outcome'], rejection?: DocumentRejectionReason) => {
+      this.emit('poll', { outcome, durationMs: Date.now() - started, ...(rejection && { rejection }) } satisfies RegistryPollResult);
+      return outcome;
+    };
     try {
-      const document = await this.source.poll(this.revision, waitMs, this.abort.signal);
-      this.status.lastSuccessAt = new Date().toISOString();
+      const document = await this.source.poll(this.seenRevision, waitMs, this.abort.signal);
       if (document === 'unchanged') {
-        this.emit('poll', { outcome: 'unchanged', durationMs: Date.now() - started } satisfies RegistryPollResult);
-        return 'unchanged';
+        this.status.lastSuccessAt = new Date().toISOString();
+        return finish('unchanged');
       }
-      this.revision = document.revision;
+      this.seenRevision = document.revision;
+      const validation = validateRegistry(document.body);
+      if (validation.documentRejected) {
+        const problems = validation.problems.map(describeProblem).join('; ');
+        const reason = document.body === null || document.body === undefined ? 'empty' : 'not-a-registry';
+        throw new RegistryDocumentError(reason, `${this.source.description} sent a document that is not a registry: ${problems}`, document.revision);
+      }
+      this.status.lastSuccessAt = new Date().toISOString();
       this.status.revision = document.revision;
-      this.apply(mergeRegistry(this.registry, validateRegistry(document.body)), 'source');
-      this.emit('poll', { outcome: 'changed', durationMs: Date.now() - started } satisfies RegistryPollResult);
-      return 'changed';
+      this.status.rejectedDocument = undefined;
+      this.apply(mergeRegistry(this.registry, validation), 'source');
+      return finish('changed');
     } catch (error) {
       if (this.abort.signal.aborted) return 'failed';
       const message = (error as Error).message;
-      this.status.lastError = { message, at: new Date().toISOString() };
+      const at = new Date().toISOString();
+      this.status.lastError = { message, at };
+      if (error instanceof RegistryDocumentError) {
+        if (error.revision !== undefined) this.seenRevision = error.revision;
+        const since = this.status.rejectedDocument?.since ?? at;
+        this.status.rejectedDocument = { reason: error.reason, message, revision: error.revision, at, since };
+        this.log.warn('registry document rejected; keeping the last good registry', {
+          source: this.source.description,
+          reason: error.reason,
+          revision: error.revision,
+          rejectedSince: since,
+          error: message,
+        });
+        return finish('rejected', error.reason);
+      }
       this.log.warn('registry source failed; keeping the routes in memory', { source: this.source.description, error: message });
-      this.emit('poll', { outcome: 'failed', durationMs: Date.now() - started } satisfies RegistryPollResult);
-      return 'failed';
+      return finish('failed');
     }
   }
 
@@ -127,6 +162,9 @@ export class RegistryController extends EventEmitter {
           continue;
         }
         backoff = minBackoff;
+        // The next poll waits for a revision newer than the refused one, so the fix arrives as fast as
+        // any change; the pause only keeps a source that sends a new bad revision every time from being hammered.
+        if (outcome === 'rejected') await sleep(minBackoff);
         // A source that says "unchanged" at once instead of holding the request is polled on the interval.
         const elapsed = Date.now() - started;
         if (outcome === 'unchanged' && elapsed < minBackoff) await sleep(this.options.refreshIntervalMs - elapsed);

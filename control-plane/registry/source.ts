@@ -21,3 +21,25 @@ export interface RegistrySource {
   poll(knownRevision: string | undefined, waitMs: number, signal: AbortSignal): Promise<RegistryDocument | 'unchanged'>;
   close?(): void;
 }
+
+/**
+ * Why a whole document was refused (docs/registry.md): `syntax` not JSON or YAML (cut short, say),
+ * `empty` nothing in it, `not-a-registry` no list of routes at its top (`{}`, `routes: null`).
+ */
+export const DOCUMENT_REJECTION_REASONS = ['syntax', 'empty', 'not-a-registry'] as const;
+export type DocumentRejectionReason = (typeof DOCUMENT_REJECTION_REASONS)[number];
+
+/**
+ * A document that is not a registry at all. It declares no routes, so it cannot say that any route
+ * left: the gateway keeps the last good registry and reports the document (ADR-0013).
+ */
+export class RegistryDocumentError extends Error {
+  constructor(
+    readonly reason: DocumentRejectionReason,
+    message: string,
+    /** The source's revision of the refused document, when known: the next poll waits for a newer one. */
+    readonly revision?: string,
+  ) {
+    super(message);
+  }
+}

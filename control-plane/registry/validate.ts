@@ -1,5 +1,8 @@
 import { z } from 'zod';
-import { Registry, Route, routeSchema } from './model';
+import { Registry, Route, registryDocumentSchema, routeSchema } from './model';
+
+/** Where a value sits in a document: keys and array indexes from the top. */
+export type DocumentPath = (string | number)[];
 
 /** One problem in a registry document, located precisely enough to fix it. */
 export interface RegistryProblem {
@@ -7,6 +10,10 @@ export interface RegistryProblem {
   route?: string;
   /** Dotted path of the offending field inside the document, e.g. routes[1].toolServices[0].url */
   field: string;
+  /** The same path as keys and indexes; for an unknown key it ends with that key. */
+  path: DocumentPath;
+  /** The problem is the key at the end of `path` itself (unknown), not its value. */
+  unknownKey?: boolean;
   message: string;
 }
 
@@ -21,12 +28,79 @@ export interface RegistryValidation {
   knownRoutes: string[];
   /** The source's own revision of the document, when it gives one. */
   revision?: string;
+  /**
+   * The document is not a registry at all (not an object with a list of routes): it declares no
+   * routes, and a source's such document must change nothing (RegistryDocumentError).
+   */
+  documentRejected: boolean;
 }
 
 const documentSchema = z.object({ revision: z.string().optional(), routes: z.array(z.unknown()) }).strict();
 
-function formatPath(base: string, path: ReadonlyArray<PropertyKey>): string {
-  return path.reduce<string>((out, part) => (typeof part === 'number' ? `${out}[${part}]` : `${out}.${String(part)}`), base);
+function formatPath(path: DocumentPath): string {
+  const dotted = path.reduce<string>((out, part) => (typeof part === 'number' ? `${out}[${part}]` : `${out}.${part}`), '');
+  return dotted.replace(/^\./, '') || '(document)';
+}
+
+/** Levenshtein distance: the fewest single-character edits that turn one string into the other. */
+function editDistance(a: string, b: string): number {
+  const row = Array.from({ length: b.length + 1 }, (_, index) => index);
+  for (let i = 1; i <= a.length; i++) {
+    let diagonal = row[0];
+    row[0] = i;
+    for (let j = 1; j <= b.length; j++) {
+      const above = row[j];
+      row[j] = Math.min(above + 1, row[j - 1] + 1, diagonal + (a[i - 1] === b[j - 1] ? 0 : 1));
+      diagonal = above;
+    }
+  }
+  return row[b.length];
+}
+
+/** The allowed key a misspelt one most likely meant: a few edits away, ignoring case. */
+export function nearestKey(unknown: string, allowed: string[]): string | undefined {
+  const scored = allowed.map((key) => ({ key, distance: editDistance(unknown.toLowerCase(), key.toLowerCase()) }));
+  const best = scored.sort((a, b) => a.distance - b.distance)[0];
+  return best && best.distance <= Math.max(2, Math.floor(unknown.length / 3)) ? best.key : undefined;
+}
+
+type JsonSchemaNode = { properties?: Record<string, JsonSchemaNode>; items?: JsonSchemaNode };
+let registryJsonSchema: JsonSchemaNode | undefined;
+
+/** The keys the registry format allows in the object at `path` (read from the model's JSON schema). */
+function allowedKeysAt(path: DocumentPath): string[] {
+  registryJsonSchema ??= z.toJSONSchema(registryDocumentSchema, { io: 'input' }) as JsonSchemaNode;
+  let node: JsonSchemaNode | undefined = registryJsonSchema;
+  for (const part of path) node = typeof part === 'number' ? node?.items : node?.properties?.[part];
+  return Object.keys(node?.properties ?? {});
+}
+
+/**
+ * What an unknown key at `path` most likely meant: a near key of the same object, or the same key one
+ * level down (`tls` written beside `url` belongs in `transport.tls`).
+ */
+function meantKey(key: string, path: DocumentPath): string | undefined {
+  const allowed = allowedKeysAt(path);
+  const near = nearestKey(key, allowed);
+  if (near) return near;
+  for (const child of allowed) {
+    const nested = nearestKey(key, allowedKeysAt([...path, child]));
+    if (nested) return `${child}.${nested}`;
+  }
+  return undefined;
+}
+
+/** zod's issues as problems: one per unknown key, each with the key it most likely meant. */
+function problemsOf(issues: z.core.$ZodIssue[], base: DocumentPath, route: string | undefined): RegistryProblem[] {
+  return issues.flatMap((issue): RegistryProblem[] => {
+    const path = [...base, ...(issue.path as DocumentPath)];
+    if (issue.code !== 'unrecognized_keys') return [{ route, field: formatPath(path), path, message: issue.message }];
+    return issue.keys.map((key) => {
+      const meant = meantKey(key, path);
+      const keyPath = [...path, key];
+      return { route, field: formatPath(keyPath), path: keyPath, unknownKey: true, message: `unknown key${meant ? ` (did you mean "${meant}"?)` : ''}` };
+    });
+  });
 }
 
 function keyOf(raw: unknown): string | undefined {
@@ -44,7 +118,8 @@ export function validateRegistry(document: unknown): RegistryValidation {
     return {
       registry: { routes: [] },
       knownRoutes: [],
-      problems: top.error.issues.map((issue) => ({ field: formatPath('', issue.path).replace(/^\./, '') || '(document)', message: issue.message })),
+      documentRejected: true,
+      problems: problemsOf(top.error.issues, [], undefined),
     };
   }
   const problems: RegistryProblem[] = [];
@@ -55,17 +130,16 @@ export function validateRegistry(document: unknown): RegistryValidation {
   const endpointOf = (service: Route['toolServices'][number]) => JSON.stringify([service.url, service.transport ?? {}, service.fallback ?? {}]);
 
   top.data.routes.forEach((raw, index) => {
-    const base = `routes[${index}]`;
+    const base = ['routes', index];
     const parsed = routeSchema.safeParse(raw);
     if (!parsed.success) {
-      for (const issue of parsed.error.issues) {
-        problems.push({ route: keyOf(raw), field: formatPath(base, issue.path), message: issue.message });
-      }
+      problems.push(...problemsOf(parsed.error.issues, base, keyOf(raw)));
       return;
     }
     const route = parsed.data;
     if (routeKeys.has(route.key)) {
-      problems.push({ route: route.key, field: `${base}.key`, message: `duplicate route key "${route.key}"` });
+      const path = [...base, 'key'];
+      problems.push({ route: route.key, field: formatPath(path), path, message: `duplicate route key "${route.key}"` });
       return;
     }
     const conflict = route.toolServices.findIndex((service) => {
@@ -75,9 +149,11 @@ export function validateRegistry(document: unknown): RegistryValidation {
     if (conflict >= 0) {
       const service = route.toolServices[conflict];
       const [knownUrl] = JSON.parse(endpointByServiceId.get(service.id)!) as [string];
+      const path = [...base, 'toolServices', conflict];
       problems.push({
         route: route.key,
-        field: `${base}.toolServices[${conflict}]`,
+        field: formatPath(path),
+        path,
         message: `Tool Service id "${service.id}" is already registered with another URL, transport or fallback (${knownUrl})`,
       });
       return;
@@ -87,7 +163,7 @@ export function validateRegistry(document: unknown): RegistryValidation {
     routes.push(route);
   });
   const knownRoutes = [...new Set(top.data.routes.map(keyOf).filter((key): key is string => key !== undefined))];
-  return { registry: { routes }, problems, knownRoutes, revision: top.data.revision };
+  return { registry: { routes }, problems, knownRoutes, revision: top.data.revision, documentRejected: false };
 }
 
 export function describeProblem(problem: RegistryProblem): string {

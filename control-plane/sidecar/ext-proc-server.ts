@@ -204,6 +204,12 @@ export function extProcServiceHandlers(context: GatewayContext, observer: Sideca
     if (decision.kind === 'read-body') return;
     const route = routeLabel(requestHead);
     observer.decided(route, decision.kind === 'respond' ? decision.reason : 'forward');
+    context.log.debug('request decided', {
+      route,
+      method: requestHead.method,
+      decision: decision.kind === 'respond' ? decision.reason : 'forward',
+      ...(decision.kind === 'forward' && { cluster: decision.cluster }),
+    });
     if (decision.kind === 'respond' && decision.metadata?.outcome && decision.metadata.backend) {
       observer.toolCallFinished(route, decision.metadata.backend, decision.metadata.outcome, 0);
     }

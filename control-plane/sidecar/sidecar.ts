@@ -2,13 +2,14 @@ import * as grpc from '@grpc/grpc-js';
 import { CatalogSnapshotMessage } from '../catalog/catalog-store';
 import { grpcServices } from '../shared/grpc-packages';
 import { closeServer } from '../shared/http-listen';
-import { createLogger } from '../shared/log';
+import { Logger } from '../shared/log';
 import { CatalogSubscriber } from './catalog-subscriber';
 import { extProcServiceHandlers } from './ext-proc-server';
 import { GatewayContext } from './decision';
 import { RouteCatalogView, buildRouteViews } from './route-catalog';
 import { closeBackendSession, notifyBackend, openBackendSession, resendToBackend } from './sessions/backend-sessions';
-import { MemorySessionStore, RedisSessionStore, SessionStore } from './sessions/session-store';
+import { MemorySessionStore, RedisSessionStore, SessionLimits, SessionStore } from './sessions/session-store';
+import { RedisTimeouts } from '../shared/redis-client';
 import { ListChangedStreams, servedNames } from './list-changed-streams';
 import { SidecarMetrics, startSidecarAdmin } from './sidecar-metrics';
 
@@ -23,12 +24,15 @@ export interface SidecarOptions {
   controlPlaneAddress: string;
   sidecarId: string;
   /** Sessions shared by every replica and kept across restarts; without it, in this process's memory. */
-  redis?: { url: string; prefix: string };
+  redis?: { url: string; prefix: string; timeouts?: RedisTimeouts };
   sessionIdleTtlSeconds: number;
+  /** Bounds on what one client's initialize makes the gateway store (docs/hardening.md). */
+  sessionLimits?: SessionLimits;
   /** Limit for opening (initialize) or ending (DELETE) a backend's session. */
   backendSessionTimeoutMs: number;
   /** On stop, how long calls in flight may keep the sidecar on their response path. */
   drainTimeoutMs: number;
+  log: Logger;
 }
 
 const REDIS_CONNECT_WAIT_MS = 5000;
@@ -39,7 +43,7 @@ export interface RunningSidecar {
 }
 
 export async function startSidecar(options: SidecarOptions): Promise<RunningSidecar> {
-  const log = createLogger('sidecar');
+  const { log } = options;
   let routes = new Map<string, RouteCatalogView>();
   let version = '';
   let streams: ListChangedStreams | undefined;
@@ -61,14 +65,20 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
 
   let sessions: SessionStore;
   if (options.redis) {
-    const redisSessions = new RedisSessionStore(options.redis.url, options.redis.prefix, options.sessionIdleTtlSeconds);
+    const redisSessions = new RedisSessionStore({
+      url: options.redis.url,
+      prefix: options.redis.prefix,
+      idleTtlSeconds: options.sessionIdleTtlSeconds,
+      ...options.redis.timeouts,
+      ...options.sessionLimits,
+    });
     // Session requests fail at once while Redis is unreachable: serve only once it is (or was given its chance).
     if (!(await redisSessions.connected(REDIS_CONNECT_WAIT_MS))) {
       log.warn('Redis is not reachable yet: requests that need a session fail until it is', { redis: options.redis.url });
     }
     sessions = redisSessions;
   } else {
-    sessions = new MemorySessionStore(options.sessionIdleTtlSeconds);
+    sessions = new MemorySessionStore(options.sessionIdleTtlSeconds, options.sessionLimits);
     log.warn('no --redis: sessions live in this process only (lost on restart, not shared with other replicas)');
   }
   if (options.streamsAddress) {

@@ -1,7 +1,8 @@
-import Redis from 'ioredis';
+import type Redis from 'ioredis';
 import { z } from 'zod';
 import { Route, routeSchema } from '../registry/model';
 import { Logger } from '../shared/log';
+import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient } from '../shared/redis-client';
 
 /** What a route's catalog looked like when it was saved: enough to serve tools/list at once. */
 const savedCatalogSchema = z.array(
@@ -22,22 +23,33 @@ export interface SavedRoute {
   catalog?: SavedBackendCatalog[];
 }
 
+/** A route's writes not yet made: the newest value of each field, or its removal. */
+type PendingWrite = { mapping?: string; catalog?: string } | 'remove';
+
 /**
  * Redis keeps each route's last-good state for cold starts (ADR-0013): one hash per route, with the
  * route's mapping and its catalog as separate fields so their writers never race, plus a set of route
  * keys so a cold start with the Portal down still knows which routes to read. Redis is never on the
- * request path, and a Redis outage only costs the warm start: every call here logs and carries on.
+ * request path, and a Redis outage only costs the warm start:
+ * - writes are queued, never awaited by the caller, and coalesced per route (only the newest value of
+ *   each field is written), so a hung Redis holds up no registry update and the queue stays bounded;
+ * - every command has the client's command timeout, so a hung Redis fails each write instead of
+ *   holding the queue for ever;
+ * - a failure is logged once when Redis becomes unavailable and once when it is back.
  */
 export class LastGoodStore {
   private readonly redis: Redis;
+  private readonly pending = new Map<string, PendingWrite>();
+  private draining?: Promise<void>;
+  private unavailable = false;
 
   constructor(
     url: string,
     private readonly prefix: string,
     private readonly log: Logger,
+    timeouts: RedisTimeouts = REDIS_TIMEOUT_DEFAULTS,
   ) {
-    this.redis = new Redis(url, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 1, connectTimeout: 2000 });
-    this.redis.on('error', () => undefined); // reported per call below, not once per reconnect attempt
+    this.redis = createRedisClient(url, timeouts, { lazyConnect: true });
   }
 
   private routeKey(key: string): string {
@@ -54,27 +66,54 @@ export class LastGoodStore {
 
   private async attempt<T>(what: string, action: () => Promise<T>): Promise<T | undefined> {
     try {
-      return await action();
+      const result = await action();
+      if (this.unavailable) this.log.info('redis last-good store available again', { operation: what });
+      this.unavailable = false;
+      return result;
     } catch (error) {
-      this.log.warn('redis last-good store unavailable; serving from memory only', { operation: what, error: (error as Error).message });
+      if (!this.unavailable) {
+        this.log.warn('redis last-good store unavailable; serving from memory only', { operation: what, error: (error as Error).message });
+      }
+      this.unavailable = true;
       return undefined;
     }
   }
 
-  async saveMapping(route: Route): Promise<void> {
-    await this.attempt('save mapping', () =>
-      this.redis.multi().sadd(this.indexKey, route.key).hset(this.routeKey(route.key), 'mapping', JSON.stringify(route)).exec(),
-    );
+  saveMapping(route: Route): void {
+    this.queue(route.key, { mapping: JSON.stringify(route) });
   }
 
-  async saveCatalog(routeKey: string, catalog: SavedBackendCatalog[]): Promise<void> {
-    await this.attempt('save catalog', () =>
-      this.redis.multi().sadd(this.indexKey, routeKey).hset(this.routeKey(routeKey), 'catalog', JSON.stringify(catalog)).exec(),
-    );
+  saveCatalog(routeKey: string, catalog: SavedBackendCatalog[]): void {
+    this.queue(routeKey, { catalog: JSON.stringify(catalog) });
   }
 
-  async removeRoute(routeKey: string): Promise<void> {
-    await this.attempt('remove route', () => this.redis.multi().srem(this.indexKey, routeKey).del(this.routeKey(routeKey)).exec());
+  removeRoute(routeKey: string): void {
+    this.queue(routeKey, 'remove');
+  }
+
+  private queue(routeKey: string, write: PendingWrite): void {
+    const earlier = this.pending.get(routeKey);
+    // Re-inserted, so a route's writes keep their order relative to other routes' as well.
+    this.pending.delete(routeKey);
+    this.pending.set(routeKey, write === 'remove' || earlier === undefined || earlier === 'remove' ? write : { ...earlier, ...write });
+    this.draining ??= this.drain().finally(() => (this.draining = undefined));
+  }
+
+  private async drain(): Promise<void> {
+    for (let next = this.pending.entries().next(); !next.done; next = this.pending.entries().next()) {
+      const [routeKey, write] = next.value;
+      this.pending.delete(routeKey);
+      if (write === 'remove') {
+        await this.attempt('remove route', () => this.redis.multi().srem(this.indexKey, routeKey).del(this.routeKey(routeKey)).exec());
+      } else {
+        await this.attempt('save route', () => this.redis.multi().sadd(this.indexKey, routeKey).hset(this.routeKey(routeKey), write).exec());
+      }
+    }
+  }
+
+  /** Resolves once every write queued so far has been made or has failed. */
+  async flush(): Promise<void> {
+    while (this.draining) await this.draining;
   }
 
   /** Every saved route, validated like any external input; an unreadable field is skipped, never fatal. */
@@ -105,6 +144,7 @@ export class LastGoodStore {
   }
 
   async close(): Promise<void> {
+    this.pending.clear();
     this.redis.disconnect();
   }
 }

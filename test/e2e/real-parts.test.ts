@@ -3,8 +3,7 @@ import * as path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { ManagedProcess, freePort, portAccepts, waitFor } from '../../control-plane/devstack/processes';
-import { redisServerArgs } from '../../control-plane/devstack/stack';
+import { freePort, portAccepts, waitFor } from '../../control-plane/devstack/processes';
 import { closeServer, listen } from '../../control-plane/shared/http-listen';
 import { testDir } from '../support/gateway-fixture';
 import { launchChromium } from '../support/chromium';
@@ -13,6 +12,7 @@ import { decodeJwt, verifyJwtSignature } from '../support/jwt';
 import { KEYCLOAK_STARTUP_MS, Keycloak, keycloak } from '../support/keycloak';
 import { startPrometheus } from '../support/prometheus';
 import { startRedisSentinel } from '../support/redis-sentinel';
+import { TestRedis } from '../support/redis-server';
 import { tools } from '../support/tools';
 
 /**
@@ -206,13 +206,11 @@ describe('Chromium via playwright-core', () => {
 
 describe('redis-sentinel', () => {
   test('starts and reports the primary it watches', async () => {
-    const primaryPort = await freePort();
-    const primary = new ManagedProcess({ name: 'redis', command: 'redis-server', args: redisServerArgs(primaryPort), logFile: path.join(dir, 'redis.log') });
+    const primary = await TestRedis.start(dir);
     try {
-      await waitFor('the primary redis-server', () => portAccepts(primaryPort));
-      const sentinel = await startRedisSentinel(path.join(dir, 'sentinel'), { primaryPort });
+      const sentinel = await startRedisSentinel(path.join(dir, 'sentinel'), { primaryPort: primary.port });
       try {
-        expect(await sentinel.primaryAddress()).toBe(`127.0.0.1:${primaryPort}`);
+        expect(await sentinel.primaryAddress()).toBe(`127.0.0.1:${primary.port}`);
       } finally {
         await sentinel.stop();
       }

@@ -119,6 +119,7 @@ describe.each<XdsApiType>(['GRPC', 'DELTA_GRPC'])('registry changes through the 
       {
         route: 'demo',
         field: 'routes[0].toolServices[0].name',
+        path: ['routes', 0, 'toolServices', 0, 'name'],
         message: 'must be snake_case (lowercase letters, digits and single underscores)',
       },
     ]);

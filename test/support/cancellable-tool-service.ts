@@ -17,6 +17,8 @@ import { LOOPBACK, LoopbackMcpService } from './loopback-mcp-service';
 export class CancellableToolService extends LoopbackMcpService {
   readonly started: { session: string; requestId: string | number }[] = [];
   readonly cancelled: { session: string; requestId: string | number; reason: unknown }[] = [];
+  /** Sessions ended by a client's DELETE. */
+  readonly closedSessions: string[] = [];
 
   private readonly transports = new Map<string, StreamableHTTPServerTransport>();
 
@@ -40,6 +42,10 @@ export class CancellableToolService extends LoopbackMcpService {
         const created = new StreamableHTTPServerTransport({
           sessionIdGenerator: randomUUID,
           onsessioninitialized: (id) => void transports.set(id, created),
+          onsessionclosed: (id) => {
+            transports.delete(id);
+            service.closedSessions.push(id);
+          },
         });
         await service.mcpServer().connect(created);
         transport = created;

@@ -110,14 +110,12 @@ export async function metricValue(
     .reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(' ') + 1)), 0);
 }
 
-/** Envoy's access-log entries (JSON lines of its stdout, in its log file behind a `[envoy] ` tag) for tools/call requests. */
+/** Envoy's access-log entries (JSON lines of its stdout, in <name>-access.log) for tools/call requests. */
 export function toolCallAccessLog(dir: string, envoyName = 'envoy'): Record<string, unknown>[] {
-  const tag = `[${envoyName}] `;
   return fs
-    .readFileSync(path.join(dir, `${envoyName}.log`), 'utf8')
+    .readFileSync(path.join(dir, `${envoyName}-access.log`), 'utf8')
     .split('\n')
-    .map((line) => (line.startsWith(tag) ? line.slice(tag.length) : line))
-    .filter((line) => line.startsWith('{'))
+    .filter(Boolean)
     .map((line) => JSON.parse(line) as Record<string, unknown>)
     .filter((entry) => entry.rpc_method === 'tools/call');
 }

@@ -1,7 +1,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { stringify } from 'yaml';
-import { ManagedProcess, freePorts, portAccepts, waitFor } from '../../control-plane/devstack/processes';
+import { ManagedProcess, freePorts, portAccepts } from '../../control-plane/devstack/processes';
 import { tools } from './tools';
 
 export interface Jaeger {
@@ -55,8 +55,7 @@ export async function startJaeger(dir: string): Promise<Jaeger> {
   });
   const queryUrl = `http://${HOST}:${queryHttp}`;
   try {
-    await waitFor('Jaeger to serve OTLP and its query API', async () => {
-      if (!jaeger.running) throw new Error(`Jaeger exited (log: ${dir}/jaeger.log)`);
+    await jaeger.untilReady('Jaeger serves OTLP and its query API', async () => {
       const ready = (await portAccepts(otlpHttp)) && (await portAccepts(otlpGrpc)) && (await fetch(`${queryUrl}/api/services`)).ok;
       return ready || undefined;
     });

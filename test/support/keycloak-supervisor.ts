@@ -66,7 +66,6 @@ function startKeycloak(config: SupervisorConfig): ManagedProcess {
       KC_BOOTSTRAP_ADMIN_PASSWORD: config.adminPassword,
     },
     logFile: config.logFile,
-    processGroup: true,
   });
 }
 

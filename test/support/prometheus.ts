@@ -1,7 +1,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { stringify } from 'yaml';
-import { ManagedProcess, freePort, waitFor } from '../../control-plane/devstack/processes';
+import { ManagedProcess, freePort } from '../../control-plane/devstack/processes';
 import { tools } from './tools';
 
 export interface Prometheus {
@@ -35,10 +35,7 @@ export async function startPrometheus(dir: string, config: string | object): Pro
   });
   const url = `http://127.0.0.1:${port}`;
   try {
-    await waitFor('Prometheus to be ready', async () => {
-      if (!prometheus.running) throw new Error(`Prometheus exited (log: ${dir}/prometheus.log)`);
-      return (await fetch(`${url}/-/ready`)).ok || undefined;
-    });
+    await prometheus.untilReady('Prometheus is ready', async () => (await fetch(`${url}/-/ready`)).ok || undefined);
   } catch (error) {
     await prometheus.stop();
     throw error;

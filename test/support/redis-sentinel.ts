@@ -1,7 +1,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import Redis from 'ioredis';
-import { ManagedProcess, freePort, portAccepts, waitFor } from '../../control-plane/devstack/processes';
+import { ManagedProcess, freePort, portAccepts } from '../../control-plane/devstack/processes';
 import { tools } from './tools';
 
 export interface RedisSentinel {
@@ -37,6 +37,7 @@ export async function startRedisSentinel(dir: string, { primaryPort, masterName 
     command: tools().redisSentinel,
     args: [configFile],
     logFile: path.join(dir, `sentinel-${port}.log`),
+    textLines: 'all',
   });
   const client = new Redis({ host: '127.0.0.1', port, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => 200 });
   const primaryAddress = async () => {
@@ -45,9 +46,9 @@ export async function startRedisSentinel(dir: string, { primaryPort, masterName 
     return `${reply[0]}:${reply[1]}`;
   };
   try {
-    await waitFor(`redis-sentinel to listen on port ${port}`, () => portAccepts(port));
+    await sentinel.untilReady(`redis-sentinel listens on port ${port}`, () => portAccepts(port));
     await client.connect();
-    await waitFor(`redis-sentinel on port ${port}`, primaryAddress);
+    await sentinel.untilReady(`redis-sentinel on port ${port} knows its primary`, primaryAddress);
   } catch (error) {
     client.disconnect();
     await sentinel.stop();

@@ -20,17 +20,25 @@ export class ScriptedToolService extends LoopbackMcpService {
     super(port);
   }
 
-  static async start(toolNames: string[], pageSize = 50): Promise<ScriptedToolService> {
+  /** On `port` when given (to bring back a backend the gateway already knows), else on a free one. */
+  static async start(toolNames: string[], pageSize = 50, port?: number): Promise<ScriptedToolService> {
     const app = createMcpExpressApp({ host: LOOPBACK });
-    const service = new ScriptedToolService(await freePort(), toolNames, pageSize);
+    const service = new ScriptedToolService(port ?? (await freePort()), toolNames, pageSize);
     mountStatelessMcp(app, () => service.mcpServer());
     await service.listen(app);
     return service;
   }
 
+  private descriptionBytes = 0;
+
   /** What the next tools/list declares. */
   setTools(toolNames: string[]): void {
     this.toolNames = toolNames;
+  }
+
+  /** Pads every tool's description to about this many bytes (0: the short default), for huge tools/list answers. */
+  setDescriptionBytes(bytes: number): void {
+    this.descriptionBytes = bytes;
   }
 
   private mcpServer(): Server {
@@ -39,7 +47,11 @@ export class ScriptedToolService extends LoopbackMcpService {
       const start = Number(request.params?.cursor ?? 0);
       const end = start + this.pageSize;
       return {
-        tools: this.toolNames.slice(start, end).map((name) => ({ name, description: `Scripted tool ${name}.`, inputSchema: { type: 'object' as const } })),
+        tools: this.toolNames.slice(start, end).map((name) => ({
+          name,
+          description: this.descriptionBytes > 0 ? `Scripted tool ${name}. `.padEnd(this.descriptionBytes, 'x') : `Scripted tool ${name}.`,
+          inputSchema: { type: 'object' as const },
+        })),
         ...(end < this.toolNames.length && { nextCursor: String(end) }),
       };
     });

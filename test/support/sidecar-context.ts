@@ -1,8 +1,8 @@
 import { GatewayContext } from '../../control-plane/sidecar/decision';
 import { RouteCatalogView } from '../../control-plane/sidecar/route-catalog';
 import { MemorySessionStore } from '../../control-plane/sidecar/sessions/session-store';
+import { quietLogger } from './quiet-logger';
 
-const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
 
 /**
  * The sidecar's decision context for unit tests: these route views, in-memory sessions, and a fake for
@@ -31,7 +31,7 @@ export function sidecarContext(views: Map<string, RouteCatalogView>, openBackend
         throw new Error('unit tests do not resend calls');
       },
     },
-    log: quiet,
+    log: quietLogger,
   };
   return { context, opened, closed, notified };
 }

@@ -1,10 +1,9 @@
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
-import { CATALOG_DEFAULTS, CatalogSettings, CatalogSnapshotMessage, CatalogStore } from '../../control-plane/catalog/catalog-store';
-import { fetchToolList } from '../../control-plane/catalog/tool-fetcher';
+import { CATALOG_DEFAULTS, CatalogSettings, CatalogSnapshotMessage, CatalogStore, RelistSettings } from '../../control-plane/catalog/catalog-store';
+import { TOOL_LIST_DEFAULTS, fetchToolList } from '../../control-plane/catalog/tool-fetcher';
 import { buildGatewayIR } from '../../control-plane/ir/gateway-ir';
-import { Logger } from '../../control-plane/shared/log';
+import { quietLogger as quiet } from '../support/quiet-logger';
 
-const quiet: Logger = { info: () => undefined, warn: () => undefined, error: () => undefined };
 const tool = (name: string): Tool => ({ name, inputSchema: { type: 'object' } });
 const url = (service: string) => `http://127.0.0.1:1/${service}`;
 
@@ -22,7 +21,7 @@ const ir = buildGatewayIR({
 });
 
 /** A store whose backends answer from `lists` (by URL); a missing entry is a backend that is down. */
-function storeWith(lists: Record<string, Tool[]>, settings: Partial<CatalogSettings> = {}) {
+function storeWith(lists: Record<string, Tool[]>, settings: Partial<CatalogSettings> = {}, relist?: RelistSettings) {
   const fetched: string[] = [];
   const store = new CatalogStore(
     async ({ url: target }) => {
@@ -33,6 +32,7 @@ function storeWith(lists: Record<string, Tool[]>, settings: Partial<CatalogSetti
     },
     { ...CATALOG_DEFAULTS, ...settings },
     quiet,
+    relist,
   );
   store.setGateway(ir);
   return { store, fetched };
@@ -142,11 +142,71 @@ describe('catalog store: the route catalog sidecars serve', () => {
   });
 });
 
+describe('catalog store: failing backends are listed again soon', () => {
+  const fast: RelistSettings = { retryMinMs: 20, retryMaxMs: 80 };
+  const stateOf = (store: CatalogStore, backend: string) => route(store.current(), 'demo').backends.find((candidate) => candidate.name === backend)!;
+  const until = async (what: string, check: () => boolean) => {
+    for (let waited = 0; !check(); waited += 10) {
+      if (waited > 10_000) throw new Error(`never: ${what}`);
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+  };
+
+  it('lists a backend that never answered again and again, and serves it once it answers, pushing the change', async () => {
+    const lists: Record<string, Tool[]> = { [url('jobs')]: [tool('echo')], [url('solo')]: [] };
+    const { store, fetched } = storeWith(lists, {}, fast);
+    const changes: string[] = [];
+    store.on('change', (snapshot: CatalogSnapshotMessage) => changes.push(snapshot.version));
+    try {
+      await store.refresh();
+      expect(stateOf(store, 'weather').state).toBe('missing');
+      await until('three more attempts', () => fetched.filter((target) => target === url('weather')).length >= 4);
+      lists[url('weather')] = [tool('get_forecast')];
+      await until('the backend to be served', () => stateOf(store, 'weather').state === 'ok');
+      expect(route(store.current(), 'demo').tools.map((exposed) => exposed.name)).toEqual(['jobs__echo', 'weather__get_forecast']);
+      expect(changes.at(-1)).toBe(store.current().version);
+      const attempts = fetched.filter((target) => target === url('weather')).length;
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(fetched.filter((target) => target === url('weather')).length).toBe(attempts);
+    } finally {
+      store.close();
+    }
+  });
+
+  it('serves a backend a sidecar reported failing as stale with the reason, and puts it back to ok when it lists again', async () => {
+    const lists: Record<string, Tool[]> = { [url('weather')]: [tool('get_forecast')], [url('jobs')]: [tool('echo')], [url('solo')]: [] };
+    const { store, fetched } = storeWith(lists, {}, fast);
+    try {
+      await store.refresh();
+      delete lists[url('weather')];
+      expect(store.markDegraded({ toolServiceId: 'weather', reason: 'tools/call get_forecast: connection refused', route: 'demo' })).toBe(true);
+      expect(stateOf(store, 'weather')).toMatchObject({ state: 'stale', last_error: 'tools/call get_forecast: connection refused', failing_since: expect.stringMatching(/^\d{4}-/) });
+      expect(route(store.current(), 'demo').tools.map((exposed) => exposed.name)).toEqual(['jobs__echo', 'weather__get_forecast']);
+      await until('the re-listing to fail with its own cause', () => stateOf(store, 'weather').last_error.startsWith('connect ECONNREFUSED'));
+      lists[url('weather')] = [tool('get_forecast')];
+      await until('the backend to be ok again', () => stateOf(store, 'weather').state === 'ok');
+      expect(fetched.filter((target) => target === url('jobs'))).toHaveLength(1);
+      expect(store.markDegraded({ toolServiceId: 'nope', reason: 'x' })).toBe(false);
+    } finally {
+      store.close();
+    }
+  });
+
+  it('lists nothing again once closed', async () => {
+    const { store, fetched } = storeWith({ [url('jobs')]: [], [url('solo')]: [] }, {}, fast);
+    await store.refresh();
+    store.close();
+    const attempts = fetched.length;
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(fetched).toHaveLength(attempts);
+  });
+});
+
 describe('tools/list of a Tool Service that wants a bearer token', () => {
   it('fails with the token file named when the file cannot be read, and never calls the backend', async () => {
     const [service] = buildGatewayIR({
       routes: [{ key: 'r', toolServices: [{ id: 's', name: 's', url: 'http://127.0.0.1:9/mcp', transport: { catalogBearerTokenFile: '/nonexistent/token' } }] }],
     }).toolServices;
-    await expect(fetchToolList(service, 1000)).rejects.toThrow('cannot read transport.catalogBearerTokenFile /nonexistent/token: ENOENT');
+    await expect(fetchToolList(service, { ...TOOL_LIST_DEFAULTS, timeoutMs: 1000 })).rejects.toThrow('cannot read transport.catalogBearerTokenFile /nonexistent/token: ENOENT');
   });
 });

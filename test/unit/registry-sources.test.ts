@@ -1,14 +1,17 @@
+import * as fs from 'node:fs';
 import { AddressInfo } from 'node:net';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { FileRegistrySource } from '../../control-plane/registry/file-source';
 import { PortalRegistrySource } from '../../control-plane/registry/portal-source';
-import { RegistryController } from '../../control-plane/registry/registry-controller';
+import { RegistryController, RegistryPollResult } from '../../control-plane/registry/registry-controller';
 import { mergeRegistry } from '../../control-plane/registry/registry-state';
-import { RegistryDocument, RegistrySource } from '../../control-plane/registry/source';
+import { RegistryDocument, RegistryDocumentError, RegistrySource } from '../../control-plane/registry/source';
 import { validateRegistry } from '../../control-plane/registry/validate';
 import { closeServer } from '../../control-plane/shared/http-listen';
-import { Logger } from '../../control-plane/shared/log';
+import { quietLogger as quiet } from '../support/quiet-logger';
 import { DevPortal, startDevPortal } from '../../samples/dev-portal/dev-portal';
 
-const quiet: Logger = { info: () => undefined, warn: () => undefined, error: () => undefined };
 const route = (key: string, name = 'svc', port = 9000) => ({ key, toolServices: [{ name, url: `http://127.0.0.1:${port}/mcp` }] });
 const serve = (routes: unknown[]) => mergeRegistry({ routes: [] }, validateRegistry({ routes })).registry;
 
@@ -67,6 +70,38 @@ describe('RegistryController', () => {
     expect(controller.currentStatus().lastError?.message).toBe('Portal answered 503');
     expect(await controller.pollOnce()).toBe('changed');
     expect(updates).toEqual([['a'], []]);
+  });
+
+  it('keeps the last good registry when a document is not a registry at all, and says so until a good one comes', async () => {
+    const source = new ScriptedSource();
+    const controller = new RegistryController(source, { refreshIntervalMs: 1000 }, quiet);
+    const polls: RegistryPollResult[] = [];
+    controller.on('poll', (result: RegistryPollResult) => polls.push(result));
+    source.answers.push(
+      { revision: '1', body: { routes: [route('a'), route('b')] } },
+      { revision: '2', body: {} },
+      { revision: '3', body: { routes: null } },
+      { revision: '4', body: null },
+      new RegistryDocumentError('syntax', 'Portal sent a registry document that is not JSON', '5'),
+      { revision: '6', body: { routes: [route('a')] } },
+    );
+    expect(await controller.pollOnce()).toBe('changed');
+    expect(await controller.pollOnce()).toBe('rejected');
+    const firstRejection = controller.currentStatus().rejectedDocument!;
+    expect(firstRejection).toMatchObject({ reason: 'not-a-registry', revision: '2', message: expect.stringContaining('routes') });
+    expect(await controller.pollOnce()).toBe('rejected');
+    expect(await controller.pollOnce()).toBe('rejected');
+    expect(await controller.pollOnce()).toBe('rejected');
+    expect(controller.current().routes.map((r) => r.key)).toEqual(['a', 'b']);
+    expect(controller.currentStatus()).toMatchObject({
+      revision: '1',
+      rejectedDocument: { reason: 'syntax', revision: '5', since: firstRejection.since },
+      lastError: { message: 'Portal sent a registry document that is not JSON' },
+    });
+    expect(polls.map((poll) => poll.rejection)).toEqual([undefined, 'not-a-registry', 'not-a-registry', 'empty', 'syntax']);
+    expect(await controller.pollOnce()).toBe('changed');
+    expect(controller.current().routes.map((r) => r.key)).toEqual(['a']);
+    expect(controller.currentStatus().rejectedDocument).toBeUndefined();
   });
 
   it('restores Redis last-good routes only on a cold start, and the source wins once it answers', async () => {
@@ -130,5 +165,52 @@ describe('Portal client against the dev Portal', () => {
   it('rejects when the Portal is unreachable', async () => {
     const closed = new PortalRegistrySource({ baseUrl: 'http://127.0.0.1:1', requestTimeoutMs: 1000 });
     await expect(closed.poll(undefined, 0, abort.signal)).rejects.toThrow(/Portal unreachable at http:\/\/127.0.0.1:1/);
+  });
+});
+
+describe('static registry file source', () => {
+  const abort = new AbortController();
+  const yamlOf = (key: string) => `routes:\n  - key: ${key}\n    toolServices:\n      - name: svc\n        url: http://127.0.0.1:9000/mcp\n`;
+  afterAll(() => abort.abort());
+
+  it('follows a Kubernetes ConfigMap update: the `..data` symlink swapped to a new timestamped directory', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcpgw-configmap-'));
+    try {
+      // The layout the kubelet writes: registry.yaml -> ..data/registry.yaml, ..data -> ..<timestamp>
+      const version = (name: string, key: string) => {
+        fs.mkdirSync(path.join(dir, name));
+        fs.writeFileSync(path.join(dir, name, 'registry.yaml'), yamlOf(key));
+      };
+      version('..2026_01_01_00_00_00.1', 'before');
+      fs.symlinkSync('..2026_01_01_00_00_00.1', path.join(dir, '..data'));
+      fs.symlinkSync('..data/registry.yaml', path.join(dir, 'registry.yaml'));
+      const source = new FileRegistrySource(path.join(dir, 'registry.yaml'), 100);
+      const first = (await source.poll(undefined, 0, abort.signal)) as RegistryDocument;
+      expect(first.body).toMatchObject({ routes: [{ key: 'before' }] });
+
+      const waiting = source.poll(first.revision, 20_000, abort.signal);
+      version('..2026_01_01_00_01_00.2', 'after');
+      fs.symlinkSync('..2026_01_01_00_01_00.2', path.join(dir, '..data_tmp'));
+      fs.renameSync(path.join(dir, '..data_tmp'), path.join(dir, '..data'));
+      fs.rmSync(path.join(dir, '..2026_01_01_00_00_00.1'), { recursive: true });
+      expect(((await waiting) as RegistryDocument).body).toMatchObject({ routes: [{ key: 'after' }] });
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('refuses a file that is not YAML with its revision, so the next poll waits for the file to change', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcpgw-syntax-'));
+    try {
+      const file = path.join(dir, 'registry.yaml');
+      fs.writeFileSync(file, 'routes: [\n');
+      const source = new FileRegistrySource(file, 100);
+      const refused = await source.poll(undefined, 0, abort.signal).catch((error: unknown) => error);
+      expect(refused).toBeInstanceOf(RegistryDocumentError);
+      expect(refused).toMatchObject({ reason: 'syntax', revision: expect.any(String), message: expect.stringContaining(file) });
+      expect(await source.poll((refused as RegistryDocumentError).revision, 300, abort.signal)).toBe('unchanged');
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -2,8 +2,8 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { spawnSync } from 'node:child_process';
-import { loadRegistryFile } from '../../control-plane/registry/static-file';
-import { describeProblem, validateRegistry } from '../../control-plane/registry/validate';
+import { checkRegistryFile, loadRegistryFile } from '../../control-plane/registry/static-file';
+import { describeProblem, nearestKey, validateRegistry } from '../../control-plane/registry/validate';
 import { projectPath } from '../../control-plane/shared/paths';
 
 const service = (name: string, port = 9000, extra: Record<string, unknown> = {}) => ({
@@ -25,7 +25,7 @@ describe('registry validation', () => {
     ['a non-HTTP URL', { key: 'demo', toolServices: [{ name: 'a', url: 'ftp://x/mcp' }] }, 'routes[0].toolServices[0].url', /http or https/],
     ['an upper-case route key', { key: 'Demo', toolServices: [service('a')] }, 'routes[0].key', /lowercase/],
     ['a route without Tool Services', { key: 'demo', toolServices: [] }, 'routes[0].toolServices', /at least one/],
-    ['an unknown field', { key: 'demo', toolServices: [service('a', 1, { timeout: 5 })] }, 'routes[0].toolServices[0]', /timeout/],
+    ['an unknown field', { key: 'demo', toolServices: [service('a', 1, { timeout: 5 })] }, 'routes[0].toolServices[0].timeout', /^unknown key$/],
     ['duplicate backend names', { key: 'demo', toolServices: [service('a', 1), service('a', 2)] }, 'routes[0].toolServices[1].name', /duplicate Tool Service name "a"/],
   ])('rejects %s, naming the route and the field', (_case, route, field, message) => {
     const { problems } = validateRegistry({ routes: [route] });
@@ -57,7 +57,7 @@ describe('registry validation', () => {
       ],
     });
     expect(registry.routes).toHaveLength(1);
-    expect(problems).toEqual([{ route: 'demo', field: 'routes[1].key', message: 'duplicate route key "demo"' }]);
+    expect(problems).toEqual([{ route: 'demo', field: 'routes[1].key', path: ['routes', 1, 'key'], message: 'duplicate route key "demo"' }]);
   });
 
   it('rejects one Tool Service id registered with two URLs', () => {
@@ -71,8 +71,18 @@ describe('registry validation', () => {
     expect(problems[0].message).toMatch(/already registered with another URL, transport or fallback \(http:\/\/127.0.0.1:1\/mcp\)/);
   });
 
-  it('rejects a document that is not a registry', () => {
-    expect(validateRegistry({ route: [] }).problems.map((problem) => problem.field)).toEqual(['routes', '(document)']);
+  it('rejects a document that is not a registry, suggesting the key an unknown one most likely meant', () => {
+    expect(validateRegistry({ route: [] }).problems.map(describeProblem)).toEqual([
+      'routes: Invalid input: expected array, received undefined',
+      'route: unknown key (did you mean "routes"?)',
+    ]);
+  });
+
+  it('suggests a known key only when one is a few edits away', () => {
+    expect(nearestKey('toolServies', ['key', 'toolServices'])).toBe('toolServices');
+    expect(nearestKey('ToolServices', ['key', 'toolServices'])).toBe('toolServices');
+    expect(nearestKey('healthcheck', ['connectTimeoutMs', 'healthCheckPath'])).toBeUndefined();
+    expect(nearestKey('x', ['key', 'toolServices'])).toBeUndefined();
   });
 });
 
@@ -85,15 +95,28 @@ describe('static registry file', () => {
   };
   afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
 
-  it('lists every problem of the file at once', () => {
+  it('lists every problem of the file at once, each at its line and column', () => {
     const file = write('bad.yaml', 'routes:\n  - key: demo\n    toolServices:\n      - name: Bad\n        url: nope\n');
     expect(() => loadRegistryFile(file)).toThrow(
-      /route "demo", routes\[0\]\.toolServices\[0\]\.name: must be snake_case[\s\S]*route "demo", routes\[0\]\.toolServices\[0\]\.url: must be an absolute/,
+      /bad\.yaml:4:15: route "demo", routes\[0\]\.toolServices\[0\]\.name: must be snake_case[\s\S]*bad\.yaml:5:14: route "demo", routes\[0\]\.toolServices\[0\]\.url: must be an absolute/,
     );
   });
 
+  it('places unknown keys at the key, missing fields at the object lacking them, and reads JSON the same way', () => {
+    const yaml = write('where.yaml', 'routes:\n  - key: demo\n    toolServies:\n      - name: w\n  - key: two\n    toolServices:\n      - url: http://127.0.0.1:1/mcp\n');
+    expect(checkRegistryFile(yaml).problems).toEqual([
+      { line: 2, column: 5, message: 'route "demo", routes[0].toolServices: Invalid input: expected array, received undefined' },
+      { line: 3, column: 5, message: 'route "demo", routes[0].toolServies: unknown key (did you mean "toolServices"?)' },
+      { line: 7, column: 9, message: 'route "two", routes[1].toolServices[0].name: Invalid input: expected string, received undefined' },
+    ]);
+    const json = write('where.json', '{\n  "routes": [\n    { "key": "demo", "toolServices": [ { "name": "w", "url": 5 } ] }\n  ]\n}\n');
+    expect(checkRegistryFile(json).problems).toEqual([
+      { line: 3, column: 62, message: 'route "demo", routes[0].toolServices[0].url: Invalid input: expected string, received number' },
+    ]);
+  });
+
   it('reports YAML syntax errors and missing files', () => {
-    expect(() => loadRegistryFile(write('syntax.yaml', 'routes: [\n'))).toThrow(/is not valid YAML/);
+    expect(() => loadRegistryFile(write('syntax.yaml', 'routes: [\n'))).toThrow(/syntax\.yaml:2:1: not valid YAML/);
     expect(() => loadRegistryFile(path.join(dir, 'missing.yaml'))).toThrow(/cannot read registry file/);
   });
 
@@ -109,15 +132,17 @@ describe('static registry file', () => {
     expect(good.stdout).toContain('valid (2 routes, 3 Tool Service mappings)');
   });
 
-  it('the control plane refuses to start on a bad registry file, naming the field', () => {
+  it('the control plane refuses to start on a bad registry file, logging the field and its line', () => {
     const cli = projectPath('dist', 'control-plane', 'cli', 'mcpgw.js');
     const file = write('cp-bad.yaml', 'routes:\n  - key: demo\n    toolServices:\n      - name: ok\n        url: http://127.0.0.1:1/mcp\n        tls: yes\n');
     const result = spawnSync(
       process.execPath,
-      [cli, 'control-plane', '--registry', file, '--grpc', '127.0.0.1:0', '--admin', '127.0.0.1:0', '--listener', '127.0.0.1:1', '--sidecar', '127.0.0.1:2'],
+      [cli, 'control-plane', '--registry', file, '--grpc', '127.0.0.1:3', '--admin', '127.0.0.1:4', '--listener', '127.0.0.1:1', '--sidecar', '127.0.0.1:2'],
       { encoding: 'utf8', timeout: 20000 },
     );
     expect(result.status).toBe(1);
-    expect(result.stderr).toMatch(/route "demo", routes\[0\]\.toolServices\[0\]: Unrecognized key: "tls"/);
+    const logged = result.stderr.trim().split('\n').map((line) => JSON.parse(line));
+    expect(logged).toEqual([expect.objectContaining({ level: 'error', component: 'control-plane', message: 'could not start' })]);
+    expect(logged[0].error).toMatch(/cp-bad\.yaml:6:9: route "demo", routes\[0\]\.toolServices\[0\]\.tls: unknown key \(did you mean "transport\.tls"\?\)/);
   });
 });

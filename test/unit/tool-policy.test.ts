@@ -4,6 +4,7 @@ import { policyDenial } from '../../control-plane/catalog/tool-policy';
 import { buildGatewayIR } from '../../control-plane/ir/gateway-ir';
 import { ToolPolicy } from '../../control-plane/registry/model';
 import { describeProblem, validateRegistry } from '../../control-plane/registry/validate';
+import { quietLogger } from '../support/quiet-logger';
 
 const tool = (name: string, readOnly?: boolean): Tool => ({
   name,
@@ -34,11 +35,7 @@ describe('tool policy of a route', () => {
         { key: 'full', toolServices: [{ id: 'jobs', name: 'jobs', url }] },
       ],
     });
-    const store = new CatalogStore(async () => ({ tools: [tool('get_job', true), tool('delete_job')], protocolVersion: '2025-11-25' }), CATALOG_DEFAULTS, {
-      info: () => undefined,
-      warn: () => undefined,
-      error: () => undefined,
-    });
+    const store = new CatalogStore(async () => ({ tools: [tool('get_job', true), tool('delete_job')], protocolVersion: '2025-11-25' }), CATALOG_DEFAULTS, quietLogger);
     store.setGateway(ir);
     await store.refresh();
     const routes = new Map(store.current().routes.map((route) => [route.route_key, route]));
@@ -56,7 +53,7 @@ describe('tool policy of a route', () => {
     });
     expect(problems.map(describeProblem)).toEqual([
       'route "ops", routes[0].toolServices[0].policy.denyTools: Too small: expected array to have >=1 items',
-      'route "ops", routes[0].toolServices[0].policy: Unrecognized key: "readonly"',
+      'route "ops", routes[0].toolServices[0].policy.readonly: unknown key (did you mean "readOnly"?)',
     ]);
   });
 });

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import Redis from 'ioredis';
 import { z } from 'zod';
+import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient } from '../../shared/redis-client';
 
 /**
  * A client's MCP session with the gateway (docs/adr/0004-sessions.md). Each stateful backend of the
@@ -19,15 +20,63 @@ export interface GatewaySession {
 }
 
 export interface SessionStore {
+  /** Rejects with ClientFieldsTooLargeError when the client's declaration is over the limit; nothing is stored then. */
   create(session: Omit<GatewaySession, 'id' | 'backends'>): Promise<GatewaySession>;
   /** undefined for an unknown, expired or forged id. */
   get(id: string): Promise<GatewaySession | undefined>;
-  /** Records a backend session unless one was recorded meanwhile; returns the one that counts. */
+  /**
+   * Records a backend session unless one was recorded meanwhile; returns the one that counts, and
+   * pushes the session's idle expiry back. Rejects with SessionGoneError when the gateway session ended
+   * (DELETE or expiry) meanwhile: nothing is recorded then, and the backend session just opened is
+   * the caller's to close (claimOpenedBackendSession does both).
+   */
   claimBackend(id: string, backend: string, backendSessionId: string): Promise<string>;
   /** Drops a backend session the backend no longer knows, unless another one was recorded meanwhile. */
   forgetBackend(id: string, backend: string, staleBackendSessionId: string): Promise<void>;
   remove(id: string): Promise<void>;
   close(): Promise<void>;
+}
+
+/** Bounds on what one client makes the gateway store (docs/hardening.md). */
+export interface SessionLimits {
+  /**
+   * Most bytes of `initialize`'s params.clientInfo and params.capabilities together, as JSON: both are
+   * kept for the session's whole life, to replay to each backend's initialize.
+   */
+  maxClientFieldsBytes: number;
+}
+
+/**
+ * 16 KiB: a client's clientInfo and capabilities take a few hundred bytes, and with the idle TTL this
+ * bounds what one initialize can make Redis hold.
+ */
+export const SESSION_DEFAULTS: SessionLimits = { maxClientFieldsBytes: 16_384 };
+
+/** An initialize the gateway refuses to store: the sidecar answers it with JSON-RPC -32602 and this message. */
+export class ClientFieldsTooLargeError extends Error {
+  constructor(
+    readonly limitBytes: number,
+    readonly actualBytes: number,
+  ) {
+    super(
+      `initialize params.clientInfo and params.capabilities take ${actualBytes} bytes as JSON; the gateway stores at most ${limitBytes} bytes of them per session`,
+    );
+  }
+}
+
+/** The gateway session ended (DELETE or idle expiry) while a backend session was being opened for it. */
+export class SessionGoneError extends Error {
+  constructor(readonly sessionId: string) {
+    super('the gateway session ended while a backend session was being opened for it');
+  }
+}
+
+function checkClientFields(fields: Omit<GatewaySession, 'id' | 'backends'>, limits: SessionLimits): { clientInfo: string; clientCapabilities: string } {
+  const clientInfo = JSON.stringify(fields.clientInfo);
+  const clientCapabilities = JSON.stringify(fields.clientCapabilities);
+  const bytes = Buffer.byteLength(clientInfo) + Buffer.byteLength(clientCapabilities);
+  if (bytes > limits.maxClientFieldsBytes) throw new ClientFieldsTooLargeError(limits.maxClientFieldsBytes, bytes);
+  return { clientInfo, clientCapabilities };
 }
 
 /** 192 random bits: unguessable, so a forged id is simply not found. */
@@ -47,21 +96,46 @@ const BACKEND_FIELD = 'backend:';
 const FORGET_IF_UNCHANGED = `if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL', KEYS[1], ARGV[1]) end return 0`;
 
 /**
+ * Claims only while the session exists (its route field is there), and refreshes its idle expiry in
+ * the same step: a DELETE or an expiry between a call's session lookup and this claim must not
+ * re-create the hash without a TTL. Answers the backend session that counts, or nil when the session is gone.
+ */
+const CLAIM_IF_SESSION_EXISTS = `
+if redis.call('HEXISTS', KEYS[1], 'route') == 0 then return false end
+redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return redis.call('HGET', KEYS[1], ARGV[1])`;
+
+export interface RedisSessionStoreOptions extends Partial<SessionLimits>, Partial<RedisTimeouts> {
+  url: string;
+  prefix: string;
+  idleTtlSeconds: number;
+}
+
+/**
  * Sessions in Redis: shared by every sidecar replica and kept across sidecar restarts. One hash per
  * session, idle-expiring: each use pushes the expiry back.
  */
 export class RedisSessionStore implements SessionStore {
   private readonly redis: Redis;
+  private readonly prefix: string;
+  private readonly idleTtlSeconds: number;
+  private readonly limits: SessionLimits;
 
-  constructor(
-    url: string,
-    private readonly prefix: string,
-    private readonly idleTtlSeconds: number,
-  ) {
-    // No offline queue: while Redis is unreachable a session request fails at once, within Envoy's
-    // ext_proc message timeout, and the client is told why (docs/errors.md).
-    this.redis = new Redis(url, { maxRetriesPerRequest: 2, connectTimeout: 2000, enableOfflineQueue: false });
-    this.redis.on('error', () => undefined); // each call reports its own failure
+  constructor(options: RedisSessionStoreOptions) {
+    this.prefix = options.prefix;
+    this.idleTtlSeconds = options.idleTtlSeconds;
+    this.limits = { maxClientFieldsBytes: options.maxClientFieldsBytes ?? SESSION_DEFAULTS.maxClientFieldsBytes };
+    // While Redis is unreachable or hung a session request fails at once or after the command timeout,
+    // within Envoy's ext_proc message timeout, and the client is told why (docs/errors.md).
+    this.redis = createRedisClient(
+      options.url,
+      {
+        connectTimeoutMs: options.connectTimeoutMs ?? REDIS_TIMEOUT_DEFAULTS.connectTimeoutMs,
+        commandTimeoutMs: options.commandTimeoutMs ?? REDIS_TIMEOUT_DEFAULTS.commandTimeoutMs,
+      },
+      { maxRetriesPerRequest: 2 },
+    );
   }
 
   /** Resolves once Redis is connected, or false after timeoutMs: requests are not queued while it is not. */
@@ -90,16 +164,12 @@ export class RedisSessionStore implements SessionStore {
   }
 
   async create(fields: Omit<GatewaySession, 'id' | 'backends'>): Promise<GatewaySession> {
+    const stored = checkClientFields(fields, this.limits);
     return this.guarded(async () => {
       const session: GatewaySession = { ...fields, id: newSessionId(), backends: {} };
       await this.redis
         .multi()
-        .hset(this.key(session.id), {
-          route: session.route,
-          protocolVersion: session.protocolVersion,
-          clientInfo: JSON.stringify(session.clientInfo),
-          clientCapabilities: JSON.stringify(session.clientCapabilities),
-        })
+        .hset(this.key(session.id), { route: session.route, protocolVersion: session.protocolVersion, ...stored })
         .expire(this.key(session.id), this.idleTtlSeconds)
         .exec();
       return session;
@@ -124,11 +194,11 @@ export class RedisSessionStore implements SessionStore {
   }
 
   async claimBackend(id: string, backend: string, backendSessionId: string): Promise<string> {
-    return this.guarded(async () => {
-      const field = `${BACKEND_FIELD}${backend}`;
-      await this.redis.hsetnx(this.key(id), field, backendSessionId);
-      return (await this.redis.hget(this.key(id), field)) ?? backendSessionId;
-    });
+    const counted = await this.guarded(
+      () => this.redis.eval(CLAIM_IF_SESSION_EXISTS, 1, this.key(id), `${BACKEND_FIELD}${backend}`, backendSessionId, this.idleTtlSeconds) as Promise<string | null>,
+    );
+    if (counted === null) throw new SessionGoneError(id);
+    return counted;
   }
 
   async forgetBackend(id: string, backend: string, staleBackendSessionId: string): Promise<void> {
@@ -152,9 +222,13 @@ export class RedisSessionStore implements SessionStore {
 export class MemorySessionStore implements SessionStore {
   private readonly sessions = new Map<string, { session: GatewaySession; expiresAt: number }>();
 
-  constructor(private readonly idleTtlSeconds: number) {}
+  constructor(
+    private readonly idleTtlSeconds: number,
+    private readonly limits: SessionLimits = SESSION_DEFAULTS,
+  ) {}
 
   async create(fields: Omit<GatewaySession, 'id' | 'backends'>): Promise<GatewaySession> {
+    checkClientFields(fields, this.limits);
     const session: GatewaySession = { ...fields, id: newSessionId(), backends: {} };
     this.sessions.set(session.id, { session, expiresAt: Date.now() + this.idleTtlSeconds * 1000 });
     return session;
@@ -171,8 +245,10 @@ export class MemorySessionStore implements SessionStore {
   }
 
   async claimBackend(id: string, backend: string, backendSessionId: string): Promise<string> {
-    const session = this.sessions.get(id)?.session;
-    if (!session) return backendSessionId;
+    const entry = this.sessions.get(id);
+    if (!entry || entry.expiresAt < Date.now()) throw new SessionGoneError(id);
+    const { session } = entry;
+    entry.expiresAt = Date.now() + this.idleTtlSeconds * 1000;
     session.backends[backend] ??= backendSessionId;
     return session.backends[backend];
   }

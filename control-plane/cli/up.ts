@@ -1,0 +1,104 @@
+import { envoyBinary } from '../devstack/envoy';
+import { portProblem } from '../devstack/port-owner';
+import { CHILDREN_DIE_WITH_PARENT, onPath } from '../devstack/processes';
+import { ServingCheck } from '../devstack/serving-check';
+import { GatewayStack, RestartEvent } from '../devstack/stack';
+import { loadRegistryFile } from '../registry/static-file';
+import { LogLevel } from '../shared/log';
+import { stopOnSignals } from './signals';
+
+export interface UpOptions {
+  registryFile: string;
+  listenerPort: number;
+  samplePorts: { weather: number; jobs: number };
+  logDir: string;
+  logLevel: LogLevel;
+}
+
+/** What keeps `up` from starting or serving, said in one line with its cause and its fix. */
+export class UpError extends Error {}
+
+const HOST = '127.0.0.1';
+/** How long the started stack may take to serve before `up` gives up and names what does not. */
+const SERVING_TIMEOUT_MS = 20_000;
+
+function restartLine(event: RestartEvent): string {
+  const exit = `${event.exit}${event.lastWords ? `: ${event.lastWords}` : ''}`;
+  if (event.failure) {
+    return `${event.name} exited (${exit}); restart ${event.restarts} failed (${event.failure}); next try in ${(event.retryInMs! / 1000).toFixed(1)} s`;
+  }
+  return `${event.name} exited (${exit}) and was restarted; serving again after ${(event.downMs! / 1000).toFixed(1)} s (restart ${event.restarts})`;
+}
+
+/** Everything fixed in advance that cannot be had, checked before anything starts. */
+async function preflight(options: UpOptions, samples: { service: string; port: number }[]): Promise<void> {
+  envoyBinary();
+  if (!onPath('redis-server')) throw new UpError('redis-server not found on PATH: run scripts/setup.sh (installs it from Debian)');
+  const problems = await Promise.all([
+    portProblem(options.listenerPort, HOST, 'the gateway listener', 'stop that process or choose another port with --listener-port'),
+    ...samples.map((sample) =>
+      portProblem(sample.port, HOST, `sample Tool Service ${sample.service}`, 'stop that process or choose other ports with --sample-ports'),
+    ),
+  ]);
+  const found = problems.filter((problem): problem is string => problem !== undefined);
+  if (found.length > 0) throw new UpError(found.join('; '));
+}
+
+/**
+ * `mcpgw up`: starts the whole gateway on loopback, says it is up only once every part answers and a
+ * request through Envoy's listener gets the gateway's answer, then keeps every process running until
+ * SIGINT or SIGTERM. Any failure stops what was started and throws an UpError.
+ */
+export async function runUp(options: UpOptions, say: (line: string) => void): Promise<void> {
+  const startedAt = Date.now();
+  const registry = loadRegistryFile(options.registryFile);
+  const samples = [
+    { service: 'weather', port: options.samplePorts.weather },
+    { service: 'jobs', port: options.samplePorts.jobs },
+  ];
+  await preflight(options, samples);
+  if (!CHILDREN_DIE_WITH_PARENT) say('warning: setpriv (util-linux) not found: if up is killed with SIGKILL, the processes it started keep running');
+  say(`starting the gateway (logs in ${options.logDir}) ...`);
+  const stack = await GatewayStack.prepare({
+    registryFile: options.registryFile,
+    logDir: options.logDir,
+    samples,
+    ports: { listener: options.listenerPort },
+    logLevel: options.logLevel,
+    envoyBaseId: options.listenerPort,
+    onRestart: (event) => say(restartLine(event)),
+  });
+  const signals = stopOnSignals(async () => {
+    say('stopping ...');
+    await stack.stop();
+  });
+  let report;
+  try {
+    await stack.startAll();
+    report = await new ServingCheck(stack, registry, samples).untilServing(SERVING_TIMEOUT_MS);
+  } catch (error) {
+    // Stopping on a signal makes the start fail; that stop is already under way and exits by itself.
+    if (signals.signalled) return;
+    await stack.stop();
+    throw new UpError((error as Error).message);
+  }
+  const seconds = ((Date.now() - startedAt) / 1000).toFixed(1);
+  say(
+    [
+      '',
+      `MCP federation gateway is up (${seconds} s). Register one URL per route with your agent:`,
+      ...registry.routes.map((route) => `route ${route.key}: ${stack.gatewayUrl(route.key)} (${report.toolsByRoute.get(route.key)} tools)`),
+      ...report.degraded.map((backend) => `warning: Tool Service ${backend}; its tools are left out until it answers`),
+      '',
+      `envoy admin:         ${stack.envoyAdminUrl} (base id ${stack.envoyBaseId})`,
+      `control plane admin: ${stack.controlPlaneAdminUrl} (/readyz, /status, /config/xds)`,
+      `sidecar admin:       ${stack.sidecarAdminUrl} (/metrics, /healthz)`,
+      `xDS (ADS, gRPC):     ${HOST}:${stack.ports.grpc}`,
+      `dev portal:          ${stack.portalUrl}/v1/registry (serving ${options.registryFile}; edit the file to change routes)`,
+      `redis:               ${stack.redisUrl}`,
+      '',
+      'Ctrl-C stops everything; a process that exits on its own is restarted.',
+      '',
+    ].join('\n'),
+  );
+}

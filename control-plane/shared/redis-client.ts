@@ -1,0 +1,32 @@
+import Redis from 'ioredis';
+
+/** How long the gateway waits for Redis (docs/hardening.md): a hung Redis must cost a request an error, never a hang. */
+export interface RedisTimeouts {
+  /** Until the TCP connection to Redis is up; a reconnect is tried again with backoff. */
+  connectTimeoutMs: number;
+  /** Until a command's reply: past it the command fails with "Command timed out". */
+  commandTimeoutMs: number;
+}
+
+/**
+ * Defaults: a session request must fail inside Envoy's 2 s ext_proc message timeout, with an answer
+ * naming Redis, rather than be cut by Envoy as "sidecar unavailable"; a healthy Redis on the same
+ * network answers in well under a millisecond, so 500 ms is only ever reached by a Redis in trouble.
+ */
+export const REDIS_TIMEOUT_DEFAULTS: RedisTimeouts = { connectTimeoutMs: 2000, commandTimeoutMs: 500 };
+
+/**
+ * A Redis client that never queues: while Redis is unreachable or hung, each command fails at once or
+ * after the command timeout, and the caller says what that means for its own work.
+ */
+export function createRedisClient(url: string, timeouts: RedisTimeouts, options: { lazyConnect?: boolean; maxRetriesPerRequest?: number } = {}): Redis {
+  const redis = new Redis(url, {
+    enableOfflineQueue: false,
+    connectTimeout: timeouts.connectTimeoutMs,
+    commandTimeout: timeouts.commandTimeoutMs,
+    maxRetriesPerRequest: options.maxRetriesPerRequest ?? 1,
+    lazyConnect: options.lazyConnect ?? false,
+  });
+  redis.on('error', () => undefined); // each call reports its own failure, not every reconnect attempt
+  return redis;
+}
