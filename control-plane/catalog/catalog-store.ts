@@ -90,13 +90,14 @@ export interface CatalogSettings extends ExposureSettings {
  * - policy drop: a client that meets one name outside ^[a-zA-Z0-9_-]{1,64}$ may refuse the whole
  *   server, so one backend's odd name would cost the whole route every tool;
  * - cap 5000: the largest route the gateway is sized and benchmarked for (50 backends x 100 tools);
- * - page size 100 tools.
+ * - every tool in one tools/list answer (page size 0): an answer is the catalog's pre-serialized tools
+ *   joined, cheap at any size, and a client that never follows nextCursor still sees every tool.
  */
 export const CATALOG_DEFAULTS: CatalogSettings = {
   toolNameSeparator: '__',
   toolNamePolicy: 'drop',
   maxToolsPerRoute: 5000,
-  toolsListPageSize: 100,
+  toolsListPageSize: 0,
 };
 
 /** A Tool Service's whole tools/list, the protocol revision it answered in, and whether it handed out a session. */

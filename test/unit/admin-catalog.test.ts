@@ -71,7 +71,7 @@ describe('control plane admin: catalog status and on-demand refresh', () => {
 
   it('shows per route the served and declared tool counts, the settings and every tool a rule reported', async () => {
     const status = (await (await fetch(`${base}/status`)).json()) as { catalog: CatalogStatus };
-    expect(status.catalog.settings).toEqual({ toolNameSeparator: '__', toolNamePolicy: 'drop', maxToolsPerRoute: 5000, toolsListPageSize: 100 });
+    expect(status.catalog.settings).toEqual({ toolNameSeparator: '__', toolNamePolicy: 'drop', maxToolsPerRoute: 5000, toolsListPageSize: 0 });
     expect(status.catalog.routes).toHaveLength(2);
     expect(status.catalog.routes[0]).toMatchObject(demoStatus);
   });
