@@ -81,7 +81,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const catalog = new CatalogStore(fetchTools, options.catalog, log, options.relist);
   const registry = new RegistryController(options.source, { refreshIntervalMs: options.registryRefreshMs }, log);
   let resources: XdsResources = {};
-  let ir: GatewayIR = { routes: [], toolServices: [] };
+  let ir: GatewayIR = { routes: [], toolServices: [], clusters: [] };
   let callLane = EMPTY_CALL_LANE_CATALOG;
   /** Registry (IR) and catalog (the call lane's per-backend rules) both shape Envoy's config; either change republishes it. */
   const publishXds = () => {
@@ -116,9 +116,9 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     if (!lastGood) return;
     for (const route of snapshot.routes) {
       const known = route.backends.filter((backend) => backend.state !== 'missing');
-      const saved = known.map(({ name, cluster, tools_json, last_success_at, protocol_version, sessionful }) => ({
+      const saved = known.map(({ name, tool_service, tools_json, last_success_at, protocol_version, sessionful }) => ({
         name,
-        cluster,
+        tool_service,
         tools_json,
         last_success_at,
         protocol_version,
@@ -136,6 +136,8 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     const published = publishXds();
     metrics.routes.set(ir.routes.length);
     metrics.toolServices.set(ir.toolServices.length);
+    metrics.toolServiceClusters.reset();
+    for (const service of ir.toolServices) metrics.toolServiceClusters.set({ tool_service: service.id, cluster: service.clusterName }, 1);
     metrics.rejectedRoutes.set(merge.rejected.length);
     const fetchNow = catalog.setGateway(ir);
     // Cold start (ADR-0013 order: registry, then Redis warm start, then backends): serve what Redis

@@ -34,6 +34,8 @@ export interface StackOptions {
   ports?: Partial<StackPorts>;
   samples?: { service: string; port: number }[];
   catalogRefreshMs?: number;
+  /** The control plane's --tools-list-page-size; its default (every tool in one answer) when absent. */
+  toolsListPageSize?: number;
   /** How Envoy talks ADS; state of the world by default. */
   xdsApiType?: XdsApiType;
   /**
@@ -301,6 +303,7 @@ export class GatewayStack {
         '--listener', `${HOST}:${this.ports.listener}`,
         '--sidecar', `${HOST}:${this.ports.sidecar}`,
         ...(this.options.catalogRefreshMs ? ['--catalog-refresh-ms', String(this.options.catalogRefreshMs)] : []),
+        ...(this.options.toolsListPageSize !== undefined ? ['--tools-list-page-size', String(this.options.toolsListPageSize)] : []),
         ...(this.options.registryRefreshMs ? ['--registry-refresh-ms', String(this.options.registryRefreshMs)] : []),
         ...this.logLevelArgs,
       ]);

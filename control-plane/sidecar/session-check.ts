@@ -77,7 +77,7 @@ export class StatelessCallSessions {
   constructor(private readonly context: Pick<GatewayContext, 'backendSessions'>) {}
 
   get(backend: BackendView, clientHeaders: Record<string, string>): Promise<string> {
-    const key = `${backend.cluster} ${backend.url}`;
+    const key = `${backend.toolService} ${backend.url}`;
     let session = this.byBackend.get(key);
     if (!session) {
       session = this.context.backendSessions.open(backend, { protocolVersion: LATEST_PROTOCOL_VERSION, clientInfo: GATEWAY_SERVER_INFO, clientCapabilities: {} }, clientHeaders);
@@ -89,7 +89,7 @@ export class StatelessCallSessions {
 
   /** The backend no longer knows this session: the next call opens another. */
   async lost(backend: BackendView, backendSessionId: string): Promise<void> {
-    const key = `${backend.cluster} ${backend.url}`;
+    const key = `${backend.toolService} ${backend.url}`;
     const current = this.byBackend.get(key);
     if (current && (await current.catch(() => undefined)) === backendSessionId) this.byBackend.delete(key);
   }

@@ -8,7 +8,8 @@ import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient } from '../sha
 const savedCatalogSchema = z.array(
   z.object({
     name: z.string(),
-    cluster: z.string(),
+    /** The Tool Service's catalog key (`tool_service.<id>`). */
+    tool_service: z.string(),
     tools_json: z.array(z.string()),
     last_success_at: z.string(),
     // Absent in copies saved before the gateway served backends of the stateless revision.

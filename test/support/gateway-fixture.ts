@@ -4,6 +4,7 @@ import { stringify } from 'yaml';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { GatewayStack, StackOptions } from '../../control-plane/devstack/stack';
+import { buildGatewayIR } from '../../control-plane/ir/gateway-ir';
 import { freePorts } from '../../control-plane/devstack/processes';
 import { projectPath } from '../../control-plane/shared/paths';
 
@@ -72,6 +73,11 @@ export async function connectClient(url: string): Promise<Client> {
   const client = new Client({ name: 'e2e-test-client', version: '1.0.0' });
   await client.connect(new StreamableHTTPClientTransport(new URL(url)));
   return client;
+}
+
+/** The Envoy cluster a Tool Service at this URL goes to, with default transport settings (clusters are named after their upstream). */
+export function clusterOf(url: string): string {
+  return buildGatewayIR({ routes: [{ key: 'x', toolServices: [{ id: 'x', name: 'x', url }] }] }).clusters[0].clusterName;
 }
 
 export const MCP_POST_HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };

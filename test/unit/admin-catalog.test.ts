@@ -63,15 +63,15 @@ describe('control plane admin: catalog status and on-demand refresh', () => {
     route: 'demo',
     exposed_tools: 2,
     backends: [
-      { name: 'jobs', cluster: 'tool_service.jobs', state: 'ok', tools: 1, exposed_tools: 1 },
-      { name: 'weather', cluster: 'tool_service.weather', state: 'stale', last_error: 'timed out', tools: 2, exposed_tools: 1 },
+      { name: 'jobs', tool_service: 'tool_service.jobs', cluster: 'backend_jobs', state: 'ok', tools: 1, exposed_tools: 1 },
+      { name: 'weather', tool_service: 'tool_service.weather', cluster: 'backend_weather', state: 'stale', last_error: 'timed out', tools: 2, exposed_tools: 1 },
     ],
     reported_tools: [finding],
   };
 
   it('shows per route the served and declared tool counts, the settings and every tool a rule reported', async () => {
     const status = (await (await fetch(`${base}/status`)).json()) as { catalog: CatalogStatus };
-    expect(status.catalog.settings).toEqual({ toolNameSeparator: '__', toolNamePolicy: 'drop', maxToolsPerRoute: 5000, toolsListPageSize: 100 });
+    expect(status.catalog.settings).toEqual({ toolNameSeparator: '__', toolNamePolicy: 'drop', maxToolsPerRoute: 5000, toolsListPageSize: 0 });
     expect(status.catalog.routes).toHaveLength(2);
     expect(status.catalog.routes[0]).toMatchObject(demoStatus);
   });

@@ -35,7 +35,7 @@ function catalogFor(ir: GatewayIR): CallLaneCatalog {
         route_key: route.key,
         backends: route.backends.map((backend) =>
           backendCatalog(backend.name, [], {
-            cluster: backend.clusterName,
+            tool_service: backend.catalogKey,
             tools_json: [tool('get_status', { annotations: { readOnlyHint: true } }), tool('run_task', { _meta: { 'mcpgw/timeoutMs': 30000 } }), tool('delete_all')],
             denied_tools: [{ tool: 'delete_all', rule: 'denyTools: delete_*' }],
           }),

@@ -95,6 +95,6 @@ export function buildClusters(ir: GatewayIR, settings: GatewaySettings): TypedJs
     sidecarCluster(SIDECAR_CLUSTER_NAME, settings),
     sidecarCluster(SIDECAR_CHECK_CLUSTER_NAME, settings),
     sidecarCluster(SIDECAR_STREAMS_CLUSTER_NAME, settings),
-    ...ir.toolServices.map(toolServiceCluster),
+    ...ir.clusters.map(toolServiceCluster),
   ];
 }
