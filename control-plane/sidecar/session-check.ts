@@ -1,6 +1,6 @@
 import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import { CHECK_HEADERS } from '../xds/translate/settings';
+import { CHECK_HEADERS, CHECK_STATUS } from '../xds/translate/settings';
 import { failedOutcome } from './call-response';
 import { GATEWAY_SERVER_INFO, GatewayContext, RequestHead, SESSION_HEADER, clientHeadersOf, sessionNotFound } from './decision';
 import { JSON_RPC, JsonRpcId, jsonRpcError } from './json-rpc';
@@ -17,15 +17,6 @@ import { GatewaySession } from './sessions/session-store';
  * opening the backend's own session on first use, and never holds the call itself.
  */
 
-/** Envoy's answer statuses (ext_authz): 200 lets the call go; anything else is the client's answer. */
-export const CHECK_STATUS = {
-  ALLOW: 200,
-  /**
-   * A JSON-RPC error for the client, which Envoy's local-reply mapper sends with status 200 (MCP
-   * clients read JSON-RPC errors only from 2xx answers; 200 itself would mean "allowed" here).
-   */
-  JSON_RPC_ERROR: 424,
-} as const;
 
 export interface CheckAnswer {
   status: number;
