@@ -60,6 +60,19 @@ const hostPort = z.string().transform((value, ctx): HostPort => {
   return { host: match[1], port: port.data };
 });
 const joined = (address: HostPort) => `${address.host}:${address.port}`;
+/** HOST:PORT[,HOST:PORT…]: replicas of one part, each an endpoint (a DNS name: each of its records). */
+const hostPortList = z.string().transform((value, ctx): HostPort[] => {
+  const addresses: HostPort[] = [];
+  for (const part of value.split(',')) {
+    const parsed = hostPort.safeParse(part.trim());
+    if (!parsed.success) {
+      ctx.addIssue({ code: 'custom', message: `"${part}" must be HOST:PORT with a port from 1 to 65535; give several separated by commas, e.g. 10.0.0.5:18080,10.0.0.6:18080` });
+      return z.NEVER;
+    }
+    addresses.push(parsed.data);
+  }
+  return addresses;
+});
 const positiveInt = z.coerce.number({ message: 'must be a whole number above 0' }).int('must be a whole number above 0').positive('must be a whole number above 0');
 const url = (what: string) => z.string().url(`must be ${what}`);
 const samplePorts = z
@@ -120,19 +133,20 @@ program.configureOutput({ outputError: (text, write) => write(oneLineError('mcpg
 
 const gatewayAddressOptions = [
   hostPortOption('--listener <host:port>', "Envoy's listener agents connect to").default({ host: '127.0.0.1', port: 10000 }, '127.0.0.1:10000'),
-  hostPortOption('--sidecar <host:port>', "the sidecars' --listen address").default({ host: '127.0.0.1', port: 18080 }, '127.0.0.1:18080'),
+  new Option('--sidecar <host:port,...>', "the sidecars' --listen addresses").argParser(parsedBy(hostPortList)).default([{ host: '127.0.0.1', port: 18080 }], '127.0.0.1:18080'),
 ] as const;
+
+const endpointOf = (value: HostPort) => ({ address: value.host, port: value.port });
 
 /**
  * The xDS a registry file makes. The call routes' per-tool rules come from the live catalog (the
  * backends' tools/list), which a file alone does not have: rendered here, every call route serves no tool yet.
  */
-function xdsOf(registryFile: string, settings: { listener: HostPort; sidecar: HostPort }): XdsResources {
-  const address = (value: HostPort) => ({ address: value.host, port: value.port });
+function xdsOf(registryFile: string, settings: { listener: HostPort; sidecar: readonly HostPort[] }): XdsResources {
   return translate(buildGatewayIR(loadRegistryFile(registryFile)), EMPTY_CALL_LANE_CATALOG, {
     ...GATEWAY_DEFAULTS,
-    listener: address(settings.listener),
-    sidecar: address(settings.sidecar),
+    listener: endpointOf(settings.listener),
+    sidecars: settings.sidecar.map(endpointOf),
   });
 }
 
@@ -188,7 +202,11 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
   .addOption(hostPortOption('--grpc <host:port>', 'gRPC server: ADS for Envoy and the catalog stream for sidecars').makeOptionMandatory())
   .addOption(hostPortOption('--admin <host:port>', 'admin HTTP: /healthz /readyz /status /metrics /config/xds').makeOptionMandatory())
   .addOption(hostPortOption('--listener <host:port>', "Envoy's listener agents connect to").makeOptionMandatory())
-  .addOption(hostPortOption('--sidecar <host:port>', "the sidecars' --listen address: the gateway lane and the session check").makeOptionMandatory())
+  .addOption(
+    new Option('--sidecar <host:port,...>', "the sidecars' --listen addresses (the gateway lane and the session check): one per replica, or a DNS name whose every record is one")
+      .argParser(parsedBy(hostPortList))
+      .makeOptionMandatory(),
+  )
   .addOption(positiveIntOption('--max-request-body-bytes <bytes>', 'largest JSON-RPC request body, on every HTTP version (413 past it)', GATEWAY_DEFAULTS.maxRequestBodyBytes))
   .addOption(positiveIntOption('--session-check-timeout-ms <ms>', "how long Envoy waits for the session check (above the sidecar's --backend-session-timeout-ms)", GATEWAY_DEFAULTS.sessionCheckTimeoutMs))
   .addOption(positiveIntOption('--registry-refresh-ms <ms>', 'registry poll interval (long-poll wait for a Portal)', 30000))
@@ -237,7 +255,7 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
         admin: options.admin,
         gateway: {
           listener: { address: options.listener.host, port: options.listener.port },
-          sidecar: { address: options.sidecar.host, port: options.sidecar.port },
+          sidecars: options.sidecar.map(endpointOf),
           maxRequestBodyBytes: options.maxRequestBodyBytes,
           sessionCheckTimeoutMs: options.sessionCheckTimeoutMs,
         },
@@ -349,7 +367,7 @@ subcommand('diff', 'show what changes in Envoy between two registry files; exits
 subcommand('envoy-bootstrap', 'print envoy/bootstrap.yaml filled in')
   .requiredOption('--node-id <id>', "Envoy's node id (unique per Envoy)")
   .addOption(hostPortOption('--admin <host:port>', "Envoy's admin interface").makeOptionMandatory())
-  .addOption(hostPortOption('--xds <host:port>', "the control plane's --grpc").makeOptionMandatory())
+  .addOption(new Option('--xds <host:port,...>', "the control planes' --grpc addresses, one per replica (or a DNS name)").argParser(parsedBy(hostPortList)).makeOptionMandatory())
   .addOption(new Option('--ads <type>', 'state of the world (GRPC) or incremental (DELTA_GRPC)').choices(['GRPC', 'DELTA_GRPC'] as const).default('GRPC' as const))
   .action((options) => {
     process.stdout.write(
@@ -358,8 +376,7 @@ subcommand('envoy-bootstrap', 'print envoy/bootstrap.yaml filled in')
         adsApiType: options.ads,
         adminAddress: options.admin.host,
         adminPort: options.admin.port,
-        xdsHost: options.xds.host,
-        xdsPort: options.xds.port,
+        xds: options.xds,
       }),
     );
   });
