@@ -20,7 +20,7 @@ import { PortalRegistrySource } from '../registry/portal-source';
 import { RegistryFileError, checkRegistryFile, formatFileProblem, loadRegistryFile } from '../registry/static-file';
 import { LOG_LEVELS, Logger, createLogger, logProcessEvents } from '../shared/log';
 import { projectPath } from '../shared/paths';
-import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts } from '../shared/redis-client';
+import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, isSentinelAddress, parseRedisAddress } from '../shared/redis-client';
 import { SESSION_DEFAULTS } from '../sidecar/sessions/session-store';
 import { startSidecar } from '../sidecar/sidecar';
 import { stopOnSignals } from './signals';
@@ -75,6 +75,15 @@ const hostPortList = z.string().transform((value, ctx): HostPort[] => {
 });
 const positiveInt = z.coerce.number({ message: 'must be a whole number above 0' }).int('must be a whole number above 0').positive('must be a whole number above 0');
 const url = (what: string) => z.string().url(`must be ${what}`);
+const redisAddress = z.string().superRefine((value, ctx) => {
+  try {
+    parseRedisAddress(value);
+  } catch (error) {
+    ctx.addIssue({ code: 'custom', message: (error as Error).message });
+  }
+});
+/** --redis of the control plane and the sidecar: one Redis, or its Sentinels (docs/deploying.md); from MCPGW_REDIS, so a password can come from a Secret. */
+const redisOption = (description: string) => new Option('--redis <address>', description).env('MCPGW_REDIS').argParser(parsedBy(redisAddress));
 const samplePorts = z
   .string()
   .transform((value, ctx) => {
@@ -197,7 +206,7 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
   .addOption(new Option('--registry <file>', 'a static registry file (phase F1, docs/adr/0000-federation-decisions.md §10); or --portal').conflicts('portal'))
   .addOption(new Option('--portal <url>', 'the Portal base URL, e.g. http://portal:8080').argParser(parsedBy(url('the Portal base URL, e.g. http://portal:8080'))))
   .addOption(new Option('--portal-token <token>', 'bearer token for the Portal').env('MCPGW_PORTAL_TOKEN'))
-  .addOption(new Option('--redis <url>', 'Redis for last-good state, redis://HOST:PORT').argParser(parsedBy(url('a redis:// URL'))))
+  .addOption(redisOption('Redis for last-good state: redis://HOST:PORT, or sentinel://HOST:PORT[,HOST:PORT...]/PRIMARY_NAME'))
   .addOption(new Option('--redis-prefix <prefix>', 'prefix of every Redis key').default('mcpgw:'))
   .addOption(hostPortOption('--grpc <host:port>', 'gRPC server: ADS for Envoy and the catalog stream for sidecars').makeOptionMandatory())
   .addOption(hostPortOption('--admin <host:port>', 'admin HTTP: /healthz /readyz /status /metrics /config/xds').makeOptionMandatory())
@@ -282,7 +291,11 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
   .addOption(hostPortOption('--listen <host:port>', 'the HTTP address Envoy sends the gateway lane and the session checks to').makeOptionMandatory())
   .addOption(hostPortOption('--control-plane <host:port>', "the control plane's --grpc (catalog stream)").makeOptionMandatory())
   .addOption(new Option('--id <name>', 'this replica in the control plane’s logs').default(`${os.hostname()}-${process.pid}`, 'HOSTNAME-PID'))
-  .addOption(new Option('--redis <url>', 'Redis for sessions shared by every replica; without it sessions live in this process').argParser(parsedBy(url('a redis:// URL'))))
+  .addOption(redisOption('Redis for sessions shared by every replica: redis://HOST:PORT, or sentinel://HOST:PORT[,HOST:PORT...]/PRIMARY_NAME; without it sessions live in this process'))
+  .addOption(
+    new Option('--redis-wait-replicas <n>', 'Redis replicas that must hold a new session before initialize is answered (WAIT, 200 ms at most); default 1 with sentinel://, else 0')
+      .argParser(parsedBy(z.coerce.number({ message: 'must be a whole number, 0 or more' }).int('must be a whole number, 0 or more').min(0, 'must be a whole number, 0 or more'))),
+  )
   .addOption(new Option('--redis-prefix <prefix>', 'prefix of every Redis key').default('mcpgw:'))
   .addOption(positiveIntOption('--session-ttl-s <s>', 'idle gateway sessions expire after this', 3600))
   .addOption(positiveIntOption('--backend-session-timeout-ms <ms>', "limit for opening or ending a backend's session", 5000))
@@ -305,7 +318,14 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
         maxStreamsPerSession: options.maxStreamsPerSession,
         controlPlaneAddress: joined(options.controlPlane),
         sidecarId: options.id,
-        redis: options.redis ? { url: options.redis, prefix: options.redisPrefix, timeouts: redisTimeoutsOf(options) } : undefined,
+        redis: options.redis
+          ? {
+              url: options.redis,
+              prefix: options.redisPrefix,
+              timeouts: redisTimeoutsOf(options),
+              waitReplicas: options.redisWaitReplicas ?? (isSentinelAddress(options.redis) ? 1 : 0),
+            }
+          : undefined,
         sessionLimits: { maxClientFieldsBytes: options.sessionClientFieldsMaxBytes },
         sessionIdleTtlSeconds: options.sessionTtlS,
         backendSessionTimeoutMs: options.backendSessionTimeoutMs,

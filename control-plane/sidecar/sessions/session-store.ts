@@ -110,7 +110,21 @@ export interface RedisSessionStoreOptions extends Partial<SessionLimits>, Partia
   url: string;
   prefix: string;
   idleTtlSeconds: number;
+  /**
+   * Replicas that must hold a new session before initialize is answered (Redis `WAIT`): Redis
+   * replicates asynchronously, and a primary that fails right after a write takes it along. 0: none.
+   */
+  waitReplicas?: number;
+  /** Told of a session no replica acknowledged within REPLICA_WAIT_MS: it is served, and lost if the primary fails now. */
+  onUnreplicated?: (sessionId: string, acknowledged: number) => void;
 }
+
+/**
+ * How long a new session waits for its replicas. Replication on one network takes well under a
+ * millisecond; past this the replica is down or far behind, and the session is served anyway (and
+ * reported): refusing every new session because a replica is down would make it a point of failure.
+ */
+export const REPLICA_WAIT_MS = 200;
 
 /**
  * Sessions in Redis: shared by every sidecar replica and kept across sidecar restarts. One hash per
@@ -121,9 +135,13 @@ export class RedisSessionStore implements SessionStore {
   private readonly prefix: string;
   private readonly idleTtlSeconds: number;
   private readonly limits: SessionLimits;
+  private readonly waitReplicas: number;
+  private readonly onUnreplicated: (sessionId: string, acknowledged: number) => void;
 
   constructor(options: RedisSessionStoreOptions) {
     this.prefix = options.prefix;
+    this.waitReplicas = options.waitReplicas ?? 0;
+    this.onUnreplicated = options.onUnreplicated ?? (() => undefined);
     this.idleTtlSeconds = options.idleTtlSeconds;
     this.limits = { maxClientFieldsBytes: options.maxClientFieldsBytes ?? SESSION_DEFAULTS.maxClientFieldsBytes };
     // While Redis is unreachable or hung a session request fails at once or after the command timeout,
@@ -172,6 +190,10 @@ export class RedisSessionStore implements SessionStore {
         .hset(this.key(session.id), { route: session.route, protocolVersion: session.protocolVersion, ...stored })
         .expire(this.key(session.id), this.idleTtlSeconds)
         .exec();
+      if (this.waitReplicas > 0) {
+        const acknowledged = await this.redis.wait(this.waitReplicas, REPLICA_WAIT_MS);
+        if (acknowledged < this.waitReplicas) this.onUnreplicated(session.id, acknowledged);
+      }
       return session;
     });
   }
