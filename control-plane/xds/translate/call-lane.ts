@@ -136,14 +136,18 @@ const formatterOf = (key: string) => `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:${
 /** Client headers the session check sees: its session, protocol version, and what a backend session is opened with on the client's behalf. */
 const CHECKED_CLIENT_HEADERS = ['mcp-session-id', 'mcp-protocol-version', 'authorization', 'traceparent', 'tracestate', 'baggage'];
 
-/** core.v3.RetryPolicy of the session check: only what never reached a sidecar, on another replica. */
-const SESSION_CHECK_RETRY_POLICY = {
+/**
+ * core.v3.RetryPolicy of the session check: only what never reached a sidecar, on another replica.
+ * Envoy makes the back-off's max_interval each try's timeout too (convertCoreToRouteRetryPolicy):
+ * it is the check's own timeout, or a check that opens a backend session would be cut.
+ */
+const sessionCheckRetryPolicy = (timeoutMs: number) => ({
   retry_on: 'connect-failure,reset-before-request',
   num_retries: 2,
-  retry_back_off: { base_interval: '0.010s', max_interval: '0.050s' },
+  retry_back_off: { base_interval: '0.010s', max_interval: duration(timeoutMs) },
   retry_host_predicate: [{ name: 'envoy.retry_host_predicates.previous_hosts', typed_config: typedStruct(TYPE_URL.previousHostsPredicate, {}) }],
   host_selection_retry_max_attempts: 3,
-};
+});
 
 /**
  * The session check (ext_authz over HTTP to the sidecars), asked only when the call script sets its
@@ -161,7 +165,7 @@ export function sessionCheckFilter(timeoutMs: number): HttpFilter {
         path_prefix: SESSION_CHECK_PATH,
         // A check the sidecar never received goes to another replica (docs/adr/0010-deployment.md); one
         // cut after it was sent is not repeated (it may have opened a backend session): that call fails.
-        retry_policy: SESSION_CHECK_RETRY_POLICY,
+        retry_policy: sessionCheckRetryPolicy(timeoutMs),
         authorization_request: {
           headers_to_add: [
             { key: CHECK_HEADERS.route, value: formatterOf('route') },
