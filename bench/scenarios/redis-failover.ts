@@ -39,7 +39,7 @@ export interface RedisFailoverReport {
   requests: number;
   answered: number;
   failed: number;
-  /** Failures by reason (HTTP status or JSON-RPC error code). */
+  /** Failures by request and reason (HTTP status or JSON-RPC error code). */
   failures: Record<string, number>;
   /** From the start of the load, in ms. */
   primaryKilledAtMs: number;
@@ -105,8 +105,9 @@ export async function runRedisFailover(options: RedisFailoverOptions): Promise<R
     const load = runFixedRate(
       async () => {
         const number = requestNumber++;
+        const kind = number % options.newSessionEvery === 0 ? 'initialize' : 'tools/call';
         try {
-          if (number % options.newSessionEvery === 0) {
+          if (kind === 'initialize') {
             const openedAtMs = since();
             sessions.push({ headers: await openSession(client, options.url, REQUEST_TIMEOUT_MS), openedAtMs });
           } else {
@@ -114,8 +115,9 @@ export async function runRedisFailover(options: RedisFailoverOptions): Promise<R
           }
           return { endMs: performance.now() };
         } catch (error) {
-          fail((error as Error).message);
-          return { endMs: performance.now(), error: (error as Error).message };
+          const reason = `${kind}: ${(error as Error).message}`;
+          fail(reason);
+          return { endMs: performance.now(), error: reason };
         }
       },
       { rate: options.rate, durationMs: options.durationMs, maxInFlight: 512 },

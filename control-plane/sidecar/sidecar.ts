@@ -76,8 +76,11 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       ...options.redis.timeouts,
       ...options.sessionLimits,
       waitReplicas: options.redis.waitReplicas,
-      onUnreplicated: (_id, acknowledged) =>
-        log.warn('a new session is not on a Redis replica yet: a primary failover now would lose it', { acknowledged, wanted: options.redis!.waitReplicas }),
+      onReplication: (acknowledged) => {
+        const wanted = options.redis!.waitReplicas!;
+        if (acknowledged < wanted) log.warn('new sessions are not acknowledged by enough Redis replicas: a primary failover now would lose them', { acknowledged, wanted });
+        else log.info('new sessions are acknowledged by Redis replicas again', { acknowledged, wanted });
+      },
     });
     // Session requests fail at once while Redis is unreachable: serve only once it is (or was given its chance).
     if (!(await redisSessions.connected(REDIS_CONNECT_WAIT_MS))) {

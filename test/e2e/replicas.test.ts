@@ -141,6 +141,9 @@ describe('two control planes serving the same Envoy', () => {
     const versionsBefore = await envoyVersions();
     const churnBefore = await churn();
     expect(versionsBefore.length).toBeGreaterThan(4);
+    // The counters are real: the start added the listener and the clusters, and RDS loaded the routes.
+    expect(churnBefore.listenersAdded).toBeGreaterThan(0);
+    expect(churnBefore.routesReloaded).toBeGreaterThan(0);
 
     stack.processes.get(GatewayStack.replicaName('control-plane', on))!.child.kill('SIGKILL');
     const reconnectedAfter = performance.now();
@@ -149,6 +152,7 @@ describe('two control planes serving the same Envoy', () => {
       return node && Object.keys(node.acked).length >= 3 ? true : undefined;
     }, { timeoutMs: 20_000 });
     const reconnectMs = performance.now() - reconnectedAfter;
+    process.stdout.write(`${JSON.stringify({ reconnectMs: Math.round(reconnectMs), resources: versionsBefore.length, churn: churnBefore })}\n`);
     expect(await envoyStat(stack, 'control_plane.connected_state')).toBe(1);
 
     expect(await envoyVersions()).toEqual(versionsBefore);
