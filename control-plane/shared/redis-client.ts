@@ -77,8 +77,7 @@ const reconnectOnReadOnly = (error: Error) => (error.message.startsWith('READONL
 /**
  * A Redis client that never queues: while Redis is unreachable or hung, each command fails at once or
  * after the command timeout, and the caller says what that means for its own work. With Sentinels it
- * follows the primary: it asks them at every (re)connect, and listens to their `+switch-master` to
- * leave a demoted primary at once (failoverDetector).
+ * follows the primary: it asks them at every (re)connect.
  */
 export function createRedisClient(address: string, timeouts: RedisTimeouts, options: { lazyConnect?: boolean; maxRetriesPerRequest?: number } = {}): Redis {
   const common = {
@@ -102,7 +101,12 @@ export function createRedisClient(address: string, timeouts: RedisTimeouts, opti
           password: parsed.password,
           sentinelUsername: parsed.username,
           sentinelPassword: parsed.password,
-          failoverDetector: true,
+          // No failoverDetector: in ioredis 6.0.0 a +switch-master arriving while the client reconnects
+          // ends the client for good ("Connection is closed." from then on; reproduced under load by
+          // test/e2e/replicas.test.ts and bench/redis-failover.ts). It is not needed: a killed primary drops the connection, and a
+          // demoted one is told by Sentinel to drop its clients (CLIENT KILL TYPE normal); the
+          // reconnect asks the Sentinels, and READONLY reconnects as well.
+          failoverDetector: false,
           // Ask the Sentinels again soon after a failed try: a failover takes seconds, not minutes.
           sentinelRetryStrategy: (attempt: number) => Math.min(100 * attempt, 1000),
         });

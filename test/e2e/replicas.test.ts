@@ -3,6 +3,7 @@ import { GatewayStack } from '../../control-plane/devstack/stack';
 import { TYPE_URL } from '../../control-plane/xds/translate/type-urls';
 import { runRedisFailover } from '../../bench/scenarios/redis-failover';
 import { MCP_POST_HEADERS, envoyStat, startGateway } from '../support/gateway-fixture';
+import { RedisSessionStore } from '../../control-plane/sidecar/sessions/session-store';
 import { ReplicatedRedis, startReplicatedRedis } from '../support/redis-sentinel';
 
 /**
@@ -204,4 +205,45 @@ describe('Redis behind Sentinel, through a primary failover under load', () => {
     expect(report.failuresOutsideWindow).toBe(0);
     expect(report.answered).toBeGreaterThan(report.requests * 0.5);
   }, 90_000);
+});
+
+describe("the sidecar's session store on Sentinel", () => {
+  it('follows the primary through a failover under load: both of its connections serve again, no session is lost', async () => {
+    const redis = await startReplicatedRedis(`${process.cwd()}/.run/test/replicas-session-store`);
+    const store = new RedisSessionStore({ url: redis.address, prefix: 'failover:', idleTtlSeconds: 60, waitReplicas: 1 });
+    try {
+      const sessions: string[] = [];
+      let stop = false;
+      // Session creations (the writer connection, with WAIT), reads and claims (the reader), every few ms.
+      const load = (async () => {
+        for (let n = 0; !stop; n++) {
+          const work =
+            n % 5 === 0
+              ? store.create({ route: 'demo', protocolVersion: '2025-06-18', clientInfo: {}, clientCapabilities: {} }).then((session) => void sessions.push(session.id))
+              : sessions.length > 0
+                ? store.get(sessions[n % sessions.length]).then(() => store.claimBackend(sessions[n % sessions.length], 'jobs', `b-${n}`)).then(() => undefined)
+                : Promise.resolve();
+          void work.catch(() => undefined);
+          await sleep(5);
+        }
+      })();
+      await sleep(1000);
+      const before = await redis.sentinel.primaryAddress();
+      const createdBeforeKill = [...sessions];
+      await redis.primary.kill();
+      await redis.untilFailedOver(before, 20_000);
+      await sleep(3000);
+      stop = true;
+      await load;
+      // Both connections answer again: a new session (writer) and every session made before the kill (reader).
+      const fresh = await store.create({ route: 'demo', protocolVersion: '2025-06-18', clientInfo: {}, clientCapabilities: {} });
+      expect(await store.get(fresh.id)).toBeDefined();
+      const found = await Promise.all(createdBeforeKill.map((id) => store.get(id)));
+      expect(found.filter((session) => session === undefined)).toHaveLength(0);
+      expect(createdBeforeKill.length).toBeGreaterThan(10);
+    } finally {
+      await store.close();
+      await redis.stop();
+    }
+  }, 60_000);
 });

@@ -79,6 +79,7 @@ export interface ReplicatedRedis {
 }
 
 export async function startReplicatedRedis(dir: string, masterName = 'mcpgw'): Promise<ReplicatedRedis> {
+  fs.mkdirSync(dir, { recursive: true });
   const primary = await TestRedis.start(dir);
   const started: { stop(): Promise<void> }[] = [primary];
   try {
