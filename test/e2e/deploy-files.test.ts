@@ -214,6 +214,32 @@ describe('the Helm chart', () => {
   });
 });
 
+describe("the chart's README", () => {
+  /** Value paths the README's table documents; `a.b.c` / `.d` stands for a.b.c and a.b.d. */
+  function documentedValues(): string[] {
+    const readme = fs.readFileSync(path.join(CHART, 'README.md'), 'utf8');
+    const section = readme.slice(readme.indexOf('## Values'));
+    return [...section.matchAll(/^\| (`[^|]+`) \|/gm)].flatMap(([, cell]) => {
+      const [first, ...more] = [...cell.matchAll(/`([^`]+)`/g)].map((match) => match[1]);
+      const parent = first.slice(0, first.lastIndexOf('.'));
+      return [first, ...more.map((suffix) => `${parent}${suffix}`)];
+    });
+  }
+  /** Every value path of values.yaml, objects with nothing under them and lists counted as one value. */
+  function valuePaths(value: unknown, prefix = ''): string[] {
+    if (typeof value !== 'object' || value === null || Array.isArray(value) || Object.keys(value).length === 0) return [prefix];
+    return Object.entries(value).flatMap(([key, inner]) => valuePaths(inner, prefix ? `${prefix}.${key}` : key));
+  }
+
+  it('documents every value in its table, and nothing that is not a value', () => {
+    const documented = documentedValues();
+    const values = valuePaths(parse(fs.readFileSync(path.join(CHART, 'values.yaml'), 'utf8')));
+    expect(values.filter((value) => !documented.some((doc) => value === doc || value.startsWith(`${doc}.`)))).toEqual([]);
+    expect(documented.filter((doc) => !values.some((value) => value === doc || value.startsWith(`${doc}.`)))).toEqual([]);
+    expect(documented.length).toBeGreaterThan(50);
+  });
+});
+
 describe('docker-compose.yml', () => {
   const compose = (file: string) => spawnSync(tools().dockerCompose, ['-f', file, 'config', '-q'], { encoding: 'utf8', cwd: projectPath(), timeout: 60_000 });
   const composeFile = projectPath('docker-compose.yml');
