@@ -5,6 +5,7 @@ import { CallMetrics, accessLogServiceHandlers } from '../admin/call-log';
 import { closeServer, listen } from '../shared/http-listen';
 import { ControlPlaneMetrics } from '../admin/metrics';
 import { XdsStatusTracker } from '../admin/xds-status';
+import { registerStateMetrics } from '../admin/state-metrics';
 import { catalogServiceHandlers } from '../catalog/catalog-service';
 import { CatalogSettings, CatalogSnapshotMessage, CatalogStore, RelistSettings, ToolList } from '../catalog/catalog-store';
 import { ToolListLimits, fetchToolList } from '../catalog/tool-fetcher';
@@ -138,7 +139,6 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     metrics.toolServices.set(ir.toolServices.length);
     metrics.toolServiceClusters.reset();
     for (const service of ir.toolServices) metrics.toolServiceClusters.set({ tool_service: service.id, cluster: service.clusterName }, 1);
-    metrics.rejectedRoutes.set(merge.rejected.length);
     const fetchNow = catalog.setGateway(ir);
     // Cold start (ADR-0013 order: registry, then Redis warm start, then backends): serve what Redis
     // kept before the first backend answers.
@@ -162,6 +162,13 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     updates = updates.then(() => onRegistryUpdate(current, merge)).catch((error: Error) =>
       log.error('applying a registry update failed', { error: error.stack }),
     );
+  });
+
+  registerStateMetrics(metrics.registry, {
+    registry: () => registry.currentStatus(),
+    catalog: () => catalog.current(),
+    xds: xdsStatus,
+    ...(lastGood && { redisAnswers: () => lastGood.answers() }),
   });
 
   const server = new grpc.Server();

@@ -11,6 +11,7 @@ import { RouteCatalogView, buildRouteViews } from './route-catalog';
 import { closeBackendSession, openBackendSession, postToBackendSession } from './sessions/backend-sessions';
 import { MemorySessionStore, RedisSessionStore, SessionLimits, SessionStore } from './sessions/session-store';
 import { SidecarMetrics, startSidecarAdmin } from './sidecar-metrics';
+import { redisUpGauge } from '../shared/state-gauge';
 
 export interface SidecarOptions {
   /** host:port of the sidecar's HTTP port behind Envoy: the gateway lane and the call lane's session check. */
@@ -63,6 +64,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     log,
   );
 
+  const metrics = new SidecarMetrics();
   let sessions: SessionStore;
   if (options.redis) {
     const redisSessions = new RedisSessionStore({
@@ -77,6 +79,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       log.warn('Redis is not reachable yet: requests that need a session fail until it is', { redis: options.redis.url });
     }
     sessions = redisSessions;
+    redisUpGauge(metrics.registry, () => redisSessions.answers(), 'the session store');
   } else {
     sessions = new MemorySessionStore(options.sessionIdleTtlSeconds, options.sessionLimits);
     log.warn('no --redis: sessions live in this process only (lost on restart, not shared with other replicas)');
@@ -92,7 +95,6 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     log,
   };
 
-  const metrics = new SidecarMetrics();
   const admin = options.adminAddress ? await startSidecarAdmin(options.adminAddress, metrics, () => version) : undefined;
   const gateway = new GatewayServer(context, streams, { maxRequestBodyBytes: options.maxRequestBodyBytes }, metrics);
   const server: http.Server = await listenAt(gateway.handle, options.address);
