@@ -1,7 +1,8 @@
 import * as http from 'node:http';
 import * as grpc from '@grpc/grpc-js';
 import { createAdminApp } from '../admin/admin-server';
-import { CallMetrics, accessLogServiceHandlers } from '../admin/call-log';
+import { CallLog, CallMetrics, accessLogServiceHandlers } from '../admin/call-log';
+import { CallHistory } from '../admin/call-history';
 import { closeServer, listen } from '../shared/http-listen';
 import { ControlPlaneMetrics } from '../admin/metrics';
 import { XdsStatusTracker } from '../admin/xds-status';
@@ -80,6 +81,8 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     return pending;
   };
   const catalog = new CatalogStore(fetchTools, options.catalog, log, options.relist);
+  const callMetrics = new CallMetrics(metrics.registry);
+  const callHistory = new CallHistory();
   const registry = new RegistryController(options.source, { refreshIntervalMs: options.registryRefreshMs }, log);
   let resources: XdsResources = {};
   let ir: GatewayIR = { routes: [], toolServices: [], clusters: [] };
@@ -104,6 +107,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const savedCatalogs = new Map<string, string>();
   catalog.on('change', (snapshot: CatalogSnapshotMessage) => {
     callLane = callLaneCatalogOf(snapshot);
+    callMetrics.expect(snapshot);
     void publishXds();
     for (const state of ['ok', 'stale', 'missing']) {
       metrics.catalogBackends.set({ state }, snapshot.routes.flatMap((route) => route.backends).filter((b) => b.state === state).length);
@@ -174,7 +178,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const server = new grpc.Server();
   server.addService(grpcServices.aggregatedDiscovery().service, adsServiceHandlers(cache, xdsStatus.callbacks()));
   server.addService(grpcServices.catalogDiscovery().service, catalogServiceHandlers(catalog, log));
-  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers(new CallMetrics(metrics.registry), log));
+  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers(new CallLog([callMetrics, callHistory]), log));
   const grpcPort = await new Promise<number>((resolve, reject) =>
     server.bindAsync(options.grpcAddress, grpc.ServerCredentials.createInsecure(), (error, port) =>
       error ? reject(error) : resolve(port),
