@@ -41,6 +41,11 @@ export class XdsStatusTracker {
     return byType;
   }
 
+  /** Connected nodes whose latest answer to any resource type was a NACK. */
+  rejectingNodeCount(): number {
+    return [...this.rejecting.values()].filter((types) => types.size > 0).length;
+  }
+
   private answered(node: XdsNodeRef, typeUrl: string, accepted: boolean): void {
     const types = this.rejecting.get(node.id) ?? new Set<string>();
     if (accepted) types.delete(shortType(typeUrl));

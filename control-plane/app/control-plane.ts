@@ -192,6 +192,8 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       refreshCatalog: (routeKey) => catalog.refreshNow(routeKey),
       xdsResources: () => resources,
       nodes: () => xdsStatus.list(),
+      rejectingNodes: () => xdsStatus.rejectingNodeCount(),
+      callHistory: () => callHistory.view(),
       registry: () => registry.currentStatus(),
       metrics: metrics.registry,
     }),
