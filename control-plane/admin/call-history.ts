@@ -91,7 +91,7 @@ export interface HistoryView {
   /** Start of the window's first step, ms since the epoch. */
   windowStart: number;
   series: SeriesView[];
-  /** Newest first. */
+  /** Newest first, by when they ended. */
   notable: NotableCall[];
   backends: BackendCallHealth[];
 }
@@ -246,7 +246,8 @@ export class CallHistory implements CallObserver {
       steps: this.settings.steps,
       windowStart: oldest * this.settings.stepMs,
       series,
-      notable: [...this.notable].reverse(),
+      // Envoy's workers send their entries in batches of their own: arrival order is not the calls' order.
+      notable: [...this.notable].reverse().sort((a, b) => b.at.localeCompare(a.at)),
       backends: [...this.health.values()],
     };
   }

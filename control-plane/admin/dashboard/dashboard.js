@@ -57,40 +57,49 @@
   }
 
   /**
-   * A small line chart: one path per series, broken where a value is null; x is the hour's steps.
-   * @param {{ values: (number | null)[], className: string }[]} lines
+   * A small chart over the hour, one slot per step: bars, or lines broken where a value is null (a
+   * value alone between gaps is a dot). The peak is written in its corner.
+   * @param {{ values: (number | null)[], className: string }[]} series
+   * @param {'bars' | 'lines'} kind
+   * @param {string} peakLabel
    * @param {string} title what a hover shows
    */
-  function chart(lines, title) {
-    const svg = document.createElementNS(SVG, 'svg');
-    svg.setAttribute('class', 'chart');
-    svg.setAttribute('width', String(CHART.width));
-    svg.setAttribute('height', String(CHART.height));
-    svg.setAttribute('viewBox', `0 0 ${CHART.width} ${CHART.height}`);
-    const hover = document.createElementNS(SVG, 'title');
+  function chart(series, kind, peakLabel, title) {
+    /** @param {string} tag @param {Record<string, string>} attributes */
+    const svgElement = (tag, attributes) => {
+      const node = document.createElementNS(SVG, tag);
+      for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, value);
+      return node;
+    };
+    const svg = svgElement('svg', { class: 'chart', width: String(CHART.width), height: String(CHART.height), viewBox: `0 0 ${CHART.width} ${CHART.height}` });
+    const hover = svgElement('title', {});
     hover.textContent = title;
     svg.append(hover);
-    const all = lines.flatMap((line) => line.values.filter((value) => value !== null));
-    const top = Math.max(...all, Number.MIN_VALUE);
-    for (const line of lines) {
-      const steps = line.values.length;
+    const top = Math.max(...series.flatMap((line) => line.values.filter((value) => value !== null)), Number.MIN_VALUE);
+    const plotTop = 11;
+    /** @param {number} value */
+    const yOf = (value) => CHART.height - 1 - (value / top) * (CHART.height - 1 - plotTop);
+    for (const line of series) {
+      const slot = CHART.width / line.values.length;
+      /** @param {number} index */
+      const xOf = (index) => (index + 0.5) * slot;
       let d = '';
-      let drawing = false;
       line.values.forEach((value, index) => {
-        if (value === null) {
-          drawing = false;
+        if (value === null || (kind === 'bars' && value === 0)) return;
+        if (kind === 'bars') {
+          svg.append(svgElement('rect', { class: line.className, x: (index * slot).toFixed(2), width: Math.max(slot, 1).toFixed(2), y: yOf(value).toFixed(1), height: (CHART.height - 1 - yOf(value)).toFixed(1) }));
           return;
         }
-        const x = ((index + 0.5) / steps) * CHART.width;
-        const y = CHART.height - 2 - (value / top) * (CHART.height - 4);
-        d += `${drawing ? 'L' : 'M'}${x.toFixed(1)},${y.toFixed(1)}`;
-        drawing = true;
+        const joined = index > 0 && line.values[index - 1] !== null;
+        const alone = !joined && (index === line.values.length - 1 || line.values[index + 1] === null);
+        if (alone) svg.append(svgElement('circle', { class: line.className, cx: xOf(index).toFixed(1), cy: yOf(value).toFixed(1), r: '1.8' }));
+        else d += `${joined ? 'L' : 'M'}${xOf(index).toFixed(1)},${yOf(value).toFixed(1)}`;
       });
-      const path = document.createElementNS(SVG, 'path');
-      path.setAttribute('class', line.className);
-      path.setAttribute('d', d);
-      svg.append(path);
+      if (d) svg.append(svgElement('path', { class: line.className, d }));
     }
+    const peak = svgElement('text', { class: 'peak', x: '2', y: '9' });
+    peak.textContent = peakLabel;
+    svg.append(peak);
     return svg;
   }
 
@@ -174,8 +183,8 @@
         element('td', { class: 'number error-ratio' }, percent(recent.errorRatio)),
         element('td', { class: 'number p50' }, millis(recent.p50Ms)),
         element('td', { class: 'number p99' }, millis(recent.p99Ms)),
-        element('td', { class: 'chart-rate' }, chart([{ values: hour.callsPerSecond, className: 'calls' }], `calls/s, peak ${rate(peak(hour.callsPerSecond))}`)),
-        element('td', { class: 'chart-errors' }, chart([{ values: hour.errorRatio, className: 'errors' }], `error ratio, peak ${percent(peak(hour.errorRatio))}`)),
+        element('td', { class: 'chart-rate' }, chart([{ values: hour.callsPerSecond, className: 'calls' }], 'bars', `${rate(peak(hour.callsPerSecond))}/s`, 'calls per second, per 10 s')),
+        element('td', { class: 'chart-errors' }, chart([{ values: hour.errorRatio, className: 'errors' }], 'bars', percent(peak(hour.errorRatio)), 'error ratio, per 10 s')),
         element(
           'td',
           { class: 'chart-latency' },
@@ -184,7 +193,9 @@
               { values: hour.p50, className: 'p50' },
               { values: hour.p99, className: 'p99' },
             ],
-            `p50 (grey) and p99 (purple), peak p99 ${millis(peak(hour.p99))}`,
+            'lines',
+            millis(peak(hour.p99)),
+            'p50 (grey) and p99 (purple) latency, per 10 s',
           ),
         ),
       );
