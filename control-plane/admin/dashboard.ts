@@ -1,6 +1,7 @@
 import * as fs from 'node:fs';
 import express from 'express';
 import { CatalogSnapshotMessage } from '../catalog/catalog-store';
+import { toolServiceIdOf } from '../ir/gateway-ir';
 import { RegistryStatus } from '../registry/registry-controller';
 import { rejectedRouteCount } from '../registry/validate';
 import { projectPath } from '../shared/paths';
@@ -33,6 +34,7 @@ export type DashboardBackendState = 'ok' | 'degraded' | 'stale' | 'missing';
 
 export interface DashboardBackend {
   name: string;
+  /** The Tool Service id (the metrics' tool_service label). */
   toolService: string;
   cluster: string;
   state: DashboardBackendState;
@@ -67,7 +69,7 @@ export interface DashboardData {
 function backendView(backend: CatalogSnapshotMessage['routes'][number]['backends'][number], exposedTools: number, calls: BackendCallHealth | undefined): DashboardBackend {
   const common = {
     name: backend.name,
-    toolService: backend.tool_service,
+    toolService: toolServiceIdOf(backend.tool_service),
     cluster: backend.cluster,
     tools: backend.tools_json.length,
     exposedTools,

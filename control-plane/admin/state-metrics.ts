@@ -1,5 +1,6 @@
 import * as client from 'prom-client';
 import { BackendState, CatalogSnapshotMessage } from '../catalog/catalog-store';
+import { toolServiceIdOf } from '../ir/gateway-ir';
 import { RegistryStatus } from '../registry/registry-controller';
 import { rejectedRouteCount } from '../registry/validate';
 import { redisUpGauge, stateGauge } from '../shared/state-gauge';
@@ -39,7 +40,7 @@ export function registerStateMetrics(registry: client.Registry, state: ObservedS
     },
     () => {
       const states = new Map<string, BackendState>();
-      for (const route of state.catalog().routes) for (const backend of route.backends) states.set(backend.tool_service, backend.state);
+      for (const route of state.catalog().routes) for (const backend of route.backends) states.set(toolServiceIdOf(backend.tool_service), backend.state);
       return [...states].map(([toolService, backendState]) => ({ labels: { tool_service: toolService, state: backendState }, value: 1 }));
     },
   );
