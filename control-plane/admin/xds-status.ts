@@ -24,6 +24,8 @@ export class XdsStatusTracker {
   private readonly waiters = new Set<AckWaiter>();
   /** By node id: the resource types whose latest answer from that node was a NACK (it serves an older version). */
   private readonly rejecting = new Map<string, Set<string>>();
+  /** Every resource type sent so far (short names): each has a rejecting count, 0 while all is well. */
+  private readonly typesSent = new Set<string>();
 
   constructor(
     private readonly metrics: ControlPlaneMetrics,
@@ -34,9 +36,9 @@ export class XdsStatusTracker {
     return [...this.nodes.values()];
   }
 
-  /** Connected nodes whose latest answer for a resource type (short name) was a NACK, by type. */
+  /** Connected nodes whose latest answer for a resource type (short name) was a NACK, by every type sent. */
   nodesRejecting(): Map<string, number> {
-    const byType = new Map<string, number>();
+    const byType = new Map<string, number>([...this.typesSent].map((type) => [type, 0]));
     for (const types of this.rejecting.values()) for (const type of types) byType.set(type, (byType.get(type) ?? 0) + 1);
     return byType;
   }
@@ -66,6 +68,7 @@ export class XdsStatusTracker {
     return {
       onPush: (node, typeUrl, version) => {
         statusFor(node).sent[typeUrl] = version;
+        this.typesSent.add(shortType(typeUrl));
         this.metrics.xdsPushes.inc({ type: shortType(typeUrl) });
         this.log.debug('xds sent', { node: node.id, type: shortType(typeUrl), version });
       },
