@@ -2,6 +2,7 @@ import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import { parse } from 'yaml';
 import { z } from 'zod';
+import { projectPath } from '../../control-plane/shared/paths';
 import { OBSERVABILITY_DIR, OBSERVABILITY_DOC, documentedMetrics, grafanaDashboard } from '../support/observability';
 import { tools } from '../support/tools';
 
@@ -51,9 +52,10 @@ describe('alerting rules', () => {
 
 const DOCUMENTED = new Set(documentedMetrics().map((metric) => metric.name));
 const LABELS = new Set(documentedMetrics().flatMap((metric) => metric.labels));
-/** Names in PromQL expressions that are neither documented metrics (histogram series by their family) nor their labels. */
+/** Metric names in PromQL expressions (or prose) that are neither documented metrics (histogram series by their family) nor their labels. */
 function unknownMetrics(expressions: string[]): string[] {
-  const names = expressions.flatMap((expr) => [...expr.matchAll(/\b((?:mcpgw|envoy)_[a-z0-9_]+)/g)].map((match) => match[1]));
+  // A prefix such as `mcpgw_sidecar_*` ends with an underscore: not a name.
+  const names = expressions.flatMap((expr) => [...expr.matchAll(/\b((?:mcpgw|envoy)_[a-z0-9_]*[a-z0-9])\b/g)].map((match) => match[1]));
   return [...new Set(names)].filter((name) => !LABELS.has(name) && !DOCUMENTED.has(name) && !DOCUMENTED.has(name.replace(/_(bucket|sum|count)$/, '')));
 }
 
@@ -73,5 +75,11 @@ describe('the Grafana dashboard', () => {
 
   it('reads documented metrics only', () => {
     expect(unknownMetrics(panels.flatMap((panel) => (panel.targets ?? []).map((target) => target.expr)))).toEqual([]);
+  });
+});
+
+describe('the other docs', () => {
+  it.each(['README.md', 'docs/errors.md', 'docs/hardening.md', 'docs/portal-contract.md', 'docs/registry.md', 'docs/tools-list.md', 'docs/xds.md'])('%s name documented metrics only', (file) => {
+    expect(unknownMetrics([fs.readFileSync(projectPath(file), 'utf8')])).toEqual([]);
   });
 });
