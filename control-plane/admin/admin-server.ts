@@ -17,7 +17,7 @@ export interface AdminSources extends DashboardSources {
   metrics: MetricsRegistry;
 }
 
-/** Readiness per ADR-0013: ready when at least one route has a snapshot; detail names the rest. */
+/** Readiness (docs/adr/0000-portal-registry-decisions.md §8): ready when at least one route has a snapshot; detail names the rest. */
 export function readiness(catalog: CatalogSnapshotMessage) {
   const readyRoutes: string[] = [];
   const routesWithoutSnapshot: string[] = [];

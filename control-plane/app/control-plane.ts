@@ -58,7 +58,7 @@ export interface RunningControlPlane {
 
 /**
  * Wires the control plane: registry source → IR → xDS (ADS) for Envoy, and → catalog for sidecars.
- * Start-up order follows ADR-0013: registry, then Redis warm start, then backend tools/list.
+ * Start-up order (docs/adr/0000-portal-registry-decisions.md §7): registry, then Redis warm start, then backend tools/list.
  */
 export async function startControlPlane(options: ControlPlaneOptions): Promise<RunningControlPlane> {
   const { log } = options;
@@ -144,7 +144,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     metrics.toolServiceClusters.reset();
     for (const service of ir.toolServices) metrics.toolServiceClusters.set({ tool_service: service.id, cluster: service.clusterName }, 1);
     const fetchNow = catalog.setGateway(ir);
-    // Cold start (ADR-0013 order: registry, then Redis warm start, then backends): serve what Redis
+    // Cold start (registry, then Redis warm start, then backends: see startControlPlane): serve what Redis
     // kept before the first backend answers.
     if (savedAtStart) {
       catalog.restore(savedAtStart);

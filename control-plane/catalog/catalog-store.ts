@@ -86,7 +86,7 @@ export interface CatalogSettings extends ExposureSettings {
 
 /**
  * Defaults of the control plane's catalog flags (docs/tools-list.md says why):
- * - separator `__` (ADR-0041 §2);
+ * - separator `__` (docs/adr/0000-federation-decisions.md §2);
  * - policy drop: a client that meets one name outside ^[a-zA-Z0-9_-]{1,64}$ may refuse the whole
  *   server, so one backend's odd name would cost the whole route every tool;
  * - cap 5000: the largest route the gateway is sized and benchmarked for (50 backends x 100 tools);

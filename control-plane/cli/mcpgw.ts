@@ -180,7 +180,7 @@ subcommand('up', 'run the whole gateway on 127.0.0.1: Redis, two sample Tool Ser
   });
 
 subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog stream for sidecars, admin HTTP)')
-  .addOption(new Option('--registry <file>', 'a static registry file (ADR-0041 F1); or --portal').conflicts('portal'))
+  .addOption(new Option('--registry <file>', 'a static registry file (phase F1, docs/adr/0000-federation-decisions.md §10); or --portal').conflicts('portal'))
   .addOption(new Option('--portal <url>', 'the Portal base URL, e.g. http://portal:8080').argParser(parsedBy(url('the Portal base URL, e.g. http://portal:8080'))))
   .addOption(new Option('--portal-token <token>', 'bearer token for the Portal').env('MCPGW_PORTAL_TOKEN'))
   .addOption(new Option('--redis <url>', 'Redis for last-good state, redis://HOST:PORT').argParser(parsedBy(url('a redis:// URL'))))

@@ -40,7 +40,7 @@ export interface StackOptions {
   xdsApiType?: XdsApiType;
   /**
    * 'portal' (default): a dev Portal serves registryFile and the control plane uses the Portal client,
-   * as in production. 'file': the control plane reads registryFile itself (ADR-0041 F1).
+   * as in production. 'file': the control plane reads registryFile itself (phase F1, docs/adr/0000-federation-decisions.md §10).
    */
   registrySource?: 'portal' | 'file';
   registryRefreshMs?: number;

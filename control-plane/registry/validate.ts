@@ -22,7 +22,7 @@ export interface RegistryValidation {
   registry: Registry;
   problems: RegistryProblem[];
   /**
-   * Every route key the document declares, valid or not (ADR-0013 knownRoutes): a route leaves the
+   * Every route key the document declares, valid or not (knownRoutes, docs/adr/0000-portal-registry-decisions.md §5): a route leaves the
    * gateway only when it is no longer declared, never because it failed validation this time.
    */
   knownRoutes: string[];

@@ -9,8 +9,9 @@ export interface RedisTimeouts {
 }
 
 /**
- * Defaults: a session request must fail inside Envoy's 2 s ext_proc message timeout, with an answer
- * naming Redis, rather than be cut by Envoy as "sidecar unavailable"; a healthy Redis on the same
+ * Defaults: a session request must fail well inside Envoy's limits for the sidecar (the session
+ * check's 6 s, the gateway lane's 30 s), with an answer naming Redis, rather than be cut by Envoy as
+ * "sidecar unavailable"; a healthy Redis on the same
  * network answers in well under a millisecond, so 500 ms is only ever reached by a Redis in trouble.
  */
 export const REDIS_TIMEOUT_DEFAULTS: RedisTimeouts = { connectTimeoutMs: 2000, commandTimeoutMs: 500 };

@@ -1,6 +1,6 @@
 import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import { CHECK_HEADERS } from '../xds/translate/settings';
+import { CHECK_HEADERS, CHECK_STATUS } from '../xds/translate/settings';
 import { failedOutcome } from './call-response';
 import { GATEWAY_SERVER_INFO, GatewayContext, RequestHead, SESSION_HEADER, clientHeadersOf, sessionNotFound } from './decision';
 import { JSON_RPC, JsonRpcId, jsonRpcError } from './json-rpc';
@@ -17,15 +17,6 @@ import { GatewaySession } from './sessions/session-store';
  * opening the backend's own session on first use, and never holds the call itself.
  */
 
-/** Envoy's answer statuses (ext_authz): 200 lets the call go; anything else is the client's answer. */
-export const CHECK_STATUS = {
-  ALLOW: 200,
-  /**
-   * A JSON-RPC error for the client, which Envoy's local-reply mapper sends with status 200 (MCP
-   * clients read JSON-RPC errors only from 2xx answers; 200 itself would mean "allowed" here).
-   */
-  JSON_RPC_ERROR: 424,
-} as const;
 
 export interface CheckAnswer {
   status: number;
@@ -33,22 +24,33 @@ export interface CheckAnswer {
   body: string;
 }
 
-/** What Envoy tells the check: the call script's verdict (from its metadata) and the client's own headers. */
-const checkRequestSchema = z.object({
-  [CHECK_HEADERS.route]: z.string().min(1),
-  [CHECK_HEADERS.backend]: z.string().min(1),
-  [CHECK_HEADERS.tool]: z.string(),
-  [CHECK_HEADERS.rpcId]: z.string().transform((json, ctx): JsonRpcId => {
-    try {
-      const id = JSON.parse(json) as unknown;
-      if (typeof id === 'string' || typeof id === 'number' || id === null) return id;
-    } catch {
-      // reported below
-    }
-    ctx.addIssue({ code: 'custom', message: 'not a JSON-RPC id' });
-    return z.NEVER;
-  }),
-});
+/**
+ * What Envoy tells the check (the call script's verdict, from its metadata): read by hand rather than
+ * through a schema, since this runs on every call in a session.
+ */
+interface CheckRequest {
+  route: string;
+  backend: string;
+  tool: string;
+  rpcId: JsonRpcId;
+}
+
+function checkRequestOf(head: RequestHead): CheckRequest | string {
+  const route = head.headers.get(CHECK_HEADERS.route);
+  const backend = head.headers.get(CHECK_HEADERS.backend);
+  const tool = head.headers.get(CHECK_HEADERS.tool) ?? '';
+  const rpcIdJson = head.headers.get(CHECK_HEADERS.rpcId);
+  const missing = [!route && CHECK_HEADERS.route, !backend && CHECK_HEADERS.backend, rpcIdJson === undefined && CHECK_HEADERS.rpcId].filter(Boolean);
+  if (missing.length > 0) return `${missing.join(', ')} missing`;
+  let rpcId: unknown;
+  try {
+    rpcId = JSON.parse(rpcIdJson!);
+  } catch {
+    rpcId = undefined;
+  }
+  if (typeof rpcId !== 'string' && typeof rpcId !== 'number' && rpcId !== null) return `${CHECK_HEADERS.rpcId} is not a JSON-RPC id`;
+  return { route: route!, backend: backend!, tool, rpcId };
+}
 
 const ALLOW_UNCHANGED: CheckAnswer = { status: CHECK_STATUS.ALLOW, headers: {}, body: '' };
 
@@ -110,15 +112,10 @@ async function backendSessionFor(session: GatewaySession, backend: BackendView, 
 
 export async function checkCall(head: RequestHead, context: GatewayContext, statelessSessions: StatelessCallSessions): Promise<CheckAnswer> {
   const startedAt = performance.now();
-  const parsed = checkRequestSchema.safeParse(Object.fromEntries(head.headers));
-  if (!parsed.success) {
-    return answer(400, jsonRpcError(null, JSON_RPC.INVALID_REQUEST, `session check: ${parsed.error.issues.map((issue) => `${String(issue.path[0])} ${issue.message}`).join('; ')}`));
-  }
-  const request = parsed.data;
-  const id = request[CHECK_HEADERS.rpcId];
-  const backendName = request[CHECK_HEADERS.backend];
-  const tool = request[CHECK_HEADERS.tool];
-  const backend = context.lookup(request[CHECK_HEADERS.route])?.backends.get(backendName);
+  const request = checkRequestOf(head);
+  if (typeof request === 'string') return answer(400, jsonRpcError(null, JSON_RPC.INVALID_REQUEST, `session check: ${request}`));
+  const { rpcId: id, backend: backendName, tool, route } = request;
+  const backend = context.lookup(route)?.backends.get(backendName);
   if (!backend) {
     // Envoy was told of this backend before this sidecar's catalog was: a moment, at most.
     return answer(CHECK_STATUS.JSON_RPC_ERROR, jsonRpcError(id, JSON_RPC.INTERNAL_ERROR, `backend "${backendName}" is being added to the gateway: call again`));
@@ -137,7 +134,7 @@ export async function checkCall(head: RequestHead, context: GatewayContext, stat
       const { status, headers, body } = sessionNotFound(id);
       return { status, headers, body };
     };
-    if (!session || session.route !== request[CHECK_HEADERS.route]) return notFound();
+    if (!session || session.route !== route) return notFound();
     if (statelessBackend) return ALLOW_WITHOUT_SESSION;
     const backendSessionId = await backendSessionFor(session, backend, head, context);
     if (backendSessionId === undefined) return notFound();

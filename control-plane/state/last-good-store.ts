@@ -29,7 +29,7 @@ export interface SavedRoute {
 type PendingWrite = { mapping?: string; catalog?: string } | 'remove';
 
 /**
- * Redis keeps each route's last-good state for cold starts (ADR-0013): one hash per route, with the
+ * Redis keeps each route's last-good state for cold starts (docs/adr/0000-portal-registry-decisions.md §7): one hash per route, with the
  * route's mapping and its catalog as separate fields so their writers never race, plus a set of route
  * keys so a cold start with the Portal down still knows which routes to read. Redis is never on the
  * request path, and a Redis outage only costs the warm start:

@@ -86,7 +86,7 @@ export const MCP_POST_HEADERS = { 'content-type': 'application/json', accept: 'a
 export async function postJsonRpc(url: string, body: unknown, headers: Record<string, string> = MCP_POST_HEADERS) {
   const response = await fetch(url, { method: 'POST', headers, body: typeof body === 'string' ? body : JSON.stringify(body) });
   const text = await response.text();
-  return { status: response.status, contentType: response.headers.get('content-type'), text, json: () => JSON.parse(text) };
+  return { status: response.status, contentType: response.headers.get('content-type'), headers: response.headers, text, json: () => JSON.parse(text) };
 }
 
 /** Tool names a route lists, read through Envoy with a raw tools/list (no client session needed). */

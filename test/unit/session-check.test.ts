@@ -1,7 +1,8 @@
 import { RequestHead } from '../../control-plane/sidecar/decision';
 import { decideOnBody } from '../../control-plane/sidecar/mcp-gateway';
 import { buildRouteViews } from '../../control-plane/sidecar/route-catalog';
-import { CHECK_STATUS, StatelessCallSessions, checkCall, forgetLostSession } from '../../control-plane/sidecar/session-check';
+import { StatelessCallSessions, checkCall, forgetLostSession } from '../../control-plane/sidecar/session-check';
+import { CHECK_STATUS } from '../../control-plane/xds/translate/settings';
 import { sidecarContext } from '../support/sidecar-context';
 import { backendCatalog, catalogSnapshot } from './catalog-fixtures';
 

@@ -127,7 +127,7 @@ export class RedisSessionStore implements SessionStore {
     this.idleTtlSeconds = options.idleTtlSeconds;
     this.limits = { maxClientFieldsBytes: options.maxClientFieldsBytes ?? SESSION_DEFAULTS.maxClientFieldsBytes };
     // While Redis is unreachable or hung a session request fails at once or after the command timeout,
-    // within Envoy's ext_proc message timeout, and the client is told why (docs/errors.md).
+    // well within Envoy's timeouts for the sidecar, and the client is told why (docs/errors.md).
     this.redis = createRedisClient(
       options.url,
       {

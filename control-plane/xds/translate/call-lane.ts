@@ -167,7 +167,8 @@ export function sessionCheckFilter(timeoutMs: number): HttpFilter {
       allowed_headers: { patterns: CHECKED_CLIENT_HEADERS.map((exact) => ({ exact })) },
       filter_enabled_metadata: { filter: METADATA_NAMESPACE, path: [{ key: 'check' }], value: { bool_match: true } },
       failure_mode_allow: false,
-      status_on_error: { code: 'ServiceUnavailable' },
+      // Its own status for "the check could not be asked", which the local-reply mappers turn into 503 with a JSON-RPC body.
+      status_on_error: { code: 'BadGateway' },
     },
   };
 }

@@ -1,4 +1,5 @@
-import { MCP_METADATA_NAMESPACE, METADATA_NAMESPACE } from './settings';
+import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
+import { CHECK_STATUS, MCP_METADATA_NAMESPACE, METADATA_NAMESPACE } from './settings';
 
 /**
  * Envoy's own replies in JSON-RPC form (docs/errors.md). When a tools/call fails in Envoy — no healthy
@@ -54,7 +55,10 @@ const statusIs = (op: 'EQ' | 'GE', value: number) => ({
 const all = (...filters: unknown[]) => ({ and_filter: { filters } });
 /** The mcp filter's verdict on the request (mcp_ok, mcp_parse_error, mcp_body_too_large, …), in its own metadata. */
 const mcpStatusIs = (status: string) => ({
-  metadata_filter: { matcher: { filter: MCP_METADATA_NAMESPACE, path: [{ key: 'status' }], value: { string_match: { exact: status } } } },
+  metadata_filter: {
+    matcher: { filter: MCP_METADATA_NAMESPACE, path: [{ key: 'status' }], value: { string_match: { exact: status } } },
+    match_if_key_not_found: false,
+  },
 });
 
 function jsonBody(body: Record<string, unknown>) {
@@ -64,8 +68,12 @@ function jsonBody(body: Record<string, unknown>) {
 /** What Envoy says of its own reply, for operators reading a client's report. */
 const ENVOY_DETAILS = { http_status: '%RESPONSE_CODE%', details: '%RESPONSE_CODE_DETAILS%' };
 
-/** MCP-Protocol-Version values of 2026 and later: the stateless revisions, whose requests the mcp filter checks itself. */
-const STATELESS_REVISIONS = '^20(2[6-9]|[3-9][0-9])-.*';
+/**
+ * MCP-Protocol-Version values of the session-based revisions. For any other value the mcp filter
+ * checks the request itself (a stateless revision's headers and envelope, or an unknown version) and
+ * answers in JSON-RPC; for these its refusals are plain text, put in JSON-RPC form here.
+ */
+const SESSION_ERA_REVISIONS = `^(${SUPPORTED_PROTOCOL_VERSIONS.join('|')})$`;
 
 const AS_IT_IS = { text_format_source: { inline_string: '%LOCAL_REPLY_BODY%' }, content_type: 'application/json' };
 
@@ -112,7 +120,15 @@ export function localReplyConfig() {
         status_code: 503,
         body_format_override: rpcError(meta('rpc_id'), GATEWAY_INTERNAL_CODE, 'gateway sidecar unavailable: the session check of this call failed, try again'),
       },
-      // The session check refused the call: its own JSON-RPC answer.
+      {
+        // The session check's JSON-RPC errors for the client (a backend session it could not open, …):
+        // sent with 200, since MCP clients read a JSON-RPC error only from a 2xx answer (and 200 itself
+        // means "allowed" to Envoy's ext_authz).
+        filter: all(failedWith(['UAEX']), statusIs('EQ', CHECK_STATUS.JSON_RPC_ERROR)),
+        status_code: 200,
+        body_format_override: AS_IT_IS,
+      },
+      // The session check refused the call otherwise (an unknown session: 404): its own JSON-RPC answer.
       { filter: failedWith(['UAEX']), body_format_override: AS_IT_IS },
       {
         // The gateway lane's sidecars out of reach (down, restarting, overloaded).
@@ -126,12 +142,14 @@ export function localReplyConfig() {
         body_format_override: rpcError(null, -32600, 'request body too large for the gateway (settings: --max-request-body-bytes)', ENVOY_DETAILS),
       },
       {
-        // The mcp filter's checks of a request of the stateless revisions (2026-07-28 on: headers
+        // The mcp filter's checks of a request of the stateless revision or of an unknown one (headers
         // against the body, the request envelope, the version) answer in JSON-RPC already (-32020,
         // -32602, -32022).
-        filter: all(mcpStatusIs('mcp_not_jsonrpc'), {
-          header_filter: { header: { name: 'mcp-protocol-version', string_match: { safe_regex: { regex: STATELESS_REVISIONS } } } },
-        }),
+        filter: all(
+          mcpStatusIs('mcp_not_jsonrpc'),
+          { header_filter: { header: { name: 'mcp-protocol-version', present_match: true } } },
+          { header_filter: { header: { name: 'mcp-protocol-version', string_match: { safe_regex: { regex: SESSION_ERA_REVISIONS } }, invert_match: true } } },
+        ),
         body_format_override: AS_IT_IS,
       },
       {

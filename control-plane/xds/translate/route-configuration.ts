@@ -68,11 +68,12 @@ function gatewayRoute(name: string, match: Record<string, unknown>) {
  * the GET stream route, then the gateway lane.
  */
 export function buildRouteConfiguration(ir: GatewayIR, catalog: CallLaneCatalog): TypedJson {
-  const services = new Map(ir.toolServices.map((service) => [service.clusterName, service]));
+  // By Tool Service, not by cluster: Tool Services sharing a cluster may differ in their deadlines.
+  const services = new Map(ir.toolServices.map((service) => [service.catalogKey, service]));
   const routes = ir.routes.flatMap((route) => [
     ...[...route.backends]
       .sort((a, b) => b.name.length - a.name.length || a.name.localeCompare(b.name))
-      .map((backend) => callRoute(route, backend, services.get(backend.clusterName)!, catalog)),
+      .map((backend) => callRoute(route, backend, services.get(backend.catalogKey)!, catalog)),
     streamsRoute(route),
     gatewayRoute(`${route.key}/gateway`, { path_separated_prefix: route.path }),
   ]);
