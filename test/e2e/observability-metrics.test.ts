@@ -1,7 +1,7 @@
 import { waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { FlakyToolService } from '../support/flaky-tool-service';
-import { SampleBackends, clusterOf, connectClient, controlPlaneStatus, listedTools, metricValue, postJsonRpc, startGateway } from '../support/gateway-fixture';
+import { MCP_POST_HEADERS, SampleBackends, clusterOf, connectClient, controlPlaneStatus, listedTools, metricValue, postJsonRpc, startGateway } from '../support/gateway-fixture';
 import { DocumentedMetric, MetricSource, ScrapedSeries, documentedMetrics, parseExposition } from '../support/observability';
 
 /**
@@ -89,6 +89,12 @@ describe('metrics that tell the truth', () => {
     expect((await call('ops', 'slow_read', 3)).json().error.data.outcome).toBe('failed');
     expect((await call('readers', 'send_email', 4)).json().error.code).toBe(-32003);
     expect((await call('readers', 'no_such_tool', 5)).json().error.code).toBe(-32602);
+    const unknownSession = await postJsonRpc(
+      stack.gatewayUrl('demo'),
+      { jsonrpc: '2.0', id: 6, method: 'tools/call', params: { name: 'jobs__echo', arguments: { text: 'x' } } },
+      { ...MCP_POST_HEADERS, 'mcp-session-id': 'no-such-session' },
+    );
+    expect([unknownSession.status, unknownSession.json().error.code]).toEqual([404, -32001]);
 
     await waitFor('the call log', async () => ((await calls('readers', 'invalid')) === 1 ? true : undefined));
     expect(await calls('ops', 'ok')).toBe(1);
@@ -96,6 +102,10 @@ describe('metrics that tell the truth', () => {
     expect(await calls('ops', 'degraded')).toBe(0);
     expect(await calls('readers', 'denied')).toBe(1);
     expect(await metricValue(stack, 'mcpgw_tool_calls_total', { route: 'demo', backend: 'jobs', outcome: 'ok' })).toBe(1);
+    await waitFor('the unknown session in the call log', async () =>
+      (await metricValue(stack, 'mcpgw_tool_calls_total', { route: 'demo', backend: 'jobs', outcome: 'invalid' })) === 1 ? true : undefined,
+    );
+    expect(await metricValue(stack, 'mcpgw_tool_calls_total', { route: 'demo', backend: 'jobs', outcome: 'failed' })).toBe(0);
     expect(await metricValue(stack, 'mcpgw_tool_call_duration_seconds_count', { route: 'ops', backend: 'reports', tool: 'slow_read', outcome: 'failed' })).toBe(1);
 
     // Envoy's stats for the cluster of the Tool Service, named so that its tag extraction keeps the
@@ -108,7 +118,7 @@ describe('metrics that tell the truth', () => {
     expect(onCluster('envoy_cluster_upstream_rq_timeout').map((series) => series.value)).toEqual([1]);
 
     await flaky.stop();
-    expect((await call('ops', 'read_report', 6)).json().result._meta['mcpgw/outcome'].outcome).toBe('degraded');
+    expect((await call('ops', 'read_report', 7)).json().result._meta['mcpgw/outcome'].outcome).toBe('degraded');
     await waitFor('the fallback in the call log', async () => ((await calls('ops', 'degraded')) === 1 ? true : undefined));
     const afterOutage = await scrape('envoy');
     expect(afterOutage.series.find((series) => series.name === 'envoy_cluster_upstream_cx_connect_fail' && series.labels.envoy_cluster_name === cluster)?.value).toBeGreaterThan(0);
