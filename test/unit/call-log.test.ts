@@ -1,6 +1,7 @@
 import * as client from 'prom-client';
 import { CallHistory, HISTORY_DEFAULTS } from '../../control-plane/admin/call-history';
 import { CallLog, CallMetrics, CallRecord, LogEntry, TOOL_LABELS_PER_BACKEND } from '../../control-plane/admin/call-log';
+import { callRecord } from './call-fixtures';
 
 /**
  * Envoy's call-lane access log entries, in the shape @grpc/proto-loader decodes them (these follow
@@ -99,18 +100,7 @@ describe("the dashboard's call history", () => {
   const START = 1_800_000_000_000;
   let clock = START;
   const now = () => clock;
-  const call = (overrides: Partial<CallRecord>): CallRecord => ({
-    endedAt: clock,
-    route: 'demo',
-    backend: 'jobs',
-    tool: 'echo',
-    toolLabel: 'echo',
-    outcome: 'ok',
-    seconds: 0.01,
-    attempts: 1,
-    detail: 'via_upstream',
-    ...overrides,
-  });
+  const call = (overrides: Partial<CallRecord>) => callRecord({ endedAt: clock, ...overrides });
   beforeEach(() => {
     clock = START;
   });

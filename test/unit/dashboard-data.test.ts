@@ -1,22 +1,11 @@
 import { CallHistory } from '../../control-plane/admin/call-history';
 import { CallRecord } from '../../control-plane/admin/call-log';
 import { dashboardData } from '../../control-plane/admin/dashboard';
+import { callRecord } from './call-fixtures';
 import { backendCatalog, catalogSnapshot } from './catalog-fixtures';
 
 /** What the operator dashboard's page gets: backend states in product language, from the catalog and the calls. */
 describe("the dashboard's data", () => {
-  const call = (overrides: Partial<CallRecord>): CallRecord => ({
-    endedAt: Date.now(),
-    route: 'demo',
-    backend: 'jobs',
-    tool: 'echo',
-    toolLabel: 'echo',
-    outcome: 'ok',
-    seconds: 0.01,
-    attempts: 1,
-    detail: 'via_upstream',
-    ...overrides,
-  });
 
   const catalog = catalogSnapshot([
     {
@@ -32,7 +21,7 @@ describe("the dashboard's data", () => {
 
   function data(calls: Partial<CallRecord>[]) {
     const history = new CallHistory();
-    for (const one of calls) history.record(call(one));
+    for (const one of calls) history.record(callRecord(one));
     return dashboardData({
       catalog: () => catalog,
       registry: () => ({ source: 'test', rejectedRoutes: [{ route: 'bad', field: 'routes[1].key', path: ['routes', 1, 'key'], message: 'x' }], origin: 'source' }),
