@@ -103,9 +103,9 @@ export function createRedisClient(address: string, timeouts: RedisTimeouts, opti
           sentinelPassword: parsed.password,
           // No failoverDetector: in ioredis 6.0.0 a +switch-master arriving while the client reconnects
           // ends the client for good ("Connection is closed." from then on; reproduced under load by
-          // test/e2e/replicas.test.ts and bench/redis-failover.ts). It is not needed: a killed primary drops the connection, and a
-          // demoted one is told by Sentinel to drop its clients (CLIENT KILL TYPE normal); the
-          // reconnect asks the Sentinels, and READONLY reconnects as well.
+          // test/e2e/replicas.test.ts and bench/redis-failover.ts). It is not needed: a killed primary
+          // drops the connection, and a demoted one is told by Sentinel to drop its clients (CLIENT
+          // KILL TYPE normal); the reconnect asks the Sentinels, and READONLY reconnects as well.
           failoverDetector: false,
           // Ask the Sentinels again soon after a failed try: a failover takes seconds, not minutes.
           sentinelRetryStrategy: (attempt: number) => Math.min(100 * attempt, 1000),
@@ -116,3 +116,12 @@ export function createRedisClient(address: string, timeouts: RedisTimeouts, opti
 
 /** Whether a client follows a primary through Sentinels (then writes that must survive a failover wait for a replica). */
 export const isSentinelAddress = (address: string) => parseRedisAddress(address).kind === 'sentinel';
+
+/** Whether Redis answers a PING now; with the client's command timeout, a hung Redis is a no within that time. */
+export async function redisAnswers(redis: Redis): Promise<boolean> {
+  try {
+    return (await redis.ping()) === 'PONG';
+  } catch {
+    return false;
+  }
+}

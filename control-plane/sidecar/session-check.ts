@@ -54,8 +54,15 @@ function checkRequestOf(head: RequestHead): CheckRequest | string {
 
 const ALLOW_UNCHANGED: CheckAnswer = { status: CHECK_STATUS.ALLOW, headers: {}, body: '' };
 
-/** The call goes without the client's gateway session id, which means nothing to a backend. */
-const ALLOW_WITHOUT_SESSION: CheckAnswer = { status: CHECK_STATUS.ALLOW, headers: { 'x-envoy-auth-headers-to-remove': SESSION_HEADER }, body: '' };
+/**
+ * The call goes without the client's gateway session id, which means nothing to a backend. The
+ * gateway session is named, so that the call script remembers this answer for the session's next calls.
+ */
+const allowWithoutSession = (gatewaySessionId: string): CheckAnswer => ({
+  status: CHECK_STATUS.ALLOW,
+  headers: { 'x-envoy-auth-headers-to-remove': SESSION_HEADER, [CHECK_HEADERS.gatewaySession]: gatewaySessionId },
+  body: '',
+});
 
 function allowInBackendSession(backendSessionId: string, gatewaySessionId: string): CheckAnswer {
   return {
@@ -135,10 +142,10 @@ export async function checkCall(head: RequestHead, context: GatewayContext, stat
       return { status, headers, body };
     };
     if (!session || session.route !== route) return notFound();
-    if (statelessBackend) return ALLOW_WITHOUT_SESSION;
+    if (statelessBackend) return allowWithoutSession(session.id);
     const backendSessionId = await backendSessionFor(session, backend, head, context);
     if (backendSessionId === undefined) return notFound();
-    return backendSessionId ? allowInBackendSession(backendSessionId, session.id) : ALLOW_WITHOUT_SESSION;
+    return backendSessionId ? allowInBackendSession(backendSessionId, session.id) : allowWithoutSession(session.id);
   } catch (error) {
     const reason = (error as Error).message;
     if (/session store/.test(reason)) {

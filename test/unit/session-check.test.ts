@@ -97,7 +97,7 @@ describe('the session check of the call lane', () => {
     const { context, opened, pool, sessionId } = await session();
     expect(await checkCall(checkHead('modern', { 'mcp-session-id': sessionId }), context, pool)).toEqual({
       status: CHECK_STATUS.ALLOW,
-      headers: { 'x-envoy-auth-headers-to-remove': 'mcp-session-id' },
+      headers: { 'x-envoy-auth-headers-to-remove': 'mcp-session-id', 'x-mcpgw-gateway-session': sessionId },
       body: '',
     });
     expect(opened).toEqual([]);

@@ -218,6 +218,12 @@ M.outcome_json = outcome_json
 -- yields, and reading the body yields: everything needed from them is read first, and they are
 -- fetched again afterwards.
 function envoy_on_request(h)
+  if h:filterContext():get("ends_sessions") then
+    -- A DELETE on its way to the sidecar: this worker stops remembering checks of that session now.
+    local ended = h:headers():get("mcp-session-id")
+    if ended then M.checked_forget(ended .. "\n") end
+    return
+  end
   local request = h:streamInfo():dynamicMetadata():get(MCP_NS)
   if not request or request.method ~= "tools/call" then return end
   local context = h:filterContext()
@@ -285,9 +291,57 @@ function envoy_on_request(h)
     headers:replace("x-envoy-max-retries", "2")
   end
   -- The session check (ext_authz, enabled by this flag): a call in a session, or a stateless
-  -- client's call for a backend that needs one.
-  if headers:get("mcp-session-id") ~= nil or (modern_client and sessionful) then
+  -- client's call for a backend that needs one; a call in a session the check passed a moment ago on
+  -- this worker takes its answer from the worker's memory instead.
+  local session_id = headers:get("mcp-session-id")
+  if session_id ~= nil then
+    local key = M.checked_key(session_id, route, backend)
+    local checked = M.checked_lookup(key, h:timestamp())
+    if checked then
+      headers:remove("mcp-session-id")
+      return
+    end
+    h:streamInfo():dynamicMetadata():set(NS, "checked_key", key)
+  end
+  if session_id ~= nil or (modern_client and sessionful) then
     h:streamInfo():dynamicMetadata():set(NS, "check", true)
+  end
+end
+
+-- Each Envoy worker remembers, for SESSION_CHECK_MEMORY_MS, that the session check let a session's
+-- calls go to a backend that needs no session of its own (the call goes without the client's session
+-- id). An ended session is forgotten on the worker that ends it at once (the end route) and on the
+-- others within that time. Lua state is per worker, never shared: this is a cache, never the source
+-- of truth.
+local SESSION_CHECK_MEMORY_MS = 1000
+local SESSION_CHECK_MEMORY_MAX = 10000
+local checked_sessions, checked_count = {}, 0
+
+function M.checked_key(session_id, route, backend)
+  return session_id .. "\n" .. route .. "\n" .. backend
+end
+
+function M.checked_lookup(key, now_ms)
+  local entry = checked_sessions[key]
+  if entry and entry.until_ms > now_ms then return entry end
+  return nil
+end
+
+function M.checked_remember(key, now_ms)
+  if checked_count >= SESSION_CHECK_MEMORY_MAX then
+    checked_sessions, checked_count = {}, 0
+  end
+  if not checked_sessions[key] then checked_count = checked_count + 1 end
+  checked_sessions[key] = { until_ms = now_ms + SESSION_CHECK_MEMORY_MS }
+end
+
+-- Forgets every remembered check of a session (it ended), or of one key (its backend lost it).
+function M.checked_forget(prefix)
+  for key in pairs(checked_sessions) do
+    if sub(key, 1, #prefix) == prefix then
+      checked_sessions[key] = nil
+      checked_count = checked_count - 1
+    end
   end
 end
 
@@ -445,6 +499,12 @@ local function call_of(h)
     annotate = h:filterContext():get("annotate"),
     sidecar = h:filterContext():get("sidecar_cluster"),
   }
+  -- The check let this call go to a backend that needs no session of its own: remember that for the
+  -- session's next calls on this worker. (A backend session is never remembered: the backend may lose
+  -- it, and every worker must learn that at once.)
+  if ours.checked_key and authz[CHECK_GATEWAY_SESSION] and not authz[CHECK_BACKEND_SESSION] then
+    M.checked_remember(ours.checked_key, h:timestamp())
+  end
   -- The final message's outcome, once it has passed: for the access log.
   call.outcome = function(last_error)
     call.final = last_error and "failed" or "ok"
@@ -461,9 +521,10 @@ local function record_outcome(h, outcome)
 end
 
 -- The whole answer replaced by one JSON-RPC error naming the backend (status 200: MCP clients read
--- the JSON-RPC error only from a 2xx answer). `held` is the answer's body when it was read whole
--- (h:body()): its content-length then follows the new body; a streamed one is framed anew.
-local function replace_with_error(h, call, message, http_status, held)
+-- the JSON-RPC error only from a 2xx answer). `buffered`: the answer was read whole (h:body()), so its
+-- content-length follows the new body; a streamed one is framed anew. Handles are fetched here, as any
+-- taken before a yield are gone.
+local function replace_with_error(h, call, message, http_status, buffered)
   local headers = h:headers()
   headers:replace(":status", "200")
   headers:replace("content-type", "application/json")
@@ -473,8 +534,8 @@ local function replace_with_error(h, call, message, http_status, held)
     .. ',"attempts":' .. call.attempts .. ',"fallback_used":false,"http_status":' .. http_status .. "}"
   local body = '{"jsonrpc":"2.0","id":' .. call.id_json .. ',"error":{"code":' .. BACKEND_UNAVAILABLE .. ',"message":'
     .. json_string(message) .. ',"data":' .. data .. "}}"
-  if held then
-    held:setBytes(body)
+  if buffered then
+    h:body(true):setBytes(body)
     return
   end
   headers:remove("content-length")
@@ -487,15 +548,16 @@ end
 
 -- A backend that no longer knows the session a call went in ran nothing: its answer must not reach
 -- the client, whose own session with the gateway goes on. The sidecar forgets the backend session, so
--- the next call opens a new one.
-local function backend_session_lost(h, call, held)
+-- the next call opens a new one — before the client hears of it (the answer waits for the sidecar),
+-- or the client's next call could come in the lost session again.
+local function backend_session_lost(h, call)
   h:httpCall(call.sidecar, {
     [":method"] = "POST", [":path"] = "/internal/backend-session-lost", [":authority"] = "mcpgw-sidecar",
     ["content-type"] = "application/json",
   }, '{"route":' .. json_string(call.route) .. ',"backend":' .. json_string(call.backend)
     .. ',"backendSessionId":' .. json_string(call.backend_session) .. ',"gatewaySessionId":' .. json_string(call.gateway_session) .. "}",
-    2000, true)
-  replace_with_error(h, call, "backend " .. call.backend .. " lost the session of this call and ran nothing: call again", call.status, held)
+    2000)
+  replace_with_error(h, call, "backend " .. call.backend .. " lost the session of this call and ran nothing: call again", call.status, true)
 end
 
 function envoy_on_response(h)
@@ -508,7 +570,7 @@ function envoy_on_response(h)
     -- that a lost session can still become another answer.
     local body = h:body(true)
     local text = body:getBytes(0, body:length())
-    if call.status == 404 or M.says_session_unknown(text) then return backend_session_lost(h, call, body) end
+    if call.status == 404 or M.says_session_unknown(text) then return backend_session_lost(h, call) end
     local rewritten = call.annotate and M.rewrite_message(text, call)
     if rewritten then
       body:setBytes(rewritten)
@@ -518,8 +580,8 @@ function envoy_on_response(h)
   end
   if call.status >= 400 and not is_json and not is_sse then
     -- A backend's own error page (HTML, text, a stack trace) never reaches the agent: only its status.
-    local held = call.length and call.length <= MAX_HELD_JSON_BYTES and h:body(true) or nil
-    return replace_with_error(h, call, "backend " .. call.backend .. " answered HTTP " .. call.status .. ": tools/call " .. call.tool .. " failed", call.status, held)
+    local buffered = call.length ~= nil and call.length <= MAX_HELD_JSON_BYTES
+    return replace_with_error(h, call, "backend " .. call.backend .. " answered HTTP " .. call.status .. ": tools/call " .. call.tool .. " failed", call.status, buffered)
   end
   if not call.annotate or (not is_sse and not is_json) then return end
   h:headers():remove("content-length")

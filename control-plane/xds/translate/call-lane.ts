@@ -221,6 +221,15 @@ export function callRouteFilters(routeKey: string, backendName: string, separato
   };
 }
 
+/**
+ * A DELETE on the gateway lane: the call script runs only to make this Envoy worker forget the
+ * session checks it remembers of the ending session (the sidecar ends the session itself).
+ */
+export const SESSION_END_FILTERS = {
+  'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: { ends_sessions: true } }),
+  'envoy.filters.http.ext_authz': { '@type': TYPE_URL.extAuthzPerRoute, disabled: true },
+};
+
 /** Routes of the gateway lane: the call script does not run, and the session check is never asked. */
 export const GATEWAY_LANE_FILTERS = {
   'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { disabled: true }),

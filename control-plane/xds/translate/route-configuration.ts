@@ -1,6 +1,6 @@
 import { GatewayIR, RouteBackendIR, RouteIR, ToolServiceIR } from '../../ir/gateway-ir';
 import { TypedJson } from '../protobuf/proto-json';
-import { CallLaneCatalog, GATEWAY_LANE_FILTERS, callMatch, callRouteFilters } from './call-lane';
+import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, callRouteFilters } from './call-lane';
 import { duration } from './duration';
 import { ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { TYPE_URL, typedStruct } from './type-urls';
@@ -60,7 +60,7 @@ export const SIDECAR_RETRY_POLICY = {
 };
 
 /** The gateway lane: everything the gateway answers itself (initialize, tools/list, DELETE, …) and calls no backend route took. */
-function gatewayRoute(name: string, match: Record<string, unknown>) {
+function gatewayRoute(name: string, match: Record<string, unknown>, filters: Record<string, unknown> = GATEWAY_LANE_FILTERS) {
   return {
     name,
     match,
@@ -70,7 +70,7 @@ function gatewayRoute(name: string, match: Record<string, unknown>) {
       // Another sidecar replica, if one refused or reset before answering.
       retry_policy: SIDECAR_RETRY_POLICY,
     },
-    typed_per_filter_config: GATEWAY_LANE_FILTERS,
+    typed_per_filter_config: filters,
   };
 }
 
@@ -87,6 +87,7 @@ export function buildRouteConfiguration(ir: GatewayIR, catalog: CallLaneCatalog)
       .sort((a, b) => b.name.length - a.name.length || a.name.localeCompare(b.name))
       .map((backend) => callRoute(route, backend, services.get(backend.catalogKey)!, catalog)),
     streamsRoute(route),
+    gatewayRoute(`${route.key}/end`, { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'DELETE' } }] }, SESSION_END_FILTERS),
     gatewayRoute(`${route.key}/gateway`, { path_separated_prefix: route.path }),
   ]);
   return {
