@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { CatalogSettings, CatalogSnapshotMessage, RouteCatalogMessage } from '../catalog/catalog-store';
 import { ToolFinding } from '../catalog/tool-exposure';
 import { XdsResources } from '../xds/translate';
+import { AUTHENTICATED, TokenFile, adminAccess } from '../shared/admin-access';
 import { DashboardSources, mountDashboard } from './dashboard';
 
 export interface AdminSources extends DashboardSources {
@@ -57,14 +58,17 @@ function catalogStatus(sources: AdminSources, onlyRoute?: string) {
 
 const refreshQuerySchema = z.object({ route: z.string().min(1).optional() });
 
-export function createAdminApp(sources: AdminSources): express.Express {
+/** `tokenFile`: the bearer token every request but the probes' must carry (an admin port off loopback). */
+export function createAdminApp(sources: AdminSources, tokenFile?: TokenFile): express.Express {
   const app = express();
+  app.use(adminAccess(tokenFile));
   app.get('/healthz', (_req, res) => {
     res.json({ status: 'UP' });
   });
   app.get('/readyz', (_req, res) => {
     const detail = readiness(sources.catalog());
-    res.status(detail.status === 'UP' ? 200 : 503).json(detail);
+    // Route keys are for operators, not for whoever can reach the port.
+    res.status(detail.status === 'UP' ? 200 : 503).json(res.locals[AUTHENTICATED] ? detail : { status: detail.status });
   });
   app.get('/status', (_req, res) => {
     res.json({

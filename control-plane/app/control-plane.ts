@@ -17,7 +17,11 @@ import { RegistryController, RegistryPollResult } from '../registry/registry-con
 import { RegistryMerge } from '../registry/registry-state';
 import { RegistrySource } from '../registry/source';
 import { grpcServices } from '../shared/grpc-packages';
-import { RedisTimeouts } from '../shared/redis-client';
+import { InternalTls } from '../shared/internal-tls';
+import { TokenFile } from '../shared/admin-access';
+import { CONTROL_PLANE_CALLERS, callerCheck } from './internal-callers';
+import { RedisAuth, RedisTimeouts } from '../shared/redis-client';
+import { redisKeyspace } from '../shared/redis-keys';
 import { Logger } from '../shared/log';
 import { ConcurrencyLimit } from '../shared/concurrency-limit';
 import { LastGoodStore, SavedRoute } from '../state/last-good-store';
@@ -34,6 +38,8 @@ export interface ControlPlaneOptions {
   /** host:port of the gRPC server: ADS for Envoy and the catalog stream for sidecars. */
   grpcAddress: string;
   admin: { host: string; port: number };
+  /** The bearer token the admin port asks for (required off loopback: docs/adr/0017-closed-inside.md). */
+  adminTokenFile?: TokenFile;
   registryRefreshMs: number;
   catalogRefreshMs: number;
   /** Deadline and size bounds of one Tool Service's tools/list (docs/hardening.md). */
@@ -45,8 +51,14 @@ export interface ControlPlaneOptions {
   catalogFetchConcurrency: number;
   /** Naming rules, cap and page size of the catalogs sidecars serve (docs/tools-list.md). */
   catalog: CatalogSettings;
+  /**
+   * Mutual TLS on the gRPC port (docs/adr/0017-closed-inside.md): only Envoys (ADS, call log) and
+   * sidecars (catalog stream) with certificates of the internal CA, each for what its role may do, an
+   * Envoy only for the node id its certificate names. Without it the port is plain (loopback only).
+   */
+  internalTls?: InternalTls;
   /** Redis for last-good state; without it a cold start with the source down serves nothing. */
-  redis?: { url: string; prefix: string; timeouts?: RedisTimeouts };
+  redis?: { url: string; prefix: string; timeouts?: RedisTimeouts; auth?: RedisAuth };
   log: Logger;
 }
 
@@ -66,7 +78,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const xdsStatus = new XdsStatusTracker(metrics, log);
   const cache = new SnapshotCache();
   const publisher = new XdsPublisher(cache, xdsStatus);
-  const lastGood = options.redis ? new LastGoodStore(options.redis.url, options.redis.prefix, log, options.redis.timeouts) : undefined;
+  const lastGood = options.redis ? new LastGoodStore(options.redis.url, redisKeyspace(options.redis.prefix), log, options.redis.timeouts, options.redis.auth) : undefined;
   // Thousands of Tool Services must not be fetched at once: the event loop also serves xDS and the
   // catalog stream. Ids that share an endpoint share one fetch.
   const catalogFetches = new ConcurrencyLimit(options.catalogFetchConcurrency);
@@ -175,12 +187,12 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     ...(lastGood && { redisAnswers: () => lastGood.answers() }),
   });
 
-  const server = new grpc.Server();
+  const server = new grpc.Server({ interceptors: options.internalTls ? [callerCheck(CONTROL_PLANE_CALLERS, log)] : [] });
   server.addService(grpcServices.aggregatedDiscovery().service, adsServiceHandlers(cache, xdsStatus.callbacks()));
   server.addService(grpcServices.catalogDiscovery().service, catalogServiceHandlers(catalog, log));
   server.addService(grpcServices.accessLog().service, accessLogServiceHandlers(new CallLog([callMetrics, callHistory]), log));
   const grpcPort = await new Promise<number>((resolve, reject) =>
-    server.bindAsync(options.grpcAddress, grpc.ServerCredentials.createInsecure(), (error, port) =>
+    server.bindAsync(options.grpcAddress, options.internalTls?.serverCredentials() ?? grpc.ServerCredentials.createInsecure(), (error, port) =>
       error ? reject(error) : resolve(port),
     ),
   );
@@ -196,7 +208,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       callHistory: () => callHistory.view(),
       registry: () => registry.currentStatus(),
       metrics: metrics.registry,
-    }),
+    }, options.adminTokenFile),
     options.admin.host,
     options.admin.port,
   );
@@ -222,6 +234,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       catalog.close();
       await registry.stop();
       server.forceShutdown();
+      options.internalTls?.close();
       await lastGood?.close();
       await closeServer(admin);
     },

@@ -9,7 +9,7 @@ import { startControlPlane } from '../app/control-plane';
 import { CATALOG_DEFAULTS, RELIST_DEFAULTS } from '../catalog/catalog-store';
 import { TOOL_LIST_DEFAULTS } from '../catalog/tool-fetcher';
 import { TOOL_NAME_POLICIES, separatorProblem } from '../catalog/tool-exposure';
-import { renderBootstrap } from '../devstack/envoy';
+import { renderBootstrap, writeBootstrapFile } from '../devstack/envoy';
 import { buildGatewayIR } from '../ir/gateway-ir';
 import { asStaticBootstrap, diffXds, formatDifferences } from '../xds/render';
 import { XdsResources, translate } from '../xds/translate';
@@ -20,7 +20,10 @@ import { PortalRegistrySource } from '../registry/portal-source';
 import { RegistryFileError, checkRegistryFile, formatFileProblem, loadRegistryFile } from '../registry/static-file';
 import { LOG_LEVELS, Logger, createLogger, logProcessEvents } from '../shared/log';
 import { projectPath } from '../shared/paths';
-import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, isSentinelAddress, parseRedisAddress } from '../shared/redis-client';
+import { REDIS_TIMEOUT_DEFAULTS, RedisAuth, RedisTimeouts, isSentinelAddress, parseRedisAddress, readRedisPassword } from '../shared/redis-client';
+import { InternalTls, certificateIdentity, vouchesFor } from '../shared/internal-tls';
+import { TokenFile } from '../shared/admin-access';
+import { isLoopbackHost } from '../shared/loopback';
 import { SESSION_DEFAULTS } from '../sidecar/sessions/session-store';
 import { startSidecar } from '../sidecar/sidecar';
 import { stopOnSignals } from './signals';
@@ -108,6 +111,53 @@ const redisTimeoutsOf = (options: { redisConnectTimeoutMs: number; redisCommandT
 });
 const logLevelOption = () =>
   new Option('--log-level <level>', 'the least severe log lines written').choices(LOG_LEVELS).env('MCPGW_LOG_LEVEL').default('info' as const);
+
+/** Mutual TLS inside (docs/adr/0017-closed-inside.md): one directory per process, cert-manager's layout. */
+const internalTlsOption = () =>
+  new Option('--internal-tls <dir>', "mutual TLS inside: this process's certificate and key and the internal CA (tls.crt, tls.key, ca.crt), read again when they change; required unless every internal address is loopback").env('MCPGW_INTERNAL_TLS');
+const adminTokenFileOption = () =>
+  new Option('--admin-token-file <file>', 'a bearer token (at least 16 characters) every admin request but /healthz and /readyz must carry; required when --admin is not loopback').env('MCPGW_ADMIN_TOKEN_FILE');
+const redisPasswordFileOption = () =>
+  new Option('--redis-password-file <file>', "the Redis ACL user's password (the user goes in the address: redis://USER@HOST:PORT); overrides a password in the address").env('MCPGW_REDIS_PASSWORD_FILE');
+const redisCaOption = () => new Option('--redis-ca <file>', 'the CA a rediss:// Redis certificate must chain to (default: the system CAs)').env('MCPGW_REDIS_CA');
+const redisAuthOf = (options: { redisPasswordFile?: string; redisCa?: string }): RedisAuth => ({
+  ...(options.redisPasswordFile && { password: readRedisPassword(options.redisPasswordFile) }),
+  ...(options.redisCa && { tlsCaFile: options.redisCa }),
+});
+
+const SECURING_DOCS = 'docs/operating.md#securing-the-inside';
+
+/**
+ * The rules of a closed inside, checked before anything starts: a plain internal channel only between
+ * loopback addresses, an admin port off loopback only with a token. The first broken one, in one line.
+ */
+function insideProblem(settings: {
+  internalTls?: string;
+  internal: { flag: string; addresses: HostPort[] }[];
+  admin?: { flag: string; address: HostPort; tokenFile?: string };
+}): string | undefined {
+  if (!settings.internalTls) {
+    for (const { flag, addresses } of settings.internal) {
+      const open = addresses.find((address) => !isLoopbackHost(address.host));
+      if (open) return `${flag} ${joined(open)} is not a loopback address, and the gateway's inside is plain without --internal-tls DIR: give --internal-tls (mutual TLS) or use 127.0.0.1 (${SECURING_DOCS})`;
+    }
+  }
+  const { admin } = settings;
+  if (admin && !admin.tokenFile && !isLoopbackHost(admin.address.host)) {
+    return `${admin.flag} ${joined(admin.address)} is not a loopback address: give --admin-token-file FILE (a bearer token) or bind it to 127.0.0.1 (${SECURING_DOCS})`;
+  }
+  return undefined;
+}
+
+/** Reads the files a closed inside needs; a file that does not load is one line and exit code 1. */
+function loadInsideFiles<T>(commandPath: string, load: () => T): T {
+  try {
+    return load();
+  } catch (error) {
+    process.stderr.write(`${commandPath}: ${(error as Error).message}\n`);
+    process.exit(1);
+  }
+}
 
 function packageVersion(): string {
   const manifest = z.object({ version: z.string() }).parse(JSON.parse(fs.readFileSync(projectPath('package.json'), 'utf8')));
@@ -207,9 +257,19 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
   .addOption(new Option('--portal <url>', 'the Portal base URL, e.g. http://portal:8080').argParser(parsedBy(url('the Portal base URL, e.g. http://portal:8080'))))
   .addOption(new Option('--portal-token <token>', 'bearer token for the Portal').env('MCPGW_PORTAL_TOKEN'))
   .addOption(redisOption('Redis for last-good state: redis://HOST:PORT, or sentinel://HOST:PORT[,HOST:PORT...]/PRIMARY_NAME'))
+  .addOption(redisPasswordFileOption())
+  .addOption(redisCaOption())
   .addOption(new Option('--redis-prefix <prefix>', 'prefix of every Redis key').default('mcpgw:'))
   .addOption(hostPortOption('--grpc <host:port>', 'gRPC server: ADS for Envoy and the catalog stream for sidecars').makeOptionMandatory())
-  .addOption(hostPortOption('--admin <host:port>', 'admin HTTP: /healthz /readyz /status /metrics /config/xds').makeOptionMandatory())
+  .addOption(hostPortOption('--admin <host:port>', 'admin HTTP: /healthz /readyz /status /metrics /config/xds /dashboard').default({ host: '127.0.0.1', port: 18001 }, '127.0.0.1:18001'))
+  .addOption(adminTokenFileOption())
+  .addOption(internalTlsOption())
+  .addOption(
+    new Option('--envoy-internal-tls <dir>', "where every Envoy finds its internal certificate on its own host (tls.crt, tls.key, ca.crt) for its calls to the sidecars; Envoy reads the files itself").default(
+      undefined,
+      'the --internal-tls directory (one mount path for every pod)',
+    ),
+  )
   .addOption(hostPortOption('--listener <host:port>', "Envoy's listener agents connect to").makeOptionMandatory())
   .addOption(
     new Option('--sidecar <host:port,...>', "the sidecars' --listen addresses (the gateway lane and the session check): one per replica, or a DNS name whose every record is one")
@@ -251,7 +311,21 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
   .addOption(logLevelOption())
   .action(async (options, command) => {
     if (!options.registry && !options.portal) command.error('give one registry source: --registry FILE or --portal URL', { exitCode: USAGE_ERROR });
+    const problem = insideProblem({
+      internalTls: options.internalTls,
+      internal: [
+        { flag: '--grpc', addresses: [options.grpc] },
+        { flag: '--sidecar', addresses: options.sidecar },
+      ],
+      admin: { flag: '--admin', address: options.admin, tokenFile: options.adminTokenFile },
+    });
+    if (problem) command.error(problem, { exitCode: USAGE_ERROR });
     const log = componentLogger('control-plane', options.logLevel);
+    const inside = loadInsideFiles('mcpgw control-plane', () => ({
+      internalTls: options.internalTls ? new InternalTls(options.internalTls, 'control-plane', log) : undefined,
+      adminTokenFile: options.adminTokenFile ? new TokenFile(options.adminTokenFile) : undefined,
+      redisAuth: redisAuthOf(options),
+    }));
     try {
       // A file is the operator's own: problems at start are fatal. Later edits are isolated per route.
       if (options.registry) loadRegistryFile(options.registry);
@@ -259,12 +333,15 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
         source: options.registry
           ? new FileRegistrySource(options.registry, options.registryFileSettleMs)
           : new PortalRegistrySource({ baseUrl: options.portal!, token: options.portalToken || undefined }),
-        redis: options.redis ? { url: options.redis, prefix: options.redisPrefix, timeouts: redisTimeoutsOf(options) } : undefined,
+        redis: options.redis ? { url: options.redis, prefix: options.redisPrefix, timeouts: redisTimeoutsOf(options), auth: inside.redisAuth } : undefined,
         grpcAddress: joined(options.grpc),
         admin: options.admin,
+        adminTokenFile: inside.adminTokenFile,
+        internalTls: inside.internalTls,
         gateway: {
           listener: { address: options.listener.host, port: options.listener.port },
           sidecars: options.sidecar.map(endpointOf),
+          ...(options.internalTls && { internalTls: { envoyDir: path.resolve(options.envoyInternalTls ?? options.internalTls) } }),
           maxRequestBodyBytes: options.maxRequestBodyBytes,
           sessionCheckTimeoutMs: options.sessionCheckTimeoutMs,
         },
@@ -290,16 +367,25 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
 subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway answers itself) and the call lane\'s session check, behind Envoy')
   .addOption(hostPortOption('--listen <host:port>', 'the HTTP address Envoy sends the gateway lane and the session checks to').makeOptionMandatory())
   .addOption(hostPortOption('--control-plane <host:port>', "the control plane's --grpc (catalog stream)").makeOptionMandatory())
-  .addOption(new Option('--id <name>', 'this replica in the control plane’s logs').default(`${os.hostname()}-${process.pid}`, 'HOSTNAME-PID'))
+  .addOption(
+    new Option('--id <name>', 'this replica in the control plane’s logs; with --internal-tls its certificate must vouch for it (its name, or NAME/…)').default(
+      undefined,
+      'HOSTNAME-PID, with --internal-tls CERTIFICATE_NAME/HOSTNAME-PID',
+    ),
+  )
+  .addOption(internalTlsOption())
   .addOption(redisOption('Redis for sessions shared by every replica: redis://HOST:PORT, or sentinel://HOST:PORT[,HOST:PORT...]/PRIMARY_NAME; without it sessions live in this process'))
   .addOption(
     new Option('--redis-wait-replicas <n>', 'Redis replicas that must hold a new session before initialize is answered (WAIT, 200 ms at most); default 1 with sentinel://, else 0')
       .argParser(parsedBy(z.coerce.number({ message: 'must be a whole number, 0 or more' }).int('must be a whole number, 0 or more').min(0, 'must be a whole number, 0 or more'))),
   )
+  .addOption(redisPasswordFileOption())
+  .addOption(redisCaOption())
   .addOption(new Option('--redis-prefix <prefix>', 'prefix of every Redis key').default('mcpgw:'))
   .addOption(positiveIntOption('--session-ttl-s <s>', 'idle gateway sessions expire after this', 3600))
   .addOption(positiveIntOption('--backend-session-timeout-ms <ms>', "limit for opening or ending a backend's session", 5000))
-  .addOption(hostPortOption('--admin <host:port>', 'GET /metrics and /healthz'))
+  .addOption(hostPortOption('--admin <host:port>', 'GET /metrics and /healthz (none without it)'))
+  .addOption(adminTokenFileOption())
   .addOption(positiveIntOption('--drain-timeout-ms <ms>', 'on SIGTERM, how long requests in flight keep the sidecar', 10_000))
   .addOption(positiveIntOption('--max-request-body-bytes <bytes>', 'largest request body the gateway lane reads', GATEWAY_DEFAULTS.maxRequestBodyBytes))
   .addOption(positiveIntOption('--max-streams-per-session <n>', 'GET streams one session may hold at a time (429 past it)', 4))
@@ -307,20 +393,43 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
   .addOption(redisConnectTimeoutOption())
   .addOption(redisCommandTimeoutOption())
   .addOption(logLevelOption())
-  .action(async (options) => {
+  .action(async (options, command) => {
+    const problem = insideProblem({
+      internalTls: options.internalTls,
+      internal: [
+        { flag: '--listen', addresses: [options.listen] },
+        { flag: '--control-plane', addresses: [options.controlPlane] },
+      ],
+      admin: options.admin && { flag: '--admin', address: options.admin, tokenFile: options.adminTokenFile },
+    });
+    if (problem) command.error(problem, { exitCode: USAGE_ERROR });
     const log = componentLogger('sidecar', options.logLevel);
+    const inside = loadInsideFiles('mcpgw sidecar', () => ({
+      internalTls: options.internalTls ? new InternalTls(options.internalTls, 'sidecar', log) : undefined,
+      adminTokenFile: options.adminTokenFile ? new TokenFile(options.adminTokenFile) : undefined,
+      redisAuth: redisAuthOf(options),
+    }));
+    const instance = `${os.hostname()}-${process.pid}`;
+    const sidecarId = options.id ?? (inside.internalTls ? `${inside.internalTls.identity.name}/${instance}` : instance);
+    if (inside.internalTls && !vouchesFor(inside.internalTls.identity, 'sidecar', sidecarId)) {
+      const { role, name } = inside.internalTls.identity;
+      command.error(`--id ${sidecarId} is not what the certificate in ${options.internalTls} vouches for (${role}/${name}): a sidecar certificate names the id or its prefix NAME/ (${SECURING_DOCS})`, { exitCode: USAGE_ERROR });
+    }
     try {
       const running = await startSidecar({
         drainTimeoutMs: options.drainTimeoutMs,
         adminAddress: options.admin && joined(options.admin),
+        adminTokenFile: inside.adminTokenFile,
+        internalTls: inside.internalTls,
         address: joined(options.listen),
         maxRequestBodyBytes: options.maxRequestBodyBytes,
         maxStreamsPerSession: options.maxStreamsPerSession,
         controlPlaneAddress: joined(options.controlPlane),
-        sidecarId: options.id,
+        sidecarId,
         redis: options.redis
           ? {
               url: options.redis,
+              auth: inside.redisAuth,
               prefix: options.redisPrefix,
               timeouts: redisTimeoutsOf(options),
               waitReplicas: options.redisWaitReplicas ?? (isSentinelAddress(options.redis) ? 1 : 0),
@@ -384,21 +493,37 @@ subcommand('diff', 'show what changes in Envoy between two registry files; exits
     process.exitCode = differences.length === 0 ? 0 : 1;
   });
 
-subcommand('envoy-bootstrap', 'print envoy/bootstrap.yaml filled in')
-  .requiredOption('--node-id <id>', "Envoy's node id (unique per Envoy)")
-  .addOption(hostPortOption('--admin <host:port>', "Envoy's admin interface").makeOptionMandatory())
+subcommand('envoy-bootstrap', 'print envoy/bootstrap.yaml filled in (or write it, and its SDS files, with --output)')
+  .requiredOption('--node-id <id>', "Envoy's node id (unique per Envoy); with --internal-tls its certificate must vouch for it (its name, or NAME/…)")
+  .addOption(hostPortOption('--admin <host:port>', "Envoy's admin interface: loopback only (it has no authentication)").makeOptionMandatory())
   .addOption(new Option('--xds <host:port,...>', "the control planes' --grpc addresses, one per replica (or a DNS name)").argParser(parsedBy(hostPortList)).makeOptionMandatory())
   .addOption(new Option('--ads <type>', 'state of the world (GRPC) or incremental (DELTA_GRPC)').choices(['GRPC', 'DELTA_GRPC'] as const).default('GRPC' as const))
-  .action((options) => {
-    process.stdout.write(
-      renderBootstrap({
-        nodeId: options.nodeId,
-        adsApiType: options.ads,
-        adminAddress: options.admin.host,
-        adminPort: options.admin.port,
-        xds: options.xds,
-      }),
-    );
+  .addOption(internalTlsOption())
+  .addOption(new Option('--output <file>', 'write the bootstrap here instead of printing it; with --internal-tls its two SDS files go beside it (required then)'))
+  .action((options, command) => {
+    if (!isLoopbackHost(options.admin.host)) {
+      command.error(`--admin ${joined(options.admin)} is not a loopback address: Envoy's admin interface has no authentication and must stay on 127.0.0.1 (${SECURING_DOCS})`, { exitCode: USAGE_ERROR });
+    }
+    const problem = insideProblem({ internalTls: options.internalTls, internal: [{ flag: '--xds', addresses: options.xds }] });
+    if (problem) command.error(problem, { exitCode: USAGE_ERROR });
+    if (options.internalTls && !options.output) command.error('--internal-tls needs --output FILE: the bootstrap refers to two SDS files written beside it', { exitCode: USAGE_ERROR });
+    if (options.internalTls) {
+      const certDir = path.resolve(options.internalTls);
+      const identity = loadInsideFiles('mcpgw envoy-bootstrap', () => certificateIdentity(certDir, 'envoy'));
+      if (!vouchesFor(identity, 'envoy', options.nodeId)) {
+        command.error(`--node-id ${options.nodeId} is not what the certificate in ${certDir} vouches for (envoy/${identity.name}): use ${identity.name} or ${identity.name}/<instance> (${SECURING_DOCS})`, { exitCode: USAGE_ERROR });
+      }
+    }
+    const values = {
+      nodeId: options.nodeId,
+      adsApiType: options.ads,
+      adminAddress: options.admin.host,
+      adminPort: options.admin.port,
+      xds: options.xds,
+      ...(options.internalTls && { internalTls: { certDir: path.resolve(options.internalTls), sdsDir: path.dirname(path.resolve(options.output!)) } }),
+    };
+    if (options.output) writeBootstrapFile(values, path.resolve(options.output));
+    else process.stdout.write(renderBootstrap(values));
   });
 
 program.parseAsync(process.argv).catch((error: unknown) => {

@@ -3,6 +3,8 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { projectPath } from '../shared/paths';
+import { INTERNAL_TLS_FILES, roleUriPattern } from '../shared/internal-tls';
+import { INTERNAL_TLS_PARAMS } from '../xds/translate/internal-tls';
 
 /** State-of-the-world or incremental (delta) xDS, as Envoy's bootstrap names them. */
 export type XdsApiType = 'GRPC' | 'DELTA_GRPC';
@@ -17,6 +19,59 @@ export interface BootstrapValues {
    * stream; when its control plane goes away it reconnects to another (docs/adr/0010-deployment.md).
    */
   xds: { host: string; port: number }[];
+  /**
+   * Mutual TLS towards the control planes (docs/adr/0017-closed-inside.md): `certDir` holds this
+   * Envoy's internal certificate (tls.crt, tls.key, ca.crt); `sdsDir` is where the two SDS files that
+   * point Envoy at them are written (beside the bootstrap).
+   */
+  internalTls?: { certDir: string; sdsDir: string };
+}
+
+/** The SDS files of the bootstrap's internal TLS, in the bootstrap's directory. */
+export const BOOTSTRAP_SDS_FILES = { certificate: 'internal-certificate.sds.yaml', ca: 'internal-ca.sds.yaml' } as const;
+
+const SECRET_TYPE = 'type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret';
+
+/** The SDS files' contents: one Secret each (Envoy's file subscription takes exactly one), naming the certificate files. */
+function bootstrapSdsFiles(certDir: string): Record<keyof typeof BOOTSTRAP_SDS_FILES, string> {
+  const file = (name: string) => path.join(certDir, name);
+  const watched = { watched_directory: { path: certDir } };
+  const resources = (secret: Record<string, unknown>) => `${JSON.stringify({ resources: [{ '@type': SECRET_TYPE, ...secret }] }, null, 2)}\n`;
+  return {
+    certificate: resources({
+      name: 'internal_certificate',
+      tls_certificate: { certificate_chain: { filename: file(INTERNAL_TLS_FILES.certificate) }, private_key: { filename: file(INTERNAL_TLS_FILES.key) }, ...watched },
+    }),
+    ca: resources({ name: 'internal_ca', validation_context: { trusted_ca: { filename: file(INTERNAL_TLS_FILES.ca) }, ...watched } }),
+  };
+}
+
+/**
+ * The ADS cluster's transport socket: TLS 1.3 with this Envoy's certificate, accepting only a control
+ * plane's (its URI SAN), whatever address it was reached at; ALPN h2 for gRPC. One line of YAML (JSON).
+ */
+function xdsTransportSocket(internalTls: BootstrapValues['internalTls']): string {
+  if (!internalTls) return '';
+  const sds = (name: string, file: string) => ({
+    name,
+    sds_config: { path_config_source: { path: path.join(internalTls.sdsDir, file) }, resource_api_version: 'V3' },
+  });
+  const socket = {
+    name: 'envoy.transport_sockets.tls',
+    typed_config: {
+      '@type': 'type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext',
+      common_tls_context: {
+        tls_params: INTERNAL_TLS_PARAMS,
+        alpn_protocols: ['h2'],
+        tls_certificate_sds_secret_configs: [sds('internal_certificate', BOOTSTRAP_SDS_FILES.certificate)],
+        combined_validation_context: {
+          default_validation_context: { match_typed_subject_alt_names: [{ san_type: 'URI', matcher: { safe_regex: { regex: roleUriPattern('control-plane') } } }] },
+          validation_context_sds_secret_config: sds('internal_ca', BOOTSTRAP_SDS_FILES.ca),
+        },
+      },
+    },
+  };
+  return `transport_socket: ${JSON.stringify(socket)}`;
 }
 
 /** The ADS cluster's lb_endpoints as one YAML flow sequence. */
@@ -35,6 +90,7 @@ export function renderBootstrap(values: BootstrapValues): string {
     ADMIN_ADDRESS: values.adminAddress,
     ADMIN_PORT: String(values.adminPort),
     XDS_ENDPOINTS: xdsEndpoints(values.xds),
+    XDS_TRANSPORT_SOCKET: xdsTransportSocket(values.internalTls),
   };
   const template = fs.readFileSync(projectPath('envoy', 'bootstrap.yaml'), 'utf8');
   const rendered = template.replace(/\{\{([A-Z_]+)\}\}/g, (placeholder, name: string) => {
@@ -46,10 +102,21 @@ export function renderBootstrap(values: BootstrapValues): string {
   return rendered;
 }
 
-export function writeBootstrap(values: BootstrapValues, dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcpgw-envoy-'))): string {
-  const file = path.join(dir, `bootstrap-${values.nodeId}.yaml`);
+/** Writes the bootstrap to `file` and, with internal TLS, its SDS files into their directory. */
+export function writeBootstrapFile(values: BootstrapValues, file: string): string {
+  if (values.internalTls) {
+    fs.mkdirSync(values.internalTls.sdsDir, { recursive: true });
+    const contents = bootstrapSdsFiles(values.internalTls.certDir);
+    for (const key of Object.keys(BOOTSTRAP_SDS_FILES) as (keyof typeof BOOTSTRAP_SDS_FILES)[]) {
+      fs.writeFileSync(path.join(values.internalTls.sdsDir, BOOTSTRAP_SDS_FILES[key]), contents[key]);
+    }
+  }
   fs.writeFileSync(file, renderBootstrap(values));
   return file;
+}
+
+export function writeBootstrap(values: BootstrapValues, dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcpgw-envoy-'))): string {
+  return writeBootstrapFile(values, path.join(dir, `bootstrap-${values.nodeId}.yaml`));
 }
 
 /**

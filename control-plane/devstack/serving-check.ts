@@ -1,4 +1,3 @@
-import Redis from 'ioredis';
 import { z } from 'zod';
 import { Registry } from '../registry/model';
 import { TYPE_URL } from '../xds/translate/type-urls';
@@ -51,8 +50,8 @@ function postJson(url: string, body: unknown): Promise<Response> {
   return fetch(url, { method: 'POST', headers: MCP_HEADERS, body: JSON.stringify(body), signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
 }
 
-async function redisAnswersPing(url: string): Promise<boolean> {
-  const redis = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: REQUEST_TIMEOUT_MS });
+async function redisAnswersPing(stack: GatewayStack): Promise<boolean> {
+  const redis = stack.redisClient({ lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: REQUEST_TIMEOUT_MS });
   redis.on('error', () => undefined);
   try {
     await redis.connect();
@@ -125,7 +124,7 @@ export class ServingCheck {
     }
     const healthy = await get(`${stack.sidecarAdminUrl}/healthz`).then((response) => response.ok, () => false);
     if (!healthy) failures.push({ message: `the sidecar is not healthy (GET /healthz); see ${stack.logFileOf('sidecar')}` });
-    if (!(await redisAnswersPing(stack.redisUrl))) failures.push({ message: `Redis does not answer PING at ${stack.redisUrl}; see ${stack.logFileOf('redis')}` });
+    if (!(await redisAnswersPing(stack))) failures.push({ message: `Redis does not answer PING at ${stack.redisUrl}; see ${stack.logFileOf('redis')}` });
     for (const sample of this.samples) {
       const url = `http://127.0.0.1:${sample.port}/mcp`;
       const initialize = { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'mcpgw-up', version: '1' } } };

@@ -2,9 +2,13 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { projectPath } from '../shared/paths';
 import { LogLevel } from '../shared/log';
-import { BASE_ID_TAKEN, ENVOY_JSON_LOG_FORMAT, XdsApiType, envoyBinary, writeBootstrap } from './envoy';
+import { BASE_ID_TAKEN, ENVOY_JSON_LOG_FORMAT, XdsApiType, envoyBinary, writeBootstrapFile } from './envoy';
 import { listensOn } from './port-owner';
 import { ManagedProcess, ProcessOptions, freePorts, portAccepts } from './processes';
+import Redis, { RedisOptions } from 'ioredis';
+import { DEV_REDIS_USER, DevInside } from './dev-inside';
+import { InternalIdentity } from '../shared/internal-tls';
+import { connectionOptions, readRedisPassword } from '../shared/redis-client';
 
 /**
  * The whole gateway as separate real processes on loopback: Redis, sample Tool Services, control
@@ -62,7 +66,22 @@ export interface StackOptions {
    * sidecars; the stack then starts no Redis of its own.
    */
   redisUrl?: string;
+  /** The password of the caller's Redis (redisUrl), in a file. */
+  redisPasswordFile?: string;
+  /**
+   * The inside as it was before it was closed: plain gRPC and HTTP between the processes, Redis
+   * without a password (all on loopback). For measuring what closing it costs; closed by default
+   * (docs/adr/0017-closed-inside.md).
+   */
+  plainInside?: boolean;
+  /** How long the internal certificates the stack issues are valid (30 days by default). */
+  internalCertificateTtlMinutes?: number;
 }
+
+/** The gateway's own Redis key prefix (the processes' --redis-prefix default). */
+const REDIS_PREFIX = 'mcpgw:';
+/** Every Envoy of a stack shares one internal certificate, named so; its node ids are envoy/<…>. */
+const ENVOY_CERTIFICATE = { role: 'envoy', name: 'envoy' } as const;
 
 /** Where one replica of a part listens: its main port (the sidecar's --listen, the control plane's --grpc) and its admin port. */
 export interface ReplicaPorts {
@@ -130,6 +149,8 @@ export class GatewayStack {
     readonly sidecarPorts: ReplicaPorts[],
     /** Every control plane replica's ports, the first one's being ports.grpc and ports.controlPlaneAdmin. */
     readonly controlPlanePorts: ReplicaPorts[],
+    /** The stack's CA, certificates and Redis password; none with plainInside. */
+    readonly inside: DevInside | undefined,
   ) {}
 
   static async start(options: StackOptions): Promise<GatewayStack> {
@@ -151,6 +172,7 @@ export class GatewayStack {
       ports,
       [{ main: ports.sidecar, admin: ports.sidecarAdmin }, ...(await morePorts(options.sidecars ?? 1))],
       [{ main: ports.grpc, admin: ports.controlPlaneAdmin }, ...(await morePorts(options.controlPlanes ?? 1))],
+      options.plainInside ? undefined : DevInside.create(path.join(options.logDir, 'inside'), options.internalCertificateTtlMinutes ?? 30 * 24 * 60),
     );
   }
 
@@ -197,8 +219,34 @@ export class GatewayStack {
     return `http://${HOST}:${this.ports.portal}`;
   }
 
+  /** The address the processes get: with the stack's own Redis and a closed inside, its ACL user (the password is in a file). */
   get redisUrl(): string {
-    return this.options.redisUrl ?? `redis://${HOST}:${this.ports.redis}`;
+    return this.options.redisUrl ?? `redis://${this.inside ? `${DEV_REDIS_USER}@` : ''}${HOST}:${this.ports.redis}`;
+  }
+
+  /** The file with the Redis password the processes read, if any. */
+  get redisPasswordFile(): string | undefined {
+    return this.options.redisPasswordFile ?? (this.options.redisUrl ? undefined : this.inside?.redisPasswordFile);
+  }
+
+  /** A client of the stack's Redis logged in as the gateway's processes are (for tests and checks). */
+  redisClient(options: RedisOptions = {}): Redis {
+    const password = this.redisPasswordFile ? readRedisPassword(this.redisPasswordFile) : undefined;
+    return new Redis({ ...connectionOptions(this.redisUrl, { password }), maxRetriesPerRequest: 1, ...options });
+  }
+
+  /** The internal certificate directory of one of the stack's processes (issued on first use). */
+  internalTlsDir(identity: InternalIdentity): string {
+    if (!this.inside) throw new Error('this stack runs with a plain inside (plainInside)');
+    return this.inside.certificateDir(identity);
+  }
+
+  private get redisPasswordArgs(): string[] {
+    return this.redisPasswordFile ? ['--redis-password-file', this.redisPasswordFile] : [];
+  }
+
+  private internalTlsArgs(identity: InternalIdentity): string[] {
+    return this.inside ? ['--internal-tls', this.internalTlsDir(identity)] : [];
   }
 
   /** The log file of one of the stack's processes. */
@@ -285,6 +333,8 @@ export class GatewayStack {
         'redis',
         'redis-server',
         [
+          // The ACL user and its password, from an owner-only file (not on this command line).
+          ...(this.inside ? [this.inside.redisConfigFile(REDIS_PREFIX)] : []),
           '--bind', HOST, '--port', String(this.ports.redis), '--save', '', '--appendonly', 'no',
           // Bounded, evicting only keys with a TTL (idle sessions), never last-good state: docs/hardening.md.
           '--maxmemory', '256mb', '--maxmemory-policy', 'volatile-lru',
@@ -334,6 +384,9 @@ export class GatewayStack {
         CLI, 'control-plane',
         ...(this.usesPortal ? ['--portal', this.portalUrl] : ['--registry', this.options.registryFile]),
         '--redis', this.redisUrl,
+        ...this.redisPasswordArgs,
+        ...this.internalTlsArgs({ role: 'control-plane', name }),
+        ...(this.inside ? ['--envoy-internal-tls', this.internalTlsDir(ENVOY_CERTIFICATE)] : []),
         '--grpc', `${HOST}:${grpcPort}`,
         '--admin', `${HOST}:${adminPort}`,
         '--listener', `${HOST}:${this.ports.listener}`,
@@ -358,7 +411,8 @@ export class GatewayStack {
     await this.launch(name, async () => {
       const sidecar = this.spawn(name, process.execPath, [
         CLI, 'sidecar', '--listen', `${HOST}:${port}`, '--control-plane', `${HOST}:${controlPlane.main}`, '--id', name,
-        '--redis', this.redisUrl, '--admin', `${HOST}:${adminPort}`,
+        '--redis', this.redisUrl, ...this.redisPasswordArgs, ...this.internalTlsArgs({ role: 'sidecar', name }),
+        '--admin', `${HOST}:${adminPort}`,
         // Below ManagedProcess's SIGKILL grace, so that a stop is always the sidecar's own.
         '--drain-timeout-ms', '2000',
         ...this.logLevelArgs,
@@ -375,16 +429,19 @@ export class GatewayStack {
    */
   async startEnvoy(name = 'envoy', adminPort = this.ports.envoyAdmin): Promise<void> {
     await this.launch(name, async () => {
-      const nodeId = `mcpgw-${this.ports.listener}-${this.envoyStarts++}`;
-      const bootstrap = writeBootstrap(
+      const instance = `mcpgw-${this.ports.listener}-${this.envoyStarts++}`;
+      // With a closed inside every Envoy shares the certificate named `envoy`, which vouches for node ids envoy/<…>.
+      const nodeId = this.inside ? `${ENVOY_CERTIFICATE.name}/${instance}` : instance;
+      const bootstrap = writeBootstrapFile(
         {
           nodeId,
           adsApiType: this.options.xdsApiType ?? 'GRPC',
           adminAddress: HOST,
           adminPort,
           xds: this.controlPlanePorts.map(({ main }) => ({ host: HOST, port: main })),
+          ...(this.inside && { internalTls: { certDir: this.internalTlsDir(ENVOY_CERTIFICATE), sdsDir: path.join(this.options.logDir, `${instance}-sds`) } }),
         },
-        this.options.logDir,
+        path.join(this.options.logDir, `bootstrap-${instance}.yaml`),
       );
       this.envoyNodeIds.set(name, nodeId);
       const startWith = async (baseId: number | 'dynamic') => {

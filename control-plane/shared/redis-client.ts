@@ -1,4 +1,5 @@
-import Redis from 'ioredis';
+import * as fs from 'node:fs';
+import Redis, { RedisOptions } from 'ioredis';
 
 /** How long the gateway waits for Redis (docs/hardening.md): a hung Redis must cost a request an error, never a hang. */
 export interface RedisTimeouts {
@@ -69,47 +70,86 @@ export function describeRedisAddress(value: string): string {
 }
 
 /**
+ * What authenticates the gateway to Redis besides its address (docs/adr/0017-closed-inside.md): the
+ * ACL user's password (from a file: never on a command line, never logged), which overrides a password
+ * in the address, and the CA that a `rediss://` Redis's certificate must chain to.
+ */
+export interface RedisAuth {
+  password?: string;
+  tlsCaFile?: string;
+}
+
+/** Reads --redis-password-file: the file's content without a trailing newline. */
+export function readRedisPassword(file: string): string {
+  const password = fs.readFileSync(file, 'utf8').replace(/\r?\n$/, '');
+  if (!password) throw new Error(`the Redis password file ${file} is empty`);
+  return password;
+}
+
+/**
  * After a failover the old primary becomes a replica and refuses writes (READONLY) until the client
  * has found the new one: reconnecting (and sending the command again) finds it.
  */
 const reconnectOnReadOnly = (error: Error) => (error.message.startsWith('READONLY') ? 2 : false);
 
 /**
+ * Where and how to log in, as ioredis options: a redis:// or rediss:// address (the password from
+ * `auth` winning over one in the address; ioredis itself would let the address's win, even an empty
+ * one), or the Sentinels of a primary.
+ */
+export function connectionOptions(address: string, auth?: RedisAuth): RedisOptions {
+  const parsed = parseRedisAddress(address);
+  if (parsed.kind === 'sentinel') {
+    return {
+      sentinels: parsed.sentinels,
+      name: parsed.primaryName,
+      db: parsed.db,
+      username: parsed.username,
+      password: auth?.password ?? parsed.password,
+      sentinelUsername: parsed.username,
+      sentinelPassword: auth?.password ?? parsed.password,
+      // No failoverDetector: in ioredis 6.0.0 a +switch-master arriving while the client reconnects
+      // ends the client for good ("Connection is closed." from then on; reproduced under load by
+      // test/e2e/replicas.test.ts and bench/redis-failover.ts). It is not needed: a killed primary
+      // drops the connection, and a demoted one is told by Sentinel to drop its clients (CLIENT
+      // KILL TYPE normal); the reconnect asks the Sentinels, and READONLY reconnects as well.
+      failoverDetector: false,
+      // Ask the Sentinels again soon after a failed try: a failover takes seconds, not minutes.
+      sentinelRetryStrategy: (attempt: number) => Math.min(100 * attempt, 1000),
+    };
+  }
+  const url = new URL(parsed.url);
+  const decoded = (part: string) => (part ? decodeURIComponent(part) : undefined);
+  const password = auth?.password ?? decoded(url.password);
+  return {
+    host: url.hostname.replace(/^\[|\]$/g, ''),
+    port: url.port ? Number(url.port) : 6379,
+    db: url.pathname.length > 1 ? Number(url.pathname.slice(1)) : 0,
+    ...(decoded(url.username) && { username: decoded(url.username) }),
+    ...(password !== undefined && { password }),
+    ...(url.protocol === 'rediss:' && { tls: auth?.tlsCaFile ? { ca: fs.readFileSync(auth.tlsCaFile) } : {} }),
+  };
+}
+
+/**
  * A Redis client that never queues: while Redis is unreachable or hung, each command fails at once or
  * after the command timeout, and the caller says what that means for its own work. With Sentinels it
  * follows the primary: it asks them at every (re)connect.
  */
-export function createRedisClient(address: string, timeouts: RedisTimeouts, options: { lazyConnect?: boolean; maxRetriesPerRequest?: number } = {}): Redis {
-  const common = {
+export function createRedisClient(
+  address: string,
+  timeouts: RedisTimeouts,
+  options: { lazyConnect?: boolean; maxRetriesPerRequest?: number; auth?: RedisAuth } = {},
+): Redis {
+  const redis = new Redis({
+    ...connectionOptions(address, options.auth),
     enableOfflineQueue: false,
     connectTimeout: timeouts.connectTimeoutMs,
     commandTimeout: timeouts.commandTimeoutMs,
     maxRetriesPerRequest: options.maxRetriesPerRequest ?? 1,
     lazyConnect: options.lazyConnect ?? false,
     reconnectOnError: reconnectOnReadOnly,
-  };
-  const parsed = parseRedisAddress(address);
-  const redis =
-    parsed.kind === 'url'
-      ? new Redis(parsed.url, common)
-      : new Redis({
-          ...common,
-          sentinels: parsed.sentinels,
-          name: parsed.primaryName,
-          db: parsed.db,
-          username: parsed.username,
-          password: parsed.password,
-          sentinelUsername: parsed.username,
-          sentinelPassword: parsed.password,
-          // No failoverDetector: in ioredis 6.0.0 a +switch-master arriving while the client reconnects
-          // ends the client for good ("Connection is closed." from then on; reproduced under load by
-          // test/e2e/replicas.test.ts and bench/redis-failover.ts). It is not needed: a killed primary
-          // drops the connection, and a demoted one is told by Sentinel to drop its clients (CLIENT
-          // KILL TYPE normal); the reconnect asks the Sentinels, and READONLY reconnects as well.
-          failoverDetector: false,
-          // Ask the Sentinels again soon after a failed try: a failover takes seconds, not minutes.
-          sentinelRetryStrategy: (attempt: number) => Math.min(100 * attempt, 1000),
-        });
+  });
   redis.on('error', () => undefined); // each call reports its own failure, not every reconnect attempt
   return redis;
 }

@@ -18,15 +18,18 @@ export class CatalogSubscriber {
   private retryTimer?: NodeJS.Timeout;
   private stopped = false;
 
+  /** `channel`: mutual TLS with the internal certificate (docs/adr/0017-closed-inside.md), or plain on loopback. */
   constructor(
     address: string,
     private readonly sidecarId: string,
     private readonly onSnapshot: (snapshot: CatalogSnapshotMessage) => void,
     private readonly log: Logger,
+    channel: { credentials: grpc.ChannelCredentials; options: grpc.ChannelOptions } = { credentials: grpc.credentials.createInsecure(), options: {} },
   ) {
     const Service = grpcServices.catalogDiscovery();
     // A whole catalog is one message: 50 backends × 100 tools on a few routes is already past gRPC's 4 MiB default.
-    this.client = new Service(address, grpc.credentials.createInsecure(), {
+    this.client = new Service(address, channel.credentials, {
+      ...channel.options,
       'grpc.max_receive_message_length': CATALOG_MESSAGE_LIMIT_BYTES,
     }) as grpc.Client & Record<string, Function>;
   }

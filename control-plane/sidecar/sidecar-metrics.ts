@@ -1,6 +1,7 @@
 import * as http from 'node:http';
 import express from 'express';
 import { listenAt } from '../shared/http-listen';
+import { TokenFile, adminAccess } from '../shared/admin-access';
 import * as client from 'prom-client';
 
 
@@ -34,8 +35,9 @@ export class SidecarMetrics implements SidecarObserver {
 }
 
 /** GET /metrics and GET /healthz on the sidecar's admin address. */
-export async function startSidecarAdmin(address: string, metrics: SidecarMetrics, catalogVersion: () => string): Promise<http.Server> {
+export async function startSidecarAdmin(address: string, metrics: SidecarMetrics, catalogVersion: () => string, tokenFile?: TokenFile): Promise<http.Server> {
   const app = express();
+  app.use(adminAccess(tokenFile));
   app.get('/metrics', async (_req, res) => {
     res.type(metrics.registry.contentType).send(await metrics.registry.metrics());
   });

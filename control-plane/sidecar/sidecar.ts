@@ -1,11 +1,13 @@
 import * as http from 'node:http';
+import * as tls from 'node:tls';
 import { CatalogSnapshotMessage } from '../catalog/catalog-store';
 import { closeServer, listenAt } from '../shared/http-listen';
 import { Logger } from '../shared/log';
 import { CatalogSubscriber } from './catalog-subscriber';
 import { GatewayContext } from './decision';
 import { GatewayServer } from './gateway-server';
-import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient, describeRedisAddress } from '../shared/redis-client';
+import { REDIS_TIMEOUT_DEFAULTS, RedisAuth, RedisTimeouts, createRedisClient, describeRedisAddress } from '../shared/redis-client';
+import { redisKeyspace } from '../shared/redis-keys';
 import { ListChangedStreams, servedNames } from './list-changed-streams';
 import { RouteCatalogView, buildRouteViews } from './route-catalog';
 import { closeBackendSession, openBackendSession, postToBackendSession } from './sessions/backend-sessions';
@@ -13,20 +15,30 @@ import { CachedSessionStore, SESSION_CACHE_DEFAULTS, redisSessionEndings } from 
 import { MemorySessionStore, RedisSessionStore, SessionLimits, SessionStore } from './sessions/session-store';
 import { SidecarMetrics, startSidecarAdmin } from './sidecar-metrics';
 import { redisUpGauge } from '../shared/state-gauge';
+import { InternalTls } from '../shared/internal-tls';
+import { TokenFile } from '../shared/admin-access';
 
 export interface SidecarOptions {
   /** host:port of the sidecar's HTTP port behind Envoy: the gateway lane and the call lane's session check. */
   address: string;
   /** host:port for GET /metrics and /healthz; none when absent. */
   adminAddress?: string;
+  /** The bearer token the admin port asks for (required off loopback: docs/adr/0017-closed-inside.md). */
+  adminTokenFile?: TokenFile;
   /** host:port of the control plane's gRPC server (catalog stream). */
   controlPlaneAddress: string;
   sidecarId: string;
   /**
+   * Mutual TLS on the inside (docs/adr/0017-closed-inside.md): the sidecar's port serves only Envoys
+   * with a certificate of the internal CA, and the catalog stream goes to a control plane's. Without it
+   * both are plain (loopback only).
+   */
+  internalTls?: InternalTls;
+  /**
    * Sessions shared by every replica and kept across restarts; without it, in this process's memory.
    * `waitReplicas`: Redis replicas that must hold a new session before initialize is answered.
    */
-  redis?: { url: string; prefix: string; timeouts?: RedisTimeouts; waitReplicas?: number };
+  redis?: { url: string; prefix: string; timeouts?: RedisTimeouts; waitReplicas?: number; auth?: RedisAuth };
   sessionIdleTtlSeconds: number;
   /** Bounds on what one client's initialize makes the gateway store (docs/hardening.md). */
   sessionLimits?: SessionLimits;
@@ -66,14 +78,17 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       streams.toolsChanged(changed.map(([key]) => key));
     },
     log,
+    options.internalTls?.channel('control-plane'),
   );
 
   const metrics = new SidecarMetrics();
   let sessions: SessionStore;
   if (options.redis) {
+    const keyspace = redisKeyspace(options.redis.prefix);
     const redisSessions = new RedisSessionStore({
       url: options.redis.url,
-      prefix: options.redis.prefix,
+      auth: options.redis.auth,
+      prefix: keyspace,
       idleTtlSeconds: options.sessionIdleTtlSeconds,
       ...options.redis.timeouts,
       ...options.sessionLimits,
@@ -90,9 +105,9 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     }
     const timeouts = { ...REDIS_TIMEOUT_DEFAULTS, ...options.redis.timeouts };
     const endings = redisSessionEndings(
-      createRedisClient(options.redis.url, timeouts),
-      createRedisClient(options.redis.url, timeouts),
-      `${options.redis.prefix}session-ended`,
+      createRedisClient(options.redis.url, timeouts, { auth: options.redis.auth }),
+      createRedisClient(options.redis.url, timeouts, { auth: options.redis.auth }),
+      `${keyspace}session-ended`,
       log,
     );
     sessions = new CachedSessionStore(redisSessions, endings, SESSION_CACHE_DEFAULTS, log);
@@ -112,9 +127,10 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     log,
   };
 
-  const admin = options.adminAddress ? await startSidecarAdmin(options.adminAddress, metrics, () => version) : undefined;
+  const admin = options.adminAddress ? await startSidecarAdmin(options.adminAddress, metrics, () => version, options.adminTokenFile) : undefined;
   const gateway = new GatewayServer(context, streams, { maxRequestBodyBytes: options.maxRequestBodyBytes }, metrics);
-  const server: http.Server = await listenAt(gateway.handle, options.address);
+  const server: http.Server = await listenAt(gateway.handle, options.address, options.internalTls?.serverOptions());
+  if (options.internalTls) options.internalTls.follow(server as unknown as tls.Server, 'envoy');
   // Envoy keeps its connections to the sidecar open between requests: longer than Envoy's own idle timeout (1 h by default) would be pointless.
   server.keepAliveTimeout = 300_000;
   subscriber.start();
@@ -133,6 +149,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
         new Promise<void>((resolve) => setTimeout(resolve, options.drainTimeoutMs).unref()),
       ]);
       server.closeAllConnections();
+      options.internalTls?.close();
       await sessions.close();
     },
   };

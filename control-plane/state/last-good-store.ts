@@ -2,7 +2,7 @@ import type Redis from 'ioredis';
 import { z } from 'zod';
 import { Route, routeSchema } from '../registry/model';
 import { Logger } from '../shared/log';
-import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient, redisAnswers } from '../shared/redis-client';
+import { REDIS_TIMEOUT_DEFAULTS, RedisAuth, RedisTimeouts, createRedisClient, redisAnswers } from '../shared/redis-client';
 
 /** What a route's catalog looked like when it was saved: enough to serve tools/list at once. */
 const savedCatalogSchema = z.array(
@@ -50,8 +50,9 @@ export class LastGoodStore {
     private readonly prefix: string,
     private readonly log: Logger,
     timeouts: RedisTimeouts = REDIS_TIMEOUT_DEFAULTS,
+    auth?: RedisAuth,
   ) {
-    this.redis = createRedisClient(url, timeouts, { lazyConnect: true });
+    this.redis = createRedisClient(url, timeouts, { lazyConnect: true, auth });
   }
 
   private routeKey(key: string): string {

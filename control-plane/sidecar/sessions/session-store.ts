@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import Redis from 'ioredis';
 import { z } from 'zod';
-import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient, redisAnswers } from '../../shared/redis-client';
+import { REDIS_TIMEOUT_DEFAULTS, RedisAuth, RedisTimeouts, createRedisClient, redisAnswers } from '../../shared/redis-client';
 
 /**
  * A client's MCP session with the gateway (docs/adr/0004-sessions.md). Each stateful backend of the
@@ -108,6 +108,7 @@ return redis.call('HGET', KEYS[1], ARGV[1])`;
 
 export interface RedisSessionStoreOptions extends Partial<SessionLimits>, Partial<RedisTimeouts> {
   url: string;
+  auth?: RedisAuth;
   prefix: string;
   idleTtlSeconds: number;
   /**
@@ -173,7 +174,7 @@ export class RedisSessionStore implements SessionStore {
         connectTimeoutMs: options.connectTimeoutMs ?? REDIS_TIMEOUT_DEFAULTS.connectTimeoutMs,
         commandTimeoutMs: options.commandTimeoutMs ?? REDIS_TIMEOUT_DEFAULTS.commandTimeoutMs,
       },
-      { maxRetriesPerRequest: 2 },
+      { maxRetriesPerRequest: 2, auth: options.auth },
     );
   }
 

@@ -2,6 +2,7 @@ import { isIP } from 'node:net';
 import { GatewayIR, ToolServiceIR } from '../../ir/gateway-ir';
 import { TypedJson } from '../protobuf/proto-json';
 import { duration } from './duration';
+import { internalTransportSocket } from './internal-tls';
 import { GatewaySettings, SIDECAR_CHECK_CLUSTER_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { TYPE_URL } from './type-urls';
 
@@ -76,7 +77,7 @@ function toolServiceCluster(service: ToolServiceIR): TypedJson {
 }
 
 /**
- * The sidecars, over plain HTTP/1.1, as three clusters with limits of their own (docs/adr/0008): the
+ * The sidecars, over HTTP/1.1 (mutual TLS with the internal certificates, or plain on loopback), as three clusters with limits of their own (docs/adr/0008): the
  * gateway lane's short requests, the call lane's session checks, and clients' long-lived GET streams —
  * so that streams held open can never take the slots of checks or answers.
  */
@@ -112,6 +113,7 @@ function sidecarCluster(name: keyof typeof SIDECAR_LIMITS, settings: GatewaySett
     load_assignment: loadAssignment(name, settings.sidecars),
     outlier_detection: SIDECAR_OUTLIER_DETECTION,
     circuit_breakers: { thresholds: [{ priority: 'DEFAULT', ...SIDECAR_LIMITS[name] }] },
+    ...(settings.internalTls && { transport_socket: internalTransportSocket('sidecar') }),
   };
 }
 

@@ -2,6 +2,7 @@ import { GatewayIR } from '../../ir/gateway-ir';
 import { TypedJson } from '../protobuf/proto-json';
 import { CallLaneCatalog } from './call-lane';
 import { buildClusters } from './clusters';
+import { buildInternalSecrets } from './internal-tls';
 import { buildListener } from './listener';
 import { buildRouteConfiguration } from './route-configuration';
 import { GatewaySettings } from './settings';
@@ -16,5 +17,6 @@ export function translate(ir: GatewayIR, catalog: CallLaneCatalog, settings: Gat
     [TYPE_URL.cluster]: buildClusters(ir, settings),
     [TYPE_URL.listener]: [buildListener(settings)],
     [TYPE_URL.routeConfiguration]: [buildRouteConfiguration(ir, catalog)],
+    ...(settings.internalTls && { [TYPE_URL.secret]: buildInternalSecrets(settings) }),
   };
 }

@@ -8,6 +8,13 @@ export interface GatewaySettings {
    * every record of it an endpoint (docs/adr/0010-deployment.md).
    */
   sidecars: { address: string; port: number }[];
+  /**
+   * Mutual TLS on the inside (docs/adr/0017-closed-inside.md): Envoy calls the sidecars over TLS with
+   * its own internal certificate, which it reads (and reads again when it changes) from this directory
+   * on its host (`tls.crt`, `tls.key`, `ca.crt`), and accepts only sidecar certificates of that CA.
+   * Without it the sidecar clusters are plain HTTP (loopback only).
+   */
+  internalTls?: { envoyDir: string };
   /** Largest JSON-RPC request body, on every HTTP version (the mcp filter refuses larger ones). */
   maxRequestBodyBytes: number;
   /** How long Envoy waits for the session check, which may open a backend's session (its own deadline is shorter). */

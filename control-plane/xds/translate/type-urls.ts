@@ -13,6 +13,8 @@ export const TYPE_URL = {
   router: `${prefix}envoy.extensions.filters.http.router.v3.Router`,
   httpProtocolOptions: `${prefix}envoy.extensions.upstreams.http.v3.HttpProtocolOptions`,
   upstreamTls: `${prefix}envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext`,
+  downstreamTls: `${prefix}envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext`,
+  secret: `${prefix}envoy.extensions.transport_sockets.tls.v3.Secret`,
   stdoutAccessLog: `${prefix}envoy.extensions.access_loggers.stream.v3.StdoutAccessLog`,
   grpcAccessLog: `${prefix}envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig`,
   typedStruct: `${prefix}xds.type.v3.TypedStruct`,
