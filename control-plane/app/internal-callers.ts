@@ -74,6 +74,11 @@ export function callerCheck(rules: Record<string, CallerRule>, log: Logger): grp
               refuse(`the certificate does not vouch for ${rule.role} "${claimed}" (it names ${identities().map((i) => `${i.role}/${i.name}`).join(', ')})`);
               return;
             }
+            if (isFirst) {
+              // Which certificate each long-lived stream was opened with: what a renewal is checked against.
+              const certificate = call.getAuthContext().sslPeerCertificate;
+              log.info('internal stream opened', { method: method.path, [rule.role === 'envoy' ? 'node' : 'sidecar']: claimed, serial: certificate?.serialNumber, notAfter: certificate?.valid_to });
+            }
             nextMessage(message);
           },
         }),

@@ -224,11 +224,14 @@ export class InternalTls implements grpc.experimental.CertificateProvider {
     this.secureServers.add(server);
     server.once('close', () => this.secureServers.delete(server));
     server.prependListener('secureConnection', (socket: tls.TLSSocket) => {
-      const problem = roleProblem(socket.getPeerCertificate(), role);
+      const certificate = socket.getPeerCertificate();
+      const problem = roleProblem(certificate, role);
       if (problem) {
         this.log.warn('refused an internal caller', { peer: socket.remoteAddress, reason: problem });
         socket.destroy();
+        return;
       }
+      this.log.debug('internal connection accepted', { peer: socket.remoteAddress, serial: certificate.serialNumber, notAfter: certificate.valid_to });
     });
   }
 

@@ -1,0 +1,147 @@
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import * as grpc from '@grpc/grpc-js';
+import { InternalPki, writeSecretDirectory } from '../../control-plane/devstack/internal-pki';
+import { ManagedProcess, freePort } from '../../control-plane/devstack/processes';
+import { GatewayStack } from '../../control-plane/devstack/stack';
+import { INTERNAL_TLS_FILES, InternalIdentity } from '../../control-plane/shared/internal-tls';
+import { INTERNAL_CERTIFICATE_SECRET } from '../../control-plane/xds/translate/internal-tls';
+import { TYPE_URL } from '../../control-plane/xds/translate/type-urls';
+import { controlPlaneStatus, listedTools, startGateway } from '../support/gateway-fixture';
+import { adsRequest, catalogRequest, envoyStatAt, internalHttpRequest, startEnvoyWith, waitFor } from '../support/internal-peers';
+
+/**
+ * The inside refuses strangers (docs/adr/0017-closed-inside.md): real Envoys, control plane and
+ * sidecar on a stack with mutual TLS, certificates issued at test time by the stack's dev CA, and by
+ * another CA for the strangers.
+ */
+describe('a closed inside refuses strangers', () => {
+  let stack: GatewayStack;
+  let dir: string;
+  let caFile: string;
+  let grpcAddress: string;
+  /** Certificates of the stack's own CA, for identities the stack never gave out. */
+  let issue: (identity: InternalIdentity) => { dir: string };
+  let otherCa: InternalPki;
+  const envoys: ManagedProcess[] = [];
+
+  beforeAll(async () => {
+    ({ stack, dir } = await startGateway('closed-inside', (b) => ({ routes: [{ key: 'demo', toolServices: [{ name: 'weather', url: b.weather }] }] })));
+    caFile = path.join(stack.internalTlsDir({ role: 'sidecar', name: 'sidecar' }), INTERNAL_TLS_FILES.ca);
+    grpcAddress = `127.0.0.1:${stack.ports.grpc}`;
+    issue = (identity) => ({ dir: stack.internalTlsDir(identity) });
+    otherCa = InternalPki.create(path.join(dir, 'other-ca'));
+  });
+  afterAll(async () => {
+    for (const envoy of envoys) await envoy.stop();
+    await stack?.stop();
+  });
+
+  /** A directory with a certificate of the other CA for `identity`, beside our CA (the stranger trusts us). */
+  const strangerDir = (identity: InternalIdentity) => {
+    const issued = otherCa.issue(identity, { ttlMinutes: 10 });
+    return writeSecretDirectory(path.join(dir, `stranger-${identity.role}-${identity.name}`), { ...issued, [INTERNAL_TLS_FILES.ca]: fs.readFileSync(caFile, 'utf8') });
+  };
+
+  const ourEnvoyNode = () => stack.envoyNodeIds.get('envoy')!;
+
+  it('serves its own Envoy: the positive control of every refusal below', async () => {
+    const nodes = (await controlPlaneStatus(stack)).xds.nodes as { node: { id: string } }[];
+    expect(nodes.map((node) => node.node.id)).toContain(ourEnvoyNode());
+    expect(await listedTools(stack.gatewayUrl('demo'))).toEqual(['weather__get_forecast', 'weather__get_alerts']);
+  });
+
+  it('gives an Envoy without a valid client certificate no xDS: no listener, no cluster, no secret', async () => {
+    const noCertificate = await freePort();
+    const otherCaCertificate = await freePort();
+    const xds = [{ host: '127.0.0.1', port: stack.ports.grpc }];
+    const base = { adsApiType: 'GRPC' as const, adminAddress: '127.0.0.1', xds };
+    envoys.push(await startEnvoyWith({ ...base, nodeId: 'envoy/no-certificate', adminPort: noCertificate }, dir, 'envoy-no-certificate'));
+    envoys.push(
+      await startEnvoyWith(
+        {
+          ...base,
+          nodeId: 'envoy/other-ca',
+          adminPort: otherCaCertificate,
+          internalTls: { certDir: strangerDir({ role: 'envoy', name: 'envoy' }), sdsDir: path.join(dir, 'other-ca-sds') },
+        },
+        dir,
+        'envoy-other-ca',
+      ),
+    );
+    for (const adminPort of [noCertificate, otherCaCertificate]) {
+      // It keeps trying; every try is refused.
+      await waitFor('the stranger to try three times', async () => ((await envoyStatAt(adminPort, 'cluster.xds_control_plane.upstream_cx_total')) >= 3 ? true : undefined));
+      expect(await envoyStatAt(adminPort, 'control_plane.connected_state')).toBe(0);
+      expect(await envoyStatAt(adminPort, 'listener_manager.total_listeners_active')).toBe(0);
+      expect(await envoyStatAt(adminPort, 'cluster_manager.active_clusters')).toBe(1); // its bootstrap's own ADS cluster
+      // Only the secrets of its own bootstrap (its certificate files), none from a control plane.
+      const secrets = (await (await fetch(`http://127.0.0.1:${adminPort}/config_dump?resource=dynamic_active_secrets`)).json()) as { configs?: { name: string }[] };
+      expect((secrets.configs ?? []).map((secret) => secret.name).filter((name) => name.startsWith('mcpgw_'))).toEqual([]);
+    }
+    const nodes = ((await controlPlaneStatus(stack)).xds.nodes as { node: { id: string } }[]).map((node) => node.node.id);
+    expect(nodes).not.toContain('envoy/no-certificate');
+    expect(nodes).not.toContain('envoy/other-ca');
+  });
+
+  it("does not let one Envoy's certificate fetch another node's resources and secrets", async () => {
+    // A valid Envoy certificate of our CA, for node envoy-b, used with our Envoy's node id.
+    const impostorAdmin = await freePort();
+    envoys.push(
+      await startEnvoyWith(
+        {
+          nodeId: ourEnvoyNode(),
+          adsApiType: 'GRPC',
+          adminAddress: '127.0.0.1',
+          adminPort: impostorAdmin,
+          xds: [{ host: '127.0.0.1', port: stack.ports.grpc }],
+          internalTls: { certDir: issue({ role: 'envoy', name: 'envoy-b' }).dir, sdsDir: path.join(dir, 'impostor-sds') },
+        },
+        dir,
+        'envoy-impostor',
+      ),
+    );
+    const refusal = `the certificate does not vouch for envoy \\"${ourEnvoyNode()}\\" (it names envoy/envoy-b)`;
+    const refusals = () => fs.readFileSync(stack.logFileOf('control-plane'), 'utf8').split(refusal).length - 1;
+    // It keeps asking (a new stream each time); every stream is refused before anything is sent.
+    await waitFor('the impostor to be refused three times', async () => (refusals() >= 3 ? true : undefined));
+    expect(await envoyStatAt(impostorAdmin, 'control_plane.connected_state')).toBe(0);
+    expect(await envoyStatAt(impostorAdmin, 'listener_manager.total_listeners_active')).toBe(0);
+    expect(await envoyStatAt(impostorAdmin, 'cluster_manager.active_clusters')).toBe(1);
+    const impostorSecrets = (await (await fetch(`http://127.0.0.1:${impostorAdmin}/config_dump?resource=dynamic_active_secrets`)).json()) as { configs?: { name: string }[] };
+    expect((impostorSecrets.configs ?? []).map((secret) => secret.name).filter((name) => name.startsWith('mcpgw_'))).toEqual([]);
+
+    // The same refusals to a plain gRPC client asking for the secret itself.
+    const askSecret = (files: Parameters<typeof adsRequest>[1], nodeId: string) => adsRequest(grpcAddress, files, caFile, nodeId, TYPE_URL.secret, [INTERNAL_CERTIFICATE_SECRET]);
+    const envoyB = issue({ role: 'envoy', name: 'envoy-b' });
+    expect(await askSecret(envoyB, ourEnvoyNode())).toMatchObject({ code: grpc.status.PERMISSION_DENIED });
+    expect(await askSecret(envoyB, '')).toMatchObject({ code: grpc.status.PERMISSION_DENIED, details: expect.stringContaining('must name its node id') });
+    expect(await askSecret(issue({ role: 'sidecar', name: 'sidecar' }), 'sidecar')).toMatchObject({ code: grpc.status.PERMISSION_DENIED, details: expect.stringContaining('needs a gateway envoy certificate') });
+    expect(await askSecret({ dir: strangerDir({ role: 'envoy', name: 'envoy-b' }) }, 'envoy-b')).toMatchObject({ code: grpc.status.UNAVAILABLE });
+    expect(await askSecret('no certificate', 'envoy-b')).toMatchObject({ code: grpc.status.UNAVAILABLE });
+    // Positive control: envoy-b's certificate as envoy-b (or envoy-b/<instance>) gets what it asked for.
+    const own = await askSecret(envoyB, 'envoy-b/pod-1');
+    expect(own).toMatchObject({ message: { type_url: TYPE_URL.secret } });
+    expect((own as { message: { resources: unknown[] } }).message.resources).toHaveLength(1);
+  });
+
+  it('serves the catalog stream only to sidecars, each under the id its certificate vouches for', async () => {
+    const catalog = (files: Parameters<typeof catalogRequest>[1], id: string) => catalogRequest(grpcAddress, files, caFile, id);
+    expect(await catalog(issue({ role: 'envoy', name: 'envoy-b' }), 'envoy-b')).toMatchObject({ code: grpc.status.PERMISSION_DENIED });
+    expect(await catalog(issue({ role: 'sidecar', name: 'sidecar-x' }), 'sidecar')).toMatchObject({ code: grpc.status.PERMISSION_DENIED });
+    expect(await catalog('no certificate', 'sidecar-x')).toMatchObject({ code: grpc.status.UNAVAILABLE });
+    expect(await catalog({ dir: strangerDir({ role: 'sidecar', name: 'sidecar-x' }) }, 'sidecar-x')).toMatchObject({ code: grpc.status.UNAVAILABLE });
+    expect(await catalog(issue({ role: 'sidecar', name: 'sidecar-x' }), 'sidecar-x')).toMatchObject({ message: { version: expect.any(String) } });
+  });
+
+  it("refuses anyone but an Envoy on the sidecar's port (gateway lane, session check, streams)", async () => {
+    const request = (files: Parameters<typeof internalHttpRequest>[1]) => internalHttpRequest(stack.ports.sidecar, files, caFile, '/mcp/demo');
+    expect(await request('no certificate')).not.toMatch(/^HTTP/);
+    expect(await request({ dir: strangerDir({ role: 'envoy', name: 'envoy' }) })).not.toMatch(/^HTTP/);
+    expect(await request(issue({ role: 'sidecar', name: 'sidecar-x' }))).not.toMatch(/^HTTP/);
+    expect(await request(issue({ role: 'control-plane', name: 'control-plane-x' }))).not.toMatch(/^HTTP/);
+    await expect(fetch(`http://127.0.0.1:${stack.ports.sidecar}/mcp/demo`)).rejects.toThrow();
+    // Positive control: an Envoy's certificate gets the gateway's answer.
+    expect(await request(issue({ role: 'envoy', name: 'envoy-c' }))).toMatch(/^HTTP\/1\.1 \d{3}/);
+  });
+});
