@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { InternalIdentity } from '../shared/internal-tls';
-import { InternalPki, writeSecretDirectory } from './internal-pki';
+import { IdentityForm, InternalPki, writeSecretDirectory } from './internal-pki';
 
 /** The ACL user the gateway's processes log in to the Redis the stack starts with. */
 export const DEV_REDIS_USER = 'mcpgw';
@@ -40,9 +40,9 @@ export class DevInside {
   }
 
   /** Issues `identity` a new certificate into its directory at once (a renewal, as cert-manager does it). */
-  renew(identity: InternalIdentity, ttlMinutes = this.ttlMinutes): string {
+  renew(identity: InternalIdentity, ttlMinutes = this.ttlMinutes, form: IdentityForm = 'uri'): string {
     const dir = this.dirOf(identity);
-    writeSecretDirectory(dir, { ...this.pki.issue(identity, { ttlMinutes }) });
+    writeSecretDirectory(dir, { ...this.pki.issue(identity, { ttlMinutes, form }) });
     this.issued.add(dir);
     return dir;
   }

@@ -3,8 +3,8 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { projectPath } from '../shared/paths';
-import { INTERNAL_TLS_FILES, roleUriPattern } from '../shared/internal-tls';
-import { INTERNAL_TLS_PARAMS } from '../xds/translate/internal-tls';
+import { INTERNAL_TLS_FILES } from '../shared/internal-tls';
+import { INTERNAL_TLS_PARAMS, roleSanMatchers } from '../xds/translate/internal-tls';
 
 /** State-of-the-world or incremental (delta) xDS, as Envoy's bootstrap names them. */
 export type XdsApiType = 'GRPC' | 'DELTA_GRPC';
@@ -48,7 +48,7 @@ function bootstrapSdsFiles(certDir: string): Record<keyof typeof BOOTSTRAP_SDS_F
 
 /**
  * The ADS cluster's transport socket: TLS 1.3 with this Envoy's certificate, accepting only a control
- * plane's (its URI SAN), whatever address it was reached at; ALPN h2 for gRPC. One line of YAML (JSON).
+ * plane's (its SAN), whatever address it was reached at; ALPN h2 for gRPC. One line of YAML (JSON).
  */
 function xdsTransportSocket(internalTls: BootstrapValues['internalTls']): string {
   if (!internalTls) return '';
@@ -65,7 +65,7 @@ function xdsTransportSocket(internalTls: BootstrapValues['internalTls']): string
         alpn_protocols: ['h2'],
         tls_certificate_sds_secret_configs: [sds('internal_certificate', BOOTSTRAP_SDS_FILES.certificate)],
         combined_validation_context: {
-          default_validation_context: { match_typed_subject_alt_names: [{ san_type: 'URI', matcher: { safe_regex: { regex: roleUriPattern('control-plane') } } }] },
+          default_validation_context: { match_typed_subject_alt_names: roleSanMatchers('control-plane') },
           validation_context_sds_secret_config: sds('internal_ca', BOOTSTRAP_SDS_FILES.ca),
         },
       },

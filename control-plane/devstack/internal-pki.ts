@@ -1,7 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { INTERNAL_TLS_FILES, InternalIdentity, identityUri } from '../shared/internal-tls';
+import { INTERNAL_TLS_FILES, InternalIdentity, identityDnsName, identityUri } from '../shared/internal-tls';
 
 /**
  * A private CA for the gateway's inside, made with the machine's openssl (EC P-256 keys: tens of
@@ -14,6 +14,9 @@ const openssl = (args: string[]) => execFileSync('openssl', args, { stdio: 'pipe
 
 /** An OpenSSL time (ASN.1 GeneralizedTime) `minutes` from now. */
 const asn1Time = (minutes: number) => `${new Date(Date.now() + minutes * 60_000).toISOString().replace(/[-:T]/g, '').slice(0, 14)}Z`;
+
+/** How a certificate names its identity: a SPIFFE URI SAN, or a DNS SAN (docs/adr/0017-closed-inside.md). */
+export type IdentityForm = 'uri' | 'dns';
 
 export interface IssuedFiles {
   [INTERNAL_TLS_FILES.certificate]: string;
@@ -56,14 +59,16 @@ export class InternalPki {
   }
 
   /**
-   * A certificate for `identity` (its URI SAN), usable as server and client certificate, valid for
-   * `ttlMinutes` from a minute ago; with `dnsNames`/127.0.0.1 for tools that check host names.
+   * A certificate for `identity`, usable as server and client certificate, valid for `ttlMinutes` from
+   * a minute ago: the identity as a URI SAN (`form` 'uri', the default) or a DNS SAN ('dns', as the
+   * Helm chart generates them); with localhost and 127.0.0.1 for tools that check host names.
    */
-  issue(identity: InternalIdentity, options: { ttlMinutes: number; dnsNames?: string[] }): IssuedFiles {
+  issue(identity: InternalIdentity, options: { ttlMinutes: number; form?: IdentityForm }): IssuedFiles {
     const file = (name: string) => path.join(this.dir, 'issued', `${++this.issued}-${name}`);
     const [key, csr, cert, extensions] = [file('leaf.key'), file('leaf.csr'), file('leaf.crt'), file('leaf.ext')];
     openssl(['req', '-new', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', key, '-out', csr, '-subj', `/CN=${identity.name}`]);
-    const altNames = [`URI:${identityUri(identity, this.trustDomain)}`, ...['localhost', ...(options.dnsNames ?? [])].map((name) => `DNS:${name}`), 'IP:127.0.0.1'];
+    const named = options.form === 'dns' ? `DNS:${identityDnsName(identity)}` : `URI:${identityUri(identity, this.trustDomain)}`;
+    const altNames = [named, 'DNS:localhost', 'IP:127.0.0.1'];
     fs.writeFileSync(extensions, `subjectAltName=${altNames.join(',')}\nextendedKeyUsage=serverAuth,clientAuth\nkeyUsage=critical,digitalSignature\n`);
     openssl([
       'ca', '-batch', '-notext', '-config', path.join(this.dir, 'ca.cnf'), '-cert', this.caFile, '-keyfile', path.join(this.dir, 'ca.key'),

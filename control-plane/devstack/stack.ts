@@ -376,26 +376,36 @@ export class GatewayStack {
     return this.options.logLevel ? ['--log-level', this.options.logLevel] : [];
   }
 
-  async startControlPlane(replica = 0): Promise<void> {
+  /**
+   * The command line (after `node`) of a control plane replica: the stack's registry source, Redis,
+   * internal certificate and addresses, and the stack's options. A test may start one with more.
+   */
+  controlPlaneArgs(replica = 0): string[] {
     const name = GatewayStack.replicaName('control-plane', replica);
     const { main: grpcPort, admin: adminPort } = this.controlPlanePorts[replica];
+    return [
+      CLI, 'control-plane',
+      ...(this.usesPortal ? ['--portal', this.portalUrl] : ['--registry', this.options.registryFile]),
+      '--redis', this.redisUrl,
+      ...this.redisPasswordArgs,
+      ...this.internalTlsArgs({ role: 'control-plane', name }),
+      ...(this.inside ? ['--envoy-internal-tls', this.internalTlsDir(ENVOY_CERTIFICATE)] : []),
+      '--grpc', `${HOST}:${grpcPort}`,
+      '--admin', `${HOST}:${adminPort}`,
+      '--listener', `${HOST}:${this.ports.listener}`,
+      '--sidecar', this.sidecarPorts.map(({ main }) => `${HOST}:${main}`).join(','),
+      ...(this.options.catalogRefreshMs ? ['--catalog-refresh-ms', String(this.options.catalogRefreshMs)] : []),
+      ...(this.options.toolsListPageSize !== undefined ? ['--tools-list-page-size', String(this.options.toolsListPageSize)] : []),
+      ...(this.options.registryRefreshMs ? ['--registry-refresh-ms', String(this.options.registryRefreshMs)] : []),
+      ...this.logLevelArgs,
+    ];
+  }
+
+  async startControlPlane(replica = 0): Promise<void> {
+    const name = GatewayStack.replicaName('control-plane', replica);
+    const adminPort = this.controlPlanePorts[replica].admin;
     await this.launch(name, async () => {
-      const controlPlane = this.spawn(name, process.execPath, [
-        CLI, 'control-plane',
-        ...(this.usesPortal ? ['--portal', this.portalUrl] : ['--registry', this.options.registryFile]),
-        '--redis', this.redisUrl,
-        ...this.redisPasswordArgs,
-        ...this.internalTlsArgs({ role: 'control-plane', name }),
-        ...(this.inside ? ['--envoy-internal-tls', this.internalTlsDir(ENVOY_CERTIFICATE)] : []),
-        '--grpc', `${HOST}:${grpcPort}`,
-        '--admin', `${HOST}:${adminPort}`,
-        '--listener', `${HOST}:${this.ports.listener}`,
-        '--sidecar', this.sidecarPorts.map(({ main }) => `${HOST}:${main}`).join(','),
-        ...(this.options.catalogRefreshMs ? ['--catalog-refresh-ms', String(this.options.catalogRefreshMs)] : []),
-        ...(this.options.toolsListPageSize !== undefined ? ['--tools-list-page-size', String(this.options.toolsListPageSize)] : []),
-        ...(this.options.registryRefreshMs ? ['--registry-refresh-ms', String(this.options.registryRefreshMs)] : []),
-        ...this.logLevelArgs,
-      ]);
+      const controlPlane = this.spawn(name, process.execPath, this.controlPlaneArgs(replica));
       await controlPlane.untilReady(`${name} admin to answer /healthz`, async () =>
         listensOn(controlPlane.child.pid!, adminPort) ? httpOk(`http://${HOST}:${adminPort}/healthz`) : undefined,
       );

@@ -8,10 +8,11 @@ import { Logger } from './log';
 /**
  * The gateway's inside over mutual TLS (docs/adr/0017-closed-inside.md): every process holds one
  * certificate of the internal CA, in a directory laid out as cert-manager and Kubernetes mount a TLS
- * Secret (`tls.crt`, `tls.key`, `ca.crt`). The certificate names its holder with a URI SAN
- * `spiffe://<trust domain>/mcpgw/<role>/<name>`: its role (what it may do inside) and its name (for
- * an Envoy, the node id it may use). Peers check the role of every connection, and the control plane
- * checks an Envoy's node id against the name.
+ * Secret (`tls.crt`, `tls.key`, `ca.crt`). The certificate names its holder in a subject alternative
+ * name: its role (what it may do inside) and its name (for an Envoy, the node id it may use), as a URI
+ * `spiffe://<trust domain>/mcpgw/<role>/<name>` (what cert-manager and SPIRE issue) or as a DNS name
+ * `<name>.<role>.mcpgw.internal` (what Helm's genSignedCert can make). Peers check the role of every
+ * connection, and the control plane checks an Envoy's node id against the name.
  */
 
 export const INTERNAL_ROLES = ['envoy', 'sidecar', 'control-plane'] as const;
@@ -25,13 +26,20 @@ export interface InternalIdentity {
 /** The files of an internal TLS directory (cert-manager's layout). */
 export const INTERNAL_TLS_FILES = { certificate: 'tls.crt', key: 'tls.key', ca: 'ca.crt' } as const;
 
-const IDENTITY_URI = /^spiffe:\/\/[^/\s]+\/mcpgw\/(envoy|sidecar|control-plane)\/([A-Za-z0-9._-]+)$/;
+const IDENTITY_URI = /^URI:spiffe:\/\/[^/\s]+\/mcpgw\/(envoy|sidecar|control-plane)\/([A-Za-z0-9._-]+)$/;
+const IDENTITY_DNS = /^DNS:([a-z0-9]([a-z0-9-]*[a-z0-9])?)\.(envoy|sidecar|control-plane)\.mcpgw\.internal$/;
 
 /** The URI SAN that names `identity` in the trust domain `trustDomain`. */
 export const identityUri = (identity: InternalIdentity, trustDomain: string) => `spiffe://${trustDomain}/mcpgw/${identity.role}/${identity.name}`;
 
-/** A regular expression (RE2 and JavaScript alike) matching the URI SAN of any holder of `role`. */
-export const roleUriPattern = (role: InternalRole) => `^spiffe://[^/]+/mcpgw/${role}/[A-Za-z0-9._-]+$`;
+/** The DNS SAN that names `identity` (its name one DNS label). */
+export const identityDnsName = (identity: InternalIdentity) => `${identity.name}.${identity.role}.mcpgw.internal`;
+
+/** Regular expressions (RE2 and JavaScript alike) matching the SANs that name any holder of `role`, by SAN type. */
+export const roleSanPatterns = (role: InternalRole) => ({
+  URI: `^spiffe://[^/]+/mcpgw/${role}/[A-Za-z0-9._-]+$`,
+  DNS: `^[a-z0-9]([a-z0-9-]*[a-z0-9])?\\.${role}\\.mcpgw\\.internal$`,
+});
 
 /**
  * The gateway identities a certificate names, from its subject alternative names as Node prints them
@@ -39,13 +47,12 @@ export const roleUriPattern = (role: InternalRole) => `^spiffe://[^/]+/mcpgw/${r
  */
 export function identitiesOf(subjectAltName: string | undefined): InternalIdentity[] {
   if (!subjectAltName) return [];
-  return subjectAltName
-    .split(/,\s*/)
-    .filter((entry) => entry.startsWith('URI:'))
-    .flatMap((entry) => {
-      const match = IDENTITY_URI.exec(entry.slice('URI:'.length));
-      return match ? [{ role: match[1] as InternalRole, name: match[2] }] : [];
-    });
+  return subjectAltName.split(/,\s*/).flatMap((entry) => {
+    const uri = IDENTITY_URI.exec(entry);
+    if (uri) return [{ role: uri[1] as InternalRole, name: uri[2] }];
+    const dns = IDENTITY_DNS.exec(entry);
+    return dns ? [{ role: dns[3] as InternalRole, name: dns[1] }] : [];
+  });
 }
 
 /**
@@ -82,7 +89,7 @@ function readDirectory(dir: string, role: InternalRole): LoadedFiles {
   // Throws on a CA file that is not PEM.
   tls.createSecureContext({ cert: certificate, key, ca });
   const identity = identitiesOf(x509.subjectAltName).find((named) => named.role === role);
-  if (!identity) throw new Error(`${INTERNAL_TLS_FILES.certificate} does not name a gateway ${role} (a URI SAN spiffe://<trust domain>/mcpgw/${role}/<name>)`);
+  if (!identity) throw new Error(`${INTERNAL_TLS_FILES.certificate} does not name a gateway ${role} (a SAN URI:spiffe://<trust domain>/mcpgw/${role}/<name> or DNS:<name>.${role}.mcpgw.internal)`);
   return { certificate, key, ca, identity, notAfter: x509.validTo };
 }
 
@@ -199,7 +206,7 @@ export class InternalTls implements grpc.experimental.CertificateProvider {
       checkServerIdentity: (_host, certificate) =>
         peerIdentities(certificate).some((identity) => identity.role === role)
           ? undefined
-          : new Error(`the server's certificate does not name a gateway ${role} (URI SAN spiffe://…/mcpgw/${role}/…)`),
+          : new Error(`the server's certificate does not name a gateway ${role}`),
     });
   }
 

@@ -3,7 +3,6 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { ManagedProcess, freePort, waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
-import { projectPath } from '../../control-plane/shared/paths';
 import { connectClient, controlPlaneStatus, metricValue, postJsonRpc, startGateway } from '../support/gateway-fixture';
 import { ScriptedToolService } from '../support/scripted-tool-service';
 
@@ -161,13 +160,7 @@ describe('catalog rules and tools/list answers (real Envoy, sidecar, control pla
       name: 'control-plane-custom',
       command: process.execPath,
       args: [
-        projectPath('dist', 'control-plane', 'cli', 'mcpgw.js'), 'control-plane',
-        '--portal', stack.portalUrl,
-        '--redis', stack.redisUrl,
-        '--grpc', `127.0.0.1:${stack.ports.grpc}`,
-        '--admin', `127.0.0.1:${stack.ports.controlPlaneAdmin}`,
-        '--listener', `127.0.0.1:${stack.ports.listener}`,
-        '--sidecar', `127.0.0.1:${stack.ports.sidecar}`,
+        ...stack.controlPlaneArgs(),
         '--tool-name-separator', '.',
         '--tool-name-policy', 'warn',
         '--max-tools-per-route', '150',

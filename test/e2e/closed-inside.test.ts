@@ -7,7 +7,7 @@ import { GatewayStack } from '../../control-plane/devstack/stack';
 import { INTERNAL_TLS_FILES, InternalIdentity } from '../../control-plane/shared/internal-tls';
 import { INTERNAL_CERTIFICATE_SECRET } from '../../control-plane/xds/translate/internal-tls';
 import { TYPE_URL } from '../../control-plane/xds/translate/type-urls';
-import { controlPlaneStatus, listedTools, startGateway } from '../support/gateway-fixture';
+import { callToolContent, controlPlaneStatus, listedTools, startGateway } from '../support/gateway-fixture';
 import { adsRequest, catalogRequest, envoyStatAt, internalHttpRequest, startEnvoyWith, waitFor } from '../support/internal-peers';
 
 /**
@@ -143,5 +143,27 @@ describe('a closed inside refuses strangers', () => {
     await expect(fetch(`http://127.0.0.1:${stack.ports.sidecar}/mcp/demo`)).rejects.toThrow();
     // Positive control: an Envoy's certificate gets the gateway's answer.
     expect(await request(issue({ role: 'envoy', name: 'envoy-c' }))).toMatch(/^HTTP\/1\.1 \d{3}/);
+  });
+
+  it('takes identities in DNS form too (what the Helm chart generates), on every channel', async () => {
+    for (const identity of [
+      { role: 'control-plane', name: 'control-plane' },
+      { role: 'sidecar', name: 'sidecar' },
+      { role: 'envoy', name: 'envoy' },
+    ] as const) {
+      stack.inside!.renew(identity, 10, 'dns');
+    }
+    // New processes and new connections, all with DNS-form certificates: Envoy reconnects to the control
+    // plane, the sidecar to its catalog stream, Envoy calls the sidecar.
+    await stack.stopProcess('sidecar');
+    await stack.stopProcess('control-plane');
+    await stack.startControlPlane();
+    await stack.startSidecar();
+    await waitFor('Envoy back on the control plane', async () =>
+      ((await controlPlaneStatus(stack)).xds.nodes as { node: { id: string } }[]).some((node) => node.node.id === ourEnvoyNode()) ? true : undefined,
+    );
+    expect(await waitFor('the tools through Envoy and the sidecar', () => listedTools(stack.gatewayUrl('demo')))).toHaveLength(2);
+    expect(await callToolContent(stack.gatewayUrl('demo'), 'weather__get_forecast', { city: 'Oslo' })).toEqual([expect.objectContaining({ type: 'text' })]);
+    expect(await catalogRequest(grpcAddress, { dir: stack.internalTlsDir({ role: 'sidecar', name: 'sidecar' }) }, caFile, 'sidecar/dns-form')).toMatchObject({ message: { version: expect.any(String) } });
   });
 });

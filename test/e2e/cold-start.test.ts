@@ -13,7 +13,7 @@ describe('cold start from Redis last-good (real Redis, Envoy, Portal client)', (
     ({ stack, backends } = await startGateway('cold-start', (b) => ({
       routes: [{ key: 'demo', toolServices: [{ name: 'weather', url: b.weather }, { name: 'jobs', url: b.jobs }] }],
     })));
-    redis = new Redis(stack.redisUrl);
+    redis = stack.redisClient();
   });
 
   afterAll(async () => {
@@ -23,11 +23,11 @@ describe('cold start from Redis last-good (real Redis, Envoy, Portal client)', (
 
   it('keeps one Redis hash per route with its mapping and its catalog', async () => {
     const saved = await waitFor('the route to be saved with both catalogs', async () => {
-      const fields = await redis.hgetall('mcpgw:route:demo');
+      const fields = await redis.hgetall('mcpgw:v1:route:demo');
       return fields.catalog && JSON.parse(fields.catalog).length === 2 ? fields : undefined;
     });
     expect(JSON.parse(saved.mapping)).toMatchObject({ key: 'demo', toolServices: [{ name: 'weather' }, { name: 'jobs' }] });
-    expect(await redis.smembers('mcpgw:routes')).toEqual(['demo']);
+    expect(await redis.smembers('mcpgw:v1:routes')).toEqual(['demo']);
   });
 
   it('brings routes and tools back when the Portal and a backend are down at start', async () => {

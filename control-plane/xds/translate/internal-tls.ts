@@ -1,5 +1,5 @@
 import * as path from 'node:path';
-import { INTERNAL_TLS_FILES, InternalRole, roleUriPattern } from '../../shared/internal-tls';
+import { INTERNAL_TLS_FILES, InternalRole, roleSanPatterns } from '../../shared/internal-tls';
 import { TypedJson } from '../protobuf/proto-json';
 import { GatewaySettings } from './settings';
 import { TYPE_URL } from './type-urls';
@@ -41,6 +41,10 @@ export function buildInternalSecrets(settings: GatewaySettings): TypedJson[] {
   ];
 }
 
+/** Envoy's SAN matchers for a peer of `role`: either form of the identity (either matcher suffices). */
+export const roleSanMatchers = (role: InternalRole) =>
+  Object.entries(roleSanPatterns(role)).map(([sanType, regex]) => ({ san_type: sanType, matcher: { safe_regex: { regex } } }));
+
 /** The transport socket of a cluster whose every endpoint must hold a certificate of `peerRole`. */
 export function internalTransportSocket(peerRole: InternalRole) {
   return {
@@ -51,7 +55,7 @@ export function internalTransportSocket(peerRole: InternalRole) {
         tls_params: INTERNAL_TLS_PARAMS,
         tls_certificate_sds_secret_configs: [adsSecret(INTERNAL_CERTIFICATE_SECRET)],
         combined_validation_context: {
-          default_validation_context: { match_typed_subject_alt_names: [{ san_type: 'URI', matcher: { safe_regex: { regex: roleUriPattern(peerRole) } } }] },
+          default_validation_context: { match_typed_subject_alt_names: roleSanMatchers(peerRole) },
           validation_context_sds_secret_config: adsSecret(INTERNAL_CA_SECRET),
         },
       },
