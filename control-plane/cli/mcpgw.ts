@@ -22,7 +22,7 @@ import { LOG_LEVELS, Logger, createLogger, logProcessEvents } from '../shared/lo
 import { projectPath } from '../shared/paths';
 import { REDIS_TIMEOUT_DEFAULTS, RedisAuth, RedisTimeouts, isSentinelAddress, parseRedisAddress, readRedisPassword } from '../shared/redis-client';
 import { InternalTls, certificateIdentity, vouchesFor } from '../shared/internal-tls';
-import { TokenFile } from '../shared/admin-access';
+import { TokenFile, readToken } from '../shared/admin-access';
 import { isLoopbackHost } from '../shared/loopback';
 import { SESSION_DEFAULTS } from '../sidecar/sessions/session-store';
 import { startSidecar } from '../sidecar/sidecar';
@@ -134,7 +134,7 @@ const SECURING_DOCS = 'docs/operating.md#securing-the-inside';
 function insideProblem(settings: {
   internalTls?: string;
   internal: { flag: string; addresses: HostPort[] }[];
-  admin?: { flag: string; address: HostPort; tokenFile?: string };
+  admin?: { flag: string; address: HostPort; tokenFile?: string; tokenFlag?: string };
 }): string | undefined {
   if (!settings.internalTls) {
     for (const { flag, addresses } of settings.internal) {
@@ -144,7 +144,7 @@ function insideProblem(settings: {
   }
   const { admin } = settings;
   if (admin && !admin.tokenFile && !isLoopbackHost(admin.address.host)) {
-    return `${admin.flag} ${joined(admin.address)} is not a loopback address: give --admin-token-file FILE (a bearer token) or bind it to 127.0.0.1 (${SECURING_DOCS})`;
+    return `${admin.flag} ${joined(admin.address)} is not a loopback address: give ${admin.tokenFlag ?? '--admin-token-file'} FILE (a bearer token) or bind it to 127.0.0.1 (${SECURING_DOCS})`;
   }
   return undefined;
 }
@@ -500,11 +500,17 @@ subcommand('envoy-bootstrap', 'print envoy/bootstrap.yaml filled in (or write it
   .addOption(new Option('--ads <type>', 'state of the world (GRPC) or incremental (DELTA_GRPC)').choices(['GRPC', 'DELTA_GRPC'] as const).default('GRPC' as const))
   .addOption(internalTlsOption())
   .addOption(new Option('--output <file>', 'write the bootstrap here instead of printing it; with --internal-tls its two SDS files go beside it (required then)'))
+  .addOption(hostPortOption('--stats-listener <host:port>', 'a listener for probes and Prometheus: GET /ready and GET /stats/prometheus of the admin, nothing else'))
+  .addOption(new Option('--stats-token-file <file>', 'a bearer token (at least 16 characters) /stats/prometheus asks for; required when --stats-listener is not loopback (Envoy reads it when the bootstrap is written)').env('MCPGW_STATS_TOKEN_FILE'))
   .action((options, command) => {
     if (!isLoopbackHost(options.admin.host)) {
       command.error(`--admin ${joined(options.admin)} is not a loopback address: Envoy's admin interface has no authentication and must stay on 127.0.0.1 (${SECURING_DOCS})`, { exitCode: USAGE_ERROR });
     }
-    const problem = insideProblem({ internalTls: options.internalTls, internal: [{ flag: '--xds', addresses: options.xds }] });
+    const problem = insideProblem({
+      internalTls: options.internalTls,
+      internal: [{ flag: '--xds', addresses: options.xds }],
+      admin: options.statsListener && { flag: '--stats-listener', address: options.statsListener, tokenFile: options.statsTokenFile, tokenFlag: '--stats-token-file' },
+    });
     if (problem) command.error(problem, { exitCode: USAGE_ERROR });
     if (options.internalTls && !options.output) command.error('--internal-tls needs --output FILE: the bootstrap refers to two SDS files written beside it', { exitCode: USAGE_ERROR });
     if (options.internalTls) {
@@ -521,6 +527,9 @@ subcommand('envoy-bootstrap', 'print envoy/bootstrap.yaml filled in (or write it
       adminPort: options.admin.port,
       xds: options.xds,
       ...(options.internalTls && { internalTls: { certDir: path.resolve(options.internalTls), sdsDir: path.dirname(path.resolve(options.output!)) } }),
+      ...(options.statsListener && {
+        statsListener: { ...options.statsListener, ...(options.statsTokenFile && { token: loadInsideFiles('mcpgw envoy-bootstrap', () => readToken(options.statsTokenFile!)) }) },
+      }),
     };
     if (options.output) writeBootstrapFile(values, path.resolve(options.output));
     else process.stdout.write(renderBootstrap(values));

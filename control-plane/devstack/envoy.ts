@@ -25,6 +25,12 @@ export interface BootstrapValues {
    * point Envoy at them are written (beside the bootstrap).
    */
   internalTls?: { certDir: string; sdsDir: string };
+  /**
+   * A listener for probes and Prometheus (the admin stays on loopback): GET /ready and GET
+   * /stats/prometheus of the admin, nothing else; with `token`, /stats/prometheus only for
+   * `Authorization: Bearer <token>` (required off loopback).
+   */
+  statsListener?: { host: string; port: number; token?: string };
 }
 
 /** The SDS files of the bootstrap's internal TLS, in the bootstrap's directory. */
@@ -82,6 +88,55 @@ function xdsEndpoints(xds: BootstrapValues['xds']): string {
   return `[${xds.map(endpoint).join(', ')}]`;
 }
 
+const STATS_ADMIN_CLUSTER = 'envoy_admin';
+
+/** The stats listener and the cluster to Envoy's own admin, each one line of YAML (JSON); nothing without one. */
+function statsListener(values: BootstrapValues): { listeners: string; cluster: string } {
+  const stats = values.statsListener;
+  if (!stats) return { listeners: '[]', cluster: '' };
+  const get = { name: ':method', string_match: { exact: 'GET' } };
+  const toAdmin = { cluster: STATS_ADMIN_CLUSTER, timeout: '5s' };
+  const routes = [
+    { match: { path: '/ready', headers: [get] }, route: toAdmin },
+    {
+      match: { path: '/stats/prometheus', headers: [get, ...(stats.token ? [{ name: 'authorization', string_match: { exact: `Bearer ${stats.token}` } }] : [])] },
+      route: toAdmin,
+    },
+    ...(stats.token
+      ? [{ match: { path: '/stats/prometheus' }, direct_response: { status: 401, body: { inline_string: 'this stats listener needs Authorization: Bearer <the token of --stats-token-file>\n' } } }]
+      : []),
+    { match: { prefix: '/' }, direct_response: { status: 404, body: { inline_string: 'only GET /ready and GET /stats/prometheus here; the admin interface is on loopback\n' } } },
+  ];
+  const listener = {
+    name: 'envoy_stats',
+    address: { socket_address: { address: stats.host, port_value: stats.port } },
+    // Probes and Prometheus still get in while clients fill the connection limit.
+    ignore_global_conn_limit: true,
+    filter_chains: [
+      {
+        filters: [
+          {
+            name: 'envoy.filters.network.http_connection_manager',
+            typed_config: {
+              '@type': 'type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager',
+              stat_prefix: 'envoy_stats',
+              route_config: { virtual_hosts: [{ name: 'stats', domains: ['*'], routes }] },
+              http_filters: [{ name: 'envoy.filters.http.router', typed_config: { '@type': 'type.googleapis.com/envoy.extensions.filters.http.router.v3.Router' } }],
+            },
+          },
+        ],
+      },
+    ],
+  };
+  const cluster = {
+    name: STATS_ADMIN_CLUSTER,
+    type: 'STATIC',
+    connect_timeout: '1s',
+    load_assignment: { cluster_name: STATS_ADMIN_CLUSTER, endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: values.adminAddress, port_value: values.adminPort } } } }] }] },
+  };
+  return { listeners: JSON.stringify([listener]), cluster: `- ${JSON.stringify(cluster)}` };
+}
+
 /** Fills envoy/bootstrap.yaml; every placeholder must be used, so a typo fails loudly. */
 export function renderBootstrap(values: BootstrapValues): string {
   const replacements: Record<string, string> = {
@@ -91,6 +146,8 @@ export function renderBootstrap(values: BootstrapValues): string {
     ADMIN_PORT: String(values.adminPort),
     XDS_ENDPOINTS: xdsEndpoints(values.xds),
     XDS_TRANSPORT_SOCKET: xdsTransportSocket(values.internalTls),
+    STATS_LISTENERS: statsListener(values).listeners,
+    STATS_CLUSTER: statsListener(values).cluster,
   };
   const template = fs.readFileSync(projectPath('envoy', 'bootstrap.yaml'), 'utf8');
   const rendered = template.replace(/\{\{([A-Z_]+)\}\}/g, (placeholder, name: string) => {

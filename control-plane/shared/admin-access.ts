@@ -8,6 +8,13 @@ import type { NextFunction, Request, Response } from 'express';
  * a file, except the probes' health paths (kubelets send no token); they answer their status alone.
  */
 
+/** A bearer token from a file (a mounted Secret), without surrounding whitespace; too short to be one is an error. */
+export function readToken(file: string): string {
+  const token = fs.readFileSync(file, 'utf8').trim();
+  if (token.length < 16) throw new Error(`the token in ${file} is shorter than 16 characters`);
+  return token;
+}
+
 /** A bearer token kept in a file (a mounted Secret): read again whenever the file changes. */
 export class TokenFile {
   private token: Buffer;
@@ -19,9 +26,7 @@ export class TokenFile {
   }
 
   private static read(file: string): Buffer {
-    const token = fs.readFileSync(file, 'utf8').trim();
-    if (token.length < 16) throw new Error(`the admin token in ${file} is shorter than 16 characters`);
-    return createHash('sha256').update(token).digest();
+    return createHash('sha256').update(readToken(file)).digest();
   }
 
   /** Whether `presented` is the token now in the file (compared in constant time). */

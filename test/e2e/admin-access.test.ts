@@ -2,6 +2,8 @@ import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { projectPath } from '../../control-plane/shared/paths';
+import { envoyBinary } from '../../control-plane/devstack/envoy';
+import { ManagedProcess, freePorts } from '../../control-plane/devstack/processes';
 import { testDir, writeRegistry } from '../support/gateway-fixture';
 
 const CLI = projectPath('dist', 'control-plane', 'cli', 'mcpgw.js');
@@ -23,6 +25,7 @@ describe('admin ports and the inside off loopback', () => {
     ['a sidecar port without TLS', ['sidecar', '--listen', '0.0.0.0:18080', '--control-plane', '127.0.0.1:18000'], /^mcpgw sidecar: --listen 0\.0\.0\.0:18080 is not a loopback address/],
     ['a sidecar admin port', ['sidecar', '--listen', '127.0.0.1:18080', '--control-plane', '127.0.0.1:18000', '--admin', '0.0.0.0:18081'], /^mcpgw sidecar: --admin 0\.0\.0\.0:18081 is not a loopback address/],
     ["Envoy's admin", ['envoy-bootstrap', '--node-id', 'e', '--admin', '0.0.0.0:9901', '--xds', '127.0.0.1:18000'], /^mcpgw envoy-bootstrap: --admin 0\.0\.0\.0:9901 is not a loopback address: Envoy's admin interface has no authentication/],
+    ["Envoy's stats listener", ['envoy-bootstrap', '--node-id', 'e', '--admin', '127.0.0.1:9901', '--xds', '127.0.0.1:18000', '--stats-listener', '0.0.0.0:9902'], /^mcpgw envoy-bootstrap: --stats-listener 0\.0\.0\.0:9902 is not a loopback address: give --stats-token-file FILE/],
     ['ADS without TLS', ['envoy-bootstrap', '--node-id', 'e', '--admin', '127.0.0.1:9901', '--xds', 'cp.internal:18000'], /^mcpgw envoy-bootstrap: --xds cp\.internal:18000 is not a loopback address/],
   ])('refuses to start with %s open to the network, in one line', (_what, args, message) => {
     const result = mcpgw(args);
@@ -36,7 +39,7 @@ describe('admin ports and the inside off loopback', () => {
     fs.writeFileSync(path.join(dir, 'token'), 'short\n');
     const result = mcpgw(controlPlane(['--grpc', '127.0.0.1:1', '--admin', '0.0.0.0:18001', '--admin-token-file', path.join(dir, 'token')]));
     expect(result.status).toBe(1);
-    expect(result.stderr.trim()).toMatch(/^mcpgw control-plane: the admin token in .* is shorter than 16 characters$/);
+    expect(result.stderr.trim()).toMatch(/^mcpgw control-plane: the token in .* is shorter than 16 characters$/);
   });
 
   /**
@@ -105,4 +108,34 @@ const get = (port, path, token) => new Promise((resolve) => {
     expect(answer(18081, '/healthz', false).status).toBeDefined();
     expect(answers.at(-1)).toMatchObject({ path: '/status', token: true, status: 401 });
   });
+
+  it("keeps Envoy's admin on loopback and serves probes and Prometheus a stats listener with nothing else", async () => {
+    const dir = testDir('admin-access-envoy-stats');
+    const token = 'a-stats-token-of-some-length';
+    fs.writeFileSync(path.join(dir, 'token'), `${token}\n`);
+    const [adminPort, statsPort] = await freePorts(2);
+    const output = path.join(dir, 'envoy.yaml');
+    const written = mcpgw(['envoy-bootstrap', '--node-id', 'stats-test', '--admin', `127.0.0.1:${adminPort}`, '--xds', '127.0.0.1:1', '--stats-listener', `127.0.0.1:${statsPort}`, '--stats-token-file', path.join(dir, 'token'), '--output', output]);
+    expect(written.stderr).toBe('');
+    const envoy = new ManagedProcess({ name: 'envoy-stats', command: envoyBinary(), args: ['-c', output, '--use-dynamic-base-id', '--log-level', 'warn'], logFile: path.join(dir, 'envoy.log') });
+    try {
+      const stats = (requestPath: string, init: RequestInit = {}) => fetch(`http://127.0.0.1:${statsPort}${requestPath}`, init);
+      // Envoy opens its listeners once initialized: here, without a control plane, after the initial
+      // fetch timeouts of CDS and then LDS (15 s each). Kubernetes' liveness probe therefore asks the
+      // admin on loopback instead.
+      await envoy.untilReady('the stats listener', async () => ((await stats('/ready')).status > 0 ? true : undefined), { timeoutMs: 50_000 });
+      // /ready is Envoy's own answer (503 here: no control plane has configured it).
+      expect((await stats('/ready')).status).toBe((await fetch(`http://127.0.0.1:${adminPort}/ready`)).status);
+      expect((await stats('/stats/prometheus')).status).toBe(401);
+      expect((await stats('/stats/prometheus', { headers: { authorization: 'Bearer not-the-token-at-all' } })).status).toBe(401);
+      const metrics = await stats('/stats/prometheus', { headers: { authorization: `Bearer ${token}` } });
+      expect(metrics.status).toBe(200);
+      expect(await metrics.text()).toContain('envoy_server_live');
+      for (const [method, adminPath] of [['GET', '/config_dump'], ['GET', '/certs'], ['POST', '/quitquitquit'], ['POST', '/logging?level=trace'], ['GET', '/stats']]) {
+        expect([method, adminPath, (await stats(adminPath, { method, headers: { authorization: `Bearer ${token}` } })).status]).toEqual([method, adminPath, 404]);
+      }
+    } finally {
+      await envoy.stop();
+    }
+  }, 90_000);
 });

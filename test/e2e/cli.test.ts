@@ -62,7 +62,7 @@ describe('mcpgw help and usage', () => {
   it.each([
     [['up', '--listner-port', '1'], "mcpgw up: unknown option '--listner-port' (Did you mean --listener-port?) (see 'mcpgw up --help')"],
     [['sidecar', '--listen', 'nohost', '--control-plane', '127.0.0.1:1'], "mcpgw sidecar: option '--listen <host:port>' argument 'nohost' is invalid. must be HOST:PORT with a port from 1 to 65535, e.g. 127.0.0.1:18000 (see 'mcpgw sidecar --help')"],
-    [['control-plane', '--grpc', '127.0.0.1:1'], "mcpgw control-plane: required option '--admin <host:port>' not specified (see 'mcpgw control-plane --help')"],
+    [['control-plane', '--grpc', '127.0.0.1:1'], "mcpgw control-plane: required option '--listener <host:port>' not specified (see 'mcpgw control-plane --help')"],
     [['envoy-bootstrap', '--node-id', 'n', '--admin', '127.0.0.1:1', '--xds', '127.0.0.1:2', '--ads', 'REST'], "mcpgw envoy-bootstrap: option '--ads <type>' argument 'REST' is invalid. Allowed choices are GRPC, DELTA_GRPC. (see 'mcpgw envoy-bootstrap --help')"],
     [['sidecar', '--listen', '127.0.0.1:1', '--control-plane', '127.0.0.1:2', '--redis-command-timeout-ms', '0'], "mcpgw sidecar: option '--redis-command-timeout-ms <ms>' argument '0' is invalid. must be a whole number above 0 (see 'mcpgw sidecar --help')"],
     [['lift-off'], "mcpgw: unknown command 'lift-off' (see 'mcpgw --help')"],

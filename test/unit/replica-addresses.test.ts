@@ -4,6 +4,7 @@ import * as path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { parse } from 'yaml';
 import { envoyBinary } from '../../control-plane/devstack/envoy';
+import { InternalPki, writeSecretDirectory } from '../../control-plane/devstack/internal-pki';
 import { buildGatewayIR } from '../../control-plane/ir/gateway-ir';
 import { loadRegistryFile } from '../../control-plane/registry/static-file';
 import { projectPath } from '../../control-plane/shared/paths';
@@ -57,16 +58,17 @@ describe('sidecar replicas', () => {
 });
 
 describe('control plane replicas in the Envoy bootstrap', () => {
-  it('are every one an endpoint of the ADS cluster, and Envoy 1.40 accepts the bootstrap', () => {
-    const result = mcpgw('envoy-bootstrap', '--node-id', 'envoy-a', '--admin', '127.0.0.1:9901', '--xds', '127.0.0.1:18000,mcpgw-control-plane.gateway.svc:18000');
-    expect(result.status).toBe(0);
-    const bootstrap = parse(result.stdout) as { static_resources: { clusters: Cluster[] } };
-    const ads = bootstrap.static_resources.clusters.find((cluster) => cluster.name === 'xds_control_plane')!;
-    expect(endpointsOf(ads)).toEqual(['127.0.0.1:18000', 'mcpgw-control-plane.gateway.svc:18000']);
+  it('are every one an endpoint of the ADS cluster (over mutual TLS off loopback), and Envoy 1.40 accepts the bootstrap', () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcpgw-bootstrap-'));
     try {
+      const certDir = writeSecretDirectory(path.join(dir, 'envoy-tls'), { ...InternalPki.create(path.join(dir, 'ca')).issue({ role: 'envoy', name: 'envoy-a' }, { ttlMinutes: 10 }) });
       const file = path.join(dir, 'bootstrap.yaml');
-      fs.writeFileSync(file, result.stdout);
+      const result = mcpgw('envoy-bootstrap', '--node-id', 'envoy-a', '--admin', '127.0.0.1:9901', '--xds', '127.0.0.1:18000,mcpgw-control-plane.gateway.svc:18000', '--internal-tls', certDir, '--output', file);
+      expect(result.stderr).toBe('');
+      expect(result.status).toBe(0);
+      const bootstrap = parse(fs.readFileSync(file, 'utf8')) as { static_resources: { clusters: Cluster[] } };
+      const ads = bootstrap.static_resources.clusters.find((cluster) => cluster.name === 'xds_control_plane')!;
+      expect(endpointsOf(ads)).toEqual(['127.0.0.1:18000', 'mcpgw-control-plane.gateway.svc:18000']);
       const validated = spawnSync(envoyBinary(), ['--mode', 'validate', '-c', file, '--log-level', 'error'], { encoding: 'utf8' });
       expect(`${validated.stdout}${validated.stderr}`).toContain('OK');
     } finally {
