@@ -233,6 +233,7 @@ subcommand('up', 'run the whole gateway on 127.0.0.1: Redis, two sample Tool Ser
   )
   .addOption(new Option('--log-dir <dir>', 'where every process writes <name>.log (JSON lines)').env('MCPGW_LOG_DIR').default(projectPath('.run', 'logs'), '.run/logs'))
   .addOption(logLevelOption())
+  .addOption(new Option('--redis-tls', 'the Redis up starts serves TLS only (a certificate of the dev CA); the processes use rediss:// and --redis-ca'))
   .action(async (options) => {
     try {
       await runUp(
@@ -242,6 +243,7 @@ subcommand('up', 'run the whole gateway on 127.0.0.1: Redis, two sample Tool Ser
           samplePorts: options.samplePorts,
           logDir: path.resolve(options.logDir),
           logLevel: options.logLevel,
+          redisTls: options.redisTls,
         },
         (line) => process.stdout.write(`${line}\n`),
       );

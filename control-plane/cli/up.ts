@@ -2,6 +2,7 @@ import { envoyBinary } from '../devstack/envoy';
 import { portProblem } from '../devstack/port-owner';
 import { CHILDREN_DIE_WITH_PARENT, onPath } from '../devstack/processes';
 import { ServingCheck } from '../devstack/serving-check';
+import { DEV_REDIS_USER } from '../devstack/dev-inside';
 import { GatewayStack, RestartEvent } from '../devstack/stack';
 import { loadRegistryFile } from '../registry/static-file';
 import { LogLevel } from '../shared/log';
@@ -13,6 +14,8 @@ export interface UpOptions {
   samplePorts: { weather: number; jobs: number };
   logDir: string;
   logLevel: LogLevel;
+  /** The Redis up starts serves TLS only (a certificate of the dev CA). */
+  redisTls?: boolean;
 }
 
 /** What keeps `up` from starting or serving, said in one line with its cause and its fix. */
@@ -28,6 +31,16 @@ function restartLine(event: RestartEvent): string {
     return `${event.name} exited (${exit}); restart ${event.restarts} failed (${event.failure}); next try in ${(event.retryInMs! / 1000).toFixed(1)} s`;
   }
   return `${event.name} exited (${exit}) and was restarted; serving again after ${(event.downMs! / 1000).toFixed(1)} s (restart ${event.restarts})`;
+}
+
+/** What the demo secures, in one line: the inside is closed on one host as it would be across many. */
+function insideLine(stack: GatewayStack, options: UpOptions): string {
+  const inside = stack.inside!;
+  return [
+    `secured inside:      mutual TLS (dev CA in ${inside.dir}) on ADS, the catalog stream and Envoy → sidecar;`,
+    `Redis ACL user ${DEV_REDIS_USER}${options.redisTls ? ' over TLS' : ''} (password in ${inside.redisPasswordFile});`,
+    'every admin port and the inside on 127.0.0.1 only (docs/operating.md#securing-the-inside)',
+  ].join(' ');
 }
 
 /** Everything fixed in advance that cannot be had, checked before anything starts. */
@@ -66,6 +79,7 @@ export async function runUp(options: UpOptions, say: (line: string) => void): Pr
     ports: { listener: options.listenerPort },
     logLevel: options.logLevel,
     envoyBaseId: options.listenerPort,
+    redisTls: options.redisTls,
     onRestart: (event) => say(restartLine(event)),
   });
   const signals = stopOnSignals(async () => {
@@ -96,6 +110,7 @@ export async function runUp(options: UpOptions, say: (line: string) => void): Pr
       `xDS (ADS, gRPC):     ${HOST}:${stack.ports.grpc}`,
       `dev portal:          ${stack.portalUrl}/v1/registry (serving ${options.registryFile}; edit the file to change routes)`,
       `redis:               ${stack.redisUrl}`,
+      insideLine(stack, options),
       '',
       'Ctrl-C stops everything; a process that exits on its own is restarted.',
       '',

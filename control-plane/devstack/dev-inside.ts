@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { InternalIdentity } from '../shared/internal-tls';
+import { INTERNAL_TLS_FILES, InternalIdentity } from '../shared/internal-tls';
 import { IdentityForm, InternalPki, writeSecretDirectory } from './internal-pki';
 
 /** The ACL user the gateway's processes log in to the Redis the stack starts with. */
@@ -17,7 +17,7 @@ export class DevInside {
   private readonly issued = new Set<string>();
 
   private constructor(
-    private readonly dir: string,
+    readonly dir: string,
     private readonly pki: InternalPki,
     private readonly ttlMinutes: number,
     readonly redisPasswordFile: string,
@@ -49,6 +49,17 @@ export class DevInside {
 
   private dirOf(identity: InternalIdentity): string {
     return path.join(this.dir, `${identity.role}-${identity.name}`);
+  }
+
+  /**
+   * The Redis server certificate (for 127.0.0.1 and localhost, of the stack's CA), issued once: the
+   * files for redis-server's tls-cert-file, tls-key-file and the CA a client checks it against.
+   */
+  redisTlsFiles(): { certFile: string; keyFile: string; caFile: string } {
+    const dir = path.join(this.dir, 'redis-tls');
+    if (!fs.existsSync(dir)) writeSecretDirectory(dir, { ...this.pki.issueLoopbackServer('redis', { ttlMinutes: this.ttlMinutes }) });
+    const file = (name: string) => path.join(dir, name);
+    return { certFile: file(INTERNAL_TLS_FILES.certificate), keyFile: file(INTERNAL_TLS_FILES.key), caFile: file(INTERNAL_TLS_FILES.ca) };
   }
 
   /**

@@ -64,15 +64,23 @@ export class InternalPki {
    * Helm chart generates them); with localhost and 127.0.0.1 for tools that check host names.
    */
   issue(identity: InternalIdentity, options: { ttlMinutes: number; form?: IdentityForm }): IssuedFiles {
+    const named = options.form === 'dns' ? `DNS:${identityDnsName(identity)}` : `URI:${identityUri(identity, this.trustDomain)}`;
+    return this.sign(identity.name, [named, 'DNS:localhost', 'IP:127.0.0.1'], options.ttlMinutes);
+  }
+
+  /** A server certificate for something of the stack that is no gateway identity (its Redis): localhost and 127.0.0.1. */
+  issueLoopbackServer(commonName: string, options: { ttlMinutes: number }): IssuedFiles {
+    return this.sign(commonName, ['DNS:localhost', 'IP:127.0.0.1'], options.ttlMinutes);
+  }
+
+  private sign(commonName: string, altNames: string[], ttlMinutes: number): IssuedFiles {
     const file = (name: string) => path.join(this.dir, 'issued', `${++this.issued}-${name}`);
     const [key, csr, cert, extensions] = [file('leaf.key'), file('leaf.csr'), file('leaf.crt'), file('leaf.ext')];
-    openssl(['req', '-new', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', key, '-out', csr, '-subj', `/CN=${identity.name}`]);
-    const named = options.form === 'dns' ? `DNS:${identityDnsName(identity)}` : `URI:${identityUri(identity, this.trustDomain)}`;
-    const altNames = [named, 'DNS:localhost', 'IP:127.0.0.1'];
+    openssl(['req', '-new', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', key, '-out', csr, '-subj', `/CN=${commonName}`]);
     fs.writeFileSync(extensions, `subjectAltName=${altNames.join(',')}\nextendedKeyUsage=serverAuth,clientAuth\nkeyUsage=critical,digitalSignature\n`);
     openssl([
       'ca', '-batch', '-notext', '-config', path.join(this.dir, 'ca.cnf'), '-cert', this.caFile, '-keyfile', path.join(this.dir, 'ca.key'),
-      '-startdate', asn1Time(-1), '-enddate', asn1Time(options.ttlMinutes), '-extfile', extensions, '-in', csr, '-out', cert,
+      '-startdate', asn1Time(-1), '-enddate', asn1Time(ttlMinutes), '-extfile', extensions, '-in', csr, '-out', cert,
     ]);
     const issued = {
       [INTERNAL_TLS_FILES.certificate]: fs.readFileSync(cert, 'utf8'),

@@ -74,6 +74,11 @@ export interface StackOptions {
    * (docs/adr/0017-closed-inside.md).
    */
   plainInside?: boolean;
+  /**
+   * The Redis the stack starts serves TLS only (a server certificate of the stack's CA; the password
+   * still authenticates), and the processes reach it by rediss:// with --redis-ca. Needs the closed inside.
+   */
+  redisTls?: boolean;
   /** How long the internal certificates the stack issues are valid (30 days by default). */
   internalCertificateTtlMinutes?: number;
 }
@@ -221,7 +226,14 @@ export class GatewayStack {
 
   /** The address the processes get: with the stack's own Redis and a closed inside, its ACL user (the password is in a file). */
   get redisUrl(): string {
-    return this.options.redisUrl ?? `redis://${this.inside ? `${DEV_REDIS_USER}@` : ''}${HOST}:${this.ports.redis}`;
+    return this.options.redisUrl ?? `${this.redisTls ? 'rediss' : 'redis'}://${this.inside ? `${DEV_REDIS_USER}@` : ''}${HOST}:${this.ports.redis}`;
+  }
+
+  /** The TLS files of the Redis the stack starts, when it serves TLS (StackOptions.redisTls). */
+  private get redisTls(): { certFile: string; keyFile: string; caFile: string } | undefined {
+    if (!this.options.redisTls || this.options.redisUrl) return undefined;
+    if (!this.inside) throw new Error('redisTls needs the closed inside (its certificate comes from the stack CA)');
+    return this.inside.redisTlsFiles();
   }
 
   /** The file with the Redis password the processes read, if any. */
@@ -232,7 +244,7 @@ export class GatewayStack {
   /** A client of the stack's Redis logged in as the gateway's processes are (for tests and checks). */
   redisClient(options: RedisOptions = {}): Redis {
     const password = this.redisPasswordFile ? readRedisPassword(this.redisPasswordFile) : undefined;
-    return new Redis({ ...connectionOptions(this.redisUrl, { password }), maxRetriesPerRequest: 1, ...options });
+    return new Redis({ ...connectionOptions(this.redisUrl, { password, tlsCaFile: this.redisTls?.caFile }), maxRetriesPerRequest: 1, ...options });
   }
 
   /** The internal certificate directory of one of the stack's processes (issued on first use). */
@@ -241,8 +253,9 @@ export class GatewayStack {
     return this.inside.certificateDir(identity);
   }
 
-  private get redisPasswordArgs(): string[] {
-    return this.redisPasswordFile ? ['--redis-password-file', this.redisPasswordFile] : [];
+  /** How the processes log in to Redis and check its certificate, besides its address. */
+  private get redisAuthArgs(): string[] {
+    return [...(this.redisPasswordFile ? ['--redis-password-file', this.redisPasswordFile] : []), ...(this.redisTls ? ['--redis-ca', this.redisTls.caFile] : [])];
   }
 
   private internalTlsArgs(identity: InternalIdentity): string[] {
@@ -335,7 +348,10 @@ export class GatewayStack {
         [
           // The ACL user and its password, from an owner-only file (not on this command line).
           ...(this.inside ? [this.inside.redisConfigFile(REDIS_PREFIX)] : []),
-          '--bind', HOST, '--port', String(this.ports.redis), '--save', '', '--appendonly', 'no',
+          '--bind', HOST, '--save', '', '--appendonly', 'no',
+          ...(this.redisTls
+            ? ['--port', '0', '--tls-port', String(this.ports.redis), '--tls-cert-file', this.redisTls.certFile, '--tls-key-file', this.redisTls.keyFile, '--tls-auth-clients', 'no']
+            : ['--port', String(this.ports.redis)]),
           // Bounded, evicting only keys with a TTL (idle sessions), never last-good state: docs/hardening.md.
           '--maxmemory', '256mb', '--maxmemory-policy', 'volatile-lru',
         ],
@@ -387,7 +403,7 @@ export class GatewayStack {
       CLI, 'control-plane',
       ...(this.usesPortal ? ['--portal', this.portalUrl] : ['--registry', this.options.registryFile]),
       '--redis', this.redisUrl,
-      ...this.redisPasswordArgs,
+      ...this.redisAuthArgs,
       ...this.internalTlsArgs({ role: 'control-plane', name }),
       ...(this.inside ? ['--envoy-internal-tls', this.internalTlsDir(ENVOY_CERTIFICATE)] : []),
       '--grpc', `${HOST}:${grpcPort}`,
@@ -421,7 +437,7 @@ export class GatewayStack {
     await this.launch(name, async () => {
       const sidecar = this.spawn(name, process.execPath, [
         CLI, 'sidecar', '--listen', `${HOST}:${port}`, '--control-plane', `${HOST}:${controlPlane.main}`, '--id', name,
-        '--redis', this.redisUrl, ...this.redisPasswordArgs, ...this.internalTlsArgs({ role: 'sidecar', name }),
+        '--redis', this.redisUrl, ...this.redisAuthArgs, ...this.internalTlsArgs({ role: 'sidecar', name }),
         '--admin', `${HOST}:${adminPort}`,
         // Below ManagedProcess's SIGKILL grace, so that a stop is always the sidecar's own.
         '--drain-timeout-ms', '2000',

@@ -1,4 +1,6 @@
+import * as fs from 'node:fs';
 import * as net from 'node:net';
+import * as tls from 'node:tls';
 import Redis from 'ioredis';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { redisKeyspace } from '../../control-plane/shared/redis-keys';
@@ -20,6 +22,36 @@ function rawCommands(port: number, commands: string[]): Promise<string[]> {
     });
     socket.on('error', reject);
     socket.write(commands.map((command) => `${command}\r\n`).join(''));
+  });
+}
+
+/** Everything a server sends back to `bytes` on a plain TCP connection, until it closes it (or 3 s pass). */
+function plainExchange(port: number, bytes: string): Promise<string> {
+  return new Promise((resolve) => {
+    const socket = net.connect(port, '127.0.0.1');
+    let received = '';
+    const done = () => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(received);
+    };
+    const timer = setTimeout(done, 3000);
+    socket.on('data', (chunk) => (received += chunk.toString('latin1')));
+    socket.on('close', done);
+    socket.on('error', done);
+    socket.write(bytes);
+  });
+}
+
+/** One inline command over TLS (the server's certificate checked against `ca`): the reply's first line. */
+function tlsCommand(port: number, ca: Buffer, command: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = tls.connect({ port, host: '127.0.0.1', ca }, () => socket.write(`${command}\r\n`));
+    socket.on('data', (chunk) => {
+      socket.destroy();
+      resolve(chunk.toString().split('\r\n')[0]);
+    });
+    socket.on('error', reject);
   });
 }
 
@@ -89,5 +121,33 @@ describe("the gateway's Redis", () => {
     const own = await toolsList(ids.thisVersion);
     expect(own.status).toBe(200);
     expect(own.text).toContain('weather__get_forecast');
+  });
+});
+
+describe("the gateway's Redis over TLS (redisTls)", () => {
+  let stack: GatewayStack;
+  let redis: Redis;
+
+  beforeAll(async () => {
+    ({ stack } = await startGateway('redis-tls', (b) => ({ routes: [{ key: 'demo', toolServices: [{ name: 'weather', url: b.weather }] }] }), { redisTls: true }));
+    redis = stack.redisClient();
+  });
+  afterAll(async () => {
+    redis?.disconnect();
+    await stack?.stop();
+  });
+
+  it('speaks only TLS, still asks for the password, and serves the gateway through rediss:// and --redis-ca', async () => {
+    expect(stack.redisUrl).toMatch(/^rediss:\/\/mcpgw@127\.0\.0\.1:/);
+    // Plain Redis protocol gets no Redis answer at all: the connection is closed after a failed handshake.
+    expect(await plainExchange(stack.ports.redis, 'PING\r\n')).not.toMatch(/PONG|NOAUTH|ERR/);
+    const controlPlaneArgs = stack.controlPlaneArgs();
+    const ca = fs.readFileSync(controlPlaneArgs[controlPlaneArgs.indexOf('--redis-ca') + 1]);
+    expect(await tlsCommand(stack.ports.redis, ca, 'PING')).toMatch(/^-NOAUTH/);
+    // A client that does not trust the stack's CA does not get as far as a command.
+    await expect(tlsCommand(stack.ports.redis, Buffer.from(tls.rootCertificates.join('\n')), 'PING')).rejects.toThrow(/self[- ]signed|unable to verify|certificate/i);
+    // Positive control: the control plane and the sidecar work over it (catalogs, sessions).
+    expect(await listedTools(stack.gatewayUrl('demo'))).toHaveLength(2);
+    expect(await redis.exists(`${redisKeyspace('mcpgw:')}route:demo`)).toBe(1);
   });
 });

@@ -151,6 +151,7 @@ describe('mcpgw up tells the truth', () => {
     await run.untilOutput(/MCP federation gateway is up/);
     const url = `http://127.0.0.1:${setup.listener}/mcp/demo`;
     expect(run.stdout).toContain(`route demo: ${url} (5 tools)`);
+    expect(run.stdout).toMatch(/^secured inside: +mutual TLS \(dev CA in .*\) on ADS, the catalog stream and Envoy → sidecar; Redis ACL user mcpgw \(password in .*\); every admin port and the inside on 127\.0\.0\.1 only/m);
     expect(await listedTools(url)).toHaveLength(5);
 
     const sidecar = descendantsOf(run.child.pid!).find((pid) => / sidecar /.test(commandLineOf(pid)));
@@ -179,10 +180,13 @@ describe('mcpgw up tells the truth', () => {
     await expect(listenOn(setup.listener, '127.0.0.1').then((server) => new Promise((resolve) => server.close(resolve)))).resolves.toBeUndefined();
   });
 
-  it('stops everything in order on SIGTERM and exits 0', async () => {
+  it('stops everything in order on SIGTERM and exits 0 (its Redis over TLS with --redis-tls)', async () => {
     const setup = await freeSetup('up-sigterm');
-    const run = up(setup.args());
+    const run = up([...setup.args(), '--redis-tls']);
     await run.untilOutput(/MCP federation gateway is up/);
+    expect(run.stdout).toMatch(/^redis: +rediss:\/\/mcpgw@127\.0\.0\.1:\d+$/m);
+    expect(run.stdout).toMatch(/^secured inside: .*Redis ACL user mcpgw over TLS/m);
+    expect(await listedTools(`http://127.0.0.1:${setup.listener}/mcp/demo`)).toHaveLength(5);
     expect(descendantsOf(run.child.pid!).length).toBe(7);
     run.child.kill('SIGTERM');
     expect(await run.exited).toBe(0);
