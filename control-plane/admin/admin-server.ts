@@ -3,6 +3,7 @@ import { Registry as MetricsRegistry } from 'prom-client';
 import { z } from 'zod';
 import { CatalogSettings, CatalogSnapshotMessage, RouteCatalogMessage } from '../catalog/catalog-store';
 import { ToolFinding } from '../catalog/tool-exposure';
+import { SigningKeyStatus } from '../auth/signing-keys';
 import { RegistryStatus } from '../registry/registry-controller';
 import { XdsResources } from '../xds/translate';
 import { NodeStatus } from './xds-status';
@@ -17,6 +18,8 @@ export interface AdminSources {
   xdsResources(): XdsResources;
   nodes(): NodeStatus[];
   registry(): RegistryStatus;
+  /** The issuers' signing keys the routes with auth are validated with. */
+  signingKeys(): SigningKeyStatus[];
   metrics: MetricsRegistry;
 }
 
@@ -75,6 +78,7 @@ export function createAdminApp(sources: AdminSources): express.Express {
       registry: sources.registry(),
       xds: { nodes: sources.nodes() },
       catalog: catalogStatus(sources),
+      signingKeys: sources.signingKeys(),
     });
   });
   // Refreshes now instead of at the next interval, e.g. after fixing a backend; answers with the result.

@@ -25,6 +25,7 @@ import { SnapshotCache } from '../xds/server/snapshot-cache';
 import { XdsResources, translate } from '../xds/translate';
 import { EMPTY_CALL_LANE_CATALOG, callLaneCatalogOf } from '../xds/translate/call-lane';
 import { GatewaySettings } from '../xds/translate/settings';
+import { SIGNING_KEY_DEFAULTS, SigningKeySettings, SigningKeyStore } from '../auth/signing-keys';
 
 export interface ControlPlaneOptions {
   source: RegistrySource;
@@ -43,6 +44,8 @@ export interface ControlPlaneOptions {
   catalogFetchConcurrency: number;
   /** Naming rules, cap and page size of the catalogs sidecars serve (docs/tools-list.md). */
   catalog: CatalogSettings;
+  /** How the issuers' signing keys are read (docs/auth.md). */
+  signingKeys?: SigningKeySettings;
   /** Redis for last-good state; without it a cold start with the source down serves nothing. */
   redis?: { url: string; prefix: string; timeouts?: RedisTimeouts };
   log: Logger;
@@ -79,6 +82,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     return pending;
   };
   const catalog = new CatalogStore(fetchTools, options.catalog, log, options.relist);
+  const signingKeys = new SigningKeyStore(options.signingKeys ?? SIGNING_KEY_DEFAULTS, log, lastGood);
   const registry = new RegistryController(options.source, { refreshIntervalMs: options.registryRefreshMs }, log);
   let resources: XdsResources = {};
   let ir: GatewayIR = { routes: [], toolServices: [], clusters: [] };
@@ -86,7 +90,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   /** Registry (IR) and catalog (the call lane's per-backend rules) both shape Envoy's config; either change republishes it. */
   const publishXds = () => {
     const started = performance.now();
-    resources = translate(ir, callLane, options.gateway);
+    resources = translate(ir, callLane, options.gateway, signingKeys.keys());
     const translatedMs = performance.now() - started;
     return publisher.publish(resources, (encodedMs) => metrics.snapshotBuildSeconds.observe((translatedMs + encodedMs) / 1000));
   };
@@ -99,6 +103,12 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     if (result.rejection) metrics.registryDocumentRejections.inc({ ...sourceLabel, reason: result.rejection });
   });
   catalog.on('refresh', (outcome: string) => metrics.catalogRefreshes.inc({ outcome }));
+  signingKeys.on('read', (outcome: string) => {
+    metrics.signingKeyReads.inc({ outcome });
+    const states = signingKeys.status().map((source) => source.state);
+    for (const state of ['ok', 'stale', 'missing']) metrics.signingKeySources.set({ state }, states.filter((s) => s === state).length);
+  });
+  signingKeys.on('change', () => void publishXds());
 
   const savedCatalogs = new Map<string, string>();
   catalog.on('change', (snapshot: CatalogSnapshotMessage) => {
@@ -132,7 +142,11 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   });
 
   const onRegistryUpdate = async (current: Registry, merge: RegistryMerge) => {
-    ir = buildGatewayIR(current);
+    ir = buildGatewayIR(current, { publicUrl: options.gateway.access.publicUrl });
+    // A new issuer's keys are read before the routes that need them are published (bounded by the
+    // read's timeout): a new route with auth starts validating, not refusing with 503.
+    const sources = new Map(ir.routes.flatMap((route) => (route.auth ? [[route.auth.keys.name, route.auth.keys] as const] : [])));
+    await signingKeys.setSources([...sources.values()]);
     const published = publishXds();
     metrics.routes.set(ir.routes.length);
     metrics.toolServices.set(ir.toolServices.length);
@@ -182,6 +196,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       xdsResources: () => resources,
       nodes: () => xdsStatus.list(),
       registry: () => registry.currentStatus(),
+      signingKeys: () => signingKeys.status(),
       metrics: metrics.registry,
     }),
     options.admin.host,
@@ -190,6 +205,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const adminPort = (admin.address() as { port: number }).port;
 
   await lastGood?.connect();
+  await signingKeys.restore();
   const saved = (await lastGood?.loadAll()) ?? [];
   savedAtStart = saved;
   const firstPoll = await registry.pollOnce();
@@ -207,6 +223,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     stop: async () => {
       clearInterval(catalogTimer);
       catalog.close();
+      signingKeys.close();
       await registry.stop();
       server.forceShutdown();
       await lastGood?.close();

@@ -154,7 +154,7 @@ const nameOf = (tool: Tool) => (typeof tool.name === 'string' ? tool.name : '');
  * The rules of a route's backends as one list, and for each backend's tool the 1-based index of the
  * rule that decides on it (the first whose pattern matches; 0 for none).
  */
-function accessRulesOf(backends: { backend: string; rules?: ToolRule[]; tools: Tool[] }[]) {
+export function accessRulesOf(backends: { backend: string; rules?: ToolRule[]; tools: Tool[] }[]) {
   const rules: AccessRuleMessage[] = [];
   const byTool = new Map<string, number>();
   for (const { backend, rules: backendRules, tools } of backends) {

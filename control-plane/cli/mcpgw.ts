@@ -14,7 +14,10 @@ import { buildGatewayIR } from '../ir/gateway-ir';
 import { asStaticBootstrap, diffXds, formatDifferences } from '../xds/render';
 import { XdsResources, translate } from '../xds/translate';
 import { EMPTY_CALL_LANE_CATALOG } from '../xds/translate/call-lane';
-import { GATEWAY_DEFAULTS } from '../xds/translate/settings';
+import { AccessSettings, AllowList, GATEWAY_DEFAULTS } from '../xds/translate/settings';
+import { defaultAccess, defaultPublicUrl } from '../xds/translate/access';
+import { NO_SIGNING_KEYS } from '../xds/translate/auth';
+import { SIGNING_KEY_DEFAULTS } from '../auth/signing-keys';
 import { DEFAULT_FILE_SETTLE_MS, FileRegistrySource } from '../registry/file-source';
 import { PortalRegistrySource } from '../registry/portal-source';
 import { RegistryFileError, checkRegistryFile, formatFileProblem, loadRegistryFile } from '../registry/static-file';
@@ -73,6 +76,47 @@ const samplePorts = z
     return { weather: weather.data, jobs: jobs.data };
   });
 
+const publicUrl = z
+  .string()
+  .refine((value) => URL.canParse(value) && /^https?:$/.test(new URL(value).protocol), 'must be an http:// or https:// URL')
+  .refine((value) => !URL.canParse(value) || (new URL(value).pathname === '/' && !new URL(value).search), 'must be scheme://host[:port] only, without a path')
+  .transform((value) => new URL(value).origin);
+/** A comma-separated list, or `*` for any value. */
+const allowList = (what: string) =>
+  z.string().transform((value, ctx): AllowList => {
+    if (value.trim() === '*') return '*';
+    const items = value.split(',').map((item) => item.trim());
+    if (items.some((item) => item === '' || /\s/.test(item))) {
+      ctx.addIssue({ code: 'custom', message: `must be ${what} separated by commas, or *` });
+      return z.NEVER;
+    }
+    return items;
+  });
+
+/** The access settings: given ones as they are, the rest the safe defaults for the listener's address (docs/auth.md). */
+function accessOf(listener: HostPort, options: { publicUrl?: string; allowedHosts?: AllowList; allowedOrigins?: AllowList }): AccessSettings {
+  const address = { address: listener.host, port: listener.port };
+  const defaults = defaultAccess(address, options.publicUrl ?? defaultPublicUrl(address));
+  return {
+    publicUrl: defaults.publicUrl,
+    allowedHosts: options.allowedHosts ?? defaults.allowedHosts,
+    allowedOrigins: options.allowedOrigins ?? defaults.allowedOrigins,
+  };
+}
+
+const accessOptions = () =>
+  [
+    new Option('--public-url <url>', "the gateway's public origin clients use, scheme://host[:port]: a route's resource URL is <url>/mcp/<key> (docs/auth.md)")
+      .env('MCPGW_PUBLIC_URL')
+      .argParser(parsedBy(publicUrl)),
+    new Option('--allowed-hosts <hosts>', 'Host values served, comma-separated (*.example.com allowed), or *; others get 403. Default: loopback names and the public URL\'s host on a loopback listener, any host otherwise')
+      .env('MCPGW_ALLOWED_HOSTS')
+      .argParser(parsedBy(allowList('host names'))),
+    new Option('--allowed-origins <origins>', 'browser Origin values served and answered with CORS, comma-separated (* inside one matches a host or port, e.g. http://localhost:*), or *; others get 403. Default: loopback origins and the public URL\'s origin on a loopback listener, the public URL\'s origin otherwise')
+      .env('MCPGW_ALLOWED_ORIGINS')
+      .argParser(parsedBy(allowList('origins'))),
+  ] as const;
+
 const hostPortOption = <Flags extends string>(flags: Flags, description: string) => new Option(flags, description).argParser(parsedBy(hostPort));
 const positiveIntOption = <Flags extends string>(flags: Flags, description: string, fallback: number) =>
   new Option(flags, description).argParser(parsedBy(positiveInt)).default(fallback);
@@ -127,13 +171,19 @@ const gatewayAddressOptions = [
  * The xDS a registry file makes. The call routes' per-tool rules come from the live catalog (the
  * backends' tools/list), which a file alone does not have: rendered here, every call route serves no tool yet.
  */
-function xdsOf(registryFile: string, settings: { listener: HostPort; sidecar: HostPort }): XdsResources {
+function xdsOf(
+  registryFile: string,
+  settings: { listener: HostPort; sidecar: HostPort; publicUrl?: string; allowedHosts?: AllowList; allowedOrigins?: AllowList },
+): XdsResources {
   const address = (value: HostPort) => ({ address: value.host, port: value.port });
-  return translate(buildGatewayIR(loadRegistryFile(registryFile)), EMPTY_CALL_LANE_CATALOG, {
+  const access = accessOf(settings.listener, settings);
+  // No identity provider is read here: routes with auth render as refusing until their keys are read (docs/auth.md).
+  return translate(buildGatewayIR(loadRegistryFile(registryFile), { publicUrl: access.publicUrl }), EMPTY_CALL_LANE_CATALOG, {
     ...GATEWAY_DEFAULTS,
     listener: address(settings.listener),
     sidecar: address(settings.sidecar),
-  });
+    access,
+  }, NO_SIGNING_KEYS);
 }
 
 /** The component's logger; from here on, everything it says on stderr is a JSON log line. */
@@ -219,6 +269,11 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
   .addOption(positiveIntOption('--catalog-retry-min-ms <ms>', 'first wait before a failing Tool Service is listed again (doubling)', RELIST_DEFAULTS.retryMinMs))
   .addOption(positiveIntOption('--catalog-retry-max-ms <ms>', 'longest wait before a failing Tool Service is listed again', RELIST_DEFAULTS.retryMaxMs))
   .addOption(positiveIntOption('--registry-file-settle-ms <ms>', 'a registry file is read once it has been unchanged this long', DEFAULT_FILE_SETTLE_MS))
+  .addOption(accessOptions()[0])
+  .addOption(accessOptions()[1])
+  .addOption(accessOptions()[2])
+  .addOption(positiveIntOption('--signing-keys-refresh-ms <ms>', "how often an issuer's signing keys (JWKS) are read again; a failed read keeps the last keys", SIGNING_KEY_DEFAULTS.refreshMs))
+  .addOption(positiveIntOption('--signing-keys-timeout-ms <ms>', "deadline of one read of an issuer's discovery document and keys", SIGNING_KEY_DEFAULTS.timeoutMs))
   .addOption(redisConnectTimeoutOption())
   .addOption(redisCommandTimeoutOption())
   .addOption(logLevelOption())
@@ -240,7 +295,9 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
           sidecar: { address: options.sidecar.host, port: options.sidecar.port },
           maxRequestBodyBytes: options.maxRequestBodyBytes,
           sessionCheckTimeoutMs: options.sessionCheckTimeoutMs,
+          access: accessOf(options.listener, options),
         },
+        signingKeys: { ...SIGNING_KEY_DEFAULTS, refreshMs: options.signingKeysRefreshMs, timeoutMs: options.signingKeysTimeoutMs },
         registryRefreshMs: options.registryRefreshMs,
         catalogRefreshMs: options.catalogRefreshMs,
         toolList: { timeoutMs: options.toolListTimeoutMs, maxBytes: options.toolListMaxBytes, maxTools: options.toolListMaxTools },
@@ -318,6 +375,9 @@ subcommand('render', 'print the xDS a registry produces')
   .addOption(new Option('--format <format>', 'bootstrap: a static Envoy bootstrap to check with `envoy --mode validate -c FILE`').choices(['json', 'yaml', 'bootstrap'] as const).default('json' as const))
   .addOption(gatewayAddressOptions[0])
   .addOption(gatewayAddressOptions[1])
+  .addOption(accessOptions()[0])
+  .addOption(accessOptions()[1])
+  .addOption(accessOptions()[2])
   .action((options) => {
     const resources = xdsOf(options.registry, options);
     const output =
@@ -332,6 +392,9 @@ subcommand('diff', 'show what changes in Envoy between two registry files; exits
   .argument('<new>', 'the registry file as it would be')
   .addOption(gatewayAddressOptions[0])
   .addOption(gatewayAddressOptions[1])
+  .addOption(accessOptions()[0])
+  .addOption(accessOptions()[1])
+  .addOption(accessOptions()[2])
   .action((before, after, options) => {
     let differences;
     try {

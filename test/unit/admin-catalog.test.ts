@@ -48,6 +48,7 @@ describe('control plane admin: catalog status and on-demand refresh', () => {
       },
       xdsResources: () => ({}),
       nodes: () => [],
+      signingKeys: () => [],
       registry: () => ({ source: 'test', rejectedRoutes: [], origin: 'source' }),
       metrics: new MetricsRegistry(),
     };

@@ -32,7 +32,7 @@ export function catalogSnapshot(
     route_key: string;
     backends: BackendCatalogMessage[];
     /** The route's access rules, and the 1-based rule of a backend's tool (0: none). */
-    access?: { rules: AccessRuleMessage[]; ruleOf: (backend: string, toolName: string) => number; groupsClaim?: string[] };
+    access?: { rules: AccessRuleMessage[]; ruleOf: (backend: string, toolIndex: number) => number; groupsClaim?: string[] };
   }[],
   settings: CatalogSettings = CATALOG_DEFAULTS,
 ): CatalogSnapshotMessage {
@@ -57,7 +57,7 @@ export function catalogSnapshot(
         settings,
       ).tools.map((exposed) => ({
         ...exposed,
-        access_rule: access?.ruleOf(exposed.backend, exposed.name.slice(exposed.backend.length + settings.toolNameSeparator.length)) ?? 0,
+        access_rule: access?.ruleOf(exposed.backend, exposed.tool_index) ?? 0,
       })),
     })),
   };

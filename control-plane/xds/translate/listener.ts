@@ -1,4 +1,6 @@
 import { TypedJson } from '../protobuf/proto-json';
+import { originCheckFilter } from './access';
+import { jwtAuthnFilter } from './auth';
 import { callScriptFilter, mcpFilter, sessionCheckFilter } from './call-lane';
 import { localReplyConfig } from './local-replies';
 import { CONTROL_PLANE_CLUSTER_NAME, GatewaySettings, LISTENER_NAME, MCP_METADATA_NAMESPACE, METADATA_NAMESPACE, ROUTE_CONFIG_NAME } from './settings';
@@ -81,9 +83,15 @@ export function buildListener(settings: GatewaySettings): TypedJson {
               request_timeout: '0s',
               access_log: [accessLog, callLog],
               local_reply_config: localReplyConfig(),
-              // The two lanes (docs/adr/0008-data-path-lanes.md): the mcp filter parses every request; a
+              // CORS answers the preflights of browser pages on allowed origins (they carry no token), the
+              // origin check refuses any other origin, jwt_authn validates the token of every request of a
+              // route with auth before anything reads its body (docs/auth.md). The two
+              // lanes (docs/adr/0008-data-path-lanes.md): the mcp filter parses every request; a
               // tools/call route turns on the call script and the session check with its own rules.
               http_filters: [
+                { name: 'envoy.filters.http.cors', typed_config: { '@type': TYPE_URL.cors } },
+                originCheckFilter(settings.access.allowedOrigins),
+                jwtAuthnFilter(),
                 mcpFilter(settings.maxRequestBodyBytes),
                 callScriptFilter(),
                 sessionCheckFilter(settings.sessionCheckTimeoutMs),

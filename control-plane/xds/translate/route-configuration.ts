@@ -1,8 +1,10 @@
 import { GatewayIR, RouteBackendIR, RouteIR, ToolServiceIR } from '../../ir/gateway-ir';
 import { TypedJson } from '../protobuf/proto-json';
+import { corsPolicy, hostDeniedVirtualHost, servedDomains } from './access';
+import { CALLER_HEADER_REMOVED, CALLER_HEADER_SET, SigningKeys, authenticatedRouteParts, keysUnavailableRoute, metadataDocumentRoute } from './auth';
 import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, callRouteFilters } from './call-lane';
 import { duration } from './duration';
-import { ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
+import { AccessSettings, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { TYPE_URL } from './type-urls';
 
 /** How long the gateway lane may take: it answers from memory, or ends and notifies backend sessions (bounded there). */
@@ -14,6 +16,7 @@ const STREAM_IDLE_TIMEOUT = '120s';
 function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolServiceIR, catalog: CallLaneCatalog) {
   const { host, port, path } = service.endpoint;
   return {
+    ...CALLER_HEADER_REMOVED,
     name: `${route.key}/call/${backend.name}`,
     match: callMatch(route.path, backend.name, catalog.separator),
     route: {
@@ -31,7 +34,7 @@ function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolService
         retry_back_off: { base_interval: '0.025s', max_interval: '0.250s' },
       },
     },
-    typed_per_filter_config: callRouteFilters(route.key, backend.name, catalog.separator, catalog.routes.get(route.key)?.get(backend.name), true),
+    typed_per_filter_config: callRouteFilters(route.key, backend.name, catalog.separator, catalog.routes.get(route.key), route.auth, true),
     // A backend's own session id must not reach the client, whose session is the gateway's (ADR-0004).
     response_headers_to_remove: ['mcp-session-id'],
   };
@@ -40,6 +43,7 @@ function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolService
 /** A client's standalone GET stream of the route: held by the sidecars for as long as the client keeps it. */
 function streamsRoute(route: RouteIR) {
   return {
+    ...CALLER_HEADER_SET,
     name: `${route.key}/streams`,
     match: { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'GET' } }] },
     route: { cluster: SIDECAR_STREAMS_CLUSTER_NAME, timeout: '0s', idle_timeout: STREAM_IDLE_TIMEOUT },
@@ -50,6 +54,7 @@ function streamsRoute(route: RouteIR) {
 /** The gateway lane: everything the gateway answers itself (initialize, tools/list, DELETE, …) and calls no backend route took. */
 function gatewayRoute(name: string, match: Record<string, unknown>, filters: Record<string, unknown> = GATEWAY_LANE_FILTERS) {
   return {
+    ...CALLER_HEADER_SET,
     name,
     match,
     route: {
@@ -62,31 +67,46 @@ function gatewayRoute(name: string, match: Record<string, unknown>, filters: Rec
   };
 }
 
-/**
- * All routes live in one RouteConfiguration, so any registry or catalog change is a single RDS update.
- * Per route key: a call route per backend (longest prefix first, so a prefix that extends another wins),
- * the GET stream route, then the gateway lane.
- */
-export function buildRouteConfiguration(ir: GatewayIR, catalog: CallLaneCatalog): TypedJson {
-  // By Tool Service, not by cluster: Tool Services sharing a cluster may differ in their deadlines.
-  const services = new Map(ir.toolServices.map((service) => [service.catalogKey, service]));
-  const routes = ir.routes.flatMap((route) => [
+/** A route with auth validates every request of its lanes; its 401s name its metadata document. */
+function withAuth(route: RouteIR, lane: { typed_per_filter_config: Record<string, unknown> }) {
+  if (!route.auth) return lane;
+  const { metadata, filters } = authenticatedRouteParts(route);
+  return { ...lane, metadata, typed_per_filter_config: { ...lane.typed_per_filter_config, ...filters } };
+}
+
+/** Per route key: a call route per backend (longest prefix first, so a prefix that extends another wins), the GET stream route, then the gateway lane. */
+function routesOf(route: RouteIR, services: Map<string, ToolServiceIR>, catalog: CallLaneCatalog, keys: SigningKeys): Record<string, unknown>[] {
+  if (route.auth && !keys.has(route.auth.keys.name)) return [metadataDocumentRoute(route), keysUnavailableRoute(route)];
+  const lanes = [
     ...[...route.backends]
       .sort((a, b) => b.name.length - a.name.length || a.name.localeCompare(b.name))
       .map((backend) => callRoute(route, backend, services.get(backend.catalogKey)!, catalog)),
     streamsRoute(route),
     gatewayRoute(`${route.key}/end`, { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'DELETE' } }] }, SESSION_END_FILTERS),
     gatewayRoute(`${route.key}/gateway`, { path_separated_prefix: route.path }),
-  ]);
+  ].map((lane) => withAuth(route, lane));
+  return route.auth ? [metadataDocumentRoute(route), ...lanes] : lanes;
+}
+
+/**
+ * All routes live in one RouteConfiguration, so any registry or catalog change is a single RDS update.
+ * The served hosts are one virtual host (any other Host meets host_denied), with the CORS policy of
+ * the allowed browser origins (the listener refuses any other origin: access.ts).
+ */
+export function buildRouteConfiguration(ir: GatewayIR, catalog: CallLaneCatalog, access: AccessSettings, keys: SigningKeys): TypedJson {
+  // By Tool Service, not by cluster: Tool Services sharing a cluster may differ in their deadlines.
+  const services = new Map(ir.toolServices.map((service) => [service.catalogKey, service]));
+  const routes = ir.routes.flatMap((route) => routesOf(route, services, catalog, keys));
   return {
     '@type': TYPE_URL.routeConfiguration,
     name: ROUTE_CONFIG_NAME,
     virtual_hosts: [
       {
         name: 'mcp',
-        domains: ['*'],
+        domains: servedDomains(access.allowedHosts, ir.routes.flatMap((route) => (route.auth ? [new URL(route.auth.resource).host] : []))),
         // Callers see x-envoy-attempt-count on every proxied response.
         include_attempt_count_in_response: true,
+        typed_per_filter_config: { 'envoy.filters.http.cors': corsPolicy(access.allowedOrigins) },
         routes: [
           ...routes,
           // /mcp without a key, or a key no route has: the sidecar says which.
@@ -99,6 +119,7 @@ export function buildRouteConfiguration(ir: GatewayIR, catalog: CallLaneCatalog)
           },
         ],
       },
+      ...hostDeniedVirtualHost(access.allowedHosts),
     ],
   };
 }

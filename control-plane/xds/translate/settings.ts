@@ -10,6 +10,24 @@ export interface GatewaySettings {
   maxRequestBodyBytes: number;
   /** How long Envoy waits for the session check, which may open a backend's session (its own deadline is shorter). */
   sessionCheckTimeoutMs: number;
+  /** Who may reach the gateway: its public URL, and the Host and Origin values it serves (docs/auth.md). */
+  access: AccessSettings;
+}
+
+/** `*`: any value. */
+export type AllowList = readonly string[] | '*';
+
+export interface AccessSettings {
+  /** The gateway's public origin, scheme://host[:port]: resource URLs are <publicUrl>/mcp/<key> (docs/auth.md). */
+  publicUrl: string;
+  /** Host header values served (Envoy virtual-host domains, `*.example.com` allowed); any other Host gets 403 (DNS rebinding). */
+  allowedHosts: AllowList;
+  /**
+   * Origin header values served and answered with CORS (exact origins; `*` inside one matches any
+   * characters of a host or port, e.g. `http://localhost:*`); any other Origin gets 403 (MCP transport
+   * MUST). A request without Origin (not from a browser) is not affected.
+   */
+  allowedOrigins: AllowList;
 }
 
 /** Defaults of the settings above that are not addresses (docs/xds.md says why). */
