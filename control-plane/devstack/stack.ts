@@ -44,6 +44,8 @@ export interface StackOptions {
    */
   registrySource?: 'portal' | 'file';
   registryRefreshMs?: number;
+  /** More arguments for the control plane, e.g. ['--public-url', 'https://gw.example.com'] (docs/auth.md). */
+  controlPlaneArgs?: string[];
   /** Log level of the control plane and the sidecar (info by default). */
   logLevel?: LogLevel;
   /**
@@ -305,6 +307,7 @@ export class GatewayStack {
         ...(this.options.catalogRefreshMs ? ['--catalog-refresh-ms', String(this.options.catalogRefreshMs)] : []),
         ...(this.options.toolsListPageSize !== undefined ? ['--tools-list-page-size', String(this.options.toolsListPageSize)] : []),
         ...(this.options.registryRefreshMs ? ['--registry-refresh-ms', String(this.options.registryRefreshMs)] : []),
+        ...(this.options.controlPlaneArgs ?? []),
         ...this.logLevelArgs,
       ]);
       await controlPlane.untilReady('the control plane admin to answer /healthz', async () =>

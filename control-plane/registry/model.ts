@@ -103,7 +103,8 @@ export const routeAuthSchema = z
       .min(1)
       .optional()
       .describe('Accepted `aud` values (any one). Default: the route\'s resource URL, <publicUrl>/mcp/<key>.'),
-    clockSkewSeconds: z.number().int().min(0).max(300).optional().describe('Leeway for `exp` and `nbf`. Default 60.'),
+    // Envoy reads 0 as "not set", i.e. its own default of 60 s: the least leeway that can be had is 1 s.
+    clockSkewSeconds: z.number().int().min(1).max(300).optional().describe('Leeway for `exp` and `nbf`, 1-300 seconds. Default 60.'),
     scopes: z
       .array(scopeToken)
       .min(1)
