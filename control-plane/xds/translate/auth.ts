@@ -120,6 +120,9 @@ export function metadataDocumentRoute(route: RouteIR) {
  * so every request of the route is refused with 503 (in JSON-RPC form by the local-reply mappers),
  * never let through.
  */
+/** How the refusal of a route without keys begins (mcpgw up recognizes it as the gateway's own answer). */
+export const KEYS_UNAVAILABLE = 'cannot validate tokens yet';
+
 export function keysUnavailableRoute(route: RouteIR) {
   return {
     name: `${route.key}/keys_unavailable`,
@@ -127,7 +130,7 @@ export function keysUnavailableRoute(route: RouteIR) {
     direct_response: {
       status: 503,
       body: {
-        inline_string: `route ${route.key} cannot validate tokens yet: the gateway has no signing keys of ${route.auth!.issuer} (its identity provider has not answered); try again`,
+        inline_string: `route ${route.key} ${KEYS_UNAVAILABLE}: the gateway has no signing keys of ${route.auth!.issuer} (its identity provider has not answered); try again`,
       },
     },
   };
