@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { SavedSigningKeys, SigningKeyPersistence, savedSigningKeysSchema } from '../auth/signing-keys';
 import { Route, routeSchema } from '../registry/model';
 import { Logger } from '../shared/log';
-import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient } from '../shared/redis-client';
+import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient, redisAnswers } from '../shared/redis-client';
 
 /** What a route's catalog looked like when it was saved: enough to serve tools/list at once. */
 const savedCatalogSchema = z.array(
@@ -81,6 +81,11 @@ export class LastGoodStore implements SigningKeyPersistence {
       if (saved) loaded.set(source, saved);
     }
     return loaded;
+  }
+
+  /** Whether Redis answers now (mcpgw_redis_up). */
+  answers(): Promise<boolean> {
+    return redisAnswers(this.redis);
   }
 
   async connect(): Promise<void> {

@@ -17,7 +17,7 @@ import { fixtureKeysFor } from '../support/signing-keys';
 const settings = {
   ...GATEWAY_DEFAULTS,
   listener: { address: '127.0.0.1', port: 10000 },
-  sidecar: { address: '127.0.0.1', port: 18080 },
+  sidecars: [{ address: '127.0.0.1', port: 18080 }],
   access: defaultAccess({ address: '127.0.0.1', port: 10000 }),
 };
 const FIXTURES = projectPath('test', 'fixtures', 'registries');
