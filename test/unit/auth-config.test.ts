@@ -6,6 +6,9 @@ import { validateRegistry } from '../../control-plane/registry/validate';
 import { closeServer } from '../../control-plane/shared/http-listen';
 import { defaultAccess, originMatcher } from '../../control-plane/xds/translate/access';
 import { jwtAuthnConfig, jwtAuthnKeepingRemoved } from '../../control-plane/xds/translate/auth';
+import * as fs from 'node:fs';
+import { loadRegistryFile } from '../../control-plane/registry/static-file';
+import { projectPath } from '../../control-plane/shared/paths';
 import { quietLogger } from '../support/quiet-logger';
 
 /** The registry's auth settings, their defaults, the access settings and the signing keys (docs/auth.md). */
@@ -84,6 +87,20 @@ describe('auth in the registry', () => {
     expect(partner).toMatchObject({ resource: 'https://gw.example/mcp/partner', audiences: ['gw'], groupsClaim: ['realm_access', 'roles'], challengeScopes: [] });
     // One issuer, one key source: its keys are read once and shared.
     expect(partner.keys).toEqual(demo.keys);
+  });
+});
+
+describe('examples/auth-keycloak.yaml', () => {
+  it("takes the test realm's tokens on mcpgw up's default port: its route's resource URL is the realm's audience", () => {
+    const ir = buildGatewayIR(loadRegistryFile(projectPath('examples', 'auth-keycloak.yaml')));
+    const realm = JSON.parse(fs.readFileSync(projectPath('test', 'fixtures', 'keycloak', 'mcpgw-realm.json'), 'utf8')) as {
+      clientScopes: { name: string; protocolMappers?: { config: Record<string, string> }[] }[];
+    };
+    const audiences = realm.clientScopes.find((scope) => scope.name === 'route-demo')!.protocolMappers!.map((mapper) => mapper.config['included.custom.audience']);
+    const demo = ir.routes.find((route) => route.key === 'demo')!.auth!;
+    expect(demo.issuer).toBe('http://127.0.0.1:8080/realms/mcpgw');
+    expect(audiences).toContain(demo.audiences[0]);
+    expect(ir.routes.find((route) => route.key === 'weather-only')!.auth).toBeUndefined();
   });
 });
 
