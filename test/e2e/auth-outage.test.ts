@@ -79,7 +79,8 @@ describe('an identity provider outage (Keycloak stopped, real Envoy 1.40 and con
       } finally {
         await idp.start();
       }
-      await waitFor('the keys to be read again', async () => ((await keysOf(idp.issuer))?.state === 'ok' ? true : undefined));
+      // After a long outage the next read may be up to the retry backoff's ceiling (30 s) away.
+      await waitFor('the keys to be read again', async () => ((await keysOf(idp.issuer))?.state === 'ok' ? true : undefined), { timeoutMs: 45_000 });
     },
     KEYCLOAK_STARTUP_MS + 60_000,
   );
