@@ -57,6 +57,9 @@ export function jwtAuthnConfig(ir: GatewayIR, keys: SigningKeys): TypedJson {
       payload_in_metadata: JWT_METADATA.payloadKey,
       normalize_payload_in_metadata: { space_delimited_claims: ['scope'] },
       clock_skew_seconds: auth.clockSkewSeconds,
+      // Agents send the same token on every request: a verified token is kept (its expiry is still
+      // checked on every use), so its signature and JSON are not worked through again per request.
+      jwt_cache_config: { jwt_cache_size: 1000 },
     };
     requirements[route.key] = { provider_and_audiences: { provider_name: providerName(auth), audiences: auth.audiences } };
   }
