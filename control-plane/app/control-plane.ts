@@ -107,10 +107,16 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     if (result.rejection) metrics.registryDocumentRejections.inc({ ...sourceLabel, reason: result.rejection });
   });
   catalog.on('refresh', (outcome: string) => metrics.catalogRefreshes.inc({ outcome }));
-  signingKeys.on('read', (outcome: string) => {
-    metrics.signingKeyReads.inc({ outcome });
+  const countKeySources = () => {
     const states = signingKeys.status().map((source) => source.state);
     for (const state of ['ok', 'stale', 'missing']) metrics.signingKeySources.set({ state }, states.filter((s) => s === state).length);
+  };
+  // Every series from the start, also without any route of auth: a dashboard reads 0, not nothing.
+  for (const outcome of ['ok', 'failed']) metrics.signingKeyReads.inc({ outcome }, 0);
+  countKeySources();
+  signingKeys.on('read', (outcome: string) => {
+    metrics.signingKeyReads.inc({ outcome });
+    countKeySources();
   });
   signingKeys.on('change', () => void publishXds());
 
