@@ -1,3 +1,4 @@
+import { JsonWebKeyInput, createPublicKey } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { z } from 'zod';
 import { SigningKeySource } from '../ir/gateway-ir';
@@ -34,23 +35,37 @@ const jwkSchema = z.looseObject({
   use: z.string().optional(),
   alg: z.string().optional(),
   kid: z.string().optional(),
+  crv: z.string().optional(),
 });
+/** Curves Envoy's jwt_authn verifies with (ES256/384/512, EdDSA over Ed25519). */
+const CURVES: Record<string, Set<string>> = { EC: new Set(['P-256', 'P-384', 'P-521']), OKP: new Set(['Ed25519']) };
+
+/** A key that is what it says: its parameters make a public key (one that does not would make Envoy refuse every issuer's keys). */
+function importable(key: Record<string, unknown>): boolean {
+  try {
+    return createPublicKey({ key: key as JsonWebKeyInput['key'], format: 'jwk' }).type === 'public';
+  } catch {
+    return false;
+  }
+}
 const jwksSchema = z.object({ keys: z.array(z.unknown()) });
 const discoverySchema = z.looseObject({ issuer: z.string(), jwks_uri: z.string().url() });
 
 /**
- * The keys of a JWKS that verify signatures. Encryption keys and keys of other algorithms are left
- * out: Envoy rejects a JWKS with no key it can use, which would refuse the whole configuration.
+ * The keys of a JWKS that verify signatures. Encryption keys, keys of other algorithms or curves, and
+ * keys whose parameters make no public key are left out: one key Envoy cannot read makes it refuse
+ * jwt_authn's whole configuration, the routes of every issuer with it.
  */
 export function signatureKeys(document: unknown): Record<string, unknown>[] {
   const { keys } = jwksSchema.parse(document);
   return keys.flatMap((key) => {
     const parsed = jwkSchema.safeParse(key);
     if (!parsed.success) return [];
-    const { use, alg } = parsed.data;
+    const { kty, use, alg, crv } = parsed.data;
     if (use !== undefined && use !== 'sig') return [];
     if (alg !== undefined && !SIGNATURE_ALGORITHMS.has(alg)) return [];
-    return [parsed.data];
+    if (CURVES[kty] && !(crv !== undefined && CURVES[kty].has(crv))) return [];
+    return importable(parsed.data) ? [parsed.data] : [];
   });
 }
 

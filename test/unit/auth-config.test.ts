@@ -1,4 +1,5 @@
 import * as http from 'node:http';
+import { generateKeyPairSync } from 'node:crypto';
 import { AddressInfo } from 'node:net';
 import { SavedSigningKeys, SigningKeyStore, readSigningKeys, signatureKeys } from '../../control-plane/auth/signing-keys';
 import { buildGatewayIR } from '../../control-plane/ir/gateway-ir';
@@ -159,14 +160,27 @@ describe("jwt_authn's configuration", () => {
 });
 
 describe('signing keys', () => {
-  const rsa = { kty: 'RSA', kid: 'sig', use: 'sig', alg: 'RS256', n: 'x', e: 'AQAB' };
+  const jwkOf = (type: 'rsa' | 'ec' | 'ed25519' | 'x25519', extra: Record<string, unknown>) => {
+    const { publicKey } = type === 'rsa' ? generateKeyPairSync('rsa', { modulusLength: 2048 }) : type === 'ec' ? generateKeyPairSync('ec', { namedCurve: 'P-256' }) : generateKeyPairSync(type as 'ed25519');
+    return { ...publicKey.export({ format: 'jwk' }), ...extra };
+  };
+  const rsa = jwkOf('rsa', { kid: 'sig', use: 'sig', alg: 'RS256' });
 
-  it('keeps only keys that verify signatures', () => {
+  it('keeps only keys that verify signatures, and that Envoy can read', () => {
     expect(
       signatureKeys({
-        keys: [rsa, { ...rsa, kid: 'enc', use: 'enc', alg: 'RSA-OAEP' }, { kty: 'oct', kid: 'hmac', alg: 'HS256' }, { kty: 'EC', kid: 'ec', crv: 'P-256' }, 'junk'],
+        keys: [
+          rsa,
+          { ...rsa, kid: 'enc', use: 'enc', alg: 'RSA-OAEP' },
+          { kty: 'oct', kid: 'hmac', alg: 'HS256', k: 'c2VjcmV0' },
+          jwkOf('ec', { kid: 'ec' }),
+          jwkOf('ed25519', { kid: 'ed' }),
+          jwkOf('x25519', { kid: 'x25519 (no signatures)' }),
+          { ...rsa, kid: 'broken', e: undefined },
+          'junk',
+        ],
       }).map((key) => key.kid),
-    ).toEqual(['sig', 'ec']);
+    ).toEqual(['sig', 'ec', 'ed']);
     expect(() => signatureKeys({ nokeys: true })).toThrow();
   });
 
