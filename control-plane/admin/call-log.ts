@@ -10,8 +10,8 @@ import { METADATA_NAMESPACE } from '../xds/translate/settings';
  */
 
 /** The reliability seed's outcomes (docs/errors.md), and what a call that never got one counts as. */
-const OUTCOMES = ['ok', 'failed', 'degraded', 'denied'] as const;
-type Outcome = (typeof OUTCOMES)[number];
+const OUTCOMES = ['ok', 'failed', 'degraded', 'denied', 'approval_required'] as const;
+export type Outcome = (typeof OUTCOMES)[number];
 
 /** Tools labelled per (route, backend); more distinct names are counted as `other`, so no client can grow the series without bound. */
 export const TOOL_LABELS_PER_BACKEND = 100;
@@ -37,23 +37,39 @@ function fromValue(value: ProtoValue): unknown {
   }
 }
 
-function fromStruct(struct: StructValue | undefined): Record<string, unknown> {
+export function fromStruct(struct: StructValue | undefined): Record<string, unknown> {
   return Object.fromEntries(Object.entries(struct?.fields ?? {}).map(([key, value]) => [key, fromValue(value)]));
 }
 
-interface LogEntry {
+type ProtoTime = { seconds?: string; nanos?: number };
+
+/** The parts of an envoy.data.accesslog.v3.HTTPAccessLogEntry the control plane reads. */
+export interface LogEntry {
   common_properties?: {
-    time_to_last_downstream_tx_byte?: { seconds?: string; nanos?: number };
-    response_flags?: Record<string, boolean>;
+    start_time?: ProtoTime;
+    time_to_last_downstream_tx_byte?: ProtoTime;
+    response_flags?: Record<string, unknown>;
     metadata?: { filter_metadata?: Record<string, StructValue> };
+    route_name?: string;
+    upstream_request_attempt_count?: number;
   };
+  request?: { path?: string; original_path?: string; request_id?: string };
+  response?: { response_code?: { value?: number } | null; response_code_details?: string };
+}
+
+/** Seconds of a google.protobuf.Duration or Timestamp. */
+export const secondsOf = (time: ProtoTime | undefined) => Number(time?.seconds ?? 0) + (time?.nanos ?? 0) / 1e9;
+
+/** One consumer of the call log. */
+export interface CallLogRecorder {
+  record(entry: LogEntry): void;
 }
 
 interface StreamMessage {
   http_logs?: { log_entry?: LogEntry[] };
 }
 
-export class CallMetrics {
+export class CallMetrics implements CallLogRecorder {
   private readonly tools = new Map<string, Set<string>>();
   private readonly calls: client.Counter<'route' | 'backend' | 'outcome'>;
   private readonly seconds: client.Histogram<'route' | 'backend' | 'tool' | 'outcome'>;
@@ -92,8 +108,7 @@ export class CallMetrics {
     if (!route || !backend) return;
     const tool = typeof ours.tool === 'string' ? ours.tool : '';
     const outcome = outcomeOf(ours.outcome, ours.fallback !== undefined, common.response_flags ?? {});
-    const elapsed = common.time_to_last_downstream_tx_byte;
-    const seconds = Number(elapsed?.seconds ?? 0) + (elapsed?.nanos ?? 0) / 1e9;
+    const seconds = secondsOf(common.time_to_last_downstream_tx_byte);
     this.calls.inc({ route, backend, outcome });
     this.seconds.observe({ route, backend, tool: this.toolLabel(route, backend, tool), outcome }, seconds);
   }
@@ -104,19 +119,22 @@ export class CallMetrics {
  * (backend down, timed out, reset) has none but Envoy's failure flags: degraded when a fallback was
  * served, failed otherwise.
  */
-function outcomeOf(recorded: unknown, hasFallback: boolean, flags: Record<string, boolean>): Outcome {
+export function outcomeOf(recorded: unknown, hasFallback: boolean, flags: Record<string, unknown>): Outcome {
   if (typeof recorded === 'string' && (OUTCOMES as readonly string[]).includes(recorded)) return recorded as Outcome;
+  // Booleans, and unauthorized_details: a message, set when ext_authz refused the call.
   const envoyFailed = Object.values(flags).some(Boolean);
   if (envoyFailed) return hasFallback ? 'degraded' : 'failed';
   return 'ok';
 }
 
-/** envoy.service.accesslog.v3.AccessLogService: Envoy's stream of call-lane access log entries. */
-export function accessLogServiceHandlers(metrics: CallMetrics, log: Logger): grpc.UntypedServiceImplementation {
+/** envoy.service.accesslog.v3.AccessLogService: Envoy's stream of call-log entries, each given to every recorder. */
+export function accessLogServiceHandlers(recorders: CallLogRecorder[], log: Logger): grpc.UntypedServiceImplementation {
   return {
     StreamAccessLogs(call: grpc.ServerReadableStream<StreamMessage, unknown>, callback: grpc.sendUnaryData<unknown>) {
       call.on('data', (message: StreamMessage) => {
-        for (const entry of message.http_logs?.log_entry ?? []) metrics.record(entry);
+        for (const entry of message.http_logs?.log_entry ?? []) {
+          for (const recorder of recorders) recorder.record(entry);
+        }
       });
       call.on('error', (error: Error) => log.warn('an Envoy access log stream failed', { error: error.message }));
       call.on('end', () => callback(null, {}));

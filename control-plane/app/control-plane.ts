@@ -1,7 +1,8 @@
 import * as http from 'node:http';
 import * as grpc from '@grpc/grpc-js';
 import { createAdminApp } from '../admin/admin-server';
-import { CallMetrics, accessLogServiceHandlers } from '../admin/call-log';
+import { CallLogRecorder, CallMetrics, accessLogServiceHandlers } from '../admin/call-log';
+import { AuditLog, AuditTarget } from '../audit/audit-log';
 import { closeServer, listen } from '../shared/http-listen';
 import { ControlPlaneMetrics } from '../admin/metrics';
 import { XdsStatusTracker } from '../admin/xds-status';
@@ -43,6 +44,8 @@ export interface ControlPlaneOptions {
   catalogFetchConcurrency: number;
   /** Naming rules, cap and page size of the catalogs sidecars serve (docs/tools-list.md). */
   catalog: CatalogSettings;
+  /** Where audit events go (docs/approval-and-audit.md); none are built without it. */
+  audit?: AuditTarget;
   /** Redis for last-good state; without it a cold start with the source down serves nothing. */
   redis?: { url: string; prefix: string; timeouts?: RedisTimeouts };
   log: Logger;
@@ -167,7 +170,9 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const server = new grpc.Server();
   server.addService(grpcServices.aggregatedDiscovery().service, adsServiceHandlers(cache, xdsStatus.callbacks()));
   server.addService(grpcServices.catalogDiscovery().service, catalogServiceHandlers(catalog, log));
-  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers(new CallMetrics(metrics.registry), log));
+  const audit = options.audit ? new AuditLog(options.audit, metrics.registry, log) : undefined;
+  const callLogRecorders: CallLogRecorder[] = [new CallMetrics(metrics.registry), ...(audit ? [audit] : [])];
+  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers(callLogRecorders, log));
   const grpcPort = await new Promise<number>((resolve, reject) =>
     server.bindAsync(options.grpcAddress, grpc.ServerCredentials.createInsecure(), (error, port) =>
       error ? reject(error) : resolve(port),
@@ -199,7 +204,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   registry.start();
   void catalog.refresh();
   const catalogTimer = setInterval(() => void catalog.refresh(), options.catalogRefreshMs);
-  log.info('control plane started', { grpcPort, adminPort, source: options.source.description, registry: registry.currentStatus().origin });
+  log.info('control plane started', { grpcPort, adminPort, source: options.source.description, registry: registry.currentStatus().origin, audit: audit?.describe() ?? 'off' });
 
   return {
     grpcPort,
@@ -210,6 +215,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       await registry.stop();
       server.forceShutdown();
       await lastGood?.close();
+      await audit?.close();
       await closeServer(admin);
     },
   };

@@ -6,6 +6,7 @@ import { Command, CommanderError, InvalidArgumentError, Option } from '@commande
 import { stringify as toYaml } from 'yaml';
 import { z } from 'zod';
 import { startControlPlane } from '../app/control-plane';
+import { AUDIT_DEFAULTS, AuditTarget, ROTATE_INTERVAL_PATTERN, ROTATE_SIZE_PATTERN } from '../audit/audit-log';
 import { CATALOG_DEFAULTS, RELIST_DEFAULTS } from '../catalog/catalog-store';
 import { TOOL_LIST_DEFAULTS } from '../catalog/tool-fetcher';
 import { TOOL_NAME_POLICIES, separatorProblem } from '../catalog/tool-exposure';
@@ -219,11 +220,35 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
   .addOption(positiveIntOption('--catalog-retry-min-ms <ms>', 'first wait before a failing Tool Service is listed again (doubling)', RELIST_DEFAULTS.retryMinMs))
   .addOption(positiveIntOption('--catalog-retry-max-ms <ms>', 'longest wait before a failing Tool Service is listed again', RELIST_DEFAULTS.retryMaxMs))
   .addOption(positiveIntOption('--registry-file-settle-ms <ms>', 'a registry file is read once it has been unchanged this long', DEFAULT_FILE_SETTLE_MS))
+  .addOption(new Option('--audit-log <target>', 'audit events as JSON lines (docs/approval-and-audit.md): "stdout", or a file rotated by size; none when absent').env('MCPGW_AUDIT_LOG'))
+  .addOption(
+    new Option('--audit-log-rotate-size <size>', 'rotate the audit file when it reaches this size: a number and B, K, M or G')
+      .argParser(parsedBy(z.string().regex(ROTATE_SIZE_PATTERN, 'must be a size such as 100M (B, K, M or G)')))
+      .default(AUDIT_DEFAULTS.rotateSize),
+  )
+  .addOption(
+    new Option('--audit-log-rotate-interval <interval>', 'also rotate the audit file this often: a number and s, m, h, d or M (months)').argParser(
+      parsedBy(z.string().regex(ROTATE_INTERVAL_PATTERN, 'must be an interval such as 1d (s, m, h, d or M)')),
+    ),
+  )
+  .addOption(positiveIntOption('--audit-log-max-files <n>', 'rotated audit files kept (gzipped); older ones are removed', AUDIT_DEFAULTS.maxFiles))
   .addOption(redisConnectTimeoutOption())
   .addOption(redisCommandTimeoutOption())
   .addOption(logLevelOption())
   .action(async (options, command) => {
     if (!options.registry && !options.portal) command.error('give one registry source: --registry FILE or --portal URL', { exitCode: USAGE_ERROR });
+    const audit: AuditTarget | undefined =
+      options.auditLog === undefined
+        ? undefined
+        : options.auditLog === 'stdout'
+          ? { kind: 'stdout' }
+          : {
+              kind: 'file',
+              file: path.resolve(options.auditLog),
+              rotateSize: options.auditLogRotateSize,
+              rotateInterval: options.auditLogRotateInterval,
+              maxFiles: options.auditLogMaxFiles,
+            };
     const log = componentLogger('control-plane', options.logLevel);
     try {
       // A file is the operator's own: problems at start are fatal. Later edits are isolated per route.
@@ -240,7 +265,9 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
           sidecar: { address: options.sidecar.host, port: options.sidecar.port },
           maxRequestBodyBytes: options.maxRequestBodyBytes,
           sessionCheckTimeoutMs: options.sessionCheckTimeoutMs,
+          auditArguments: audit !== undefined,
         },
+        audit,
         registryRefreshMs: options.registryRefreshMs,
         catalogRefreshMs: options.catalogRefreshMs,
         toolList: { timeoutMs: options.toolListTimeoutMs, maxBytes: options.toolListMaxBytes, maxTools: options.toolListMaxTools },

@@ -6,6 +6,8 @@
 --   sessionful                    true when the backend hands out sessions (a stateless client's call needs one)
 --   annotate                      true: the final message of the answer gets the call's outcome
 --   fallback                      degraded answer text for read-only tools, if the Tool Service has one
+--   audit_arguments               true: the call's arguments (raw JSON) go to the access log's metadata,
+--                                 from which the control plane hashes them for the audit event
 --   ["tool:<own name>"]           a served tool: "" or flags "t=<deadline ms>;r;f" (retry safe, fallback)
 --   ["deny:<own name>"]           a tool the route's policy denies, with the rule that does
 -- The request side checks the tool, strips the backend prefix from params.name (and Mcp-Name), sets
@@ -24,6 +26,7 @@ local concat = table.concat
 local M = {}
 
 local MCP_NS = "envoy.filters.http.mcp"
+local JWT_NS = "envoy.filters.http.jwt_authn"
 local NS = "mcpgw"
 local OUTCOME_KEY = "mcpgw/outcome"
 local MODERN_VERSION = "2026-07-28"
@@ -236,6 +239,8 @@ function envoy_on_request(h)
   local era, sessionful, fallback = context:get("era"), context:get("sessionful"), context:get("fallback")
   local modern_client = request.params._meta ~= nil and request.params._meta["io.modelcontextprotocol/protocolVersion"] ~= nil
 
+  local audit_arguments = context:get("audit_arguments")
+
   local metadata = h:streamInfo():dynamicMetadata()
   metadata:set(NS, "route", route)
   metadata:set(NS, "method", "tools/call")
@@ -243,21 +248,30 @@ function envoy_on_request(h)
   metadata:set(NS, "tool", own)
   if id ~= nil then metadata:set(NS, "rpc_id", id) end
   metadata:set(NS, "rpc_id_json", id_json(id))
-  if flags == nil then
+  local tool = flags and M.tool_flags(flags)
+  if tool and tool.fallback then metadata:set(NS, "fallback", fallback) end
+  metadata:set(NS, "started_ms", h:timestamp())
+
+  -- A tool the route does not serve: refused before anything reaches the backend.
+  local function refuse()
     if rule then
-      metadata:set(NS, "outcome", "denied")
+      h:streamInfo():dynamicMetadata():set(NS, "outcome", "denied")
       local outcome = outcome_json({ outcome = "denied", backend = backend, tool = own, attempts = 0, elapsed_ms = 0, rule = rule })
       return error_reply(h, id, TOOL_DENIED, 'tool "' .. exposed .. '" is denied on route "' .. route .. '" by policy (' .. rule .. ")", outcome)
     end
     return error_reply(h, id, INVALID_PARAMS, 'backend "' .. backend .. '" has no tool "' .. own .. '" on route "' .. route .. '"')
   end
-  local tool = M.tool_flags(flags)
-  if tool.fallback then metadata:set(NS, "fallback", fallback) end
-  metadata:set(NS, "started_ms", h:timestamp())
+  if flags == nil and not audit_arguments then return refuse() end
 
+  -- The body was read whole by the mcp filter already: this only hands it over (and yields).
   local body = h:body()
   local text = body:getBytes(0, body:length())
   local first, last, inner, params = M.tool_name_span(text)
+  if audit_arguments and inner then
+    -- Raw JSON, for the control plane to hash (docs/approval-and-audit.md); never written anywhere.
+    h:streamInfo():dynamicMetadata():set(NS, "arguments", inner.arguments and text_of(text, inner.arguments) or "{}")
+  end
+  if flags == nil then return refuse() end
   if not first or sub(text, first + 1, last - 1) ~= exposed then
     return error_reply(h, id, INVALID_REQUEST, "tools/call params.name must be a plain JSON string", nil, "400")
   end
@@ -284,6 +298,7 @@ function envoy_on_request(h)
     headers:remove("mcp-name")
   end
   body:setBytes(text)
+  h:streamInfo():dynamicMetadata():set(NS, "credential", M.credential_mode(headers:get("authorization") ~= nil, h:streamInfo():dynamicMetadata():get(JWT_NS)))
   if tool.deadline_ms then headers:replace("x-envoy-upstream-rq-timeout-ms", tool.deadline_ms) end
   if tool.retry then
     -- Read-only and idempotent tools only: running a side-effecting tool twice is worse than failing once.
@@ -306,6 +321,15 @@ function envoy_on_request(h)
   if session_id ~= nil or (modern_client and sessionful) then
     h:streamInfo():dynamicMetadata():set(NS, "check", true)
   end
+end
+
+-- What the call carries to the backend as a credential, for the audit: the caller's own token when
+-- one is left in Authorization (nothing removed it), none when jwt_authn validated and removed it
+-- ("stripped") or there was none. Backend credentials of the gateway's own come with issue 12.
+function M.credential_mode(has_authorization, jwt_metadata)
+  if has_authorization then return "caller-token-passthrough" end
+  if jwt_metadata and jwt_metadata.jwt_payload then return "caller-token-stripped" end
+  return "none"
 end
 
 -- Each Envoy worker remembers, for SESSION_CHECK_MEMORY_MS, that the session check let a session's

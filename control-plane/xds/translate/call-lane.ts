@@ -187,17 +187,24 @@ export function callMatch(path: string, backendName: string, separator: string) 
 }
 
 /** A call route's rules for the script. */
-export function callRouteFilters(routeKey: string, backendName: string, separator: string, backend: CallLaneBackend | undefined, annotate: boolean) {
+export function callRouteFilters(
+  routeKey: string,
+  backendName: string,
+  separator: string,
+  backend: CallLaneBackend | undefined,
+  options: { annotate: boolean; auditArguments: boolean },
+) {
   const context: Record<string, unknown> = {
     route: routeKey,
     backend: backendName,
     separator,
     era: backend?.era ?? 'session',
     sessionful: backend?.sessionful ?? true,
-    annotate,
+    annotate: options.annotate,
     fallback: backend?.fallbackText ?? '',
     sidecar_cluster: SIDECAR_CLUSTER_NAME,
   };
+  if (options.auditArguments) context.audit_arguments = true;
   for (const [tool, flags] of backend?.tools ?? []) context[`tool:${tool}`] = flags;
   for (const [tool, rule] of backend?.denied ?? []) context[`deny:${tool}`] = rule;
   return {

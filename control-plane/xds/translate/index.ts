@@ -15,6 +15,6 @@ export function translate(ir: GatewayIR, catalog: CallLaneCatalog, settings: Gat
   return {
     [TYPE_URL.cluster]: buildClusters(ir, settings),
     [TYPE_URL.listener]: [buildListener(settings)],
-    [TYPE_URL.routeConfiguration]: [buildRouteConfiguration(ir, catalog)],
+    [TYPE_URL.routeConfiguration]: [buildRouteConfiguration(ir, catalog, settings)],
   };
 }

@@ -2,7 +2,7 @@ import { GatewayIR, RouteBackendIR, RouteIR, ToolServiceIR } from '../../ir/gate
 import { TypedJson } from '../protobuf/proto-json';
 import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, callRouteFilters } from './call-lane';
 import { duration } from './duration';
-import { ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
+import { GatewaySettings, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { TYPE_URL } from './type-urls';
 
 /** How long the gateway lane may take: it answers from memory, or ends and notifies backend sessions (bounded there). */
@@ -11,7 +11,7 @@ const GATEWAY_LANE_TIMEOUT = '30s';
 const STREAM_IDLE_TIMEOUT = '120s';
 
 /** The call lane: a tools/call named with this backend's prefix, to its Tool Service, under the call script's rules. */
-function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolServiceIR, catalog: CallLaneCatalog) {
+function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolServiceIR, catalog: CallLaneCatalog, settings: Pick<GatewaySettings, 'auditArguments'>) {
   const { host, port, path } = service.endpoint;
   return {
     name: `${route.key}/call/${backend.name}`,
@@ -31,7 +31,10 @@ function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolService
         retry_back_off: { base_interval: '0.025s', max_interval: '0.250s' },
       },
     },
-    typed_per_filter_config: callRouteFilters(route.key, backend.name, catalog.separator, catalog.routes.get(route.key)?.get(backend.name), true),
+    typed_per_filter_config: callRouteFilters(route.key, backend.name, catalog.separator, catalog.routes.get(route.key)?.get(backend.name), {
+      annotate: true,
+      auditArguments: settings.auditArguments,
+    }),
     // A backend's own session id must not reach the client, whose session is the gateway's (ADR-0004).
     response_headers_to_remove: ['mcp-session-id'],
   };
@@ -67,13 +70,13 @@ function gatewayRoute(name: string, match: Record<string, unknown>, filters: Rec
  * Per route key: a call route per backend (longest prefix first, so a prefix that extends another wins),
  * the GET stream route, then the gateway lane.
  */
-export function buildRouteConfiguration(ir: GatewayIR, catalog: CallLaneCatalog): TypedJson {
+export function buildRouteConfiguration(ir: GatewayIR, catalog: CallLaneCatalog, settings: Pick<GatewaySettings, 'auditArguments'>): TypedJson {
   // By Tool Service, not by cluster: Tool Services sharing a cluster may differ in their deadlines.
   const services = new Map(ir.toolServices.map((service) => [service.catalogKey, service]));
   const routes = ir.routes.flatMap((route) => [
     ...[...route.backends]
       .sort((a, b) => b.name.length - a.name.length || a.name.localeCompare(b.name))
-      .map((backend) => callRoute(route, backend, services.get(backend.catalogKey)!, catalog)),
+      .map((backend) => callRoute(route, backend, services.get(backend.catalogKey)!, catalog, settings)),
     streamsRoute(route),
     gatewayRoute(`${route.key}/end`, { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'DELETE' } }] }, SESSION_END_FILTERS),
     gatewayRoute(`${route.key}/gateway`, { path_separated_prefix: route.path }),
