@@ -51,6 +51,8 @@ export interface StackOptions {
    * it Envoy always gets a dynamic base id, as several stacks on one host need.
    */
   envoyBaseId?: number;
+  /** More options for the control plane and the sidecar (e.g. `--audit-log FILE`), after the stack's own. */
+  extraArgs?: { controlPlane?: string[]; sidecar?: string[] };
   /** Supervision (mcpgw up): every process that exits on its own is started again, and reported here. */
   onRestart?: (event: RestartEvent) => void;
 }
@@ -306,6 +308,7 @@ export class GatewayStack {
         ...(this.options.toolsListPageSize !== undefined ? ['--tools-list-page-size', String(this.options.toolsListPageSize)] : []),
         ...(this.options.registryRefreshMs ? ['--registry-refresh-ms', String(this.options.registryRefreshMs)] : []),
         ...this.logLevelArgs,
+        ...(this.options.extraArgs?.controlPlane ?? []),
       ]);
       await controlPlane.untilReady('the control plane admin to answer /healthz', async () =>
         listensOn(controlPlane.child.pid!, this.ports.controlPlaneAdmin) ? httpOk(`${this.controlPlaneAdminUrl}/healthz`) : undefined,
@@ -322,6 +325,7 @@ export class GatewayStack {
         // Below ManagedProcess's SIGKILL grace, so that a stop is always the sidecar's own.
         '--drain-timeout-ms', '2000',
         ...this.logLevelArgs,
+        ...(this.options.extraArgs?.sidecar ?? []),
       ]);
       await sidecar.untilReady('the sidecar to listen', listening(sidecar, this.ports.sidecar));
       return sidecar;

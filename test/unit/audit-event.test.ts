@@ -120,8 +120,10 @@ describe('an audit event from a call-log entry', () => {
   });
 
   it('a call refused by policy: denied, nothing forwarded, no credential carried', () => {
-    const event = auditEventOf(entry(call({ ours: { route: 'demo', backend: 'jobs', tool: 'wipe', outcome: 'denied', reason: 'policy', arguments: '{}' }, attempts: 0 })));
-    expect(event).toMatchObject({ outcome: 'denied', reason: 'policy', attempts: 0, credential_mode: 'none', tool: 'wipe' });
+    const event = auditEventOf(
+      entry(call({ ours: { route: 'demo', backend: 'jobs', tool: 'wipe', outcome: 'denied', reason: 'policy', rule: 'denyTools "w*"', arguments: '{}' }, attempts: 0 })),
+    );
+    expect(event).toMatchObject({ outcome: 'denied', reason: 'policy', rule: 'denyTools "w*"', attempts: 0, credential_mode: 'none', tool: 'wipe' });
   });
 
   it('a call that needed an approval, and one that had it', () => {

@@ -255,7 +255,10 @@ function envoy_on_request(h)
   -- A tool the route does not serve: refused before anything reaches the backend.
   local function refuse()
     if rule then
-      h:streamInfo():dynamicMetadata():set(NS, "outcome", "denied")
+      local denied = h:streamInfo():dynamicMetadata()
+      denied:set(NS, "outcome", "denied")
+      denied:set(NS, "reason", "policy")
+      denied:set(NS, "rule", rule)
       local outcome = outcome_json({ outcome = "denied", backend = backend, tool = own, attempts = 0, elapsed_ms = 0, rule = rule })
       return error_reply(h, id, TOOL_DENIED, 'tool "' .. exposed .. '" is denied on route "' .. route .. '" by policy (' .. rule .. ")", outcome)
     end
