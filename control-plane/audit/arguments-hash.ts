@@ -22,6 +22,9 @@ export function canonicalJson(value: unknown): string {
   return `{${members.join(',')}}`;
 }
 
+/** The hash of a call's arguments, parsed. */
+export const argumentsSha256 = (value: unknown) => createHash('sha256').update(canonicalJson(value)).digest('hex');
+
 /** The hash of a call's arguments, from their raw JSON text (absent arguments are `{}`); undefined when it is not JSON. */
 export function argumentsHash(rawArguments: string | undefined): string | undefined {
   let parsed: unknown;
@@ -30,5 +33,5 @@ export function argumentsHash(rawArguments: string | undefined): string | undefi
   } catch {
     return undefined;
   }
-  return createHash('sha256').update(canonicalJson(parsed)).digest('hex');
+  return argumentsSha256(parsed);
 }

@@ -8,7 +8,10 @@
 --   fallback                      degraded answer text for read-only tools, if the Tool Service has one
 --   audit_arguments               true: the call's arguments (raw JSON) go to the access log's metadata,
 --                                 from which the control plane hashes them for the audit event
---   ["tool:<own name>"]           a served tool: "" or flags "t=<deadline ms>;r;f" (retry safe, fallback)
+--   ["tool:<own name>"]           a served tool: "" or flags "t=<deadline ms>;r;f;a" (retry safe, fallback,
+--                                 approval required)
+--   ["approval:<own name>"]       for a tool flagged "a": its approval rule as JSON ({"risk", "approvers"})
+--   approval_cluster              the sidecars' cluster that decides approvals (when a tool needs one)
 --   ["deny:<own name>"]           a tool the route's policy denies, with the rule that does
 -- The request side checks the tool, strips the backend prefix from params.name (and Mcp-Name), sets
 -- Envoy's per-request deadline and retries, and leaves what local replies, the access log and the
@@ -45,6 +48,8 @@ local TOOL_DENIED = -32003
 local INVALID_PARAMS = -32602
 local INVALID_REQUEST = -32600
 local BACKEND_UNAVAILABLE = -32004
+-- The approval check answers from Redis: well inside this, or the call fails closed.
+local APPROVAL_CHECK_TIMEOUT_MS = 5000
 
 ---------------------------------------------------------------------------------------------------
 -- JSON scanning: positions only
@@ -188,7 +193,8 @@ function M.tool_flags(flags)
     local deadline = string.match(flag, "^t=(%d+)$")
     if deadline then parsed.deadline_ms = deadline
     elseif flag == "r" then parsed.retry = true
-    elseif flag == "f" then parsed.fallback = true end
+    elseif flag == "f" then parsed.fallback = true
+    elseif flag == "a" then parsed.approval = true end
   end
   return parsed
 end
@@ -240,6 +246,7 @@ function envoy_on_request(h)
   local modern_client = request.params._meta ~= nil and request.params._meta["io.modelcontextprotocol/protocolVersion"] ~= nil
 
   local audit_arguments = context:get("audit_arguments")
+  local approval_rule, approval_cluster = context:get("approval:" .. own), context:get("approval_cluster")
 
   local metadata = h:streamInfo():dynamicMetadata()
   metadata:set(NS, "route", route)
@@ -277,6 +284,18 @@ function envoy_on_request(h)
   if flags == nil then return refuse() end
   if not first or sub(text, first + 1, last - 1) ~= exposed then
     return error_reply(h, id, INVALID_REQUEST, "tools/call params.name must be a plain JSON string", nil, "400")
+  end
+  if tool.approval then
+    local verdict = M.approval_request(h, {
+      route = route, backend = backend, tool = own, exposed = exposed, id = id, rule = approval_rule,
+      arguments = inner.arguments and text_of(text, inner.arguments) or "{}",
+      modern = modern_client, capabilities = modern_client and M.modern_capabilities(text, inner) or nil,
+    })
+    local answer_headers, answer_body = h:httpCall(approval_cluster, {
+      [":method"] = "POST", [":path"] = "/internal/approval-check", [":authority"] = "mcpgw-sidecar",
+      ["content-type"] = "application/json",
+    }, verdict, APPROVAL_CHECK_TIMEOUT_MS)
+    if M.approval_answered(h, id, answer_headers, answer_body) then return end
   end
   text = sub(text, 1, first) .. own .. sub(text, last)
   local headers = h:headers()
@@ -333,6 +352,65 @@ function M.credential_mode(has_authorization, jwt_metadata)
   if has_authorization then return "caller-token-passthrough" end
   if jwt_metadata and jwt_metadata.jwt_payload then return "caller-token-stripped" end
   return "none"
+end
+
+-- A stateless (2026-07-28) client's capabilities, as it sent them in params._meta: raw JSON, or nil.
+function M.modern_capabilities(text, inner)
+  local meta = inner._meta and byte(text, inner._meta[1]) == 123 and members(text, inner._meta[1])
+  local capabilities = meta and meta["io.modelcontextprotocol/clientCapabilities"]
+  return capabilities and text_of(text, capabilities) or nil
+end
+
+local function optional_string(value)
+  return type(value) == "string" and json_string(value) or "null"
+end
+
+-- The approval check's request (control-plane/approval/approval-check.ts): the call, its raw arguments,
+-- the client's session or capabilities, and the caller as jwt_authn validated it.
+function M.approval_request(h, call)
+  local jwt = h:streamInfo():dynamicMetadata():get(JWT_NS)
+  local claims = jwt and jwt.jwt_payload
+  local caller = "null"
+  if claims and type(claims.iss) == "string" and type(claims.sub) == "string" then
+    caller = '{"iss":' .. json_string(claims.iss) .. ',"sub":' .. json_string(claims.sub)
+      .. ',"client_id":' .. optional_string(claims.client_id) .. ',"azp":' .. optional_string(claims.azp)
+      .. ',"preferred_username":' .. optional_string(claims.preferred_username) .. "}"
+  end
+  return '{"route":' .. json_string(call.route) .. ',"backend":' .. json_string(call.backend) .. ',"tool":' .. json_string(call.tool)
+    .. ',"exposed":' .. json_string(call.exposed) .. ',"id":' .. id_json(call.id) .. ',"rule":' .. (call.rule or "null")
+    .. ',"modern":' .. (call.modern and "true" or "false")
+    .. ',"session":' .. optional_string(h:headers():get("mcp-session-id")) .. ',"caller":' .. caller
+    .. ',"capabilities":' .. (call.capabilities or "null") .. ',"arguments":' .. call.arguments .. "}"
+end
+
+-- The approval check's answer: 204 lets the call go (approved, the approval used up); an answer naming
+-- its outcome (x-mcpgw-outcome) is the client's (an elicitation, or a refusal); anything else fails
+-- closed. True when answered here.
+function M.approval_answered(h, id, headers, body)
+  local status = headers and headers[":status"]
+  local metadata = h:streamInfo():dynamicMetadata()
+  if status == "204" then
+    metadata:set(NS, "approval", "granted")
+    for key, name in pairs({ approval_id = "x-mcpgw-approval-id", approver_iss = "x-mcpgw-approver-iss", approver_sub = "x-mcpgw-approver-sub" }) do
+      if headers[name] then metadata:set(NS, key, headers[name]) end
+    end
+    return false
+  end
+  metadata:set(NS, "answered", true)
+  if headers and headers["x-mcpgw-outcome"] and body then
+    metadata:set(NS, "approval", headers["x-mcpgw-approval"] or "required")
+    metadata:set(NS, "outcome", headers["x-mcpgw-outcome"])
+    if headers["x-mcpgw-reason"] then metadata:set(NS, "reason", headers["x-mcpgw-reason"]) end
+    if headers["x-mcpgw-approval-id"] then metadata:set(NS, "approval_id", headers["x-mcpgw-approval-id"]) end
+    h:respond({ [":status"] = status, ["content-type"] = "application/json" }, body)
+    return true
+  end
+  metadata:set(NS, "approval", "required")
+  metadata:set(NS, "outcome", "failed")
+  metadata:set(NS, "reason", "approval check unavailable")
+  h:respond({ [":status"] = "503", ["content-type"] = "application/json" },
+    '{"jsonrpc":"2.0","id":' .. id_json(id) .. ',"error":{"code":-32603,"message":"gateway error: the approval check did not answer (' .. tostring(status) .. '); nothing was sent to the backend"}}')
+  return true
 end
 
 -- Each Envoy worker remembers, for SESSION_CHECK_MEMORY_MS, that the session check let a session's
