@@ -36,11 +36,6 @@ export class ControlPlaneMetrics {
     labelNames: ['tool_service', 'cluster'] as const,
     registers: [this.registry],
   });
-  readonly rejectedRoutes = new client.Gauge({
-    name: `${this.prefix}registry_rejected_routes`,
-    help: 'Declared routes rejected by validation in the last registry document',
-    registers: [this.registry],
-  });
   readonly xdsConnectedNodes = new client.Gauge({
     name: `${this.prefix}xds_connected_nodes`,
     help: 'Envoy nodes with an open ADS stream',
@@ -95,6 +90,10 @@ export class ControlPlaneMetrics {
     buckets: [0.001, 0.01, 0.05, 0.1, 0.5, 1, 5],
     registers: [this.registry],
   });
+
+  constructor() {
+    client.collectDefaultMetrics({ register: this.registry, prefix: `${this.prefix}control_plane_` });
+  }
 }
 
 /** Last segment of a type URL: "Cluster", "Listener", "RouteConfiguration". */

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { LogEntry, fromStruct, outcomeOf, secondsOf } from '../admin/call-log';
+import { CALL_OUTCOMES, LogEntry, fromStruct, outcomeOf, secondsOf } from '../admin/call-log';
 import { JWT_METADATA_NAMESPACE, JWT_PAYLOAD_KEY, MCP_METADATA_NAMESPACE, METADATA_NAMESPACE } from '../xds/translate/settings';
 import { argumentsHash } from './arguments-hash';
 
@@ -12,8 +12,8 @@ import { argumentsHash } from './arguments-hash';
 
 export const AUDIT_SCHEMA_VERSION = 1;
 
-/** The outcome vocabulary of docs/errors.md, and approval_required: the call needs an approval the client cannot ask for. */
-export const AUDIT_OUTCOMES = ['ok', 'failed', 'degraded', 'denied', 'approval_required'] as const;
+/** The calls' outcome vocabulary (docs/observability.md), the same in metrics and audit. */
+export const AUDIT_OUTCOMES = CALL_OUTCOMES;
 
 /** How the call reached its backend, as far as the caller's credential goes; issue 12 adds the gateway's own. */
 export const CREDENTIAL_MODES = ['none', 'caller-token-stripped', 'caller-token-passthrough'] as const;
@@ -101,11 +101,11 @@ export function auditEventOf(entry: LogEntry): AuditEvent | undefined {
     outcome = 'denied';
     reason ??= str(entry.response?.response_code_details) ?? `HTTP ${status}`;
   } else if (!backend) {
-    // The gateway lane answered a call no backend route took (an unknown prefix): an error of its own.
-    outcome = 'failed';
+    // The gateway lane answered a call no backend route took (an unknown prefix): refused as the client's mistake.
+    outcome = 'invalid';
     reason ??= 'no backend of the route has this tool name';
   } else {
-    outcome = outcomeOf(ours.outcome, ours.fallback !== undefined, common.response_flags ?? {});
+    outcome = outcomeOf(ours, entry);
   }
   const attempts = common.upstream_request_attempt_count ?? 0;
   const hash = typeof ours.arguments === 'string' ? argumentsHash(ours.arguments) : undefined;

@@ -2,7 +2,7 @@ import * as path from 'node:path';
 import { Writable } from 'node:stream';
 import * as client from 'prom-client';
 import type { Options, RotatingFileStream } from 'rotating-file-stream' with { 'resolution-mode': 'import' };
-import { CallLogRecorder, LogEntry } from '../admin/call-log';
+import { CallLogConsumer, LogEntry } from '../admin/call-log';
 import { Logger } from '../shared/log';
 import { AUDIT_OUTCOMES, auditEventOf } from './audit-event';
 
@@ -42,7 +42,7 @@ function openTarget(target: AuditTarget, log: Logger): Writable {
 }
 
 /** Builds the audit event of every call-log entry that has one, writes it and counts it. */
-export class AuditLog implements CallLogRecorder {
+export class AuditLog implements CallLogConsumer {
   private readonly events: client.Counter<'kind' | 'outcome'>;
   private readonly writeErrors: client.Counter;
   private readonly out: Writable;
@@ -74,7 +74,7 @@ export class AuditLog implements CallLogRecorder {
     return this.target.kind === 'stdout' ? 'stdout' : this.target.file;
   }
 
-  record(entry: LogEntry): void {
+  add(entry: LogEntry): void {
     const event = auditEventOf(entry);
     if (!event) return;
     this.out.write(`${JSON.stringify(event)}\n`);

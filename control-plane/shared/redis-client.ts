@@ -31,3 +31,12 @@ export function createRedisClient(url: string, timeouts: RedisTimeouts, options:
   redis.on('error', () => undefined); // each call reports its own failure, not every reconnect attempt
   return redis;
 }
+
+/** Whether Redis answers a PING now; with the client's command timeout, a hung Redis is a no within that time. */
+export async function redisAnswers(redis: Redis): Promise<boolean> {
+  try {
+    return (await redis.ping()) === 'PONG';
+  } catch {
+    return false;
+  }
+}

@@ -16,6 +16,7 @@ import { closeBackendSession, openBackendSession, postToBackendSession } from '.
 import { CachedSessionStore, SESSION_CACHE_DEFAULTS, redisSessionEndings } from './sessions/session-cache';
 import { MemorySessionStore, RedisSessionStore, SessionLimits, SessionStore } from './sessions/session-store';
 import { SidecarMetrics, startSidecarAdmin } from './sidecar-metrics';
+import { redisUpGauge } from '../shared/state-gauge';
 
 export interface SidecarOptions {
   /** host:port of the sidecar's HTTP port behind Envoy: the gateway lane and the call lane's session check. */
@@ -80,6 +81,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     log,
   );
 
+  const metrics = new SidecarMetrics();
   let sessions: SessionStore;
   if (options.redis) {
     const redisSessions = new RedisSessionStore({
@@ -101,6 +103,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       log,
     );
     sessions = new CachedSessionStore(redisSessions, endings, SESSION_CACHE_DEFAULTS, log);
+    redisUpGauge(metrics.registry, () => redisSessions.answers(), 'the session store');
   } else {
     sessions = new MemorySessionStore(options.sessionIdleTtlSeconds, options.sessionLimits);
     log.warn('no --redis: sessions live in this process only (lost on restart, not shared with other replicas)');
@@ -130,7 +133,6 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     };
   }
 
-  const metrics = new SidecarMetrics();
   const admin = options.adminAddress ? await startSidecarAdmin(options.adminAddress, metrics, () => version) : undefined;
   const gateway = new GatewayServer(context, streams, { maxRequestBodyBytes: options.maxRequestBodyBytes, approvals }, metrics);
   const server: http.Server = await listenAt(gateway.handle, options.address);

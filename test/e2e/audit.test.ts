@@ -90,7 +90,7 @@ describe('audit events through the real Envoy', () => {
     });
     expect(sent?.caller).toBeUndefined();
     expect(byTool.get(`slow_read:${argumentsHash('{"n":1}')}`)).toMatchObject({ outcome: 'denied', reason: 'policy', attempts: 0, credential_mode: 'none' });
-    expect(events.find((event) => event.tool === 'nobody__x')).toMatchObject({ outcome: 'failed', route: 'ops' });
+    expect(events.find((event) => event.tool === 'nobody__x')).toMatchObject({ outcome: 'invalid', route: 'ops' });
     expect(byTool.get(`read_report:${argumentsHash('{"page":2}')}`)).toMatchObject({ outcome: 'ok', credential_mode: 'caller-token-passthrough' });
     expect(spy.received.get('slow_read')).toBeUndefined();
 

@@ -142,7 +142,7 @@ describe('an audit event from a call-log entry', () => {
 
   it('a call no backend route took (answered by the gateway lane)', () => {
     const event = auditEventOf(entry({ status: 200, routeName: 'demo/gateway', mcp: { method: 'tools/call', id: 1, params: { name: 'nobody__x' } } }));
-    expect(event).toMatchObject({ kind: 'tools/call', route: 'demo', tool: 'nobody__x', outcome: 'failed' });
+    expect(event).toMatchObject({ kind: 'tools/call', route: 'demo', tool: 'nobody__x', outcome: 'invalid' });
     expect(event?.backend).toBeUndefined();
   });
 
@@ -186,11 +186,11 @@ describe('the audit log file', () => {
     const audit = new AuditLog({ kind: 'file', file: path.join(dir, 'audit.jsonl'), rotateSize: '2K', maxFiles: 3 }, registry, quietLogger);
     const events = 40;
     for (let index = 0; index < events; index += 1) {
-      audit.record(entry(call({ jwt: ALICE })));
+      audit.add(entry(call({ jwt: ALICE })));
       // rotating-file-stream checks the size as writes complete
       await new Promise((resolve) => setImmediate(resolve));
     }
-    audit.record(entry({ status: 401, path: '/mcp/demo' }));
+    audit.add(entry({ status: 401, path: '/mcp/demo' }));
     await audit.close();
     const files = fs.readdirSync(dir).sort();
     expect(files).toContain('audit.jsonl');

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import Redis from 'ioredis';
 import { z } from 'zod';
-import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient } from '../../shared/redis-client';
+import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient, redisAnswers } from '../../shared/redis-client';
 
 /**
  * A client's MCP session with the gateway (docs/adr/0004-sessions.md). Each stateful backend of the
@@ -148,6 +148,11 @@ export class RedisSessionStore implements SessionStore {
         resolve(true);
       });
     });
+  }
+
+  /** Whether Redis answers now (mcpgw_redis_up). */
+  answers(): Promise<boolean> {
+    return redisAnswers(this.redis);
   }
 
   /** What a Redis failure means to the client: no session can be opened, found or ended now. */
