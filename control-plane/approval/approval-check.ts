@@ -2,7 +2,8 @@ import { z } from 'zod';
 import { argumentsSha256 } from '../audit/arguments-hash';
 import { GatewayContext, TOOL_DENIED_CODE, sessionNotFound } from '../sidecar/decision';
 import { JsonRpcId, isObject, jsonRpcError, jsonRpcResult } from '../sidecar/json-rpc';
-import { ApprovalBinding, ApprovalRequest, ApprovalStore, Decision, Person, RISKS, grantAllows, newApprovalId } from './approval-store';
+import { RISKS } from '../registry/model';
+import { ApprovalBinding, ApprovalRequest, ApprovalStore, Decision, Person, grantAllows, newApprovalId } from './approval-store';
 
 /**
  * The approval check (docs/approval-and-audit.md): the call script asks it, with one short HTTP request

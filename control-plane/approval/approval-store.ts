@@ -2,6 +2,7 @@ import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypt
 import Redis from 'ioredis';
 import { z } from 'zod';
 import { canonicalJson } from '../audit/arguments-hash';
+import { RISKS } from '../registry/model';
 
 /**
  * Approvals (docs/approval-and-audit.md), kept in Redis so that every sidecar replica finds them: the
@@ -18,8 +19,6 @@ import { canonicalJson } from '../audit/arguments-hash';
  * the expiry, so that whoever can write to Redis still cannot make a grant the check accepts.
  */
 
-export const RISKS = ['low', 'medium', 'high'] as const;
-export type Risk = (typeof RISKS)[number];
 
 /** What an approval is bound to: who calls (or, on a route without identity, which session), where, what, with which arguments. */
 export const bindingSchema = z

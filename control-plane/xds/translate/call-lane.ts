@@ -34,6 +34,8 @@ export interface CallLaneBackend {
   tools: Map<string, string>;
   /** Its own names of tools the route's policy denies, with the rule. */
   denied: Map<string, string>;
+  /** Its own names of tools whose calls wait for an approval, with their risk and approvers' group ("": the caller). */
+  approvals: Map<string, { risk: string; approvers: string }>;
   fallbackText: string;
 }
 
@@ -52,13 +54,15 @@ export const EMPTY_CALL_LANE_CATALOG: CallLaneCatalog = { separator: '__', route
  * side-effecting tool twice is worse than failing once), and the degraded fallback (`f`, read-only tools
  * of a Tool Service that has one).
  */
-export function toolFlags(tool: Tool, hasFallback: boolean): string {
+export function toolFlags(tool: Tool, hasFallback: boolean, needsApproval = false): string {
   const flags: string[] = [];
   const requested = tool._meta?.[TOOL_TIMEOUT_META_KEY];
   if (typeof requested === 'number' && Number.isInteger(requested) && requested > 0) flags.push(`t=${requested}`);
   const readOnly = tool.annotations?.readOnlyHint === true;
   if (readOnly || tool.annotations?.idempotentHint === true) flags.push('r');
   if (readOnly && hasFallback) flags.push('f');
+  // Its calls go through the approval check first (control-plane/approval/).
+  if (needsApproval) flags.push('ap');
   return flags.join(';');
 }
 
@@ -69,16 +73,18 @@ export function callLaneCatalogOf(snapshot: CatalogSnapshotMessage): CallLaneCat
     const served = new Set(route.tools.map((exposed) => `${exposed.backend}\n${exposed.tool_index}`));
     for (const backend of route.backends) {
       const tools = new Map<string, string>();
+      const approvals = new Map((backend.approval_tools ?? []).map((approval) => [approval.tool, { risk: approval.risk, approvers: approval.approvers }]));
       backend.tools_json.forEach((json, index) => {
         if (!served.has(`${backend.name}\n${index}`)) return;
         const tool = JSON.parse(json) as Tool;
-        tools.set(tool.name, toolFlags(tool, backend.fallback_text !== ''));
+        tools.set(tool.name, toolFlags(tool, backend.fallback_text !== '', approvals.has(tool.name)));
       });
       backends.set(backend.name, {
         era: backend.protocol_version === MODERN_PROTOCOL_VERSION ? 'modern' : 'session',
         sessionful: backend.sessionful,
         tools,
         denied: new Map(backend.denied_tools.map((denied) => [denied.tool, denied.rule])),
+        approvals,
         fallbackText: backend.fallback_text,
       });
     }
@@ -207,6 +213,11 @@ export function callRouteFilters(
   if (options.auditArguments) context.audit_arguments = true;
   for (const [tool, flags] of backend?.tools ?? []) context[`tool:${tool}`] = flags;
   for (const [tool, rule] of backend?.denied ?? []) context[`deny:${tool}`] = rule;
+  for (const [tool, approval] of backend?.approvals ?? []) {
+    // As JSON the call script hands on to the approval check unread.
+    context[`approval:${tool}`] = JSON.stringify({ risk: approval.risk, ...(approval.approvers ? { approvers: approval.approvers } : {}) });
+  }
+  if (backend?.approvals.size) context.approval_cluster = SIDECAR_CHECK_CLUSTER_NAME;
   return {
     'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: context }),
   };

@@ -3,7 +3,16 @@ import { TypedJson } from '../protobuf/proto-json';
 import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, callRouteFilters } from './call-lane';
 import { duration } from './duration';
 import { GatewaySettings, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
-import { TYPE_URL } from './type-urls';
+import { TYPE_URL, typedStruct } from './type-urls';
+
+/** Where the sidecars serve the approval pages. */
+export const APPROVAL_PAGES_PATH = '/approvals';
+
+/** The approval pages are a browser's: the mcp filter lets them pass unparsed; no call script, no session check. */
+const APPROVAL_PAGE_FILTERS = {
+  ...GATEWAY_LANE_FILTERS,
+  'envoy.filters.http.mcp': typedStruct(TYPE_URL.mcpOverride, { traffic_mode: 'PASS_THROUGH' }),
+};
 
 /** How long the gateway lane may take: it answers from memory, or ends and notifies backend sessions (bounded there). */
 const GATEWAY_LANE_TIMEOUT = '30s';
@@ -94,6 +103,8 @@ export function buildRouteConfiguration(ir: GatewayIR, catalog: CallLaneCatalog,
           ...routes,
           // /mcp without a key, or a key no route has: the sidecar says which.
           gatewayRoute('unknown_route', { path_separated_prefix: '/mcp' }),
+          // The approval pages people open in a browser (docs/approval-and-audit.md): HTML and forms, not MCP.
+          gatewayRoute('approval_pages', { path_separated_prefix: APPROVAL_PAGES_PATH }, APPROVAL_PAGE_FILTERS),
           {
             name: 'not_found',
             match: { prefix: '/' },
