@@ -1,4 +1,3 @@
-import * as path from 'node:path';
 import { envoyBinary } from '../devstack/envoy';
 import { portProblem } from '../devstack/port-owner';
 import { CHILDREN_DIE_WITH_PARENT, onPath } from '../devstack/processes';
@@ -50,9 +49,6 @@ async function preflight(options: UpOptions, samples: { service: string; port: n
  * request through Envoy's listener gets the gateway's answer, then keeps every process running until
  * SIGINT or SIGTERM. Any failure stops what was started and throws an UpError.
  */
-/** `up` keeps the audit (docs/approval-and-audit.md) beside the logs. */
-const auditFile = (logDir: string) => path.join(logDir, 'audit.jsonl');
-
 export async function runUp(options: UpOptions, say: (line: string) => void): Promise<void> {
   const startedAt = Date.now();
   const registry = loadRegistryFile(options.registryFile);
@@ -70,7 +66,6 @@ export async function runUp(options: UpOptions, say: (line: string) => void): Pr
     ports: { listener: options.listenerPort },
     logLevel: options.logLevel,
     envoyBaseId: options.listenerPort,
-    extraArgs: { controlPlane: ['--audit-log', auditFile(options.logDir)] },
     onRestart: (event) => say(restartLine(event)),
   });
   const signals = stopOnSignals(async () => {
@@ -101,7 +96,7 @@ export async function runUp(options: UpOptions, say: (line: string) => void): Pr
       `xDS (ADS, gRPC):     ${HOST}:${stack.ports.grpc}`,
       `dev portal:          ${stack.portalUrl}/v1/registry (serving ${options.registryFile}; edit the file to change routes)`,
       `redis:               ${stack.redisUrl}`,
-      `audit log:           ${auditFile(options.logDir)} (one JSON line per tools/call and refused request)`,
+      `audit log:           ${stack.auditFile} (one JSON line per tools/call and refused request)`,
       '',
       'Ctrl-C stops everything; a process that exits on its own is restarted.',
       '',

@@ -169,6 +169,11 @@ export class GatewayStack {
     return `redis://${HOST}:${this.ports.redis}`;
   }
 
+  /** The control plane's audit file: one JSON line per tools/call and refused request. */
+  get auditFile(): string {
+    return path.join(this.options.logDir, 'audit.jsonl');
+  }
+
   /** The log file of one of the stack's processes. */
   logFileOf(name: string): string {
     return path.join(this.options.logDir, `${name}.log`);
@@ -304,6 +309,8 @@ export class GatewayStack {
         '--admin', `${HOST}:${this.ports.controlPlaneAdmin}`,
         '--listener', `${HOST}:${this.ports.listener}`,
         '--sidecar', `${HOST}:${this.ports.sidecar}`,
+        // The audit (docs/approval-and-audit.md) beside the logs, as a deployment would keep it.
+        '--audit-log', this.auditFile,
         ...(this.options.catalogRefreshMs ? ['--catalog-refresh-ms', String(this.options.catalogRefreshMs)] : []),
         ...(this.options.toolsListPageSize !== undefined ? ['--tools-list-page-size', String(this.options.toolsListPageSize)] : []),
         ...(this.options.registryRefreshMs ? ['--registry-refresh-ms', String(this.options.registryRefreshMs)] : []),

@@ -1,5 +1,4 @@
 import * as fs from 'node:fs';
-import * as path from 'node:path';
 import Ajv2020 from 'ajv/dist/2020';
 import addFormats from 'ajv-formats';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -24,12 +23,8 @@ describe('audit events through the real Envoy', () => {
 
   beforeAll(async () => {
     spy = await FlakyToolService.start();
-    ({ stack, dir } = await startGateway(
-      'audit',
-      () => ({ routes: [{ key: 'ops', toolServices: [{ name: 'reports', url: spy.url, policy: { denyTools: ['slow_*'] } }] }] }),
-      { extraArgs: { controlPlane: ['--audit-log', path.join(projectPath('.run', 'test', 'audit'), 'audit.jsonl')] } },
-    ));
-    auditFile = path.join(dir, 'audit.jsonl');
+    ({ stack, dir } = await startGateway('audit', () => ({ routes: [{ key: 'ops', toolServices: [{ name: 'reports', url: spy.url, policy: { denyTools: ['slow_*'] } }] }] })));
+    auditFile = stack.auditFile;
     await waitFor('the spy tools', async () => ((await listedTools(stack.gatewayUrl('ops'))) ?? []).length === 3 ? true : undefined);
     client = await connectClient(stack.gatewayUrl('ops'));
   });

@@ -30,7 +30,6 @@ describe('approval of risky calls, decided on the approval page', () => {
   let stack: GatewayStack;
   let spy: FlakyToolService;
   let browser: Browser;
-  let dir: string;
   let url: string;
   const clients: Client[] = [];
 
@@ -44,13 +43,12 @@ describe('approval of risky calls, decided on the approval page', () => {
     fs.writeFileSync(keyFile, randomBytes(32));
     const secretFile = path.join(secrets, 'approval-client.secret');
     fs.writeFileSync(secretFile, secretOf('mcpgw-approvals'));
-    ({ stack, dir } = await startGateway(
+    ({ stack } = await startGateway(
       'auth-approval',
       () => ({ routes: [{ key: 'ops', toolServices: [{ name: 'reports', url: spy.url, policy: { approvalAtRisk: 'high', approvers: 'approvers' } }] }] }),
       {
         ports: { listener },
         extraArgs: {
-          controlPlane: ['--audit-log', path.join(projectPath('.run', 'test', 'auth-approval'), 'audit.jsonl')],
           sidecar: [
             '--approval-public-url', `http://127.0.0.1:${listener}`,
             '--approval-issuer', idp.issuer,
@@ -188,7 +186,7 @@ describe('approval of risky calls, decided on the approval page', () => {
   });
 
   it('writes one valid audit event per call, with the approval decision and the approver', async () => {
-    const auditFile = path.join(dir, 'audit.jsonl');
+    const auditFile = stack.auditFile;
     const lines = () => fs.readFileSync(auditFile, 'utf8').split('\n').filter(Boolean).map((line) => JSON.parse(line) as Record<string, any>);
     // Every call above: 4 + 4 + 3 + 2.
     const events = await waitFor('the audit events of every call', async () => (fs.existsSync(auditFile) && lines().length >= 13 ? lines() : undefined), { timeoutMs: 10_000 });
@@ -199,7 +197,8 @@ describe('approval of risky calls, decided on the approval page', () => {
     const validate = ajv.compile(JSON.parse(fs.readFileSync(projectPath('docs', 'audit-event.schema.json'), 'utf8')));
     for (const event of events) expect({ event, valid: validate(event) }).toMatchObject({ valid: true });
     const restart = argumentsHash(JSON.stringify({ to: 'ops@example.com', body: 'restart the cluster' }));
-    const ofRestart = events.filter((event) => event.arguments_sha256 === restart);
+    // Envoy logs a call when its answer ends: in the order the calls started, by their time.
+    const ofRestart = events.filter((event) => event.arguments_sha256 === restart).sort((a, b) => a.time.localeCompare(b.time));
     expect(ofRestart.map((event) => [event.outcome, event.approval.decision])).toEqual([
       ['approval_required', 'required'],
       ['approval_required', 'required'],
