@@ -51,6 +51,8 @@ export interface StackOptions {
    * it Envoy always gets a dynamic base id, as several stacks on one host need.
    */
   envoyBaseId?: number;
+  /** The control plane writes its audit to `auditFile` (true by default; false: no audit, as a control plane without --audit-log). */
+  audit?: boolean;
   /** More options for the control plane and the sidecar (e.g. `--audit-log FILE`), after the stack's own. */
   extraArgs?: { controlPlane?: string[]; sidecar?: string[] };
   /** Supervision (mcpgw up): every process that exits on its own is started again, and reported here. */
@@ -310,7 +312,7 @@ export class GatewayStack {
         '--listener', `${HOST}:${this.ports.listener}`,
         '--sidecar', `${HOST}:${this.ports.sidecar}`,
         // The audit (docs/approval-and-audit.md) beside the logs, as a deployment would keep it.
-        '--audit-log', this.auditFile,
+        ...(this.options.audit === false ? [] : ['--audit-log', this.auditFile]),
         ...(this.options.catalogRefreshMs ? ['--catalog-refresh-ms', String(this.options.catalogRefreshMs)] : []),
         ...(this.options.toolsListPageSize !== undefined ? ['--tools-list-page-size', String(this.options.toolsListPageSize)] : []),
         ...(this.options.registryRefreshMs ? ['--registry-refresh-ms', String(this.options.registryRefreshMs)] : []),
