@@ -59,6 +59,18 @@ function streamsRoute(route: RouteIR) {
   };
 }
 
+/**
+ * A request the sidecar never received (refused, reset before it was sent) is safe to send again, and
+ * goes to another replica than the ones already tried (previous_hosts), so one dead replica costs no
+ * answer while another is up.
+ */
+export const SIDECAR_RETRY_POLICY = {
+  retry_on: 'connect-failure,reset-before-request,refused-stream',
+  num_retries: 2,
+  retry_host_predicate: [{ name: 'envoy.retry_host_predicates.previous_hosts', typed_config: typedStruct(TYPE_URL.previousHostsPredicate, {}) }],
+  host_selection_retry_max_attempts: 3,
+};
+
 /** The gateway lane: everything the gateway answers itself (initialize, tools/list, DELETE, …) and calls no backend route took. */
 function gatewayRoute(name: string, match: Record<string, unknown>, filters: Record<string, unknown> = GATEWAY_LANE_FILTERS) {
   return {
@@ -68,7 +80,7 @@ function gatewayRoute(name: string, match: Record<string, unknown>, filters: Rec
       cluster: SIDECAR_CLUSTER_NAME,
       timeout: GATEWAY_LANE_TIMEOUT,
       // Another sidecar replica, if one refused or reset before answering.
-      retry_policy: { retry_on: 'connect-failure,reset-before-request,refused-stream', num_retries: 2 },
+      retry_policy: SIDECAR_RETRY_POLICY,
     },
     typed_per_filter_config: filters,
   };

@@ -21,6 +21,7 @@ export const TYPE_URL = {
   mcpOverride: `${prefix}envoy.extensions.filters.http.mcp.v3.McpOverride`,
   lua: `${prefix}envoy.extensions.filters.http.lua.v3.Lua`,
   luaPerRoute: `${prefix}envoy.extensions.filters.http.lua.v3.LuaPerRoute`,
+  previousHostsPredicate: `${prefix}envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate`,
 } as const;
 
 /**
