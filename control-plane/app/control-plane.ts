@@ -3,6 +3,7 @@ import * as grpc from '@grpc/grpc-js';
 import { createAdminApp } from '../admin/admin-server';
 import { CallLog, CallMetrics, accessLogServiceHandlers } from '../admin/call-log';
 import { CallHistory } from '../admin/call-history';
+import { AuditLog, AuditTarget } from '../audit/audit-log';
 import { closeServer, listen } from '../shared/http-listen';
 import { ControlPlaneMetrics } from '../admin/metrics';
 import { XdsStatusTracker } from '../admin/xds-status';
@@ -48,6 +49,8 @@ export interface ControlPlaneOptions {
   catalog: CatalogSettings;
   /** How the issuers' signing keys are read (docs/auth.md). */
   signingKeys?: SigningKeySettings;
+  /** Where audit events go (docs/approval-and-audit.md); none are built without it. */
+  audit?: AuditTarget;
   /** Redis for last-good state; without it a cold start with the source down serves nothing. */
   redis?: { url: string; prefix: string; timeouts?: RedisTimeouts };
   log: Logger;
@@ -198,7 +201,8 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const server = new grpc.Server();
   server.addService(grpcServices.aggregatedDiscovery().service, adsServiceHandlers(cache, xdsStatus.callbacks()));
   server.addService(grpcServices.catalogDiscovery().service, catalogServiceHandlers(catalog, log));
-  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers(new CallLog([callMetrics, callHistory]), log));
+  const audit = options.audit ? new AuditLog(options.audit, metrics.registry, log) : undefined;
+  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers([new CallLog([callMetrics, callHistory]), ...(audit ? [audit] : [])], log));
   const grpcPort = await new Promise<number>((resolve, reject) =>
     server.bindAsync(options.grpcAddress, grpc.ServerCredentials.createInsecure(), (error, port) =>
       error ? reject(error) : resolve(port),
@@ -234,7 +238,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   registry.start();
   void catalog.refresh();
   const catalogTimer = setInterval(() => void catalog.refresh(), options.catalogRefreshMs);
-  log.info('control plane started', { grpcPort, adminPort, source: options.source.description, registry: registry.currentStatus().origin });
+  log.info('control plane started', { grpcPort, adminPort, source: options.source.description, registry: registry.currentStatus().origin, audit: audit?.describe() ?? 'off' });
 
   return {
     grpcPort,
@@ -246,6 +250,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       await registry.stop();
       server.forceShutdown();
       await lastGood?.close();
+      await audit?.close();
       await closeServer(admin);
     },
   };

@@ -2,11 +2,12 @@ import { createHash } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { GatewayIR, ToolServiceIR } from '../ir/gateway-ir';
-import { ToolRule } from '../registry/model';
+import { Risk, ToolRule } from '../registry/model';
 import { Logger } from '../shared/log';
 import { SavedRoute } from '../state/last-good-store';
 import { ExposureSettings, ToolFinding, compareBackendNames, exposeRouteTools } from './tool-exposure';
 import { policyDenial, ruleFor } from './tool-policy';
+import { approvalOf } from '../approval/risk';
 
 export type BackendState = 'ok' | 'stale' | 'missing';
 
@@ -50,6 +51,16 @@ export interface BackendCatalogMessage {
   protocol_version: string;
   /** It hands out sessions: a stateless client's call needs one opened for it. */
   sessionful: boolean;
+  /** Served tools whose calls wait for a person's approval (docs/approval-and-audit.md). */
+  approval_tools: ApprovalToolMessage[];
+}
+
+export interface ApprovalToolMessage {
+  /** The backend's own name for the tool. */
+  tool: string;
+  risk: Risk;
+  /** The approvers' group; empty: the caller themself. */
+  approvers: string;
 }
 
 export interface DeniedToolMessage {
@@ -414,6 +425,10 @@ export class CatalogStore extends EventEmitter {
           denied_tools: denials.flatMap((rule, index) => (rule === undefined ? [] : [{ tool: catalog!.tools[index].name, rule }])),
           protocol_version: catalog?.protocolVersion ?? '',
           sessionful: catalog?.sessionful ?? true,
+          approval_tools: (catalog?.tools ?? []).flatMap((tool, index) => {
+            const approval = denials[index] === undefined ? approvalOf(backend.policy, tool) : undefined;
+            return approval ? [{ tool: nameOf(tool), risk: approval.risk, approvers: approval.approvers ?? '' }] : [];
+          }),
         })),
         tools: exposure.tools.map((exposed) => ({ ...exposed, access_rule: access.ruleOf(exposed.backend, exposed.tool_index) })),
         access_rules: access.rules,

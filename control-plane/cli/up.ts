@@ -114,6 +114,7 @@ export async function runUp(options: UpOptions, say: (line: string) => void): Pr
       `xDS (ADS, gRPC):     ${HOST}:${stack.ports.grpc}`,
       `dev portal:          ${stack.portalUrl}/v1/registry (serving ${options.registryFile}; edit the file to change routes)`,
       `redis:               ${stack.redisUrl}`,
+      `audit log:           ${stack.auditFile} (one JSON line per tools/call and refused request)`,
       '',
       'Ctrl-C stops everything; a process that exits on its own is restarted.',
       '',

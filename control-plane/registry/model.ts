@@ -1,5 +1,9 @@
 import { z } from 'zod';
 
+/** A tool's risk (docs/approval-and-audit.md): from its annotations, or a registry rule's override. */
+export const RISKS = ['low', 'medium', 'high'] as const;
+export type Risk = (typeof RISKS)[number];
+
 /**
  * The registry model every source (static YAML now, the Portal API later) is validated into.
  * The Portal owns addresses only: routes, the Tool Services mapped to each route, and their endpoints.
@@ -70,10 +74,16 @@ export const toolRuleSchema = z
     allowSubjects: z.array(claimValue).min(1).optional().describe('Only tokens whose `sub` is one of these.'),
     allowGroups: z.array(claimValue).min(1).optional().describe('Only tokens carrying one of these groups (the route\'s auth.groupsClaim).'),
     allowClients: z.array(claimValue).min(1).optional().describe('Only tokens issued to one of these clients (`client_id`, else `azp`).'),
+    approval: z
+      .enum(['required', 'none'])
+      .optional()
+      .describe('`required`: every call waits for a person\'s approval on the approval page (docs/approval-and-audit.md); `none`: never, whatever the policy\'s approvalAtRisk says.'),
+    risk: z.enum(RISKS).optional().describe("The tools' risk, instead of the one their annotations give (docs/approval-and-audit.md)."),
+    approvers: claimValue.optional().describe('The group whose members approve calls of these tools. Default: the policy\'s approvers, else the caller themself.'),
   })
   .strict()
-  .refine((rule) => rule.requiredScopes || rule.allowSubjects || rule.allowGroups || rule.allowClients, {
-    message: 'a rule needs at least one of requiredScopes, allowSubjects, allowGroups, allowClients',
+  .refine((rule) => rule.requiredScopes || rule.allowSubjects || rule.allowGroups || rule.allowClients || rule.approval || rule.risk || rule.approvers, {
+    message: 'a rule needs at least one of requiredScopes, allowSubjects, allowGroups, allowClients, approval, risk, approvers',
   });
 
 /** A claim's place in the token: a top-level claim name, or a path of names into nested objects. */
@@ -126,6 +136,11 @@ export const toolPolicySchema = z
       .describe('Serve only tools whose own name matches one of these patterns (`*` matches any characters). Default: every tool.'),
     denyTools: z.array(toolPattern).min(1).optional().describe('Never serve tools whose own name matches one of these patterns; wins over allowTools.'),
     readOnly: z.boolean().optional().describe('Serve only tools the Tool Service annotates readOnlyHint: true.'),
+    approvalAtRisk: z
+      .enum(RISKS)
+      .optional()
+      .describe('Calls of tools at this risk or above wait for a person\'s approval (docs/approval-and-audit.md), unless their rule says approval: none.'),
+    approvers: claimValue.optional().describe('The group whose members approve this Tool Service\'s calls. Default: the caller themself (which needs the route\'s auth).'),
     rules: z
       .array(toolRuleSchema)
       .min(1)

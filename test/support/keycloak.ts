@@ -105,13 +105,13 @@ function realm(): z.infer<typeof RealmFixture> {
   return realmFixture;
 }
 
-function passwordOf(username: TestUser): string {
+export function passwordOf(username: TestUser): string {
   const password = realm().users.find((user) => user.username === username)?.credentials?.[0]?.value;
   if (!password) throw new Error(`${REALM_FILE} has no password for user ${username}`);
   return password;
 }
 
-function secretOf(clientId: string): string {
+export function secretOf(clientId: string): string {
   const secret = realm().clients.find((client) => client.clientId === clientId)?.secret;
   if (!secret) throw new Error(`${REALM_FILE} has no secret for client ${clientId}`);
   return secret;

@@ -17,6 +17,7 @@ export function backendCatalog(name: string, toolNames: string[], overrides: Par
     tls_ca_file: '',
     tls_sni: '',
     denied_tools: [],
+    approval_tools: [],
     protocol_version: '2025-11-25',
     sessionful: true,
     ...overrides,

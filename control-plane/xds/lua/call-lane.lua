@@ -6,8 +6,12 @@
 --   sessionful                    true when the backend hands out sessions (a stateless client's call needs one)
 --   annotate                      true: the final message of the answer gets the call's outcome
 --   fallback                      degraded answer text for read-only tools, if the Tool Service has one
---   ["tool:<own name>"]           a served tool: "" or flags "t=<deadline ms>;r;f;a=<n>" (retry safe,
---                                 fallback, the access rule n that decides who may call it)
+--   audit_arguments               true: the call's arguments (raw JSON) go to the access log's metadata,
+--                                 from which the control plane hashes them for the audit event
+--   ["tool:<own name>"]           a served tool: "" or flags "t=<deadline ms>;r;f;a=<n>;ap" (retry safe,
+--                                 fallback, the access rule n that decides who may call it, approval)
+--   ["approval:<own name>"]       for a tool flagged "ap": its approval rule as JSON ({"risk", "approvers"})
+--   approval_cluster              the sidecars' cluster that decides approvals (when a tool needs one)
 --   ["deny:<own name>"]           a tool the route's policy denies, with the rule that does
 --   ["access:<n>"]                an access rule (docs/auth.md): scopes = {required scope, ...},
 --                                 subjects / groups / clients = {[allowed value] = true} (absent: no condition)
@@ -53,6 +57,8 @@ local INSUFFICIENT_SCOPE = -32031
 local INVALID_PARAMS = -32602
 local INVALID_REQUEST = -32600
 local BACKEND_UNAVAILABLE = -32004
+-- The approval check answers from Redis: well inside this, or the call fails closed.
+local APPROVAL_CHECK_TIMEOUT_MS = 5000
 
 ---------------------------------------------------------------------------------------------------
 -- JSON scanning: positions only
@@ -198,7 +204,8 @@ function M.tool_flags(flags)
     if deadline then parsed.deadline_ms = deadline
     elseif access then parsed.access = access
     elseif flag == "r" then parsed.retry = true
-    elseif flag == "f" then parsed.fallback = true end
+    elseif flag == "f" then parsed.fallback = true
+    elseif flag == "ap" then parsed.approval = true end
   end
   return parsed
 end
@@ -349,6 +356,9 @@ function envoy_on_request(h)
   local era, sessionful, fallback = context:get("era"), context:get("sessionful"), context:get("fallback")
   local modern_client = request.params._meta ~= nil and request.params._meta["io.modelcontextprotocol/protocolVersion"] ~= nil
 
+  local audit_arguments = context:get("audit_arguments")
+  local approval_rule, approval_cluster = context:get("approval:" .. own), context:get("approval_cluster")
+
   local metadata = h:streamInfo():dynamicMetadata()
   metadata:set(NS, "route", route)
   metadata:set(NS, "method", "tools/call")
@@ -356,37 +366,67 @@ function envoy_on_request(h)
   metadata:set(NS, "tool", own)
   if id ~= nil then metadata:set(NS, "rpc_id", id) end
   metadata:set(NS, "rpc_id_json", id_json(id))
-  if flags == nil then
+  local tool = flags and M.tool_flags(flags)
+
+  -- A tool the route does not serve: refused before anything reaches the backend.
+  local function refuse()
     if rule then
-      metadata:set(NS, "outcome", "denied")
+      local denied = h:streamInfo():dynamicMetadata()
+      denied:set(NS, "outcome", "denied")
+      denied:set(NS, "reason", "policy")
+      denied:set(NS, "rule", rule)
       local outcome = outcome_json({ outcome = "denied", backend = backend, tool = own, attempts = 0, elapsed_ms = 0, rule = rule })
       return error_reply(h, id, TOOL_DENIED, 'tool "' .. exposed .. '" is denied on route "' .. route .. '" by policy (' .. rule .. ")", outcome)
     end
     return error_reply(h, id, INVALID_PARAMS, 'backend "' .. backend .. '" has no tool "' .. own .. '" on route "' .. route .. '"')
   end
-  local tool = M.tool_flags(flags)
-  local caller = context:get("auth") and M.caller_of((h:streamInfo():dynamicMetadata():get(JWT_NS) or {})[JWT_PAYLOAD], context:get("groups_claim")) or nil
-  if tool.access then
-    local access_rule = context:get("access:" .. tool.access) or {}
+  if flags == nil and not audit_arguments then return refuse() end
+  -- What the access rule needs, read before the body (reading it yields, and handles end there).
+  local caller = context:get("auth") and M.caller_of((metadata:get(JWT_NS) or {})[JWT_PAYLOAD], context:get("groups_claim")) or nil
+  local access_rule = tool and tool.access and (context:get("access:" .. tool.access) or {})
+  local auth_scopes, resource_metadata = context:get("auth_scopes"), context:get("resource_metadata")
+
+  -- The body was read whole by the mcp filter already: this only hands it over (and yields).
+  local body = h:body()
+  local text = body:getBytes(0, body:length())
+  local first, last, inner, params = M.tool_name_span(text)
+  metadata = h:streamInfo():dynamicMetadata()
+  if audit_arguments and inner then
+    -- Raw JSON, for the control plane to hash (docs/approval-and-audit.md); never written anywhere.
+    metadata:set(NS, "arguments", inner.arguments and text_of(text, inner.arguments) or "{}")
+  end
+  if flags == nil then return refuse() end
+  if access_rule then
     local verdict, detail = M.access_decision(access_rule, caller)
     if verdict == "denied" then
       metadata:set(NS, "outcome", "denied")
       metadata:set(NS, "reason", "policy")
+      metadata:set(NS, "rule", "the caller is not in " .. detail)
       local outcome = outcome_json({ outcome = "denied", backend = backend, tool = own, attempts = 0, elapsed_ms = 0, rule = detail, reason = "policy" })
       return error_reply(h, id, TOOL_DENIED, 'tool "' .. exposed .. '" is denied on route "' .. route .. '" by policy (the caller is not in ' .. detail .. ")", outcome)
     end
     if verdict == "insufficient_scope" then
-      return M.scope_challenge(h, id, exposed, detail, M.challenge_scopes(access_rule, caller, context:get("auth_scopes")), context:get("resource_metadata"))
+      return M.scope_challenge(h, id, exposed, detail, M.challenge_scopes(access_rule, caller, auth_scopes), resource_metadata)
     end
   end
   if tool.fallback then metadata:set(NS, "fallback", fallback) end
   metadata:set(NS, "started_ms", h:timestamp())
-
-  local body = h:body()
-  local text = body:getBytes(0, body:length())
-  local first, last, inner, params = M.tool_name_span(text)
   if not first or sub(text, first + 1, last - 1) ~= exposed then
     return error_reply(h, id, INVALID_REQUEST, "tools/call params.name must be a plain JSON string", nil, "400")
+  end
+  if tool.approval then
+    local verdict = M.approval_request(h, {
+      route = route, backend = backend, tool = own, exposed = exposed, id = id, rule = approval_rule,
+      arguments = inner.arguments and text_of(text, inner.arguments) or "{}",
+      modern = modern_client, capabilities = modern_client and M.modern_capabilities(text, inner) or nil,
+    })
+    local answer_headers, answer_body = h:httpCall(approval_cluster, {
+      [":method"] = "POST", [":path"] = "/internal/approval-check", [":authority"] = "mcpgw-sidecar",
+      ["content-type"] = "application/json",
+    }, verdict, APPROVAL_CHECK_TIMEOUT_MS)
+    if M.approval_answered(h, id, answer_headers, answer_body) then return end
+    -- The check yielded: the body handle is taken anew.
+    body = h:body()
   end
   text = sub(text, 1, first) .. own .. sub(text, last)
   local headers = h:headers()
@@ -411,6 +451,7 @@ function envoy_on_request(h)
     headers:remove("mcp-name")
   end
   body:setBytes(text)
+  h:streamInfo():dynamicMetadata():set(NS, "credential", M.credential_mode(headers:get("authorization") ~= nil, h:streamInfo():dynamicMetadata():get(JWT_NS)))
   if tool.deadline_ms then headers:replace("x-envoy-upstream-rq-timeout-ms", tool.deadline_ms) end
   if tool.retry then
     -- Read-only and idempotent tools only: running a side-effecting tool twice is worse than failing once.
@@ -433,6 +474,74 @@ function envoy_on_request(h)
   if session_id ~= nil or (modern_client and sessionful) then
     h:streamInfo():dynamicMetadata():set(NS, "check", true)
   end
+end
+
+-- What the call carries to the backend as a credential, for the audit: the caller's own token when
+-- one is left in Authorization (nothing removed it), none when jwt_authn validated and removed it
+-- ("stripped") or there was none. Backend credentials of the gateway's own come with issue 12.
+function M.credential_mode(has_authorization, jwt_metadata)
+  if has_authorization then return "caller-token-passthrough" end
+  if jwt_metadata and jwt_metadata.jwt_payload then return "caller-token-stripped" end
+  return "none"
+end
+
+-- A stateless (2026-07-28) client's capabilities, as it sent them in params._meta: raw JSON, or nil.
+function M.modern_capabilities(text, inner)
+  local meta = inner._meta and byte(text, inner._meta[1]) == 123 and members(text, inner._meta[1])
+  local capabilities = meta and meta["io.modelcontextprotocol/clientCapabilities"]
+  return capabilities and text_of(text, capabilities) or nil
+end
+
+local function optional_string(value)
+  return type(value) == "string" and json_string(value) or "null"
+end
+
+-- The approval check's request (control-plane/approval/approval-check.ts): the call, its raw arguments,
+-- the client's session or capabilities, and the caller as jwt_authn validated it.
+function M.approval_request(h, call)
+  local jwt = h:streamInfo():dynamicMetadata():get(JWT_NS)
+  local claims = jwt and jwt.jwt_payload
+  local caller = "null"
+  if claims and type(claims.iss) == "string" and type(claims.sub) == "string" then
+    caller = '{"iss":' .. json_string(claims.iss) .. ',"sub":' .. json_string(claims.sub)
+      .. ',"client_id":' .. optional_string(claims.client_id) .. ',"azp":' .. optional_string(claims.azp)
+      .. ',"preferred_username":' .. optional_string(claims.preferred_username) .. "}"
+  end
+  return '{"route":' .. json_string(call.route) .. ',"backend":' .. json_string(call.backend) .. ',"tool":' .. json_string(call.tool)
+    .. ',"exposed":' .. json_string(call.exposed) .. ',"id":' .. id_json(call.id) .. ',"rule":' .. (call.rule or "null")
+    .. ',"modern":' .. (call.modern and "true" or "false")
+    .. ',"session":' .. optional_string(h:headers():get("mcp-session-id")) .. ',"caller":' .. caller
+    .. ',"capabilities":' .. (call.capabilities or "null") .. ',"arguments":' .. call.arguments .. "}"
+end
+
+-- The approval check's answer: 204 lets the call go (approved, the approval used up); an answer naming
+-- its outcome (x-mcpgw-outcome) is the client's (an elicitation, or a refusal); anything else fails
+-- closed. True when answered here.
+function M.approval_answered(h, id, headers, body)
+  local status = headers and headers[":status"]
+  local metadata = h:streamInfo():dynamicMetadata()
+  if status == "204" then
+    metadata:set(NS, "approval", "granted")
+    for key, name in pairs({ approval_id = "x-mcpgw-approval-id", approver_iss = "x-mcpgw-approver-iss", approver_sub = "x-mcpgw-approver-sub" }) do
+      if headers[name] then metadata:set(NS, key, headers[name]) end
+    end
+    return false
+  end
+  metadata:set(NS, "answered", true)
+  if headers and headers["x-mcpgw-outcome"] and body then
+    metadata:set(NS, "approval", headers["x-mcpgw-approval"] or "required")
+    metadata:set(NS, "outcome", headers["x-mcpgw-outcome"])
+    if headers["x-mcpgw-reason"] then metadata:set(NS, "reason", headers["x-mcpgw-reason"]) end
+    if headers["x-mcpgw-approval-id"] then metadata:set(NS, "approval_id", headers["x-mcpgw-approval-id"]) end
+    h:respond({ [":status"] = status, ["content-type"] = "application/json" }, body)
+    return true
+  end
+  metadata:set(NS, "approval", "required")
+  metadata:set(NS, "outcome", "failed")
+  metadata:set(NS, "reason", "approval check unavailable")
+  h:respond({ [":status"] = "503", ["content-type"] = "application/json" },
+    '{"jsonrpc":"2.0","id":' .. id_json(id) .. ',"error":{"code":-32603,"message":"gateway error: the approval check did not answer (' .. tostring(status) .. '); nothing was sent to the backend"}}')
+  return true
 end
 
 -- Each Envoy worker remembers, for SESSION_CHECK_MEMORY_MS, that the session check let a session's

@@ -36,6 +36,8 @@ export interface CallLaneBackend {
   tools: Map<string, string>;
   /** Its own names of tools the route's policy denies, with the rule. */
   denied: Map<string, string>;
+  /** Its own names of tools whose calls wait for an approval, with their risk and approvers' group ("": the caller). */
+  approvals: Map<string, { risk: string; approvers: string }>;
   fallbackText: string;
 }
 
@@ -60,7 +62,7 @@ export const EMPTY_CALL_LANE_CATALOG: CallLaneCatalog = { separator: '__', route
  * side-effecting tool twice is worse than failing once), and the degraded fallback (`f`, read-only tools
  * of a Tool Service that has one).
  */
-export function toolFlags(tool: Tool, hasFallback: boolean, accessRule = 0): string {
+export function toolFlags(tool: Tool, hasFallback: boolean, access: { accessRule?: number; needsApproval?: boolean } = {}): string {
   const flags: string[] = [];
   const requested = tool._meta?.[TOOL_TIMEOUT_META_KEY];
   if (typeof requested === 'number' && Number.isInteger(requested) && requested > 0) flags.push(`t=${requested}`);
@@ -68,7 +70,9 @@ export function toolFlags(tool: Tool, hasFallback: boolean, accessRule = 0): str
   if (readOnly || tool.annotations?.idempotentHint === true) flags.push('r');
   if (readOnly && hasFallback) flags.push('f');
   // Who may call it (docs/auth.md): the route's access rule n, in the call route's context as access:<n>.
-  if (accessRule > 0) flags.push(`a=${accessRule}`);
+  if (access.accessRule) flags.push(`a=${access.accessRule}`);
+  // Its calls go through the approval check first (control-plane/approval/).
+  if (access.needsApproval) flags.push('ap');
   return flags.join(';');
 }
 
@@ -79,17 +83,19 @@ export function callLaneCatalogOf(snapshot: CatalogSnapshotMessage): CallLaneCat
     const served = new Map(route.tools.map((exposed) => [`${exposed.backend}\n${exposed.tool_index}`, exposed.access_rule]));
     for (const backend of route.backends) {
       const tools = new Map<string, string>();
+      const approvals = new Map((backend.approval_tools ?? []).map((approval) => [approval.tool, { risk: approval.risk, approvers: approval.approvers }]));
       backend.tools_json.forEach((json, index) => {
         const accessRule = served.get(`${backend.name}\n${index}`);
         if (accessRule === undefined) return;
         const tool = JSON.parse(json) as Tool;
-        tools.set(tool.name, toolFlags(tool, backend.fallback_text !== '', accessRule));
+        tools.set(tool.name, toolFlags(tool, backend.fallback_text !== '', { accessRule, needsApproval: approvals.has(tool.name) }));
       });
       backends.set(backend.name, {
         era: backend.protocol_version === MODERN_PROTOCOL_VERSION ? 'modern' : 'session',
         sessionful: backend.sessionful,
         tools,
         denied: new Map(backend.denied_tools.map((denied) => [denied.tool, denied.rule])),
+        approvals,
         fallbackText: backend.fallback_text,
       });
     }
@@ -246,7 +252,7 @@ export function callRouteFilters(
   separator: string,
   route: CallLaneRoute | undefined,
   auth: RouteAuthIR | undefined,
-  annotate: boolean,
+  options: { annotate: boolean; auditArguments: boolean },
 ) {
   const backend = route?.backends.get(backendName);
   const context: Record<string, unknown> = {
@@ -255,11 +261,12 @@ export function callRouteFilters(
     separator,
     era: backend?.era ?? 'session',
     sessionful: backend?.sessionful ?? true,
-    annotate,
+    annotate: options.annotate,
     fallback: backend?.fallbackText ?? '',
     sidecar_cluster: SIDECAR_CLUSTER_NAME,
     ...(auth && authContext(auth)),
   };
+  if (options.auditArguments) context.audit_arguments = true;
   for (const [tool, flags] of backend?.tools ?? []) {
     context[`tool:${tool}`] = flags;
     const rule = /(?:^|;)a=(\d+)/.exec(flags)?.[1];
@@ -267,6 +274,11 @@ export function callRouteFilters(
     if (accessRule) context[`access:${rule}`] = accessRuleContext(accessRule);
   }
   for (const [tool, rule] of backend?.denied ?? []) context[`deny:${tool}`] = rule;
+  for (const [tool, approval] of backend?.approvals ?? []) {
+    // As JSON the call script hands on to the approval check unread.
+    context[`approval:${tool}`] = JSON.stringify({ risk: approval.risk, ...(approval.approvers ? { approvers: approval.approvers } : {}) });
+  }
+  if (backend?.approvals.size) context.approval_cluster = SIDECAR_CHECK_CLUSTER_NAME;
   return {
     'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: context }),
   };

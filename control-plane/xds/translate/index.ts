@@ -21,6 +21,6 @@ export function translate(ir: GatewayIR, catalog: CallLaneCatalog, settings: Gat
     [TYPE_URL.cluster]: buildClusters(ir, settings),
     [TYPE_URL.listener]: [buildListener(settings)],
     [TYPE_URL.typedExtensionConfig]: [jwtAuthnConfig(ir, keys)],
-    [TYPE_URL.routeConfiguration]: [buildRouteConfiguration(ir, catalog, settings.access, keys)],
+    [TYPE_URL.routeConfiguration]: [buildRouteConfiguration(ir, catalog, settings, keys)],
   };
 }

@@ -14,6 +14,11 @@ export interface GatewaySettings {
   sessionCheckTimeoutMs: number;
   /** Who may reach the gateway: its public URL, and the Host and Origin values it serves (docs/auth.md). */
   access: AccessSettings;
+  /**
+   * The call script hands each call's arguments (raw JSON) to the call log, for the audit's arguments
+   * hash (control-plane/audit/). Off when the control plane writes no audit: then nothing is copied.
+   */
+  auditArguments: boolean;
 }
 
 /** `*`: any value. */
@@ -36,6 +41,7 @@ export interface AccessSettings {
 export const GATEWAY_DEFAULTS = {
   maxRequestBodyBytes: 1024 * 1024,
   sessionCheckTimeoutMs: 6_000,
+  auditArguments: false,
 };
 
 export const LISTENER_NAME = 'mcp_gateway';
@@ -54,6 +60,9 @@ export const SESSION_CHECK_PATH = '/check';
 export const METADATA_NAMESPACE = 'mcpgw';
 /** The mcp filter's own dynamic-metadata namespace (method, id, params.name). */
 export const MCP_METADATA_NAMESPACE = 'envoy.filters.http.mcp';
+/** jwt_authn's namespace: the validated token's claims under `jwt_payload` (docs/auth.md). */
+export const JWT_METADATA_NAMESPACE = 'envoy.filters.http.jwt_authn';
+export const JWT_PAYLOAD_KEY = 'jwt_payload';
 /** Headers the session check receives from the call script's metadata and may send back. */
 export const CHECK_HEADERS = {
   route: 'x-mcpgw-route',

@@ -25,6 +25,7 @@ export const TYPE_URL = {
   celFilter: `${prefix}envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter`,
   // Newer than the protos the project ships (ADR-0002): these travel as TypedStruct.
   mcp: `${prefix}envoy.extensions.filters.http.mcp.v3.Mcp`,
+  mcpOverride: `${prefix}envoy.extensions.filters.http.mcp.v3.McpOverride`,
   lua: `${prefix}envoy.extensions.filters.http.lua.v3.Lua`,
   luaPerRoute: `${prefix}envoy.extensions.filters.http.lua.v3.LuaPerRoute`,
   previousHostsPredicate: `${prefix}envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate`,

@@ -44,6 +44,14 @@ check("flag deadline", flags.deadline_ms, "30000")
 check("flag retry", flags.retry, true)
 check("flag fallback", flags.fallback, true)
 check("no flags", M.tool_flags("").retry, nil)
+check("flag approval", M.tool_flags("r;ap").approval, true)
+check("flag approval is not access", M.tool_flags("a=2").approval, nil)
+
+-- the credential a call carries to its backend (the audit's credential_mode)
+check("credential: caller token left in Authorization", M.credential_mode(true, nil), "caller-token-passthrough")
+check("credential: token validated and removed", M.credential_mode(false, { jwt_payload = { sub = "alice" } }), "caller-token-stripped")
+check("credential: none on an open route", M.credential_mode(false, nil), "none")
+check("credential: jwt metadata without a payload", M.credential_mode(false, {}), "none")
 
 -- ids
 check("id number", M.id_json(7), "7")
