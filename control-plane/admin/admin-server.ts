@@ -3,6 +3,7 @@ import { Registry as MetricsRegistry } from 'prom-client';
 import { z } from 'zod';
 import { CatalogSettings, CatalogSnapshotMessage, RouteCatalogMessage } from '../catalog/catalog-store';
 import { ToolFinding } from '../catalog/tool-exposure';
+import { SigningKeyStatus } from '../auth/signing-keys';
 import { XdsResources } from '../xds/translate';
 import { AUTHENTICATED, TokenFile, adminAccess } from '../shared/admin-access';
 import { DashboardSources, mountDashboard } from './dashboard';
@@ -15,6 +16,8 @@ export interface AdminSources extends DashboardSources {
   /** Refreshes the Tool Services of one route, or all; false for an unknown route key. */
   refreshCatalog(routeKey?: string): Promise<boolean>;
   xdsResources(): XdsResources;
+  /** The issuers' signing keys the routes with auth are validated with. */
+  signingKeys(): SigningKeyStatus[];
   metrics: MetricsRegistry;
 }
 
@@ -76,6 +79,7 @@ export function createAdminApp(sources: AdminSources, tokenFile?: TokenFile): ex
       registry: sources.registry(),
       xds: { nodes: sources.nodes() },
       catalog: catalogStatus(sources),
+      signingKeys: sources.signingKeys(),
     });
   });
   // Refreshes now instead of at the next interval, e.g. after fixing a backend; answers with the result.

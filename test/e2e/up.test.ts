@@ -152,6 +152,8 @@ describe('mcpgw up tells the truth', () => {
     const url = `http://127.0.0.1:${setup.listener}/mcp/demo`;
     expect(run.stdout).toContain(`route demo: ${url} (5 tools)`);
     expect(run.stdout).toMatch(/^secured inside: +mutual TLS \(dev CA in .*\) on ADS, the catalog stream and Envoy → sidecar; Redis ACL user mcpgw \(password in .*\); every admin port and the inside on 127\.0\.0\.1 only/m);
+    // The embedded default takes no token, and says so (docs/auth.md).
+    expect(run.stdout).toContain(`authentication: off on every route: anyone who reaches 127.0.0.1:${setup.listener} can call every tool`);
     expect(await listedTools(url)).toHaveLength(5);
 
     const sidecar = descendantsOf(run.child.pid!).find((pid) => / sidecar /.test(commandLineOf(pid)));
