@@ -1,3 +1,4 @@
+import { X509Certificate } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { spawnSync } from 'node:child_process';
@@ -46,6 +47,13 @@ const named = (manifests: Manifest[], kind: string, name: string) => {
   if (!found) throw new Error(`no ${kind} ${name} among ${manifests.map((manifest) => `${manifest.kind}/${manifest.metadata.name}`).join(', ')}`);
   return found;
 };
+/** A Secret's data written as the kubelet mounts it (one file per key), for a command that reads the mount. */
+function secretDirectory(secret: Manifest, target: string): string {
+  fs.rmSync(target, { recursive: true, force: true });
+  fs.mkdirSync(target, { recursive: true, mode: 0o700 });
+  for (const [key, value] of Object.entries(secret.data ?? {})) fs.writeFileSync(path.join(target, key), Buffer.from(value, 'base64'), { mode: 0o600 });
+  return target;
+}
 const containerOf = (deployment: Manifest, name: string) => (deployment.spec.template.spec.containers as any[]).find((container) => container.name === name);
 const serviceHost = (component: string) => `${RELEASE}-mcp-gateway-${component}.${NAMESPACE}.svc.cluster.local`;
 
@@ -115,7 +123,7 @@ describe('the Helm chart', () => {
     const envoy = named(manifests, 'Deployment', 'envoy');
     const bootstrap = envoy.spec.template.spec.initContainers[0].command.join(' ');
     expect(bootstrap).toContain(`--xds=${serviceHost('control-plane')}:18000`);
-    expect(bootstrap).toContain('--node-id="$POD_NAME"');
+    expect(bootstrap).toContain('--node-id="envoy/$POD_NAME"');
 
     // Every Sentinel by its pod's name, one per Redis pod.
     const address = named(manifests, 'Secret', 'redis-address').stringData!.address;
@@ -187,7 +195,11 @@ describe('the Helm chart', () => {
     expect(monitors.map((monitor) => monitor.spec.endpoints[0].path).sort()).toEqual(['/metrics', '/metrics', '/stats/prometheus']);
     const envoyAdmin = named(manifests, 'Service', 'envoy-admin');
     expect(named(manifests, 'ServiceMonitor', 'envoy').spec.selector.matchLabels).toMatchObject({ 'mcpgw.dev/metrics': 'envoy' });
-    expect((envoyAdmin.spec.ports as any[]).map((port) => port.name)).toEqual(['admin']);
+    expect((envoyAdmin.spec.ports as any[]).map((port) => port.name)).toEqual(['stats']);
+    // Every scrape carries the admin token: the admin ports and Envoy's stats listener ask for it.
+    for (const monitor of monitors) {
+      expect(monitor.spec.endpoints[0].authorization).toEqual({ type: 'Bearer', credentials: { name: `${RELEASE}-mcp-gateway-admin-token`, key: 'token' } });
+    }
     expect(render('default').manifests.some((manifest) => manifest.kind === 'ServiceMonitor')).toBe(false);
   });
 
@@ -199,18 +211,78 @@ describe('the Helm chart', () => {
     }
   });
 
-  it("runs an init container whose command writes a bootstrap Envoy 1.40 accepts, named after its pod", () => {
+  it("runs an init container whose command writes, from the chart's own certificate, a bootstrap Envoy 1.40 accepts, named after its pod", () => {
     const { manifests } = render('default');
     const [, , script] = named(manifests, 'Deployment', 'envoy').spec.template.spec.initContainers[0].command as string[];
     const bootstrapDir = path.join(dir, 'bootstrap');
     fs.mkdirSync(bootstrapDir, { recursive: true });
-    // The image's working directory is the project's root, as here; /bootstrap is the pod's emptyDir.
-    const result = spawnSync('sh', ['-c', script.replaceAll('/bootstrap/', `${bootstrapDir}/`)], { cwd: projectPath(), encoding: 'utf8', env: { ...process.env, POD_NAME: 'mcpgw-envoy-abc12' } });
+    // The pod's mounts, here: the envoy certificate Secret the chart generated, and the admin token.
+    const certDir = secretDirectory(named(manifests, 'Secret', 'envoy-internal-tls'), path.join(dir, 'envoy-internal'));
+    const tokenDir = secretDirectory(named(manifests, 'Secret', 'admin-token'), path.join(dir, 'admin-token'));
+    const local = script.replaceAll('/bootstrap/', `${bootstrapDir}/`).replaceAll('/etc/mcpgw/internal', certDir).replaceAll('/etc/mcpgw/admin-token', tokenDir);
+    // The image's working directory is the project's root, as here.
+    const result = spawnSync('sh', ['-c', local], { cwd: projectPath(), encoding: 'utf8', env: { ...process.env, POD_NAME: 'mcpgw-envoy-abc12' } });
     expect(result.stderr).toBe('');
     const file = path.join(bootstrapDir, 'envoy.yaml');
-    expect(parse(fs.readFileSync(file, 'utf8')).node.id).toBe('mcpgw-envoy-abc12');
+    const bootstrap = parse(fs.readFileSync(file, 'utf8'));
+    expect(bootstrap.node.id).toBe('envoy/mcpgw-envoy-abc12');
+    // The admin on loopback; the stats listener on the pod's address.
+    expect(bootstrap.admin.address.socket_address.address).toBe('127.0.0.1');
+    expect(bootstrap.static_resources.listeners[0].address.socket_address).toEqual({ address: '0.0.0.0', port_value: 9902 });
     const validated = spawnSync(envoyBinary(), ['--mode', 'validate', '-c', file, '--log-level', 'error'], { encoding: 'utf8' });
     expect(`${validated.stdout}${validated.stderr}`).toContain('OK');
+  });
+
+  it('closes the inside: each part its own certificate of one CA, naming its role; admin ports behind the token; Redis behind a password', () => {
+    const { manifests } = render('default');
+    const ca = Buffer.from(named(manifests, 'Secret', 'internal-ca').data!['tls.crt'], 'base64').toString();
+    for (const part of ['envoy', 'sidecar', 'control-plane']) {
+      const secret = named(manifests, 'Secret', `${part}-internal-tls`);
+      const certificate = new X509Certificate(Buffer.from(secret.data!['tls.crt'], 'base64'));
+      expect([part, certificate.subjectAltName]).toEqual([part, `DNS:${part}.${part}.mcpgw.internal`]);
+      expect(certificate.verify(new X509Certificate(ca).publicKey)).toBe(true);
+      expect(Buffer.from(secret.data!['ca.crt'], 'base64').toString()).toBe(ca);
+    }
+    const controlPlane = containerOf(named(manifests, 'Deployment', 'control-plane'), 'control-plane');
+    const sidecar = containerOf(named(manifests, 'Deployment', 'sidecar'), 'sidecar');
+    for (const container of [controlPlane, sidecar]) {
+      expect(container.args).toEqual(expect.arrayContaining(['--internal-tls=/etc/mcpgw/internal', '--admin-token-file=/etc/mcpgw/admin-token/token', '--redis-password-file=/etc/mcpgw/redis-auth/password']));
+    }
+    expect(controlPlane.args).toContain('--envoy-internal-tls=/etc/mcpgw/envoy-internal');
+    expect(sidecar.args).toContain('--id=sidecar/$(POD_NAME)');
+    const secretOf = (deployment: string, volume: string) =>
+      (named(manifests, 'Deployment', deployment).spec.template.spec.volumes as any[]).find((entry) => entry.name === volume).secret.secretName;
+    expect(secretOf('control-plane', 'internal-tls')).toBe(`${RELEASE}-mcp-gateway-control-plane-internal-tls`);
+    expect(secretOf('control-plane', 'envoy-internal-tls')).toBe(`${RELEASE}-mcp-gateway-envoy-internal-tls`);
+    expect(secretOf('sidecar', 'internal-tls')).toBe(`${RELEASE}-mcp-gateway-sidecar-internal-tls`);
+    expect(secretOf('envoy', 'internal-tls')).toBe(`${RELEASE}-mcp-gateway-envoy-internal-tls`);
+    // Envoy's admin is nowhere on the pod's address: no container port, probes on the stats listener or loopback.
+    const envoy = containerOf(named(manifests, 'Deployment', 'envoy'), 'envoy');
+    expect(envoy.ports.map((port: any) => port.name)).toEqual(['mcp', 'stats']);
+    expect(envoy.readinessProbe.httpGet).toEqual({ path: '/ready', port: 'stats' });
+    expect(envoy.livenessProbe.exec.command.join(' ')).toContain('/dev/tcp/127.0.0.1/9901');
+    // The chart's Redis and Sentinels ask for the password the gateway gets.
+    const redis = named(manifests, 'StatefulSet', 'redis').spec.template.spec.containers as any[];
+    for (const container of redis) {
+      expect(container.env).toContainEqual({ name: 'REDIS_PASSWORD', valueFrom: { secretKeyRef: { name: `${RELEASE}-mcp-gateway-redis-auth`, key: 'password' } } });
+    }
+    const scripts = named(manifests, 'ConfigMap', 'redis-scripts').data!;
+    expect(scripts['start-redis.sh']).toContain('requirepass');
+    expect(scripts['start-sentinel.sh']).toMatch(/requirepass "\$REDIS_PASSWORD"\n\s*sentinel auth-pass mcpgw \$REDIS_PASSWORD/);
+  });
+
+  it('takes the internal certificates and the Redis password from Secrets of yours, and asks for all three', () => {
+    const { manifests } = render('default', [
+      '--set', 'inside.certificates.source=existingSecrets',
+      '--set', 'inside.certificates.existingSecrets.envoy=envoy-cert,inside.certificates.existingSecrets.sidecar=sidecar-cert,inside.certificates.existingSecrets.controlPlane=cp-cert',
+      '--set', 'redis.auth.existingSecret=my-redis-password,inside.adminTokenSecret=my-admin-token',
+    ]);
+    expect(manifests.filter((manifest) => manifest.kind === 'Secret').map((manifest) => manifest.metadata.name)).toEqual([`${RELEASE}-mcp-gateway-redis-address`]);
+    const volumes = (deployment: string) => Object.fromEntries((named(manifests, 'Deployment', deployment).spec.template.spec.volumes as any[]).filter((entry) => entry.secret).map((entry) => [entry.name, entry.secret.secretName]));
+    expect(volumes('control-plane')).toEqual({ 'internal-tls': 'cp-cert', 'envoy-internal-tls': 'envoy-cert', 'admin-token': 'my-admin-token', 'redis-auth': 'my-redis-password' });
+    expect(volumes('sidecar')).toEqual({ 'internal-tls': 'sidecar-cert', 'admin-token': 'my-admin-token', 'redis-auth': 'my-redis-password' });
+    expect(volumes('envoy')).toEqual({ 'internal-tls': 'envoy-cert', 'admin-token': 'my-admin-token' });
+    expect(helm('template', RELEASE, CHART, '--set', 'inside.certificates.source=existingSecrets').stderr).toContain('set inside.certificates.existingSecrets.');
   });
 });
 

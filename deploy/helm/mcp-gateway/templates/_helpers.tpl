@@ -143,7 +143,68 @@ affinity:
 {{- if and (eq .Values.redis.mode "external") (not .Values.redis.external.address) (not .Values.redis.external.existingSecret.name) -}}
 {{- fail "redis.mode is external: set redis.external.address or redis.external.existingSecret.name" -}}
 {{- end -}}
+{{- if eq .Values.inside.certificates.source "existingSecrets" -}}
+{{- range $part, $secret := .Values.inside.certificates.existingSecrets -}}
+{{- if not $secret -}}
+{{- fail (printf "inside.certificates.source is existingSecrets: set inside.certificates.existingSecrets.%s (a Secret with tls.crt, tls.key, ca.crt)" $part) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- if and (eq .Values.redis.mode "sentinel") (lt (int .Values.redis.sentinel.replicas) (int .Values.redis.sentinel.quorum)) -}}
 {{- fail "redis.sentinel.quorum is larger than redis.sentinel.replicas: no failover could ever be agreed" -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The Secret (tls.crt, tls.key, ca.crt) with a part's internal certificate: part is envoy, sidecar or control-plane. */}}
+{{- define "mcpgw.internalTlsSecret" -}}
+{{- $own := dict "envoy" .root.Values.inside.certificates.existingSecrets.envoy "sidecar" .root.Values.inside.certificates.existingSecrets.sidecar "control-plane" .root.Values.inside.certificates.existingSecrets.controlPlane -}}
+{{- if eq .root.Values.inside.certificates.source "existingSecrets" -}}
+{{- index $own .part -}}
+{{- else -}}
+{{- include "mcpgw.component" (dict "root" .root "component" (printf "%s-internal-tls" .part)) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "mcpgw.adminTokenSecret" -}}
+{{- default (include "mcpgw.component" (dict "root" . "component" "admin-token")) .Values.inside.adminTokenSecret -}}
+{{- end -}}
+
+{{/* The Secret with the Redis password (key password), if the gateway logs in with one. */}}
+{{- define "mcpgw.redisAuthSecret" -}}
+{{- if .Values.redis.auth.existingSecret -}}
+{{- .Values.redis.auth.existingSecret -}}
+{{- else if eq .Values.redis.mode "sentinel" -}}
+{{- include "mcpgw.component" (dict "root" . "component" "redis-auth") -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Arguments of a gateway process inside: its certificate, the admin token, the Redis password. */}}
+{{- define "mcpgw.insideArgs" -}}
+- --internal-tls=/etc/mcpgw/internal
+- --admin-token-file=/etc/mcpgw/admin-token/token
+{{- if include "mcpgw.redisAuthSecret" . }}
+- --redis-password-file=/etc/mcpgw/redis-auth/password
+{{- end }}
+{{- end -}}
+
+{{- define "mcpgw.insideMounts" -}}
+- { name: internal-tls, mountPath: /etc/mcpgw/internal, readOnly: true }
+- { name: admin-token, mountPath: /etc/mcpgw/admin-token, readOnly: true }
+{{- if include "mcpgw.redisAuthSecret" .root }}
+- { name: redis-auth, mountPath: /etc/mcpgw/redis-auth, readOnly: true }
+{{- end }}
+{{- end -}}
+
+{{- define "mcpgw.insideVolumes" -}}
+- name: internal-tls
+  secret:
+    secretName: {{ include "mcpgw.internalTlsSecret" (dict "root" .root "part" .part) }}
+- name: admin-token
+  secret:
+    secretName: {{ include "mcpgw.adminTokenSecret" .root }}
+{{- if include "mcpgw.redisAuthSecret" .root }}
+- name: redis-auth
+  secret:
+    secretName: {{ include "mcpgw.redisAuthSecret" .root }}
+{{- end }}
 {{- end -}}
