@@ -27,4 +27,9 @@ if [ "${1:-}" = auth ]; then
   shift
   exec node dist/bench/auth-cost.js "$@"
 fi
+# scripts/bench.sh inside [--quick]: tools/call with a plain and a closed inside (docs/adr/0017-closed-inside.md).
+if [ "${1:-}" = inside ]; then
+  shift
+  exec node dist/bench/inside-cost.js "$@"
+fi
 exec node dist/bench/main.js "$@"

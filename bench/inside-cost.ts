@@ -1,0 +1,92 @@
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { stringify } from 'yaml';
+import { GatewayStack } from '../control-plane/devstack/stack';
+import { projectPath } from '../control-plane/shared/paths';
+import { ComparisonRun, ToolCallDriver, comparisonTable, readyDriver, runComparison } from './load/comparison';
+import { benchSettings } from './settings';
+import { allocatePort } from './systems/ports';
+import { ProcessGroup, claimCpus } from './systems/process-group';
+import { startBackendProcess } from './systems/systems';
+import { HOST } from './systems/topology';
+
+/**
+ * What the closed inside costs a tools/call (issue 14, docs/adr/0017-closed-inside.md): two gateways
+ * on one bench backend, `plain` (the inside as it was: plain HTTP from Envoy to the sidecar's session
+ * check, plain gRPC, Redis without a password) and `closed` (mutual TLS 1.3 on Envoy → sidecar and
+ * on ADS / the catalog stream, Redis ACL user), measured in the same run, interleaved, at fixed rates
+ * (p50/p99) and at saturation. Every tools/call crosses the session check (Envoy → sidecar) once.
+ *   scripts/bench.sh inside [--quick]     (node dist/bench/inside-cost.js [--quick])
+ * Writes bench/results/inside.json and .md (a --quick run: inside-quick.*).
+ */
+
+const LOG_DIR = projectPath('.run', 'bench', 'inside');
+const RESULTS_DIR = projectPath('bench', 'results');
+/** Ours, not the issue's (it sets none for the inside): about the auth bench's, for a cost of the same kind. */
+const TARGETS = { p50Ratio: 1.05, saturationRatio: 0.95 };
+type Variant = 'plain' | 'closed';
+const VARIANTS: Variant[] = ['plain', 'closed'];
+
+const log = (line: string) => process.stdout.write(`[bench inside] ${line}\n`);
+
+function markdown(runs: ComparisonRun<Variant>[], context: { measuredAt: string; mode: string; cores: number; load: number[]; pinned: boolean }): string {
+  const { lines, p50Ratios, saturationRatio, errors } = comparisonTable(runs, 'plain', 'closed');
+  return [
+    '# The closed inside: tools/call with a plain and a mutually authenticated inside',
+    '',
+    `Measured ${context.measuredAt} (${context.mode} run) on ${context.cores} cores, load average ${context.load.map((value) => value.toFixed(2)).join(' / ')} (1 / 5 min)${context.pinned ? '; load generator on the last core, the gateways on the others' : ''}, by \`scripts/bench.sh inside\`.`,
+    'Two gateways (Envoy 1.40, control plane, sidecar, Redis each) on one stateless bench backend, measured in turn in the same run:',
+    '`plain` (plain HTTP/1.1 session check Envoy → sidecar, plain gRPC, Redis without a password) and `closed` (the default: mutual TLS 1.3 on the session check and the gateway lane with certificates from SDS, on ADS and the catalog stream; Redis ACL user).',
+    'tools/call `bench__echo` in 8 sessions; each call crosses the session check once; figures are medians over the repetitions; latency in ms, plain / closed (ratio).',
+    '',
+    ...lines,
+    '',
+    `Targets (ours): p50 ≤ ${TARGETS.p50Ratio}× of plain at every fixed rate (measured ${p50Ratios.map((ratio) => ratio.toFixed(3)).join(', ')}: ${p50Ratios.every((ratio) => ratio <= TARGETS.p50Ratio) ? 'met' : 'NOT met'}); saturation ≥ ${TARGETS.saturationRatio}× (measured ${saturationRatio.toFixed(3)}: ${saturationRatio >= TARGETS.saturationRatio ? 'met' : 'NOT met'}). Wrong or failed answers: ${errors}.`,
+    '',
+  ].join('\n');
+}
+
+async function main(): Promise<void> {
+  const quick = process.argv.includes('--quick');
+  // As the auth bench: rates below saturation and five repetitions (the variants differ by little).
+  const base = benchSettings(quick);
+  const settings = { ...base, repetitions: quick ? 1 : 5, toolCall: { ...base.toolCall, ratesPerSecond: [100, 250] } };
+  const cores = os.availableParallelism();
+  const cpuPlan = claimCpus();
+  fs.rmSync(LOG_DIR, { recursive: true, force: true });
+  const group = new ProcessGroup(LOG_DIR, cpuPlan);
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => void group.stopAll().then(() => process.exit(130)));
+  let runs: ComparisonRun<Variant>[] = [];
+  const drivers = new Map<Variant, ToolCallDriver>();
+  try {
+    const backendPort = await allocatePort();
+    await startBackendProcess(group, 'backend', [{ port: backendPort, fillerTools: 0, listDelayMs: 0 }]);
+    const registryFile = path.join(LOG_DIR, 'registry.yaml');
+    fs.writeFileSync(registryFile, stringify({ routes: [{ key: 'bench', toolServices: [{ name: 'bench', url: `http://${HOST}:${backendPort}/mcp` }] }] }));
+    const stacks = new Map<Variant, GatewayStack>();
+    for (const variant of VARIANTS) {
+      stacks.set(variant, await group.startGateway(variant, { registryFile, logDir: path.join(LOG_DIR, variant), plainInside: variant === 'plain' }));
+    }
+    for (const variant of VARIANTS) drivers.set(variant, await readyDriver(variant, stacks.get(variant)!.gatewayUrl('bench'), {}, settings));
+    const pids = (variant: Variant) => {
+      const stack = stacks.get(variant)!;
+      return { Envoy: stack.processes.get('envoy')!.child.pid!, sidecar: stack.processes.get('sidecar')!.child.pid! };
+    };
+    runs = await runComparison({ variants: VARIANTS, drivers, pids, settings, log });
+  } finally {
+    for (const open of drivers.values()) open.close();
+    await group.stopAll();
+  }
+  const name = quick ? 'inside-quick' : 'inside';
+  const context = { measuredAt: new Date().toISOString(), mode: settings.mode, cores, load: os.loadavg().slice(0, 2), pinned: cpuPlan.pinned };
+  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.json`), `${JSON.stringify({ ...context, settings: settings.toolCall, repetitions: settings.repetitions, runs }, null, 2)}\n`);
+  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.md`), markdown(runs, context));
+  log(`wrote bench/results/${name}.json and .md`);
+  process.stdout.write(markdown(runs, context));
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`[bench inside] failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  process.exit(1);
+});
