@@ -13,6 +13,8 @@ COPY test test
 RUN npx tsc -p tsconfig.json && npm prune --omit=dev
 
 FROM node:24-bookworm-slim
+# openssl: `mcpgw dev-inside` issues the compose stack's dev certificates with it.
+RUN apt-get update && apt-get install -y --no-install-recommends openssl && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY --from=build /app/package.json ./
 COPY --from=build /app/node_modules node_modules

@@ -25,7 +25,8 @@ import { RegistryFileError, checkRegistryFile, formatFileProblem, loadRegistryFi
 import { LOG_LEVELS, Logger, createLogger, logProcessEvents } from '../shared/log';
 import { projectPath } from '../shared/paths';
 import { REDIS_TIMEOUT_DEFAULTS, RedisAuth, RedisTimeouts, isSentinelAddress, parseRedisAddress, readRedisPassword } from '../shared/redis-client';
-import { InternalTls, certificateIdentity, vouchesFor } from '../shared/internal-tls';
+import { INTERNAL_ROLES, InternalTls, certificateIdentity, vouchesFor } from '../shared/internal-tls';
+import { DevInside } from '../devstack/dev-inside';
 import { TokenFile, readToken } from '../shared/admin-access';
 import { isLoopbackHost } from '../shared/loopback';
 import { SESSION_DEFAULTS } from '../sidecar/sessions/session-store';
@@ -582,6 +583,21 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
     } catch (error) {
       failStart(log, error);
     }
+  });
+
+subcommand('dev-inside', 'write a dev CA, one internal certificate per part, an admin token and a Redis ACL configuration into a directory (docker compose; production uses its own CA)')
+  .requiredOption('--dir <dir>', 'where to write (emptied first): <role>-<role>/ certificate directories, admin-token, redis-password, redis.conf')
+  .addOption(positiveIntOption('--days <days>', 'validity of the certificates', 30))
+  .addOption(new Option('--redis-prefix <prefix>', "the processes' --redis-prefix: the ACL user may use only keys under it").default('mcpgw:'))
+  .action((options) => {
+    const inside = DevInside.create(path.resolve(options.dir), options.days * 24 * 60);
+    const written = [
+      ...INTERNAL_ROLES.map((role) => inside.certificateDir({ role, name: role })),
+      inside.adminTokenFile(),
+      inside.redisPasswordFile,
+      inside.redisConfigFile(options.redisPrefix),
+    ];
+    process.stdout.write(written.map((file) => `${file}\n`).join(''));
   });
 
 subcommand('validate', 'check a registry file (YAML or JSON): every problem with its line and column; exits 1 if there is any')

@@ -51,6 +51,13 @@ export class DevInside {
     return path.join(this.dir, `${identity.role}-${identity.name}`);
   }
 
+  /** A bearer token for the admin ports (owner-only file), generated the first time it is asked for. */
+  adminTokenFile(): string {
+    const file = path.join(this.dir, 'admin-token');
+    if (!fs.existsSync(file)) fs.writeFileSync(file, `${randomBytes(24).toString('base64url')}\n`, { mode: 0o600 });
+    return file;
+  }
+
   /**
    * The Redis server certificate (for 127.0.0.1 and localhost, of the stack's CA), issued once: the
    * files for redis-server's tls-cert-file, tls-key-file and the CA a client checks it against.

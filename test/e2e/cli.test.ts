@@ -2,6 +2,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { projectPath } from '../../control-plane/shared/paths';
+import { certificateIdentity } from '../../control-plane/shared/internal-tls';
 import { testDir } from '../support/gateway-fixture';
 
 /** The `mcpgw` command as a person types it: help, version, usage errors, validate and diff. */
@@ -19,7 +20,7 @@ describe('mcpgw help and usage', () => {
     for (const flag of ['--help', '-h']) {
       const help = mcpgw(flag);
       expect(help.code).toBe(0);
-      for (const command of ['up', 'control-plane', 'sidecar', 'validate', 'render', 'diff', 'envoy-bootstrap']) expect(help.stdout).toContain(`  ${command} `);
+      for (const command of ['up', 'control-plane', 'sidecar', 'validate', 'render', 'diff', 'envoy-bootstrap', 'dev-inside']) expect(help.stdout).toContain(`  ${command} `);
     }
     const { version } = JSON.parse(fs.readFileSync(projectPath('package.json'), 'utf8')) as { version: string };
     expect(mcpgw('--version')).toEqual({ code: 0, stdout: `${version}\n`, stderr: '' });
@@ -111,5 +112,23 @@ describe('mcpgw validate and diff', () => {
     const missing = mcpgw('diff', path.join(dir, 'missing.yaml'), twoRoutes);
     expect(missing.code).toBe(2);
     expect(missing.stderr).toMatch(/^mcpgw diff: cannot read registry file .*missing\.yaml: ENOENT/);
+  });
+});
+
+describe('mcpgw dev-inside', () => {
+  it('writes one certificate per part under one CA, an admin token and a Redis ACL user whose password is in its file', () => {
+    const dir = path.join(testDir('cli-dev-inside'), 'inside');
+    const result = mcpgw('dev-inside', '--dir', dir, '--days', '2', '--redis-prefix', 'gw:');
+    expect(result.stderr).toBe('');
+    expect(result.code).toBe(0);
+    expect(result.stdout.trim().split('\n').map((file) => path.relative(dir, file))).toEqual(['envoy-envoy', 'sidecar-sidecar', 'control-plane-control-plane', 'admin-token', 'redis-password', 'redis.conf']);
+    for (const role of ['envoy', 'sidecar', 'control-plane'] as const) {
+      expect(certificateIdentity(path.join(dir, `${role}-${role}`), role)).toEqual({ role, name: role });
+      expect(fs.readFileSync(path.join(dir, `${role}-${role}`, 'ca.crt'), 'utf8')).toBe(fs.readFileSync(path.join(dir, 'envoy-envoy', 'ca.crt'), 'utf8'));
+    }
+    expect(fs.readFileSync(path.join(dir, 'admin-token'), 'utf8').trim().length).toBeGreaterThanOrEqual(16);
+    const password = fs.readFileSync(path.join(dir, 'redis-password'), 'utf8').trim();
+    expect(fs.readFileSync(path.join(dir, 'redis.conf'), 'utf8')).toBe(`user default off\nuser mcpgw on >${password} ~gw:* &gw:* +@all -@dangerous +info\n`);
+    expect(fs.statSync(path.join(dir, 'redis.conf')).mode & 0o077).toBe(0);
   });
 });
