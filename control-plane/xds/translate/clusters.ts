@@ -22,9 +22,9 @@ export const CLUSTER_DEFAULTS = {
   circuitBreakers: { max_connections: 1024, max_pending_requests: 1024, max_requests: 1024, max_retries: 3 },
 };
 
-const discoveryTypeFor = (host: string) => (isIP(host) ? 'STATIC' : 'STRICT_DNS');
+export const discoveryTypeFor = (host: string) => (isIP(host) ? 'STATIC' : 'STRICT_DNS');
 
-function loadAssignment(clusterName: string, host: string, port: number) {
+export function loadAssignment(clusterName: string, host: string, port: number) {
   return {
     cluster_name: clusterName,
     endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: host, port_value: port } } } }] }],
@@ -50,21 +50,24 @@ function toolServiceCluster(service: ToolServiceIR): TypedJson {
     health_checks: [healthCheck(service)],
     outlier_detection: CLUSTER_DEFAULTS.outlierDetection,
     circuit_breakers: { thresholds: [{ priority: 'DEFAULT', ...CLUSTER_DEFAULTS.circuitBreakers }] },
-    ...(tls && {
-      transport_socket: {
-        name: 'envoy.transport_sockets.tls',
-        typed_config: {
-          '@type': TYPE_URL.upstreamTls,
-          sni: tls.sni,
-          common_tls_context: {
-            validation_context: {
-              trusted_ca: { filename: tls.caFile },
-              match_typed_subject_alt_names: [{ san_type: 'DNS', matcher: { exact: tls.sni } }],
-            },
-          },
+    ...(tls && { transport_socket: upstreamTls(tls) }),
+  };
+}
+
+/** TLS to an upstream: its certificate must chain to `caFile` and name `sni`. */
+export function upstreamTls(tls: { sni: string; caFile: string }) {
+  return {
+    name: 'envoy.transport_sockets.tls',
+    typed_config: {
+      '@type': TYPE_URL.upstreamTls,
+      sni: tls.sni,
+      common_tls_context: {
+        validation_context: {
+          trusted_ca: { filename: tls.caFile },
+          match_typed_subject_alt_names: [{ san_type: 'DNS', matcher: { exact: tls.sni } }],
         },
       },
-    }),
+    },
   };
 }
 

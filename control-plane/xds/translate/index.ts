@@ -5,6 +5,7 @@ import { buildClusters } from './clusters';
 import { buildListener } from './listener';
 import { buildRouteConfiguration } from './route-configuration';
 import { GatewaySettings } from './settings';
+import { collectorCluster } from './tracing';
 import { TYPE_URL } from './type-urls';
 
 /** The Envoy resources for one IR, by xDS type URL, in proto3 JSON form (what golden files hold). */
@@ -13,8 +14,8 @@ export type XdsResources = Record<string, TypedJson[]>;
 /** The registry (IR) makes listener, routes and clusters; the catalog adds the call lane's per-backend rules to the routes. */
 export function translate(ir: GatewayIR, catalog: CallLaneCatalog, settings: GatewaySettings): XdsResources {
   return {
-    [TYPE_URL.cluster]: buildClusters(ir, settings),
+    [TYPE_URL.cluster]: [...buildClusters(ir, settings), ...(settings.tracing ? [collectorCluster(settings.tracing)] : [])],
     [TYPE_URL.listener]: [buildListener(settings)],
-    [TYPE_URL.routeConfiguration]: [buildRouteConfiguration(ir, catalog)],
+    [TYPE_URL.routeConfiguration]: [buildRouteConfiguration(ir, catalog, settings.tracing !== undefined)],
   };
 }

@@ -2,6 +2,7 @@ import { TypedJson } from '../protobuf/proto-json';
 import { callScriptFilter, mcpFilter, sessionCheckFilter } from './call-lane';
 import { localReplyConfig } from './local-replies';
 import { CONTROL_PLANE_CLUSTER_NAME, GatewaySettings, LISTENER_NAME, MCP_METADATA_NAMESPACE, METADATA_NAMESPACE, ROUTE_CONFIG_NAME } from './settings';
+import { connectionManagerTracing, spanIdsFilter } from './tracing';
 import { TYPE_URL } from './type-urls';
 
 const accessLog = {
@@ -81,10 +82,12 @@ export function buildListener(settings: GatewaySettings): TypedJson {
               request_timeout: '0s',
               access_log: [accessLog, callLog],
               local_reply_config: localReplyConfig(),
+              ...(settings.tracing && { tracing: connectionManagerTracing(settings.tracing) }),
               // The two lanes (docs/adr/0008-data-path-lanes.md): the mcp filter parses every request; a
               // tools/call route turns on the call script and the session check with its own rules.
               http_filters: [
                 mcpFilter(settings.maxRequestBodyBytes),
+                ...(settings.tracing ? [spanIdsFilter()] : []),
                 callScriptFilter(),
                 sessionCheckFilter(settings.sessionCheckTimeoutMs),
                 { name: 'envoy.filters.http.router', typed_config: { '@type': TYPE_URL.router } },

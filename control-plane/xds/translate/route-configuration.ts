@@ -3,6 +3,7 @@ import { TypedJson } from '../protobuf/proto-json';
 import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, callRouteFilters } from './call-lane';
 import { duration } from './duration';
 import { ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
+import { GATEWAY_SPANS, routeTracing } from './tracing';
 import { TYPE_URL } from './type-urls';
 
 /** How long the gateway lane may take: it answers from memory, or ends and notifies backend sessions (bounded there). */
@@ -11,10 +12,11 @@ const GATEWAY_LANE_TIMEOUT = '30s';
 const STREAM_IDLE_TIMEOUT = '120s';
 
 /** The call lane: a tools/call named with this backend's prefix, to its Tool Service, under the call script's rules. */
-function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolServiceIR, catalog: CallLaneCatalog) {
+function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolServiceIR, catalog: CallLaneCatalog, traced: boolean) {
   const { host, port, path } = service.endpoint;
   return {
     name: `${route.key}/call/${backend.name}`,
+    ...(traced && routeTracing(GATEWAY_SPANS.forward, route.key, backend.name)),
     match: callMatch(route.path, backend.name, catalog.separator),
     route: {
       cluster: backend.clusterName,
@@ -38,9 +40,10 @@ function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolService
 }
 
 /** A client's standalone GET stream of the route: held by the sidecars for as long as the client keeps it. */
-function streamsRoute(route: RouteIR) {
+function streamsRoute(route: RouteIR, traced: boolean) {
   return {
     name: `${route.key}/streams`,
+    ...(traced && routeTracing(GATEWAY_SPANS.stream, route.key)),
     match: { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'GET' } }] },
     route: { cluster: SIDECAR_STREAMS_CLUSTER_NAME, timeout: '0s', idle_timeout: STREAM_IDLE_TIMEOUT },
     typed_per_filter_config: GATEWAY_LANE_FILTERS,
@@ -48,9 +51,10 @@ function streamsRoute(route: RouteIR) {
 }
 
 /** The gateway lane: everything the gateway answers itself (initialize, tools/list, DELETE, …) and calls no backend route took. */
-function gatewayRoute(name: string, match: Record<string, unknown>, filters: Record<string, unknown> = GATEWAY_LANE_FILTERS) {
+function gatewayRoute(name: string, match: Record<string, unknown>, tracing: ReturnType<typeof routeTracing> | undefined, filters: Record<string, unknown> = GATEWAY_LANE_FILTERS) {
   return {
     name,
+    ...tracing,
     match,
     route: {
       cluster: SIDECAR_CLUSTER_NAME,
@@ -67,17 +71,20 @@ function gatewayRoute(name: string, match: Record<string, unknown>, filters: Rec
  * Per route key: a call route per backend (longest prefix first, so a prefix that extends another wins),
  * the GET stream route, then the gateway lane.
  */
-export function buildRouteConfiguration(ir: GatewayIR, catalog: CallLaneCatalog): TypedJson {
+export function buildRouteConfiguration(ir: GatewayIR, catalog: CallLaneCatalog, traced: boolean): TypedJson {
   // By Tool Service, not by cluster: Tool Services sharing a cluster may differ in their deadlines.
   const services = new Map(ir.toolServices.map((service) => [service.catalogKey, service]));
-  const routes = ir.routes.flatMap((route) => [
-    ...[...route.backends]
-      .sort((a, b) => b.name.length - a.name.length || a.name.localeCompare(b.name))
-      .map((backend) => callRoute(route, backend, services.get(backend.catalogKey)!, catalog)),
-    streamsRoute(route),
-    gatewayRoute(`${route.key}/end`, { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'DELETE' } }] }, SESSION_END_FILTERS),
-    gatewayRoute(`${route.key}/gateway`, { path_separated_prefix: route.path }),
-  ]);
+  const routes = ir.routes.flatMap((route) => {
+    const answered = traced ? routeTracing(GATEWAY_SPANS.answer, route.key) : undefined;
+    return [
+      ...[...route.backends]
+        .sort((a, b) => b.name.length - a.name.length || a.name.localeCompare(b.name))
+        .map((backend) => callRoute(route, backend, services.get(backend.catalogKey)!, catalog, traced)),
+      streamsRoute(route, traced),
+      gatewayRoute(`${route.key}/end`, { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'DELETE' } }] }, answered, SESSION_END_FILTERS),
+      gatewayRoute(`${route.key}/gateway`, { path_separated_prefix: route.path }, answered),
+    ];
+  });
   return {
     '@type': TYPE_URL.routeConfiguration,
     name: ROUTE_CONFIG_NAME,
@@ -90,7 +97,7 @@ export function buildRouteConfiguration(ir: GatewayIR, catalog: CallLaneCatalog)
         routes: [
           ...routes,
           // /mcp without a key, or a key no route has: the sidecar says which.
-          gatewayRoute('unknown_route', { path_separated_prefix: '/mcp' }),
+          gatewayRoute('unknown_route', { path_separated_prefix: '/mcp' }, undefined),
           {
             name: 'not_found',
             match: { prefix: '/' },

@@ -16,6 +16,8 @@ export const TYPE_URL = {
   stdoutAccessLog: `${prefix}envoy.extensions.access_loggers.stream.v3.StdoutAccessLog`,
   grpcAccessLog: `${prefix}envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig`,
   typedStruct: `${prefix}xds.type.v3.TypedStruct`,
+  openTelemetryConfig: `${prefix}envoy.config.trace.v3.OpenTelemetryConfig`,
+  headerMutation: `${prefix}envoy.extensions.filters.http.header_mutation.v3.HeaderMutation`,
   // Newer than the protos the project ships (ADR-0002): these travel as TypedStruct.
   mcp: `${prefix}envoy.extensions.filters.http.mcp.v3.Mcp`,
   lua: `${prefix}envoy.extensions.filters.http.lua.v3.Lua`,

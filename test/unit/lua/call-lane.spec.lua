@@ -38,6 +38,25 @@ _, _, inner, params = M.tool_name_span(body)
 check("envelope merged into _meta", M.with_modern_envelope(body, params, inner),
   '{"params":{"name":"get","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"mcp-federation-gateway","version":"0.1.0"},"progressToken":3}}}')
 
+-- trace context: the gateway's span, in the caller's trace, also named in params._meta
+local span_ids = "0af7651916cd43dd8448eb211c80319c-c88cfa8db470da01"
+check("gateway traceparent keeps the caller's sampled flag",
+  M.gateway_traceparent(span_ids, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"), "00-0af7651916cd43dd8448eb211c80319c-c88cfa8db470da01-01")
+check("gateway traceparent of an unsampled caller",
+  M.gateway_traceparent(span_ids, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"), "00-0af7651916cd43dd8448eb211c80319c-c88cfa8db470da01-00")
+check("no gateway traceparent outside the caller's trace",
+  M.gateway_traceparent(span_ids, "00-11111111111111111111111111111111-b7ad6b7169203331-01"), nil)
+check("no gateway traceparent without a caller's", M.gateway_traceparent(span_ids, nil), nil)
+check("no gateway traceparent for unreadable ids", M.gateway_traceparent("-", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"), nil)
+local traced = "00-0af7651916cd43dd8448eb211c80319c-c88cfa8db470da01-01"
+check("_meta traceparent replaced",
+  M.with_meta_traceparent('{"params":{"name":"get","_meta":{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","tracestate":"v=1"}}}', traced),
+  '{"params":{"name":"get","_meta":{"traceparent":"' .. traced .. '","tracestate":"v=1"}}}')
+local in_arguments = '{"params":{"name":"get","arguments":{"traceparent":"x"},"_meta":{"progressToken":1}}}'
+check("a traceparent in the arguments is the tool's", M.with_meta_traceparent(in_arguments, traced), in_arguments)
+check("no _meta, nothing added", M.with_meta_traceparent('{"params":{"name":"get"}}', traced), '{"params":{"name":"get"}}')
+check("a _meta traceparent that is not a string is left", M.with_meta_traceparent('{"params":{"_meta":{"traceparent":5}}}', traced), '{"params":{"_meta":{"traceparent":5}}}')
+
 -- flags
 local flags = M.tool_flags("t=30000;r;f")
 check("flag deadline", flags.deadline_ms, "30000")
@@ -111,6 +130,8 @@ check("json end: partial", M.json_end('{"jsonrpc":"2.0","result":{"a":"}'), nil)
 check("json end: whole", M.json_end(' {"a":{"b":"}"}} \n'), 16)
 check("json end: empty", M.json_end('  '), nil)
 check("carried outcome of a failure reply", M.carried_outcome('{"jsonrpc":"2.0","id":1,"error":{"code":-32004,"message":"x","data":{"outcome":"failed","backend":"b"}}}'), "failed")
+check("carried HTTP status of a failure reply",
+  select(2, M.carried_outcome('{"jsonrpc":"2.0","id":1,"error":{"code":-32004,"message":"x","data":{"outcome":"failed","http_status":503}}}')), 503)
 check("carried outcome of a degraded result", M.carried_outcome('{"jsonrpc":"2.0","id":1,"result":{"content":[],"_meta":{"mcpgw/outcome":{"outcome":"degraded"}}}}'), "degraded")
 check("no carried outcome", M.carried_outcome('{"jsonrpc":"2.0","id":1,"result":{"content":[]}}'), nil)
 
