@@ -46,6 +46,8 @@ export interface StackOptions {
   registryRefreshMs?: number;
   /** Log level of the control plane and the sidecar (info by default). */
   logLevel?: LogLevel;
+  /** Traces of Envoy, the control plane and the sidecar; off by default. */
+  tracing?: StackTracing;
   /**
    * Envoy's base id (hot restart) when no other Envoy on this host uses it, else a dynamic one. Without
    * it Envoy always gets a dynamic base id, as several stacks on one host need.
@@ -53,6 +55,12 @@ export interface StackOptions {
   envoyBaseId?: number;
   /** Supervision (mcpgw up): every process that exits on its own is started again, and reported here. */
   onRestart?: (event: RestartEvent) => void;
+}
+
+/** Where every component sends its spans, and the share of new traces kept (docs/observability.md#traces). */
+export interface StackTracing {
+  otlpEndpoint: string;
+  samplingRatio: number;
 }
 
 /** A supervised process exited on its own and was started again, or a try to do so failed. */
@@ -292,6 +300,11 @@ export class GatewayStack {
     return this.options.logLevel ? ['--log-level', this.options.logLevel] : [];
   }
 
+  private get tracingArgs(): string[] {
+    const tracing = this.options.tracing;
+    return tracing ? ['--otlp-endpoint', tracing.otlpEndpoint, '--trace-sampling', String(tracing.samplingRatio)] : [];
+  }
+
   async startControlPlane(): Promise<void> {
     await this.launch('control-plane', async () => {
       const controlPlane = this.spawn('control-plane', process.execPath, [
@@ -306,6 +319,7 @@ export class GatewayStack {
         ...(this.options.toolsListPageSize !== undefined ? ['--tools-list-page-size', String(this.options.toolsListPageSize)] : []),
         ...(this.options.registryRefreshMs ? ['--registry-refresh-ms', String(this.options.registryRefreshMs)] : []),
         ...this.logLevelArgs,
+        ...this.tracingArgs,
       ]);
       await controlPlane.untilReady('the control plane admin to answer /healthz', async () =>
         listensOn(controlPlane.child.pid!, this.ports.controlPlaneAdmin) ? httpOk(`${this.controlPlaneAdminUrl}/healthz`) : undefined,
@@ -322,6 +336,7 @@ export class GatewayStack {
         // Below ManagedProcess's SIGKILL grace, so that a stop is always the sidecar's own.
         '--drain-timeout-ms', '2000',
         ...this.logLevelArgs,
+        ...this.tracingArgs,
       ]);
       await sidecar.untilReady('the sidecar to listen', listening(sidecar, this.ports.sidecar));
       return sidecar;

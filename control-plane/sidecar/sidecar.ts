@@ -13,6 +13,8 @@ import { CachedSessionStore, SESSION_CACHE_DEFAULTS, redisSessionEndings } from 
 import { MemorySessionStore, RedisSessionStore, SessionLimits, SessionStore } from './sessions/session-store';
 import { SidecarMetrics, startSidecarAdmin } from './sidecar-metrics';
 import { redisUpGauge } from '../shared/state-gauge';
+import { Tracing } from '../shared/tracing';
+import { tracedBackendSessions } from './sidecar-tracing';
 
 export interface SidecarOptions {
   /** host:port of the sidecar's HTTP port behind Envoy: the gateway lane and the call lane's session check. */
@@ -35,6 +37,8 @@ export interface SidecarOptions {
   maxStreamsPerSession: number;
   /** On stop, how long requests in flight may take to finish. */
   drainTimeoutMs: number;
+  /** Spans of the session check and of the sidecar's requests to backends; off unless given. */
+  tracing?: Tracing;
   log: Logger;
 }
 
@@ -92,19 +96,23 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     sessions = new MemorySessionStore(options.sessionIdleTtlSeconds, options.sessionLimits);
     log.warn('no --redis: sessions live in this process only (lost on restart, not shared with other replicas)');
   }
+  const tracing = options.tracing ?? Tracing.off;
   const context: GatewayContext = {
     lookup: (key) => routes.get(key),
     sessions,
-    backendSessions: {
-      open: (backend, session, clientHeaders) => openBackendSession(backend, session, clientHeaders, options.backendSessionTimeoutMs),
-      close: (backend, onBehalf) => closeBackendSession(backend, onBehalf, options.backendSessionTimeoutMs),
-      post: (backend, onBehalf, message) => postToBackendSession(backend, onBehalf, message, options.backendSessionTimeoutMs),
-    },
+    backendSessions: tracedBackendSessions(
+      {
+        open: (backend, session, clientHeaders) => openBackendSession(backend, session, clientHeaders, options.backendSessionTimeoutMs),
+        close: (backend, onBehalf) => closeBackendSession(backend, onBehalf, options.backendSessionTimeoutMs),
+        post: (backend, onBehalf, message) => postToBackendSession(backend, onBehalf, message, options.backendSessionTimeoutMs),
+      },
+      tracing,
+    ),
     log,
   };
 
   const admin = options.adminAddress ? await startSidecarAdmin(options.adminAddress, metrics, () => version) : undefined;
-  const gateway = new GatewayServer(context, streams, { maxRequestBodyBytes: options.maxRequestBodyBytes }, metrics);
+  const gateway = new GatewayServer(context, streams, { maxRequestBodyBytes: options.maxRequestBodyBytes }, metrics, tracing);
   const server: http.Server = await listenAt(gateway.handle, options.address);
   // Envoy keeps its connections to the sidecar open between requests: longer than Envoy's own idle timeout (1 h by default) would be pointless.
   server.keepAliveTimeout = 300_000;
@@ -125,6 +133,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       ]);
       server.closeAllConnections();
       await sessions.close();
+      await tracing.shutdown();
     },
   };
 }
