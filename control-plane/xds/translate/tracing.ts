@@ -3,7 +3,7 @@ import { TypedJson } from '../protobuf/proto-json';
 import { HttpFilter } from './call-lane';
 import { discoveryTypeFor, loadAssignment, upstreamTls } from './clusters';
 import { GatewayTracing, MCP_METADATA_NAMESPACE, METADATA_NAMESPACE, OTEL_COLLECTOR_CLUSTER_NAME, SPAN_IDS_HEADER } from './settings';
-import { TYPE_URL } from './type-urls';
+import { TYPE_URL, typedStruct } from './type-urls';
 
 /**
  * Envoy's spans (docs/observability.md#traces): the HCM's OpenTelemetry tracer exports one span per
@@ -50,18 +50,37 @@ const fromCallScript = (tag: string, key: string) => ({
   metadata: { kind: { request: {} }, metadata_key: { key: METADATA_NAMESPACE, path: [{ key }] } },
 });
 
+/**
+ * OpenTelemetry's `parentbased_traceidratio`, as the sidecar and control plane sample: a request whose
+ * traceparent says "sampled" (or "not sampled") is traced (or not) as its caller decided; of the others,
+ * this share (by trace id). Envoy 1.40's tracer ignores the HCM's random_sampling for requests without
+ * a traceparent (every one is traced), so the sampler is the tracer's own.
+ */
+function parentBasedSampler(samplingRatio: number) {
+  return {
+    name: 'envoy.tracers.opentelemetry.samplers.parent_based',
+    typed_config: typedStruct(TYPE_URL.parentBasedSampler, {
+      wrapped_sampler: {
+        name: 'envoy.tracers.opentelemetry.samplers.trace_id_ratio_based',
+        typed_config: {
+          '@type': TYPE_URL.traceIdRatioSampler,
+          sampling_percentage: { numerator: Math.round(samplingRatio * 1_000_000), denominator: 'MILLION' },
+        },
+      },
+    }),
+  };
+}
+
 /** The HttpConnectionManager's `tracing`: the tracer, the sampling, the attributes every span gets. */
 export function connectionManagerTracing(tracing: GatewayTracing) {
   return {
-    // Envoy starts a trace for this share of the requests that come without a sampled parent; a
-    // request whose traceparent says "sampled" (or "not sampled") is traced (or not) as its caller decided.
-    random_sampling: { value: tracing.samplingRatio * 100 },
     provider: {
       name: 'envoy.tracers.opentelemetry',
       typed_config: {
         '@type': TYPE_URL.openTelemetryConfig,
         service_name: tracing.serviceName,
         http_service: { http_uri: { uri: collectorOf(tracing.otlpEndpoint).tracesUrl, cluster: OTEL_COLLECTOR_CLUSTER_NAME, timeout: '5s' } },
+        sampler: parentBasedSampler(tracing.samplingRatio),
       },
     },
     custom_tags: [
