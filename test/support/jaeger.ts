@@ -12,6 +12,8 @@ export interface Jaeger {
   otlpGrpcAddress: string;
   /** Jaeger's query API (`/api/services`, `/api/traces?service=…`) and UI. */
   queryUrl: string;
+  /** Its process id (the bench pins it to a core). */
+  pid: number | undefined;
   /** The spans of one trace Jaeger holds (none: an empty list). */
   trace(traceId: string): Promise<StoredSpan[]>;
   /** The traces that hold a span of `service` (and `operation`), newest first, each as its spans. */
@@ -123,6 +125,7 @@ export async function startJaeger(dir: string): Promise<Jaeger> {
     otlpHttpUrl: `http://${HOST}:${otlpHttp}`,
     otlpGrpcAddress: `${HOST}:${otlpGrpc}`,
     queryUrl,
+    pid: jaeger.child.pid,
     trace,
     traces: (service, operation) =>
       query(`/api/traces?${new URLSearchParams({ service, limit: '1000', lookback: '1h', ...(operation && { operation }) })}`),
