@@ -34,12 +34,13 @@ function collectorOf(otlpEndpoint: string) {
 /** The OTLP collector, over HTTP/1.1 (TLS for an https:// endpoint, checked against the system's CAs). */
 export function collectorCluster(tracing: GatewayTracing): TypedJson {
   const { host, port, tls } = collectorOf(tracing.otlpEndpoint);
+  const endpoints = [{ address: host, port }];
   return {
     '@type': TYPE_URL.cluster,
     name: OTEL_COLLECTOR_CLUSTER_NAME,
-    type: discoveryTypeFor(host),
+    type: discoveryTypeFor(endpoints),
     connect_timeout: '1s',
-    load_assignment: loadAssignment(OTEL_COLLECTOR_CLUSTER_NAME, host, port),
+    load_assignment: loadAssignment(OTEL_COLLECTOR_CLUSTER_NAME, endpoints),
     ...(tls && { transport_socket: upstreamTls({ sni: host, caFile: SYSTEM_CA_BUNDLE }) }),
   };
 }
