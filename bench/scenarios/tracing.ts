@@ -7,6 +7,7 @@ import { startJaeger } from '../../test/support/jaeger';
 import { runClosedLoop, runFixedRate } from '../load/load-runner';
 import { BenchSettings } from '../settings';
 import { ProcessGroup } from '../systems/process-group';
+import { inRotation } from '../systems/systems';
 import { Topology } from '../systems/topology';
 import { MeasuredRun, SATURATION, callDriver, measuredRun, runLine, waitUntilCallsAnswer } from './tool-call';
 
@@ -111,8 +112,7 @@ export async function runTracingScenario(group: ProcessGroup, topology: Topology
       await runFixedRate(driver.issue, { ...toolCall.initialWarmup, maxInFlight: settings.maxInFlight });
     }
     for (let repetition = 1; repetition <= settings.repetitions; repetition++) {
-      // Each repetition starts with another variant, so that none always follows the same neighbour.
-      const order = paths.map((_, index) => paths[(index + repetition - 1) % paths.length]);
+      const order = inRotation(paths, repetition);
       for (const { variant } of order) {
         const { issue } = drivers.get(variant)!;
         const rate = tracing.ratePerSecond;

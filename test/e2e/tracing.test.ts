@@ -29,47 +29,70 @@ const spanNamed = (spans: StoredSpan[], service: string, operation: string) => s
 /** The parent span id a traceparent names. */
 const parentIdIn = (traceparent: string | undefined) => traceparent?.split('-')[2];
 
-describe('traces of calls through the gateway (real Jaeger, Envoy 1.40, sidecar, control plane, Redis)', () => {
-  let jaeger: Jaeger;
-  let agent: TestTracer;
-  let backends: TestTracer;
-  let sessions: TracedToolService;
-  let modern: TracedToolService;
-  let doomed: TracedToolService;
-  let stack: GatewayStack;
+/**
+ * Jaeger, the test's agent and Tool Services (each exporting its spans to it), and a gateway in front of
+ * those Tool Services on route `traced`, with tracing to Jaeger at `samplingRatio`.
+ */
+class TracedGateway {
+  private constructor(
+    readonly jaeger: Jaeger,
+    readonly agent: TestTracer,
+    private readonly backendTracer: TestTracer,
+    readonly services: Map<string, TracedToolService>,
+    readonly stack: GatewayStack,
+  ) {}
 
-  beforeAll(async () => {
-    const dir = testDir('tracing');
-    jaeger = await startJaeger(path.join(dir, 'jaeger'));
-    agent = new TestTracer(jaeger.otlpHttpUrl, 'test-agent');
-    backends = new TestTracer(jaeger.otlpHttpUrl, 'test-backend');
-    [sessions, modern, doomed] = await Promise.all([
-      TracedToolService.start('sessions', 'sessions', backends),
-      TracedToolService.start('modern', 'modern', backends),
-      TracedToolService.start('sessions', 'doomed', backends),
-    ]);
-    const registry = {
-      routes: [{ key: 'traced', toolServices: [sessions, modern, doomed].map((service) => ({ id: service.name, name: service.name, url: service.url })) }],
-    };
-    stack = await GatewayStack.start({
+  static async start(name: string, services: [kind: 'sessions' | 'modern', name: string][], samplingRatio: number): Promise<TracedGateway> {
+    const dir = testDir(name);
+    const jaeger = await startJaeger(path.join(dir, 'jaeger'));
+    const backendTracer = new TestTracer(jaeger.otlpHttpUrl, 'test-backend');
+    const started = await Promise.all(services.map(([kind, serviceName]) => TracedToolService.start(kind, serviceName, backendTracer)));
+    const registry = { routes: [{ key: 'traced', toolServices: started.map((service) => ({ id: service.name, name: service.name, url: service.url })) }] };
+    const stack = await GatewayStack.start({
       registryFile: writeRegistry(dir, registry),
       logDir: dir,
-      tracing: { otlpEndpoint: jaeger.otlpHttpUrl, samplingRatio: 1 },
+      tracing: { otlpEndpoint: jaeger.otlpHttpUrl, samplingRatio },
       catalogRefreshMs: 600_000,
     });
-    await waitFor('every backend in the catalog', async () => (((await listedTools(stack.gatewayUrl('traced'))) ?? []).length === 3 ? true : undefined));
+    const gateway = new TracedGateway(jaeger, new TestTracer(jaeger.otlpHttpUrl, 'test-agent'), backendTracer, new Map(started.map((service) => [service.name, service])), stack);
+    await waitFor('every backend in the catalog', async () => (((await listedTools(gateway.url)) ?? []).length === services.length ? true : undefined));
+    return gateway;
+  }
+
+  get url(): string {
+    return this.stack.gatewayUrl('traced');
+  }
+
+  service(name: string): TracedToolService {
+    return this.services.get(name)!;
+  }
+
+  async stop(): Promise<void> {
+    await this.stack.stop();
+    await Promise.all([...this.services.values()].map((service) => service.stop()));
+    await this.agent.shutdown();
+    await this.backendTracer.shutdown();
+    await this.jaeger.stop();
+  }
+}
+
+describe('traces of calls through the gateway (real Jaeger, Envoy 1.40, sidecar, control plane, Redis)', () => {
+  let gateway: TracedGateway;
+  let jaeger: Jaeger;
+  let agent: TestTracer;
+  let sessions: TracedToolService;
+  let modern: TracedToolService;
+
+  beforeAll(async () => {
+    gateway = await TracedGateway.start('tracing', [['sessions', 'sessions'], ['modern', 'modern'], ['sessions', 'doomed']], 1);
+    ({ jaeger, agent } = gateway);
+    [sessions, modern] = [gateway.service('sessions'), gateway.service('modern')];
   });
-  afterAll(async () => {
-    await stack?.stop();
-    await Promise.all([sessions, modern, doomed].map((service) => service?.stop()));
-    await agent?.shutdown();
-    await backends?.shutdown();
-    await jaeger?.stop();
-  });
+  afterAll(async () => gateway?.stop());
 
   it("holds the agent's span, mcp.gateway.forward and the backend's span in that order, with the MCP attributes; tracestate reaches the backend", async () => {
     const span = agent.tracer.startSpan('agent task', { kind: SpanKind.CLIENT });
-    const client = await agentClient(stack.gatewayUrl('traced'), span);
+    const client = await agentClient(gateway.url, span);
     const result = await client.callTool({ name: 'sessions__echo', arguments: { text: 'traced' } });
     await client.close();
     span.end();
@@ -105,7 +128,7 @@ describe('traces of calls through the gateway (real Jaeger, Envoy 1.40, sidecar,
 
   it("puts the sidecar's session check and the backend session it opens into the call's trace; the backend's initialize hangs under the open", async () => {
     const span = agent.tracer.startSpan('agent task', { kind: SpanKind.CLIENT });
-    const client = await agentClient(stack.gatewayUrl('traced'), span);
+    const client = await agentClient(gateway.url, span);
     await client.callTool({ name: 'sessions__echo', arguments: { text: 'first call of a session' } });
     await client.close();
     span.end();
@@ -146,7 +169,7 @@ describe('traces of calls through the gateway (real Jaeger, Envoy 1.40, sidecar,
     const span = agent.tracer.startSpan('agent task', { kind: SpanKind.CLIENT });
     const traceparent = traceparentOf(span);
     const answer = await postJsonRpc(
-      stack.gatewayUrl('traced'),
+      gateway.url,
       {
         jsonrpc: '2.0',
         id: 7,
@@ -180,10 +203,10 @@ describe('traces of calls through the gateway (real Jaeger, Envoy 1.40, sidecar,
   });
 
   it('gives a failed call error status and its outcome', async () => {
-    await doomed.stop();
+    await gateway.service('doomed').stop();
     const span = agent.tracer.startSpan('agent task', { kind: SpanKind.CLIENT });
     const answer = await postJsonRpc(
-      stack.gatewayUrl('traced'),
+      gateway.url,
       { jsonrpc: '2.0', id: 9, method: 'tools/call', params: { name: 'doomed__echo', arguments: { text: 'nobody home' } } },
       { ...MCP_POST_HEADERS, traceparent: traceparentOf(span) },
     );
@@ -203,37 +226,18 @@ describe('traces of calls through the gateway (real Jaeger, Envoy 1.40, sidecar,
 });
 
 describe('traces with sampling off (ratio 0)', () => {
-  let jaeger: Jaeger;
-  let agent: TestTracer;
-  let backends: TestTracer;
-  let sessions: TracedToolService;
-  let stack: GatewayStack;
+  let gateway: TracedGateway;
 
   beforeAll(async () => {
-    const dir = testDir('tracing-unsampled');
-    jaeger = await startJaeger(path.join(dir, 'jaeger'));
-    agent = new TestTracer(jaeger.otlpHttpUrl, 'test-agent');
-    backends = new TestTracer(jaeger.otlpHttpUrl, 'test-backend');
-    sessions = await TracedToolService.start('sessions', 'sessions', backends);
-    stack = await GatewayStack.start({
-      registryFile: writeRegistry(dir, { routes: [{ key: 'quiet', toolServices: [{ id: 'sessions', name: 'sessions', url: sessions.url }] }] }),
-      logDir: dir,
-      tracing: { otlpEndpoint: jaeger.otlpHttpUrl, samplingRatio: 0 },
-      catalogRefreshMs: 600_000,
-    });
-    await waitFor('the backend in the catalog', async () => (((await listedTools(stack.gatewayUrl('quiet'))) ?? []).length === 1 ? true : undefined));
+    gateway = await TracedGateway.start('tracing-unsampled', [['sessions', 'sessions']], 0);
   });
-  afterAll(async () => {
-    await stack?.stop();
-    await sessions?.stop();
-    await agent?.shutdown();
-    await backends?.shutdown();
-    await jaeger?.stop();
-  });
+  afterAll(async () => gateway?.stop());
 
   it("exports nothing of calls it starts or whose caller does not sample, and follows a caller's sampled flag", async () => {
+    const { agent, jaeger } = gateway;
+    const sessions = gateway.service('sessions');
     const call = (headers: Record<string, string>) =>
-      postJsonRpc(stack.gatewayUrl('quiet'), { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'sessions__echo', arguments: { text: 'x' } } }, { ...MCP_POST_HEADERS, ...headers });
+      postJsonRpc(gateway.url, { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'sessions__echo', arguments: { text: 'x' } } }, { ...MCP_POST_HEADERS, ...headers });
     // No session: the call goes without the session check (a session-era backend refuses it, which is all this needs).
     await call({});
     const unsampled = agent.tracer.startSpan('unsampled agent task');

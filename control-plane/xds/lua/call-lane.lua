@@ -192,16 +192,27 @@ function M.gateway_traceparent(span_ids, callers)
   return "00-" .. trace_id .. "-" .. span_id .. "-" .. flags
 end
 
--- params._meta.traceparent (trace context in the request itself, as the 2026-07-28 revision carries
--- it) replaced by the gateway's span, so that a backend reading it hangs its span under the gateway's.
--- The body as it is when it has none.
-function M.with_meta_traceparent(body, traceparent)
-  local _, _, inner = M.tool_name_span(body)
-  local meta = inner and inner._meta
+-- The span of the string params._meta.traceparent (trace context in the request itself, as the
+-- 2026-07-28 revision carries it), from the members of params (tool_name_span's third value); nil when
+-- there is none. Only _meta is scanned: params was, once, already.
+function M.meta_traceparent_span(body, params_members)
+  local meta = params_members and params_members._meta
   local fields = meta and byte(body, meta[1]) == 123 and members(body, meta[1])
   local value = fields and fields.traceparent
-  if not value or byte(body, value[1]) ~= 34 then return body end
-  return sub(body, 1, value[1] - 1) .. json_string(traceparent) .. sub(body, value[2] + 1)
+  if not value or byte(body, value[1]) ~= 34 then return nil end
+  return value
+end
+
+-- s with each { first, last, text } of `edits` (in order, not overlapping) replacing s[first..last].
+function M.substitute(s, edits)
+  local out, position = {}, 1
+  for _, edit in ipairs(edits) do
+    out[#out + 1] = sub(s, position, edit[1] - 1)
+    out[#out + 1] = edit[3]
+    position = edit[2] + 1
+  end
+  out[#out + 1] = sub(s, position)
+  return concat(out)
 end
 
 -- "t=30000;r;f" → { deadline_ms = 30000, retry = true, fallback = true }
@@ -295,8 +306,15 @@ function envoy_on_request(h)
   if not first or sub(text, first + 1, last - 1) ~= exposed then
     return error_reply(h, id, INVALID_REQUEST, "tools/call params.name must be a plain JSON string", nil, "400")
   end
-  text = sub(text, 1, first) .. own .. sub(text, last)
-  if gateway_traceparent and find(text, '"traceparent"', 1, true) then text = M.with_meta_traceparent(text, gateway_traceparent) end
+  -- One pass over the body: the prefix stripped from the name and, with tracing on, the gateway's span
+  -- named in params._meta.traceparent, wherever each of them stands.
+  local edits = { { first + 1, last - 1, own } }
+  local traced_meta = gateway_traceparent and find(text, '"traceparent"', 1, true) and M.meta_traceparent_span(text, inner)
+  if traced_meta then
+    local edit = { traced_meta[1], traced_meta[2], json_string(gateway_traceparent) }
+    if traced_meta[1] < first then table.insert(edits, 1, edit) else edits[2] = edit end
+  end
+  text = M.substitute(text, edits)
   local headers = h:headers()
   -- Headers of the gateway's own namespace mean nothing from a client and must not reach a backend.
   local owned = {}

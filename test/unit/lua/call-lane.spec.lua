@@ -48,14 +48,17 @@ check("no gateway traceparent outside the caller's trace",
   M.gateway_traceparent(span_ids, "00-11111111111111111111111111111111-b7ad6b7169203331-01"), nil)
 check("no gateway traceparent without a caller's", M.gateway_traceparent(span_ids, nil), nil)
 check("no gateway traceparent for unreadable ids", M.gateway_traceparent("-", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"), nil)
-local traced = "00-0af7651916cd43dd8448eb211c80319c-c88cfa8db470da01-01"
-check("_meta traceparent replaced",
-  M.with_meta_traceparent('{"params":{"name":"get","_meta":{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","tracestate":"v=1"}}}', traced),
-  '{"params":{"name":"get","_meta":{"traceparent":"' .. traced .. '","tracestate":"v=1"}}}')
-local in_arguments = '{"params":{"name":"get","arguments":{"traceparent":"x"},"_meta":{"progressToken":1}}}'
-check("a traceparent in the arguments is the tool's", M.with_meta_traceparent(in_arguments, traced), in_arguments)
-check("no _meta, nothing added", M.with_meta_traceparent('{"params":{"name":"get"}}', traced), '{"params":{"name":"get"}}')
-check("a _meta traceparent that is not a string is left", M.with_meta_traceparent('{"params":{"_meta":{"traceparent":5}}}', traced), '{"params":{"_meta":{"traceparent":5}}}')
+local function traceparent_in_meta(body)
+  local _, _, inner = M.tool_name_span(body)
+  local span = M.meta_traceparent_span(body, inner)
+  return span and body:sub(span[1], span[2])
+end
+check("_meta traceparent found", traceparent_in_meta('{"params":{"name":"get","_meta":{"tracestate":"v=1","traceparent":"00-ab-cd-01"}}}'), '"00-ab-cd-01"')
+check("a traceparent in the arguments is the tool's", traceparent_in_meta('{"params":{"name":"get","arguments":{"traceparent":"x"},"_meta":{"progressToken":1}}}'), nil)
+check("no _meta, no traceparent", traceparent_in_meta('{"params":{"name":"get"}}'), nil)
+check("a _meta traceparent that is not a string is left", traceparent_in_meta('{"params":{"name":"get","_meta":{"traceparent":5}}}'), nil)
+check("edits in one pass", M.substitute("abcdefgh", { { 2, 3, "XY" }, { 6, 6, "" } }), "aXYdegh")
+check("no edits", M.substitute("abc", {}), "abc")
 
 -- flags
 local flags = M.tool_flags("t=30000;r;f")
