@@ -26,6 +26,7 @@ export const SIDECAR_SPANS = {
  * cannot help (a backend session that would not open, the session store down) marks it failed.
  */
 export function tracedCheck(tracing: Tracing, head: RequestHead, check: () => Promise<CheckAnswer>): Promise<CheckAnswer> {
+  if (!tracing.enabled) return check();
   const attributes = {
     'mcp.gateway.route': head.headers.get(CHECK_HEADERS.route) ?? '',
     'mcp.gateway.backend': head.headers.get(CHECK_HEADERS.backend) ?? '',
