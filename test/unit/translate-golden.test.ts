@@ -74,6 +74,11 @@ describe('registry → IR → xDS golden files', () => {
     expectGolden(resourcesOf(loadRegistryFile(path.join(FIXTURES, 'two-routes.yaml')), { ...settings, tracing }), 'two-routes.tracing.xds.json');
   });
 
+  it('has nothing of tracing without tracing settings: no tracer, collector cluster, span ids filter, span names or attributes', () => {
+    const off = JSON.stringify(resourcesOf(loadRegistryFile(path.join(FIXTURES, 'two-routes.yaml'))));
+    for (const piece of ['envoy.tracers.opentelemetry', 'otel_collector', 'header_mutation', '"decorator"', '"custom_tags"']) expect(off).not.toContain(piece);
+  });
+
   it('is unchanged when the registry lists routes and Tool Services in another order', () => {
     const registry = loadRegistryFile(path.join(FIXTURES, 'two-routes.yaml'));
     const reordered = {
