@@ -1,6 +1,7 @@
 import { Spread, spreadOf } from '../load/stats';
 import { SATURATION } from '../scenarios/tool-call';
 import { TracingRun } from '../scenarios/tracing';
+import { ATTRIBUTE_VARIANTS, AttributeCostRun } from '../scenarios/tracing-attributes';
 import { SystemId } from '../systems/systems';
 import { LIST_VARIANTS, ListVariant } from '../systems/topology';
 import { BenchResults, LatencySpread, streamingFigures, toolCallFigures, toolListFigures, tracingFigures } from './results';
@@ -224,6 +225,25 @@ function tracingSection(results: BenchResults): string[] {
     ...table(['load', 'tracing', 'p50', 'p99', 'ok/s', 'errors/sent', '×off p50 / p99', '×off ok/s', 'CPU µs per call: Envoy / sidecar / control plane', 'spans Envoy exported (whole scenario)'], rows),
     '',
     ...errorLines(tracing.runs, (run) => `tracing ${run.variant} at ${run.load === SATURATION ? SATURATION : `${run.load} req/s`}`),
+    ...attributeCostLines(tracing.attributeCosts, results.settings.repetitions),
+  ];
+}
+
+/** What each piece of Envoy's tracing costs by itself: each variant adds one piece to the one above. */
+function attributeCostLines(runs: AttributeCostRun[], repetitions: number): string[] {
+  let previous: number | undefined;
+  const rows = ATTRIBUTE_VARIANTS.map((variant) => {
+    const own = runs.filter((run) => run.variant === variant);
+    const micros = spreadOf(own.map((run) => run.envoyMicrosPerRequest));
+    const added = previous === undefined ? '' : `${micros.median - previous >= 0 ? '+' : ''}${num(micros.median - previous, 1)}`;
+    previous = micros.median;
+    return [variant, cell(micros, repetitions), added, cell(spreadOf(own.map((run) => run.throughput)), repetitions)];
+  });
+  return [
+    "What each piece costs by itself: Envoy alone answering directly (no MCP filters, no upstream), closed loop, its CPU time per request (median over repetitions, min–max); each row adds one piece to the row above (the last takes sampling to 0).",
+    '',
+    ...table(['Envoy', 'CPU µs per request', 'added', 'requests/s'], rows),
+    '',
   ];
 }
 

@@ -1,6 +1,5 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { execFileSync } from 'node:child_process';
 import { stringify } from 'yaml';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { startJaeger } from '../../test/support/jaeger';
@@ -9,6 +8,8 @@ import { BenchSettings } from '../settings';
 import { ProcessGroup } from '../systems/process-group';
 import { inRotation } from '../systems/systems';
 import { Topology } from '../systems/topology';
+import { cpuSecondsOf } from './cpu-time';
+import { AttributeCostRun, runAttributeCosts } from './tracing-attributes';
 import { MeasuredRun, SATURATION, callDriver, measuredRun, runLine, waitUntilCallsAnswer } from './tool-call';
 
 /**
@@ -39,19 +40,14 @@ export interface TracingResults {
   runs: TracingRun[];
   /** Spans each variant's Envoy exported over the scenario (its `tracing.opentelemetry.spans_sent`). */
   envoySpansSent: Record<string, number>;
+  /** What each piece of Envoy's tracing costs by itself (tracing-attributes.ts). */
+  attributeCosts: AttributeCostRun[];
   setup: string;
 }
 
 const READY_TIMEOUT_MS = 60_000;
 /** The gateway's processes whose CPU time is counted (GatewayStack process names). */
 const COUNTED_PROCESSES = ['envoy', 'sidecar', 'control-plane'];
-const CLOCK_TICKS_PER_SECOND = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim());
-
-/** User + system CPU seconds of a process so far (/proc/<pid>/stat: utime and stime, after the command name). */
-function cpuSecondsOf(pid: number): number {
-  const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /, '').split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SECOND;
-}
 
 /** Runs `measure` and tells the CPU each counted process of `stack` spent meanwhile, per correct answer. */
 async function withCpuPerCall(stack: GatewayStack, measure: () => Promise<MeasuredRun>): Promise<MeasuredRun & { cpuMicrosPerCall: Record<string, number> }> {
@@ -132,10 +128,12 @@ export async function runTracingScenario(group: ProcessGroup, topology: Topology
   }
   const envoySpans: Record<string, number> = {};
   for (const variant of variants) envoySpans[variant.id] = await envoySpansSent(stacks.get(variant.id)!);
+  const attributeCosts = await runAttributeCosts(group, jaeger.otlpHttpUrl, settings, log);
   return {
     variants,
     runs,
     envoySpansSent: envoySpans,
+    attributeCosts,
     setup: `three GatewayStacks with only the call route (${call.key}), the same bench backend; tracing off, or --otlp-endpoint to Jaeger v1.76.0 (OTLP/HTTP, in-memory store, pinned to the load generator's CPU) with --trace-sampling as named; the load sends no traceparent`,
   };
 }
