@@ -291,6 +291,9 @@ function envoy_on_request(h)
   local tool = M.tool_flags(flags)
   if tool.fallback then metadata:set(NS, "fallback", fallback) end
   metadata:set(NS, "started_ms", h:timestamp())
+  -- With tracing on, Envoy's span ids (a filter before this script overwrites any client's value);
+  -- with it off, a client's own header could only make the script write into _meta a traceparent the
+  -- client could have written there itself.
   local request_headers = h:headers()
   local span_ids = request_headers:get(SPAN_IDS_HEADER)
   local gateway_traceparent
