@@ -7,7 +7,7 @@ import { ManagedProcess, freePort, waitFor } from '../../control-plane/devstack/
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { CancellableToolService } from '../support/cancellable-tool-service';
 import { startEverythingServer } from '../support/everything-server';
-import { listedTools, postJsonRpc, startGateway, testDir } from '../support/gateway-fixture';
+import { listedTools, postJsonRpc, startGateway, testDir, listedToolsOnceServed } from '../support/gateway-fixture';
 
 /**
  * Sessions across the gateway with a real stateful backend (@modelcontextprotocol/server-everything):
@@ -97,7 +97,7 @@ describe('sessions through the gateway (server-everything, real Envoy and Redis)
     const before = await toggle(client);
     await stack.stopProcess('sidecar');
     await stack.startSidecar();
-    await waitFor('the restarted sidecar to have the catalog', () => listedTools(stack.gatewayUrl('stateful')));
+    await waitFor('the restarted sidecar to have the catalog', () => listedToolsOnceServed(stack.gatewayUrl('stateful')));
     const after = await toggle(client);
     expect(after).toEqual({ started: false, session: before.session });
     expect((await client.listTools()).tools.map((tool) => tool.name)).toContain('everything__get-sum');
