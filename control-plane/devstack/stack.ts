@@ -2,7 +2,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { projectPath } from '../shared/paths';
 import { LogLevel } from '../shared/log';
-import { BASE_ID_TAKEN, ENVOY_JSON_LOG_FORMAT, XdsApiType, envoyBinary, writeBootstrap } from './envoy';
+import { BASE_ID_TAKEN, ENVOY_JSON_LOG_FORMAT, OverloadSettings, XdsApiType, envoyBinary, overloadForThisHost, writeBootstrap } from './envoy';
 import { listensOn } from './port-owner';
 import { ManagedProcess, ProcessOptions, freePorts, portAccepts } from './processes';
 
@@ -49,6 +49,12 @@ export interface StackOptions {
    * it Envoy always gets a dynamic base id, as several stacks on one host need.
    */
   envoyBaseId?: number;
+  /** Envoy's overload limits, where they differ from the defaults for this host (overloadForThisHost). */
+  envoyOverload?: Partial<OverloadSettings>;
+  /** More `mcpgw control-plane` flags (edge settings), e.g. ['--request-headers-timeout-ms', '3000']. */
+  controlPlaneArgs?: string[];
+  /** More `mcpgw sidecar` flags. */
+  sidecarArgs?: string[];
   /** Supervision (mcpgw up): every process that exits on its own is started again, and reported here. */
   onRestart?: (event: RestartEvent) => void;
 }
@@ -302,6 +308,7 @@ export class GatewayStack {
         '--sidecar', `${HOST}:${this.ports.sidecar}`,
         ...(this.options.catalogRefreshMs ? ['--catalog-refresh-ms', String(this.options.catalogRefreshMs)] : []),
         ...(this.options.registryRefreshMs ? ['--registry-refresh-ms', String(this.options.registryRefreshMs)] : []),
+        ...(this.options.controlPlaneArgs ?? []),
         ...this.logLevelArgs,
       ]);
       await controlPlane.untilReady('the control plane admin to answer /healthz', async () =>
@@ -318,6 +325,7 @@ export class GatewayStack {
         '--redis', this.redisUrl, '--admin', `${HOST}:${this.ports.sidecarAdmin}`,
         // Below ManagedProcess's SIGKILL grace, so that a stop is always the sidecar's own.
         '--drain-timeout-ms', '2000',
+        ...(this.options.sidecarArgs ?? []),
         ...this.logLevelArgs,
       ]);
       await sidecar.untilReady('the sidecar to listen', listening(sidecar, this.ports.sidecar));
@@ -341,6 +349,7 @@ export class GatewayStack {
           adminPort,
           xdsHost: HOST,
           xdsPort: this.ports.grpc,
+          overload: { ...overloadForThisHost(), ...this.options.envoyOverload },
         },
         this.options.logDir,
       );

@@ -4,7 +4,7 @@ import { CHECK_HEADERS } from '../xds/translate/settings';
 import { failedOutcome } from './call-response';
 import { GATEWAY_SERVER_INFO, GatewayContext, RequestHead, SESSION_HEADER, clientHeadersOf, sessionNotFound } from './decision';
 import { JSON_RPC, JsonRpcId, jsonRpcError } from './json-rpc';
-import { BACKEND_UNAVAILABLE_CODE } from '../xds/translate/local-replies';
+import { BACKEND_UNAVAILABLE_CODE, SESSION_CHECK_JSON_RPC_ERROR_STATUS } from '../xds/translate/local-replies';
 import { MODERN_PROTOCOL_VERSION } from './modern-era';
 import { BackendView } from './route-catalog';
 import { claimOpenedBackendSession } from './sessions/backend-session-claim';
@@ -24,7 +24,7 @@ export const CHECK_STATUS = {
    * A JSON-RPC error for the client, which Envoy's local-reply mapper sends with status 200 (MCP
    * clients read JSON-RPC errors only from 2xx answers; 200 itself would mean "allowed" here).
    */
-  JSON_RPC_ERROR: 424,
+  JSON_RPC_ERROR: SESSION_CHECK_JSON_RPC_ERROR_STATUS,
 } as const;
 
 export interface CheckAnswer {
@@ -48,6 +48,7 @@ const checkRequestSchema = z.object({
     ctx.addIssue({ code: 'custom', message: 'not a JSON-RPC id' });
     return z.NEVER;
   }),
+  [CHECK_HEADERS.deadline]: z.coerce.number().int().positive().optional(),
 });
 
 const ALLOW_UNCHANGED: CheckAnswer = { status: CHECK_STATUS.ALLOW, headers: {}, body: '' };
@@ -108,6 +109,8 @@ async function backendSessionFor(session: GatewaySession, backend: BackendView, 
   return claim.kind === 'claimed' ? claim.backendSessionId : undefined;
 }
 
+type CheckRequest = z.output<typeof checkRequestSchema>;
+
 export async function checkCall(head: RequestHead, context: GatewayContext, statelessSessions: StatelessCallSessions): Promise<CheckAnswer> {
   const startedAt = performance.now();
   const parsed = checkRequestSchema.safeParse(Object.fromEntries(head.headers));
@@ -123,6 +126,37 @@ export async function checkCall(head: RequestHead, context: GatewayContext, stat
     // Envoy was told of this backend before this sidecar's catalog was: a moment, at most.
     return answer(CHECK_STATUS.JSON_RPC_ERROR, jsonRpcError(id, JSON_RPC.INTERNAL_ERROR, `backend "${backendName}" is being added to the gateway: call again`));
   }
+  const deadlineMs = request[CHECK_HEADERS.deadline];
+  const decided = decideCall(head, request, backend, context, statelessSessions, startedAt);
+  if (deadlineMs === undefined) return decided;
+  // Envoy gives up on the check at its timeout: answered before it, a backend too slow to open its
+  // session is named as such (-32004), never taken for the sidecar being away. The session still
+  // opening is kept for the next call once it is open (or ended at the backend, claimOpenedBackendSession).
+  let timer: NodeJS.Timeout | undefined;
+  const tooSlow = new Promise<CheckAnswer>((resolve) => {
+    timer = setTimeout(() => {
+      const reason = `its session was not open after ${deadlineMs} ms`;
+      const message = `backend ${backend.name} could not open a session in time: tools/call ${tool} failed (${reason})`;
+      resolve(answer(CHECK_STATUS.JSON_RPC_ERROR, jsonRpcError(id, BACKEND_UNAVAILABLE_CODE, message, failedOutcome(backend.name, tool, startedAt, reason))));
+    }, deadlineMs);
+  });
+  try {
+    return await Promise.race([decided, tooSlow]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+async function decideCall(
+  head: RequestHead,
+  request: CheckRequest,
+  backend: BackendView,
+  context: GatewayContext,
+  statelessSessions: StatelessCallSessions,
+  startedAt: number,
+): Promise<CheckAnswer> {
+  const id = request[CHECK_HEADERS.rpcId];
+  const tool = request[CHECK_HEADERS.tool];
   const statelessBackend = backend.protocolVersion === MODERN_PROTOCOL_VERSION;
   const sessionId = head.headers.get(SESSION_HEADER);
   try {

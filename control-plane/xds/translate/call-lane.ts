@@ -9,6 +9,7 @@ import {
   CHECK_HEADERS,
   MCP_METADATA_NAMESPACE,
   METADATA_NAMESPACE,
+  SESSION_CHECK_MARGIN_MS,
   SESSION_CHECK_PATH,
   SIDECAR_CHECK_CLUSTER_NAME,
   SIDECAR_CLUSTER_NAME,
@@ -156,6 +157,7 @@ export function sessionCheckFilter(timeoutMs: number): HttpFilter {
             { key: CHECK_HEADERS.backend, value: formatterOf('backend') },
             { key: CHECK_HEADERS.tool, value: formatterOf('tool') },
             { key: CHECK_HEADERS.rpcId, value: formatterOf('rpc_id_json') },
+            { key: CHECK_HEADERS.deadline, value: String(timeoutMs - SESSION_CHECK_MARGIN_MS) },
           ],
         },
         authorization_response: {

@@ -26,6 +26,11 @@ export const BACKEND_UNAVAILABLE_CODE = -32004;
 export const GATEWAY_INTERNAL_CODE = -32603;
 /** The session check could not be asked (its sidecars out of reach): Envoy's own status for it, rewritten to 503 here. */
 export const SESSION_CHECK_ERROR_STATUS = 502;
+/**
+ * The session check's status for a JSON-RPC error the client gets with HTTP 200 (200 itself means
+ * "let the call through" to Envoy's ext_authz): control-plane/sidecar/session-check.ts.
+ */
+export const SESSION_CHECK_JSON_RPC_ERROR_STATUS = 424;
 
 const meta = (key: string) => `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:${key})%`;
 
@@ -52,9 +57,16 @@ const statusIs = (op: 'EQ' | 'GE', value: number) => ({
   status_code_filter: { comparison: { op, value: { default_value: value, runtime_key: 'mcpgw.unused' } } },
 });
 const all = (...filters: unknown[]) => ({ and_filter: { filters } });
-/** The mcp filter's verdict on the request (mcp_ok, mcp_parse_error, mcp_body_too_large, …), in its own metadata. */
+/**
+ * The mcp filter's verdict on the request (mcp_ok, mcp_parse_error, mcp_body_too_large, …), in its own
+ * metadata. A reply to a request the filter never saw (an HTTP protocol error) has no verdict, and a
+ * metadata filter matches a missing key unless told otherwise.
+ */
 const mcpStatusIs = (status: string) => ({
-  metadata_filter: { matcher: { filter: MCP_METADATA_NAMESPACE, path: [{ key: 'status' }], value: { string_match: { exact: status } } } },
+  metadata_filter: {
+    matcher: { filter: MCP_METADATA_NAMESPACE, path: [{ key: 'status' }], value: { string_match: { exact: status } } },
+    match_if_key_not_found: false,
+  },
 });
 
 function jsonBody(body: Record<string, unknown>) {
@@ -112,7 +124,14 @@ export function localReplyConfig() {
         status_code: 503,
         body_format_override: rpcError(meta('rpc_id'), GATEWAY_INTERNAL_CODE, 'gateway sidecar unavailable: the session check of this call failed, try again'),
       },
-      // The session check refused the call: its own JSON-RPC answer.
+      {
+        // The session check answered the call with a JSON-RPC error (a backend that could not open its
+        // session, …): HTTP 200, so that MCP clients read the error itself.
+        filter: all(failedWith(['UAEX']), statusIs('EQ', SESSION_CHECK_JSON_RPC_ERROR_STATUS)),
+        status_code: 200,
+        body_format_override: AS_IT_IS,
+      },
+      // The session check refused the call otherwise (an unknown session: 404): its own JSON-RPC answer.
       { filter: failedWith(['UAEX']), body_format_override: AS_IT_IS },
       {
         // The gateway lane's sidecars out of reach (down, restarting, overloaded).
@@ -124,6 +143,21 @@ export function localReplyConfig() {
         filter: { or_filter: { filters: [statusIs('EQ', 413), mcpStatusIs('mcp_body_too_large')] } },
         status_code: 413,
         body_format_override: rpcError(null, -32600, 'request body too large for the gateway (settings: --max-request-body-bytes)', ENVOY_DETAILS),
+      },
+      {
+        // Over the header limits (size or count): Envoy's codec refuses the request before any filter.
+        filter: statusIs('EQ', 431),
+        body_format_override: rpcError(null, -32600, 'request headers too large for the gateway (settings: --max-request-headers-kb, --max-headers-count)', ENVOY_DETAILS),
+      },
+      {
+        // A client too slow to send its request's headers, or all of it (never a slow response).
+        filter: statusIs('EQ', 408),
+        body_format_override: rpcError(null, -32600, 'request not received in time (settings: --request-headers-timeout-ms, --request-timeout-ms)', ENVOY_DETAILS),
+      },
+      {
+        // Envoy's overload manager sheds load (memory near --max-heap-bytes): nothing was sent on.
+        filter: failedWith(['OM']),
+        body_format_override: rpcError(null, GATEWAY_INTERNAL_CODE, 'gateway overloaded: try again shortly', ENVOY_DETAILS),
       },
       {
         // The mcp filter's checks of a request of the stateless revisions (2026-07-28 on: headers
@@ -145,9 +179,10 @@ export function localReplyConfig() {
         body_format_override: rpcError(null, GATEWAY_INTERNAL_CODE, 'gateway error: %LOCAL_REPLY_BODY%', ENVOY_DETAILS),
       },
       {
-        // The mcp filter's other refusals, and HTTP protocol errors (HTTP/1.0, conflicting lengths, header limits, …).
+        // The mcp filter's other refusals, and HTTP protocol errors (HTTP/1.0, conflicting lengths, an
+        // escaped slash, a request too slow, …): Envoy's own words, which may be none, and why.
         filter: statusIs('GE', 400),
-        body_format_override: rpcError(null, -32600, '%LOCAL_REPLY_BODY%', ENVOY_DETAILS),
+        body_format_override: rpcError(null, -32600, 'request refused by the gateway: %LOCAL_REPLY_BODY% (%RESPONSE_CODE_DETAILS%)', ENVOY_DETAILS),
       },
     ],
   };
