@@ -1,0 +1,96 @@
+import * as net from 'node:net';
+
+/**
+ * A slow-header connection flood (the slowloris pattern of issue 9): many connections that each send
+ * the start of a request and then one more header line every so often, never finishing. Each
+ * connection is opened once; one the gateway closes stays closed. It stops by itself after
+ * `durationMs`, closing whatever is still open. Used by the connection-flood test and the isolation
+ * bench, on 127.0.0.1 only.
+ */
+export interface FloodOptions {
+  port: number;
+  /** Connections to open, spread over the source addresses. */
+  connections: number;
+  /** Loopback source addresses to open them from (each has its own ephemeral ports), e.g. 127.0.0.2. */
+  sourceAddresses: string[];
+  /** Opened at most this many per second, so that the flood's own process keeps up. */
+  openPerSecond: number;
+  /** How often each connection sends one more header line. */
+  trickleMs: number;
+  durationMs: number;
+}
+
+export interface FloodReport {
+  /** Connections the flood tried to open. */
+  attempted: number;
+  /** Connections that were established (accepted by the kernel). */
+  connected: number;
+  /** Connections the gateway closed before the flood ended (rejected at once, or timed out). */
+  closedByPeer: number;
+  /** Most connections open at the same time. */
+  peakOpen: number;
+}
+
+export class SlowHeaderFlood {
+  private readonly sockets = new Set<net.Socket>();
+  private readonly timers: NodeJS.Timeout[] = [];
+  private stopped = false;
+  private readonly report: FloodReport = { attempted: 0, connected: 0, closedByPeer: 0, peakOpen: 0 };
+  private open = 0;
+  readonly done: Promise<FloodReport>;
+
+  constructor(private readonly options: FloodOptions) {
+    this.done = new Promise((resolve) => {
+      this.timers.push(setTimeout(() => resolve(this.stop()), options.durationMs));
+    });
+    this.openInBatches();
+  }
+
+  private openInBatches(): void {
+    const perTick = Math.max(1, Math.round(this.options.openPerSecond / 20));
+    const tick = setInterval(() => {
+      for (let index = 0; index < perTick && this.report.attempted < this.options.connections; index++) this.openOne();
+      if (this.report.attempted >= this.options.connections || this.stopped) clearInterval(tick);
+    }, 50);
+    this.timers.push(tick);
+  }
+
+  private openOne(): void {
+    const localAddress = this.options.sourceAddresses[this.report.attempted % this.options.sourceAddresses.length];
+    this.report.attempted++;
+    const socket = net.connect({ host: '127.0.0.1', port: this.options.port, localAddress });
+    this.sockets.add(socket);
+    let trickle: NodeJS.Timeout | undefined;
+    let connected = false;
+    socket.on('connect', () => {
+      connected = true;
+      this.report.connected++;
+      this.open++;
+      this.report.peakOpen = Math.max(this.report.peakOpen, this.open);
+      socket.write('POST /mcp/demo HTTP/1.1\r\nHost: gateway\r\n');
+      let line = 0;
+      trickle = setInterval(() => socket.write(`X-Slow-${line++}: 1\r\n`), this.options.trickleMs);
+    });
+    socket.on('error', () => undefined);
+    socket.on('data', () => undefined);
+    socket.on('close', () => {
+      clearInterval(trickle);
+      if (connected && !this.stopped) {
+        this.report.closedByPeer++;
+        this.open--;
+      }
+      this.sockets.delete(socket);
+    });
+  }
+
+  /** Closes every connection still open; the report of the whole flood. */
+  stop(): FloodReport {
+    if (!this.stopped) {
+      this.stopped = true;
+      for (const timer of this.timers) clearInterval(timer);
+      for (const socket of this.sockets) socket.destroy();
+      this.sockets.clear();
+    }
+    return this.report;
+  }
+}
