@@ -2,10 +2,10 @@ import * as net from 'node:net';
 
 /**
  * A slow-header connection flood (the slowloris pattern of issue 9): many connections that each send
- * the start of a request and then one more header line every so often, never finishing. Each
- * connection is opened once; one the gateway closes stays closed. It stops by itself after
- * `durationMs`, closing whatever is still open. Used by the connection-flood test and the isolation
- * bench, on 127.0.0.1 only.
+ * the start of a request and then one more header line every so often, never finishing. A connection
+ * the gateway closes stays closed, or with `reopen` is opened again after `trickleMs` (a flood that
+ * keeps its size). It stops by itself after `durationMs`, closing whatever is still open. Used by the
+ * connection-flood test and the isolation bench, on 127.0.0.1 only.
  */
 export interface FloodOptions {
   port: number;
@@ -18,10 +18,11 @@ export interface FloodOptions {
   /** How often each connection sends one more header line. */
   trickleMs: number;
   durationMs: number;
+  reopen?: boolean;
 }
 
 export interface FloodReport {
-  /** Connections the flood tried to open. */
+  /** Connections the flood tried to open (reopened ones included). */
   attempted: number;
   /** Connections that were established (accepted by the kernel). */
   connected: number;
@@ -29,14 +30,17 @@ export interface FloodReport {
   closedByPeer: number;
   /** Most connections open at the same time. */
   peakOpen: number;
+  /** Connections open now. */
+  open: number;
 }
 
 export class SlowHeaderFlood {
   private readonly sockets = new Set<net.Socket>();
   private readonly timers: NodeJS.Timeout[] = [];
   private stopped = false;
-  private readonly report: FloodReport = { attempted: 0, connected: 0, closedByPeer: 0, peakOpen: 0 };
-  private open = 0;
+  /** Connections of the initial ramp opened so far. */
+  private started = 0;
+  private readonly report: FloodReport = { attempted: 0, connected: 0, closedByPeer: 0, peakOpen: 0, open: 0 };
   readonly done: Promise<FloodReport>;
 
   constructor(private readonly options: FloodOptions) {
@@ -49,14 +53,16 @@ export class SlowHeaderFlood {
   private openInBatches(): void {
     const perTick = Math.max(1, Math.round(this.options.openPerSecond / 20));
     const tick = setInterval(() => {
-      for (let index = 0; index < perTick && this.report.attempted < this.options.connections; index++) this.openOne();
-      if (this.report.attempted >= this.options.connections || this.stopped) clearInterval(tick);
+      for (let index = 0; index < perTick && this.started < this.options.connections; index++) {
+        this.openOne(this.options.sourceAddresses[this.started++ % this.options.sourceAddresses.length]);
+      }
+      if (this.started >= this.options.connections || this.stopped) clearInterval(tick);
     }, 50);
     this.timers.push(tick);
   }
 
-  private openOne(): void {
-    const localAddress = this.options.sourceAddresses[this.report.attempted % this.options.sourceAddresses.length];
+  private openOne(localAddress: string): void {
+    if (this.stopped) return;
     this.report.attempted++;
     const socket = net.connect({ host: '127.0.0.1', port: this.options.port, localAddress });
     this.sockets.add(socket);
@@ -65,8 +71,8 @@ export class SlowHeaderFlood {
     socket.on('connect', () => {
       connected = true;
       this.report.connected++;
-      this.open++;
-      this.report.peakOpen = Math.max(this.report.peakOpen, this.open);
+      this.report.open++;
+      this.report.peakOpen = Math.max(this.report.peakOpen, this.report.open);
       socket.write('POST /mcp/demo HTTP/1.1\r\nHost: gateway\r\n');
       let line = 0;
       trickle = setInterval(() => socket.write(`X-Slow-${line++}: 1\r\n`), this.options.trickleMs);
@@ -75,11 +81,13 @@ export class SlowHeaderFlood {
     socket.on('data', () => undefined);
     socket.on('close', () => {
       clearInterval(trickle);
-      if (connected && !this.stopped) {
-        this.report.closedByPeer++;
-        this.open--;
-      }
       this.sockets.delete(socket);
+      if (this.stopped) return;
+      if (connected) {
+        this.report.closedByPeer++;
+        this.report.open--;
+      }
+      if (this.options.reopen) this.timers.push(setTimeout(() => this.openOne(localAddress), this.options.trickleMs));
     });
   }
 
