@@ -21,6 +21,9 @@ export interface IsolationSettings {
   /** Closed-loop clients of the measured route, over `sessions` MCP sessions. */
   concurrency: number;
   sessions: number;
+  /** Once before anything is measured: JIT, Envoy's and the sidecar's connection pools. */
+  initialWarmupMs: number;
+  /** Before each measured run, under that run's load, discarded. */
   warmupMs: number;
   measureMs: number;
   requestTimeoutMs: number;
@@ -31,8 +34,8 @@ export interface IsolationSettings {
 }
 
 export const ISOLATION_SETTINGS: Record<'full' | 'quick', IsolationSettings> = {
-  full: { mode: 'full', repetitions: 3, concurrency: 16, sessions: 8, warmupMs: 2_000, measureMs: 8_000, requestTimeoutMs: 10_000, hungCalls: 2_000, floodConnections: 5_000 },
-  quick: { mode: 'quick', repetitions: 1, concurrency: 16, sessions: 8, warmupMs: 500, measureMs: 2_000, requestTimeoutMs: 10_000, hungCalls: 2_000, floodConnections: 5_000 },
+  full: { mode: 'full', repetitions: 5, concurrency: 16, sessions: 8, initialWarmupMs: 10_000, warmupMs: 2_000, measureMs: 6_000, requestTimeoutMs: 10_000, hungCalls: 2_000, floodConnections: 5_000 },
+  quick: { mode: 'quick', repetitions: 1, concurrency: 16, sessions: 8, initialWarmupMs: 3_000, warmupMs: 500, measureMs: 2_000, requestTimeoutMs: 10_000, hungCalls: 2_000, floodConnections: 5_000 },
 };
 
 export type Phase = 'unloaded' | 'hung' | 'flood';
@@ -87,22 +90,32 @@ async function measuredCalls(url: string, settings: IsolationSettings): Promise<
   return { issue, close: () => client.close() };
 }
 
-/** Calls of the stuck backend's `hang`, each on a connection of its own, held until released. */
+/**
+ * Calls of the stuck backend's `hang`, each on a connection of its own, held until released. They are
+ * opened in steps of 100: Envoy counts a call waiting for its upstream connection to be established
+ * as pending, so a burst of more than the circuit breaker's pending limit at a backend with no
+ * connection open yet overflows at once (each such call answered -32004).
+ */
 class HungCalls {
   private readonly agent = new http.Agent({ keepAlive: false, maxSockets: Infinity });
   private readonly requests: http.ClientRequest[] = [];
+  private released = false;
 
   constructor(url: string, count: number) {
-    for (let index = 0; index < count; index++) {
-      const request = http.request(url, { method: 'POST', agent: this.agent, headers: { ...MCP_POST_HEADERS, 'mcp-protocol-version': MCP_PROTOCOL_VERSION } });
-      request.on('error', () => undefined);
-      request.on('response', (response) => response.resume());
-      request.end(JSON.stringify({ jsonrpc: '2.0', id: index, method: 'tools/call', params: { name: `stuck__${HANG_TOOL}`, arguments: {} } }));
-      this.requests.push(request);
-    }
+    void (async () => {
+      for (let index = 0; index < count && !this.released; index++) {
+        const request = http.request(url, { method: 'POST', agent: this.agent, headers: { ...MCP_POST_HEADERS, 'mcp-protocol-version': MCP_PROTOCOL_VERSION } });
+        request.on('error', () => undefined);
+        request.on('response', (response) => response.resume());
+        request.end(JSON.stringify({ jsonrpc: '2.0', id: index, method: 'tools/call', params: { name: `stuck__${HANG_TOOL}`, arguments: {} } }));
+        this.requests.push(request);
+        if (index % 100 === 99) await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    })();
   }
 
   release(): void {
+    this.released = true;
     for (const request of this.requests) request.destroy();
     this.agent.destroy();
   }
@@ -131,16 +144,21 @@ export async function runIsolationScenario(stack: GatewayStack, settings: Isolat
   const calls = await measuredCalls(measuredUrl, settings);
   const runs: PhaseRun[] = [];
   try {
-    await runClosedLoop(calls.issue, { concurrency: settings.concurrency, durationMs: settings.warmupMs });
+    await runClosedLoop(calls.issue, { concurrency: settings.concurrency, durationMs: settings.initialWarmupMs });
     for (let repetition = 1; repetition <= settings.repetitions; repetition++) {
-      for (const phase of PHASES) {
+      // Each repetition starts with another phase, so that no phase always runs first (or last).
+      const order = PHASES.map((_, index) => PHASES[(index + repetition - 1) % PHASES.length]);
+      for (const phase of order) {
         let hung: HungCalls | undefined;
         let flood: SlowHeaderFlood | undefined;
         const load: PhaseRun['load'] = {};
         try {
           if (phase === 'hung') {
             hung = new HungCalls(stack.gatewayUrl('stuck'), settings.hungCalls);
-            await until(async () => (await envoyStat(stack, 'cluster.tool_service.stuck.upstream_rq_active')) + (await envoyStat(stack, 'cluster.tool_service.stuck.upstream_rq_pending_active')) >= settings.hungCalls, `${settings.hungCalls} calls held open`);
+            await until(async () => (await envoyStat(stack, 'cluster.tool_service.stuck.upstream_rq_active')) + (await envoyStat(stack, 'cluster.tool_service.stuck.upstream_rq_pending_active')) >= settings.hungCalls, `${settings.hungCalls} calls held open`).catch(async (error: Error) => {
+              const stats = await (await fetch(`${stack.envoyAdminUrl}/stats?filter=tool_service.stuck.upstream_(rq|cx)`)).text();
+              throw new Error(`${error.message}\n${stats}`);
+            });
           }
           if (phase === 'flood') {
             flood = new SlowHeaderFlood({ port: stack.ports.listener, connections: settings.floodConnections, sourceAddresses: FLOOD_SOURCES, openPerSecond: 5_000, trickleMs: 1_000, durationMs: 10 * 60_000, reopen: true });
@@ -159,7 +177,7 @@ export async function runIsolationScenario(stack: GatewayStack, settings: Isolat
           const { [WRONG]: wrongAnswers = 0, ...errors } = result.errors;
           runs.push({ phase, repetition, throughput: result.throughput, sent: result.sent, ok: result.ok, wrongAnswers, errors, latencyMs: summarize(result.latenciesMs), load });
           const failed = result.sent - result.ok;
-          log(`${phase} #${repetition}: ${result.throughput.toFixed(0)} correct answers/s, p50 ${runs[runs.length - 1].latencyMs.p50.toFixed(2)} ms, p99 ${runs[runs.length - 1].latencyMs.p99.toFixed(2)} ms${failed ? `, ${failed} failed` : ''} ${JSON.stringify(load)}`);
+          log(`${phase} #${repetition}: ${result.throughput.toFixed(0)} correct answers/s, p50 ${runs[runs.length - 1].latencyMs.p50.toFixed(2)} ms, p99 ${runs[runs.length - 1].latencyMs.p99.toFixed(2)} ms${failed ? `, ${failed} failed ${JSON.stringify(result.errors)}` : ''} ${JSON.stringify(load)}`);
         } finally {
           hung?.release();
           flood?.stop();
