@@ -1,4 +1,5 @@
 import { MCP_METADATA_NAMESPACE, METADATA_NAMESPACE } from './settings';
+import { TYPE_URL, typedStruct } from './type-urls';
 
 /**
  * Envoy's own replies in JSON-RPC form (docs/errors.md). When a tools/call fails in Envoy — no healthy
@@ -57,6 +58,12 @@ const statusIs = (op: 'EQ' | 'GE', value: number) => ({
   status_code_filter: { comparison: { op, value: { default_value: value, runtime_key: 'mcpgw.unused' } } },
 });
 const all = (...filters: unknown[]) => ({ and_filter: { filters } });
+const codeDetailsAre = (details: string) => ({
+  extension_filter: {
+    name: 'envoy.access_loggers.extension_filters.cel',
+    typed_config: typedStruct(TYPE_URL.celFilter, { expression: `response.code_details == ${JSON.stringify(details)}` }),
+  },
+});
 /**
  * The mcp filter's verdict on the request (mcp_ok, mcp_parse_error, mcp_body_too_large, …), in its own
  * metadata. A reply to a request the filter never saw (an HTTP protocol error) has no verdict, and a
@@ -155,8 +162,9 @@ export function localReplyConfig() {
         body_format_override: rpcError(null, -32600, 'request not received in time (settings: --request-headers-timeout-ms, --request-timeout-ms)', ENVOY_DETAILS),
       },
       {
-        // Envoy's overload manager sheds load (memory near --max-heap-bytes): nothing was sent on.
-        filter: failedWith(['OM']),
+        // Envoy's overload manager refuses new requests (memory near --max-heap-bytes, envoy/bootstrap.yaml):
+        // nothing was sent on. Such a reply carries no response flag, only its details.
+        filter: codeDetailsAre('overload'),
         body_format_override: rpcError(null, GATEWAY_INTERNAL_CODE, 'gateway overloaded: try again shortly', ENVOY_DETAILS),
       },
       {

@@ -20,6 +20,7 @@ export const TYPE_URL = {
   mcp: `${prefix}envoy.extensions.filters.http.mcp.v3.Mcp`,
   lua: `${prefix}envoy.extensions.filters.http.lua.v3.Lua`,
   luaPerRoute: `${prefix}envoy.extensions.filters.http.lua.v3.LuaPerRoute`,
+  celFilter: `${prefix}envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter`,
   earlyHeaderMutation: `${prefix}envoy.extensions.http.early_header_mutation.header_mutation.v3.HeaderMutation`,
 } as const;
 
