@@ -38,7 +38,7 @@ function markdown(results: IsolationResults & { settings: object; startedAt: str
   return [
     '# Isolation bench',
     '',
-    `Run ${results.startedAt} (${JSON.stringify(results.settings)}). tools/call \`echo\` on route \`measured\`, closed loop; "hung": route \`stuck\`'s backend holds the calls (1,024 at the backend, the rest queued by its circuit breaker); "flood": slow-header connections held open from 127.0.0.2–6, re-opened when Envoy times them out. Gateway at its default limits.`,
+    `Run ${results.startedAt} (${JSON.stringify(results.settings)}). tools/call \`echo\` on route \`measured\`, closed loop; "hung": route \`stuck\`'s backend holds the calls (1,024 at the backend, the rest queued by its circuit breaker); "flood": slow-header connections held open from 127.0.0.2–6, re-opened when Envoy times them out (its request-headers timeout, 10 s), measured once the flood has run past that. Gateway at its default limits.`,
     '',
     '| phase | correct answers/s (median) | of unloaded | p99 ms per repetition | wrong answers | errors |',
     '| --- | --- | --- | --- | --- | --- |',

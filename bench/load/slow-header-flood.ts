@@ -3,8 +3,8 @@ import * as net from 'node:net';
 /**
  * A slow-header connection flood (the slowloris pattern of issue 9): many connections that each send
  * the start of a request and then one more header line every so often, never finishing. A connection
- * the gateway closes stays closed, or with `reopen` is opened again after `trickleMs` (a flood that
- * keeps its size). It stops by itself after `durationMs`, closing whatever is still open. Used by the
+ * the gateway closes stays closed, or with `reopenAfterMs` is opened again after that long (a flood
+ * that keeps its size). It stops by itself after `durationMs`, closing whatever is still open. Used by the
  * connection-flood test and the isolation bench, on 127.0.0.1 only.
  */
 export interface FloodOptions {
@@ -18,7 +18,7 @@ export interface FloodOptions {
   /** How often each connection sends one more header line. */
   trickleMs: number;
   durationMs: number;
-  reopen?: boolean;
+  reopenAfterMs?: number;
 }
 
 export interface FloodReport {
@@ -36,7 +36,7 @@ export interface FloodReport {
 
 export class SlowHeaderFlood {
   private readonly sockets = new Set<net.Socket>();
-  private readonly timers: NodeJS.Timeout[] = [];
+  private readonly timers = new Set<NodeJS.Timeout>();
   private stopped = false;
   /** Connections of the initial ramp opened so far. */
   private started = 0;
@@ -45,7 +45,7 @@ export class SlowHeaderFlood {
 
   constructor(private readonly options: FloodOptions) {
     this.done = new Promise((resolve) => {
-      this.timers.push(setTimeout(() => resolve(this.stop()), options.durationMs));
+      this.timers.add(setTimeout(() => resolve(this.stop()), options.durationMs));
     });
     this.openInBatches();
   }
@@ -58,7 +58,7 @@ export class SlowHeaderFlood {
       }
       if (this.started >= this.options.connections || this.stopped) clearInterval(tick);
     }, 50);
-    this.timers.push(tick);
+    this.timers.add(tick);
   }
 
   private openOne(localAddress: string): void {
@@ -87,7 +87,13 @@ export class SlowHeaderFlood {
         this.report.closedByPeer++;
         this.report.open--;
       }
-      if (this.options.reopen) this.timers.push(setTimeout(() => this.openOne(localAddress), this.options.trickleMs));
+      const { reopenAfterMs } = this.options;
+      if (reopenAfterMs === undefined) return;
+      const reopen = setTimeout(() => {
+        this.timers.delete(reopen);
+        this.openOne(localAddress);
+      }, reopenAfterMs);
+      this.timers.add(reopen);
     });
   }
 

@@ -31,11 +31,16 @@ export interface IsolationSettings {
   hungCalls: number;
   /** Slow-header connections held open (re-opened when Envoy times one out) during the "flood" phase. */
   floodConnections: number;
+  /**
+   * How long the flood runs before the flood phase is measured: past Envoy's request-headers timeout
+   * (10 s by default), so that the measured window sees the flood's connections timed out and re-opened.
+   */
+  floodSettleMs: number;
 }
 
 export const ISOLATION_SETTINGS: Record<'full' | 'quick', IsolationSettings> = {
-  full: { mode: 'full', repetitions: 5, concurrency: 16, sessions: 8, initialWarmupMs: 10_000, warmupMs: 2_000, measureMs: 6_000, requestTimeoutMs: 10_000, hungCalls: 2_000, floodConnections: 5_000 },
-  quick: { mode: 'quick', repetitions: 1, concurrency: 16, sessions: 8, initialWarmupMs: 3_000, warmupMs: 500, measureMs: 2_000, requestTimeoutMs: 10_000, hungCalls: 2_000, floodConnections: 5_000 },
+  full: { mode: 'full', repetitions: 5, concurrency: 16, sessions: 8, initialWarmupMs: 10_000, warmupMs: 2_000, measureMs: 6_000, requestTimeoutMs: 10_000, hungCalls: 2_000, floodConnections: 5_000, floodSettleMs: 9_000 },
+  quick: { mode: 'quick', repetitions: 1, concurrency: 16, sessions: 8, initialWarmupMs: 3_000, warmupMs: 500, measureMs: 2_000, requestTimeoutMs: 10_000, hungCalls: 2_000, floodConnections: 5_000, floodSettleMs: 0 },
 };
 
 export type Phase = 'unloaded' | 'hung' | 'flood';
@@ -161,8 +166,19 @@ export async function runIsolationScenario(stack: GatewayStack, settings: Isolat
             });
           }
           if (phase === 'flood') {
-            flood = new SlowHeaderFlood({ port: stack.ports.listener, connections: settings.floodConnections, sourceAddresses: FLOOD_SOURCES, openPerSecond: 5_000, trickleMs: 1_000, durationMs: 10 * 60_000, reopen: true });
+            // A header line every 5 s (a slow-header client gains nothing by sending more often: Envoy's
+            // request-headers timeout counts from the first byte); one timed out is opened again after 1 s.
+            flood = new SlowHeaderFlood({
+              port: stack.ports.listener,
+              connections: settings.floodConnections,
+              sourceAddresses: FLOOD_SOURCES,
+              openPerSecond: 5_000,
+              trickleMs: 5_000,
+              durationMs: 10 * 60_000,
+              reopenAfterMs: 1_000,
+            });
             await until(async () => (await clientConnections(stack)) >= settings.floodConnections, `${settings.floodConnections} flood connections`);
+            await new Promise((resolve) => setTimeout(resolve, settings.floodSettleMs));
           }
           await runClosedLoop(calls.issue, { concurrency: settings.concurrency, durationMs: settings.warmupMs });
           const result = await runClosedLoop(calls.issue, { concurrency: settings.concurrency, durationMs: settings.measureMs });

@@ -1,10 +1,9 @@
-import { randomUUID } from 'node:crypto';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { createMcpExpressApp } from '@modelcontextprotocol/sdk/server/express.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
-import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import { freePort } from '../../control-plane/devstack/processes';
 import { LOOPBACK, LoopbackMcpService } from './loopback-mcp-service';
+import { mountStatefulMcp } from './stateful-mcp';
 
 /**
  * A real stateful MCP SDK Tool Service in the test's own process, for the edge and isolation tests:
@@ -25,27 +24,9 @@ export class EdgeToolService extends LoopbackMcpService {
   static async start(): Promise<EdgeToolService> {
     const service = new EdgeToolService(await freePort());
     const app = createMcpExpressApp({ host: LOOPBACK });
-    app.all('/mcp', async (req, res) => {
-      const sessionId = req.headers['mcp-session-id'];
-      let transport = typeof sessionId === 'string' ? service.transports.get(sessionId) : undefined;
-      if (!transport && req.method === 'POST' && isInitializeRequest(req.body)) {
-        await new Promise((resolve) => setTimeout(resolve, service.initializeDelayMs));
-        const created = new StreamableHTTPServerTransport({
-          sessionIdGenerator: randomUUID,
-          onsessioninitialized: (id) => {
-            service.transports.set(id, created);
-            service.sessions.push(id);
-          },
-          onsessionclosed: (id) => void service.transports.delete(id),
-        });
-        await service.mcpServer().connect(created);
-        transport = created;
-      }
-      if (!transport) {
-        res.status(404).json({ jsonrpc: '2.0', id: null, error: { code: -32001, message: 'Session not found' } });
-        return;
-      }
-      await transport.handleRequest(req, res, req.body);
+    mountStatefulMcp(app, service.transports, () => service.mcpServer(), {
+      beforeInitialize: () => new Promise((resolve) => setTimeout(resolve, service.initializeDelayMs)),
+      opened: (id) => void service.sessions.push(id),
     });
     await service.listen(app);
     return service;
