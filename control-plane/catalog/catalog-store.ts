@@ -26,6 +26,9 @@ interface ToolServiceCatalog {
 
 export interface BackendCatalogMessage {
   name: string;
+  /** The Tool Service behind the backend (`tool_service.<id>`): its catalog's key, and its last-good copy's in Redis. */
+  tool_service: string;
+  /** The Envoy cluster its calls go to, shared by every Tool Service with the same upstream. */
   cluster: string;
   /** The backend's last-good tools as it declared them; RouteCatalogMessage.tools says which are served. */
   tools_json: string[];
@@ -83,17 +86,18 @@ export interface CatalogSettings extends ExposureSettings {
 
 /**
  * Defaults of the control plane's catalog flags (docs/tools-list.md says why):
- * - separator `__` (ADR-0041 §2);
+ * - separator `__` (docs/adr/0000-federation-decisions.md §2);
  * - policy drop: a client that meets one name outside ^[a-zA-Z0-9_-]{1,64}$ may refuse the whole
  *   server, so one backend's odd name would cost the whole route every tool;
  * - cap 5000: the largest route the gateway is sized and benchmarked for (50 backends x 100 tools);
- * - page size 100 tools.
+ * - every tool in one tools/list answer (page size 0): an answer is the catalog's pre-serialized tools
+ *   joined, cheap at any size, and a client that never follows nextCursor still sees every tool.
  */
 export const CATALOG_DEFAULTS: CatalogSettings = {
   toolNameSeparator: '__',
   toolNamePolicy: 'drop',
   maxToolsPerRoute: 5000,
-  toolsListPageSize: 100,
+  toolsListPageSize: 0,
 };
 
 /** A Tool Service's whole tools/list, the protocol revision it answered in, and whether it handed out a session. */
@@ -137,15 +141,15 @@ const nameOf = (tool: Tool) => (typeof tool.name === 'string' ? tool.name : '');
  * ('ok' | 'failed') after each backend fetch.
  */
 export class CatalogStore extends EventEmitter {
-  private readonly byCluster = new Map<string, ToolServiceCatalog>();
+  private readonly byKey = new Map<string, ToolServiceCatalog>();
   /** Fetches under way, by Tool Service and URL: a refresh asked for meanwhile joins the running one. */
   private readonly inFlight = new Map<string, Promise<void>>();
-  private ir: GatewayIR = { routes: [], toolServices: [] };
-  /** The IR's Tool Services by cluster, for the lookups every fetch and rebuild makes. */
-  private servicesByCluster = new Map<string, ToolServiceIR>();
+  private ir: GatewayIR = { routes: [], toolServices: [], clusters: [] };
+  /** The IR's Tool Services by catalog key, for the lookups every fetch and rebuild makes. */
+  private servicesByKey = new Map<string, ToolServiceIR>();
   private snapshot: CatalogSnapshotMessage;
   private findings = new Map<string, ToolFinding[]>();
-  /** Tool Services listed again soon, by cluster, instead of at the next full refresh. */
+  /** Tool Services listed again soon, by catalog key, instead of at the next full refresh. */
   private readonly relistings = new Map<string, Relisting>();
   private closed = false;
 
@@ -174,14 +178,14 @@ export class CatalogStore extends EventEmitter {
    */
   setGateway(ir: GatewayIR): ToolServiceIR[] {
     this.ir = ir;
-    this.servicesByCluster = new Map(ir.toolServices.map((service) => [service.clusterName, service]));
-    for (const [cluster, catalog] of this.byCluster) {
-      if (this.servicesByCluster.get(cluster)?.url !== catalog.url) this.byCluster.delete(cluster);
+    this.servicesByKey = new Map(ir.toolServices.map((service) => [service.catalogKey, service]));
+    for (const [key, catalog] of this.byKey) {
+      if (this.servicesByKey.get(key)?.url !== catalog.url) this.byKey.delete(key);
     }
-    for (const cluster of this.relistings.keys()) {
-      if (!this.servicesByCluster.has(cluster)) this.stopRelisting(cluster);
+    for (const key of this.relistings.keys()) {
+      if (!this.servicesByKey.has(key)) this.stopRelisting(key);
     }
-    const unfetched = ir.toolServices.filter((service) => !this.byCluster.get(service.clusterName)?.lastSuccessAt);
+    const unfetched = ir.toolServices.filter((service) => !this.byKey.get(service.catalogKey)?.lastSuccessAt);
     // A new route should appear with its tools, not first empty: when something is to be fetched,
     // the snapshot is rebuilt by refresh() once the fetch has answered or timed out.
     if (unfetched.length === 0) this.rebuild();
@@ -196,9 +200,9 @@ export class CatalogStore extends EventEmitter {
     const restartedAt = new Date();
     for (const route of saved) {
       for (const backend of route.catalog ?? []) {
-        const service = this.servicesByCluster.get(backend.cluster);
-        if (!service || this.byCluster.has(backend.cluster)) continue;
-        this.byCluster.set(backend.cluster, {
+        const service = this.servicesByKey.get(backend.tool_service);
+        if (!service || this.byKey.has(backend.tool_service)) continue;
+        this.byKey.set(backend.tool_service, {
           url: service.url,
           tools: backend.tools_json.map((json) => JSON.parse(json) as Tool),
           protocolVersion: backend.protocol_version ?? '',
@@ -226,8 +230,8 @@ export class CatalogStore extends EventEmitter {
     }
     const route = this.ir.routes.find((candidate) => candidate.key === routeKey);
     if (!route) return false;
-    const clusters = new Set(route.backends.map((backend) => backend.clusterName));
-    await this.refresh(this.ir.toolServices.filter((service) => clusters.has(service.clusterName)));
+    const keys = new Set(route.backends.map((backend) => backend.catalogKey));
+    await this.refresh(this.ir.toolServices.filter((service) => keys.has(service.catalogKey)));
     return true;
   }
 
@@ -236,7 +240,7 @@ export class CatalogStore extends EventEmitter {
    * an older failure overwrite a newer success.
    */
   private refreshOne(service: ToolServiceIR): Promise<void> {
-    const key = `${service.clusterName} ${service.url}`;
+    const key = `${service.catalogKey} ${service.url}`;
     const running = this.inFlight.get(key);
     if (running) return running;
     const fetch = this.fetchOne(service).finally(() => this.inFlight.delete(key));
@@ -245,14 +249,14 @@ export class CatalogStore extends EventEmitter {
   }
 
   private async fetchOne(service: ToolServiceIR): Promise<void> {
-    const existing = this.byCluster.get(service.clusterName);
+    const existing = this.byKey.get(service.catalogKey);
     const catalog = existing?.url === service.url ? existing : { url: service.url, tools: [], protocolVersion: '', sessionful: true };
     try {
       ({ tools: catalog.tools, protocolVersion: catalog.protocolVersion, sessionful: catalog.sessionful } = await this.fetchTools(service));
       catalog.lastSuccessAt = new Date();
       catalog.failingSince = undefined;
       catalog.lastError = undefined;
-      this.stopRelisting(service.clusterName);
+      this.stopRelisting(service.catalogKey);
       this.emit('refresh', 'ok');
       this.log.debug('tools/list refreshed', { toolService: service.id, tools: catalog.tools.length, protocolVersion: catalog.protocolVersion });
     } catch (error) {
@@ -264,11 +268,11 @@ export class CatalogStore extends EventEmitter {
         url: service.url,
         error: catalog.lastError,
       });
-      this.scheduleRelisting(service.clusterName);
+      this.scheduleRelisting(service.catalogKey);
     }
     // The registry may have moved on while the fetch ran: keep only what is still referenced.
-    if (this.servicesByCluster.get(service.clusterName)?.url === service.url) {
-      this.byCluster.set(service.clusterName, catalog);
+    if (this.servicesByKey.get(service.catalogKey)?.url === service.url) {
+      this.byKey.set(service.catalogKey, catalog);
     }
   }
 
@@ -278,22 +282,22 @@ export class CatalogStore extends EventEmitter {
    * is served within seconds rather than at the next full refresh; the change reaches the sidecars
    * over the catalog stream like any other.
    */
-  private scheduleRelisting(cluster: string, failures = (this.relistings.get(cluster)?.failures ?? -1) + 1): void {
-    this.stopRelisting(cluster);
-    if (this.closed || !this.servicesByCluster.has(cluster)) return;
+  private scheduleRelisting(key: string, failures = (this.relistings.get(key)?.failures ?? -1) + 1): void {
+    this.stopRelisting(key);
+    if (this.closed || !this.servicesByKey.has(key)) return;
     const wait = Math.min(this.relist.retryMinMs * 2 ** failures, this.relist.retryMaxMs) * (0.8 + Math.random() * 0.4);
     const timer = setTimeout(() => {
-      const service = this.servicesByCluster.get(cluster);
+      const service = this.servicesByKey.get(key);
       if (!service) return;
       void this.refreshOne(service).then(() => this.rebuild());
     }, wait);
     timer.unref();
-    this.relistings.set(cluster, { timer, failures });
+    this.relistings.set(key, { timer, failures });
   }
 
-  private stopRelisting(cluster: string): void {
-    clearTimeout(this.relistings.get(cluster)?.timer);
-    this.relistings.delete(cluster);
+  private stopRelisting(key: string): void {
+    clearTimeout(this.relistings.get(key)?.timer);
+    this.relistings.delete(key);
   }
 
   /**
@@ -307,7 +311,7 @@ export class CatalogStore extends EventEmitter {
   markDegraded(report: { toolServiceId: string; reason: string; route?: string }): boolean {
     const service = this.ir.toolServices.find((candidate) => candidate.id === report.toolServiceId);
     if (!service) return false;
-    const catalog = this.byCluster.get(service.clusterName);
+    const catalog = this.byKey.get(service.catalogKey);
     if (catalog?.failingSince || !catalog?.lastSuccessAt) {
       if (catalog) catalog.lastError = report.reason;
       return true;
@@ -319,7 +323,7 @@ export class CatalogStore extends EventEmitter {
       route: report.route,
       reason: report.reason,
     });
-    this.scheduleRelisting(service.clusterName, 0);
+    this.scheduleRelisting(service.catalogKey, 0);
     this.rebuild();
     return true;
   }
@@ -327,17 +331,17 @@ export class CatalogStore extends EventEmitter {
   /** Stops the pending re-listings. */
   close(): void {
     this.closed = true;
-    for (const cluster of [...this.relistings.keys()]) this.stopRelisting(cluster);
+    for (const key of [...this.relistings.keys()]) this.stopRelisting(key);
   }
 
   private rebuild(): void {
     const findings = new Map<string, ToolFinding[]>();
-    const services = this.servicesByCluster;
+    const services = this.servicesByKey;
     const routes = this.ir.routes.map((route): RouteCatalogMessage => {
       const backends = [...route.backends]
         .sort((a, b) => compareBackendNames(a.name, b.name))
         .map((backend) => {
-          const catalog = this.byCluster.get(backend.clusterName);
+          const catalog = this.byKey.get(backend.catalogKey);
           const denials = (catalog?.tools ?? []).map((tool) => policyDenial(backend.policy, tool));
           return { backend, catalog, denials };
         });
@@ -354,16 +358,17 @@ export class CatalogStore extends EventEmitter {
         route_key: route.key,
         backends: backends.map(({ backend, catalog, denials }) => ({
           name: backend.name,
+          tool_service: backend.catalogKey,
           cluster: backend.clusterName,
           tools_json: (catalog?.tools ?? []).map((tool) => JSON.stringify(tool)),
           state: stateOf(catalog),
           last_success_at: catalog?.lastSuccessAt?.toISOString() ?? '',
           last_error: catalog?.lastError ?? '',
           failing_since: catalog?.failingSince?.toISOString() ?? '',
-          url: services.get(backend.clusterName)?.url ?? '',
-          fallback_text: services.get(backend.clusterName)?.fallbackText ?? '',
-          tls_ca_file: services.get(backend.clusterName)?.endpoint.tls?.caFile ?? '',
-          tls_sni: services.get(backend.clusterName)?.endpoint.tls?.sni ?? '',
+          url: services.get(backend.catalogKey)?.url ?? '',
+          fallback_text: services.get(backend.catalogKey)?.fallbackText ?? '',
+          tls_ca_file: services.get(backend.catalogKey)?.endpoint.tls?.caFile ?? '',
+          tls_sni: services.get(backend.catalogKey)?.endpoint.tls?.sni ?? '',
           denied_tools: denials.flatMap((rule, index) => (rule === undefined ? [] : [{ tool: catalog!.tools[index].name, rule }])),
           protocol_version: catalog?.protocolVersion ?? '',
           sessionful: catalog?.sessionful ?? true,

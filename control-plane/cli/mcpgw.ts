@@ -184,7 +184,7 @@ subcommand('up', 'run the whole gateway on 127.0.0.1: Redis, two sample Tool Ser
   });
 
 subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog stream for sidecars, admin HTTP)')
-  .addOption(new Option('--registry <file>', 'a static registry file (ADR-0041 F1); or --portal').conflicts('portal'))
+  .addOption(new Option('--registry <file>', 'a static registry file (phase F1, docs/adr/0000-federation-decisions.md §10); or --portal').conflicts('portal'))
   .addOption(new Option('--portal <url>', 'the Portal base URL, e.g. http://portal:8080').argParser(parsedBy(url('the Portal base URL, e.g. http://portal:8080'))))
   .addOption(new Option('--portal-token <token>', 'bearer token for the Portal').env('MCPGW_PORTAL_TOKEN'))
   .addOption(new Option('--redis <url>', 'Redis for last-good state, redis://HOST:PORT').argParser(parsedBy(url('a redis:// URL'))))
@@ -230,7 +230,11 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
   )
   .addOption(new Option('--tool-name-policy <policy>', 'for names outside ^[a-zA-Z0-9_-]{1,64}$ (docs/tools-list.md)').choices(TOOL_NAME_POLICIES).default(CATALOG_DEFAULTS.toolNamePolicy))
   .addOption(positiveIntOption('--max-tools-per-route <n>', 'tools a route serves at most', CATALOG_DEFAULTS.maxToolsPerRoute))
-  .addOption(positiveIntOption('--tools-list-page-size <n>', 'tools per tools/list answer', CATALOG_DEFAULTS.toolsListPageSize))
+  .addOption(
+    new Option('--tools-list-page-size <n>', 'tools per tools/list answer, the rest through nextCursor; 0: every tool in one answer')
+      .argParser(parsedBy(z.coerce.number({ message: 'must be a whole number, 0 or more' }).int('must be a whole number, 0 or more').min(0, 'must be a whole number, 0 or more')))
+      .default(CATALOG_DEFAULTS.toolsListPageSize),
+  )
   .addOption(positiveIntOption('--tool-list-max-bytes <bytes>', "one Tool Service's tools/list over all pages; past it the backend is degraded, its last good copy served", TOOL_LIST_DEFAULTS.maxBytes))
   .addOption(positiveIntOption('--tool-list-max-tools <n>', "tools in one Tool Service's tools/list; past it the backend is degraded, its last good copy served", TOOL_LIST_DEFAULTS.maxTools))
   .addOption(positiveIntOption('--catalog-retry-min-ms <ms>', 'first wait before a failing Tool Service is listed again (doubling)', RELIST_DEFAULTS.retryMinMs))

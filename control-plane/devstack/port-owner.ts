@@ -1,4 +1,5 @@
 import * as fs from 'node:fs';
+import * as path from 'node:path';
 import { listenOn } from './processes';
 
 const LISTEN_STATE = '0A';
@@ -35,12 +36,22 @@ function holdsAny(pid: string | number, sockets: Set<string>): boolean {
   });
 }
 
+/**
+ * The name a process was started by: its argv[0]'s file name, up to the first space (servers such as
+ * redis-server append their address to their title). Not /proc/<pid>/comm: that is the main thread's
+ * name, which Node 24 sets to "MainThread".
+ */
+function processName(pid: string): string {
+  const argv0 = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')[0] ?? '';
+  return path.basename(argv0).split(' ')[0] || fs.readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+}
+
 /** "pid 1234 (python3)" for the process listening on a TCP port, when this user may see it (Linux). */
 export function portOwner(port: number): string | undefined {
   const sockets = listeningSocketInodes(port);
   if (!sockets?.size) return undefined;
   const pid = fs.readdirSync('/proc').find((entry) => /^\d+$/.test(entry) && holdsAny(entry, sockets));
-  return pid && `pid ${pid} (${fs.readFileSync(`/proc/${pid}/comm`, 'utf8').trim()})`;
+  return pid && `pid ${pid} (${processName(pid)})`;
 }
 
 /**

@@ -34,11 +34,13 @@ export interface StackOptions {
   ports?: Partial<StackPorts>;
   samples?: { service: string; port: number }[];
   catalogRefreshMs?: number;
+  /** The control plane's --tools-list-page-size; its default (every tool in one answer) when absent. */
+  toolsListPageSize?: number;
   /** How Envoy talks ADS; state of the world by default. */
   xdsApiType?: XdsApiType;
   /**
    * 'portal' (default): a dev Portal serves registryFile and the control plane uses the Portal client,
-   * as in production. 'file': the control plane reads registryFile itself (ADR-0041 F1).
+   * as in production. 'file': the control plane reads registryFile itself (phase F1, docs/adr/0000-federation-decisions.md §10).
    */
   registrySource?: 'portal' | 'file';
   registryRefreshMs?: number;
@@ -307,6 +309,7 @@ export class GatewayStack {
         '--listener', `${HOST}:${this.ports.listener}`,
         '--sidecar', `${HOST}:${this.ports.sidecar}`,
         ...(this.options.catalogRefreshMs ? ['--catalog-refresh-ms', String(this.options.catalogRefreshMs)] : []),
+        ...(this.options.toolsListPageSize !== undefined ? ['--tools-list-page-size', String(this.options.toolsListPageSize)] : []),
         ...(this.options.registryRefreshMs ? ['--registry-refresh-ms', String(this.options.registryRefreshMs)] : []),
         ...(this.options.controlPlaneArgs ?? []),
         ...this.logLevelArgs,

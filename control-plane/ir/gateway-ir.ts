@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { Registry, ToolPolicy, ToolService } from '../registry/model';
 
 /**
@@ -30,6 +31,12 @@ export const SYSTEM_CA_BUNDLE = '/etc/ssl/certs/ca-certificates.crt';
 
 export interface ToolServiceIR {
   id: string;
+  /** Its catalog's key (`tool_service.<id>`): its own tools, fetched once for every route that maps it. */
+  catalogKey: string;
+  /**
+   * The Envoy cluster its calls go to, shared by every Tool Service with the same upstream (endpoint,
+   * TLS, connection settings): thousands of ids on a handful of backends make a handful of clusters.
+   */
   clusterName: string;
   /** The MCP endpoint as registered; the catalog calls it directly. */
   url: string;
@@ -45,6 +52,7 @@ export interface ToolServiceIR {
 export interface RouteBackendIR {
   /** snake_case prefix of this backend's tools inside the route. */
   name: string;
+  catalogKey: string;
   clusterName: string;
   /** Which of the Tool Service's tools this route serves; all when absent. */
   policy?: ToolPolicy;
@@ -60,11 +68,25 @@ export interface RouteIR {
 export interface GatewayIR {
   routes: RouteIR[];
   toolServices: ToolServiceIR[];
+  /** One Tool Service per distinct Envoy cluster, whose upstream settings make it. */
+  clusters: ToolServiceIR[];
 }
 
-/** Cluster names come from the stable Tool Service id, never from a position in a list. */
-export function clusterNameFor(toolServiceId: string): string {
-  return `tool_service.${toolServiceId}`;
+/** Catalog keys come from the stable Tool Service id, never from a position in a list. */
+const CATALOG_KEY_PREFIX = 'tool_service.';
+export const catalogKeyFor = (toolServiceId: string) => `${CATALOG_KEY_PREFIX}${toolServiceId}`;
+/** The Tool Service id a catalog key was made from: what operators know it by, and the metrics' tool_service label. */
+export const toolServiceIdOf = (catalogKey: string) => catalogKey.slice(CATALOG_KEY_PREFIX.length);
+
+/**
+ * A cluster is named after what it connects to, so the same upstream is one cluster whatever ids and
+ * routes use it, and a change of any of its settings is another cluster. No dots: Envoy's stat tag
+ * extraction would split the name (the name is the `envoy_cluster_name` label as it is).
+ */
+function clusterNameOf(endpoint: UpstreamEndpoint, connectTimeoutMs: number, healthCheckPath: string | undefined): string {
+  const identity = JSON.stringify([endpoint.host, endpoint.port, endpoint.tls ?? null, connectTimeoutMs, healthCheckPath ?? null]);
+  const hash = createHash('sha256').update(identity).digest('hex').slice(0, 8);
+  return `backend_${endpoint.host.replace(/[^A-Za-z0-9]+/g, '_')}_${endpoint.port}_${hash}`;
 }
 
 function toolServiceIR(service: ToolService): ToolServiceIR {
@@ -72,17 +94,20 @@ function toolServiceIR(service: ToolService): ToolServiceIR {
   const tls = parsed.protocol === 'https:';
   const host = parsed.hostname.replace(/^\[(.*)\]$/, '$1');
   const { tls: tlsSettings, healthCheckPath, catalogBearerTokenFile, ...timeouts } = service.transport ?? {};
+  const endpoint: UpstreamEndpoint = {
+    host,
+    port: parsed.port ? Number(parsed.port) : tls ? 443 : 80,
+    path: parsed.pathname || '/',
+    ...(tls && { tls: { sni: tlsSettings?.sni ?? host, caFile: tlsSettings?.caFile ?? SYSTEM_CA_BUNDLE } }),
+  };
+  const effectiveTimeouts = { ...TRANSPORT_DEFAULTS, ...timeouts };
   return {
     id: service.id,
-    clusterName: clusterNameFor(service.id),
+    catalogKey: catalogKeyFor(service.id),
+    clusterName: clusterNameOf(endpoint, effectiveTimeouts.connectTimeoutMs, healthCheckPath),
     url: service.url,
-    endpoint: {
-      host,
-      port: parsed.port ? Number(parsed.port) : tls ? 443 : 80,
-      path: parsed.pathname || '/',
-      ...(tls && { tls: { sni: tlsSettings?.sni ?? host, caFile: tlsSettings?.caFile ?? SYSTEM_CA_BUNDLE } }),
-    },
-    timeouts: { ...TRANSPORT_DEFAULTS, ...timeouts },
+    endpoint,
+    timeouts: effectiveTimeouts,
     ...(healthCheckPath && { healthCheckPath }),
     ...(catalogBearerTokenFile && { catalogBearerTokenFile }),
     ...(service.fallback && { fallbackText: service.fallback.text }),
@@ -99,13 +124,18 @@ export function buildGatewayIR(registry: Registry): GatewayIR {
     path: `/mcp/${route.key}`,
     backends: route.toolServices
       .map((service) => {
-        toolServices.set(service.id, toolServiceIR(service));
-        return { name: service.name, clusterName: clusterNameFor(service.id), ...(service.policy && { policy: service.policy }) };
+        const ir = toolServiceIR(service);
+        toolServices.set(service.id, ir);
+        return { name: service.name, catalogKey: ir.catalogKey, clusterName: ir.clusterName, ...(service.policy && { policy: service.policy }) };
       })
       .sort(byKey((backend) => backend.name)),
   }));
+  const sortedServices = [...toolServices.values()].sort(byKey((service) => service.catalogKey));
+  const clusters = new Map<string, ToolServiceIR>();
+  for (const service of sortedServices) if (!clusters.has(service.clusterName)) clusters.set(service.clusterName, service);
   return {
     routes: routes.sort(byKey((route) => route.key)),
-    toolServices: [...toolServices.values()].sort(byKey((service) => service.clusterName)),
+    toolServices: sortedServices,
+    clusters: [...clusters.values()].sort(byKey((service) => service.clusterName)),
   };
 }

@@ -66,7 +66,7 @@ function fileChange(file: string, waitMs: number, signal: AbortSignal): Promise<
   });
 }
 
-/** The static YAML registry (ADR-0041 phase F1), re-read whenever the file changes. */
+/** The static YAML registry (phase F1, docs/adr/0000-federation-decisions.md §10), re-read whenever the file changes. */
 export class FileRegistrySource implements RegistrySource {
   readonly description: string;
 

@@ -22,7 +22,7 @@ export interface RegistryStatus {
   /** The last failure, of either kind: the source unreachable or erring, or its document refused. */
   lastError?: { message: string; at: string };
   /**
-   * Set while the source's current document is refused as a whole (ADR-0013: the last good registry
+   * Set while the source's current document is refused as a whole (docs/adr/0000-portal-registry-decisions.md §6: the last good registry
    * keeps serving); cleared once a document is applied. `since`: the first refusal in a row.
    */
   rejectedDocument?: { reason: DocumentRejectionReason; message: string; revision?: string; at: string; since: string };

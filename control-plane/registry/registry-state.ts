@@ -12,7 +12,7 @@ export interface RegistryMerge {
 }
 
 /**
- * Folds a validated document into the routes served so far, route by route (ADR-0013):
+ * Folds a validated document into the routes served so far, route by route (docs/adr/0000-portal-registry-decisions.md §4, §5):
  * - a valid route replaces its previous state;
  * - an invalid route keeps its previous good state;
  * - a route leaves only when the document no longer declares it (knownRoutes).

@@ -31,7 +31,7 @@ export type DocumentRejectionReason = (typeof DOCUMENT_REJECTION_REASONS)[number
 
 /**
  * A document that is not a registry at all. It declares no routes, so it cannot say that any route
- * left: the gateway keeps the last good registry and reports the document (ADR-0013).
+ * left: the gateway keeps the last good registry and reports the document (docs/adr/0000-portal-registry-decisions.md §6).
  */
 export class RegistryDocumentError extends Error {
   constructor(

@@ -22,7 +22,7 @@ export interface RegistryValidation {
   registry: Registry;
   problems: RegistryProblem[];
   /**
-   * Every route key the document declares, valid or not (ADR-0013 knownRoutes): a route leaves the
+   * Every route key the document declares, valid or not (knownRoutes, docs/adr/0000-portal-registry-decisions.md §5): a route leaves the
    * gateway only when it is no longer declared, never because it failed validation this time.
    */
   knownRoutes: string[];
@@ -169,4 +169,17 @@ export function validateRegistry(document: unknown): RegistryValidation {
 export function describeProblem(problem: RegistryProblem): string {
   const where = problem.route ? `route "${problem.route}", ${problem.field}` : problem.field;
   return `${where}: ${problem.message}`;
+}
+
+/**
+ * How many route entries the problems reject: a route with several problems counts once; one whose key
+ * could not be read counts by its place in the document.
+ */
+export function rejectedRouteCount(problems: RegistryProblem[]): number {
+  const routes = problems.flatMap((problem) => {
+    if (problem.route !== undefined) return [`key ${problem.route}`];
+    const [list, index] = problem.path;
+    return list === 'routes' && typeof index === 'number' ? [`entry ${index}`] : [];
+  });
+  return new Set(routes).size;
 }

@@ -9,8 +9,9 @@ export interface RedisTimeouts {
 }
 
 /**
- * Defaults: a session request must fail inside Envoy's 2 s ext_proc message timeout, with an answer
- * naming Redis, rather than be cut by Envoy as "sidecar unavailable"; a healthy Redis on the same
+ * Defaults: a session request must fail well inside Envoy's limits for the sidecar (the session
+ * check's 6 s, the gateway lane's 30 s), with an answer naming Redis, rather than be cut by Envoy as
+ * "sidecar unavailable"; a healthy Redis on the same
  * network answers in well under a millisecond, so 500 ms is only ever reached by a Redis in trouble.
  */
 export const REDIS_TIMEOUT_DEFAULTS: RedisTimeouts = { connectTimeoutMs: 2000, commandTimeoutMs: 500 };
@@ -29,4 +30,13 @@ export function createRedisClient(url: string, timeouts: RedisTimeouts, options:
   });
   redis.on('error', () => undefined); // each call reports its own failure, not every reconnect attempt
   return redis;
+}
+
+/** Whether Redis answers a PING now; with the client's command timeout, a hung Redis is a no within that time. */
+export async function redisAnswers(redis: Redis): Promise<boolean> {
+  try {
+    return (await redis.ping()) === 'PONG';
+  } catch {
+    return false;
+  }
 }

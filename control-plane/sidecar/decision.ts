@@ -41,7 +41,12 @@ const JSON_HEADERS = { 'content-type': 'application/json' };
 export type Respond = Extract<Decision, { kind: 'respond' }>;
 
 export function respondJson(status: number, payload: unknown, reason: string, headers: Record<string, string> = {}): Respond {
-  return { kind: 'respond', status, headers: { ...JSON_HEADERS, ...headers }, body: JSON.stringify(payload), reason };
+  return respondBody(status, JSON.stringify(payload), reason, headers);
+}
+
+/** A JSON answer already serialized. */
+export function respondBody(status: number, body: string, reason: string, headers: Record<string, string> = {}): Respond {
+  return { kind: 'respond', status, headers: { ...JSON_HEADERS, ...headers }, body, reason };
 }
 
 export function respondError(status: number, id: JsonRpcId, code: number, message: string, reason: string, headers?: Record<string, string>) {

@@ -10,6 +10,7 @@ import {
   RequestMetadata,
   SESSION_HEADER,
   clientHeadersOf,
+  respondBody,
   respondError,
   respondJson,
   sessionNotFound,
@@ -19,7 +20,7 @@ import { MODERN_META, MODERN_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSIONS, modernR
 import { RouteCatalogView } from './route-catalog';
 import { ClientFieldsTooLargeError, GatewaySession } from './sessions/session-store';
 import { answerResumedCall, answerUnplacedCall } from './tool-call';
-import { answerToolsList } from './tools-list';
+import { answerToolsList, toolsListBody } from './tools-list';
 
 /** The sidecar's decisions on requests: answered here, or sent on to exactly one backend (tool-call.ts). */
 
@@ -198,7 +199,7 @@ async function decideOnMessage(message: JsonRpcMessage, head: RequestHead, view:
     case 'tools/list': {
       const answer = answerToolsList(view, message.params);
       return answer.ok
-        ? respondJson(200, jsonRpcResult(id, answer.result), 'tools_list')
+        ? respondBody(200, toolsListBody(id, answer.result), 'tools_list')
         : respondError(200, id, JSON_RPC.INVALID_PARAMS, answer.message, 'invalid_cursor');
     }
     case 'tools/call':
@@ -254,8 +255,7 @@ function decideModern(message: JsonRpcMessage, head: RequestHead, view: RouteCat
     case 'tools/list': {
       const answer = answerToolsList(view, message.params);
       if (!answer.ok) return respondError(200, id, JSON_RPC.INVALID_PARAMS, answer.message, 'invalid_cursor');
-      const result = { resultType: 'complete', ...answer.result, ttlMs: TOOLS_LIST_TTL_MS, cacheScope: 'public', _meta: { ...answer.result._meta, ...serverInfo } };
-      return respondJson(200, jsonRpcResult(id, result), 'tools_list');
+      return respondBody(200, toolsListBody(id, answer.result, { resultType: 'complete', ttlMs: TOOLS_LIST_TTL_MS, cacheScope: 'public' }, serverInfo), 'tools_list');
     }
     case 'tools/call':
       return answerUnplacedCall(message.params, id, view);

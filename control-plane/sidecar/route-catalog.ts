@@ -4,7 +4,8 @@ import { BackendTls } from '../shared/backend-fetch';
 
 export interface BackendView {
   name: string;
-  cluster: string;
+  /** The Tool Service behind this backend (`tool_service.<id>`). */
+  toolService: string;
   state: BackendState;
   /** Unprefixed names of the backend's tools this route serves. */
   toolNames: Set<string>;
@@ -28,6 +29,8 @@ export interface BackendView {
 export interface ExposedToolView {
   /** The tool as agents see it: the backend's Tool object under its exposed name. */
   tool: Tool;
+  /** The same, serialized once per catalog version: a tools/list answer is these joined, never re-serialized. */
+  json: string;
   backend: BackendView;
   /** The backend's own name for the tool: what tools/call sends on. */
   toolName: string;
@@ -58,7 +61,7 @@ export function buildRouteViews(snapshot: CatalogSnapshotMessage): Map<string, R
       declared.set(backend.name, backend.tools_json);
       backends.set(backend.name, {
         name: backend.name,
-        cluster: backend.cluster,
+        toolService: backend.tool_service,
         state: backend.state,
         toolNames: new Set(),
         lastSuccessAt: backend.last_success_at,
@@ -79,7 +82,8 @@ export function buildRouteViews(snapshot: CatalogSnapshotMessage): Map<string, R
       // The control plane sends consistent catalogs; an entry pointing nowhere is skipped, never served half-made.
       if (!backend || json === undefined) continue;
       const own = JSON.parse(json) as Tool;
-      const view = { tool: { ...own, name: exposed.name }, backend, toolName: own.name, toolIndex: exposed.tool_index, position: tools.length };
+      const tool = { ...own, name: exposed.name };
+      const view = { tool, json: JSON.stringify(tool), backend, toolName: own.name, toolIndex: exposed.tool_index, position: tools.length };
       backend.toolNames.add(own.name);
       tools.push(view);
       toolsByName.set(exposed.name, view);

@@ -1,10 +1,10 @@
 import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import { CHECK_HEADERS } from '../xds/translate/settings';
+import { CHECK_HEADERS, CHECK_STATUS } from '../xds/translate/settings';
 import { failedOutcome } from './call-response';
 import { GATEWAY_SERVER_INFO, GatewayContext, RequestHead, SESSION_HEADER, clientHeadersOf, sessionNotFound } from './decision';
 import { JSON_RPC, JsonRpcId, jsonRpcError } from './json-rpc';
-import { BACKEND_UNAVAILABLE_CODE, SESSION_CHECK_JSON_RPC_ERROR_STATUS } from '../xds/translate/local-replies';
+import { BACKEND_UNAVAILABLE_CODE } from '../xds/translate/local-replies';
 import { MODERN_PROTOCOL_VERSION } from './modern-era';
 import { BackendView } from './route-catalog';
 import { claimOpenedBackendSession } from './sessions/backend-session-claim';
@@ -17,15 +17,6 @@ import { GatewaySession } from './sessions/session-store';
  * opening the backend's own session on first use, and never holds the call itself.
  */
 
-/** Envoy's answer statuses (ext_authz): 200 lets the call go; anything else is the client's answer. */
-export const CHECK_STATUS = {
-  ALLOW: 200,
-  /**
-   * A JSON-RPC error for the client, which Envoy's local-reply mapper sends with status 200 (MCP
-   * clients read JSON-RPC errors only from 2xx answers; 200 itself would mean "allowed" here).
-   */
-  JSON_RPC_ERROR: SESSION_CHECK_JSON_RPC_ERROR_STATUS,
-} as const;
 
 export interface CheckAnswer {
   status: number;
@@ -33,28 +24,50 @@ export interface CheckAnswer {
   body: string;
 }
 
-/** What Envoy tells the check: the call script's verdict (from its metadata) and the client's own headers. */
-const checkRequestSchema = z.object({
-  [CHECK_HEADERS.route]: z.string().min(1),
-  [CHECK_HEADERS.backend]: z.string().min(1),
-  [CHECK_HEADERS.tool]: z.string(),
-  [CHECK_HEADERS.rpcId]: z.string().transform((json, ctx): JsonRpcId => {
-    try {
-      const id = JSON.parse(json) as unknown;
-      if (typeof id === 'string' || typeof id === 'number' || id === null) return id;
-    } catch {
-      // reported below
-    }
-    ctx.addIssue({ code: 'custom', message: 'not a JSON-RPC id' });
-    return z.NEVER;
-  }),
-  [CHECK_HEADERS.deadline]: z.coerce.number().int().positive().optional(),
-});
+/**
+ * What Envoy tells the check (the call script's verdict, from its metadata): read by hand rather than
+ * through a schema, since this runs on every call in a session.
+ */
+interface CheckRequest {
+  route: string;
+  backend: string;
+  tool: string;
+  rpcId: JsonRpcId;
+  /** By when the check must have answered (ms), before Envoy gives up on it. */
+  deadlineMs?: number;
+}
+
+function checkRequestOf(head: RequestHead): CheckRequest | string {
+  const route = head.headers.get(CHECK_HEADERS.route);
+  const backend = head.headers.get(CHECK_HEADERS.backend);
+  const tool = head.headers.get(CHECK_HEADERS.tool) ?? '';
+  const rpcIdJson = head.headers.get(CHECK_HEADERS.rpcId);
+  const missing = [!route && CHECK_HEADERS.route, !backend && CHECK_HEADERS.backend, rpcIdJson === undefined && CHECK_HEADERS.rpcId].filter(Boolean);
+  if (missing.length > 0) return `${missing.join(', ')} missing`;
+  let rpcId: unknown;
+  try {
+    rpcId = JSON.parse(rpcIdJson!);
+  } catch {
+    rpcId = undefined;
+  }
+  if (typeof rpcId !== 'string' && typeof rpcId !== 'number' && rpcId !== null) return `${CHECK_HEADERS.rpcId} is not a JSON-RPC id`;
+  const deadline = head.headers.get(CHECK_HEADERS.deadline);
+  const deadlineMs = deadline === undefined ? undefined : Number(deadline);
+  if (deadlineMs !== undefined && !(Number.isInteger(deadlineMs) && deadlineMs > 0)) return `${CHECK_HEADERS.deadline} is not a number of ms`;
+  return { route: route!, backend: backend!, tool, rpcId, deadlineMs };
+}
 
 const ALLOW_UNCHANGED: CheckAnswer = { status: CHECK_STATUS.ALLOW, headers: {}, body: '' };
 
-/** The call goes without the client's gateway session id, which means nothing to a backend. */
-const ALLOW_WITHOUT_SESSION: CheckAnswer = { status: CHECK_STATUS.ALLOW, headers: { 'x-envoy-auth-headers-to-remove': SESSION_HEADER }, body: '' };
+/**
+ * The call goes without the client's gateway session id, which means nothing to a backend. The
+ * gateway session is named, so that the call script remembers this answer for the session's next calls.
+ */
+const allowWithoutSession = (gatewaySessionId: string): CheckAnswer => ({
+  status: CHECK_STATUS.ALLOW,
+  headers: { 'x-envoy-auth-headers-to-remove': SESSION_HEADER, [CHECK_HEADERS.gatewaySession]: gatewaySessionId },
+  body: '',
+});
 
 function allowInBackendSession(backendSessionId: string, gatewaySessionId: string): CheckAnswer {
   return {
@@ -78,7 +91,7 @@ export class StatelessCallSessions {
   constructor(private readonly context: Pick<GatewayContext, 'backendSessions'>) {}
 
   get(backend: BackendView, clientHeaders: Record<string, string>): Promise<string> {
-    const key = `${backend.cluster} ${backend.url}`;
+    const key = `${backend.toolService} ${backend.url}`;
     let session = this.byBackend.get(key);
     if (!session) {
       session = this.context.backendSessions.open(backend, { protocolVersion: LATEST_PROTOCOL_VERSION, clientInfo: GATEWAY_SERVER_INFO, clientCapabilities: {} }, clientHeaders);
@@ -90,7 +103,7 @@ export class StatelessCallSessions {
 
   /** The backend no longer knows this session: the next call opens another. */
   async lost(backend: BackendView, backendSessionId: string): Promise<void> {
-    const key = `${backend.cluster} ${backend.url}`;
+    const key = `${backend.toolService} ${backend.url}`;
     const current = this.byBackend.get(key);
     if (current && (await current.catch(() => undefined)) === backendSessionId) this.byBackend.delete(key);
   }
@@ -109,24 +122,16 @@ async function backendSessionFor(session: GatewaySession, backend: BackendView, 
   return claim.kind === 'claimed' ? claim.backendSessionId : undefined;
 }
 
-type CheckRequest = z.output<typeof checkRequestSchema>;
-
 export async function checkCall(head: RequestHead, context: GatewayContext, statelessSessions: StatelessCallSessions): Promise<CheckAnswer> {
   const startedAt = performance.now();
-  const parsed = checkRequestSchema.safeParse(Object.fromEntries(head.headers));
-  if (!parsed.success) {
-    return answer(400, jsonRpcError(null, JSON_RPC.INVALID_REQUEST, `session check: ${parsed.error.issues.map((issue) => `${String(issue.path[0])} ${issue.message}`).join('; ')}`));
-  }
-  const request = parsed.data;
-  const id = request[CHECK_HEADERS.rpcId];
-  const backendName = request[CHECK_HEADERS.backend];
-  const tool = request[CHECK_HEADERS.tool];
-  const backend = context.lookup(request[CHECK_HEADERS.route])?.backends.get(backendName);
+  const request = checkRequestOf(head);
+  if (typeof request === 'string') return answer(400, jsonRpcError(null, JSON_RPC.INVALID_REQUEST, `session check: ${request}`));
+  const { rpcId: id, backend: backendName, tool, route, deadlineMs } = request;
+  const backend = context.lookup(route)?.backends.get(backendName);
   if (!backend) {
     // Envoy was told of this backend before this sidecar's catalog was: a moment, at most.
     return answer(CHECK_STATUS.JSON_RPC_ERROR, jsonRpcError(id, JSON_RPC.INTERNAL_ERROR, `backend "${backendName}" is being added to the gateway: call again`));
   }
-  const deadlineMs = request[CHECK_HEADERS.deadline];
   const decided = decideCall(head, request, backend, context, statelessSessions, startedAt);
   if (deadlineMs === undefined) return decided;
   // Envoy gives up on the check at its timeout: answered before it, a backend too slow to open its
@@ -149,14 +154,12 @@ export async function checkCall(head: RequestHead, context: GatewayContext, stat
 
 async function decideCall(
   head: RequestHead,
-  request: CheckRequest,
+  { rpcId: id, tool, route }: CheckRequest,
   backend: BackendView,
   context: GatewayContext,
   statelessSessions: StatelessCallSessions,
   startedAt: number,
 ): Promise<CheckAnswer> {
-  const id = request[CHECK_HEADERS.rpcId];
-  const tool = request[CHECK_HEADERS.tool];
   const statelessBackend = backend.protocolVersion === MODERN_PROTOCOL_VERSION;
   const sessionId = head.headers.get(SESSION_HEADER);
   try {
@@ -171,11 +174,11 @@ async function decideCall(
       const { status, headers, body } = sessionNotFound(id);
       return { status, headers, body };
     };
-    if (!session || session.route !== request[CHECK_HEADERS.route]) return notFound();
-    if (statelessBackend) return ALLOW_WITHOUT_SESSION;
+    if (!session || session.route !== route) return notFound();
+    if (statelessBackend) return allowWithoutSession(session.id);
     const backendSessionId = await backendSessionFor(session, backend, head, context);
     if (backendSessionId === undefined) return notFound();
-    return backendSessionId ? allowInBackendSession(backendSessionId, session.id) : ALLOW_WITHOUT_SESSION;
+    return backendSessionId ? allowInBackendSession(backendSessionId, session.id) : allowWithoutSession(session.id);
   } catch (error) {
     const reason = (error as Error).message;
     if (/session store/.test(reason)) {

@@ -5,12 +5,14 @@ import { Logger } from '../shared/log';
 import { CatalogSubscriber } from './catalog-subscriber';
 import { GatewayContext } from './decision';
 import { GatewayServer } from './gateway-server';
-import { RedisTimeouts } from '../shared/redis-client';
+import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient } from '../shared/redis-client';
 import { ListChangedStreams, servedNames } from './list-changed-streams';
 import { RouteCatalogView, buildRouteViews } from './route-catalog';
 import { closeBackendSession, openBackendSession, postToBackendSession } from './sessions/backend-sessions';
+import { CachedSessionStore, SESSION_CACHE_DEFAULTS, redisSessionEndings } from './sessions/session-cache';
 import { MemorySessionStore, RedisSessionStore, SessionLimits, SessionStore } from './sessions/session-store';
 import { SidecarMetrics, startSidecarAdmin } from './sidecar-metrics';
+import { redisUpGauge } from '../shared/state-gauge';
 
 export interface SidecarOptions {
   /** host:port of the sidecar's HTTP port behind Envoy: the gateway lane and the call lane's session check. */
@@ -63,6 +65,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     log,
   );
 
+  const metrics = new SidecarMetrics();
   let sessions: SessionStore;
   if (options.redis) {
     const redisSessions = new RedisSessionStore({
@@ -76,7 +79,15 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     if (!(await redisSessions.connected(REDIS_CONNECT_WAIT_MS))) {
       log.warn('Redis is not reachable yet: requests that need a session fail until it is', { redis: options.redis.url });
     }
-    sessions = redisSessions;
+    const timeouts = { ...REDIS_TIMEOUT_DEFAULTS, ...options.redis.timeouts };
+    const endings = redisSessionEndings(
+      createRedisClient(options.redis.url, timeouts),
+      createRedisClient(options.redis.url, timeouts),
+      `${options.redis.prefix}session-ended`,
+      log,
+    );
+    sessions = new CachedSessionStore(redisSessions, endings, SESSION_CACHE_DEFAULTS, log);
+    redisUpGauge(metrics.registry, () => redisSessions.answers(), 'the session store');
   } else {
     sessions = new MemorySessionStore(options.sessionIdleTtlSeconds, options.sessionLimits);
     log.warn('no --redis: sessions live in this process only (lost on restart, not shared with other replicas)');
@@ -92,7 +103,6 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     log,
   };
 
-  const metrics = new SidecarMetrics();
   const admin = options.adminAddress ? await startSidecarAdmin(options.adminAddress, metrics, () => version) : undefined;
   const gateway = new GatewayServer(context, streams, { maxRequestBodyBytes: options.maxRequestBodyBytes }, metrics);
   const server: http.Server = await listenAt(gateway.handle, options.address);

@@ -1,7 +1,7 @@
-import { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import { compareBackendNames } from '../catalog/tool-exposure';
-import { RouteCatalogView } from './route-catalog';
+import { JsonRpcId } from './json-rpc';
+import { ExposedToolView, RouteCatalogView } from './route-catalog';
 
 /**
  * The gateway's tools/list answer, from memory (schema: docs/tools-list.md). It is always a result:
@@ -30,8 +30,9 @@ export interface FederationMeta {
   warning?: string;
 }
 
+/** One page of a route's tools: the tools themselves come serialized with the catalog (ExposedToolView.json). */
 export interface ToolsListResult {
-  tools: Tool[];
+  page: ExposedToolView[];
   nextCursor?: string;
   _meta: { [FEDERATION_META_KEY]: FederationMeta };
 }
@@ -107,6 +108,17 @@ function federationMeta(view: RouteCatalogView): FederationMeta {
   return meta;
 }
 
+/**
+ * The JSON-RPC answer for a page, with `fields` before the tools and `meta` merged into `_meta`: the
+ * tools' own JSON is joined as it was serialized once per catalog version, so a route of thousands of
+ * tools costs a string join, not a serialization.
+ */
+export function toolsListBody(id: JsonRpcId, result: ToolsListResult, fields: Record<string, unknown> = {}, meta: Record<string, unknown> = {}): string {
+  const rest = { ...fields, ...(result.nextCursor !== undefined && { nextCursor: result.nextCursor }), _meta: { ...result._meta, ...meta } };
+  const tail = JSON.stringify(rest).slice(1);
+  return `{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"tools":[${result.page.map((exposed) => exposed.json).join(',')}],${tail}}`;
+}
+
 /** One page of the route's tools, or why the request's cursor is not one this gateway gave out for this route. */
 export function answerToolsList(view: RouteCatalogView, params: unknown): ToolsListAnswer {
   const parsed = paramsSchema.safeParse(params);
@@ -126,7 +138,7 @@ export function answerToolsList(view: RouteCatalogView, params: unknown): ToolsL
   return {
     ok: true,
     result: {
-      tools: page.map((exposed) => exposed.tool),
+      page,
       ...(more &&
         last && { nextCursor: encodeCursor({ route: view.key, after: last.tool.name, backend: last.backend.name, toolIndex: last.toolIndex }) }),
       _meta: { [FEDERATION_META_KEY]: federationMeta(view) },

@@ -2,13 +2,14 @@ import type Redis from 'ioredis';
 import { z } from 'zod';
 import { Route, routeSchema } from '../registry/model';
 import { Logger } from '../shared/log';
-import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient } from '../shared/redis-client';
+import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient, redisAnswers } from '../shared/redis-client';
 
 /** What a route's catalog looked like when it was saved: enough to serve tools/list at once. */
 const savedCatalogSchema = z.array(
   z.object({
     name: z.string(),
-    cluster: z.string(),
+    /** The Tool Service's catalog key (`tool_service.<id>`). */
+    tool_service: z.string(),
     tools_json: z.array(z.string()),
     last_success_at: z.string(),
     // Absent in copies saved before the gateway served backends of the stateless revision.
@@ -28,7 +29,7 @@ export interface SavedRoute {
 type PendingWrite = { mapping?: string; catalog?: string } | 'remove';
 
 /**
- * Redis keeps each route's last-good state for cold starts (ADR-0013): one hash per route, with the
+ * Redis keeps each route's last-good state for cold starts (docs/adr/0000-portal-registry-decisions.md §7): one hash per route, with the
  * route's mapping and its catalog as separate fields so their writers never race, plus a set of route
  * keys so a cold start with the Portal down still knows which routes to read. Redis is never on the
  * request path, and a Redis outage only costs the warm start:
@@ -59,6 +60,11 @@ export class LastGoodStore {
 
   private get indexKey(): string {
     return `${this.prefix}routes`;
+  }
+
+  /** Whether Redis answers now (mcpgw_redis_up). */
+  answers(): Promise<boolean> {
+    return redisAnswers(this.redis);
   }
 
   async connect(): Promise<void> {

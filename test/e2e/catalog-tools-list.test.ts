@@ -51,7 +51,8 @@ describe('catalog rules and tools/list answers (real Envoy, sidecar, control pla
         { key: 'wide', toolServices: [{ name: 'toolbox', url: toolbox.url }, { name: 'weather', url: backends.weather }] },
         { key: 'lonely', toolServices: [{ name: 'ghost', url: `http://127.0.0.1:${ghostPort}/mcp` }] },
       ],
-    })));
+      // Pages of 100 here, to test paging; the default is every tool in one answer.
+    }), { toolsListPageSize: 100 }));
     client = await connectClient(stack.gatewayUrl('wide'));
   });
 

@@ -3,7 +3,7 @@ import { waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { SampleBackends, callToolContent, controlPlaneStatus, listedTools, startGateway } from '../support/gateway-fixture';
 
-/** ADR-0013: a cold start with the Portal and a backend down serves the routes and tools Redis kept. */
+/** docs/adr/0000-portal-registry-decisions.md §7: a cold start with the Portal and a backend down serves the routes and tools Redis kept. */
 describe('cold start from Redis last-good (real Redis, Envoy, Portal client)', () => {
   let stack: GatewayStack;
   let backends: SampleBackends;

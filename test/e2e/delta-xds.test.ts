@@ -5,7 +5,7 @@ import { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { waitFor } from '../../control-plane/devstack/processes';
 import { TYPE_URL } from '../../control-plane/xds/translate/type-urls';
-import { connectClient, startGateway } from '../support/gateway-fixture';
+import { SampleBackends, clusterOf, connectClient, startGateway } from '../support/gateway-fixture';
 
 interface NodeStatus {
   acked: Record<string, string>;
@@ -16,10 +16,11 @@ interface NodeStatus {
 describe('delta xDS (real Envoy on DELTA_GRPC ADS)', () => {
   let stack: GatewayStack;
   let dir: string;
+  let backends: SampleBackends;
   let client: Client;
 
   beforeAll(async () => {
-    ({ stack, dir } = await startGateway(
+    ({ stack, dir, backends } = await startGateway(
       'delta-xds',
       (backends) => ({
         routes: [{ key: 'demo', toolServices: [{ name: 'weather', url: backends.weather }, { name: 'jobs', url: backends.jobs }] }],
@@ -53,7 +54,7 @@ describe('delta xDS (real Envoy on DELTA_GRPC ADS)', () => {
 
     const clusters = section('ClustersConfigDump') as { dynamic_active_clusters: { version_info: string; cluster: { name: string } }[] };
     const dynamicClusters = clusters.dynamic_active_clusters;
-    expect(dynamicClusters.map((entry) => entry.cluster.name).sort()).toEqual(['mcp_sidecar', 'mcp_sidecar_check', 'mcp_sidecar_streams', 'tool_service.jobs', 'tool_service.weather']);
+    expect(dynamicClusters.map((entry) => entry.cluster.name).sort()).toEqual(['mcp_sidecar', 'mcp_sidecar_check', 'mcp_sidecar_streams', clusterOf(backends.jobs), clusterOf(backends.weather)].sort());
     // State of the world would stamp every cluster with the one response version; delta versions each resource.
     expect(new Set(dynamicClusters.map((entry) => entry.version_info)).size).toBe(dynamicClusters.length);
   });

@@ -25,7 +25,7 @@ describe('Redis last-good store (real Redis)', () => {
   it('writes the newest mapping and catalog of a route, and removes it', async () => {
     store.saveMapping(route('a', 1));
     store.saveMapping(route('a', 2));
-    store.saveCatalog('a', [{ name: 'svc', cluster: 'tool_service.svc', tools_json: ['{"name":"t"}'], last_success_at: '2026-01-01T00:00:00.000Z' }]);
+    store.saveCatalog('a', [{ name: 'svc', tool_service: 'tool_service.svc', tools_json: ['{"name":"t"}'], last_success_at: '2026-01-01T00:00:00.000Z' }]);
     store.saveMapping(route('b', 3));
     await store.flush();
     const saved = await store.loadAll();

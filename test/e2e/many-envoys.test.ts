@@ -2,7 +2,7 @@ import { XdsApiType } from '../../control-plane/devstack/envoy';
 import { freePort, waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { TYPE_URL } from '../../control-plane/xds/translate/type-urls';
-import { SampleBackends, controlPlaneStatus, envoyDynamicClusters, envoyRouteNames, startGateway } from '../support/gateway-fixture';
+import { SampleBackends, clusterOf, controlPlaneStatus, envoyDynamicClusters, envoyRouteNames, startGateway } from '../support/gateway-fixture';
 
 /** One control plane configures every Envoy of the fleet, and each registry change reaches all of them. */
 describe.each<XdsApiType>(['GRPC', 'DELTA_GRPC'])('several Envoys on one control plane (ADS %s)', (xdsApiType) => {
@@ -27,7 +27,7 @@ describe.each<XdsApiType>(['GRPC', 'DELTA_GRPC'])('several Envoys on one control
     });
     expect(new Set(nodes.map((node) => node.node.id)).size).toBe(2);
     for (const adminUrl of [stack.envoyAdminUrl, secondAdminUrl]) {
-      expect(await envoyRouteNames(adminUrl)).toEqual(['demo/call/weather', 'demo/streams', 'demo/gateway', 'unknown_route', 'not_found']);
+      expect(await envoyRouteNames(adminUrl)).toEqual(['demo/call/weather', 'demo/streams', 'demo/end', 'demo/gateway', 'unknown_route', 'not_found']);
     }
   });
 
@@ -40,7 +40,7 @@ describe.each<XdsApiType>(['GRPC', 'DELTA_GRPC'])('several Envoys on one control
     });
     for (const adminUrl of [stack.envoyAdminUrl, secondAdminUrl]) {
       await waitFor(`${adminUrl} to get the new route and cluster`, async () =>
-        (await envoyRouteNames(adminUrl)).includes('jobs/call/jobs') && (await envoyDynamicClusters(stack, adminUrl)).includes('tool_service.jobs')
+        (await envoyRouteNames(adminUrl)).includes('jobs/call/jobs') && (await envoyDynamicClusters(stack, adminUrl)).includes(clusterOf(backends.jobs))
           ? true
           : undefined,
       );

@@ -6,7 +6,7 @@ import { GatewayStack } from '../../control-plane/devstack/stack';
 import { SampleBackends, callToolContent, controlPlaneStatus, listedTools, metricValue, startGateway } from '../support/gateway-fixture';
 
 /**
- * ADR-0013, "no failure ever empties the list": a registry document that is not a registry at all
+ * "No failure empties the list" (docs/adr/0000-portal-registry-decisions.md §6): a registry document that is not a registry at all
  * (empty, `{}`, `routes: null`, `routes` not a list, cut short) keeps the last good registry, whether
  * it comes from the static file or through the Portal contract. Real Envoy, sidecar, Redis, SDK peers.
  */

@@ -139,7 +139,7 @@ describe('claiming a backend session just opened (real Redis, real stateful MCP 
     expect(await store.connected(5000)).toBe(true);
     backendService = await CancellableToolService.start(['agent-token']);
     backend = {
-      name: 'cancellable', cluster: 'tool_service.cancellable', state: 'ok', toolNames: new Set(['wait', 'whoami']),
+      name: 'cancellable', toolService: 'tool_service.cancellable', state: 'ok', toolNames: new Set(['wait', 'whoami']),
       lastSuccessAt: '', lastError: '', failingSince: '', url: backendService.url, fallbackText: '', deniedTools: new Map(), protocolVersion: '2025-11-25',
     };
   });

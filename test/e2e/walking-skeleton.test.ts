@@ -1,7 +1,7 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { GatewayStack } from '../../control-plane/devstack/stack';
-import { connectClient, postJsonRpc, startGateway } from '../support/gateway-fixture';
+import { SampleBackends, clusterOf, connectClient, postJsonRpc, startGateway } from '../support/gateway-fixture';
 
 /**
  * The whole path on real parts: SDK client → Envoy 1.40 (call lane: mcp filter, call script, session
@@ -11,12 +11,13 @@ import { connectClient, postJsonRpc, startGateway } from '../support/gateway-fix
 describe('walking skeleton (real Envoy, sidecar, control plane, MCP SDK peers)', () => {
   let stack: GatewayStack;
   let client: Client;
+  let backends: SampleBackends;
 
   beforeAll(async () => {
-    ({ stack } = await startGateway('walking-skeleton', (backends) => ({
+    ({ stack, backends } = await startGateway('walking-skeleton', (b) => ({
       routes: [
-        { key: 'demo', toolServices: [{ name: 'weather', url: backends.weather }, { name: 'jobs', url: backends.jobs }] },
-        { key: 'solo', toolServices: [{ name: 'jobs', url: backends.jobs }] },
+        { key: 'demo', toolServices: [{ name: 'weather', url: b.weather }, { name: 'jobs', url: b.jobs }] },
+        { key: 'solo', toolServices: [{ name: 'jobs', url: b.jobs }] },
       ],
     })));
     client = await connectClient(stack.gatewayUrl('demo'));
@@ -120,9 +121,11 @@ describe('walking skeleton (real Envoy, sidecar, control plane, MCP SDK peers)',
       'demo/call/weather',
       'demo/call/jobs',
       'demo/streams',
+      'demo/end',
       'demo/gateway',
       'solo/call/jobs',
       'solo/streams',
+      'solo/end',
       'solo/gateway',
       'unknown_route',
       'not_found',
@@ -133,12 +136,8 @@ describe('walking skeleton (real Envoy, sidecar, control plane, MCP SDK peers)',
       dynamic_active_clusters: { cluster: { name: string } }[];
     };
     expect(clusters.static_clusters.map((entry) => entry.cluster.name)).toEqual(['xds_control_plane']);
-    expect(clusters.dynamic_active_clusters.map((entry) => entry.cluster.name).sort()).toEqual([
-      'mcp_sidecar',
-      'mcp_sidecar_check',
-      'mcp_sidecar_streams',
-      'tool_service.jobs',
-      'tool_service.weather',
-    ]);
+    expect(clusters.dynamic_active_clusters.map((entry) => entry.cluster.name).sort()).toEqual(
+      ['mcp_sidecar', 'mcp_sidecar_check', 'mcp_sidecar_streams', clusterOf(backends.jobs), clusterOf(backends.weather)].sort(),
+    );
   });
 });

@@ -4,6 +4,7 @@ import { stringify } from 'yaml';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { GatewayStack, StackOptions } from '../../control-plane/devstack/stack';
+import { buildGatewayIR } from '../../control-plane/ir/gateway-ir';
 import { freePorts } from '../../control-plane/devstack/processes';
 import { projectPath } from '../../control-plane/shared/paths';
 
@@ -74,13 +75,18 @@ export async function connectClient(url: string): Promise<Client> {
   return client;
 }
 
+/** The Envoy cluster a Tool Service at this URL goes to, with default transport settings (clusters are named after their upstream). */
+export function clusterOf(url: string): string {
+  return buildGatewayIR({ routes: [{ key: 'x', toolServices: [{ id: 'x', name: 'x', url }] }] }).clusters[0].clusterName;
+}
+
 export const MCP_POST_HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
 
 /** A raw JSON-RPC POST, for what an SDK client would never send. */
 export async function postJsonRpc(url: string, body: unknown, headers: Record<string, string> = MCP_POST_HEADERS) {
   const response = await fetch(url, { method: 'POST', headers, body: typeof body === 'string' ? body : JSON.stringify(body) });
   const text = await response.text();
-  return { status: response.status, contentType: response.headers.get('content-type'), text, json: () => JSON.parse(text) };
+  return { status: response.status, contentType: response.headers.get('content-type'), headers: response.headers, text, json: () => JSON.parse(text) };
 }
 
 /** Tool names a route lists, read through Envoy with a raw tools/list (no client session needed). */

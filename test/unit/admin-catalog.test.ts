@@ -2,6 +2,7 @@ import * as http from 'node:http';
 import { Registry as MetricsRegistry } from 'prom-client';
 import { AdminSources, createAdminApp } from '../../control-plane/admin/admin-server';
 import { listen } from '../../control-plane/shared/http-listen';
+import { CallHistory } from '../../control-plane/admin/call-history';
 import { CATALOG_DEFAULTS, CatalogSnapshotMessage } from '../../control-plane/catalog/catalog-store';
 import { ToolFinding } from '../../control-plane/catalog/tool-exposure';
 import { backendCatalog, catalogSnapshot } from './catalog-fixtures';
@@ -48,6 +49,8 @@ describe('control plane admin: catalog status and on-demand refresh', () => {
       },
       xdsResources: () => ({}),
       nodes: () => [],
+      rejectingNodes: () => 0,
+      callHistory: () => new CallHistory().view(),
       registry: () => ({ source: 'test', rejectedRoutes: [], origin: 'source' }),
       metrics: new MetricsRegistry(),
     };
@@ -63,15 +66,15 @@ describe('control plane admin: catalog status and on-demand refresh', () => {
     route: 'demo',
     exposed_tools: 2,
     backends: [
-      { name: 'jobs', cluster: 'tool_service.jobs', state: 'ok', tools: 1, exposed_tools: 1 },
-      { name: 'weather', cluster: 'tool_service.weather', state: 'stale', last_error: 'timed out', tools: 2, exposed_tools: 1 },
+      { name: 'jobs', tool_service: 'tool_service.jobs', cluster: 'backend_jobs', state: 'ok', tools: 1, exposed_tools: 1 },
+      { name: 'weather', tool_service: 'tool_service.weather', cluster: 'backend_weather', state: 'stale', last_error: 'timed out', tools: 2, exposed_tools: 1 },
     ],
     reported_tools: [finding],
   };
 
   it('shows per route the served and declared tool counts, the settings and every tool a rule reported', async () => {
     const status = (await (await fetch(`${base}/status`)).json()) as { catalog: CatalogStatus };
-    expect(status.catalog.settings).toEqual({ toolNameSeparator: '__', toolNamePolicy: 'drop', maxToolsPerRoute: 5000, toolsListPageSize: 100 });
+    expect(status.catalog.settings).toEqual({ toolNameSeparator: '__', toolNamePolicy: 'drop', maxToolsPerRoute: 5000, toolsListPageSize: 0 });
     expect(status.catalog.routes).toHaveLength(2);
     expect(status.catalog.routes[0]).toMatchObject(demoStatus);
   });

@@ -5,7 +5,8 @@ import { exposeRouteTools } from '../../control-plane/catalog/tool-exposure';
 export function backendCatalog(name: string, toolNames: string[], overrides: Partial<BackendCatalogMessage> = {}): BackendCatalogMessage {
   return {
     name,
-    cluster: `tool_service.${name}`,
+    tool_service: `tool_service.${name}`,
+    cluster: `backend_${name}`,
     tools_json: toolNames.map((tool) => JSON.stringify({ name: tool, inputSchema: { type: 'object' } })),
     state: 'ok',
     last_success_at: '2026-11-30T00:00:00.000Z',

@@ -15,7 +15,7 @@ import { DevPortal, startDevPortal } from '../../samples/dev-portal/dev-portal';
 const route = (key: string, name = 'svc', port = 9000) => ({ key, toolServices: [{ name, url: `http://127.0.0.1:${port}/mcp` }] });
 const serve = (routes: unknown[]) => mergeRegistry({ routes: [] }, validateRegistry({ routes })).registry;
 
-describe('mergeRegistry (ADR-0013 per-route isolation)', () => {
+describe('mergeRegistry (per-route isolation, docs/adr/0000-portal-registry-decisions.md §4)', () => {
   const current = serve([route('a'), route('b'), route('c')]);
 
   it('replaces valid routes, adds new ones and removes only undeclared ones', () => {

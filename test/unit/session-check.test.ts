@@ -1,7 +1,8 @@
 import { RequestHead } from '../../control-plane/sidecar/decision';
 import { decideOnBody } from '../../control-plane/sidecar/mcp-gateway';
 import { buildRouteViews } from '../../control-plane/sidecar/route-catalog';
-import { CHECK_STATUS, StatelessCallSessions, checkCall, forgetLostSession } from '../../control-plane/sidecar/session-check';
+import { StatelessCallSessions, checkCall, forgetLostSession } from '../../control-plane/sidecar/session-check';
+import { CHECK_STATUS } from '../../control-plane/xds/translate/settings';
 import { sidecarContext } from '../support/sidecar-context';
 import { backendCatalog, catalogSnapshot } from './catalog-fixtures';
 
@@ -96,7 +97,7 @@ describe('the session check of the call lane', () => {
     const { context, opened, pool, sessionId } = await session();
     expect(await checkCall(checkHead('modern', { 'mcp-session-id': sessionId }), context, pool)).toEqual({
       status: CHECK_STATUS.ALLOW,
-      headers: { 'x-envoy-auth-headers-to-remove': 'mcp-session-id' },
+      headers: { 'x-envoy-auth-headers-to-remove': 'mcp-session-id', 'x-mcpgw-gateway-session': sessionId },
       body: '',
     });
     expect(opened).toEqual([]);

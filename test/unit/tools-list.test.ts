@@ -1,8 +1,9 @@
+import { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { sidecarContext } from '../support/sidecar-context';
 import { BackendCatalogMessage, CATALOG_DEFAULTS, CatalogSettings } from '../../control-plane/catalog/catalog-store';
 import { decideOnBody } from '../../control-plane/sidecar/mcp-gateway';
 import { RouteCatalogView, buildRouteViews, resolveTool } from '../../control-plane/sidecar/route-catalog';
-import { FEDERATION_META_KEY, ToolsListResult, answerToolsList } from '../../control-plane/sidecar/tools-list';
+import { FEDERATION_META_KEY, ToolsListResult, answerToolsList, toolsListBody } from '../../control-plane/sidecar/tools-list';
 import { backendCatalog, catalogSnapshot } from './catalog-fixtures';
 
 const numbered = (prefix: string, count: number) => Array.from({ length: count }, (_, index) => `${prefix}${String(index).padStart(3, '0')}`);
@@ -17,7 +18,9 @@ function page(view: RouteCatalogView, cursor?: string): ToolsListResult {
   return answer.result;
 }
 
-const names = (result: ToolsListResult) => result.tools.map((tool) => tool.name);
+/** The tools of a page as a client reads them: from the serialized answer. */
+const toolsOf = (result: ToolsListResult): Tool[] => JSON.parse(toolsListBody(1, result)).result.tools;
+const names = (result: ToolsListResult) => toolsOf(result).map((tool) => tool.name);
 
 describe('tools/list pagination', () => {
   const view = routeView([backendCatalog('beta', numbered('b', 5)), backendCatalog('alpha', numbered('a', 7))], { toolsListPageSize: 5 });
@@ -41,7 +44,7 @@ describe('tools/list pagination', () => {
   it('gives no cursor when the route fits one page, and serves everything at once with page size 0', () => {
     expect(page(routeView([backendCatalog('alpha', ['x'])])).nextCursor).toBeUndefined();
     const unpaged = page(routeView([backendCatalog('alpha', numbered('a', 150))], { toolsListPageSize: 0 }));
-    expect(unpaged.tools).toHaveLength(150);
+    expect(toolsOf(unpaged)).toHaveLength(150);
     expect(unpaged.nextCursor).toBeUndefined();
   });
 
@@ -49,7 +52,7 @@ describe('tools/list pagination', () => {
     const withSchema = backendCatalog('alpha', [], {
       tools_json: [JSON.stringify({ name: 'get', description: 'Gets.', inputSchema: { type: 'object', required: ['id'] }, annotations: { readOnlyHint: true } })],
     });
-    expect(page(routeView([withSchema])).tools).toEqual([
+    expect(toolsOf(page(routeView([withSchema])))).toEqual([
       { name: 'alpha__get', description: 'Gets.', inputSchema: { type: 'object', required: ['id'] }, annotations: { readOnlyHint: true } },
     ]);
   });
@@ -161,7 +164,7 @@ describe('tools/list degraded metadata', () => {
 
   it('answers an empty list with a warning when no backend has ever answered', () => {
     const result = page(routeView([missing('alpha'), missing('beta')]));
-    expect(result.tools).toEqual([]);
+    expect(toolsOf(result)).toEqual([]);
     expect(result.nextCursor).toBeUndefined();
     expect(meta(result).warning).toBe('no backend of route "big" has answered tools/list: the list is empty until one does');
     expect(meta(result).degradedBackends.map((backend) => backend.name)).toEqual(['alpha', 'beta']);
@@ -183,7 +186,7 @@ describe('tools/list degraded metadata', () => {
 describe('tools/call resolution by exact exposed name', () => {
   it('resolves names the control plane exposed, even when the tool\'s own name holds the separator', () => {
     const view = routeView([backendCatalog('svc', ['a__b', 'plain'])]);
-    expect(resolveTool(view, 'svc__a__b')).toMatchObject({ ok: true, toolName: 'a__b', backend: { name: 'svc', cluster: 'tool_service.svc' } });
+    expect(resolveTool(view, 'svc__a__b')).toMatchObject({ ok: true, toolName: 'a__b', backend: { name: 'svc', toolService: 'tool_service.svc' } });
   });
 
   it('uses the separator of the catalog, not a built-in one', () => {
@@ -197,5 +200,25 @@ describe('tools/call resolution by exact exposed name', () => {
   it('does not resolve a tool the rules left out', () => {
     const view = routeView([backendCatalog('svc', ['a.b', 'ok'])]);
     expect(resolveTool(view, 'svc__a.b')).toEqual({ ok: false, message: 'backend "svc" has no tool "a.b" on route "big"' });
+  });
+});
+
+describe('the serialized tools/list answer', () => {
+  const view = routeView([backendCatalog('alpha', ['a', 'b'])]);
+  it.each<[string, string | number]>([
+    ['a number id', 7],
+    ['a string id that needs escaping', 'he said "hi"'],
+  ])('is the JSON of the same answer built as objects, for %s', (_case, id) => {
+    const result = page(view);
+    const body = toolsListBody(id, result, { resultType: 'complete' }, { 'io.modelcontextprotocol/serverInfo': { name: 'gw' } });
+    expect(JSON.parse(body)).toEqual({
+      jsonrpc: '2.0',
+      id,
+      result: {
+        tools: result.page.map((exposed) => exposed.tool),
+        resultType: 'complete',
+        _meta: { ...result._meta, 'io.modelcontextprotocol/serverInfo': { name: 'gw' } },
+      },
+    });
   });
 });

@@ -35,7 +35,7 @@ function catalogFor(ir: GatewayIR): CallLaneCatalog {
         route_key: route.key,
         backends: route.backends.map((backend) =>
           backendCatalog(backend.name, [], {
-            cluster: backend.clusterName,
+            tool_service: backend.catalogKey,
             tools_json: [tool('get_status', { annotations: { readOnlyHint: true } }), tool('run_task', { _meta: { 'mcpgw/timeoutMs': 30000 } }), tool('delete_all')],
             denied_tools: [{ tool: 'delete_all', rule: 'denyTools: delete_*' }],
           }),
@@ -77,5 +77,23 @@ describe('registry → IR → xDS golden files', () => {
     );
     expect(first.get(TYPE_URL.listener)).toEqual(second.get(TYPE_URL.listener));
     expect(first.get(TYPE_URL.routeConfiguration)!.version).not.toBe(second.get(TYPE_URL.routeConfiguration)!.version);
+  });
+});
+
+describe('Tool Services that share an upstream', () => {
+  it('share one cluster, and each route keeps its own Tool Service deadlines', () => {
+    const ir = buildGatewayIR({
+      routes: [
+        { key: 'patient', toolServices: [{ id: 'jobs', name: 'jobs', url: 'http://127.0.0.1:18102/mcp' }] },
+        { key: 'hasty', toolServices: [{ id: 'jobs-hasty', name: 'jobs', url: 'http://127.0.0.1:18102/mcp', transport: { requestTimeoutMs: 500 } }] },
+      ],
+    });
+    const resources = translate(ir, catalogFor(ir), settings);
+    expect(resources[TYPE_URL.cluster].filter((cluster) => String(cluster.name).startsWith('backend_'))).toHaveLength(1);
+    const routes = (resources[TYPE_URL.routeConfiguration][0] as unknown as { virtual_hosts: { routes: { name: string; route?: { timeout?: string } }[] }[] })
+      .virtual_hosts[0].routes;
+    // The default whole-call deadline (TRANSPORT_DEFAULTS.requestTimeoutMs, 10 min).
+    expect(routes.find((route) => route.name === 'patient/call/jobs')?.route?.timeout).toBe('600s');
+    expect(routes.find((route) => route.name === 'hasty/call/jobs')?.route?.timeout).toBe('0.500s');
   });
 });

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import Redis from 'ioredis';
 import { z } from 'zod';
-import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient } from '../../shared/redis-client';
+import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient, redisAnswers } from '../../shared/redis-client';
 
 /**
  * A client's MCP session with the gateway (docs/adr/0004-sessions.md). Each stateful backend of the
@@ -141,7 +141,7 @@ export class RedisSessionStore implements SessionStore {
     this.idleTtlSeconds = options.idleTtlSeconds;
     this.limits = { maxClientFieldsBytes: options.maxClientFieldsBytes ?? SESSION_DEFAULTS.maxClientFieldsBytes };
     // While Redis is unreachable or hung a session request fails at once or after the command timeout,
-    // within Envoy's ext_proc message timeout, and the client is told why (docs/errors.md).
+    // well within Envoy's timeouts for the sidecar, and the client is told why (docs/errors.md).
     this.redis = createRedisClient(
       options.url,
       {
@@ -162,6 +162,11 @@ export class RedisSessionStore implements SessionStore {
         resolve(true);
       });
     });
+  }
+
+  /** Whether Redis answers now (mcpgw_redis_up). */
+  answers(): Promise<boolean> {
+    return redisAnswers(this.redis);
   }
 
   /** What a Redis failure means to the client: no session can be opened, found or ended now. */

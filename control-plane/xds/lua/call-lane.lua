@@ -32,7 +32,7 @@ local MODERN_PROTOCOL_META = '"io.modelcontextprotocol/protocolVersion"'
 local GATEWAY_CLIENT_INFO = '{"name":"mcp-federation-gateway","version":"0.1.0"}'
 -- Past this, an event (or a JSON answer) is sent on as it is, and so is the rest of the answer.
 local MAX_HELD_BYTES = 16 * 1024 * 1024
--- A JSON answer is held whole only up to Envoy's buffer limit for one body (1 MiB by default).
+-- A JSON answer is held whole (in the script's own memory, not an Envoy buffer) up to this.
 local MAX_HELD_JSON_BYTES = 1024 * 1024
 -- An error answer of a backend is held whole (to be replaced) only up to this: far below Envoy's
 -- per-connection buffer limit, which a held body must fit in.
@@ -248,6 +248,12 @@ M.outcome_json = outcome_json
 -- yields, and reading the body yields: everything needed from them is read first, and they are
 -- fetched again afterwards.
 function envoy_on_request(h)
+  if h:filterContext():get("ends_sessions") then
+    -- A DELETE on its way to the sidecar: this worker stops remembering checks of that session now.
+    local ended = h:headers():get("mcp-session-id")
+    if ended then M.checked_forget(ended .. "\n") end
+    return
+  end
   local request = h:streamInfo():dynamicMetadata():get(MCP_NS)
   if not request or request.method ~= "tools/call" then return end
   local id = request.id
@@ -321,9 +327,57 @@ function envoy_on_request(h)
     headers:replace("x-envoy-max-retries", "2")
   end
   -- The session check (ext_authz, enabled by this flag): a call in a session, or a stateless
-  -- client's call for a backend that needs one.
-  if headers:get("mcp-session-id") ~= nil or (modern_client and sessionful) then
+  -- client's call for a backend that needs one; a call in a session the check passed a moment ago on
+  -- this worker takes its answer from the worker's memory instead.
+  local session_id = headers:get("mcp-session-id")
+  if session_id ~= nil then
+    local key = M.checked_key(session_id, route, backend)
+    local checked = M.checked_lookup(key, h:timestamp())
+    if checked then
+      headers:remove("mcp-session-id")
+      return
+    end
+    h:streamInfo():dynamicMetadata():set(NS, "checked_key", key)
+  end
+  if session_id ~= nil or (modern_client and sessionful) then
     h:streamInfo():dynamicMetadata():set(NS, "check", true)
+  end
+end
+
+-- Each Envoy worker remembers, for SESSION_CHECK_MEMORY_MS, that the session check let a session's
+-- calls go to a backend that needs no session of its own (the call goes without the client's session
+-- id). An ended session is forgotten on the worker that ends it at once (the end route) and on the
+-- others within that time. Lua state is per worker, never shared: this is a cache, never the source
+-- of truth.
+local SESSION_CHECK_MEMORY_MS = 1000
+local SESSION_CHECK_MEMORY_MAX = 10000
+local checked_sessions, checked_count = {}, 0
+
+function M.checked_key(session_id, route, backend)
+  return session_id .. "\n" .. route .. "\n" .. backend
+end
+
+function M.checked_lookup(key, now_ms)
+  local entry = checked_sessions[key]
+  if entry and entry.until_ms > now_ms then return entry end
+  return nil
+end
+
+function M.checked_remember(key, now_ms)
+  if checked_count >= SESSION_CHECK_MEMORY_MAX then
+    checked_sessions, checked_count = {}, 0
+  end
+  if not checked_sessions[key] then checked_count = checked_count + 1 end
+  checked_sessions[key] = { until_ms = now_ms + SESSION_CHECK_MEMORY_MS }
+end
+
+-- Forgets every remembered check of a session (it ended), or of one key (its backend lost it).
+function M.checked_forget(prefix)
+  for key in pairs(checked_sessions) do
+    if sub(key, 1, #prefix) == prefix then
+      checked_sessions[key] = nil
+      checked_count = checked_count - 1
+    end
   end
 end
 
@@ -502,6 +556,12 @@ local function call_of(h)
     annotate = h:filterContext():get("annotate"),
     sidecar = h:filterContext():get("sidecar_cluster"),
   }
+  -- The check let this call go to a backend that needs no session of its own: remember that for the
+  -- session's next calls on this worker. (A backend session is never remembered: the backend may lose
+  -- it, and every worker must learn that at once.)
+  if ours.checked_key and authz[CHECK_GATEWAY_SESSION] and not authz[CHECK_BACKEND_SESSION] then
+    M.checked_remember(ours.checked_key, h:timestamp())
+  end
   -- The final message's outcome, once it has passed: for the access log.
   call.outcome = function(last_error)
     call.final = last_error and "failed" or "ok"
@@ -518,9 +578,10 @@ local function record_outcome(h, outcome)
 end
 
 -- The whole answer replaced by one JSON-RPC error naming the backend (status 200: MCP clients read
--- the JSON-RPC error only from a 2xx answer). `held` is the answer's body when it was read whole
--- (h:body()): its content-length then follows the new body; a streamed one is framed anew.
-local function replace_with_error(h, call, message, http_status, held)
+-- the JSON-RPC error only from a 2xx answer). `buffered`: the answer was read whole (h:body()), so its
+-- content-length follows the new body; a streamed one is framed anew. Handles are fetched here, as any
+-- taken before a yield are gone.
+local function replace_with_error(h, call, message, http_status, buffered)
   local headers = h:headers()
   headers:replace(":status", "200")
   headers:replace("content-type", "application/json")
@@ -530,8 +591,8 @@ local function replace_with_error(h, call, message, http_status, held)
     .. ',"attempts":' .. call.attempts .. ',"fallback_used":false,"http_status":' .. http_status .. "}"
   local body = '{"jsonrpc":"2.0","id":' .. call.id_json .. ',"error":{"code":' .. BACKEND_UNAVAILABLE .. ',"message":'
     .. json_string(message) .. ',"data":' .. data .. "}}"
-  if held then
-    held:setBytes(body)
+  if buffered then
+    h:body(true):setBytes(body)
     return
   end
   headers:remove("content-length")
@@ -544,15 +605,16 @@ end
 
 -- A backend that no longer knows the session a call went in ran nothing: its answer must not reach
 -- the client, whose own session with the gateway goes on. The sidecar forgets the backend session, so
--- the next call opens a new one.
-local function backend_session_lost(h, call, held)
+-- the next call opens a new one — before the client hears of it (the answer waits for the sidecar),
+-- or the client's next call could come in the lost session again.
+local function backend_session_lost(h, call, buffered)
   h:httpCall(call.sidecar, {
     [":method"] = "POST", [":path"] = "/internal/backend-session-lost", [":authority"] = "mcpgw-sidecar",
     ["content-type"] = "application/json",
   }, '{"route":' .. json_string(call.route) .. ',"backend":' .. json_string(call.backend)
     .. ',"backendSessionId":' .. json_string(call.backend_session) .. ',"gatewaySessionId":' .. json_string(call.gateway_session) .. "}",
-    2000, true)
-  replace_with_error(h, call, "backend " .. call.backend .. " lost the session of this call and ran nothing: call again", call.status, held)
+    2000)
+  replace_with_error(h, call, "backend " .. call.backend .. " lost the session of this call and ran nothing: call again", call.status, buffered)
 end
 
 -- A request the backend sends its client in a gateway session: the sidecar records it, so that the
@@ -580,7 +642,7 @@ function envoy_on_response(h)
   if call.backend_session and (call.status == 404 or (call.status == 400 and is_json and short)) then
     local body = short and h:body(true) or nil
     local text = body and body:getBytes(0, body:length()) or ""
-    if call.status == 404 or M.says_session_unknown(text) then return backend_session_lost(h, call, body) end
+    if call.status == 404 or M.says_session_unknown(text) then return backend_session_lost(h, call, short) end
     local rewritten = call.annotate and M.rewrite_message(text, call)
     if rewritten then
       body:setBytes(rewritten)
@@ -590,8 +652,7 @@ function envoy_on_response(h)
   end
   if call.status >= 400 and not is_json and not is_sse then
     -- A backend's own error page (HTML, text, a stack trace) never reaches the agent: only its status.
-    local held = short and h:body(true) or nil
-    return replace_with_error(h, call, "backend " .. call.backend .. " answered HTTP " .. call.status .. ": tools/call " .. call.tool .. " failed", call.status, held)
+    return replace_with_error(h, call, "backend " .. call.backend .. " answered HTTP " .. call.status .. ": tools/call " .. call.tool .. " failed", call.status, short)
   end
   if not call.annotate or (not is_sse and not is_json) then return end
   h:headers():remove("content-length")

@@ -169,7 +169,8 @@ export function sessionCheckFilter(timeoutMs: number): HttpFilter {
       allowed_headers: { patterns: CHECKED_CLIENT_HEADERS.map((exact) => ({ exact })) },
       filter_enabled_metadata: { filter: METADATA_NAMESPACE, path: [{ key: 'check' }], value: { bool_match: true } },
       failure_mode_allow: false,
-      status_on_error: { code: 'ServiceUnavailable' },
+      // Its own status for "the check could not be asked", which the local-reply mappers turn into 503 with a JSON-RPC body.
+      status_on_error: { code: 'BadGateway' },
     },
   };
 }
@@ -205,6 +206,15 @@ export function callRouteFilters(routeKey: string, backendName: string, separato
     'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: context }),
   };
 }
+
+/**
+ * A DELETE on the gateway lane: the call script runs only to make this Envoy worker forget the
+ * session checks it remembers of the ending session (the sidecar ends the session itself).
+ */
+export const SESSION_END_FILTERS = {
+  'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: { ends_sessions: true } }),
+  'envoy.filters.http.ext_authz': { '@type': TYPE_URL.extAuthzPerRoute, disabled: true },
+};
 
 /** Routes of the gateway lane: the call script does not run, and the session check is never asked. */
 export const GATEWAY_LANE_FILTERS = {

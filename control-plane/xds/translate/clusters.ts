@@ -116,6 +116,6 @@ export function buildClusters(ir: GatewayIR, settings: GatewaySettings): TypedJs
     sidecarCluster(SIDECAR_CLUSTER_NAME, settings),
     sidecarCluster(SIDECAR_CHECK_CLUSTER_NAME, settings),
     sidecarCluster(SIDECAR_STREAMS_CLUSTER_NAME, settings),
-    ...ir.toolServices.map((service) => toolServiceCluster(service, settings.toolServiceLimits)),
+    ...ir.clusters.map((cluster) => toolServiceCluster(cluster, settings.toolServiceLimits)),
   ];
 }

@@ -1,4 +1,5 @@
-import { MCP_METADATA_NAMESPACE, METADATA_NAMESPACE } from './settings';
+import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
+import { CHECK_STATUS, MCP_METADATA_NAMESPACE, METADATA_NAMESPACE } from './settings';
 import { TYPE_URL, typedStruct } from './type-urls';
 
 /**
@@ -27,11 +28,6 @@ export const BACKEND_UNAVAILABLE_CODE = -32004;
 export const GATEWAY_INTERNAL_CODE = -32603;
 /** The session check could not be asked (its sidecars out of reach): Envoy's own status for it, rewritten to 503 here. */
 export const SESSION_CHECK_ERROR_STATUS = 502;
-/**
- * The session check's status for a JSON-RPC error the client gets with HTTP 200 (200 itself means
- * "let the call through" to Envoy's ext_authz): control-plane/sidecar/session-check.ts.
- */
-export const SESSION_CHECK_JSON_RPC_ERROR_STATUS = 424;
 
 const meta = (key: string) => `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:${key})%`;
 
@@ -83,8 +79,12 @@ function jsonBody(body: Record<string, unknown>) {
 /** What Envoy says of its own reply, for operators reading a client's report. */
 const ENVOY_DETAILS = { http_status: '%RESPONSE_CODE%', details: '%RESPONSE_CODE_DETAILS%' };
 
-/** MCP-Protocol-Version values of 2026 and later: the stateless revisions, whose requests the mcp filter checks itself. */
-const STATELESS_REVISIONS = '^20(2[6-9]|[3-9][0-9])-.*';
+/**
+ * MCP-Protocol-Version values of the session-based revisions. For any other value the mcp filter
+ * checks the request itself (a stateless revision's headers and envelope, or an unknown version) and
+ * answers in JSON-RPC; for these its refusals are plain text, put in JSON-RPC form here.
+ */
+const SESSION_ERA_REVISIONS = `^(${SUPPORTED_PROTOCOL_VERSIONS.join('|')})$`;
 
 const AS_IT_IS = { text_format_source: { inline_string: '%LOCAL_REPLY_BODY%' }, content_type: 'application/json' };
 
@@ -132,9 +132,10 @@ export function localReplyConfig() {
         body_format_override: rpcError(meta('rpc_id'), GATEWAY_INTERNAL_CODE, 'gateway sidecar unavailable: the session check of this call failed, try again'),
       },
       {
-        // The session check answered the call with a JSON-RPC error (a backend that could not open its
-        // session, …): HTTP 200, so that MCP clients read the error itself.
-        filter: all(failedWith(['UAEX']), statusIs('EQ', SESSION_CHECK_JSON_RPC_ERROR_STATUS)),
+        // The session check's JSON-RPC errors for the client (a backend session it could not open, …):
+        // sent with 200, since MCP clients read a JSON-RPC error only from a 2xx answer (and 200 itself
+        // means "allowed" to Envoy's ext_authz).
+        filter: all(failedWith(['UAEX']), statusIs('EQ', CHECK_STATUS.JSON_RPC_ERROR)),
         status_code: 200,
         body_format_override: AS_IT_IS,
       },
@@ -168,12 +169,14 @@ export function localReplyConfig() {
         body_format_override: rpcError(null, GATEWAY_INTERNAL_CODE, 'gateway overloaded: try again shortly', ENVOY_DETAILS),
       },
       {
-        // The mcp filter's checks of a request of the stateless revisions (2026-07-28 on: headers
+        // The mcp filter's checks of a request of the stateless revision or of an unknown one (headers
         // against the body, the request envelope, the version) answer in JSON-RPC already (-32020,
         // -32602, -32022).
-        filter: all(mcpStatusIs('mcp_not_jsonrpc'), {
-          header_filter: { header: { name: 'mcp-protocol-version', string_match: { safe_regex: { regex: STATELESS_REVISIONS } } } },
-        }),
+        filter: all(
+          mcpStatusIs('mcp_not_jsonrpc'),
+          { header_filter: { header: { name: 'mcp-protocol-version', present_match: true } } },
+          { header_filter: { header: { name: 'mcp-protocol-version', string_match: { safe_regex: { regex: SESSION_ERA_REVISIONS } }, invert_match: true } } },
+        ),
         body_format_override: AS_IT_IS,
       },
       {

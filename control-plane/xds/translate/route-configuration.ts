@@ -1,6 +1,6 @@
 import { GatewayIR, RouteBackendIR, RouteIR, ToolServiceIR } from '../../ir/gateway-ir';
 import { TypedJson } from '../protobuf/proto-json';
-import { CallLaneCatalog, GATEWAY_LANE_FILTERS, callMatch, callRouteFilters } from './call-lane';
+import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, callRouteFilters } from './call-lane';
 import { duration } from './duration';
 import { ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { TYPE_URL } from './type-urls';
@@ -48,7 +48,7 @@ function streamsRoute(route: RouteIR) {
 }
 
 /** The gateway lane: everything the gateway answers itself (initialize, tools/list, DELETE, …) and calls no backend route took. */
-function gatewayRoute(name: string, match: Record<string, unknown>) {
+function gatewayRoute(name: string, match: Record<string, unknown>, filters: Record<string, unknown> = GATEWAY_LANE_FILTERS) {
   return {
     name,
     match,
@@ -58,7 +58,7 @@ function gatewayRoute(name: string, match: Record<string, unknown>) {
       // Another sidecar replica, if one refused or reset before answering.
       retry_policy: { retry_on: 'connect-failure,reset-before-request,refused-stream', num_retries: 2 },
     },
-    typed_per_filter_config: GATEWAY_LANE_FILTERS,
+    typed_per_filter_config: filters,
   };
 }
 
@@ -68,12 +68,14 @@ function gatewayRoute(name: string, match: Record<string, unknown>) {
  * the GET stream route, then the gateway lane.
  */
 export function buildRouteConfiguration(ir: GatewayIR, catalog: CallLaneCatalog): TypedJson {
-  const services = new Map(ir.toolServices.map((service) => [service.clusterName, service]));
+  // By Tool Service, not by cluster: Tool Services sharing a cluster may differ in their deadlines.
+  const services = new Map(ir.toolServices.map((service) => [service.catalogKey, service]));
   const routes = ir.routes.flatMap((route) => [
     ...[...route.backends]
       .sort((a, b) => b.name.length - a.name.length || a.name.localeCompare(b.name))
-      .map((backend) => callRoute(route, backend, services.get(backend.clusterName)!, catalog)),
+      .map((backend) => callRoute(route, backend, services.get(backend.catalogKey)!, catalog)),
     streamsRoute(route),
+    gatewayRoute(`${route.key}/end`, { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'DELETE' } }] }, SESSION_END_FILTERS),
     gatewayRoute(`${route.key}/gateway`, { path_separated_prefix: route.path }),
   ]);
   return {

@@ -110,3 +110,13 @@ export const CHECK_HEADERS = {
   backendSession: 'x-mcpgw-backend-session',
   gatewaySession: 'x-mcpgw-gateway-session',
 } as const;
+
+/** Envoy's answer statuses (ext_authz): 200 lets the call go; anything else is the client's answer. */
+export const CHECK_STATUS = {
+  ALLOW: 200,
+  /**
+   * A JSON-RPC error for the client, which Envoy's local-reply mapper sends with status 200 (MCP
+   * clients read JSON-RPC errors only from 2xx answers; 200 itself would mean "allowed" here).
+   */
+  JSON_RPC_ERROR: 424,
+} as const;

@@ -1,0 +1,118 @@
+import Redis from 'ioredis';
+import { Logger } from '../../shared/log';
+import { GatewaySession, SessionStore } from './session-store';
+
+/**
+ * Sessions as the session check reads them on every call in a session (docs/adr/0008-data-path-lanes.md):
+ * from this process's memory, with Redis the source of truth. An entry is read from Redis again after
+ * `freshMs` (which also pushes the session's idle expiry back while it is used), and dropped at once
+ * on every replica when any replica ends the session: the ending is published on a Redis channel
+ * every replica listens to. If that message is lost (Redis unreachable at that moment), another
+ * replica may serve the ended session for at most `freshMs`.
+ */
+export interface SessionCacheOptions {
+  freshMs: number;
+  maxEntries: number;
+}
+
+export const SESSION_CACHE_DEFAULTS: SessionCacheOptions = { freshMs: 5_000, maxEntries: 100_000 };
+
+/** How the replicas tell each other a session ended. */
+export interface SessionEndings {
+  publish(id: string): Promise<void>;
+  onEnded(listener: (id: string) => void): void;
+  close(): Promise<void>;
+}
+
+/** The endings channel on Redis pub/sub: a connection of its own, since a subscribed connection can do nothing else. */
+export function redisSessionEndings(redis: Redis, subscriber: Redis, channel: string, log: Logger): SessionEndings {
+  const listeners: ((id: string) => void)[] = [];
+  subscriber.on('message', (from: string, id: string) => {
+    if (from === channel) for (const listener of listeners) listener(id);
+  });
+  subscriber.on('error', () => undefined);
+  subscriber.on('ready', () => {
+    subscriber.subscribe(channel).catch((error: Error) => log.warn('cannot listen for ended sessions; cached sessions expire on their own', { error: error.message }));
+  });
+  return {
+    publish: async (id) => {
+      await redis.publish(channel, id);
+    },
+    onEnded: (listener) => listeners.push(listener),
+    close: async () => {
+      subscriber.disconnect();
+    },
+  };
+}
+
+const copyOf = (session: GatewaySession): GatewaySession => ({ ...session, backends: { ...session.backends } });
+
+export class CachedSessionStore implements SessionStore {
+  /** Insertion order is age order: the oldest entry goes first when the cache is full. */
+  private readonly entries = new Map<string, { session: GatewaySession; fetchedAt: number }>();
+
+  constructor(
+    private readonly inner: SessionStore,
+    private readonly endings: SessionEndings,
+    private readonly options: SessionCacheOptions,
+    private readonly log: Logger,
+  ) {
+    endings.onEnded((id) => this.entries.delete(id));
+  }
+
+  private remember(session: GatewaySession): void {
+    this.entries.delete(session.id);
+    this.entries.set(session.id, { session: copyOf(session), fetchedAt: performance.now() });
+    if (this.entries.size > this.options.maxEntries) this.entries.delete(this.entries.keys().next().value!);
+  }
+
+  async create(fields: Omit<GatewaySession, 'id' | 'backends'>): Promise<GatewaySession> {
+    const session = await this.inner.create(fields);
+    this.remember(session);
+    return session;
+  }
+
+  async get(id: string): Promise<GatewaySession | undefined> {
+    const entry = this.entries.get(id);
+    if (entry && performance.now() - entry.fetchedAt < this.options.freshMs) return copyOf(entry.session);
+    const session = await this.inner.get(id);
+    if (session) this.remember(session);
+    else this.entries.delete(id);
+    return session;
+  }
+
+  async claimBackend(id: string, backend: string, backendSessionId: string): Promise<string> {
+    const counted = await this.inner.claimBackend(id, backend, backendSessionId);
+    const entry = this.entries.get(id);
+    if (entry) entry.session.backends[backend] = counted;
+    return counted;
+  }
+
+  async forgetBackend(id: string, backend: string, staleBackendSessionId: string): Promise<void> {
+    await this.inner.forgetBackend(id, backend, staleBackendSessionId);
+    const entry = this.entries.get(id);
+    if (entry?.session.backends[backend] === staleBackendSessionId) delete entry.session.backends[backend];
+  }
+
+  /** Outstanding requests are not cached: an answer is taken once, whichever replica it reaches. */
+  expectAnswer(id: string, backend: string, requestId: string): Promise<void> {
+    return this.inner.expectAnswer(id, backend, requestId);
+  }
+
+  takeAnswer(id: string, backend: string, requestId: string): Promise<boolean> {
+    return this.inner.takeAnswer(id, backend, requestId);
+  }
+
+  async remove(id: string): Promise<void> {
+    this.entries.delete(id);
+    await this.inner.remove(id);
+    await this.endings.publish(id).catch((error: Error) =>
+      this.log.warn('could not tell the other replicas a session ended; their cached copies expire on their own', { error: error.message }),
+    );
+  }
+
+  async close(): Promise<void> {
+    await this.endings.close();
+    await this.inner.close();
+  }
+}

@@ -1,0 +1,72 @@
+import { GatewayStack } from '../../control-plane/devstack/stack';
+import { MCP_POST_HEADERS, SampleBackends, listedTools, postJsonRpc, startGateway } from '../support/gateway-fixture';
+
+/**
+ * Replies Envoy makes itself, each in JSON-RPC form with the status the client needs: the session
+ * check out of reach, the session check's own JSON-RPC errors, paths that are not MCP routes, and the
+ * mcp filter's own answers to requests of an unknown protocol revision.
+ */
+describe("Envoy's own replies on the call lane and around it", () => {
+  let stack: GatewayStack;
+  let backends: SampleBackends;
+
+  beforeAll(async () => {
+    ({ stack, backends } = await startGateway('envoy-replies', (b) => ({
+      routes: [{ key: 'demo', toolServices: [{ name: 'jobs', url: b.jobs }] }],
+    })));
+    await listedTools(stack.gatewayUrl('demo'));
+  });
+  afterAll(async () => stack?.stop());
+
+  async function session(): Promise<string> {
+    const answer = await postJsonRpc(stack.gatewayUrl('demo'), {
+      jsonrpc: '2.0',
+      id: 0,
+      method: 'initialize',
+      params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'agent', version: '1' } },
+    });
+    expect(answer.status).toBe(200);
+    return answer.headers.get('mcp-session-id')!;
+  }
+  const call = (sessionId: string) =>
+    postJsonRpc(stack.gatewayUrl('demo'), { jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name: 'jobs__echo', arguments: { text: 'x' } } }, {
+      ...MCP_POST_HEADERS,
+      'mcp-session-id': sessionId,
+      'mcp-protocol-version': '2025-11-25',
+    });
+
+  it('answers a path that is no MCP route with 404 and a JSON-RPC error', async () => {
+    const response = await fetch(`${stack.gatewayUrl('demo').replace(/\/mcp\/demo$/, '')}/elsewhere`);
+    expect(response.status).toBe(404);
+    expect(response.headers.get('content-type')).toBe('application/json');
+    expect(await response.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32600, message: 'not an MCP route: use /mcp/{routeKey}' } });
+  });
+
+  it.each(['2099-01-01', '1999-01-01'])("passes the mcp filter's own -32022 for a protocol revision it does not serve (%s), not wrapped in another error", async (version) => {
+    const response = await postJsonRpc(stack.gatewayUrl('demo'), { jsonrpc: '2.0', id: 3, method: 'tools/list' }, {
+      ...MCP_POST_HEADERS,
+      'mcp-protocol-version': version,
+      'mcp-method': 'tools/list',
+    });
+    expect(response.status).toBe(400);
+    expect(response.json().error).toMatchObject({ code: -32022, message: expect.not.stringContaining('{') });
+  });
+
+  it('answers a session call whose backend session cannot be opened with -32004 naming the backend, on HTTP 200', async () => {
+    const sessionId = await session();
+    await stack.stopProcess(`tool-service-jobs-${backends.ports.jobs}`);
+    const response = await call(sessionId);
+    expect(response.status).toBe(200);
+    expect(response.json()).toMatchObject({ id: 7, error: { code: -32004, message: expect.stringContaining('backend jobs could not open a session') } });
+  });
+
+  // Last: it stops the sidecar.
+  it('answers a session call with 503 and -32603 when the session check cannot be asked', async () => {
+    const sessionId = await session();
+    await stack.stopProcess('sidecar');
+    const response = await call(sessionId);
+    expect(response.status).toBe(503);
+    expect(response.contentType).toBe('application/json');
+    expect(response.json()).toMatchObject({ id: 7, error: { code: -32603, message: expect.stringContaining('gateway sidecar unavailable') } });
+  });
+});

@@ -1,0 +1,77 @@
+import { CachedSessionStore, SessionEndings } from '../../control-plane/sidecar/sessions/session-cache';
+import { MemorySessionStore } from '../../control-plane/sidecar/sessions/session-store';
+import { quietLogger } from '../support/quiet-logger';
+
+/** Two replicas' caches over one shared store, told of endings as Redis pub/sub would tell them. */
+function replicas(freshMs = 60_000) {
+  const shared = new MemorySessionStore(3600);
+  const listeners: ((id: string) => void)[] = [];
+  let reads = 0;
+  const counted = Object.assign(Object.create(shared) as MemorySessionStore, {
+    get: (id: string) => {
+      reads++;
+      return shared.get(id);
+    },
+  });
+  const endings = (): SessionEndings => ({
+    publish: async (id) => listeners.forEach((listener) => listener(id)),
+    onEnded: (listener) => listeners.push(listener),
+    close: async () => undefined,
+  });
+  const options = { freshMs, maxEntries: 2 };
+  return { a: new CachedSessionStore(counted, endings(), options, quietLogger), b: new CachedSessionStore(counted, endings(), options, quietLogger), reads: () => reads };
+}
+
+const fields = { route: 'demo', protocolVersion: '2025-11-25', clientInfo: {}, clientCapabilities: {} };
+
+describe('sessions cached in the sidecar, Redis the source of truth', () => {
+  it('reads a session once while it is fresh', async () => {
+    const { a, reads } = replicas();
+    const session = await a.create(fields);
+    for (let call = 0; call < 3; call++) expect((await a.get(session.id))?.route).toBe('demo');
+    expect(reads()).toBe(0);
+  });
+
+  it('reads it again once it is no longer fresh (which pushes its idle expiry back)', async () => {
+    const { a, reads } = replicas(0);
+    const session = await a.create(fields);
+    await a.get(session.id);
+    await a.get(session.id);
+    expect(reads()).toBe(2);
+  });
+
+  it('forgets a session on every replica the moment any replica ends it', async () => {
+    const { a, b } = replicas();
+    const session = await a.create(fields);
+    expect(await b.get(session.id)).toBeDefined();
+    await a.remove(session.id);
+    expect(await b.get(session.id)).toBeUndefined();
+    expect(await a.get(session.id)).toBeUndefined();
+  });
+
+  it('keeps its copy of the backend sessions in step with claims and renewals', async () => {
+    const { a } = replicas();
+    const session = await a.create(fields);
+    expect(await a.claimBackend(session.id, 'jobs', 'one')).toBe('one');
+    expect((await a.get(session.id))?.backends).toEqual({ jobs: 'one' });
+    await a.forgetBackend(session.id, 'jobs', 'one');
+    expect((await a.get(session.id))?.backends).toEqual({});
+  });
+
+  it('hands out copies, so a caller cannot change the cached session', async () => {
+    const { a } = replicas();
+    const session = await a.create(fields);
+    (await a.get(session.id))!.backends.jobs = 'forged';
+    expect((await a.get(session.id))?.backends).toEqual({});
+  });
+
+  it('holds at most maxEntries sessions, dropping the oldest', async () => {
+    const { a, reads } = replicas();
+    const [first, second, third] = [await a.create(fields), await a.create(fields), await a.create(fields)];
+    await a.get(second.id);
+    await a.get(third.id);
+    expect(reads()).toBe(0);
+    await a.get(first.id);
+    expect(reads()).toBe(1);
+  });
+});
