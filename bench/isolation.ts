@@ -2,6 +2,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { stringify } from 'yaml';
+import { buildGatewayIR } from '../control-plane/ir/gateway-ir';
 import { projectPath } from '../control-plane/shared/paths';
 import { waitFor } from '../control-plane/devstack/processes';
 import { describeEnvironment } from './report/environment';
@@ -32,16 +33,17 @@ function markdown(results: IsolationResults & { settings: object; startedAt: str
   const row = (phase: keyof IsolationResults['summary']) => {
     const summary = results.summary[phase];
     const runs = results.runs.filter((run) => run.phase === phase);
+    const perRepetition = runs.map((run) => run.throughput.toFixed(0)).join(' / ');
     const p99 = runs.map((run) => run.latencyMs.p99.toFixed(1)).join(' / ');
-    return `| ${phase} | ${summary.medianThroughput.toFixed(0)} | ${(summary.ratioToUnloaded * 100).toFixed(1)} % | ${p99} | ${summary.wrongAnswers} | ${summary.errors} |`;
+    return `| ${phase} | ${summary.medianThroughput.toFixed(0)} (${perRepetition}) | ${(summary.ratioToUnloaded * 100).toFixed(1)} % | ${p99} | ${summary.medianEnvoyCpuMsPerSecond.toFixed(0)} | ${summary.medianEnvoyCpuUsPerAnswer.toFixed(0)} | ${summary.wrongAnswers} | ${summary.errors} |`;
   };
   return [
     '# Isolation bench',
     '',
     `Run ${results.startedAt} (${JSON.stringify(results.settings)}). tools/call \`echo\` on route \`measured\`, closed loop; "hung": route \`stuck\`'s backend holds the calls (1,024 at the backend, the rest queued by its circuit breaker); "flood": slow-header connections held open from 127.0.0.2–6, re-opened when Envoy times them out (its request-headers timeout, 10 s), measured once the flood has run past that. Gateway at its default limits.`,
     '',
-    '| phase | correct answers/s (median) | of unloaded | p99 ms per repetition | wrong answers | errors |',
-    '| --- | --- | --- | --- | --- | --- |',
+    '| phase | correct answers/s: median (per repetition) | of unloaded (median of ratios to the same repetition) | p99 ms per repetition | Envoy CPU ms/s (median) | Envoy CPU µs per answer (median) | wrong answers | errors |',
+    '| --- | --- | --- | --- | --- | --- | --- | --- |',
     row('unloaded'),
     row('hung'),
     row('flood'),
@@ -69,15 +71,15 @@ async function main(): Promise<void> {
     const spec = [measuredPort, stuckPort].map((port) => ({ port, fillerTools: 0, listDelayMs: 0 }));
     group.spawn('backends', process.execPath, [BACKENDS_MAIN, '--spec', JSON.stringify(spec)]);
     const registryFile = path.join(LOG_DIR, 'registry.yaml');
-    fs.writeFileSync(
-      registryFile,
-      stringify({
-        routes: [
-          { key: 'measured', toolServices: [{ name: 'bench', url: `http://127.0.0.1:${measuredPort}/mcp` }] },
-          { key: 'stuck', toolServices: [{ name: 'stuck', url: `http://127.0.0.1:${stuckPort}/mcp` }] },
-        ],
-      }),
-    );
+    const stuckUrl = `http://127.0.0.1:${stuckPort}/mcp`;
+    const registry = {
+      routes: [
+        { key: 'measured', toolServices: [{ id: 'bench', name: 'bench', url: `http://127.0.0.1:${measuredPort}/mcp` }] },
+        { key: 'stuck', toolServices: [{ id: 'stuck', name: 'stuck', url: stuckUrl }] },
+      ],
+    };
+    fs.writeFileSync(registryFile, stringify(registry));
+    const stuckCluster = buildGatewayIR(registry).clusters.find((cluster) => cluster.url === stuckUrl)!.clusterName;
     const stack = await group.startGateway('gateway', { registryFile, logDir: path.join(LOG_DIR, 'gateway') });
     for (const [route, tool] of [['measured', 'bench__echo'], ['stuck', 'stuck__hang']]) {
       await waitFor(`${tool} on route ${route}`, async () => {
@@ -90,7 +92,7 @@ async function main(): Promise<void> {
       });
     }
     log(`${settings.mode} run; logs in ${LOG_DIR}`);
-    const results = await runIsolationScenario(stack, settings, log);
+    const results = await runIsolationScenario(stack, stuckCluster, settings, log);
     const report = { ...results, settings, startedAt, loadAverageAfter: os.loadavg().map((value) => Math.round(value * 100) / 100), environment: describeEnvironment() };
     const name = settings.mode === 'quick' ? 'quick-isolation' : 'isolation';
     writeAtomically(path.join(RESULTS_DIR, `${name}.json`), `${JSON.stringify(report, null, 2)}\n`);

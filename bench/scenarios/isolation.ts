@@ -1,3 +1,4 @@
+import * as fs from 'node:fs';
 import * as http from 'node:http';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { ECHO_TOOL, HANG_TOOL } from '../backends/bench-tool-service';
@@ -58,14 +59,30 @@ export interface PhaseRun {
   /** Everything else that failed, by reason. */
   errors: Record<string, number>;
   latencyMs: LatencySummary;
+  /** Envoy's CPU time over the measured run, per second of it (1000: one core busy). */
+  envoyCpuMsPerSecond: number;
   /** What the load around the measured route was while it was measured. */
   load: { hungAtBackend?: number; hungQueued?: number; floodOpen?: number; floodClosedByEnvoy?: number };
 }
 
 export interface IsolationResults {
   runs: PhaseRun[];
-  /** Per phase: median throughput, and its ratio to the unloaded median. */
-  summary: Record<Phase, { medianThroughput: number; ratioToUnloaded: number; wrongAnswers: number; errors: number }>;
+  /**
+   * Per phase: median throughput, and the median over repetitions of its ratio to the unloaded run of
+   * the same repetition (runs minutes apart on a shared machine differ more than the phases do).
+   */
+  summary: Record<
+    Phase,
+    {
+      medianThroughput: number;
+      ratioToUnloaded: number;
+      wrongAnswers: number;
+      errors: number;
+      medianEnvoyCpuMsPerSecond: number;
+      /** Envoy's CPU per correct answer (what the load around it costs Envoy; steadier than answers/s on a shared machine). */
+      medianEnvoyCpuUsPerAnswer: number;
+    }
+  >;
   /** Gateway processes that were not running at the end (a crash). */
   processesLost: string[];
   target: { ratio: number; met: boolean };
@@ -131,6 +148,12 @@ async function envoyStat(stack: GatewayStack, name: string): Promise<number> {
   return stats.stats.find((stat) => stat.name === name)?.value ?? 0;
 }
 
+/** CPU time (user and system) Envoy has used so far, in ms: /proc/<pid>/stat, in clock ticks of 10 ms. */
+function envoyCpuMs(stack: GatewayStack): number {
+  const fields = fs.readFileSync(`/proc/${stack.processes.get('envoy')!.child.pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
 /** Client connections Envoy's listener holds now. */
 const clientConnections = (stack: GatewayStack) => envoyStat(stack, `listener.127.0.0.1_${stack.ports.listener}.downstream_cx_active`);
 
@@ -144,7 +167,8 @@ async function until(condition: () => Promise<boolean>, what: string, timeoutMs 
 
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor((values.length - 1) / 2)];
 
-export async function runIsolationScenario(stack: GatewayStack, settings: IsolationSettings, log: (line: string) => void): Promise<IsolationResults> {
+/** `stuckCluster`: Envoy's cluster of the stuck backend (clusters are named after their upstream). */
+export async function runIsolationScenario(stack: GatewayStack, stuckCluster: string, settings: IsolationSettings, log: (line: string) => void): Promise<IsolationResults> {
   const measuredUrl = stack.gatewayUrl('measured');
   const calls = await measuredCalls(measuredUrl, settings);
   const runs: PhaseRun[] = [];
@@ -160,8 +184,8 @@ export async function runIsolationScenario(stack: GatewayStack, settings: Isolat
         try {
           if (phase === 'hung') {
             hung = new HungCalls(stack.gatewayUrl('stuck'), settings.hungCalls);
-            await until(async () => (await envoyStat(stack, 'cluster.tool_service.stuck.upstream_rq_active')) + (await envoyStat(stack, 'cluster.tool_service.stuck.upstream_rq_pending_active')) >= settings.hungCalls, `${settings.hungCalls} calls held open`).catch(async (error: Error) => {
-              const stats = await (await fetch(`${stack.envoyAdminUrl}/stats?filter=tool_service.stuck.upstream_(rq|cx)`)).text();
+            await until(async () => (await envoyStat(stack, `cluster.${stuckCluster}.upstream_rq_active`)) + (await envoyStat(stack, `cluster.${stuckCluster}.upstream_rq_pending_active`)) >= settings.hungCalls, `${settings.hungCalls} calls held open`).catch(async (error: Error) => {
+              const stats = await (await fetch(`${stack.envoyAdminUrl}/stats?filter=${stuckCluster}.upstream_(rq|cx)`)).text();
               throw new Error(`${error.message}\n${stats}`);
             });
           }
@@ -181,38 +205,49 @@ export async function runIsolationScenario(stack: GatewayStack, settings: Isolat
             await new Promise((resolve) => setTimeout(resolve, settings.floodSettleMs));
           }
           await runClosedLoop(calls.issue, { concurrency: settings.concurrency, durationMs: settings.warmupMs });
+          const envoyCpuBefore = envoyCpuMs(stack);
           const result = await runClosedLoop(calls.issue, { concurrency: settings.concurrency, durationMs: settings.measureMs });
+          const envoyCpuMsPerSecond = (envoyCpuMs(stack) - envoyCpuBefore) / (result.durationMs / 1000);
           if (hung) {
-            load.hungAtBackend = await envoyStat(stack, 'cluster.tool_service.stuck.upstream_rq_active');
-            load.hungQueued = await envoyStat(stack, 'cluster.tool_service.stuck.upstream_rq_pending_active');
+            load.hungAtBackend = await envoyStat(stack, `cluster.${stuckCluster}.upstream_rq_active`);
+            load.hungQueued = await envoyStat(stack, `cluster.${stuckCluster}.upstream_rq_pending_active`);
           }
           if (flood) {
             load.floodOpen = (await clientConnections(stack)) - settings.concurrency;
             load.floodClosedByEnvoy = flood.stop().closedByPeer;
           }
           const { [WRONG]: wrongAnswers = 0, ...errors } = result.errors;
-          runs.push({ phase, repetition, throughput: result.throughput, sent: result.sent, ok: result.ok, wrongAnswers, errors, latencyMs: summarize(result.latenciesMs), load });
+          runs.push({ phase, repetition, throughput: result.throughput, sent: result.sent, ok: result.ok, wrongAnswers, errors, latencyMs: summarize(result.latenciesMs), envoyCpuMsPerSecond, load });
           const failed = result.sent - result.ok;
-          log(`${phase} #${repetition}: ${result.throughput.toFixed(0)} correct answers/s, p50 ${runs[runs.length - 1].latencyMs.p50.toFixed(2)} ms, p99 ${runs[runs.length - 1].latencyMs.p99.toFixed(2)} ms${failed ? `, ${failed} failed ${JSON.stringify(result.errors)}` : ''} ${JSON.stringify(load)}`);
+          log(`${phase} #${repetition}: ${result.throughput.toFixed(0)} correct answers/s, p50 ${runs[runs.length - 1].latencyMs.p50.toFixed(2)} ms, p99 ${runs[runs.length - 1].latencyMs.p99.toFixed(2)} ms, Envoy CPU ${envoyCpuMsPerSecond.toFixed(0)} ms/s${failed ? `, ${failed} failed ${JSON.stringify(result.errors)}` : ''} ${JSON.stringify(load)}`);
         } finally {
           hung?.release();
           flood?.stop();
         }
         // The next phase starts from an idle gateway: the released calls and the flood's connections gone.
-        await until(async () => (await envoyStat(stack, 'cluster.tool_service.stuck.upstream_rq_active')) === 0, 'the hung calls to end');
+        await until(async () => (await envoyStat(stack, `cluster.${stuckCluster}.upstream_rq_active`)) === 0, 'the hung calls to end');
         await until(async () => (await clientConnections(stack)) <= settings.concurrency + settings.sessions, "the flood's connections to close");
       }
     }
   } finally {
     calls.close();
   }
-  const unloaded = median(runs.filter((run) => run.phase === 'unloaded').map((run) => run.throughput));
+  const unloadedOf = (repetition: number) => runs.find((run) => run.phase === 'unloaded' && run.repetition === repetition)!.throughput;
   const summary = Object.fromEntries(
     PHASES.map((phase) => {
       const ofPhase = runs.filter((run) => run.phase === phase);
-      const throughput = median(ofPhase.map((run) => run.throughput));
       const errors = ofPhase.reduce((sum, run) => sum + Object.values(run.errors).reduce((a, b) => a + b, 0), 0);
-      return [phase, { medianThroughput: throughput, ratioToUnloaded: throughput / unloaded, wrongAnswers: ofPhase.reduce((sum, run) => sum + run.wrongAnswers, 0), errors }];
+      return [
+        phase,
+        {
+          medianThroughput: median(ofPhase.map((run) => run.throughput)),
+          ratioToUnloaded: median(ofPhase.map((run) => run.throughput / unloadedOf(run.repetition))),
+          wrongAnswers: ofPhase.reduce((sum, run) => sum + run.wrongAnswers, 0),
+          errors,
+          medianEnvoyCpuMsPerSecond: median(ofPhase.map((run) => run.envoyCpuMsPerSecond)),
+          medianEnvoyCpuUsPerAnswer: median(ofPhase.map((run) => (run.envoyCpuMsPerSecond * 1000) / run.throughput)),
+        },
+      ];
     }),
   ) as IsolationResults['summary'];
   const processesLost = [...stack.processes.entries()].filter(([, process]) => !process.running).map(([name]) => name);

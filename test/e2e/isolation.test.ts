@@ -1,7 +1,7 @@
 import * as http from 'node:http';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { EdgeToolService } from '../support/edge-tool-service';
-import { MCP_POST_HEADERS, connectClient, envoyStat, listedTools, postJsonRpc, startGateway } from '../support/gateway-fixture';
+import { MCP_POST_HEADERS, clusterOf, connectClient, envoyStat, listedTools, postJsonRpc, startGateway } from '../support/gateway-fixture';
 
 /**
  * Isolation at the default limits (docs/adr/0009-edge-hardening.md): one client holding 1,100 calls on
@@ -52,8 +52,8 @@ describe('one backend, route or client cannot refuse requests on another', () =>
 
   it('holds exactly the backend circuit breaker of calls at the backend; the rest wait in its queue', async () => {
     expect(edge.hanging).toBe(TOOL_SERVICE_MAX_REQUESTS);
-    expect(await envoyStat(stack, 'cluster.tool_service.edge.upstream_rq_active')).toBe(TOOL_SERVICE_MAX_REQUESTS);
-    expect(await envoyStat(stack, 'cluster.tool_service.edge.upstream_rq_pending_active')).toBe(HUNG_CALLS - TOOL_SERVICE_MAX_REQUESTS);
+    expect(await envoyStat(stack, `cluster.${clusterOf(edge.url)}.upstream_rq_active`)).toBe(TOOL_SERVICE_MAX_REQUESTS);
+    expect(await envoyStat(stack, `cluster.${clusterOf(edge.url)}.upstream_rq_pending_active`)).toBe(HUNG_CALLS - TOOL_SERVICE_MAX_REQUESTS);
   });
 
   it("holds nothing of the sidecar's: every call's session check is over", async () => {

@@ -163,6 +163,11 @@ export function localReplyConfig() {
         body_format_override: rpcError(null, -32600, 'request not received in time (settings: --request-headers-timeout-ms, --request-timeout-ms)', ENVOY_DETAILS),
       },
       {
+        // A path Envoy refuses to normalize (an escaped slash): its own reply has no words.
+        filter: codeDetailsAre('path_normalization_failed'),
+        body_format_override: rpcError(null, -32600, 'path refused: an escaped slash or backslash is not allowed in gateway paths', ENVOY_DETAILS),
+      },
+      {
         // Envoy's overload manager refuses new requests (memory near --max-heap-bytes, envoy/bootstrap.yaml):
         // nothing was sent on. Such a reply carries no response flag, only its details.
         filter: codeDetailsAre('overload'),
@@ -190,10 +195,9 @@ export function localReplyConfig() {
         body_format_override: rpcError(null, GATEWAY_INTERNAL_CODE, 'gateway error: %LOCAL_REPLY_BODY%', ENVOY_DETAILS),
       },
       {
-        // The mcp filter's other refusals, and HTTP protocol errors (HTTP/1.0, conflicting lengths, an
-        // escaped slash, a request too slow, …): Envoy's own words, which may be none, and why.
+        // The mcp filter's other refusals, and HTTP protocol errors (HTTP/1.0, conflicting lengths, …).
         filter: statusIs('GE', 400),
-        body_format_override: rpcError(null, -32600, 'request refused by the gateway: %LOCAL_REPLY_BODY% (%RESPONSE_CODE_DETAILS%)', ENVOY_DETAILS),
+        body_format_override: rpcError(null, -32600, '%LOCAL_REPLY_BODY%', ENVOY_DETAILS),
       },
     ],
   };
