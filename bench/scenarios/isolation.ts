@@ -7,6 +7,7 @@ import { McpHttpClient, answerTo, openSession } from '../load/mcp-client';
 import { LatencySummary, summarize } from '../load/stats';
 import { SlowHeaderFlood } from '../load/slow-header-flood';
 import { MCP_POST_HEADERS, MCP_PROTOCOL_VERSION } from '../mcp/streamable-http';
+import { GATEWAY_DEFAULTS } from '../../control-plane/xds/translate/settings';
 
 /**
  * Isolation (issue 9): tools/call answered correctly per second on one route, unloaded, while another
@@ -113,27 +114,28 @@ async function measuredCalls(url: string, settings: IsolationSettings): Promise<
 }
 
 /**
- * Calls of the stuck backend's `hang`, each on a connection of its own, held until released. They are
- * opened in steps of 100: Envoy counts a call waiting for its upstream connection to be established
- * as pending, so a burst of more than the circuit breaker's pending limit at a backend with no
- * connection open yet overflows at once (each such call answered -32004).
+ * Calls of the stuck backend's `hang`, each on a connection of its own, held until released. Envoy
+ * counts a call waiting for its upstream connection to be made as pending, so a burst of more than the
+ * circuit breaker's pending limit at a backend overflows at once (each such call answered -32004):
+ * they are opened 100 at a time, the next hundred once the last ones have their connection (or wait
+ * for one behind the breaker's limit of calls in flight).
  */
 class HungCalls {
   private readonly agent = new http.Agent({ keepAlive: false, maxSockets: Infinity });
   private readonly requests: http.ClientRequest[] = [];
   private released = false;
 
-  constructor(url: string, count: number) {
-    void (async () => {
-      for (let index = 0; index < count && !this.released; index++) {
-        const request = http.request(url, { method: 'POST', agent: this.agent, headers: { ...MCP_POST_HEADERS, 'mcp-protocol-version': MCP_PROTOCOL_VERSION } });
-        request.on('error', () => undefined);
-        request.on('response', (response) => response.resume());
-        request.end(JSON.stringify({ jsonrpc: '2.0', id: index, method: 'tools/call', params: { name: `stuck__${HANG_TOOL}`, arguments: {} } }));
-        this.requests.push(request);
-        if (index % 100 === 99) await new Promise((resolve) => setTimeout(resolve, 100));
-      }
-    })();
+  constructor(private readonly url: string) {}
+
+  async open(count: number, settled: (opened: number) => Promise<boolean>): Promise<void> {
+    for (let index = 0; index < count && !this.released; index++) {
+      const request = http.request(this.url, { method: 'POST', agent: this.agent, headers: { ...MCP_POST_HEADERS, 'mcp-protocol-version': MCP_PROTOCOL_VERSION } });
+      request.on('error', () => undefined);
+      request.on('response', (response) => response.resume());
+      request.end(JSON.stringify({ jsonrpc: '2.0', id: index, method: 'tools/call', params: { name: `stuck__${HANG_TOOL}`, arguments: {} } }));
+      this.requests.push(request);
+      if (index % 100 === 99) await until(() => settled(index + 1), `${index + 1} hung calls to settle`);
+    }
   }
 
   release(): void {
@@ -183,11 +185,13 @@ export async function runIsolationScenario(stack: GatewayStack, stuckCluster: st
         const load: PhaseRun['load'] = {};
         try {
           if (phase === 'hung') {
-            hung = new HungCalls(stack.gatewayUrl('stuck'), settings.hungCalls);
-            await until(async () => (await envoyStat(stack, `cluster.${stuckCluster}.upstream_rq_active`)) + (await envoyStat(stack, `cluster.${stuckCluster}.upstream_rq_pending_active`)) >= settings.hungCalls, `${settings.hungCalls} calls held open`).catch(async (error: Error) => {
-              const stats = await (await fetch(`${stack.envoyAdminUrl}/stats?filter=${stuckCluster}.upstream_(rq|cx)`)).text();
-              throw new Error(`${error.message}\n${stats}`);
-            });
+            hung = new HungCalls(stack.gatewayUrl('stuck'));
+            const held = async () => (await envoyStat(stack, `cluster.${stuckCluster}.upstream_rq_active`)) + (await envoyStat(stack, `cluster.${stuckCluster}.upstream_rq_pending_active`));
+            // Settled: every call opened so far is at the backend or queued behind the breaker's limit,
+            // none still waiting for its connection to be made.
+            const waitingBeyondLimit = (opened: number) => Math.max(0, opened - GATEWAY_DEFAULTS.toolServiceLimits.maxRequests);
+            await hung.open(settings.hungCalls, async (opened) => (await held()) >= opened && (await envoyStat(stack, `cluster.${stuckCluster}.upstream_rq_pending_active`)) <= waitingBeyondLimit(opened));
+            await until(async () => (await held()) >= settings.hungCalls, `${settings.hungCalls} calls held open`);
           }
           if (phase === 'flood') {
             // A header line every 5 s (a slow-header client gains nothing by sending more often: Envoy's
