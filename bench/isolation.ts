@@ -24,12 +24,14 @@ const BACKENDS_MAIN = projectPath('dist', 'bench', 'backends', 'main.js');
 
 const log = (line: string) => process.stdout.write(`[isolation] ${line}\n`);
 
+const loadAverage = () => os.loadavg().map((value) => Math.round(value * 100) / 100);
+
 function writeAtomically(file: string, content: string): void {
   fs.writeFileSync(`${file}.tmp`, content);
   fs.renameSync(`${file}.tmp`, file);
 }
 
-function markdown(results: IsolationResults & { settings: object; startedAt: string; loadAverageAfter: number[] }): string {
+function markdown(results: IsolationResults & { settings: object; startedAt: string; loadAverageBefore: number[]; loadAverageAfter: number[] }): string {
   const row = (phase: keyof IsolationResults['summary']) => {
     const summary = results.summary[phase];
     const runs = results.runs.filter((run) => run.phase === phase);
@@ -48,7 +50,7 @@ function markdown(results: IsolationResults & { settings: object; startedAt: str
     row('hung'),
     row('flood'),
     '',
-    `Target: at least ${results.target.ratio * 100} % of the unloaded figure, 0 wrong answers, 0 crashes — ${results.target.met ? 'met' : 'NOT met'}. Processes lost: ${results.processesLost.length ? results.processesLost.join(', ') : 'none'}. Load average after the run: ${results.loadAverageAfter.join(', ')}.`,
+    `Target: at least ${results.target.ratio * 100} % of the unloaded figure, 0 wrong answers, 0 crashes — ${results.target.met ? 'met' : 'NOT met'}. Processes lost: ${results.processesLost.length ? results.processesLost.join(', ') : 'none'}. Load average (1, 5, 15 min) on a shared machine of ${os.cpus().length} cores: ${results.loadAverageBefore.join(', ')} before the run, ${results.loadAverageAfter.join(', ')} after it.`,
     '',
   ].join('\n');
 }
@@ -61,6 +63,7 @@ async function main(): Promise<void> {
   }
   const settings = ISOLATION_SETTINGS[args.includes('--quick') ? 'quick' : 'full'];
   const startedAt = new Date().toISOString();
+  const loadAverageBefore = loadAverage();
   fs.rmSync(LOG_DIR, { recursive: true, force: true });
   const group = new ProcessGroup(LOG_DIR, claimCpus());
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
@@ -93,7 +96,7 @@ async function main(): Promise<void> {
     }
     log(`${settings.mode} run; logs in ${LOG_DIR}`);
     const results = await runIsolationScenario(stack, stuckCluster, settings, log);
-    const report = { ...results, settings, startedAt, loadAverageAfter: os.loadavg().map((value) => Math.round(value * 100) / 100), environment: describeEnvironment() };
+    const report = { ...results, settings, startedAt, loadAverageBefore, loadAverageAfter: loadAverage(), environment: describeEnvironment() };
     const name = settings.mode === 'quick' ? 'quick-isolation' : 'isolation';
     writeAtomically(path.join(RESULTS_DIR, `${name}.json`), `${JSON.stringify(report, null, 2)}\n`);
     writeAtomically(path.join(RESULTS_DIR, `${name}.md`), markdown(report));
