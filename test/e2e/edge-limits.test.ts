@@ -166,6 +166,30 @@ describe('edge limits through the real Envoy', () => {
     }
   });
 
+  it("passes none of the client's query string to a backend: the backend sees the path the registry names", async () => {
+    const client = await connectClient(`${stack.gatewayUrl('demo')}?api_key=forged&debug=1`);
+    try {
+      const result = await client.callTool({ name: 'edge__request_path', arguments: {} });
+      expect((result.content as { text: string }[])[0].text).toBe('/mcp');
+    } finally {
+      await client.close();
+    }
+  });
+
+  it("a backend's own HTML error page (a stack trace, file paths) never reaches the client: -32004 with the backend's status", async () => {
+    const client = await connectClient(stack.gatewayUrl('demo'));
+    try {
+      const error = (await client.callTool({ name: 'edge__error_page', arguments: {} }).catch((caught: unknown) => caught)) as McpError;
+      expect(error).toBeInstanceOf(McpError);
+      expect(error.code).toBe(-32004);
+      expect(error.message).toContain('backend edge answered HTTP 413: tools/call error_page failed');
+      expect(error.data).toMatchObject({ outcome: 'failed', backend: 'edge', tool: 'error_page', http_status: 413 });
+      expect(JSON.stringify({ message: error.message, data: error.data })).not.toMatch(/PayloadTooLargeError|node_modules|<html|<pre/i);
+    } finally {
+      await client.close();
+    }
+  });
+
   describe("a backend's session that opens slowly", () => {
     afterEach(() => {
       edge.initializeDelayMs = 0;

@@ -5,10 +5,20 @@ import { freePort } from '../../control-plane/devstack/processes';
 import { LOOPBACK, LoopbackMcpService } from './loopback-mcp-service';
 import { mountStatefulMcp } from './stateful-mcp';
 
+/** What Express sends for a body over its parser's limit (in development mode): HTML with a stack trace. */
+const EXPRESS_413_PAGE = [
+  '<!DOCTYPE html>',
+  '<html lang="en"><head><meta charset="utf-8"><title>Error</title></head>',
+  '<body><pre>PayloadTooLargeError: request entity too large<br> &nbsp; &nbsp;at readStream (/srv/app/node_modules/raw-body/index.js:163:17)<br> &nbsp; &nbsp;at getRawBody (/srv/app/node_modules/raw-body/index.js:116:12)</pre></body>',
+  '</html>',
+].join('\n');
+
 /**
  * A real stateful MCP SDK Tool Service in the test's own process, for the edge and isolation tests:
  * `hang` never answers (until the service stops), `headers` returns the request headers the call
- * reached it with, and its `initialize` can be made slow. It counts the sessions it opened.
+ * reached it with, `request_path` the path and query string, `error_page` is answered by Express with
+ * an HTML error page and a stack trace (as a body parser's 413 is), and its `initialize` can be made
+ * slow. It counts the sessions it opened.
  */
 export class EdgeToolService extends LoopbackMcpService {
   /** How long each initialize waits before it is answered. */
@@ -25,6 +35,12 @@ export class EdgeToolService extends LoopbackMcpService {
     const service = new EdgeToolService(await freePort());
     const app = createMcpExpressApp({ host: LOOPBACK });
     mountStatefulMcp(app, service.transports, () => service.mcpServer(), {
+      admit: (req, res) => {
+        const request = req.body as { method?: string; params?: { name?: string } } | undefined;
+        if (request?.method !== 'tools/call' || request.params?.name !== 'error_page') return true;
+        res.status(413).type('text/html').send(EXPRESS_413_PAGE);
+        return false;
+      },
       beforeInitialize: () => new Promise((resolve) => setTimeout(resolve, service.initializeDelayMs)),
       opened: (id) => void service.sessions.push(id),
     });
@@ -43,6 +59,10 @@ export class EdgeToolService extends LoopbackMcpService {
         }),
       );
     });
+    server.registerTool('error_page', { description: 'Answered by an HTML error page, never by the tool.' }, () => ({ content: [] }));
+    server.registerTool('request_path', { description: 'The path and query string this call arrived with.', annotations: { readOnlyHint: true } }, (extra) => ({
+      content: [{ type: 'text', text: `${extra.requestInfo?.url?.pathname ?? ''}${extra.requestInfo?.url?.search ?? ''}` }],
+    }));
     server.registerTool('headers', { description: 'The request headers this call arrived with.', annotations: { readOnlyHint: true } }, (extra) => ({
       content: [{ type: 'text', text: JSON.stringify(extra.requestInfo?.headers ?? {}) }],
     }));

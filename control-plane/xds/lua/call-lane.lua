@@ -305,6 +305,11 @@ function envoy_on_request(h)
     if sub(name, 1, 8) == "x-mcpgw-" then owned[#owned + 1] = name end
   end
   for _, name in ipairs(owned) do headers:remove(name) end
+  -- The gateway's endpoint takes no query string: the backend sees the path the registry names on
+  -- every request, as on the sidecar's own, and no parameter a client picked (docs/adr/0009).
+  local path = headers:get(":path")
+  local query = path and find(path, "?", 1, true)
+  if query then headers:replace(":path", sub(path, 1, query - 1)) end
   if era == "modern" then
     if not modern_client then
       first, last, inner, params = M.tool_name_span(text)
