@@ -195,12 +195,15 @@ describe('edge limits through the real Envoy', () => {
       edge.initializeDelayMs = 0;
     });
 
-    it('within the deadline (3 s of the 5 s the sidecar gives it): the call is answered', async () => {
+    it('within the deadline (3 s of the 5 s the sidecar gives it): the call is answered, in the one backend session opened for it', async () => {
       edge.initializeDelayMs = 3_000;
       const client = await connectClient(stack.gatewayUrl('demo'));
       try {
+        const opened = edge.sessions.length;
         const result = await client.callTool({ name: 'edge__headers', arguments: {} });
         expect(result._meta?.['mcpgw/outcome']).toMatchObject({ outcome: 'ok', backend: 'edge' });
+        await client.callTool({ name: 'edge__headers', arguments: {} });
+        expect(edge.sessions.length - opened).toBe(1);
       } finally {
         await client.close();
       }
