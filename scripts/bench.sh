@@ -29,4 +29,9 @@ if [ "${1:-}" = isolation ]; then
   shift
   exec node dist/bench/isolation.js "$@"
 fi
+# scripts/bench.sh auth [--quick]: tools/call with and without caller identity (docs/adr/0011-caller-identity.md).
+if [ "${1:-}" = auth ]; then
+  shift
+  exec node dist/bench/auth-cost.js "$@"
+fi
 exec node dist/bench/main.js "$@"

@@ -12,8 +12,11 @@ export interface BootstrapValues {
   adsApiType: XdsApiType;
   adminAddress: string;
   adminPort: number;
-  xdsHost: string;
-  xdsPort: number;
+  /**
+   * The control planes' --grpc addresses: each an endpoint of the ADS cluster. Envoy holds one ADS
+   * stream; when its control plane goes away it reconnects to another (docs/adr/0010-deployment.md).
+   */
+  xds: { host: string; port: number }[];
   overload: OverloadSettings;
 }
 
@@ -45,6 +48,14 @@ export function overloadForThisHost(): OverloadSettings {
   return { ...OVERLOAD_DEFAULTS, maxDownstreamConnections: Math.min(OVERLOAD_DEFAULTS.maxDownstreamConnections, half) };
 }
 
+/** The ADS cluster's lb_endpoints as one YAML flow sequence. */
+function xdsEndpoints(xds: BootstrapValues['xds']): string {
+  if (xds.length === 0) throw new Error('the Envoy bootstrap needs at least one control plane address');
+  const endpoint = ({ host, port }: { host: string; port: number }) =>
+    `{ endpoint: { address: { socket_address: { address: ${JSON.stringify(host)}, port_value: ${port} } } } }`;
+  return `[${xds.map(endpoint).join(', ')}]`;
+}
+
 /** Fills envoy/bootstrap.yaml; every placeholder must be used, so a typo fails loudly. */
 export function renderBootstrap(values: BootstrapValues): string {
   const replacements: Record<string, string> = {
@@ -52,8 +63,7 @@ export function renderBootstrap(values: BootstrapValues): string {
     ADS_API_TYPE: values.adsApiType,
     ADMIN_ADDRESS: values.adminAddress,
     ADMIN_PORT: String(values.adminPort),
-    XDS_HOST: values.xdsHost,
-    XDS_PORT: String(values.xdsPort),
+    XDS_ENDPOINTS: xdsEndpoints(values.xds),
     MAX_HEAP_BYTES: String(values.overload.maxHeapBytes),
     MAX_DOWNSTREAM_CONNECTIONS: String(values.overload.maxDownstreamConnections),
   };

@@ -33,7 +33,7 @@ describe('edge limits through the real Envoy', () => {
         // The request timeout also covers the session check (Envoy disarms it once the request went
         // upstream), so it stays above --session-check-timeout-ms (6 s).
         controlPlaneArgs: ['--request-headers-timeout-ms', '1000', '--request-timeout-ms', '7000', '--max-request-body-bytes', String(MAX_BODY)],
-        sidecarArgs: ['--max-request-body-bytes', String(MAX_BODY)],
+        extraArgs: { sidecar: ['--max-request-body-bytes', String(MAX_BODY)] },
       },
     ));
   });

@@ -2,10 +2,12 @@
 export interface GatewaySettings {
   listener: { address: string; port: number };
   /**
-   * The sidecars' HTTP address: the gateway lane (the MCP methods the gateway answers itself, clients'
-   * GET streams) and the call lane's session check (docs/adr/0008-data-path-lanes.md).
+   * The sidecars' HTTP addresses: the gateway lane (the MCP methods the gateway answers itself, clients'
+   * GET streams) and the call lane's session check (docs/adr/0008-data-path-lanes.md). Every address
+   * is an endpoint of each of the three sidecar clusters; a DNS name is resolved by Envoy (STRICT_DNS),
+   * every record of it an endpoint (docs/adr/0010-deployment.md).
    */
-  sidecar: { address: string; port: number };
+  sidecars: { address: string; port: number }[];
   /** Largest JSON-RPC request body, on every HTTP version (the mcp filter refuses larger ones). */
   maxRequestBodyBytes: number;
   /**
@@ -18,6 +20,29 @@ export interface GatewaySettings {
   edge: EdgeSettings;
   /** Circuit breakers of every Tool Service cluster: what one backend may hold of Envoy. */
   toolServiceLimits: ToolServiceLimits;
+  /** Who may reach the gateway: its public URL, and the Host and Origin values it serves (docs/auth.md). */
+  access: AccessSettings;
+  /**
+   * The call script hands each call's arguments (raw JSON) to the call log, for the audit's arguments
+   * hash (control-plane/audit/). Off when the control plane writes no audit: then nothing is copied.
+   */
+  auditArguments: boolean;
+}
+
+/** `*`: any value. */
+export type AllowList = readonly string[] | '*';
+
+export interface AccessSettings {
+  /** The gateway's public origin, scheme://host[:port]: resource URLs are <publicUrl>/mcp/<key> (docs/auth.md). */
+  publicUrl: string;
+  /** Host header values served (Envoy virtual-host domains, `*.example.com` allowed); any other Host gets 403 (DNS rebinding). */
+  allowedHosts: AllowList;
+  /**
+   * Origin header values served and answered with CORS (exact origins; `*` inside one matches any
+   * characters of a host or port, e.g. `http://localhost:*`); any other Origin gets 403 (MCP transport
+   * MUST). A request without Origin (not from a browser) is not affected.
+   */
+  allowedOrigins: AllowList;
 }
 
 /**
@@ -74,6 +99,7 @@ export const GATEWAY_DEFAULTS = {
     http2InitialConnectionWindowBytes: 1024 * 1024,
   } satisfies EdgeSettings,
   toolServiceLimits: { maxRequests: 1024, maxPendingRequests: 1024 } satisfies ToolServiceLimits,
+  auditArguments: false,
 };
 
 /**
@@ -98,6 +124,9 @@ export const SESSION_CHECK_PATH = '/check';
 export const METADATA_NAMESPACE = 'mcpgw';
 /** The mcp filter's own dynamic-metadata namespace (method, id, params.name). */
 export const MCP_METADATA_NAMESPACE = 'envoy.filters.http.mcp';
+/** jwt_authn's namespace: the validated token's claims under `jwt_payload` (docs/auth.md). */
+export const JWT_METADATA_NAMESPACE = 'envoy.filters.http.jwt_authn';
+export const JWT_PAYLOAD_KEY = 'jwt_payload';
 /** Headers the session check receives from the call script's metadata and may send back. */
 export const CHECK_HEADERS = {
   route: 'x-mcpgw-route',
