@@ -42,15 +42,15 @@ function toolServiceCircuitBreakers(limits: ToolServiceLimits) {
   };
 }
 
-interface Endpoint {
+export interface Endpoint {
   address: string;
   port: number;
 }
 
 /** STATIC when every endpoint is an IP address; STRICT_DNS (each record of each name an endpoint) otherwise. */
-const discoveryTypeFor = (endpoints: Endpoint[]) => (endpoints.every((endpoint) => isIP(endpoint.address)) ? 'STATIC' : 'STRICT_DNS');
+export const discoveryTypeFor = (endpoints: Endpoint[]) => (endpoints.every((endpoint) => isIP(endpoint.address)) ? 'STATIC' : 'STRICT_DNS');
 
-function loadAssignment(clusterName: string, endpoints: Endpoint[]) {
+export function loadAssignment(clusterName: string, endpoints: Endpoint[]) {
   return {
     cluster_name: clusterName,
     endpoints: [{ lb_endpoints: endpoints.map(({ address, port }) => ({ endpoint: { address: { socket_address: { address, port_value: port } } } })) }],
@@ -78,21 +78,24 @@ function toolServiceCluster(service: ToolServiceIR, limits: ToolServiceLimits): 
     outlier_detection: CLUSTER_DEFAULTS.outlierDetection,
     circuit_breakers: toolServiceCircuitBreakers(limits),
     per_connection_buffer_limit_bytes: CLUSTER_DEFAULTS.perConnectionBufferLimitBytes,
-    ...(tls && {
-      transport_socket: {
-        name: 'envoy.transport_sockets.tls',
-        typed_config: {
-          '@type': TYPE_URL.upstreamTls,
-          sni: tls.sni,
-          common_tls_context: {
-            validation_context: {
-              trusted_ca: { filename: tls.caFile },
-              match_typed_subject_alt_names: [{ san_type: 'DNS', matcher: { exact: tls.sni } }],
-            },
-          },
+    ...(tls && { transport_socket: upstreamTls(tls) }),
+  };
+}
+
+/** TLS to an upstream: its certificate must chain to `caFile` and name `sni`. */
+export function upstreamTls(tls: { sni: string; caFile: string }) {
+  return {
+    name: 'envoy.transport_sockets.tls',
+    typed_config: {
+      '@type': TYPE_URL.upstreamTls,
+      sni: tls.sni,
+      common_tls_context: {
+        validation_context: {
+          trusted_ca: { filename: tls.caFile },
+          match_typed_subject_alt_names: [{ san_type: 'DNS', matcher: { exact: tls.sni } }],
         },
       },
-    }),
+    },
   };
 }
 

@@ -2,7 +2,7 @@ import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js'
 import { ORIGIN_POLICY } from './access';
 import { AUTH_ROUTE_METADATA } from './auth';
 import { CHECK_STATUS, MCP_METADATA_NAMESPACE, METADATA_NAMESPACE } from './settings';
-import { TYPE_URL, typedStruct } from './type-urls';
+import { TYPE_URL } from './type-urls';
 
 /**
  * Envoy's own replies in JSON-RPC form (docs/errors.md). When a tools/call fails in Envoy — no healthy
@@ -58,12 +58,6 @@ const statusIs = (op: 'EQ' | 'GE', value: number) => ({
   status_code_filter: { comparison: { op, value: { default_value: value, runtime_key: 'mcpgw.unused' } } },
 });
 const all = (...filters: unknown[]) => ({ and_filter: { filters } });
-const codeDetailsAre = (details: string) => ({
-  extension_filter: {
-    name: 'envoy.access_loggers.extension_filters.cel',
-    typed_config: typedStruct(TYPE_URL.celFilter, { expression: `response.code_details == ${JSON.stringify(details)}` }),
-  },
-});
 /**
  * The mcp filter's verdict on the request (mcp_ok, mcp_parse_error, mcp_body_too_large, …), in its own
  * metadata. A reply to a request the filter never saw (an HTTP protocol error) has no verdict, and a
@@ -99,6 +93,9 @@ const rpcError = (id: string | null, code: number, message: string, data?: Recor
 const cel = (expression: string) => ({
   extension_filter: { name: 'envoy.access_loggers.extension_filters.cel', typed_config: { '@type': TYPE_URL.celFilter, expression } },
 });
+
+/** Replies of Envoy's own that only their details tell apart (no response flag, no status of their own). */
+const codeDetailsAre = (details: string) => cel(`response.code_details == ${JSON.stringify(details)}`);
 
 /** jwt_authn's verdict on a token, as Envoy's details name it (`jwt_authn_access_denied{Jwt_is_expired}`). */
 const jwtRefused = (verdict?: string) =>
