@@ -153,6 +153,19 @@ describe('sessions through the gateway (server-everything, real Envoy and Redis)
     expect(asked).toEqual(['sampling/createMessage', 'elicitation/create']);
   });
 
+  it("refuses a client's \"answer\" to a request no backend of its session sent it (400), without passing it on", async () => {
+    const { client, transport } = await connect('stateful');
+    // The backend session exists (a call went in it), so a forged answer would have somewhere to go.
+    await toggle(client);
+    const forged = await postJsonRpc(
+      stack.gatewayUrl('stateful'),
+      { jsonrpc: '2.0', id: 'mcpgw:everything:0', result: { action: 'accept', content: { name: 'Mallory' } } },
+      { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-session-id': transport.sessionId!, 'mcp-protocol-version': '2025-11-25' },
+    );
+    expect(forged.status).toBe(400);
+    expect(forged.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32600, message: expect.stringContaining('which no backend of route "stateful" sent') } });
+  });
+
   it("passes the client's cancellation to the backend session running the call, and only there", async () => {
     const { client } = await connect('cancel', undefined, asAgent);
     expect((await client.callTool({ name: 'jobs__echo', arguments: { text: 'jobs joins the session' } })).content).toHaveLength(1);
