@@ -10,12 +10,12 @@ import { AUDIT_DEFAULTS, AuditTarget, ROTATE_INTERVAL_PATTERN, ROTATE_SIZE_PATTE
 import { CATALOG_DEFAULTS, RELIST_DEFAULTS } from '../catalog/catalog-store';
 import { TOOL_LIST_DEFAULTS } from '../catalog/tool-fetcher';
 import { TOOL_NAME_POLICIES, separatorProblem } from '../catalog/tool-exposure';
-import { renderBootstrap, writeBootstrapFile } from '../devstack/envoy';
+import { OVERLOAD_DEFAULTS, renderBootstrap, writeBootstrapFile } from '../devstack/envoy';
 import { buildGatewayIR } from '../ir/gateway-ir';
 import { asStaticBootstrap, diffXds, formatDifferences } from '../xds/render';
 import { XdsResources, translate } from '../xds/translate';
 import { EMPTY_CALL_LANE_CATALOG } from '../xds/translate/call-lane';
-import { AccessSettings, AllowList, GATEWAY_DEFAULTS } from '../xds/translate/settings';
+import { AccessSettings, AllowList, GATEWAY_DEFAULTS, SESSION_CHECK_MARGIN_MS } from '../xds/translate/settings';
 import { defaultAccess, defaultPublicUrl } from '../xds/translate/access';
 import { NO_SIGNING_KEYS } from '../xds/translate/auth';
 import { SIGNING_KEY_DEFAULTS } from '../auth/signing-keys';
@@ -32,6 +32,7 @@ import { isLoopbackHost } from '../shared/loopback';
 import { SESSION_DEFAULTS } from '../sidecar/sessions/session-store';
 import { ApprovalOptions, startSidecar } from '../sidecar/sidecar';
 import { MIN_KEY_BYTES } from '../approval/approval-store';
+import { Tracing } from '../shared/tracing';
 import { stopOnSignals } from './signals';
 import { UpError, runUp } from './up';
 
@@ -83,6 +84,7 @@ const hostPortList = z.string().transform((value, ctx): HostPort[] => {
   return addresses;
 });
 const positiveInt = z.coerce.number({ message: 'must be a whole number above 0' }).int('must be a whole number above 0').positive('must be a whole number above 0');
+const nonNegativeInt = z.coerce.number({ message: 'must be a whole number, 0 or more' }).int('must be a whole number, 0 or more').min(0, 'must be a whole number, 0 or more');
 const url = (what: string) => z.string().url(`must be ${what}`);
 const redisAddress = z.string().superRefine((value, ctx) => {
   try {
@@ -148,6 +150,9 @@ const accessOptions = () =>
 const hostPortOption = <Flags extends string>(flags: Flags, description: string) => new Option(flags, description).argParser(parsedBy(hostPort));
 const positiveIntOption = <Flags extends string>(flags: Flags, description: string, fallback: number) =>
   new Option(flags, description).argParser(parsedBy(positiveInt)).default(fallback);
+const nonNegativeIntOption = <Flags extends string>(flags: Flags, description: string, fallback: number) =>
+  new Option(flags, description).argParser(parsedBy(nonNegativeInt)).default(fallback);
+const EDGE = GATEWAY_DEFAULTS.edge;
 const redisConnectTimeoutOption = () =>
   positiveIntOption('--redis-connect-timeout-ms <ms>', 'limit for connecting to Redis; reconnects are tried again with backoff', REDIS_TIMEOUT_DEFAULTS.connectTimeoutMs);
 const redisCommandTimeoutOption = () =>
@@ -156,6 +161,29 @@ const redisTimeoutsOf = (options: { redisConnectTimeoutMs: number; redisCommandT
   connectTimeoutMs: options.redisConnectTimeoutMs,
   commandTimeoutMs: options.redisCommandTimeoutMs,
 });
+const SAMPLING_RULE = 'must be a number from 0 to 1, e.g. 0.01 for 1 %';
+const samplingRatio = z.coerce.number({ message: SAMPLING_RULE }).min(0, SAMPLING_RULE).max(1, SAMPLING_RULE);
+const otlpEndpoint = z
+  .string()
+  .url('must be the OTLP/HTTP base URL of a collector, e.g. http://127.0.0.1:4318')
+  .refine((value) => /^https?:$/.test(new URL(value).protocol), 'must be an http:// or https:// URL (OTLP over HTTP)');
+/** Tracing (docs/observability.md#traces): the same collector and sampling for every component; off without an endpoint. */
+const otlpEndpointOption = () =>
+  new Option('--otlp-endpoint <url>', 'OTLP/HTTP base URL of the trace collector (spans go to <url>/v1/traces); tracing is off without it')
+    .env('MCPGW_OTLP_ENDPOINT')
+    .argParser(parsedBy(otlpEndpoint));
+const traceSamplingOption = () =>
+  new Option('--trace-sampling <ratio>', "share of the traces started here that are kept, 0 to 1 (a caller's sampled flag is followed)")
+    .env('MCPGW_TRACE_SAMPLING')
+    .argParser(parsedBy(samplingRatio))
+    .default(1);
+const traceServiceNameOption = (component: string) => new Option('--trace-service-name <name>', 'service.name of its spans').default(component);
+/** This process's spans: exported when an endpoint is given, none at all otherwise. */
+function tracingOf(options: { otlpEndpoint?: string; traceSampling: number; traceServiceName: string }, log: Logger): Tracing {
+  if (!options.otlpEndpoint) return Tracing.off;
+  return Tracing.start({ otlpEndpoint: options.otlpEndpoint, samplingRatio: options.traceSampling, serviceName: options.traceServiceName }, log);
+}
+
 const logLevelOption = () =>
   new Option('--log-level <level>', 'the least severe log lines written').choices(LOG_LEVELS).env('MCPGW_LOG_LEVEL').default('info' as const);
 
@@ -173,6 +201,15 @@ const redisAuthOf = (options: { redisPasswordFile?: string; redisCa?: string }):
 });
 
 const SECURING_DOCS = 'docs/operating.md#securing-the-inside';
+
+/** The control plane's inside options, as commander hands them over (see where they are added). */
+const controlPlaneInsideValues = z.object({
+  redisPasswordFile: z.string().optional(),
+  redisCa: z.string().optional(),
+  adminTokenFile: z.string().optional(),
+  internalTls: z.string().optional(),
+  envoyInternalTls: z.string().optional(),
+});
 
 /**
  * The rules of a closed inside, checked before anything starts: a plain internal channel only between
@@ -287,6 +324,8 @@ subcommand('up', 'run the whole gateway on 127.0.0.1: Redis, two sample Tool Ser
   .addOption(new Option('--log-dir <dir>', 'where every process writes <name>.log (JSON lines)').env('MCPGW_LOG_DIR').default(projectPath('.run', 'logs'), '.run/logs'))
   .addOption(logLevelOption())
   .addOption(new Option('--redis-tls', 'the Redis up starts serves TLS only (a certificate of the dev CA); the processes use rediss:// and --redis-ca'))
+  .addOption(otlpEndpointOption())
+  .addOption(traceSamplingOption())
   .action(async (options) => {
     try {
       await runUp(
@@ -297,6 +336,7 @@ subcommand('up', 'run the whole gateway on 127.0.0.1: Redis, two sample Tool Ser
           logDir: path.resolve(options.logDir),
           logLevel: options.logLevel,
           redisTls: options.redisTls,
+          ...(options.otlpEndpoint && { tracing: { otlpEndpoint: options.otlpEndpoint, samplingRatio: options.traceSampling } }),
         },
         (line) => process.stdout.write(`${line}\n`),
       );
@@ -307,24 +347,14 @@ subcommand('up', 'run the whole gateway on 127.0.0.1: Redis, two sample Tool Ser
     }
   });
 
-subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog stream for sidecars, admin HTTP)')
+const controlPlaneCommand = subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog stream for sidecars, admin HTTP)')
   .addOption(new Option('--registry <file>', 'a static registry file (phase F1, docs/adr/0000-federation-decisions.md §10); or --portal').conflicts('portal'))
   .addOption(new Option('--portal <url>', 'the Portal base URL, e.g. http://portal:8080').argParser(parsedBy(url('the Portal base URL, e.g. http://portal:8080'))))
   .addOption(new Option('--portal-token <token>', 'bearer token for the Portal').env('MCPGW_PORTAL_TOKEN'))
   .addOption(redisOption('Redis for last-good state: redis://HOST:PORT, or sentinel://HOST:PORT[,HOST:PORT...]/PRIMARY_NAME'))
-  .addOption(redisPasswordFileOption())
-  .addOption(redisCaOption())
   .addOption(new Option('--redis-prefix <prefix>', 'prefix of every Redis key').default('mcpgw:'))
   .addOption(hostPortOption('--grpc <host:port>', 'gRPC server: ADS for Envoy and the catalog stream for sidecars').makeOptionMandatory())
   .addOption(hostPortOption('--admin <host:port>', 'admin HTTP: /healthz /readyz /status /metrics /config/xds /dashboard').default({ host: '127.0.0.1', port: 18001 }, '127.0.0.1:18001'))
-  .addOption(adminTokenFileOption())
-  .addOption(internalTlsOption())
-  .addOption(
-    new Option('--envoy-internal-tls <dir>', "where every Envoy finds its internal certificate on its own host (tls.crt, tls.key, ca.crt) for its calls to the sidecars; Envoy reads the files itself").default(
-      undefined,
-      'the --internal-tls directory (one mount path for every pod)',
-    ),
-  )
   .addOption(hostPortOption('--listener <host:port>', "Envoy's listener agents connect to").makeOptionMandatory())
   .addOption(
     new Option('--sidecar <host:port,...>', "the sidecars' --listen addresses (the gateway lane and the session check): one per replica, or a DNS name whose every record is one")
@@ -332,7 +362,26 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
       .makeOptionMandatory(),
   )
   .addOption(positiveIntOption('--max-request-body-bytes <bytes>', 'largest JSON-RPC request body, on every HTTP version (413 past it)', GATEWAY_DEFAULTS.maxRequestBodyBytes))
-  .addOption(positiveIntOption('--session-check-timeout-ms <ms>', "how long Envoy waits for the session check (above the sidecar's --backend-session-timeout-ms)", GATEWAY_DEFAULTS.sessionCheckTimeoutMs))
+  .addOption(
+    new Option('--session-check-timeout-ms <ms>', `how long Envoy waits for the session check; the check answers ${SESSION_CHECK_MARGIN_MS} ms before, naming a backend too slow to open its session (-32004)`)
+      .argParser(parsedBy(positiveInt.refine((ms) => ms > SESSION_CHECK_MARGIN_MS, `must be above ${SESSION_CHECK_MARGIN_MS}`)))
+      .default(GATEWAY_DEFAULTS.sessionCheckTimeoutMs),
+  )
+  .addOption(positiveIntOption('--per-connection-buffer-limit-bytes <bytes>', "a client connection's buffers before back-pressure", EDGE.perConnectionBufferLimitBytes))
+  .addOption(positiveIntOption('--request-headers-timeout-ms <ms>', "from a request's first byte to the end of its headers (408, or the connection closed, past it)", EDGE.requestHeadersTimeoutMs))
+  .addOption(positiveIntOption('--request-timeout-ms <ms>', "from a request's first byte to the end of its body; never cuts a response (408 past it)", EDGE.requestTimeoutMs))
+  .addOption(positiveIntOption('--stream-idle-timeout-ms <ms>', 'a request with no bytes either way, where its route sets no idle limit of its own', EDGE.streamIdleTimeoutMs))
+  .addOption(positiveIntOption('--connection-idle-timeout-ms <ms>', 'a client connection with no request in flight (shortened under connection or memory pressure)', EDGE.connectionIdleTimeoutMs))
+  .addOption(positiveIntOption('--max-request-headers-kb <kb>', "one request's headers, in KiB (431 past it)", EDGE.maxRequestHeadersKb))
+  .addOption(positiveIntOption('--max-headers-count <n>', "one request's headers, counted (431 past it)", EDGE.maxHeadersCount))
+  .addOption(nonNegativeIntOption('--xff-num-trusted-hops <n>', 'load balancers in front whose X-Forwarded-For entries are trusted (0: the gateway is the edge)', EDGE.xffNumTrustedHops))
+  .addOption(positiveIntOption('--http2-max-concurrent-streams <n>', 'streams at once on one HTTP/2 client connection', EDGE.http2MaxConcurrentStreams))
+  .addOption(positiveIntOption('--http2-initial-stream-window-bytes <bytes>', 'HTTP/2 flow-control window of one stream', EDGE.http2InitialStreamWindowBytes))
+  .addOption(positiveIntOption('--http2-initial-connection-window-bytes <bytes>', 'HTTP/2 flow-control window of one connection', EDGE.http2InitialConnectionWindowBytes))
+  .addOption(positiveIntOption('--tool-service-max-requests <n>', 'calls in flight to one Tool Service; past it its calls wait for a connection (--tool-service-max-pending)', GATEWAY_DEFAULTS.toolServiceLimits.maxRequests))
+  .addOption(positiveIntOption('--tool-service-max-pending <n>', 'calls waiting for a connection to one Tool Service; past it they fail at once (-32004)', GATEWAY_DEFAULTS.toolServiceLimits.maxPendingRequests));
+
+controlPlaneCommand
   .addOption(positiveIntOption('--registry-refresh-ms <ms>', 'registry poll interval (long-poll wait for a Portal)', 30000))
   .addOption(positiveIntOption('--catalog-refresh-ms <ms>', "how often every Tool Service's tools/list is fetched", 30000))
   .addOption(positiveIntOption('--tool-list-timeout-ms <ms>', 'deadline of one tools/list fetch', 5000))
@@ -381,17 +430,26 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
   .addOption(redisConnectTimeoutOption())
   .addOption(redisCommandTimeoutOption())
   .addOption(logLevelOption())
+  .addOption(otlpEndpointOption())
+  .addOption(traceSamplingOption())
+  .addOption(traceServiceNameOption('mcpgw-control-plane'))
+  .addOption(new Option('--envoy-trace-service-name <name>', "service.name of Envoy's spans (with --otlp-endpoint)").default('mcpgw-envoy'))
   .action(async (options, command) => {
     if (!options.registry && !options.portal) command.error('give one registry source: --registry FILE or --portal URL', { exitCode: USAGE_ERROR });
+    const insideOptions = controlPlaneInsideValues.parse(command.opts());
     const problem = insideProblem({
-      internalTls: options.internalTls,
+      internalTls: insideOptions.internalTls,
       internal: [
         { flag: '--grpc', addresses: [options.grpc] },
         { flag: '--sidecar', addresses: options.sidecar },
       ],
-      admin: { flag: '--admin', address: options.admin, tokenFile: options.adminTokenFile },
+      admin: { flag: '--admin', address: options.admin, tokenFile: insideOptions.adminTokenFile },
     });
     if (problem) command.error(problem, { exitCode: USAGE_ERROR });
+    if (options.requestTimeoutMs <= options.sessionCheckTimeoutMs) {
+      // Envoy's request timeout runs until the request goes upstream, the session check included.
+      command.error(`--request-timeout-ms (${options.requestTimeoutMs}) must be above --session-check-timeout-ms (${options.sessionCheckTimeoutMs})`, { exitCode: USAGE_ERROR });
+    }
     const audit: AuditTarget | undefined =
       options.auditLog === undefined
         ? undefined
@@ -406,9 +464,9 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
             };
     const log = componentLogger('control-plane', options.logLevel);
     const inside = loadInsideFiles('mcpgw control-plane', () => ({
-      internalTls: options.internalTls ? new InternalTls(options.internalTls, 'control-plane', log) : undefined,
-      adminTokenFile: options.adminTokenFile ? new TokenFile(options.adminTokenFile) : undefined,
-      redisAuth: redisAuthOf(options),
+      internalTls: insideOptions.internalTls ? new InternalTls(insideOptions.internalTls, 'control-plane', log) : undefined,
+      adminTokenFile: insideOptions.adminTokenFile ? new TokenFile(insideOptions.adminTokenFile) : undefined,
+      redisAuth: redisAuthOf(insideOptions),
     }));
     try {
       // A file is the operator's own: problems at start are fatal. Later edits are isolated per route.
@@ -425,11 +483,28 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
         gateway: {
           listener: { address: options.listener.host, port: options.listener.port },
           sidecars: options.sidecar.map(endpointOf),
-          ...(options.internalTls && { internalTls: { envoyDir: path.resolve(options.envoyInternalTls ?? options.internalTls) } }),
+          ...(insideOptions.internalTls && { internalTls: { envoyDir: path.resolve(insideOptions.envoyInternalTls ?? insideOptions.internalTls) } }),
           maxRequestBodyBytes: options.maxRequestBodyBytes,
           sessionCheckTimeoutMs: options.sessionCheckTimeoutMs,
+          edge: {
+            perConnectionBufferLimitBytes: options.perConnectionBufferLimitBytes,
+            requestHeadersTimeoutMs: options.requestHeadersTimeoutMs,
+            requestTimeoutMs: options.requestTimeoutMs,
+            streamIdleTimeoutMs: options.streamIdleTimeoutMs,
+            connectionIdleTimeoutMs: options.connectionIdleTimeoutMs,
+            maxRequestHeadersKb: options.maxRequestHeadersKb,
+            maxHeadersCount: options.maxHeadersCount,
+            xffNumTrustedHops: options.xffNumTrustedHops,
+            http2MaxConcurrentStreams: options.http2MaxConcurrentStreams,
+            http2InitialStreamWindowBytes: options.http2InitialStreamWindowBytes,
+            http2InitialConnectionWindowBytes: options.http2InitialConnectionWindowBytes,
+          },
+          toolServiceLimits: { maxRequests: options.toolServiceMaxRequests, maxPendingRequests: options.toolServiceMaxPending },
           access: accessOf(options.listener, options),
           auditArguments: audit !== undefined,
+          ...(options.otlpEndpoint && {
+            tracing: { otlpEndpoint: options.otlpEndpoint, samplingRatio: options.traceSampling, serviceName: options.envoyTraceServiceName },
+          }),
         },
         signingKeys: { ...SIGNING_KEY_DEFAULTS, refreshMs: options.signingKeysRefreshMs, timeoutMs: options.signingKeysTimeoutMs },
         audit,
@@ -444,6 +519,7 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
           maxToolsPerRoute: options.maxToolsPerRoute,
           toolsListPageSize: options.toolsListPageSize,
         },
+        tracing: tracingOf(options, log),
         log,
       });
       stopOnSignals(running.stop);
@@ -489,6 +565,21 @@ function approvalOptionsOf(options: {
   };
 }
 
+// The closed inside's options (docs/adr/0017-closed-inside.md) beside the typed chain, which is as
+// long as TypeScript follows one; read back checked by controlPlaneInsideValues.
+for (const option of [
+  redisPasswordFileOption(),
+  redisCaOption(),
+  adminTokenFileOption(),
+  internalTlsOption(),
+  new Option('--envoy-internal-tls <dir>', "where every Envoy finds its internal certificate on its own host (tls.crt, tls.key, ca.crt) for its calls to the sidecars; Envoy reads the files itself").default(
+    undefined,
+    'the --internal-tls directory (one mount path for every pod)',
+  ),
+]) {
+  controlPlaneCommand.addOption(option);
+}
+
 subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway answers itself) and the call lane\'s session check, behind Envoy')
   .addOption(hostPortOption('--listen <host:port>', 'the HTTP address Envoy sends the gateway lane and the session checks to').makeOptionMandatory())
   .addOption(hostPortOption('--control-plane <host:port>', "the control plane's --grpc (catalog stream)").makeOptionMandatory())
@@ -508,7 +599,7 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
   .addOption(redisCaOption())
   .addOption(new Option('--redis-prefix <prefix>', 'prefix of every Redis key').default('mcpgw:'))
   .addOption(positiveIntOption('--session-ttl-s <s>', 'idle gateway sessions expire after this', 3600))
-  .addOption(positiveIntOption('--backend-session-timeout-ms <ms>', "limit for opening or ending a backend's session", 5000))
+  .addOption(positiveIntOption('--backend-session-timeout-ms <ms>', "limit for opening or ending a backend's session (a call's check answers by the control plane's --session-check-timeout-ms in any case)", 5000))
   .addOption(hostPortOption('--admin <host:port>', 'GET /metrics and /healthz (none without it)'))
   .addOption(adminTokenFileOption())
   .addOption(positiveIntOption('--drain-timeout-ms <ms>', 'on SIGTERM, how long requests in flight keep the sidecar', 10_000))
@@ -529,6 +620,9 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
   .addOption(redisConnectTimeoutOption())
   .addOption(redisCommandTimeoutOption())
   .addOption(logLevelOption())
+  .addOption(otlpEndpointOption())
+  .addOption(traceSamplingOption())
+  .addOption(traceServiceNameOption('mcpgw-sidecar'))
   .action(async (options, command) => {
     const problem = insideProblem({
       internalTls: options.internalTls,
@@ -577,6 +671,7 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
         sessionIdleTtlSeconds: options.sessionTtlS,
         backendSessionTimeoutMs: options.backendSessionTimeoutMs,
         approvals: approvals as ApprovalOptions | undefined,
+        tracing: tracingOf(options, log),
         log,
       });
       stopOnSignals(running.stop);
@@ -662,6 +757,8 @@ subcommand('envoy-bootstrap', 'print envoy/bootstrap.yaml filled in (or write it
   .addOption(new Option('--output <file>', 'write the bootstrap here instead of printing it; with --internal-tls its two SDS files go beside it (required then)'))
   .addOption(hostPortOption('--stats-listener <host:port>', 'a listener for probes and Prometheus: GET /ready and GET /stats/prometheus of the admin, nothing else'))
   .addOption(new Option('--stats-token-file <file>', 'a bearer token (at least 16 characters) /stats/prometheus asks for; required when --stats-listener is not loopback (Envoy reads it when the bootstrap is written)').env('MCPGW_STATS_TOKEN_FILE'))
+  .addOption(positiveIntOption('--max-heap-bytes <bytes>', "Envoy's heap its overload actions are measured against (set below its memory limit)", OVERLOAD_DEFAULTS.maxHeapBytes))
+  .addOption(positiveIntOption('--max-downstream-connections <n>', "client connections at once; at most half of Envoy's file-descriptor limit", OVERLOAD_DEFAULTS.maxDownstreamConnections))
   .action((options, command) => {
     if (!isLoopbackHost(options.admin.host)) {
       command.error(`--admin ${joined(options.admin)} is not a loopback address: Envoy's admin interface has no authentication and must stay on 127.0.0.1 (${SECURING_DOCS})`, { exitCode: USAGE_ERROR });
@@ -686,6 +783,7 @@ subcommand('envoy-bootstrap', 'print envoy/bootstrap.yaml filled in (or write it
       adminAddress: options.admin.host,
       adminPort: options.admin.port,
       xds: options.xds,
+      overload: { maxHeapBytes: options.maxHeapBytes, maxDownstreamConnections: options.maxDownstreamConnections },
       ...(options.internalTls && { internalTls: { certDir: path.resolve(options.internalTls), sdsDir: path.dirname(path.resolve(options.output!)) } }),
       ...(options.statsListener && {
         statsListener: { ...options.statsListener, ...(options.statsTokenFile && { token: loadInsideFiles('mcpgw envoy-bootstrap', () => readToken(options.statsTokenFile!)) }) },

@@ -3,7 +3,7 @@ import { portProblem } from '../devstack/port-owner';
 import { CHILDREN_DIE_WITH_PARENT, onPath } from '../devstack/processes';
 import { ServingCheck } from '../devstack/serving-check';
 import { DEV_REDIS_USER } from '../devstack/dev-inside';
-import { GatewayStack, RestartEvent } from '../devstack/stack';
+import { GatewayStack, RestartEvent, StackTracing } from '../devstack/stack';
 import { Route } from '../registry/model';
 import { loadRegistryFile } from '../registry/static-file';
 import { LogLevel } from '../shared/log';
@@ -17,6 +17,8 @@ export interface UpOptions {
   logLevel: LogLevel;
   /** The Redis up starts serves TLS only (a certificate of the dev CA). */
   redisTls?: boolean;
+  /** Spans of Envoy, the control plane and the sidecar to this OTLP/HTTP collector. */
+  tracing?: StackTracing;
 }
 
 /** What keeps `up` from starting or serving, said in one line with its cause and its fix. */
@@ -79,6 +81,7 @@ export async function runUp(options: UpOptions, say: (line: string) => void): Pr
     samples,
     ports: { listener: options.listenerPort },
     logLevel: options.logLevel,
+    tracing: options.tracing,
     envoyBaseId: options.listenerPort,
     redisTls: options.redisTls,
     onRestart: (event) => say(restartLine(event)),

@@ -2,7 +2,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { projectPath } from '../shared/paths';
 import { LogLevel } from '../shared/log';
-import { BASE_ID_TAKEN, ENVOY_JSON_LOG_FORMAT, XdsApiType, envoyBinary, writeBootstrapFile } from './envoy';
+import { BASE_ID_TAKEN, ENVOY_JSON_LOG_FORMAT, OverloadSettings, XdsApiType, envoyBinary, overloadForThisHost, writeBootstrapFile } from './envoy';
 import { listensOn } from './port-owner';
 import { ManagedProcess, ProcessOptions, freePorts, portAccepts } from './processes';
 import Redis, { RedisOptions } from 'ioredis';
@@ -52,11 +52,15 @@ export interface StackOptions {
   controlPlaneArgs?: string[];
   /** Log level of the control plane and the sidecar (info by default). */
   logLevel?: LogLevel;
+  /** Traces of Envoy, the control plane and the sidecar; off by default. */
+  tracing?: StackTracing;
   /**
    * Envoy's base id (hot restart) when no other Envoy on this host uses it, else a dynamic one. Without
    * it Envoy always gets a dynamic base id, as several stacks on one host need.
    */
   envoyBaseId?: number;
+  /** Envoy's overload limits, where they differ from the defaults for this host (overloadForThisHost). */
+  envoyOverload?: Partial<OverloadSettings>;
   /** The control plane writes its audit to `auditFile` (true by default; false: no audit, as a control plane without --audit-log). */
   audit?: boolean;
   /** More options for the control plane and the sidecar (e.g. `--audit-log FILE`), after the stack's own. */
@@ -98,6 +102,12 @@ const ENVOY_CERTIFICATE = { role: 'envoy', name: 'envoy' } as const;
 export interface ReplicaPorts {
   main: number;
   admin: number;
+}
+
+/** Where every component sends its spans, and the share of new traces kept (docs/observability.md#traces). */
+export interface StackTracing {
+  otlpEndpoint: string;
+  samplingRatio: number;
 }
 
 /** A supervised process exited on its own and was started again, or a try to do so failed. */
@@ -403,6 +413,11 @@ export class GatewayStack {
     return this.options.logLevel ? ['--log-level', this.options.logLevel] : [];
   }
 
+  private get tracingArgs(): string[] {
+    const tracing = this.options.tracing;
+    return tracing ? ['--otlp-endpoint', tracing.otlpEndpoint, '--trace-sampling', String(tracing.samplingRatio)] : [];
+  }
+
   /**
    * The command line (after `node`) of a control plane replica: the stack's registry source, Redis,
    * internal certificate and addresses, and the stack's options. A test may start one with more.
@@ -429,6 +444,7 @@ export class GatewayStack {
       ...(this.options.controlPlaneArgs ?? []),
       ...this.logLevelArgs,
       ...(this.options.extraArgs?.controlPlane ?? []),
+      ...this.tracingArgs,
     ];
   }
 
@@ -458,6 +474,7 @@ export class GatewayStack {
         '--drain-timeout-ms', '2000',
         ...this.logLevelArgs,
         ...(this.options.extraArgs?.sidecar ?? []),
+        ...this.tracingArgs,
       ]);
       await sidecar.untilReady(`${name} to listen`, listening(sidecar, port));
       return sidecar;
@@ -482,6 +499,7 @@ export class GatewayStack {
           adminPort,
           xds: this.controlPlanePorts.map(({ main }) => ({ host: HOST, port: main })),
           ...(this.inside && { internalTls: { certDir: this.internalTlsDir(ENVOY_CERTIFICATE), sdsDir: path.join(this.options.logDir, `${instance}-sds`) } }),
+          overload: { ...overloadForThisHost(), ...this.options.envoyOverload },
         },
         path.join(this.options.logDir, `bootstrap-${instance}.yaml`),
       );

@@ -21,6 +21,8 @@ import { SidecarMetrics, startSidecarAdmin } from './sidecar-metrics';
 import { redisUpGauge } from '../shared/state-gauge';
 import { InternalTls } from '../shared/internal-tls';
 import { TokenFile } from '../shared/admin-access';
+import { Tracing } from '../shared/tracing';
+import { tracedBackendSessions } from './sidecar-tracing';
 
 export interface SidecarOptions {
   /** host:port of the sidecar's HTTP port behind Envoy: the gateway lane and the call lane's session check. */
@@ -56,6 +58,8 @@ export interface SidecarOptions {
   drainTimeoutMs: number;
   /** Approval pages and the approval check (docs/approval-and-audit.md); they need Redis. */
   approvals?: ApprovalOptions;
+  /** Spans of the session check and of the sidecar's requests to backends; off unless given. */
+  tracing?: Tracing;
   log: Logger;
 }
 
@@ -132,14 +136,18 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     sessions = new MemorySessionStore(options.sessionIdleTtlSeconds, options.sessionLimits);
     log.warn('no --redis: sessions live in this process only (lost on restart, not shared with other replicas)');
   }
+  const tracing = options.tracing ?? Tracing.off;
   const context: GatewayContext = {
     lookup: (key) => routes.get(key),
     sessions,
-    backendSessions: {
-      open: (backend, session, clientHeaders) => openBackendSession(backend, session, clientHeaders, options.backendSessionTimeoutMs),
-      close: (backend, onBehalf) => closeBackendSession(backend, onBehalf, options.backendSessionTimeoutMs),
-      post: (backend, onBehalf, message) => postToBackendSession(backend, onBehalf, message, options.backendSessionTimeoutMs),
-    },
+    backendSessions: tracedBackendSessions(
+      {
+        open: (backend, session, clientHeaders) => openBackendSession(backend, session, clientHeaders, options.backendSessionTimeoutMs),
+        close: (backend, onBehalf) => closeBackendSession(backend, onBehalf, options.backendSessionTimeoutMs),
+        post: (backend, onBehalf, message) => postToBackendSession(backend, onBehalf, message, options.backendSessionTimeoutMs),
+      },
+      tracing,
+    ),
     log,
   };
 
@@ -158,7 +166,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   }
 
   const admin = options.adminAddress ? await startSidecarAdmin(options.adminAddress, metrics, () => version, options.adminTokenFile) : undefined;
-  const gateway = new GatewayServer(context, streams, { maxRequestBodyBytes: options.maxRequestBodyBytes, approvals }, metrics);
+  const gateway = new GatewayServer(context, streams, { maxRequestBodyBytes: options.maxRequestBodyBytes, approvals }, metrics, tracing);
   const server: http.Server = await listenAt(gateway.handle, options.address, options.internalTls?.serverOptions());
   if (options.internalTls) options.internalTls.follow(server as unknown as tls.Server, 'envoy');
   // Envoy keeps its connections to the sidecar open between requests: longer than Envoy's own idle timeout (1 h by default) would be pointless.
@@ -182,6 +190,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       options.internalTls?.close();
       await sessions.close();
       approvalStore?.close();
+      await tracing.shutdown();
     },
   };
 }

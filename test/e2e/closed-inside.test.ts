@@ -1,6 +1,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
+import { overloadForThisHost } from '../../control-plane/devstack/envoy';
 import { InternalPki, writeSecretDirectory } from '../../control-plane/devstack/internal-pki';
 import { ManagedProcess, freePort } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
@@ -55,7 +56,7 @@ describe('a closed inside refuses strangers', () => {
     const noCertificate = await freePort();
     const otherCaCertificate = await freePort();
     const xds = [{ host: '127.0.0.1', port: stack.ports.grpc }];
-    const base = { adsApiType: 'GRPC' as const, adminAddress: '127.0.0.1', xds };
+    const base = { adsApiType: 'GRPC' as const, adminAddress: '127.0.0.1', xds, overload: overloadForThisHost() };
     envoys.push(await startEnvoyWith({ ...base, nodeId: 'envoy/no-certificate', adminPort: noCertificate }, dir, 'envoy-no-certificate'));
     envoys.push(
       await startEnvoyWith(
@@ -95,6 +96,7 @@ describe('a closed inside refuses strangers', () => {
           adminAddress: '127.0.0.1',
           adminPort: impostorAdmin,
           xds: [{ host: '127.0.0.1', port: stack.ports.grpc }],
+          overload: overloadForThisHost(),
           internalTls: { certDir: issue({ role: 'envoy', name: 'envoy-b' }).dir, sdsDir: path.join(dir, 'impostor-sds') },
         },
         dir,

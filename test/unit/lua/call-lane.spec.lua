@@ -38,6 +38,28 @@ _, _, inner, params = M.tool_name_span(body)
 check("envelope merged into _meta", M.with_modern_envelope(body, params, inner),
   '{"params":{"name":"get","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"mcp-federation-gateway","version":"0.1.0"},"progressToken":3}}}')
 
+-- trace context: the gateway's span, in the caller's trace, also named in params._meta
+local span_ids = "0af7651916cd43dd8448eb211c80319c-c88cfa8db470da01"
+check("gateway traceparent keeps the caller's sampled flag",
+  M.gateway_traceparent(span_ids, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"), "00-0af7651916cd43dd8448eb211c80319c-c88cfa8db470da01-01")
+check("gateway traceparent of an unsampled caller",
+  M.gateway_traceparent(span_ids, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"), "00-0af7651916cd43dd8448eb211c80319c-c88cfa8db470da01-00")
+check("no gateway traceparent outside the caller's trace",
+  M.gateway_traceparent(span_ids, "00-11111111111111111111111111111111-b7ad6b7169203331-01"), nil)
+check("no gateway traceparent without a caller's", M.gateway_traceparent(span_ids, nil), nil)
+check("no gateway traceparent for unreadable ids", M.gateway_traceparent("-", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"), nil)
+local function traceparent_in_meta(body)
+  local _, _, inner = M.tool_name_span(body)
+  local span = M.meta_traceparent_span(body, inner)
+  return span and body:sub(span[1], span[2])
+end
+check("_meta traceparent found", traceparent_in_meta('{"params":{"name":"get","_meta":{"tracestate":"v=1","traceparent":"00-ab-cd-01"}}}'), '"00-ab-cd-01"')
+check("a traceparent in the arguments is the tool's", traceparent_in_meta('{"params":{"name":"get","arguments":{"traceparent":"x"},"_meta":{"progressToken":1}}}'), nil)
+check("no _meta, no traceparent", traceparent_in_meta('{"params":{"name":"get"}}'), nil)
+check("a _meta traceparent that is not a string is left", traceparent_in_meta('{"params":{"name":"get","_meta":{"traceparent":5}}}'), nil)
+check("edits in one pass", M.substitute("abcdefgh", { { 2, 3, "XY" }, { 6, 6, "" } }), "aXYdegh")
+check("no edits", M.substitute("abc", {}), "abc")
+
 -- flags
 local flags = M.tool_flags("t=30000;r;f")
 check("flag deadline", flags.deadline_ms, "30000")
@@ -90,14 +112,41 @@ local out, rest = M.take_events('event: message\ndata: {"jsonrpc":"2.0","method"
 check("complete event passes, partial held", out, 'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n')
 check("partial held", rest, 'event: message\ndata: {"jsonrpc":"2.0","id":7,"res')
 out, rest = M.take_events(rest .. 'ult":{}}\n\n', call)
-check("final event annotated", out, 'event: message\ndata: {"jsonrpc":"2.0","id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\n\n')
+check("final event annotated and marked done", out, 'id: mcpgw-done\nevent: message\ndata: {"jsonrpc":"2.0","id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\n\n')
 check("nothing held", rest, "")
 out, rest = M.take_events('id: 5\r\ndata: {"jsonrpc":"2.0",\r\ndata: "id":7,"result":{}}\r\n\r\n', call)
-check("multi-line data, CRLF", out, 'id: 5\ndata: {"jsonrpc":"2.0", "id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\r\n\r\n')
+check("multi-line data, CRLF, the backend's own event id replaced", out, 'id: mcpgw-done\ndata: {"jsonrpc":"2.0", "id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\r\n\r\n')
 out, rest = M.take_events(': keepalive\n\n', call)
 check("comment passes", out, ': keepalive\n\n')
 out, rest = M.take_events('data:{"jsonrpc":"2.0","id":7,"result":{}}\n\n', call)
-check("data without space", out, 'data: {"jsonrpc":"2.0","id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\n\n')
+check("data without space", out, 'id: mcpgw-done\ndata: {"jsonrpc":"2.0","id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\n\n')
+
+out = M.take_events('id: 41\nevent: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n', call)
+check("a progress event loses the backend's own id", out, 'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n')
+local requests
+out, rest, requests = M.take_events('data: {"jsonrpc":"2.0","id":3,"method":"elicitation/create"}\n\ndata: {"jsonrpc":"2.0","id":"x","method":"roots/list"}\n\n', call)
+check("backend requests scoped in the stream", out, 'data: {"jsonrpc":"2.0","id":"mcpgw:jobs:3","method":"elicitation/create"}\n\ndata: {"jsonrpc":"2.0","id":"mcpgw:jobs:\\"x\\"","method":"roots/list"}\n\n')
+check("backend requests' own ids reported", table.concat(requests, " "), '3 "x"')
+out = M.take_events('data: {"jsonrpc":"2.0","id":7,"error":{"code":-32004,"message":"x","data":{"outcome":"failed"}}}\n\n', call)
+check("a final answer left as it is is still marked done", out, 'id: mcpgw-done\ndata: {"jsonrpc":"2.0","id":7,"error":{"code":-32004,"message":"x","data":{"outcome":"failed"}}}\n\n')
+check("priming event", M.priming_event("e30="), "id: mcpgw-call.e30=\ndata:\n\n")
+check("resume token", M.resume_token_json({ backend = "jobs", tool = "run", id_json = '"a"' }), '{"b":"jobs","t":"run","i":"a"}')
+
+-- ids the gateway accepts
+local function id_problem(id) return M.id_problem('{"jsonrpc":"2.0","id":' .. id .. ',"method":"tools/call"}') end
+check("id integer", id_problem("12"), nil)
+check("id negative", id_problem("-3"), nil)
+check("id 2^53-1", id_problem("9007199254740991"), nil)
+check("id string", id_problem('"abc"'), nil)
+check("no id", M.id_problem('{"jsonrpc":"2.0","method":"tools/call"}'), nil)
+local rule = "id must be a string of at most 256 bytes or an integer"
+check("id 2^53 refused", id_problem("9007199254740992"), rule)
+check("id fraction refused", id_problem("1.5"), rule)
+check("id integer in exponent form", id_problem("1e3"), nil)
+check("id fraction in exponent form refused", id_problem("1e-3"), rule)
+check("id 5000 digits refused", id_problem(string.rep("9", 5000)), rule)
+check("id long string refused", id_problem('"' .. string.rep("a", 257) .. '"'), rule)
+check("id 256-byte string", id_problem('"' .. string.rep("a", 256) .. '"'), nil)
 
 -- an event split anywhere between socket reads comes out whole, once, annotated
 local stream = 'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}\n\nevent: message\ndata: {"jsonrpc":"2.0","id":7,"result":{"content":[]}}\n\n'
@@ -119,6 +168,8 @@ check("json end: partial", M.json_end('{"jsonrpc":"2.0","result":{"a":"}'), nil)
 check("json end: whole", M.json_end(' {"a":{"b":"}"}} \n'), 16)
 check("json end: empty", M.json_end('  '), nil)
 check("carried outcome of a failure reply", M.carried_outcome('{"jsonrpc":"2.0","id":1,"error":{"code":-32004,"message":"x","data":{"outcome":"failed","backend":"b"}}}'), "failed")
+check("carried HTTP status of a failure reply",
+  select(2, M.carried_outcome('{"jsonrpc":"2.0","id":1,"error":{"code":-32004,"message":"x","data":{"outcome":"failed","http_status":503}}}')), 503)
 check("carried outcome of a degraded result", M.carried_outcome('{"jsonrpc":"2.0","id":1,"result":{"content":[],"_meta":{"mcpgw/outcome":{"outcome":"degraded"}}}}'), "degraded")
 check("no carried outcome", M.carried_outcome('{"jsonrpc":"2.0","id":1,"result":{"content":[]}}'), nil)
 
