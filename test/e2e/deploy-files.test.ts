@@ -184,6 +184,15 @@ describe('the Helm chart', () => {
     const sidecar = containerOf(named(manifests, 'Deployment', 'sidecar'), 'sidecar');
     expect(sidecar.env).toContainEqual({ name: 'MCPGW_REDIS', valueFrom: { secretKeyRef: { name: 'managed-redis', key: 'url' } } });
     expect(sidecar.args).toContain('--redis-wait-replicas=0');
+    // Over TLS, with its CA and the gateway user's password from Secrets of yours.
+    for (const [deployment, container] of [['sidecar', 'sidecar'], ['control-plane', 'control-plane']]) {
+      const workload = containerOf(named(manifests, 'Deployment', deployment), container);
+      expect(workload.args).toEqual(expect.arrayContaining(['--redis-ca=/etc/mcpgw/redis-ca/ca.pem', '--redis-password-file=/etc/mcpgw/redis-auth/password']));
+      const volumes = named(manifests, 'Deployment', deployment).spec.template.spec.volumes as any[];
+      expect(volumes).toContainEqual({ name: 'redis-ca', secret: { secretName: 'managed-redis-ca' } });
+      expect(volumes).toContainEqual({ name: 'redis-auth', secret: { secretName: 'managed-redis-password' } });
+    }
+    expect(manifests.some((manifest) => manifest.kind === 'Secret' && manifest.metadata.name.endsWith('-redis-auth'))).toBe(false);
     for (const [deployment, container] of [['envoy', 'envoy'], ['control-plane', 'control-plane']]) {
       expect(containerOf(named(manifests, 'Deployment', deployment), container).volumeMounts).toContainEqual({ name: 'tls', mountPath: '/etc/mcpgw/tls', readOnly: true });
     }

@@ -185,6 +185,16 @@ affinity:
 {{- if include "mcpgw.redisAuthSecret" . }}
 - --redis-password-file=/etc/mcpgw/redis-auth/password
 {{- end }}
+{{- if include "mcpgw.redisCaSecret" . }}
+- --redis-ca=/etc/mcpgw/redis-ca/{{ .Values.redis.external.caSecret.key }}
+{{- end }}
+{{- end -}}
+
+{{/* The Secret with the CA an external rediss:// Redis's certificate chains to, if one is set. */}}
+{{- define "mcpgw.redisCaSecret" -}}
+{{- if eq .Values.redis.mode "external" -}}
+{{- .Values.redis.external.caSecret.name -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "mcpgw.insideMounts" -}}
@@ -192,6 +202,9 @@ affinity:
 - { name: admin-token, mountPath: /etc/mcpgw/admin-token, readOnly: true }
 {{- if include "mcpgw.redisAuthSecret" .root }}
 - { name: redis-auth, mountPath: /etc/mcpgw/redis-auth, readOnly: true }
+{{- end }}
+{{- if include "mcpgw.redisCaSecret" .root }}
+- { name: redis-ca, mountPath: /etc/mcpgw/redis-ca, readOnly: true }
 {{- end }}
 {{- end -}}
 
@@ -206,5 +219,10 @@ affinity:
 - name: redis-auth
   secret:
     secretName: {{ include "mcpgw.redisAuthSecret" .root }}
+{{- end }}
+{{- if include "mcpgw.redisCaSecret" .root }}
+- name: redis-ca
+  secret:
+    secretName: {{ include "mcpgw.redisCaSecret" .root }}
 {{- end }}
 {{- end -}}
