@@ -1,0 +1,65 @@
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { waitFor } from '../../control-plane/devstack/processes';
+import { GatewayStack } from '../../control-plane/devstack/stack';
+import { listedTools, startGateway } from '../support/gateway-fixture';
+import { SpiedRequest, SpyToolService } from '../support/spy-tool-service';
+
+/** What an agent authenticates to the gateway with: it must never reach a backend (docs/auth.md, Backends). */
+const CALLER_TOKEN = 'the-callers-own-token';
+
+/**
+ * One client session through the gateway that makes the spy see every request kind the gateway sends a
+ * backend: session open (initialize, initialized), a call, a relayed notification, a renewal (the backend
+ * forgot the session; the next call opens a new one) and the DELETE that ends the session.
+ */
+async function everyRequestKind(url: string, spy: SpyToolService, backend: string): Promise<void> {
+  const transport = new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers: { authorization: `Bearer ${CALLER_TOKEN}` } } });
+  const client = new Client({ name: 'credentials-test', version: '1.0.0' }, { capabilities: { roots: { listChanged: true } } });
+  await client.connect(transport);
+  try {
+    expect((await client.callTool({ name: `${backend}__echo`, arguments: { text: 'one' } })).content).toEqual([{ type: 'text', text: 'one' }]);
+    const notified = spy.of({ rpcMethod: 'notifications/roots/list_changed' }).length;
+    await client.sendRootsListChanged();
+    await waitFor('the relayed notification at the backend', async () => (spy.of({ rpcMethod: 'notifications/roots/list_changed' }).length > notified ? true : undefined));
+    spy.forgetSessions();
+    await expect(client.callTool({ name: `${backend}__echo`, arguments: { text: 'lost' } })).rejects.toThrow(/call again/);
+    expect((await client.callTool({ name: `${backend}__echo`, arguments: { text: 'renewed' } })).content).toEqual([{ type: 'text', text: 'renewed' }]);
+    const deletes = spy.of({ httpMethod: 'DELETE' }).length;
+    await transport.terminateSession();
+    await waitFor('the DELETE at the backend', async () => (spy.of({ httpMethod: 'DELETE' }).length > deletes ? true : undefined));
+  } finally {
+    await client.close();
+  }
+}
+
+/** The request kinds every test expects to have seen, each at least once. */
+function expectEveryKind(requests: SpiedRequest[]): void {
+  const kinds = new Set(requests.map((request) => (request.httpMethod === 'POST' ? request.rpcMethod : request.httpMethod)));
+  for (const kind of ['initialize', 'notifications/initialized', 'tools/list', 'tools/call', 'notifications/roots/list_changed', 'DELETE']) expect(kinds).toContain(kind);
+  // The renewal: a second initialize after the backend forgot its sessions.
+  expect(requests.filter((request) => request.rpcMethod === 'initialize').length).toBeGreaterThanOrEqual(2);
+}
+
+describe('backend credentials: none (real Envoy, sidecar and control plane)', () => {
+  let stack: GatewayStack;
+  let spy: SpyToolService;
+
+  beforeAll(async () => {
+    spy = await SpyToolService.start();
+    ({ stack } = await startGateway('backend-credentials-none', () => ({
+      routes: [{ key: 'spied', toolServices: [{ name: 'spy', url: spy.url }] }],
+    })));
+    await waitFor('the spy in the catalog', async () => (((await listedTools(stack.gatewayUrl('spied'))) ?? []).includes('spy__echo') ? true : undefined));
+  });
+  afterAll(async () => {
+    await stack?.stop();
+    await spy?.stop();
+  });
+
+  it("sends no Authorization to a backend without credentials, on every request kind, whatever the caller's own token", async () => {
+    await everyRequestKind(stack.gatewayUrl('spied'), spy, 'spy');
+    expectEveryKind(spy.requests);
+    expect(spy.requests.filter((request) => request.headers.authorization !== undefined)).toEqual([]);
+  });
+});
