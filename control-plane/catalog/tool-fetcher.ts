@@ -1,4 +1,3 @@
-import * as fs from 'node:fs/promises';
 import { Client as StatelessClient, StreamableHTTPClientTransport as StatelessTransport } from '@modelcontextprotocol/client';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -6,7 +5,8 @@ import { ErrorCode, LATEST_PROTOCOL_VERSION, Tool } from '@modelcontextprotocol/
 import { ToolServiceIR } from '../ir/gateway-ir';
 import { MODERN_PROTOCOL_VERSION } from '../sidecar/modern-era';
 import { ToolList } from './catalog-store';
-import { backendFetch } from '../shared/backend-fetch';
+import { CatalogCredentials } from '../credentials/catalog-credentials';
+import { egressFetch } from '../shared/egress-fetch';
 
 export const GATEWAY_CLIENT_INFO = { name: 'mcp-federation-gateway', version: '0.1.0' };
 
@@ -18,14 +18,20 @@ export const GATEWAY_CLIENT_INFO = { name: 'mcp-federation-gateway', version: '0
  */
 const CATALOG_CLIENT_CAPABILITIES = { sampling: {}, elicitation: {}, roots: {} };
 
-async function readToken(file: string): Promise<string> {
-  try {
-    const token = (await fs.readFile(file, 'utf8')).trim();
-    if (token) return token;
-    throw new Error('the file is empty');
-  } catch (error) {
-    throw new Error(`cannot read transport.catalogBearerTokenFile ${file}: ${(error as Error).message}`);
-  }
+/**
+ * How a listing reaches the Tool Service: through Envoy's egress listener (the cluster's credentials,
+ * TLS and rotation, as for calls: docs/adr/0013-backend-credentials.md), with the Authorization the
+ * catalog's credentials give it, if any.
+ */
+export interface CatalogAccess {
+  /** The fetch a listing of this Tool Service goes out with. */
+  fetchFor(service: ToolServiceIR): typeof fetch;
+  authorizationFor(service: ToolServiceIR): Promise<string | undefined>;
+}
+
+/** Listings through an Envoy's egress listener at `egress` (HOST:PORT). */
+export function egressCatalogAccess(egress: string, credentials: Pick<CatalogCredentials, 'authorizationFor'>): CatalogAccess {
+  return { fetchFor: (service) => egressFetch(egress, service.clusterName), authorizationFor: (service) => credentials.authorizationFor(service) };
 }
 
 /** Bounds on one Tool Service's tools/list (docs/hardening.md); past them the backend is degraded and its last good copy served. */
@@ -111,10 +117,11 @@ async function listAllTools(listTools: (cursor?: string) => Promise<{ tools: Too
   return tools;
 }
 
-async function transportOptions(service: ToolServiceIR, budget: ListingBudget) {
+async function transportOptions(service: ToolServiceIR, budget: ListingBudget, access: CatalogAccess) {
+  const authorization = await access.authorizationFor(service);
   return {
-    fetch: budget.meter(backendFetch(service.endpoint.tls)),
-    ...(service.catalogBearerTokenFile && { requestInit: { headers: { authorization: `Bearer ${await readToken(service.catalogBearerTokenFile)}` } } }),
+    fetch: budget.meter(access.fetchFor(service)),
+    ...(authorization !== undefined && { requestInit: { headers: { authorization } } }),
   };
 }
 
@@ -133,10 +140,10 @@ const requestOptions = (limits: ToolListLimits, budget: ListingBudget) => ({
 });
 
 /** In a session-based revision (2025-11-25 and before): what almost every Tool Service speaks. */
-async function fetchInSession(service: ToolServiceIR, limits: ToolListLimits): Promise<ToolList> {
+async function fetchInSession(service: ToolServiceIR, limits: ToolListLimits, access: CatalogAccess): Promise<ToolList> {
   const budget = new ListingBudget(limits);
   const client = new Client(GATEWAY_CLIENT_INFO, { capabilities: CATALOG_CLIENT_CAPABILITIES });
-  const transport = new StreamableHTTPClientTransport(new URL(service.url), await transportOptions(service, budget));
+  const transport = new StreamableHTTPClientTransport(new URL(service.url), await transportOptions(service, budget, access));
   const options = requestOptions(limits, budget);
   try {
     return await bounded(
@@ -156,7 +163,7 @@ async function fetchInSession(service: ToolServiceIR, limits: ToolListLimits): P
 }
 
 /** In the stateless revision (2026-07-28), with the MCP SDK v2 client pinned to it. */
-async function fetchStateless(service: ToolServiceIR, limits: ToolListLimits): Promise<ToolList> {
+async function fetchStateless(service: ToolServiceIR, limits: ToolListLimits, access: CatalogAccess): Promise<ToolList> {
   const budget = new ListingBudget(limits);
   const client = new StatelessClient(GATEWAY_CLIENT_INFO, { versionNegotiation: { mode: { pin: MODERN_PROTOCOL_VERSION } } });
   const options = requestOptions(limits, budget);
@@ -164,7 +171,7 @@ async function fetchStateless(service: ToolServiceIR, limits: ToolListLimits): P
     return await bounded(
       budget,
       (async () => {
-        await client.connect(new StatelessTransport(new URL(service.url), await transportOptions(service, budget)), options);
+        await client.connect(new StatelessTransport(new URL(service.url), await transportOptions(service, budget, access)), options);
         const tools = await listAllTools(
           (cursor) => client.listTools(cursor ? { cursor } : {}, options) as Promise<{ tools: Tool[]; nextCursor?: string }>,
           budget,
@@ -235,14 +242,14 @@ export function describeListingFailure(error: unknown, timeoutMs: number): strin
  * `initialize`) is asked again in the stateless revision. If that fails too, the first error counts,
  * unless the second went past the listing's bounds. Fails with the cause named (describeListingFailure).
  */
-export async function fetchToolList(service: ToolServiceIR, limits: ToolListLimits = TOOL_LIST_DEFAULTS): Promise<ToolList> {
+export async function fetchToolList(service: ToolServiceIR, access: CatalogAccess, limits: ToolListLimits = TOOL_LIST_DEFAULTS): Promise<ToolList> {
   try {
     try {
-      return await fetchInSession(service, limits);
+      return await fetchInSession(service, limits, access);
     } catch (error) {
       const status = error instanceof StreamableHTTPError ? error.code : undefined;
       if (status === undefined || status < 400 || status >= 500) throw error;
-      return await fetchStateless(service, limits).catch((second: unknown) => {
+      return await fetchStateless(service, limits, access).catch((second: unknown) => {
         throw second instanceof ToolListTooLargeError ? second : error;
       });
     }

@@ -9,6 +9,8 @@ import { startControlPlane } from '../app/control-plane';
 import { CATALOG_DEFAULTS, RELIST_DEFAULTS } from '../catalog/catalog-store';
 import { TOOL_LIST_DEFAULTS } from '../catalog/tool-fetcher';
 import { TOOL_NAME_POLICIES, separatorProblem } from '../catalog/tool-exposure';
+import { IDP_DEFAULTS, IdpSettings } from '../credentials/idp-client';
+import { TOKEN_CACHE_DEFAULTS } from '../credentials/token-cache';
 import { renderBootstrap } from '../devstack/envoy';
 import { buildGatewayIR } from '../ir/gateway-ir';
 import { asStaticBootstrap, diffXds, formatDifferences } from '../xds/render';
@@ -118,21 +120,61 @@ function oneLineError(commandPath: string, text: string): string {
 }
 program.configureOutput({ outputError: (text, write) => write(oneLineError('mcpgw', text)) });
 
+const DEFAULT_EGRESS = { host: '127.0.0.1', port: 10001 };
+const egressOption = (description: string) => hostPortOption('--egress <host:port>', description).default(DEFAULT_EGRESS, '127.0.0.1:10001');
+const ENVOY_EGRESS_DESCRIPTION = "Envoy's egress listener, for the gateway's own requests to Tool Services (sidecar sessions, catalog listings): keep it on loopback or an address only the gateway reaches";
+
 const gatewayAddressOptions = [
   hostPortOption('--listener <host:port>', "Envoy's listener agents connect to").default({ host: '127.0.0.1', port: 10000 }, '127.0.0.1:10000'),
   hostPortOption('--sidecar <host:port>', "the sidecars' --listen address").default({ host: '127.0.0.1', port: 18080 }, '127.0.0.1:18080'),
+  egressOption(ENVOY_EGRESS_DESCRIPTION),
 ] as const;
+
+/** The gateway's identity provider (token exchange, client credentials): docs/auth.md, Backends. */
+const IDP_OPTIONS = {
+  tokenEndpoint: () =>
+    new Option('--idp-token-endpoint <url>', "the gateway's IdP token endpoint (RFC 8693 token exchange, client credentials)")
+      .env('MCPGW_IDP_TOKEN_ENDPOINT')
+      .argParser(parsedBy(url('an http(s) URL of a token endpoint'))),
+  clientId: () => new Option('--idp-client-id <id>', "the gateway's own client id at the IdP").env('MCPGW_IDP_CLIENT_ID'),
+  clientSecretFile: () =>
+    new Option('--idp-client-secret-file <file>', "a file holding that client's secret (read at every token request, so it can rotate)").env('MCPGW_IDP_CLIENT_SECRET_FILE'),
+  name: () => new Option('--idp-name <name>', "how errors name the IdP (default: the token endpoint's host)").env('MCPGW_IDP_NAME'),
+  timeout: () => positiveIntOption('--idp-timeout-ms <ms>', 'limit for one token request', IDP_DEFAULTS.timeoutMs),
+};
+
+interface IdpOptionValues {
+  idpTokenEndpoint?: string;
+  idpClientId?: string;
+  idpClientSecretFile?: string;
+  idpName?: string;
+  idpTimeoutMs: number;
+}
+
+/** The IdP settings, or a usage error naming what is missing; none without --idp-token-endpoint. */
+function idpSettingsOf(options: IdpOptionValues, fail: (message: string) => never): IdpSettings | undefined {
+  if (!options.idpTokenEndpoint) return undefined;
+  if (!options.idpClientId || !options.idpClientSecretFile) fail('--idp-token-endpoint needs --idp-client-id and --idp-client-secret-file');
+  return {
+    name: options.idpName ?? new URL(options.idpTokenEndpoint).host,
+    tokenEndpoint: options.idpTokenEndpoint,
+    clientId: options.idpClientId!,
+    clientSecretFile: path.resolve(options.idpClientSecretFile!),
+    timeoutMs: options.idpTimeoutMs,
+  };
+}
 
 /**
  * The xDS a registry file makes. The call routes' per-tool rules come from the live catalog (the
  * backends' tools/list), which a file alone does not have: rendered here, every call route serves no tool yet.
  */
-function xdsOf(registryFile: string, settings: { listener: HostPort; sidecar: HostPort }): XdsResources {
+function xdsOf(registryFile: string, settings: { listener: HostPort; sidecar: HostPort; egress: HostPort }): XdsResources {
   const address = (value: HostPort) => ({ address: value.host, port: value.port });
-  return translate(buildGatewayIR(loadRegistryFile(registryFile)), EMPTY_CALL_LANE_CATALOG, {
+  return translate(buildGatewayIR(loadRegistryFile(registryFile, { allowTokenPassthrough: true })), EMPTY_CALL_LANE_CATALOG, {
     ...GATEWAY_DEFAULTS,
     listener: address(settings.listener),
     sidecar: address(settings.sidecar),
+    egress: address(settings.egress),
   });
 }
 
@@ -189,6 +231,16 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
   .addOption(hostPortOption('--admin <host:port>', 'admin HTTP: /healthz /readyz /status /metrics /config/xds').makeOptionMandatory())
   .addOption(hostPortOption('--listener <host:port>', "Envoy's listener agents connect to").makeOptionMandatory())
   .addOption(hostPortOption('--sidecar <host:port>', "the sidecars' --listen address: the gateway lane and the session check").makeOptionMandatory())
+  .addOption(egressOption(ENVOY_EGRESS_DESCRIPTION))
+  .addOption(hostPortOption('--catalog-egress <host:port>', "where this control plane reaches an Envoy's egress listener for tools/list (default: --egress)"))
+  .addOption(new Option('--listener-tls-cert <file>', "agents' listener: TLS with this certificate (PEM, on the Envoy host; Envoy follows its rotation)").env('MCPGW_LISTENER_TLS_CERT'))
+  .addOption(new Option('--listener-tls-key <file>', "agents' listener: the certificate's private key (PEM, on the Envoy host)").env('MCPGW_LISTENER_TLS_KEY'))
+  .addOption(new Option('--allow-token-passthrough', "let registries give Tool Services credentials.mode passthrough (the caller's own token, to a backend that is its audience)"))
+  .addOption(IDP_OPTIONS.tokenEndpoint())
+  .addOption(IDP_OPTIONS.clientId())
+  .addOption(IDP_OPTIONS.clientSecretFile())
+  .addOption(IDP_OPTIONS.name())
+  .addOption(IDP_OPTIONS.timeout())
   .addOption(positiveIntOption('--max-request-body-bytes <bytes>', 'largest JSON-RPC request body, on every HTTP version (413 past it)', GATEWAY_DEFAULTS.maxRequestBodyBytes))
   .addOption(positiveIntOption('--session-check-timeout-ms <ms>', "how long Envoy waits for the session check (above the sidecar's --backend-session-timeout-ms)", GATEWAY_DEFAULTS.sessionCheckTimeoutMs))
   .addOption(positiveIntOption('--registry-refresh-ms <ms>', 'registry poll interval (long-poll wait for a Portal)', 30000))
@@ -223,11 +275,15 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
   .addOption(redisCommandTimeoutOption())
   .addOption(logLevelOption())
   .action(async (options, command) => {
-    if (!options.registry && !options.portal) command.error('give one registry source: --registry FILE or --portal URL', { exitCode: USAGE_ERROR });
+    const usageError = (message: string): never => command.error(message, { exitCode: USAGE_ERROR });
+    if (!options.registry && !options.portal) usageError('give one registry source: --registry FILE or --portal URL');
+    if (!options.listenerTlsCert !== !options.listenerTlsKey) usageError('--listener-tls-cert and --listener-tls-key go together');
+    const idp = idpSettingsOf(options, usageError);
+    const registryPolicy = { allowTokenPassthrough: options.allowTokenPassthrough === true };
     const log = componentLogger('control-plane', options.logLevel);
     try {
       // A file is the operator's own: problems at start are fatal. Later edits are isolated per route.
-      if (options.registry) loadRegistryFile(options.registry);
+      if (options.registry) loadRegistryFile(options.registry, registryPolicy);
       const running = await startControlPlane({
         source: options.registry
           ? new FileRegistrySource(options.registry, options.registryFileSettleMs)
@@ -238,9 +294,16 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
         gateway: {
           listener: { address: options.listener.host, port: options.listener.port },
           sidecar: { address: options.sidecar.host, port: options.sidecar.port },
+          egress: { address: options.egress.host, port: options.egress.port },
+          ...(options.listenerTlsCert && options.listenerTlsKey && {
+            listenerTls: { certFile: path.resolve(options.listenerTlsCert), keyFile: path.resolve(options.listenerTlsKey) },
+          }),
           maxRequestBodyBytes: options.maxRequestBodyBytes,
           sessionCheckTimeoutMs: options.sessionCheckTimeoutMs,
         },
+        catalogEgress: joined(options.catalogEgress ?? options.egress),
+        idp,
+        registryPolicy,
         registryRefreshMs: options.registryRefreshMs,
         catalogRefreshMs: options.catalogRefreshMs,
         toolList: { timeoutMs: options.toolListTimeoutMs, maxBytes: options.toolListMaxBytes, maxTools: options.toolListMaxTools },
@@ -268,6 +331,14 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
   .addOption(new Option('--redis-prefix <prefix>', 'prefix of every Redis key').default('mcpgw:'))
   .addOption(positiveIntOption('--session-ttl-s <s>', 'idle gateway sessions expire after this', 3600))
   .addOption(positiveIntOption('--backend-session-timeout-ms <ms>', "limit for opening or ending a backend's session", 5000))
+  .addOption(egressOption("where the sidecar reaches Envoy's egress listener (the control plane's --egress) for its own requests to Tool Services"))
+  .addOption(IDP_OPTIONS.tokenEndpoint())
+  .addOption(IDP_OPTIONS.clientId())
+  .addOption(IDP_OPTIONS.clientSecretFile())
+  .addOption(IDP_OPTIONS.name())
+  .addOption(IDP_OPTIONS.timeout())
+  .addOption(positiveIntOption('--token-cache-max-entries <n>', 'exchanged tokens kept at most (least recently used out first)', TOKEN_CACHE_DEFAULTS.maxEntries))
+  .addOption(positiveIntOption('--token-renew-before-expiry-ms <ms>', 'an exchanged token is renewed this long before it expires (at most a tenth of its lifetime)', TOKEN_CACHE_DEFAULTS.renewBeforeExpiryMs))
   .addOption(hostPortOption('--admin <host:port>', 'GET /metrics and /healthz'))
   .addOption(positiveIntOption('--drain-timeout-ms <ms>', 'on SIGTERM, how long requests in flight keep the sidecar', 10_000))
   .addOption(positiveIntOption('--max-request-body-bytes <bytes>', 'largest request body the gateway lane reads', GATEWAY_DEFAULTS.maxRequestBodyBytes))
@@ -276,10 +347,14 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
   .addOption(redisConnectTimeoutOption())
   .addOption(redisCommandTimeoutOption())
   .addOption(logLevelOption())
-  .action(async (options) => {
+  .action(async (options, command) => {
+    const idp = idpSettingsOf(options, (message) => command.error(message, { exitCode: USAGE_ERROR }));
     const log = componentLogger('sidecar', options.logLevel);
     try {
       const running = await startSidecar({
+        egressAddress: joined(options.egress),
+        idp,
+        tokenCache: { maxEntries: options.tokenCacheMaxEntries, renewBeforeExpiryMs: options.tokenRenewBeforeExpiryMs },
         drainTimeoutMs: options.drainTimeoutMs,
         adminAddress: options.admin && joined(options.admin),
         address: joined(options.listen),
@@ -301,8 +376,9 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
 
 subcommand('validate', 'check a registry file (YAML or JSON): every problem with its line and column; exits 1 if there is any')
   .argument('<file>', 'the registry file')
-  .action((file) => {
-    const { registry, problems } = checkRegistryFile(file);
+  .addOption(new Option('--allow-token-passthrough', 'as the control plane with --allow-token-passthrough: credentials.mode passthrough is allowed'))
+  .action((file, options) => {
+    const { registry, problems } = checkRegistryFile(file, { allowTokenPassthrough: options.allowTokenPassthrough === true });
     if (problems.length > 0) {
       process.stderr.write(problems.map((problem) => `${formatFileProblem(file, problem)}\n`).join(''));
       process.stderr.write(`${file}: ${problems.length} problem${problems.length === 1 ? '' : 's'}\n`);
@@ -318,6 +394,7 @@ subcommand('render', 'print the xDS a registry produces')
   .addOption(new Option('--format <format>', 'bootstrap: a static Envoy bootstrap to check with `envoy --mode validate -c FILE`').choices(['json', 'yaml', 'bootstrap'] as const).default('json' as const))
   .addOption(gatewayAddressOptions[0])
   .addOption(gatewayAddressOptions[1])
+  .addOption(gatewayAddressOptions[2])
   .action((options) => {
     const resources = xdsOf(options.registry, options);
     const output =
@@ -332,6 +409,7 @@ subcommand('diff', 'show what changes in Envoy between two registry files; exits
   .argument('<new>', 'the registry file as it would be')
   .addOption(gatewayAddressOptions[0])
   .addOption(gatewayAddressOptions[1])
+  .addOption(gatewayAddressOptions[2])
   .action((before, after, options) => {
     let differences;
     try {

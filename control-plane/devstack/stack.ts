@@ -18,6 +18,8 @@ const DEV_PORTAL_MAIN = projectPath('dist', 'samples', 'dev-portal', 'main.js');
 
 export interface StackPorts {
   listener: number;
+  /** Envoy's egress listener: the sidecar's and the control plane's requests to Tool Services. */
+  egress: number;
   envoyAdmin: number;
   grpc: number;
   controlPlaneAdmin: number;
@@ -51,6 +53,11 @@ export interface StackOptions {
    * it Envoy always gets a dynamic base id, as several stacks on one host need.
    */
   envoyBaseId?: number;
+  /** The agents' listener terminates TLS with these PEM files (gatewayUrl is then https). */
+  listenerTls?: { certFile: string; keyFile: string };
+  /** More options for the control plane and the sidecar, e.g. the IdP or --allow-token-passthrough. */
+  controlPlaneArgs?: string[];
+  sidecarArgs?: string[];
   /** Supervision (mcpgw up): every process that exits on its own is started again, and reported here. */
   onRestart?: (event: RestartEvent) => void;
 }
@@ -78,7 +85,7 @@ const RESTART_BACKOFF = { firstMs: 250, maxMs: 10_000, stableAfterMs: 30_000 };
 const restartDelayMs = (streak: number) => Math.min(RESTART_BACKOFF.maxMs, RESTART_BACKOFF.firstMs * 2 ** streak);
 
 async function resolvePorts(requested: Partial<StackPorts> = {}): Promise<StackPorts> {
-  const names: (keyof StackPorts)[] = ['listener', 'envoyAdmin', 'grpc', 'controlPlaneAdmin', 'sidecar', 'sidecarAdmin', 'redis', 'portal'];
+  const names: (keyof StackPorts)[] = ['listener', 'egress', 'envoyAdmin', 'grpc', 'controlPlaneAdmin', 'sidecar', 'sidecarAdmin', 'redis', 'portal'];
   const fresh = await freePorts(names.length);
   return Object.fromEntries(names.map((name, index) => [name, requested[name] ?? fresh[index]])) as unknown as StackPorts;
 }
@@ -144,7 +151,7 @@ export class GatewayStack {
     }
   }
   gatewayUrl(routeKey: string): string {
-    return `http://${HOST}:${this.ports.listener}/mcp/${routeKey}`;
+    return `${this.options.listenerTls ? 'https' : 'http'}://${HOST}:${this.ports.listener}/mcp/${routeKey}`;
   }
 
   get envoyAdminUrl(): string {
@@ -288,6 +295,16 @@ export class GatewayStack {
     });
   }
 
+  /** Extra command-line options of the control plane (credentials, TLS: docs/auth.md). */
+  private get controlPlaneArgs(): string[] {
+    const tls = this.options.listenerTls;
+    return [...(tls ? ['--listener-tls-cert', tls.certFile, '--listener-tls-key', tls.keyFile] : []), ...(this.options.controlPlaneArgs ?? [])];
+  }
+
+  private get sidecarArgs(): string[] {
+    return this.options.sidecarArgs ?? [];
+  }
+
   private get logLevelArgs(): string[] {
     return this.options.logLevel ? ['--log-level', this.options.logLevel] : [];
   }
@@ -302,6 +319,8 @@ export class GatewayStack {
         '--admin', `${HOST}:${this.ports.controlPlaneAdmin}`,
         '--listener', `${HOST}:${this.ports.listener}`,
         '--sidecar', `${HOST}:${this.ports.sidecar}`,
+        '--egress', `${HOST}:${this.ports.egress}`,
+        ...this.controlPlaneArgs,
         ...(this.options.catalogRefreshMs ? ['--catalog-refresh-ms', String(this.options.catalogRefreshMs)] : []),
         ...(this.options.toolsListPageSize !== undefined ? ['--tools-list-page-size', String(this.options.toolsListPageSize)] : []),
         ...(this.options.registryRefreshMs ? ['--registry-refresh-ms', String(this.options.registryRefreshMs)] : []),
@@ -318,6 +337,8 @@ export class GatewayStack {
     await this.launch('sidecar', async () => {
       const sidecar = this.spawn('sidecar', process.execPath, [
         CLI, 'sidecar', '--listen', `${HOST}:${this.ports.sidecar}`, '--control-plane', `${HOST}:${this.ports.grpc}`,
+        '--egress', `${HOST}:${this.ports.egress}`,
+        ...this.sidecarArgs,
         '--redis', this.redisUrl, '--admin', `${HOST}:${this.ports.sidecarAdmin}`,
         // Below ManagedProcess's SIGKILL grace, so that a stop is always the sidecar's own.
         '--drain-timeout-ms', '2000',

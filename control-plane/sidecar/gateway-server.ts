@@ -138,7 +138,7 @@ export class GatewayServer {
       case 'stream':
         return this.streams.hold(decision.session, res);
       case 'relay': {
-        const answer = await this.context.backendSessions.post(decision.backend, decision.onBehalf, decision.body);
+        const answer = await this.context.backendSessions.relay(decision.backend, decision.onBehalf, decision.body);
         return send(res, answer.status, answer.body.length ? { 'content-type': answer.contentType } : {}, answer.body);
       }
       case 'read-body':

@@ -1,6 +1,5 @@
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
-import { BackendState, CatalogSnapshotMessage } from '../catalog/catalog-store';
-import { BackendTls } from '../shared/backend-fetch';
+import { BackendCredentialsMessage, BackendState, CatalogSnapshotMessage } from '../catalog/catalog-store';
 
 export interface BackendView {
   name: string;
@@ -15,14 +14,18 @@ export interface BackendView {
   failingSince: string;
   /** The backend's MCP endpoint, for opening its sessions. */
   url: string;
+  /** The Envoy cluster its requests go to: the sidecar names it on Envoy's egress listener. */
+  cluster: string;
+  /** What the gateway authenticates to it with on a caller's behalf. */
+  credentials: BackendCredentialsMessage;
   /** Degraded answer for its read-only tools when it cannot be reached; empty for none. */
   fallbackText: string;
-  /** For an https backend: how to verify it. */
-  tls?: BackendTls;
   /** The backend's own names of tools the route's policy denies, with the rule that does. */
   deniedTools: Map<string, string>;
   /** The protocol revision the backend speaks; "" before the control plane has heard from it. */
   protocolVersion: string;
+  /** It hands out sessions (it did when it was listed): a stateless client's call needs one opened for it. */
+  sessionful: boolean;
 }
 
 /** One tool the route serves, and where it comes from. */
@@ -52,6 +55,8 @@ export interface RouteCatalogView {
   toolsListPageSize: number;
 }
 
+const NO_CREDENTIALS: BackendCredentialsMessage = { mode: 'none', audience: '', resource: '', scopes: [] };
+
 export function buildRouteViews(snapshot: CatalogSnapshotMessage): Map<string, RouteCatalogView> {
   const views = new Map<string, RouteCatalogView>();
   for (const route of snapshot.routes) {
@@ -71,7 +76,9 @@ export function buildRouteViews(snapshot: CatalogSnapshotMessage): Map<string, R
         fallbackText: backend.fallback_text,
         deniedTools: new Map((backend.denied_tools ?? []).map((denied) => [denied.tool, denied.rule])),
         protocolVersion: backend.protocol_version ?? '',
-        ...(backend.tls_ca_file && { tls: { caFile: backend.tls_ca_file, sni: backend.tls_sni } }),
+        sessionful: backend.sessionful ?? true,
+        cluster: backend.cluster,
+        credentials: backend.credentials ?? NO_CREDENTIALS,
       });
     }
     const tools: ExposedToolView[] = [];

@@ -1,8 +1,11 @@
+import { createHash } from 'node:crypto';
 import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import { CHECK_HEADERS, CHECK_STATUS } from '../xds/translate/settings';
-import { failedOutcome } from './call-response';
-import { GATEWAY_SERVER_INFO, GatewayContext, RequestHead, SESSION_HEADER, clientHeadersOf, sessionNotFound } from './decision';
+import { CredentialsDeniedError } from '../credentials/backend-credentials';
+import { IdpRefusedError, IdpUnavailableError } from '../credentials/idp-client';
+import { deniedOutcome, failedOutcome } from './call-response';
+import { Caller, GATEWAY_SERVER_INFO, GatewayContext, RequestHead, SESSION_HEADER, TOOL_DENIED_CODE, callerOf, sessionNotFound } from './decision';
 import { JSON_RPC, JsonRpcId, jsonRpcError } from './json-rpc';
 import { BACKEND_UNAVAILABLE_CODE } from '../xds/translate/local-replies';
 import { MODERN_PROTOCOL_VERSION } from './modern-era';
@@ -52,55 +55,64 @@ function checkRequestOf(head: RequestHead): CheckRequest | string {
   return { route: route!, backend: backend!, tool, rpcId };
 }
 
-const ALLOW_UNCHANGED: CheckAnswer = { status: CHECK_STATUS.ALLOW, headers: {}, body: '' };
+/** The call goes on; `credentials` are the headers the backend's credentials add (Authorization, per caller). */
+const allow = (credentials: Record<string, string>, headers: Record<string, string> = {}): CheckAnswer => ({
+  status: CHECK_STATUS.ALLOW,
+  headers: { ...headers, ...credentials },
+  body: '',
+});
 
 /**
  * The call goes without the client's gateway session id, which means nothing to a backend. The
  * gateway session is named, so that the call script remembers this answer for the session's next calls.
  */
-const allowWithoutSession = (gatewaySessionId: string): CheckAnswer => ({
-  status: CHECK_STATUS.ALLOW,
-  headers: { 'x-envoy-auth-headers-to-remove': SESSION_HEADER, [CHECK_HEADERS.gatewaySession]: gatewaySessionId },
-  body: '',
-});
+const allowWithoutSession = (credentials: Record<string, string>, gatewaySessionId: string): CheckAnswer =>
+  allow(credentials, { 'x-envoy-auth-headers-to-remove': SESSION_HEADER, [CHECK_HEADERS.gatewaySession]: gatewaySessionId });
 
-function allowInBackendSession(backendSessionId: string, gatewaySessionId: string): CheckAnswer {
-  return {
-    status: CHECK_STATUS.ALLOW,
-    headers: { [SESSION_HEADER]: backendSessionId, [CHECK_HEADERS.backendSession]: backendSessionId, [CHECK_HEADERS.gatewaySession]: gatewaySessionId },
-    body: '',
-  };
-}
+const allowInBackendSession = (credentials: Record<string, string>, backendSessionId: string, gatewaySessionId: string): CheckAnswer =>
+  allow(credentials, { [SESSION_HEADER]: backendSessionId, [CHECK_HEADERS.backendSession]: backendSessionId, [CHECK_HEADERS.gatewaySession]: gatewaySessionId });
 
 const answer = (status: number, body: unknown): CheckAnswer => ({ status, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+
+/** Pooled backend sessions one replica keeps at most (per-caller ones add up with callers). */
+const MAX_POOLED_SESSIONS = 10_000;
 
 /**
  * Backend sessions for calls of stateless (2026-07-28) clients to backends of a session-based
  * revision: one per backend on this replica, opened on first use with the gateway's own client info
  * and no capabilities (requests from the backend to such a client cannot be carried), and replaced
- * when the backend loses it.
+ * when the backend loses it. A backend whose credentials are the caller's (token exchange,
+ * passthrough) gets one per caller token: a backend may tie a session to the user who opened it.
  */
 export class StatelessCallSessions {
-  private readonly byBackend = new Map<string, Promise<string>>();
+  private readonly pool = new Map<string, Promise<string>>();
 
   constructor(private readonly context: Pick<GatewayContext, 'backendSessions'>) {}
 
-  get(backend: BackendView, clientHeaders: Record<string, string>): Promise<string> {
-    const key = `${backend.toolService} ${backend.url}`;
-    let session = this.byBackend.get(key);
+  private keyOf(backend: BackendView, caller: Caller): string {
+    const perCaller = backend.credentials.mode === 'tokenExchange' || backend.credentials.mode === 'passthrough';
+    const owner = perCaller ? createHash('sha256').update(caller.authorization ?? '').digest('hex') : '';
+    return `${backend.toolService} ${backend.url} ${owner}`;
+  }
+
+  get(backend: BackendView, caller: Caller): Promise<string> {
+    const key = this.keyOf(backend, caller);
+    let session = this.pool.get(key);
     if (!session) {
-      session = this.context.backendSessions.open(backend, { protocolVersion: LATEST_PROTOCOL_VERSION, clientInfo: GATEWAY_SERVER_INFO, clientCapabilities: {} }, clientHeaders);
-      session.catch(() => this.byBackend.delete(key));
-      this.byBackend.set(key, session);
+      session = this.context.backendSessions.open(backend, { protocolVersion: LATEST_PROTOCOL_VERSION, clientInfo: GATEWAY_SERVER_INFO, clientCapabilities: {} }, caller);
+      session.catch(() => this.pool.delete(key));
+      this.pool.set(key, session);
+      // The oldest goes first; the backend expires what the gateway no longer uses.
+      if (this.pool.size > MAX_POOLED_SESSIONS) this.pool.delete(this.pool.keys().next().value!);
     }
     return session;
   }
 
   /** The backend no longer knows this session: the next call opens another. */
   async lost(backend: BackendView, backendSessionId: string): Promise<void> {
-    const key = `${backend.toolService} ${backend.url}`;
-    const current = this.byBackend.get(key);
-    if (current && (await current.catch(() => undefined)) === backendSessionId) this.byBackend.delete(key);
+    for (const [key, session] of this.pool) {
+      if (key.startsWith(`${backend.toolService} ${backend.url} `) && (await session.catch(() => undefined)) === backendSessionId) this.pool.delete(key);
+    }
   }
 }
 
@@ -108,12 +120,11 @@ export class StatelessCallSessions {
  * The backend's own session for this gateway session, opened on first use and recorded for every
  * replica; undefined when the gateway session ended meanwhile.
  */
-async function backendSessionFor(session: GatewaySession, backend: BackendView, head: RequestHead, context: GatewayContext): Promise<string | undefined> {
+async function backendSessionFor(session: GatewaySession, backend: BackendView, caller: Caller, context: GatewayContext): Promise<string | undefined> {
   const known = session.backends[backend.name];
   if (known !== undefined) return known;
-  const clientHeaders = clientHeadersOf(head);
-  const opened = await context.backendSessions.open(backend, session, clientHeaders);
-  const claim = await claimOpenedBackendSession(context, backend, session, { backendSessionId: opened, protocolVersion: session.protocolVersion, clientHeaders });
+  const opened = await context.backendSessions.open(backend, session, caller);
+  const claim = await claimOpenedBackendSession(context, backend, session, { backendSessionId: opened, protocolVersion: session.protocolVersion, caller });
   return claim.kind === 'claimed' ? claim.backendSessionId : undefined;
 }
 
@@ -129,12 +140,17 @@ export async function checkCall(head: RequestHead, context: GatewayContext, stat
   }
   const statelessBackend = backend.protocolVersion === MODERN_PROTOCOL_VERSION;
   const sessionId = head.headers.get(SESSION_HEADER);
+  const caller = callerOf(head);
   try {
+    // The backend's credentials for this caller come first: a call the caller may not make opens no
+    // backend session either. Per-caller credentials are why the call script asks on every such call.
+    const authorization = await context.credentials.authorizationFor(backend, caller.authorization);
+    const credentials: Record<string, string> = authorization === undefined ? {} : { authorization };
     if (sessionId === undefined) {
-      // A stateless client: the call script asks only when the backend needs a session.
-      if (statelessBackend) return ALLOW_UNCHANGED;
-      const pooled = await statelessSessions.get(backend, clientHeadersOf(head));
-      return pooled ? allowInBackendSession(pooled, '') : ALLOW_UNCHANGED;
+      // A stateless client: the call script asks only when the backend needs a session, or credentials.
+      if (statelessBackend || !backend.sessionful) return allow(credentials);
+      const pooled = await statelessSessions.get(backend, caller);
+      return pooled ? allowInBackendSession(credentials, pooled, '') : allow(credentials);
     }
     const session = await context.sessions.get(sessionId);
     const notFound = () => {
@@ -142,11 +158,21 @@ export async function checkCall(head: RequestHead, context: GatewayContext, stat
       return { status, headers, body };
     };
     if (!session || session.route !== route) return notFound();
-    if (statelessBackend) return allowWithoutSession(session.id);
-    const backendSessionId = await backendSessionFor(session, backend, head, context);
+    if (statelessBackend) return allowWithoutSession(credentials, session.id);
+    const backendSessionId = await backendSessionFor(session, backend, caller, context);
     if (backendSessionId === undefined) return notFound();
-    return backendSessionId ? allowInBackendSession(backendSessionId, session.id) : allowWithoutSession(session.id);
+    return backendSessionId ? allowInBackendSession(credentials, backendSessionId, session.id) : allowWithoutSession(credentials, session.id);
   } catch (error) {
+    if (error instanceof CredentialsDeniedError || error instanceof IdpRefusedError) {
+      // Never the caller's token, nor the IdP's: only what was refused and why.
+      const reason = error instanceof IdpRefusedError ? `the caller's token cannot be exchanged for backend ${backend.name}: ${error.message}` : error.message;
+      return answer(CHECK_STATUS.JSON_RPC_ERROR, jsonRpcError(id, TOOL_DENIED_CODE, `tools/call ${tool} denied: ${reason}`, deniedOutcome(backend.name, tool, startedAt, reason)));
+    }
+    if (error instanceof IdpUnavailableError) {
+      context.log.warn('a call waits for an identity provider that cannot be asked', { backend: backend.name, idp: error.idp, error: error.message });
+      const reason = `${error.message}: backend ${backend.name} was not called`;
+      return answer(CHECK_STATUS.JSON_RPC_ERROR, jsonRpcError(id, BACKEND_UNAVAILABLE_CODE, `tools/call ${tool} failed: ${reason}`, failedOutcome(backend.name, tool, startedAt, reason)));
+    }
     const reason = (error as Error).message;
     if (/session store/.test(reason)) {
       return answer(503, jsonRpcError(id, JSON_RPC.INTERNAL_ERROR, `gateway error: ${reason}`));

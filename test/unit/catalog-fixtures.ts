@@ -14,11 +14,10 @@ export function backendCatalog(name: string, toolNames: string[], overrides: Par
     failing_since: '',
     url: `http://127.0.0.1:9/${name}/mcp`,
     fallback_text: '',
-    tls_ca_file: '',
-    tls_sni: '',
     denied_tools: [],
     protocol_version: '2025-11-25',
     sessionful: true,
+    credentials: { mode: 'none', audience: '', resource: '', scopes: [] },
     ...overrides,
   };
 }

@@ -18,6 +18,7 @@ const settings: GatewaySettings = {
   ...GATEWAY_DEFAULTS,
   listener: { address: '127.0.0.1', port: 10000 },
   sidecar: { address: '127.0.0.1', port: 18080 },
+  egress: { address: '127.0.0.1', port: 10001 },
 };
 const FIXTURES = projectPath('test', 'fixtures', 'registries');
 const GOLDEN = projectPath('test', 'golden');

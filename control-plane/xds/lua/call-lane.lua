@@ -6,6 +6,8 @@
 --   sessionful                    true when the backend hands out sessions (a stateless client's call needs one)
 --   annotate                      true: the final message of the answer gets the call's outcome
 --   fallback                      degraded answer text for read-only tools, if the Tool Service has one
+--   per_caller_credentials        true when the backend's credentials come from the caller's token
+--                                 (token exchange, passthrough): the session check sets them on every call
 --   ["tool:<own name>"]           a served tool: "" or flags "t=<deadline ms>;r;f" (retry safe, fallback)
 --   ["deny:<own name>"]           a tool the route's policy denies, with the rule that does
 -- The request side checks the tool, strips the backend prefix from params.name (and Mcp-Name), sets
@@ -234,6 +236,7 @@ function envoy_on_request(h)
   local flags = context:get("tool:" .. own)
   local rule = flags == nil and context:get("deny:" .. own) or nil
   local era, sessionful, fallback = context:get("era"), context:get("sessionful"), context:get("fallback")
+  local per_caller = context:get("per_caller_credentials")
   local modern_client = request.params._meta ~= nil and request.params._meta["io.modelcontextprotocol/protocolVersion"] ~= nil
 
   local metadata = h:streamInfo():dynamicMetadata()
@@ -291,9 +294,14 @@ function envoy_on_request(h)
     headers:replace("x-envoy-max-retries", "2")
   end
   -- The session check (ext_authz, enabled by this flag): a call in a session, or a stateless
-  -- client's call for a backend that needs one; a call in a session the check passed a moment ago on
-  -- this worker takes its answer from the worker's memory instead.
+  -- client's call for a backend that needs one, or any call whose credentials come from the caller's
+  -- token (the check sets them); a call in a session the check passed a moment ago on this worker
+  -- takes its answer from the worker's memory instead, unless its credentials are per caller.
   local session_id = headers:get("mcp-session-id")
+  if per_caller then
+    h:streamInfo():dynamicMetadata():set(NS, "check", true)
+    return
+  end
   if session_id ~= nil then
     local key = M.checked_key(session_id, route, backend)
     local checked = M.checked_lookup(key, h:timestamp())

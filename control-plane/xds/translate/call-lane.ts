@@ -1,6 +1,7 @@
 import * as fs from 'node:fs';
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { CatalogSnapshotMessage } from '../../catalog/catalog-store';
+import { BackendCredentials } from '../../ir/gateway-ir';
 import { MODERN_PROTOCOL_VERSION } from '../../sidecar/modern-era';
 import { projectPath } from '../../shared/paths';
 import { TypedJson } from '../protobuf/proto-json';
@@ -187,7 +188,14 @@ export function callMatch(path: string, backendName: string, separator: string) 
 }
 
 /** A call route's rules for the script. */
-export function callRouteFilters(routeKey: string, backendName: string, separator: string, backend: CallLaneBackend | undefined, annotate: boolean) {
+export function callRouteFilters(
+  routeKey: string,
+  backendName: string,
+  separator: string,
+  backend: CallLaneBackend | undefined,
+  annotate: boolean,
+  credentials: BackendCredentials['mode'],
+) {
   const context: Record<string, unknown> = {
     route: routeKey,
     backend: backendName,
@@ -197,6 +205,8 @@ export function callRouteFilters(routeKey: string, backendName: string, separato
     annotate,
     fallback: backend?.fallbackText ?? '',
     sidecar_cluster: SIDECAR_CLUSTER_NAME,
+    // Credentials taken from the caller's token: every call is checked, so that the check sets them.
+    per_caller_credentials: credentials === 'tokenExchange' || credentials === 'passthrough',
   };
   for (const [tool, flags] of backend?.tools ?? []) context[`tool:${tool}`] = flags;
   for (const [tool, rule] of backend?.denied ?? []) context[`deny:${tool}`] = rule;

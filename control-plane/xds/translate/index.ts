@@ -2,8 +2,9 @@ import { GatewayIR } from '../../ir/gateway-ir';
 import { TypedJson } from '../protobuf/proto-json';
 import { CallLaneCatalog } from './call-lane';
 import { buildClusters } from './clusters';
-import { buildListener } from './listener';
-import { buildRouteConfiguration } from './route-configuration';
+import { buildEgressListener, buildListener } from './listener';
+import { buildEgressRouteConfiguration, buildRouteConfiguration } from './route-configuration';
+import { buildSecrets } from './secrets';
 import { GatewaySettings } from './settings';
 import { TYPE_URL } from './type-urls';
 
@@ -14,7 +15,8 @@ export type XdsResources = Record<string, TypedJson[]>;
 export function translate(ir: GatewayIR, catalog: CallLaneCatalog, settings: GatewaySettings): XdsResources {
   return {
     [TYPE_URL.cluster]: buildClusters(ir, settings),
-    [TYPE_URL.listener]: [buildListener(settings)],
-    [TYPE_URL.routeConfiguration]: [buildRouteConfiguration(ir, catalog)],
+    [TYPE_URL.listener]: [buildListener(settings), buildEgressListener(settings)],
+    [TYPE_URL.routeConfiguration]: [buildRouteConfiguration(ir, catalog), buildEgressRouteConfiguration(ir)],
+    [TYPE_URL.secret]: buildSecrets(ir, settings),
   };
 }

@@ -1,7 +1,17 @@
 import { TypedJson } from '../protobuf/proto-json';
 import { callScriptFilter, mcpFilter, sessionCheckFilter } from './call-lane';
 import { localReplyConfig } from './local-replies';
-import { CONTROL_PLANE_CLUSTER_NAME, GatewaySettings, LISTENER_NAME, MCP_METADATA_NAMESPACE, METADATA_NAMESPACE, ROUTE_CONFIG_NAME } from './settings';
+import { LISTENER_CERTIFICATE_SECRET, sdsSecret } from './secrets';
+import {
+  CONTROL_PLANE_CLUSTER_NAME,
+  EGRESS_LISTENER_NAME,
+  EGRESS_ROUTE_CONFIG_NAME,
+  GatewaySettings,
+  LISTENER_NAME,
+  MCP_METADATA_NAMESPACE,
+  METADATA_NAMESPACE,
+  ROUTE_CONFIG_NAME,
+} from './settings';
 import { TYPE_URL } from './type-urls';
 
 const accessLog = {
@@ -58,7 +68,24 @@ const callLog = {
 };
 
 /**
- * The one listener. It depends on gateway settings only, never on the registry: Envoy drains a
+ * TLS for agents: the certificate is an SDS secret by name, its files read and watched by Envoy, so a
+ * rotated certificate changes no byte of the listener (which would drain it) and cuts no connection.
+ */
+function agentTlsSocket() {
+  return {
+    name: 'envoy.transport_sockets.tls',
+    typed_config: {
+      '@type': TYPE_URL.downstreamTls,
+      common_tls_context: {
+        tls_certificate_sds_secret_configs: [sdsSecret(LISTENER_CERTIFICATE_SECRET)],
+        alpn_protocols: ['h2', 'http/1.1'],
+      },
+    },
+  };
+}
+
+/**
+ * The agents' listener. It depends on gateway settings only, never on the registry: Envoy drains a
  * listener on every LDS change, which would cut streams in flight, so registry changes stay in RDS/CDS.
  */
 export function buildListener(settings: GatewaySettings): TypedJson {
@@ -68,6 +95,7 @@ export function buildListener(settings: GatewaySettings): TypedJson {
     address: { socket_address: { address: settings.listener.address, port_value: settings.listener.port } },
     filter_chains: [
       {
+        ...(settings.listenerTls && { transport_socket: agentTlsSocket() }),
         filters: [
           {
             name: 'envoy.filters.network.http_connection_manager',
@@ -89,6 +117,41 @@ export function buildListener(settings: GatewaySettings): TypedJson {
                 sessionCheckFilter(settings.sessionCheckTimeoutMs),
                 { name: 'envoy.filters.http.router', typed_config: { '@type': TYPE_URL.router } },
               ],
+            },
+          },
+        ],
+      },
+    ],
+  };
+}
+
+/**
+ * The egress listener (docs/adr/0013-backend-credentials.md): the gateway's own requests to Tool
+ * Services — the sidecar's backend sessions, notifications and DELETEs, the control plane's tools/list —
+ * enter Envoy here in plain HTTP and leave through the same clusters as calls, with the same credential
+ * injection, TLS and certificate rotation. Routes (RDS) pick the cluster by a header; like the agents'
+ * listener it never changes with the registry.
+ */
+export function buildEgressListener(settings: GatewaySettings): TypedJson {
+  return {
+    '@type': TYPE_URL.listener,
+    name: EGRESS_LISTENER_NAME,
+    address: { socket_address: { address: settings.egress.address, port_value: settings.egress.port } },
+    filter_chains: [
+      {
+        filters: [
+          {
+            name: 'envoy.filters.network.http_connection_manager',
+            typed_config: {
+              '@type': TYPE_URL.httpConnectionManager,
+              stat_prefix: 'mcp_egress',
+              codec_type: 'AUTO',
+              rds: { route_config_name: EGRESS_ROUTE_CONFIG_NAME, config_source: { ads: {}, resource_api_version: 'V3' } },
+              // The sidecar's and the control plane's requests carry their own deadlines.
+              stream_idle_timeout: '600s',
+              request_timeout: '0s',
+              access_log: [accessLog],
+              http_filters: [{ name: 'envoy.filters.http.router', typed_config: { '@type': TYPE_URL.router } }],
             },
           },
         ],

@@ -1,8 +1,8 @@
-import { GatewayIR, RouteBackendIR, RouteIR, ToolServiceIR } from '../../ir/gateway-ir';
+import { GatewayIR, RouteBackendIR, RouteIR, ToolServiceIR, perCallerCredentials } from '../../ir/gateway-ir';
 import { TypedJson } from '../protobuf/proto-json';
 import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, callRouteFilters } from './call-lane';
 import { duration } from './duration';
-import { ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
+import { EGRESS_ROUTE_CONFIG_NAME, EGRESS_UPSTREAM_HEADER, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { TYPE_URL } from './type-urls';
 
 /** How long the gateway lane may take: it answers from memory, or ends and notifies backend sessions (bounded there). */
@@ -31,10 +31,20 @@ function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolService
         retry_back_off: { base_interval: '0.025s', max_interval: '0.250s' },
       },
     },
-    typed_per_filter_config: callRouteFilters(route.key, backend.name, catalog.separator, catalog.routes.get(route.key)?.get(backend.name), true),
+    typed_per_filter_config: callRouteFilters(route.key, backend.name, catalog.separator, catalog.routes.get(route.key)?.get(backend.name), true, service.credentials.mode),
+    ...callerTokenRemoval(service),
     // A backend's own session id must not reach the client, whose session is the gateway's (ADR-0004).
     response_headers_to_remove: ['mcp-session-id'],
   };
+}
+
+/**
+ * The caller's own Authorization never reaches a Tool Service whose credentials are not taken from it
+ * (docs/auth.md): removed as the request leaves, after every filter (a service-account cluster's
+ * injector then sets its own). Per-caller credentials keep the header the session check set.
+ */
+function callerTokenRemoval(service: ToolServiceIR) {
+  return perCallerCredentials(service.credentials) ? {} : { request_headers_to_remove: ['authorization'] };
 }
 
 /** A client's standalone GET stream of the route: held by the sidecars for as long as the client keeps it. */
@@ -96,6 +106,42 @@ export function buildRouteConfiguration(ir: GatewayIR, catalog: CallLaneCatalog)
             match: { prefix: '/' },
             // In JSON-RPC form by the local-reply mappers (local-replies.ts), like every reply of Envoy's own.
             direct_response: { status: 404, body: { inline_string: 'not an MCP route: use /mcp/{routeKey}' } },
+          },
+        ],
+      },
+    ],
+  };
+}
+
+/**
+ * The egress listener's routes (docs/adr/0013-backend-credentials.md): one per Tool Service cluster,
+ * chosen by the header the sidecar and the control plane name it with; anything else is refused.
+ */
+export function buildEgressRouteConfiguration(ir: GatewayIR): TypedJson {
+  return {
+    '@type': TYPE_URL.routeConfiguration,
+    name: EGRESS_ROUTE_CONFIG_NAME,
+    virtual_hosts: [
+      {
+        name: 'egress',
+        domains: ['*'],
+        routes: [
+          ...ir.clusters.map((service) => ({
+            name: `egress/${service.clusterName}`,
+            match: { prefix: '/', headers: [{ name: EGRESS_UPSTREAM_HEADER, string_match: { exact: service.clusterName } }] },
+            route: {
+              cluster: service.clusterName,
+              host_rewrite_literal: `${service.endpoint.host}:${service.endpoint.port}`,
+              // The sidecar and the control plane bound their own requests.
+              timeout: '0s',
+              idle_timeout: duration(service.timeouts.idleTimeoutMs),
+            },
+            request_headers_to_remove: [EGRESS_UPSTREAM_HEADER, ...(callerTokenRemoval(service).request_headers_to_remove ?? [])],
+          })),
+          {
+            name: 'egress/unknown',
+            match: { prefix: '/' },
+            direct_response: { status: 404, body: { inline_string: `no Tool Service cluster named by ${EGRESS_UPSTREAM_HEADER}` } },
           },
         ],
       },

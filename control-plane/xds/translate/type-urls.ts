@@ -13,6 +13,10 @@ export const TYPE_URL = {
   router: `${prefix}envoy.extensions.filters.http.router.v3.Router`,
   httpProtocolOptions: `${prefix}envoy.extensions.upstreams.http.v3.HttpProtocolOptions`,
   upstreamTls: `${prefix}envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext`,
+  downstreamTls: `${prefix}envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext`,
+  secret: `${prefix}envoy.extensions.transport_sockets.tls.v3.Secret`,
+  credentialInjector: `${prefix}envoy.extensions.filters.http.credential_injector.v3.CredentialInjector`,
+  upstreamCodec: `${prefix}envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec`,
   stdoutAccessLog: `${prefix}envoy.extensions.access_loggers.stream.v3.StdoutAccessLog`,
   grpcAccessLog: `${prefix}envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig`,
   typedStruct: `${prefix}xds.type.v3.TypedStruct`,
@@ -20,6 +24,8 @@ export const TYPE_URL = {
   mcp: `${prefix}envoy.extensions.filters.http.mcp.v3.Mcp`,
   lua: `${prefix}envoy.extensions.filters.http.lua.v3.Lua`,
   luaPerRoute: `${prefix}envoy.extensions.filters.http.lua.v3.LuaPerRoute`,
+  // The shipped Generic lacks header_value_prefix ("Bearer ").
+  genericCredential: `${prefix}envoy.extensions.http.injected_credentials.generic.v3.Generic`,
 } as const;
 
 /**
