@@ -39,8 +39,8 @@ export interface SpyTls {
  * A real stateful MCP SDK Tool Service in the test's own process that records every header of every
  * request it gets — whatever the request kind (session open, call, notification, a client's answer,
  * DELETE) — so that tests can check what the gateway sends a backend on a client's behalf. Tools:
- * `echo` answers at once; `hold` streams a progress notification, then answers only when the test
- * calls `release()` (a stream in flight). Over https it requires a client certificate from
+ * `echo` answers at once; `hold` streams a progress notification (to a client that asks for progress),
+ * then answers only when the test calls `release()` (a stream in flight). Over https it requires a client certificate from
  * `clientCaFile` and records the one each request came with.
  */
 export class SpyToolService {
@@ -120,9 +120,11 @@ export class SpyToolService {
     server.registerTool('echo', { description: 'Answers with its text.', inputSchema: { text: z.string() } }, ({ text }) => ({
       content: [{ type: 'text', text }],
     }));
-    server.registerTool('hold', { description: 'Streams one progress notification, then answers when the test releases it.' }, async (extra) => {
-      await extra.sendNotification({ method: 'notifications/message', params: { level: 'info', data: 'holding' } });
-      await new Promise<void>((resolve) => this.releaseHeld.push(resolve));
+    server.registerTool('hold', { description: 'Streams a progress notification (when asked for progress), then answers when the test releases it.' }, async (extra) => {
+      const released = new Promise<void>((resolve) => this.releaseHeld.push(resolve));
+      const progressToken = extra._meta?.progressToken;
+      if (progressToken !== undefined) await extra.sendNotification({ method: 'notifications/progress', params: { progressToken, progress: 1, message: 'holding' } });
+      await released;
       return { content: [{ type: 'text', text: 'released' }] };
     });
     return server;
