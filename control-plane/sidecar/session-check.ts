@@ -140,7 +140,9 @@ export async function checkCall(head: RequestHead, context: GatewayContext, stat
   }
   const statelessBackend = backend.protocolVersion === MODERN_PROTOCOL_VERSION;
   const sessionId = head.headers.get(SESSION_HEADER);
-  const caller = callerOf(head);
+  // The caller's token, moved aside by the call script (per-caller credentials only).
+  const callerAuthorization = head.headers.get(CHECK_HEADERS.callerAuthorization);
+  const caller: Caller = { ...callerOf(head), ...(callerAuthorization !== undefined && { authorization: callerAuthorization }) };
   try {
     // The backend's credentials for this caller come first: a call the caller may not make opens no
     // backend session either. Per-caller credentials are why the call script asks on every such call.

@@ -1,47 +1,13 @@
 import * as path from 'node:path';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { connectClient, envoyConfigVersions, listedTools, startGateway, testDir } from '../support/gateway-fixture';
 import { MountedSecret } from '../support/mounted-secret';
-import { SpiedRequest, SpyToolService } from '../support/spy-tool-service';
+import { everyRequestKind, expectEveryKind } from '../support/request-kinds';
+import { SpyToolService } from '../support/spy-tool-service';
 
 /** What an agent authenticates to the gateway with: it must never reach a backend (docs/auth.md, Backends). */
 const CALLER_TOKEN = 'the-callers-own-token';
-
-/**
- * One client session through the gateway that makes the spy see every request kind the gateway sends a
- * backend: session open (initialize, initialized), a call, a relayed notification, a renewal (the backend
- * forgot the session; the next call opens a new one) and the DELETE that ends the session.
- */
-async function everyRequestKind(url: string, spy: SpyToolService, backend: string): Promise<void> {
-  const transport = new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers: { authorization: `Bearer ${CALLER_TOKEN}` } } });
-  const client = new Client({ name: 'credentials-test', version: '1.0.0' }, { capabilities: { roots: { listChanged: true } } });
-  await client.connect(transport);
-  try {
-    expect((await client.callTool({ name: `${backend}__echo`, arguments: { text: 'one' } })).content).toEqual([{ type: 'text', text: 'one' }]);
-    const notified = spy.of({ rpcMethod: 'notifications/roots/list_changed' }).length;
-    await client.sendRootsListChanged();
-    await waitFor('the relayed notification at the backend', async () => (spy.of({ rpcMethod: 'notifications/roots/list_changed' }).length > notified ? true : undefined));
-    spy.forgetSessions();
-    await expect(client.callTool({ name: `${backend}__echo`, arguments: { text: 'lost' } })).rejects.toThrow(/call again/);
-    expect((await client.callTool({ name: `${backend}__echo`, arguments: { text: 'renewed' } })).content).toEqual([{ type: 'text', text: 'renewed' }]);
-    const deletes = spy.of({ httpMethod: 'DELETE' }).length;
-    await transport.terminateSession();
-    await waitFor('the DELETE at the backend', async () => (spy.of({ httpMethod: 'DELETE' }).length > deletes ? true : undefined));
-  } finally {
-    await client.close();
-  }
-}
-
-/** The request kinds every test expects to have seen, each at least once. */
-function expectEveryKind(requests: SpiedRequest[]): void {
-  const kinds = new Set(requests.map((request) => (request.httpMethod === 'POST' ? request.rpcMethod : request.httpMethod)));
-  for (const kind of ['initialize', 'notifications/initialized', 'tools/list', 'tools/call', 'notifications/roots/list_changed', 'DELETE']) expect(kinds).toContain(kind);
-  // The renewal: a second initialize after the backend forgot its sessions.
-  expect(requests.filter((request) => request.rpcMethod === 'initialize').length).toBeGreaterThanOrEqual(2);
-}
 
 describe('backend credentials: none (real Envoy, sidecar and control plane)', () => {
   let stack: GatewayStack;
@@ -60,8 +26,9 @@ describe('backend credentials: none (real Envoy, sidecar and control plane)', ()
   });
 
   it("sends no Authorization to a backend without credentials, on every request kind, whatever the caller's own token", async () => {
-    await everyRequestKind(stack.gatewayUrl('spied'), spy, 'spy');
+    await everyRequestKind(stack.gatewayUrl('spied'), spy, 'spy', CALLER_TOKEN);
     expectEveryKind(spy.requests);
+    expect(spy.of({ rpcMethod: 'tools/list' }).length).toBeGreaterThan(0);
     expect(spy.requests.filter((request) => request.headers.authorization !== undefined)).toEqual([]);
   });
 });
@@ -86,8 +53,9 @@ describe('backend credentials: serviceAccount (Envoy injects a token from a moun
   });
 
   it("sends the gateway's own token, never the caller's, on every request kind: calls, sessions, notifications, DELETE, catalog listings", async () => {
-    await everyRequestKind(stack.gatewayUrl('spied'), spy, 'spy');
+    await everyRequestKind(stack.gatewayUrl('spied'), spy, 'spy', CALLER_TOKEN);
     expectEveryKind(spy.requests);
+    expect(spy.of({ rpcMethod: 'tools/list' }).length).toBeGreaterThan(0);
     expect(new Set(spy.requests.map((request) => request.headers.authorization))).toEqual(new Set(['Bearer service-account-v1']));
   });
 

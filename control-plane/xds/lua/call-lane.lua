@@ -39,6 +39,7 @@ local MAX_HELD_JSON_BYTES = 1024 * 1024
 local AUTHZ_NS = "envoy.filters.http.ext_authz"
 local CHECK_BACKEND_SESSION = "x-mcpgw-backend-session"
 local CHECK_GATEWAY_SESSION = "x-mcpgw-gateway-session"
+local CALLER_AUTHORIZATION = "x-mcpgw-caller-authorization"
 
 local TOOL_DENIED = -32003
 local INVALID_PARAMS = -32602
@@ -299,6 +300,11 @@ function envoy_on_request(h)
   -- takes its answer from the worker's memory instead, unless its credentials are per caller.
   local session_id = headers:get("mcp-session-id")
   if per_caller then
+    -- The caller's token goes to the check only, under the gateway's own name (removed before the
+    -- call leaves): the one Authorization a backend can get is the one the check sets.
+    local authorization = headers:get("authorization")
+    headers:remove("authorization")
+    if authorization then headers:replace(CALLER_AUTHORIZATION, authorization) end
     h:streamInfo():dynamicMetadata():set(NS, "check", true)
     return
   end

@@ -134,8 +134,11 @@ export function mcpFilter(maxRequestBodyBytes: number): HttpFilter {
 
 const formatterOf = (key: string) => `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:${key})%`;
 
-/** Client headers the session check sees: its session, protocol version, and what a backend session is opened with on the client's behalf. */
-const CHECKED_CLIENT_HEADERS = ['mcp-session-id', 'mcp-protocol-version', 'authorization', 'traceparent', 'tracestate', 'baggage'];
+/**
+ * Client headers the session check sees: its session, protocol version, what a backend session is
+ * opened with on the client's behalf, and (per-caller credentials) the caller's token the script moved.
+ */
+const CHECKED_CLIENT_HEADERS = ['mcp-session-id', 'mcp-protocol-version', CHECK_HEADERS.callerAuthorization, 'traceparent', 'tracestate', 'baggage'];
 
 /**
  * The session check (ext_authz over HTTP to the sidecars), asked only when the call script sets its
@@ -160,7 +163,8 @@ export function sessionCheckFilter(timeoutMs: number): HttpFilter {
           ],
         },
         authorization_response: {
-          allowed_upstream_headers: { patterns: [{ exact: 'mcp-session-id' }] },
+          // The backend's session, and its per-caller credentials (docs/auth.md, Backends).
+          allowed_upstream_headers: { patterns: [{ exact: 'mcp-session-id' }, { exact: 'authorization' }] },
           allowed_client_headers: { patterns: [{ exact: 'content-type' }] },
           dynamic_metadata_from_headers: { patterns: [{ exact: CHECK_HEADERS.backendSession }, { exact: CHECK_HEADERS.gatewaySession }] },
         },

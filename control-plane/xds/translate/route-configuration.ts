@@ -2,7 +2,7 @@ import { GatewayIR, RouteBackendIR, RouteIR, ToolServiceIR, perCallerCredentials
 import { TypedJson } from '../protobuf/proto-json';
 import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, callRouteFilters } from './call-lane';
 import { duration } from './duration';
-import { EGRESS_ROUTE_CONFIG_NAME, EGRESS_UPSTREAM_HEADER, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
+import { CHECK_HEADERS, EGRESS_ROUTE_CONFIG_NAME, EGRESS_UPSTREAM_HEADER, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { TYPE_URL } from './type-urls';
 
 /** How long the gateway lane may take: it answers from memory, or ends and notifies backend sessions (bounded there). */
@@ -39,12 +39,13 @@ function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolService
 }
 
 /**
- * The caller's own Authorization never reaches a Tool Service whose credentials are not taken from it
- * (docs/auth.md): removed as the request leaves, after every filter (a service-account cluster's
- * injector then sets its own). Per-caller credentials keep the header the session check set.
+ * The caller's own Authorization never reaches a Tool Service (docs/auth.md): removed as the request
+ * leaves, after every filter (a service-account cluster's injector then sets its own). With per-caller
+ * credentials the call script moved it aside for the session check, whose answer set the header the
+ * backend gets; what is removed then is the moved copy.
  */
 function callerTokenRemoval(service: ToolServiceIR) {
-  return perCallerCredentials(service.credentials) ? {} : { request_headers_to_remove: ['authorization'] };
+  return { request_headers_to_remove: [perCallerCredentials(service.credentials) ? CHECK_HEADERS.callerAuthorization : 'authorization'] };
 }
 
 /** A client's standalone GET stream of the route: held by the sidecars for as long as the client keeps it. */
@@ -136,7 +137,8 @@ export function buildEgressRouteConfiguration(ir: GatewayIR): TypedJson {
               timeout: '0s',
               idle_timeout: duration(service.timeouts.idleTimeoutMs),
             },
-            request_headers_to_remove: [EGRESS_UPSTREAM_HEADER, ...(callerTokenRemoval(service).request_headers_to_remove ?? [])],
+            // The sidecar sets per-caller credentials itself; anything else goes as the cluster makes it.
+            request_headers_to_remove: [EGRESS_UPSTREAM_HEADER, ...(perCallerCredentials(service.credentials) ? [] : ['authorization'])],
           })),
           {
             name: 'egress/unknown',

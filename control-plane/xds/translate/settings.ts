@@ -60,6 +60,12 @@ export const CHECK_HEADERS = {
   /** The backend session a call went in, and the gateway session it belongs to, kept for the response side (a lost session). */
   backendSession: 'x-mcpgw-backend-session',
   gatewaySession: 'x-mcpgw-gateway-session',
+  /**
+   * The caller's own Authorization, moved here by the call script on a route whose backend credentials
+   * come from it (token exchange, passthrough): the check reads it, the route removes it, and the check's
+   * answer sets the Authorization the backend gets.
+   */
+  callerAuthorization: 'x-mcpgw-caller-authorization',
 } as const;
 
 /** Envoy's answer statuses (ext_authz): 200 lets the call go; anything else is the client's answer. */

@@ -1,0 +1,199 @@
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { waitFor } from '../../control-plane/devstack/processes';
+import { GatewayStack } from '../../control-plane/devstack/stack';
+import { listedTools, metricValue, startGateway, testDir } from '../support/gateway-fixture';
+import { decodeJwt, verifyJwtSignature } from '../support/jwt';
+import { KEYCLOAK_STARTUP_MS, Keycloak, REALM_FILE, keycloak } from '../support/keycloak';
+import { everyRequestKind, expectEveryKind } from '../support/request-kinds';
+import { SpiedRequest, SpyToolService } from '../support/spy-tool-service';
+
+/**
+ * Backend credentials taken from the caller's identity, against the run's real Keycloak 26.7.3
+ * (docs/testing.md): RFC 8693 token exchange by the gateway's own client `mcp-gateway`, its cache, an
+ * IdP outage, a refused exchange, and audience-checked passthrough. The spy backends verify every
+ * token they get against Keycloak's JWKS.
+ */
+
+const IDP_NAME = 'keycloak';
+
+function gatewayClientSecret(): string {
+  const realm = JSON.parse(fs.readFileSync(REALM_FILE, 'utf8')) as { clients: { clientId: string; secret?: string }[] };
+  const secret = realm.clients.find((client) => client.clientId === 'mcp-gateway')?.secret;
+  if (!secret) throw new Error(`${REALM_FILE} has no secret for mcp-gateway`);
+  return secret;
+}
+
+/** A client of one route, authenticated with `token`. */
+async function connectAs(url: string, token: string): Promise<Client> {
+  const client = new Client({ name: 'exchange-test', version: '1.0.0' });
+  await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers: { authorization: `Bearer ${token}` } } }));
+  return client;
+}
+
+/** The error a call is refused with, as the client sees it. */
+async function callError(client: Client, name: string): Promise<{ code: number; message: string; data?: Record<string, unknown> }> {
+  const error = await client.callTool({ name, arguments: { text: 'x' } }).then(
+    () => undefined,
+    (thrown: { code: number; message: string; data?: Record<string, unknown> }) => thrown,
+  );
+  if (!error) throw new Error(`${name} was not refused`);
+  return error;
+}
+
+const bearerOf = (request: SpiedRequest) => /^Bearer (.+)$/.exec(request.headers.authorization ?? '')?.[1];
+const audiencesOf = (claims: Record<string, unknown>) => (Array.isArray(claims.aud) ? claims.aud : [claims.aud]);
+
+describe('backend credentials from the caller: token exchange and passthrough (real Keycloak, Envoy, sidecar)', () => {
+  let idp: Keycloak;
+  let stack: GatewayStack;
+  const spies: Record<'exchange' | 'refused' | 'passthrough' | 'wrongAudience', SpyToolService> = {} as never;
+  let aliceToken: string;
+  let aliceSub: string;
+
+  const misses = () => metricValue(stack, 'mcpgw_sidecar_token_cache_lookups_total', { result: 'miss' }, stack.sidecarAdminUrl);
+
+  beforeAll(async () => {
+    idp = await keycloak();
+    for (const name of ['exchange', 'refused', 'passthrough', 'wrongAudience'] as const) spies[name] = await SpyToolService.start();
+    const secretFile = path.join(testDir('auth-backend-credentials-secrets'), 'mcp-gateway.secret');
+    fs.writeFileSync(secretFile, `${gatewayClientSecret()}\n`);
+    const idpArgs = ['--idp-token-endpoint', idp.tokenEndpoint, '--idp-client-id', 'mcp-gateway', '--idp-client-secret-file', secretFile, '--idp-name', IDP_NAME];
+    ({ stack } = await startGateway(
+      'auth-backend-credentials',
+      () => ({
+        routes: [
+          { key: 'exchange', toolServices: [{ name: 'weather', url: spies.exchange.url, credentials: { mode: 'tokenExchange', audience: 'tool-weather' } }] },
+          { key: 'refused', toolServices: [{ name: 'nowhere', url: spies.refused.url, credentials: { mode: 'tokenExchange', audience: 'tool-nobody-knows' } }] },
+          { key: 'passthrough', toolServices: [{ name: 'own', url: spies.passthrough.url, credentials: { mode: 'passthrough', audience: idp.routeAudience } }] },
+          { key: 'elsewhere', toolServices: [{ name: 'other', url: spies.wrongAudience.url, credentials: { mode: 'passthrough', audience: 'https://elsewhere.example/mcp' } }] },
+        ],
+      }),
+      { controlPlaneArgs: [...idpArgs, '--allow-token-passthrough'], sidecarArgs: idpArgs },
+    ));
+    for (const [route, tool] of [['exchange', 'weather__echo'], ['refused', 'nowhere__echo'], ['passthrough', 'own__echo'], ['elsewhere', 'other__echo']]) {
+      await waitFor(`${route} in the catalog`, async () => (((await listedTools(stack.gatewayUrl(route))) ?? []).includes(tool) ? true : undefined));
+    }
+    aliceToken = await idp.tokenFor('alice', { scopes: ['tools:call'] });
+    aliceSub = String(decodeJwt(aliceToken).sub);
+  }, KEYCLOAK_STARTUP_MS);
+
+  afterAll(async () => {
+    await stack?.stop();
+    for (const spy of Object.values(spies)) await spy?.stop();
+  });
+
+  it("gives the backend a token for its own audience with the caller as subject — never the caller's token — on every request kind; the catalog lists with the gateway's own", async () => {
+    await everyRequestKind(stack.gatewayUrl('exchange'), spies.exchange, 'weather', aliceToken);
+    const onBehalf: SpiedRequest[] = [];
+    for (const request of spies.exchange.requests) {
+      const token = bearerOf(request);
+      expect(token).toBeDefined();
+      expect(token).not.toBe(aliceToken);
+      const claims = await verifyJwtSignature(token!, idp.jwksUri);
+      expect(claims.iss).toBe(idp.issuer);
+      expect(audiencesOf(claims)).toContain('tool-weather');
+      expect(claims.azp).toBe('mcp-gateway');
+      if (claims.sub === aliceSub) {
+        // RFC 8693: exchanged for the backend alone, the user kept as subject.
+        expect(claims.aud).toBe('tool-weather');
+        onBehalf.push(request);
+      } else {
+        // The catalog's listing: the gateway's own token, never used for a call.
+        expect(claims.preferred_username).toBe('service-account-mcp-gateway');
+        expect(request.rpcMethod).not.toBe('tools/call');
+      }
+    }
+    expectEveryKind(onBehalf);
+    expect(spies.exchange.of({ rpcMethod: 'tools/list' }).length).toBeGreaterThan(0);
+    expect(spies.exchange.of({ rpcMethod: 'tools/list' }).every((request) => decodeJwt(bearerOf(request)!).sub !== aliceSub)).toBe(true);
+  });
+
+  it('exchanges once per caller token while the exchanged token lives: the next calls take it from the cache', async () => {
+    const bobToken = await idp.tokenFor('bob', { scopes: ['tools:read'] });
+    const bob = await connectAs(stack.gatewayUrl('exchange'), bobToken);
+    try {
+      const before = await misses();
+      await bob.callTool({ name: 'weather__echo', arguments: { text: 'first' } });
+      expect(await misses()).toBe(before + 1);
+      await bob.callTool({ name: 'weather__echo', arguments: { text: 'second' } });
+      await bob.callTool({ name: 'weather__echo', arguments: { text: 'third' } });
+      expect(await misses()).toBe(before + 1);
+      const calls = spies.exchange.of({ rpcMethod: 'tools/call' }).slice(-3).map(bearerOf);
+      expect(new Set(calls).size).toBe(1);
+    } finally {
+      await bob.close();
+    }
+  });
+
+  it('denies a call whose exchange the IdP refuses (-32003, outcome denied, naming the backend); nothing reaches the backend', async () => {
+    const client = await connectAs(stack.gatewayUrl('refused'), aliceToken);
+    try {
+      const error = await callError(client, 'nowhere__echo');
+      expect(error.code).toBe(-32003);
+      expect(error.message).toMatch(/backend nowhere/);
+      expect(error.message).not.toContain(aliceToken);
+      expect(error.data).toMatchObject({ outcome: 'denied', backend: 'nowhere', tool: 'echo', attempts: 0, reason: 'credentials' });
+      expect(spies.refused.requests.filter((request) => request.rpcMethod !== 'tools/list' && decodeJwt(bearerOf(request) ?? 'x.e30.x').sub === aliceSub)).toEqual([]);
+      expect(spies.refused.of({ rpcMethod: 'tools/call' })).toEqual([]);
+    } finally {
+      await client.close();
+    }
+  });
+
+  it("denies a call without a bearer token to a backend that acts on the caller's identity", async () => {
+    const client = new Client({ name: 'anonymous', version: '1.0.0' });
+    await client.connect(new StreamableHTTPClientTransport(new URL(stack.gatewayUrl('exchange'))));
+    try {
+      const error = await callError(client, 'weather__echo');
+      expect(error.code).toBe(-32003);
+      expect(error.message).toMatch(/backend weather acts on the caller's identity \(tokenExchange\): the request carries no bearer token/);
+    } finally {
+      await client.close();
+    }
+  });
+
+  it("passes the caller's own token only to a backend its audience names, and denies the call elsewhere", async () => {
+    await everyRequestKind(stack.gatewayUrl('passthrough'), spies.passthrough, 'own', aliceToken);
+    const onBehalf = spies.passthrough.requests.filter((request) => bearerOf(request) === aliceToken);
+    expectEveryKind(onBehalf);
+    const client = await connectAs(stack.gatewayUrl('elsewhere'), aliceToken);
+    try {
+      const error = await callError(client, 'other__echo');
+      expect(error.code).toBe(-32003);
+      expect(error.message).toContain('backend other takes the caller\'s own token only when its audience includes "https://elsewhere.example/mcp"');
+      expect(spies.wrongAudience.requests.filter((request) => bearerOf(request) === aliceToken)).toEqual([]);
+    } finally {
+      await client.close();
+    }
+  });
+
+  // Last: it stops Keycloak for a while.
+  it('keeps cached tokens working while the IdP is down, and answers new callers -32004 naming the IdP', async () => {
+    const alice = await connectAs(stack.gatewayUrl('exchange'), aliceToken);
+    const carolToken = await idp.tokenFor('carol', { scopes: ['tools:read'] });
+    const carol = await connectAs(stack.gatewayUrl('exchange'), carolToken);
+    try {
+      await alice.callTool({ name: 'weather__echo', arguments: { text: 'cached before' } });
+      await idp.stop();
+      expect((await alice.callTool({ name: 'weather__echo', arguments: { text: 'cached during' } })).content).toEqual([{ type: 'text', text: 'cached during' }]);
+      const error = await callError(carol, 'weather__echo');
+      expect(error.code).toBe(-32004);
+      expect(error.message).toMatch(/identity provider keycloak is unavailable: .*backend weather was not called/);
+      expect(error.data).toMatchObject({ outcome: 'failed', backend: 'weather', attempts: 0 });
+    } finally {
+      await idp.start();
+      await alice.close();
+      await carol.close();
+    }
+    // Back: the new caller's exchange succeeds.
+    const again = await connectAs(stack.gatewayUrl('exchange'), carolToken);
+    try {
+      expect((await again.callTool({ name: 'weather__echo', arguments: { text: 'back' } })).content).toEqual([{ type: 'text', text: 'back' }]);
+    } finally {
+      await again.close();
+    }
+  }, KEYCLOAK_STARTUP_MS);
+});
