@@ -6,7 +6,7 @@ import { ToolServiceIR } from '../ir/gateway-ir';
 import { MODERN_PROTOCOL_VERSION } from '../sidecar/modern-era';
 import { ToolList } from './catalog-store';
 import { CatalogCredentials } from '../credentials/catalog-credentials';
-import { egressFetch } from '../shared/egress-fetch';
+import { EgressUnreachableError, describeEgressFailure, egressFetch, egressReady } from '../shared/egress-fetch';
 
 export const GATEWAY_CLIENT_INFO = { name: 'mcp-federation-gateway', version: '0.1.0' };
 
@@ -29,10 +29,28 @@ export interface CatalogAccess {
   authorizationFor(service: ToolServiceIR): Promise<string | undefined>;
 }
 
-/** Listings through an Envoy's egress listener at `egress` (HOST:PORT). */
-export function egressCatalogAccess(egress: string, credentials: Pick<CatalogCredentials, 'authorizationFor'>): CatalogAccess {
-  return { fetchFor: (service) => egressFetch(egress, service.clusterName), authorizationFor: (service) => credentials.authorizationFor(service) };
+/**
+ * Listings through an Envoy's egress listener at `egress` (HOST:PORT). A control plane starts before
+ * any Envoy has its configuration: the first listings wait (up to `readyWithinMs`) until the egress
+ * listener opens, rather than report every Tool Service down for what is Envoy's start.
+ */
+export function egressCatalogAccess(egress: string, credentials: Pick<CatalogCredentials, 'authorizationFor'>, readyWithinMs = EGRESS_START_WAIT_MS): CatalogAccess {
+  let ready: Promise<unknown> | undefined;
+  return {
+    fetchFor: (service) => {
+      const fetchVia = egressFetch(egress, service.clusterName);
+      return async (input, init) => {
+        ready ??= egressReady(egress, readyWithinMs);
+        await ready;
+        return fetchVia(input, init);
+      };
+    },
+    authorizationFor: (service) => credentials.authorizationFor(service),
+  };
 }
+
+/** How long the control plane's first listings wait for an Envoy's egress listener to open. */
+export const EGRESS_START_WAIT_MS = 15_000;
 
 /** Bounds on one Tool Service's tools/list (docs/hardening.md); past them the backend is degraded and its last good copy served. */
 export interface ToolListLimits {
@@ -220,6 +238,8 @@ export function describeListingFailure(error: unknown, timeoutMs: number): strin
   const chain = causes(error);
   if (chain.length === 0) return String(error);
   if (chain[0] instanceof ToolListTooLargeError) return chain[0].message;
+  const unreachable = chain.find((cause) => cause instanceof EgressUnreachableError);
+  if (unreachable) return unreachable.message;
   for (const cause of chain) {
     if (typeof cause.code !== 'string') continue;
     const where = cause.address ? ` (${cause.address}${cause.port ? `:${cause.port}` : ''})` : '';
@@ -230,6 +250,8 @@ export function describeListingFailure(error: unknown, timeoutMs: number): strin
   if (top.name === 'TimeoutError' || (top.name === 'McpError' && top.code === ErrorCode.RequestTimeout)) return `timed out after ${timeoutMs} ms`;
   if (top instanceof StreamableHTTPError && typeof top.code === 'number') {
     const body = top.message.replace(/^Streamable HTTP error: Error POSTing to endpoint: ?/, '').replace(/\s+/g, ' ').trim();
+    const egressFailure = describeEgressFailure(body);
+    if (egressFailure) return egressFailure;
     return `HTTP ${top.code}${body ? `: ${body.slice(0, MAX_BODY_EXCERPT)}` : ''}`;
   }
   if (typeof top.code === 'number') return `JSON-RPC error ${top.code}: ${top.message.replace(/^MCP error -?\d+: /, '').slice(0, MAX_BODY_EXCERPT)}`;

@@ -1,4 +1,5 @@
 import { BackendCredentialsProvider } from '../../credentials/backend-credentials';
+import { describeEgressFailure } from '../../shared/egress-fetch';
 import type { Caller } from '../decision';
 import { BackendView } from '../route-catalog';
 import { GatewaySession } from './session-store';
@@ -11,9 +12,14 @@ function sessionHeaders(backendSessionId: string, protocolVersion: string): Reco
   return { ...(backendSessionId && { [SESSION_HEADER]: backendSessionId }), [PROTOCOL_VERSION_HEADER]: protocolVersion };
 }
 
-/** The JSON-RPC message of a Streamable HTTP response, whether sent as JSON or as one SSE event. */
+/**
+ * The JSON-RPC message of a Streamable HTTP response, whether sent as JSON or as one SSE event; for a
+ * reply of Envoy's own (the Tool Service unreachable), why.
+ */
 async function firstMessage(response: Response): Promise<{ error?: { message: string } } | undefined> {
   const text = await response.text();
+  const egressFailure = describeEgressFailure(text);
+  if (egressFailure) return { error: { message: egressFailure } };
   if (!(response.headers.get('content-type') ?? '').includes('text/event-stream')) return text ? JSON.parse(text) : undefined;
   // Servers with resumability send an empty priming event first.
   const data = text

@@ -1,3 +1,4 @@
+import { EGRESS_FAILURE_BODY } from '../../shared/egress-fetch';
 import { TypedJson } from '../protobuf/proto-json';
 import { callScriptFilter, mcpFilter, sessionCheckFilter } from './call-lane';
 import { localReplyConfig } from './local-replies';
@@ -151,6 +152,8 @@ export function buildEgressListener(settings: GatewaySettings): TypedJson {
               stream_idle_timeout: '600s',
               request_timeout: '0s',
               access_log: [accessLog],
+              // Envoy's own replies (the Tool Service could not be reached) say why, for the sidecar's and the catalog's errors.
+              local_reply_config: { body_format: { json_format: EGRESS_FAILURE_BODY } },
               http_filters: [{ name: 'envoy.filters.http.router', typed_config: { '@type': TYPE_URL.router } }],
             },
           },
