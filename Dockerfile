@@ -20,6 +20,8 @@ COPY --from=build /app/dist dist
 COPY --from=build /app/proto proto
 # The call script Envoy runs (the control plane sends it in the listener's Lua filter).
 COPY --from=build /app/control-plane/xds/lua control-plane/xds/lua
+# The operator dashboard's page, script and style (the control plane serves them at /dashboard).
+COPY --from=build /app/control-plane/admin/dashboard control-plane/admin/dashboard
 COPY --from=build /app/envoy envoy
 COPY --from=build /app/registry registry
 USER node

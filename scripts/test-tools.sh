@@ -5,7 +5,13 @@
 #     a Java 21+ (the image's Temurin 25 JDK; JAVA_HOME for it is written to .tools/tools.json)
 #   - from the Go module proxy, each built from a small module under test/tools/ whose go.mod and
 #     go.sum pin every dependency: Jaeger all-in-one v1.76.0, promtool and prometheus v0.316.0,
-#     Helm v4.3.1, envoyproxy/ratelimit (a pinned commit)
+#     Helm v4.3.1, envoyproxy/ratelimit (a pinned commit), kubeconform v0.8.0
+#   - from the Go module proxy as documents (go mod download, checked against Go's checksum database):
+#     the Kubernetes API's own OpenAPI document (k8s.io/kubernetes v1.37.2, api/openapi-spec/swagger.json)
+#     and prometheus-operator's ServiceMonitor CRD (v0.85.0), which the chart's manifests are checked against
+#   - from PyPI into a virtualenv of its own (.tools/compose-venv): docker-compose 1.29.2, to check
+#     docker-compose.yml with `config -q` (its PyYAML 5.4.1 builds on Python 3.11 only with cython<3
+#     and --no-build-isolation)
 #   - from Debian: chromium (driven by the npm devDependency playwright-core, which never downloads a
 #     browser), redis-sentinel, openssl
 # The Go module and build caches are Go's own (go env GOMODCACHE GOCACHE), so a fresh clone on the
@@ -17,6 +23,9 @@
 #     3.3, Keycloak 0.6, side by side); installing the Debian packages adds 61 s beside them
 #   a fresh clone on a machine that ran it before (no .tools/; Go's and Maven's caches warm): 19 s
 #   warm (everything in .tools/): 0.2 s
+#   kubeconform (3 s), the Kubernetes OpenAPI document and the ServiceMonitor CRD (go mod download of
+#   k8s.io/kubernetes, a 21 MB module, and prometheus-operator) and docker-compose (30 s, PyYAML built
+#   from source) were added later, beside the others; measured with Go's caches warm
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -28,6 +37,11 @@ KEYCLOAK_HOME=$ROOT/.tools/keycloak-$KEYCLOAK_VERSION
 BIN=$ROOT/.tools/bin
 LOGS=$ROOT/.tools/logs
 DEBIAN_PACKAGES=(chromium redis-sentinel openssl)
+KUBERNETES_VERSION=1.37.2
+PROMETHEUS_OPERATOR_VERSION=0.85.0
+KUBERNETES_OPENAPI=$ROOT/.tools/kubernetes-openapi
+COMPOSE_VERSION=1.29.2
+COMPOSE_VENV=$ROOT/.tools/compose-venv
 
 say() { printf '[test-tools] %s\n' "$*"; }
 fail() { say "$*" >&2; exit 1; }
@@ -77,6 +91,33 @@ build_prometheus() {
   build_go_tool prometheus prometheus github.com/prometheus/prometheus/cmd/prometheus
 }
 
+# The documents the chart is validated against, copied out of Go's module cache (read-only files there).
+kubernetes_openapi_present() {
+  [ -f "$KUBERNETES_OPENAPI/v$KUBERNETES_VERSION/swagger.json" ] && [ -f "$KUBERNETES_OPENAPI/v$KUBERNETES_VERSION/servicemonitors.yaml" ]
+}
+module_dir() { go mod download -json "$1" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p'; }
+install_kubernetes_openapi() {
+  local kubernetes operator staging
+  kubernetes=$(module_dir "k8s.io/kubernetes@v$KUBERNETES_VERSION")
+  operator=$(module_dir "github.com/prometheus-operator/prometheus-operator@v$PROMETHEUS_OPERATOR_VERSION")
+  staging=$(mktemp -d "$ROOT/.tools/kubernetes-openapi-staging.XXXXXX")
+  cp "$kubernetes/api/openapi-spec/swagger.json" "$staging/swagger.json"
+  cp "$operator/example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml" "$staging/servicemonitors.yaml"
+  chmod u+w "$staging"/*
+  mkdir -p "$KUBERNETES_OPENAPI"
+  rm -rf "${KUBERNETES_OPENAPI:?}/v$KUBERNETES_VERSION"
+  mv "$staging" "$KUBERNETES_OPENAPI/v$KUBERNETES_VERSION"
+}
+
+compose_present() { [ -x "$COMPOSE_VENV/bin/docker-compose" ] && "$COMPOSE_VENV/bin/docker-compose" version --short 2>/dev/null | grep -qx "$COMPOSE_VERSION"; }
+install_compose() {
+  rm -rf "$COMPOSE_VENV"
+  python3 -m venv "$COMPOSE_VENV"
+  "$COMPOSE_VENV/bin/pip" install -q 'cython<3' wheel setuptools
+  "$COMPOSE_VENV/bin/pip" install -q --no-build-isolation 'PyYAML==5.4.1'
+  "$COMPOSE_VENV/bin/pip" install -q "docker-compose==$COMPOSE_VERSION"
+}
+
 debian_packages_present() {
   local package
   for package in "${DEBIAN_PACKAGES[@]}"; do
@@ -92,10 +133,13 @@ TOOLS=(
   "prometheus|prometheus_present|build_prometheus"
   "helm|go_tool_present helm helm|build_go_tool helm helm helm.sh/helm/v4/cmd/helm"
   "ratelimit|go_tool_present ratelimit ratelimit|build_go_tool ratelimit ratelimit github.com/envoyproxy/ratelimit/src/service_cmd"
+  "kubeconform|go_tool_present kubeconform kubeconform|build_go_tool kubeconform kubeconform github.com/yannh/kubeconform/cmd/kubeconform"
+  "kubernetes-openapi|kubernetes_openapi_present|install_kubernetes_openapi"
+  "docker-compose|compose_present|install_compose"
   "debian packages (${DEBIAN_PACKAGES[*]})|debian_packages_present|install_debian_packages"
 )
 
-command -v go >/dev/null || fail "Go is needed to build Jaeger, Prometheus, Helm and ratelimit (go.mod says which version)"
+command -v go >/dev/null || fail "Go is needed to build Jaeger, Prometheus, Helm, ratelimit and kubeconform (go.mod says which version)"
 command -v mvn >/dev/null || fail "Maven (mvn) is needed to fetch Keycloak from Maven Central"
 KEYCLOAK_JAVA_HOME=$(find_keycloak_java)
 [ -n "$KEYCLOAK_JAVA_HOME" ] || fail "Keycloak $KEYCLOAK_VERSION needs Java 21 or newer: set JAVA_HOME to one"
@@ -149,6 +193,9 @@ cat >"$ROOT/.tools/tools.json" <<JSON
   "prometheus": "$BIN/prometheus",
   "helm": "$BIN/helm",
   "ratelimit": "$BIN/ratelimit",
+  "kubeconform": "$BIN/kubeconform",
+  "kubernetesOpenApi": { "version": "$KUBERNETES_VERSION", "swagger": "$KUBERNETES_OPENAPI/v$KUBERNETES_VERSION/swagger.json", "serviceMonitorCrd": "$KUBERNETES_OPENAPI/v$KUBERNETES_VERSION/servicemonitors.yaml" },
+  "dockerCompose": "$COMPOSE_VENV/bin/docker-compose",
   "chromium": "$(command -v chromium)",
   "redisSentinel": "$(command -v redis-sentinel)",
   "openssl": "$(command -v openssl)"

@@ -3,11 +3,10 @@ import { Registry as MetricsRegistry } from 'prom-client';
 import { z } from 'zod';
 import { CatalogSettings, CatalogSnapshotMessage, RouteCatalogMessage } from '../catalog/catalog-store';
 import { ToolFinding } from '../catalog/tool-exposure';
-import { RegistryStatus } from '../registry/registry-controller';
 import { XdsResources } from '../xds/translate';
-import { NodeStatus } from './xds-status';
+import { DashboardSources, mountDashboard } from './dashboard';
 
-export interface AdminSources {
+export interface AdminSources extends DashboardSources {
   catalog(): CatalogSnapshotMessage;
   catalogSettings: CatalogSettings;
   /** What the catalog rules reported for a route's tools in the current snapshot. */
@@ -15,8 +14,6 @@ export interface AdminSources {
   /** Refreshes the Tool Services of one route, or all; false for an unknown route key. */
   refreshCatalog(routeKey?: string): Promise<boolean>;
   xdsResources(): XdsResources;
-  nodes(): NodeStatus[];
-  registry(): RegistryStatus;
   metrics: MetricsRegistry;
 }
 
@@ -97,5 +94,6 @@ export function createAdminApp(sources: AdminSources): express.Express {
   app.get('/config/xds', (_req, res) => {
     res.json(sources.xdsResources());
   });
+  mountDashboard(app, sources);
   return app;
 }

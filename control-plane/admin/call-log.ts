@@ -1,20 +1,56 @@
 import * as grpc from '@grpc/grpc-js';
 import * as client from 'prom-client';
+import { CatalogSnapshotMessage } from '../catalog/catalog-store';
 import { Logger } from '../shared/log';
 import { METADATA_NAMESPACE } from '../xds/translate/settings';
 
 /**
  * Every tools/call, as Envoy's call lane logs it (docs/adr/0008-data-path-lanes.md): Envoy streams its
  * access log entries of call routes over gRPC (AccessLogService, batched every second, off the request
- * path) to the control plane, which turns them into per-call metrics. No call passes through Node.
+ * path) to the control plane, which turns them into per-call metrics and the dashboard's history. No
+ * call passes through Node.
  */
 
-/** The reliability seed's outcomes (docs/errors.md), and what a call that never got one counts as. */
-const OUTCOMES = ['ok', 'failed', 'degraded', 'denied'] as const;
-type Outcome = (typeof OUTCOMES)[number];
+/**
+ * What became of a call (docs/observability.md): the reliability seed's ok, failed (no fallback),
+ * degraded (fallback served) and denied (policy), and invalid — refused before any backend saw it
+ * (unknown tool, malformed name, unknown or expired session). The identity work adds approval_required.
+ */
+export const CALL_OUTCOMES = ['ok', 'failed', 'degraded', 'denied', 'invalid'] as const;
+export type CallOutcome = (typeof CALL_OUTCOMES)[number];
+
+/** Outcomes of calls that went for a backend: the denominator of error ratios and the calls latency describes. */
+export const BACKEND_OUTCOMES: readonly CallOutcome[] = ['ok', 'failed', 'degraded'];
+/** Outcomes where the backend failed the call: the numerator of error ratios. */
+export const ERROR_OUTCOMES: readonly CallOutcome[] = ['failed', 'degraded'];
 
 /** Tools labelled per (route, backend); more distinct names are counted as `other`, so no client can grow the series without bound. */
 export const TOOL_LABELS_PER_BACKEND = 100;
+
+/** A tool name as sent is cut to this length where it is kept (the call script logs the same bound). */
+const TOOL_NAME_MAX = 128;
+
+/** One finished tools/call. */
+export interface CallRecord {
+  /** When the last byte of the answer left, ms since the epoch. */
+  endedAt: number;
+  route: string;
+  backend: string;
+  /** The backend's own tool name, as the client sent it (cut to 128 characters). */
+  tool: string;
+  /** `tool`, or `other` past TOOL_LABELS_PER_BACKEND names on this route's backend. */
+  toolLabel: string;
+  outcome: CallOutcome;
+  seconds: number;
+  /** Upstream attempts (0: the gateway answered without reaching the backend). */
+  attempts: number;
+  /** Envoy's response code details, e.g. `via_upstream`, `upstream_reset_before_response_started{…}`. */
+  detail: string;
+}
+
+export interface CallObserver {
+  record(call: CallRecord): void;
+}
 
 /** A google.protobuf.Struct/Value as @grpc/proto-loader decodes it, back to plain JSON. */
 type StructValue = { fields?: Record<string, ProtoValue> };
@@ -41,27 +77,106 @@ function fromStruct(struct: StructValue | undefined): Record<string, unknown> {
   return Object.fromEntries(Object.entries(struct?.fields ?? {}).map(([key, value]) => [key, fromValue(value)]));
 }
 
-interface LogEntry {
+type ProtoDuration = { seconds?: string | number; nanos?: number };
+const secondsOf = (duration: ProtoDuration | undefined) => Number(duration?.seconds ?? 0) + (duration?.nanos ?? 0) / 1e9;
+
+/** The parts of envoy.data.accesslog.v3.HTTPAccessLogEntry the gateway reads. */
+export interface LogEntry {
   common_properties?: {
-    time_to_last_downstream_tx_byte?: { seconds?: string; nanos?: number };
-    response_flags?: Record<string, boolean>;
+    start_time?: ProtoDuration;
+    time_to_last_downstream_tx_byte?: ProtoDuration;
+    upstream_request_attempt_count?: number;
+    response_flags?: Record<string, unknown>;
     metadata?: { filter_metadata?: Record<string, StructValue> };
   };
+  response?: { response_code?: { value?: number }; response_code_details?: string };
 }
 
 interface StreamMessage {
   http_logs?: { log_entry?: LogEntry[] };
 }
 
-export class CallMetrics {
-  private readonly tools = new Map<string, Set<string>>();
+/** Envoy's failure flags are booleans, except `unauthorized_details` (an ext_authz denial), an object when set. */
+const envoyFailed = (flags: Record<string, unknown>) => Object.values(flags).some(Boolean);
+
+/**
+ * The call script records the outcome when it knows it (denied, or the answer's final message). A
+ * call it or the session check refused as the client's mistake is `invalid`: the script's own error
+ * replies carry no outcome, and a session the check does not know is a 404 (the answer's `_meta` says
+ * `failed` there, but nothing failed). A call Envoy itself answered (backend down, timed out, reset)
+ * has only Envoy's failure flags: degraded when a fallback was served, failed otherwise.
+ */
+function outcomeOf(ours: Record<string, unknown>, entry: LogEntry): CallOutcome {
+  const sessionUnknown = entry.response?.response_code_details === 'ext_authz_denied' && entry.response?.response_code?.value === 404;
+  if (sessionUnknown) return 'invalid';
+  const recorded = ours.outcome;
+  if (typeof recorded === 'string' && (CALL_OUTCOMES as readonly string[]).includes(recorded)) return recorded as CallOutcome;
+  if (ours.answered === true) return 'invalid';
+  if (envoyFailed(entry.common_properties?.response_flags ?? {})) return ours.fallback !== undefined ? 'degraded' : 'failed';
+  return 'ok';
+}
+
+/** Caps the tool names labelled per (route, backend); the rest are `other`. */
+class ToolLabels {
+  private readonly known = new Map<string, Set<string>>();
+
+  label(route: string, backend: string, tool: string): string {
+    const key = `${route}\n${backend}`;
+    const names = this.known.get(key) ?? new Set<string>();
+    this.known.set(key, names);
+    if (names.has(tool)) return tool;
+    if (names.size >= TOOL_LABELS_PER_BACKEND) return 'other';
+    names.add(tool);
+    return tool;
+  }
+}
+
+/** Turns Envoy's call-lane entries into CallRecords for every observer; an entry of another lane is skipped. */
+export class CallLog {
+  private readonly toolLabels = new ToolLabels();
+
+  constructor(
+    private readonly observers: CallObserver[],
+    private readonly now = () => Date.now(),
+  ) {}
+
+  recordOf(entry: LogEntry): CallRecord | undefined {
+    const common = entry.common_properties ?? {};
+    const ours = fromStruct(common.metadata?.filter_metadata?.[METADATA_NAMESPACE]);
+    const route = typeof ours.route === 'string' ? ours.route : undefined;
+    const backend = typeof ours.backend === 'string' ? ours.backend : undefined;
+    if (!route || !backend) return undefined;
+    const tool = typeof ours.tool === 'string' ? ours.tool.slice(0, TOOL_NAME_MAX) : '';
+    const seconds = secondsOf(common.time_to_last_downstream_tx_byte);
+    const started = common.start_time ? secondsOf(common.start_time) * 1000 : undefined;
+    return {
+      endedAt: started !== undefined && started > 0 ? started + seconds * 1000 : this.now(),
+      route,
+      backend,
+      tool,
+      toolLabel: this.toolLabels.label(route, backend, tool),
+      outcome: outcomeOf(ours, entry),
+      seconds,
+      attempts: common.upstream_request_attempt_count ?? 0,
+      detail: entry.response?.response_code_details ?? '',
+    };
+  }
+
+  add(entry: LogEntry): void {
+    const call = this.recordOf(entry);
+    if (call) for (const observer of this.observers) observer.record(call);
+  }
+}
+
+/** mcpgw_tool_calls_total and mcpgw_tool_call_duration_seconds. */
+export class CallMetrics implements CallObserver {
   private readonly calls: client.Counter<'route' | 'backend' | 'outcome'>;
   private readonly seconds: client.Histogram<'route' | 'backend' | 'tool' | 'outcome'>;
 
   constructor(registry: client.Registry) {
     this.calls = new client.Counter({
       name: 'mcpgw_tool_calls_total',
-      help: 'tools/call by route, backend and outcome (ok, failed, degraded, denied), from Envoy\'s call lane',
+      help: `tools/call by route, backend and outcome (${CALL_OUTCOMES.join(', ')}), from Envoy's call lane`,
       labelNames: ['route', 'backend', 'outcome'] as const,
       registers: [registry],
     });
@@ -74,49 +189,31 @@ export class CallMetrics {
     });
   }
 
-  private toolLabel(route: string, backend: string, tool: string): string {
-    const key = `${route}\n${backend}`;
-    const known = this.tools.get(key) ?? new Set<string>();
-    this.tools.set(key, known);
-    if (known.has(tool)) return tool;
-    if (known.size >= TOOL_LABELS_PER_BACKEND) return 'other';
-    known.add(tool);
-    return tool;
+  /**
+   * Every outcome of every backend the catalog serves starts at 0: a rate or an increase over a
+   * counter's first failure needs the sample before it.
+   */
+  expect(catalog: CatalogSnapshotMessage): void {
+    for (const route of catalog.routes) {
+      for (const backend of route.backends) {
+        for (const outcome of CALL_OUTCOMES) this.calls.inc({ route: route.route_key, backend: backend.name, outcome }, 0);
+      }
+    }
   }
 
-  record(entry: LogEntry): void {
-    const common = entry.common_properties ?? {};
-    const ours = fromStruct(common.metadata?.filter_metadata?.[METADATA_NAMESPACE]);
-    const route = typeof ours.route === 'string' ? ours.route : undefined;
-    const backend = typeof ours.backend === 'string' ? ours.backend : undefined;
-    if (!route || !backend) return;
-    const tool = typeof ours.tool === 'string' ? ours.tool : '';
-    const outcome = outcomeOf(ours.outcome, ours.fallback !== undefined, common.response_flags ?? {});
-    const elapsed = common.time_to_last_downstream_tx_byte;
-    const seconds = Number(elapsed?.seconds ?? 0) + (elapsed?.nanos ?? 0) / 1e9;
+  record(call: CallRecord): void {
+    const { route, backend, outcome } = call;
     this.calls.inc({ route, backend, outcome });
-    this.seconds.observe({ route, backend, tool: this.toolLabel(route, backend, tool), outcome }, seconds);
+    this.seconds.observe({ route, backend, tool: call.toolLabel, outcome }, call.seconds);
   }
-}
-
-/**
- * The call script records the outcome when it sees the final message; a call Envoy itself answered
- * (backend down, timed out, reset) has none but Envoy's failure flags: degraded when a fallback was
- * served, failed otherwise.
- */
-function outcomeOf(recorded: unknown, hasFallback: boolean, flags: Record<string, boolean>): Outcome {
-  if (typeof recorded === 'string' && (OUTCOMES as readonly string[]).includes(recorded)) return recorded as Outcome;
-  const envoyFailed = Object.values(flags).some(Boolean);
-  if (envoyFailed) return hasFallback ? 'degraded' : 'failed';
-  return 'ok';
 }
 
 /** envoy.service.accesslog.v3.AccessLogService: Envoy's stream of call-lane access log entries. */
-export function accessLogServiceHandlers(metrics: CallMetrics, log: Logger): grpc.UntypedServiceImplementation {
+export function accessLogServiceHandlers(calls: CallLog, log: Logger): grpc.UntypedServiceImplementation {
   return {
     StreamAccessLogs(call: grpc.ServerReadableStream<StreamMessage, unknown>, callback: grpc.sendUnaryData<unknown>) {
       call.on('data', (message: StreamMessage) => {
-        for (const entry of message.http_logs?.log_entry ?? []) metrics.record(entry);
+        for (const entry of message.http_logs?.log_entry ?? []) calls.add(entry);
       });
       call.on('error', (error: Error) => log.warn('an Envoy access log stream failed', { error: error.message }));
       call.on('end', () => callback(null, {}));

@@ -37,11 +37,6 @@ export class ControlPlaneMetrics {
     labelNames: ['tool_service', 'cluster'] as const,
     registers: [this.registry],
   });
-  readonly rejectedRoutes = new client.Gauge({
-    name: `${this.prefix}registry_rejected_routes`,
-    help: 'Declared routes rejected by validation in the last registry document',
-    registers: [this.registry],
-  });
   readonly catalogTokenLookups = new client.Counter({
     name: `${this.prefix}catalog_token_lookups_total`,
     help: "The gateway's own tokens (client credentials) for listing Tool Services with per-caller credentials: hit (cached) or miss (asked of the IdP)",
@@ -114,6 +109,10 @@ export class ControlPlaneMetrics {
     buckets: [0.001, 0.01, 0.05, 0.1, 0.5, 1, 5],
     registers: [this.registry],
   });
+
+  constructor() {
+    client.collectDefaultMetrics({ register: this.registry, prefix: `${this.prefix}control_plane_` });
+  }
 }
 
 /** Last segment of a type URL: "Cluster", "Listener", "RouteConfiguration". */

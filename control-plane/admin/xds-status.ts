@@ -22,6 +22,10 @@ export class XdsStatusTracker {
   /** By node id: each Envoy needs a unique one (the devstack and the compose file give one each). */
   private readonly nodes = new Map<string, NodeStatus>();
   private readonly waiters = new Set<AckWaiter>();
+  /** By node id: the resource types whose latest answer from that node was a NACK (it serves an older version). */
+  private readonly rejecting = new Map<string, Set<string>>();
+  /** Every resource type sent so far (short names): each has a rejecting count, 0 while all is well. */
+  private readonly typesSent = new Set<string>();
 
   constructor(
     private readonly metrics: ControlPlaneMetrics,
@@ -30,6 +34,25 @@ export class XdsStatusTracker {
 
   list(): NodeStatus[] {
     return [...this.nodes.values()];
+  }
+
+  /** Connected nodes whose latest answer for a resource type (short name) was a NACK, by every type sent. */
+  nodesRejecting(): Map<string, number> {
+    const byType = new Map<string, number>([...this.typesSent].map((type) => [type, 0]));
+    for (const types of this.rejecting.values()) for (const type of types) byType.set(type, (byType.get(type) ?? 0) + 1);
+    return byType;
+  }
+
+  /** Connected nodes whose latest answer to any resource type was a NACK. */
+  rejectingNodeCount(): number {
+    return [...this.rejecting.values()].filter((types) => types.size > 0).length;
+  }
+
+  private answered(node: XdsNodeRef, typeUrl: string, accepted: boolean): void {
+    const types = this.rejecting.get(node.id) ?? new Set<string>();
+    if (accepted) types.delete(shortType(typeUrl));
+    else types.add(shortType(typeUrl));
+    this.rejecting.set(node.id, types);
   }
 
   callbacks(): XdsCallbacks {
@@ -45,11 +68,13 @@ export class XdsStatusTracker {
     return {
       onPush: (node, typeUrl, version) => {
         statusFor(node).sent[typeUrl] = version;
+        this.typesSent.add(shortType(typeUrl));
         this.metrics.xdsPushes.inc({ type: shortType(typeUrl) });
         this.log.debug('xds sent', { node: node.id, type: shortType(typeUrl), version });
       },
       onAck: (node, typeUrl, version, pushToAckMs) => {
         statusFor(node).acked[typeUrl] = version;
+        this.answered(node, typeUrl, true);
         this.metrics.xdsAcks.inc({ type: shortType(typeUrl) });
         this.metrics.xdsPushToAckSeconds.observe({ type: shortType(typeUrl) }, pushToAckMs / 1000);
         this.log.debug('xds ACK', { node: node.id, type: shortType(typeUrl), version, pushToAckMs });
@@ -57,6 +82,7 @@ export class XdsStatusTracker {
       },
       onNack: (node, typeUrl, version, errorDetail) => {
         statusFor(node).lastNack = { typeUrl, version, errorDetail, at: new Date().toISOString() };
+        this.answered(node, typeUrl, false);
         this.metrics.xdsNacks.inc({ type: shortType(typeUrl) });
         this.log.error('xds NACK: Envoy rejected the config and keeps serving its last accepted version', {
           node: node.id,
@@ -67,7 +93,10 @@ export class XdsStatusTracker {
         this.settleWaiters();
       },
       onStreamClosed: (_streamId, node) => {
-        if (node) this.nodes.delete(node.id);
+        if (node) {
+          this.nodes.delete(node.id);
+          this.rejecting.delete(node.id);
+        }
         this.metrics.xdsConnectedNodes.set(this.nodes.size);
         this.settleWaiters();
       },

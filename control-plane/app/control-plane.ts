@@ -1,10 +1,12 @@
 import * as http from 'node:http';
 import * as grpc from '@grpc/grpc-js';
 import { createAdminApp } from '../admin/admin-server';
-import { CallMetrics, accessLogServiceHandlers } from '../admin/call-log';
+import { CallLog, CallMetrics, accessLogServiceHandlers } from '../admin/call-log';
+import { CallHistory } from '../admin/call-history';
 import { closeServer, listen } from '../shared/http-listen';
 import { ControlPlaneMetrics } from '../admin/metrics';
 import { XdsStatusTracker } from '../admin/xds-status';
+import { registerStateMetrics } from '../admin/state-metrics';
 import { catalogServiceHandlers } from '../catalog/catalog-service';
 import { CatalogSettings, CatalogSnapshotMessage, CatalogStore, RelistSettings, ToolList } from '../catalog/catalog-store';
 import { ToolListLimits, egressCatalogAccess, fetchToolList } from '../catalog/tool-fetcher';
@@ -94,6 +96,8 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     return pending;
   };
   const catalog = new CatalogStore(fetchTools, options.catalog, log, options.relist);
+  const callMetrics = new CallMetrics(metrics.registry);
+  const callHistory = new CallHistory();
   const registry = new RegistryController(options.source, { refreshIntervalMs: options.registryRefreshMs, policy: options.registryPolicy }, log);
   let resources: XdsResources = {};
   let ir: GatewayIR = { routes: [], toolServices: [], clusters: [] };
@@ -118,6 +122,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const savedCatalogs = new Map<string, string>();
   catalog.on('change', (snapshot: CatalogSnapshotMessage) => {
     callLane = callLaneCatalogOf(snapshot);
+    callMetrics.expect(snapshot);
     void publishXds();
     for (const state of ['ok', 'stale', 'missing']) {
       metrics.catalogBackends.set({ state }, snapshot.routes.flatMap((route) => route.backends).filter((b) => b.state === state).length);
@@ -153,7 +158,6 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     metrics.toolServices.set(ir.toolServices.length);
     metrics.toolServiceClusters.reset();
     for (const service of ir.toolServices) metrics.toolServiceClusters.set({ tool_service: service.id, cluster: service.clusterName }, 1);
-    metrics.rejectedRoutes.set(merge.rejected.length);
     const fetchNow = catalog.setGateway(ir);
     // Cold start (registry, then Redis warm start, then backends: see startControlPlane): serve what Redis
     // kept before the first backend answers.
@@ -179,10 +183,17 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     );
   });
 
+  registerStateMetrics(metrics.registry, {
+    registry: () => registry.currentStatus(),
+    catalog: () => catalog.current(),
+    xds: xdsStatus,
+    ...(lastGood && { redisAnswers: () => lastGood.answers() }),
+  });
+
   const server = new grpc.Server();
   server.addService(grpcServices.aggregatedDiscovery().service, adsServiceHandlers(cache, xdsStatus.callbacks()));
   server.addService(grpcServices.catalogDiscovery().service, catalogServiceHandlers(catalog, log));
-  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers(new CallMetrics(metrics.registry), log));
+  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers(new CallLog([callMetrics, callHistory]), log));
   const grpcPort = await new Promise<number>((resolve, reject) =>
     server.bindAsync(options.grpcAddress, grpc.ServerCredentials.createInsecure(), (error, port) =>
       error ? reject(error) : resolve(port),
@@ -196,6 +207,8 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       refreshCatalog: (routeKey) => catalog.refreshNow(routeKey),
       xdsResources: () => resources,
       nodes: () => xdsStatus.list(),
+      rejectingNodes: () => xdsStatus.rejectingNodeCount(),
+      callHistory: () => callHistory.view(),
       registry: () => registry.currentStatus(),
       metrics: metrics.registry,
     }),

@@ -22,7 +22,7 @@ import { PortalRegistrySource } from '../registry/portal-source';
 import { RegistryFileError, checkRegistryFile, formatFileProblem, loadRegistryFile } from '../registry/static-file';
 import { LOG_LEVELS, Logger, createLogger, logProcessEvents } from '../shared/log';
 import { projectPath } from '../shared/paths';
-import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts } from '../shared/redis-client';
+import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, isSentinelAddress, parseRedisAddress } from '../shared/redis-client';
 import { SESSION_DEFAULTS } from '../sidecar/sessions/session-store';
 import { startSidecar } from '../sidecar/sidecar';
 import { stopOnSignals } from './signals';
@@ -62,8 +62,30 @@ const hostPort = z.string().transform((value, ctx): HostPort => {
   return { host: match[1], port: port.data };
 });
 const joined = (address: HostPort) => `${address.host}:${address.port}`;
+/** HOST:PORT[,HOST:PORT…]: replicas of one part, each an endpoint (a DNS name: each of its records). */
+const hostPortList = z.string().transform((value, ctx): HostPort[] => {
+  const addresses: HostPort[] = [];
+  for (const part of value.split(',')) {
+    const parsed = hostPort.safeParse(part.trim());
+    if (!parsed.success) {
+      ctx.addIssue({ code: 'custom', message: `"${part}" must be HOST:PORT with a port from 1 to 65535; give several separated by commas, e.g. 10.0.0.5:18080,10.0.0.6:18080` });
+      return z.NEVER;
+    }
+    addresses.push(parsed.data);
+  }
+  return addresses;
+});
 const positiveInt = z.coerce.number({ message: 'must be a whole number above 0' }).int('must be a whole number above 0').positive('must be a whole number above 0');
 const url = (what: string) => z.string().url(`must be ${what}`);
+const redisAddress = z.string().superRefine((value, ctx) => {
+  try {
+    parseRedisAddress(value);
+  } catch (error) {
+    ctx.addIssue({ code: 'custom', message: (error as Error).message });
+  }
+});
+/** --redis of the control plane and the sidecar: one Redis, or its Sentinels (docs/deploying.md); from MCPGW_REDIS, so a password can come from a Secret. */
+const redisOption = (description: string) => new Option('--redis <address>', description).env('MCPGW_REDIS').argParser(parsedBy(redisAddress));
 const samplePorts = z
   .string()
   .transform((value, ctx) => {
@@ -126,9 +148,11 @@ const ENVOY_EGRESS_DESCRIPTION = "Envoy's egress listener, for the gateway's own
 
 const gatewayAddressOptions = [
   hostPortOption('--listener <host:port>', "Envoy's listener agents connect to").default({ host: '127.0.0.1', port: 10000 }, '127.0.0.1:10000'),
-  hostPortOption('--sidecar <host:port>', "the sidecars' --listen address").default({ host: '127.0.0.1', port: 18080 }, '127.0.0.1:18080'),
+  new Option('--sidecar <host:port,...>', "the sidecars' --listen addresses").argParser(parsedBy(hostPortList)).default([{ host: '127.0.0.1', port: 18080 }], '127.0.0.1:18080'),
   egressOption(ENVOY_EGRESS_DESCRIPTION),
 ] as const;
+
+const endpointOf = (value: HostPort) => ({ address: value.host, port: value.port });
 
 /** The gateway's identity provider (token exchange, client credentials): docs/auth.md, Backends. */
 const IDP_OPTIONS = {
@@ -168,13 +192,12 @@ function idpSettingsOf(options: IdpOptionValues, fail: (message: string) => neve
  * The xDS a registry file makes. The call routes' per-tool rules come from the live catalog (the
  * backends' tools/list), which a file alone does not have: rendered here, every call route serves no tool yet.
  */
-function xdsOf(registryFile: string, settings: { listener: HostPort; sidecar: HostPort; egress: HostPort }): XdsResources {
-  const address = (value: HostPort) => ({ address: value.host, port: value.port });
+function xdsOf(registryFile: string, settings: { listener: HostPort; sidecar: readonly HostPort[]; egress: HostPort }): XdsResources {
   return translate(buildGatewayIR(loadRegistryFile(registryFile, { allowTokenPassthrough: true })), EMPTY_CALL_LANE_CATALOG, {
     ...GATEWAY_DEFAULTS,
-    listener: address(settings.listener),
-    sidecar: address(settings.sidecar),
-    egress: address(settings.egress),
+    listener: endpointOf(settings.listener),
+    sidecars: settings.sidecar.map(endpointOf),
+    egress: endpointOf(settings.egress),
   });
 }
 
@@ -225,12 +248,16 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
   .addOption(new Option('--registry <file>', 'a static registry file (phase F1, docs/adr/0000-federation-decisions.md §10); or --portal').conflicts('portal'))
   .addOption(new Option('--portal <url>', 'the Portal base URL, e.g. http://portal:8080').argParser(parsedBy(url('the Portal base URL, e.g. http://portal:8080'))))
   .addOption(new Option('--portal-token <token>', 'bearer token for the Portal').env('MCPGW_PORTAL_TOKEN'))
-  .addOption(new Option('--redis <url>', 'Redis for last-good state, redis://HOST:PORT').argParser(parsedBy(url('a redis:// URL'))))
+  .addOption(redisOption('Redis for last-good state: redis://HOST:PORT, or sentinel://HOST:PORT[,HOST:PORT...]/PRIMARY_NAME'))
   .addOption(new Option('--redis-prefix <prefix>', 'prefix of every Redis key').default('mcpgw:'))
   .addOption(hostPortOption('--grpc <host:port>', 'gRPC server: ADS for Envoy and the catalog stream for sidecars').makeOptionMandatory())
   .addOption(hostPortOption('--admin <host:port>', 'admin HTTP: /healthz /readyz /status /metrics /config/xds').makeOptionMandatory())
   .addOption(hostPortOption('--listener <host:port>', "Envoy's listener agents connect to").makeOptionMandatory())
-  .addOption(hostPortOption('--sidecar <host:port>', "the sidecars' --listen address: the gateway lane and the session check").makeOptionMandatory())
+  .addOption(
+    new Option('--sidecar <host:port,...>', "the sidecars' --listen addresses (the gateway lane and the session check): one per replica, or a DNS name whose every record is one")
+      .argParser(parsedBy(hostPortList))
+      .makeOptionMandatory(),
+  )
   .addOption(egressOption(ENVOY_EGRESS_DESCRIPTION))
   .addOption(hostPortOption('--catalog-egress <host:port>', "where this control plane reaches an Envoy's egress listener for tools/list (default: --egress)"))
   .addOption(new Option('--listener-tls-cert <file>', "agents' listener: TLS with this certificate (PEM, on the Envoy host; Envoy follows its rotation)").env('MCPGW_LISTENER_TLS_CERT'))
@@ -293,8 +320,8 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
         admin: options.admin,
         gateway: {
           listener: { address: options.listener.host, port: options.listener.port },
-          sidecar: { address: options.sidecar.host, port: options.sidecar.port },
-          egress: { address: options.egress.host, port: options.egress.port },
+          sidecars: options.sidecar.map(endpointOf),
+          egress: endpointOf(options.egress),
           ...(options.listenerTlsCert && options.listenerTlsKey && {
             listenerTls: { certFile: path.resolve(options.listenerTlsCert), keyFile: path.resolve(options.listenerTlsKey) },
           }),
@@ -327,7 +354,11 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
   .addOption(hostPortOption('--listen <host:port>', 'the HTTP address Envoy sends the gateway lane and the session checks to').makeOptionMandatory())
   .addOption(hostPortOption('--control-plane <host:port>', "the control plane's --grpc (catalog stream)").makeOptionMandatory())
   .addOption(new Option('--id <name>', 'this replica in the control plane’s logs').default(`${os.hostname()}-${process.pid}`, 'HOSTNAME-PID'))
-  .addOption(new Option('--redis <url>', 'Redis for sessions shared by every replica; without it sessions live in this process').argParser(parsedBy(url('a redis:// URL'))))
+  .addOption(redisOption('Redis for sessions shared by every replica: redis://HOST:PORT, or sentinel://HOST:PORT[,HOST:PORT...]/PRIMARY_NAME; without it sessions live in this process'))
+  .addOption(
+    new Option('--redis-wait-replicas <n>', 'Redis replicas that must hold a new session before initialize is answered (WAIT, 200 ms at most); default 1 with sentinel://, else 0')
+      .argParser(parsedBy(z.coerce.number({ message: 'must be a whole number, 0 or more' }).int('must be a whole number, 0 or more').min(0, 'must be a whole number, 0 or more'))),
+  )
   .addOption(new Option('--redis-prefix <prefix>', 'prefix of every Redis key').default('mcpgw:'))
   .addOption(positiveIntOption('--session-ttl-s <s>', 'idle gateway sessions expire after this', 3600))
   .addOption(positiveIntOption('--backend-session-timeout-ms <ms>', "limit for opening or ending a backend's session", 5000))
@@ -362,7 +393,14 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
         maxStreamsPerSession: options.maxStreamsPerSession,
         controlPlaneAddress: joined(options.controlPlane),
         sidecarId: options.id,
-        redis: options.redis ? { url: options.redis, prefix: options.redisPrefix, timeouts: redisTimeoutsOf(options) } : undefined,
+        redis: options.redis
+          ? {
+              url: options.redis,
+              prefix: options.redisPrefix,
+              timeouts: redisTimeoutsOf(options),
+              waitReplicas: options.redisWaitReplicas ?? (isSentinelAddress(options.redis) ? 1 : 0),
+            }
+          : undefined,
         sessionLimits: { maxClientFieldsBytes: options.sessionClientFieldsMaxBytes },
         sessionIdleTtlSeconds: options.sessionTtlS,
         backendSessionTimeoutMs: options.backendSessionTimeoutMs,
@@ -427,7 +465,7 @@ subcommand('diff', 'show what changes in Envoy between two registry files; exits
 subcommand('envoy-bootstrap', 'print envoy/bootstrap.yaml filled in')
   .requiredOption('--node-id <id>', "Envoy's node id (unique per Envoy)")
   .addOption(hostPortOption('--admin <host:port>', "Envoy's admin interface").makeOptionMandatory())
-  .addOption(hostPortOption('--xds <host:port>', "the control plane's --grpc").makeOptionMandatory())
+  .addOption(new Option('--xds <host:port,...>', "the control planes' --grpc addresses, one per replica (or a DNS name)").argParser(parsedBy(hostPortList)).makeOptionMandatory())
   .addOption(new Option('--ads <type>', 'state of the world (GRPC) or incremental (DELTA_GRPC)').choices(['GRPC', 'DELTA_GRPC'] as const).default('GRPC' as const))
   .action((options) => {
     process.stdout.write(
@@ -436,8 +474,7 @@ subcommand('envoy-bootstrap', 'print envoy/bootstrap.yaml filled in')
         adsApiType: options.ads,
         adminAddress: options.admin.host,
         adminPort: options.admin.port,
-        xdsHost: options.xds.host,
-        xdsPort: options.xds.port,
+        xds: options.xds,
       }),
     );
   });

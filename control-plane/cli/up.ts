@@ -91,7 +91,7 @@ export async function runUp(options: UpOptions, say: (line: string) => void): Pr
       ...report.degraded.map((backend) => `warning: Tool Service ${backend}; its tools are left out until it answers`),
       '',
       `envoy admin:         ${stack.envoyAdminUrl} (base id ${stack.envoyBaseId})`,
-      `control plane admin: ${stack.controlPlaneAdminUrl} (/readyz, /status, /config/xds)`,
+      `control plane admin: ${stack.controlPlaneAdminUrl} (/dashboard, /readyz, /status, /config/xds)`,
       `sidecar admin:       ${stack.sidecarAdminUrl} (/metrics, /healthz)`,
       `xDS (ADS, gRPC):     ${HOST}:${stack.ports.grpc}`,
       `dev portal:          ${stack.portalUrl}/v1/registry (serving ${options.registryFile}; edit the file to change routes)`,

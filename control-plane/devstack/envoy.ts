@@ -12,8 +12,19 @@ export interface BootstrapValues {
   adsApiType: XdsApiType;
   adminAddress: string;
   adminPort: number;
-  xdsHost: string;
-  xdsPort: number;
+  /**
+   * The control planes' --grpc addresses: each an endpoint of the ADS cluster. Envoy holds one ADS
+   * stream; when its control plane goes away it reconnects to another (docs/adr/0010-deployment.md).
+   */
+  xds: { host: string; port: number }[];
+}
+
+/** The ADS cluster's lb_endpoints as one YAML flow sequence. */
+function xdsEndpoints(xds: BootstrapValues['xds']): string {
+  if (xds.length === 0) throw new Error('the Envoy bootstrap needs at least one control plane address');
+  const endpoint = ({ host, port }: { host: string; port: number }) =>
+    `{ endpoint: { address: { socket_address: { address: ${JSON.stringify(host)}, port_value: ${port} } } } }`;
+  return `[${xds.map(endpoint).join(', ')}]`;
 }
 
 /** Fills envoy/bootstrap.yaml; every placeholder must be used, so a typo fails loudly. */
@@ -23,8 +34,7 @@ export function renderBootstrap(values: BootstrapValues): string {
     ADS_API_TYPE: values.adsApiType,
     ADMIN_ADDRESS: values.adminAddress,
     ADMIN_PORT: String(values.adminPort),
-    XDS_HOST: values.xdsHost,
-    XDS_PORT: String(values.xdsPort),
+    XDS_ENDPOINTS: xdsEndpoints(values.xds),
   };
   const template = fs.readFileSync(projectPath('envoy', 'bootstrap.yaml'), 'utf8');
   const rendered = template.replace(/\{\{([A-Z_]+)\}\}/g, (placeholder, name: string) => {

@@ -60,6 +60,21 @@ export interface StackOptions {
   sidecarArgs?: string[];
   /** Supervision (mcpgw up): every process that exits on its own is started again, and reported here. */
   onRestart?: (event: RestartEvent) => void;
+  /** Sidecar replicas behind the Envoys (1 by default): every one is an endpoint of the sidecar clusters. */
+  sidecars?: number;
+  /** Control plane replicas (1 by default), all on the one registry; every Envoy's bootstrap lists them all. */
+  controlPlanes?: number;
+  /**
+   * A Redis of the caller's (e.g. `sentinel://127.0.0.1:26379/mcpgw`) for the control planes and the
+   * sidecars; the stack then starts no Redis of its own.
+   */
+  redisUrl?: string;
+}
+
+/** Where one replica of a part listens: its main port (the sidecar's --listen, the control plane's --grpc) and its admin port. */
+export interface ReplicaPorts {
+  main: number;
+  admin: number;
 }
 
 /** A supervised process exited on its own and was started again, or a try to do so failed. */
@@ -118,6 +133,10 @@ export class GatewayStack {
   private constructor(
     readonly options: StackOptions,
     readonly ports: StackPorts,
+    /** Every sidecar replica's ports, the first one's being ports.sidecar and ports.sidecarAdmin. */
+    readonly sidecarPorts: ReplicaPorts[],
+    /** Every control plane replica's ports, the first one's being ports.grpc and ports.controlPlaneAdmin. */
+    readonly controlPlanePorts: ReplicaPorts[],
   ) {}
 
   static async start(options: StackOptions): Promise<GatewayStack> {
@@ -129,7 +148,22 @@ export class GatewayStack {
   /** A stack with its ports chosen and nothing started yet, so that it can be stopped while it starts. */
   static async prepare(options: StackOptions): Promise<GatewayStack> {
     fs.mkdirSync(options.logDir, { recursive: true });
-    return new GatewayStack(options, await resolvePorts(options.ports));
+    const ports = await resolvePorts(options.ports);
+    const morePorts = async (count: number): Promise<ReplicaPorts[]> => {
+      const free = await freePorts(2 * Math.max(0, count - 1));
+      return Array.from({ length: Math.max(0, count - 1) }, (_, index) => ({ main: free[2 * index], admin: free[2 * index + 1] }));
+    };
+    return new GatewayStack(
+      options,
+      ports,
+      [{ main: ports.sidecar, admin: ports.sidecarAdmin }, ...(await morePorts(options.sidecars ?? 1))],
+      [{ main: ports.grpc, admin: ports.controlPlaneAdmin }, ...(await morePorts(options.controlPlanes ?? 1))],
+    );
+  }
+
+  /** The process name of a replica: `sidecar`, `sidecar-2`, … */
+  static replicaName(part: 'sidecar' | 'control-plane', replica: number): string {
+    return replica === 0 ? part : `${part}-${replica + 1}`;
   }
 
   /**
@@ -139,12 +173,12 @@ export class GatewayStack {
   async startAll(): Promise<void> {
     try {
       await Promise.all([
-        this.startRedis(),
+        ...(this.options.redisUrl ? [] : [this.startRedis()]),
         ...(this.options.samples ?? []).map((sample) => this.startSample(sample.service, sample.port)),
         ...(this.usesPortal ? [this.startPortal()] : []),
       ]);
-      await this.startControlPlane();
-      await Promise.all([this.startSidecar(), this.startEnvoy()]);
+      await Promise.all(this.controlPlanePorts.map((_, replica) => this.startControlPlane(replica)));
+      await Promise.all([...this.sidecarPorts.map((_, replica) => this.startSidecar(replica)), this.startEnvoy()]);
     } catch (error) {
       await this.stop();
       throw error;
@@ -171,7 +205,7 @@ export class GatewayStack {
   }
 
   get redisUrl(): string {
-    return `redis://${HOST}:${this.ports.redis}`;
+    return this.options.redisUrl ?? `redis://${HOST}:${this.ports.redis}`;
   }
 
   /** The log file of one of the stack's processes. */
@@ -309,16 +343,18 @@ export class GatewayStack {
     return this.options.logLevel ? ['--log-level', this.options.logLevel] : [];
   }
 
-  async startControlPlane(): Promise<void> {
-    await this.launch('control-plane', async () => {
-      const controlPlane = this.spawn('control-plane', process.execPath, [
+  async startControlPlane(replica = 0): Promise<void> {
+    const name = GatewayStack.replicaName('control-plane', replica);
+    const { main: grpcPort, admin: adminPort } = this.controlPlanePorts[replica];
+    await this.launch(name, async () => {
+      const controlPlane = this.spawn(name, process.execPath, [
         CLI, 'control-plane',
         ...(this.usesPortal ? ['--portal', this.portalUrl] : ['--registry', this.options.registryFile]),
         '--redis', this.redisUrl,
-        '--grpc', `${HOST}:${this.ports.grpc}`,
-        '--admin', `${HOST}:${this.ports.controlPlaneAdmin}`,
+        '--grpc', `${HOST}:${grpcPort}`,
+        '--admin', `${HOST}:${adminPort}`,
         '--listener', `${HOST}:${this.ports.listener}`,
-        '--sidecar', `${HOST}:${this.ports.sidecar}`,
+        '--sidecar', this.sidecarPorts.map(({ main }) => `${HOST}:${main}`).join(','),
         '--egress', `${HOST}:${this.ports.egress}`,
         ...this.controlPlaneArgs,
         ...(this.options.catalogRefreshMs ? ['--catalog-refresh-ms', String(this.options.catalogRefreshMs)] : []),
@@ -326,25 +362,29 @@ export class GatewayStack {
         ...(this.options.registryRefreshMs ? ['--registry-refresh-ms', String(this.options.registryRefreshMs)] : []),
         ...this.logLevelArgs,
       ]);
-      await controlPlane.untilReady('the control plane admin to answer /healthz', async () =>
-        listensOn(controlPlane.child.pid!, this.ports.controlPlaneAdmin) ? httpOk(`${this.controlPlaneAdminUrl}/healthz`) : undefined,
+      await controlPlane.untilReady(`${name} admin to answer /healthz`, async () =>
+        listensOn(controlPlane.child.pid!, adminPort) ? httpOk(`http://${HOST}:${adminPort}/healthz`) : undefined,
       );
       return controlPlane;
     });
   }
 
-  async startSidecar(): Promise<void> {
-    await this.launch('sidecar', async () => {
-      const sidecar = this.spawn('sidecar', process.execPath, [
-        CLI, 'sidecar', '--listen', `${HOST}:${this.ports.sidecar}`, '--control-plane', `${HOST}:${this.ports.grpc}`,
+  /** A sidecar replica, on the catalog stream of the control plane of the same number (or the first). */
+  async startSidecar(replica = 0): Promise<void> {
+    const name = GatewayStack.replicaName('sidecar', replica);
+    const { main: port, admin: adminPort } = this.sidecarPorts[replica];
+    const controlPlane = this.controlPlanePorts[replica % this.controlPlanePorts.length];
+    await this.launch(name, async () => {
+      const sidecar = this.spawn(name, process.execPath, [
+        CLI, 'sidecar', '--listen', `${HOST}:${port}`, '--control-plane', `${HOST}:${controlPlane.main}`, '--id', name,
         '--egress', `${HOST}:${this.ports.egress}`,
         ...this.sidecarArgs,
-        '--redis', this.redisUrl, '--admin', `${HOST}:${this.ports.sidecarAdmin}`,
+        '--redis', this.redisUrl, '--admin', `${HOST}:${adminPort}`,
         // Below ManagedProcess's SIGKILL grace, so that a stop is always the sidecar's own.
         '--drain-timeout-ms', '2000',
         ...this.logLevelArgs,
       ]);
-      await sidecar.untilReady('the sidecar to listen', listening(sidecar, this.ports.sidecar));
+      await sidecar.untilReady(`${name} to listen`, listening(sidecar, port));
       return sidecar;
     });
   }
@@ -363,8 +403,7 @@ export class GatewayStack {
           adsApiType: this.options.xdsApiType ?? 'GRPC',
           adminAddress: HOST,
           adminPort,
-          xdsHost: HOST,
-          xdsPort: this.ports.grpc,
+          xds: this.controlPlanePorts.map(({ main }) => ({ host: HOST, port: main })),
         },
         this.options.logDir,
       );

@@ -87,7 +87,10 @@ export interface GatewayIR {
 }
 
 /** Catalog keys come from the stable Tool Service id, never from a position in a list. */
-export const catalogKeyFor = (toolServiceId: string) => `tool_service.${toolServiceId}`;
+const CATALOG_KEY_PREFIX = 'tool_service.';
+export const catalogKeyFor = (toolServiceId: string) => `${CATALOG_KEY_PREFIX}${toolServiceId}`;
+/** The Tool Service id a catalog key was made from: what operators know it by, and the metrics' tool_service label. */
+export const toolServiceIdOf = (catalogKey: string) => catalogKey.slice(CATALOG_KEY_PREFIX.length);
 
 /**
  * A cluster is named after what it connects to, so the same upstream is one cluster whatever ids and

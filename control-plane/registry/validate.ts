@@ -220,3 +220,16 @@ export function describeProblem(problem: RegistryProblem): string {
   const where = problem.route ? `route "${problem.route}", ${problem.field}` : problem.field;
   return `${where}: ${problem.message}`;
 }
+
+/**
+ * How many route entries the problems reject: a route with several problems counts once; one whose key
+ * could not be read counts by its place in the document.
+ */
+export function rejectedRouteCount(problems: RegistryProblem[]): number {
+  const routes = problems.flatMap((problem) => {
+    if (problem.route !== undefined) return [`key ${problem.route}`];
+    const [list, index] = problem.path;
+    return list === 'routes' && typeof index === 'number' ? [`entry ${index}`] : [];
+  });
+  return new Set(routes).size;
+}

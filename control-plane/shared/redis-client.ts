@@ -17,17 +17,111 @@ export interface RedisTimeouts {
 export const REDIS_TIMEOUT_DEFAULTS: RedisTimeouts = { connectTimeoutMs: 2000, commandTimeoutMs: 500 };
 
 /**
- * A Redis client that never queues: while Redis is unreachable or hung, each command fails at once or
- * after the command timeout, and the caller says what that means for its own work.
+ * Where Redis is, as the `--redis` setting of the control plane and the sidecar names it:
+ * - `redis://[[user]:password@]HOST:PORT[/DB]` (or `rediss://` for TLS): one Redis, or a Service in front of the primary;
+ * - `sentinel://[[user]:password@]HOST:PORT[,HOST:PORT…]/PRIMARY[/DB]`: the Sentinels that know the
+ *   primary named PRIMARY (Sentinel's `monitor` name). The client asks them for the primary, and again
+ *   after a failover. A password is the data nodes' and the Sentinels' alike.
  */
-export function createRedisClient(url: string, timeouts: RedisTimeouts, options: { lazyConnect?: boolean; maxRetriesPerRequest?: number } = {}): Redis {
-  const redis = new Redis(url, {
+export type RedisAddress =
+  | { kind: 'url'; url: string }
+  | { kind: 'sentinel'; sentinels: { host: string; port: number }[]; primaryName: string; db: number; username?: string; password?: string };
+
+export const REDIS_ADDRESS_RULE =
+  'must be redis://HOST:PORT (rediss:// for TLS) or sentinel://HOST:PORT[,HOST:PORT...]/PRIMARY_NAME, optionally with user:password@ and /DB';
+
+const SENTINEL_ADDRESS = /^sentinel:\/\/(?:([^:@/]*)(?::([^@/]*))?@)?([^/@]+)\/([^/?#]+)(?:\/(\d+))?$/;
+
+/** Reads a Redis address; throws an Error saying what is wrong with it. */
+export function parseRedisAddress(value: string): RedisAddress {
+  if (value.startsWith('sentinel://')) {
+    const match = SENTINEL_ADDRESS.exec(value);
+    if (!match) throw new Error(REDIS_ADDRESS_RULE);
+    const [, username, password, hosts, primaryName, db] = match;
+    const sentinels = hosts.split(',').map((entry) => {
+      const hostPort = /^([^:\s]+):(\d{1,5})$/.exec(entry.trim());
+      const port = Number(hostPort?.[2]);
+      if (!hostPort || port < 1 || port > 65535) throw new Error(`Sentinel "${entry}" ${REDIS_ADDRESS_RULE}`);
+      return { host: hostPort[1], port };
+    });
+    return {
+      kind: 'sentinel',
+      sentinels,
+      primaryName: decodeURIComponent(primaryName),
+      db: db ? Number(db) : 0,
+      ...(username ? { username: decodeURIComponent(username) } : {}),
+      ...(password ? { password: decodeURIComponent(password) } : {}),
+    };
+  }
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new Error(REDIS_ADDRESS_RULE);
+  }
+  if ((url.protocol !== 'redis:' && url.protocol !== 'rediss:') || !url.hostname) throw new Error(REDIS_ADDRESS_RULE);
+  return { kind: 'url', url: value };
+}
+
+/** The address for logs: without its password. */
+export function describeRedisAddress(value: string): string {
+  return value.replace(/^([a-z]+:\/\/[^:@/]*:)[^@/]*@/, '$1***@');
+}
+
+/**
+ * After a failover the old primary becomes a replica and refuses writes (READONLY) until the client
+ * has found the new one: reconnecting (and sending the command again) finds it.
+ */
+const reconnectOnReadOnly = (error: Error) => (error.message.startsWith('READONLY') ? 2 : false);
+
+/**
+ * A Redis client that never queues: while Redis is unreachable or hung, each command fails at once or
+ * after the command timeout, and the caller says what that means for its own work. With Sentinels it
+ * follows the primary: it asks them at every (re)connect.
+ */
+export function createRedisClient(address: string, timeouts: RedisTimeouts, options: { lazyConnect?: boolean; maxRetriesPerRequest?: number } = {}): Redis {
+  const common = {
     enableOfflineQueue: false,
     connectTimeout: timeouts.connectTimeoutMs,
     commandTimeout: timeouts.commandTimeoutMs,
     maxRetriesPerRequest: options.maxRetriesPerRequest ?? 1,
     lazyConnect: options.lazyConnect ?? false,
-  });
+    reconnectOnError: reconnectOnReadOnly,
+  };
+  const parsed = parseRedisAddress(address);
+  const redis =
+    parsed.kind === 'url'
+      ? new Redis(parsed.url, common)
+      : new Redis({
+          ...common,
+          sentinels: parsed.sentinels,
+          name: parsed.primaryName,
+          db: parsed.db,
+          username: parsed.username,
+          password: parsed.password,
+          sentinelUsername: parsed.username,
+          sentinelPassword: parsed.password,
+          // No failoverDetector: in ioredis 6.0.0 a +switch-master arriving while the client reconnects
+          // ends the client for good ("Connection is closed." from then on; reproduced under load by
+          // test/e2e/replicas.test.ts and bench/redis-failover.ts). It is not needed: a killed primary
+          // drops the connection, and a demoted one is told by Sentinel to drop its clients (CLIENT
+          // KILL TYPE normal); the reconnect asks the Sentinels, and READONLY reconnects as well.
+          failoverDetector: false,
+          // Ask the Sentinels again soon after a failed try: a failover takes seconds, not minutes.
+          sentinelRetryStrategy: (attempt: number) => Math.min(100 * attempt, 1000),
+        });
   redis.on('error', () => undefined); // each call reports its own failure, not every reconnect attempt
   return redis;
+}
+
+/** Whether a client follows a primary through Sentinels (then writes that must survive a failover wait for a replica). */
+export const isSentinelAddress = (address: string) => parseRedisAddress(address).kind === 'sentinel';
+
+/** Whether Redis answers a PING now; with the client's command timeout, a hung Redis is a no within that time. */
+export async function redisAnswers(redis: Redis): Promise<boolean> {
+  try {
+    return (await redis.ping()) === 'PONG';
+  } catch {
+    return false;
+  }
 }

@@ -5,7 +5,7 @@ import { Logger } from '../shared/log';
 import { CatalogSubscriber } from './catalog-subscriber';
 import { GatewayContext } from './decision';
 import { GatewayServer } from './gateway-server';
-import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient } from '../shared/redis-client';
+import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient, describeRedisAddress } from '../shared/redis-client';
 import { ListChangedStreams, servedNames } from './list-changed-streams';
 import { RouteCatalogView, buildRouteViews } from './route-catalog';
 import { BackendCredentialsProvider } from '../credentials/backend-credentials';
@@ -16,6 +16,7 @@ import { BackendRequests } from './sessions/backend-sessions';
 import { CachedSessionStore, SESSION_CACHE_DEFAULTS, redisSessionEndings } from './sessions/session-cache';
 import { MemorySessionStore, RedisSessionStore, SessionLimits, SessionStore } from './sessions/session-store';
 import { SidecarMetrics, startSidecarAdmin } from './sidecar-metrics';
+import { redisUpGauge } from '../shared/state-gauge';
 
 export interface SidecarOptions {
   /** host:port of the sidecar's HTTP port behind Envoy: the gateway lane and the call lane's session check. */
@@ -25,8 +26,11 @@ export interface SidecarOptions {
   /** host:port of the control plane's gRPC server (catalog stream). */
   controlPlaneAddress: string;
   sidecarId: string;
-  /** Sessions shared by every replica and kept across restarts; without it, in this process's memory. */
-  redis?: { url: string; prefix: string; timeouts?: RedisTimeouts };
+  /**
+   * Sessions shared by every replica and kept across restarts; without it, in this process's memory.
+   * `waitReplicas`: Redis replicas that must hold a new session before initialize is answered.
+   */
+  redis?: { url: string; prefix: string; timeouts?: RedisTimeouts; waitReplicas?: number };
   sessionIdleTtlSeconds: number;
   /** Bounds on what one client's initialize makes the gateway store (docs/hardening.md). */
   sessionLimits?: SessionLimits;
@@ -73,6 +77,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     log,
   );
 
+  const metrics = new SidecarMetrics();
   let sessions: SessionStore;
   if (options.redis) {
     const redisSessions = new RedisSessionStore({
@@ -81,10 +86,16 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       idleTtlSeconds: options.sessionIdleTtlSeconds,
       ...options.redis.timeouts,
       ...options.sessionLimits,
+      waitReplicas: options.redis.waitReplicas,
+      onReplication: (acknowledged) => {
+        const wanted = options.redis!.waitReplicas!;
+        if (acknowledged < wanted) log.warn('new sessions are not acknowledged by enough Redis replicas: a primary failover now would lose them', { acknowledged, wanted });
+        else log.info('new sessions are acknowledged by Redis replicas again', { acknowledged, wanted });
+      },
     });
     // Session requests fail at once while Redis is unreachable: serve only once it is (or was given its chance).
     if (!(await redisSessions.connected(REDIS_CONNECT_WAIT_MS))) {
-      log.warn('Redis is not reachable yet: requests that need a session fail until it is', { redis: options.redis.url });
+      log.warn('Redis is not reachable yet: requests that need a session fail until it is', { redis: describeRedisAddress(options.redis.url) });
     }
     const timeouts = { ...REDIS_TIMEOUT_DEFAULTS, ...options.redis.timeouts };
     const endings = redisSessionEndings(
@@ -94,11 +105,11 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       log,
     );
     sessions = new CachedSessionStore(redisSessions, endings, SESSION_CACHE_DEFAULTS, log);
+    redisUpGauge(metrics.registry, () => redisSessions.answers(), 'the session store');
   } else {
     sessions = new MemorySessionStore(options.sessionIdleTtlSeconds, options.sessionLimits);
     log.warn('no --redis: sessions live in this process only (lost on restart, not shared with other replicas)');
   }
-  const metrics = new SidecarMetrics();
   const credentials = new BackendCredentialsProvider(options.idp && new IdpClient(options.idp), new TokenCache(options.tokenCache ?? TOKEN_CACHE_DEFAULTS, metrics));
   const context: GatewayContext = {
     lookup: (key) => routes.get(key),

@@ -2,7 +2,7 @@ import type Redis from 'ioredis';
 import { z } from 'zod';
 import { Route, routeSchema } from '../registry/model';
 import { Logger } from '../shared/log';
-import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient } from '../shared/redis-client';
+import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient, redisAnswers } from '../shared/redis-client';
 
 /** What a route's catalog looked like when it was saved: enough to serve tools/list at once. */
 const savedCatalogSchema = z.array(
@@ -60,6 +60,11 @@ export class LastGoodStore {
 
   private get indexKey(): string {
     return `${this.prefix}routes`;
+  }
+
+  /** Whether Redis answers now (mcpgw_redis_up). */
+  answers(): Promise<boolean> {
+    return redisAnswers(this.redis);
   }
 
   async connect(): Promise<void> {

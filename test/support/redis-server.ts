@@ -39,6 +39,12 @@ export class TestRedis {
     this.process.child.kill('SIGCONT');
   }
 
+  /** As a crashed host: SIGKILL, nothing flushed, every connection cut. */
+  async kill(): Promise<void> {
+    this.process.child.kill('SIGKILL');
+    await this.process.exited;
+  }
+
   async stop(): Promise<void> {
     this.thaw();
     await this.process.stop();

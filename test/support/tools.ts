@@ -13,6 +13,10 @@ const ToolsManifest = z.object({
   prometheus: z.string(),
   helm: z.string(),
   ratelimit: z.string(),
+  kubeconform: z.string(),
+  /** The Kubernetes API's own OpenAPI document and the ServiceMonitor CRD the chart's manifests are checked against. */
+  kubernetesOpenApi: z.object({ version: z.string(), swagger: z.string(), serviceMonitorCrd: z.string() }),
+  dockerCompose: z.string(),
   chromium: z.string(),
   redisSentinel: z.string(),
   openssl: z.string(),

@@ -2,6 +2,7 @@ import * as http from 'node:http';
 import { Registry as MetricsRegistry } from 'prom-client';
 import { AdminSources, createAdminApp } from '../../control-plane/admin/admin-server';
 import { listen } from '../../control-plane/shared/http-listen';
+import { CallHistory } from '../../control-plane/admin/call-history';
 import { CATALOG_DEFAULTS, CatalogSnapshotMessage } from '../../control-plane/catalog/catalog-store';
 import { ToolFinding } from '../../control-plane/catalog/tool-exposure';
 import { backendCatalog, catalogSnapshot } from './catalog-fixtures';
@@ -48,6 +49,8 @@ describe('control plane admin: catalog status and on-demand refresh', () => {
       },
       xdsResources: () => ({}),
       nodes: () => [],
+      rejectingNodes: () => 0,
+      callHistory: () => new CallHistory().view(),
       registry: () => ({ source: 'test', rejectedRoutes: [], origin: 'source' }),
       metrics: new MetricsRegistry(),
     };

@@ -3,7 +3,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { checkRegistryFile, loadRegistryFile } from '../../control-plane/registry/static-file';
-import { describeProblem, nearestKey, validateRegistry } from '../../control-plane/registry/validate';
+import { describeProblem, nearestKey, rejectedRouteCount, validateRegistry } from '../../control-plane/registry/validate';
 import { projectPath } from '../../control-plane/shared/paths';
 
 const service = (name: string, port = 9000, extra: Record<string, unknown> = {}) => ({
@@ -83,6 +83,24 @@ describe('registry validation', () => {
     expect(nearestKey('ToolServices', ['key', 'toolServices'])).toBe('toolServices');
     expect(nearestKey('healthcheck', ['connectTimeoutMs', 'healthCheckPath'])).toBeUndefined();
     expect(nearestKey('x', ['key', 'toolServices'])).toBeUndefined();
+  });
+});
+
+describe('rejected route count', () => {
+  it('counts each rejected route once, however many problems it has, and routes without a readable key by their entry', () => {
+    const { problems } = validateRegistry({
+      routes: [
+        { key: 'good', toolServices: [service('a')] },
+        { key: 'twice-wrong', toolServices: [{ name: 'Bad', url: '/relative' }] },
+        { toolServices: [service('b')] },
+        { key: 7, toolServices: [] },
+        { key: 'good', toolServices: [service('c', 2)] },
+      ],
+    });
+    expect(problems.length).toBeGreaterThan(4);
+    // twice-wrong, entries 2 and 3, and the second "good"
+    expect(rejectedRouteCount(problems)).toBe(4);
+    expect(rejectedRouteCount([])).toBe(0);
   });
 });
 

@@ -12,7 +12,12 @@ import { translate } from '../../control-plane/xds/translate';
 import { EMPTY_CALL_LANE_CATALOG } from '../../control-plane/xds/translate/call-lane';
 import { GATEWAY_DEFAULTS } from '../../control-plane/xds/translate/settings';
 
-const settings = { ...GATEWAY_DEFAULTS, listener: { address: '127.0.0.1', port: 10000 }, sidecar: { address: '127.0.0.1', port: 18080 }, egress: { address: '127.0.0.1', port: 10001 } };
+const settings = {
+  ...GATEWAY_DEFAULTS,
+  listener: { address: '127.0.0.1', port: 10000 },
+  sidecars: [{ address: '127.0.0.1', port: 18080 }],
+  egress: { address: '127.0.0.1', port: 10001 },
+};
 const FIXTURES = projectPath('test', 'fixtures', 'registries');
 const xdsOf = (file: string) => translate(buildGatewayIR(loadRegistryFile(path.join(FIXTURES, file))), EMPTY_CALL_LANE_CATALOG, settings);
 const CLI = projectPath('dist', 'control-plane', 'cli', 'mcpgw.js');

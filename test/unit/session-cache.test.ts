@@ -3,13 +3,15 @@ import { MemorySessionStore } from '../../control-plane/sidecar/sessions/session
 import { quietLogger } from '../support/quiet-logger';
 
 /** Two replicas' caches over one shared store, told of endings as Redis pub/sub would tell them. */
-function replicas(freshMs = 60_000) {
+function replicas(freshMs = 60_000, staleOnErrorMs = 60_000) {
   const shared = new MemorySessionStore(3600);
   const listeners: ((id: string) => void)[] = [];
   let reads = 0;
+  let redisDown = false;
   const counted = Object.assign(Object.create(shared) as MemorySessionStore, {
     get: (id: string) => {
       reads++;
+      if (redisDown) return Promise.reject(new Error('session store (Redis) unavailable: Connection is closed.'));
       return shared.get(id);
     },
   });
@@ -18,8 +20,13 @@ function replicas(freshMs = 60_000) {
     onEnded: (listener) => listeners.push(listener),
     close: async () => undefined,
   });
-  const options = { freshMs, maxEntries: 2 };
-  return { a: new CachedSessionStore(counted, endings(), options, quietLogger), b: new CachedSessionStore(counted, endings(), options, quietLogger), reads: () => reads };
+  const options = { freshMs, maxEntries: 2, staleOnErrorMs };
+  return {
+    a: new CachedSessionStore(counted, endings(), options, quietLogger),
+    b: new CachedSessionStore(counted, endings(), options, quietLogger),
+    reads: () => reads,
+    setRedisDown: (down: boolean) => (redisDown = down),
+  };
 }
 
 const fields = { route: 'demo', protocolVersion: '2025-11-25', clientInfo: {}, clientCapabilities: {} };
@@ -73,5 +80,19 @@ describe('sessions cached in the sidecar, Redis the source of truth', () => {
     expect(reads()).toBe(0);
     await a.get(first.id);
     expect(reads()).toBe(1);
+  });
+
+  it('serves a session it read recently while Redis cannot be read (a failover), and fails once that copy is too old', async () => {
+    const { a, b, setRedisDown } = replicas(0, 60_000);
+    const session = await a.create(fields);
+    setRedisDown(true);
+    expect((await a.get(session.id))?.route).toBe('demo');
+    // b never read it: nothing to serve, the failure is the caller's.
+    await expect(b.get(session.id)).rejects.toThrow('Redis');
+    setRedisDown(false);
+    const { a: strict, setRedisDown: setStrictDown } = replicas(0, 0);
+    const other = await strict.create(fields);
+    setStrictDown(true);
+    await expect(strict.get(other.id)).rejects.toThrow('Redis');
   });
 });

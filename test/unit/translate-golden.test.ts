@@ -17,7 +17,7 @@ import { TYPE_URL } from '../../control-plane/xds/translate/type-urls';
 const settings: GatewaySettings = {
   ...GATEWAY_DEFAULTS,
   listener: { address: '127.0.0.1', port: 10000 },
-  sidecar: { address: '127.0.0.1', port: 18080 },
+  sidecars: [{ address: '127.0.0.1', port: 18080 }],
   egress: { address: '127.0.0.1', port: 10001 },
 };
 const FIXTURES = projectPath('test', 'fixtures', 'registries');

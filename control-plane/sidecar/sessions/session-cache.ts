@@ -13,9 +13,15 @@ import { GatewaySession, SessionStore } from './session-store';
 export interface SessionCacheOptions {
   freshMs: number;
   maxEntries: number;
+  /**
+   * While Redis cannot be read (a primary failover, an outage), a session read from it within this
+   * long is served from memory rather than failing the call. Nothing can end a session meanwhile:
+   * ending one needs Redis too. 0: never.
+   */
+  staleOnErrorMs: number;
 }
 
-export const SESSION_CACHE_DEFAULTS: SessionCacheOptions = { freshMs: 5_000, maxEntries: 100_000 };
+export const SESSION_CACHE_DEFAULTS: SessionCacheOptions = { freshMs: 5_000, maxEntries: 100_000, staleOnErrorMs: 60_000 };
 
 /** How the replicas tell each other a session ended. */
 export interface SessionEndings {
@@ -74,8 +80,15 @@ export class CachedSessionStore implements SessionStore {
 
   async get(id: string): Promise<GatewaySession | undefined> {
     const entry = this.entries.get(id);
-    if (entry && performance.now() - entry.fetchedAt < this.options.freshMs) return copyOf(entry.session);
-    const session = await this.inner.get(id);
+    const age = entry ? performance.now() - entry.fetchedAt : Number.POSITIVE_INFINITY;
+    if (age < this.options.freshMs) return copyOf(entry!.session);
+    let session: GatewaySession | undefined;
+    try {
+      session = await this.inner.get(id);
+    } catch (error) {
+      if (age >= this.options.staleOnErrorMs) throw error;
+      return copyOf(entry!.session);
+    }
     if (session) this.remember(session);
     else this.entries.delete(id);
     return session;

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import Redis from 'ioredis';
 import { z } from 'zod';
-import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient } from '../../shared/redis-client';
+import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient, redisAnswers } from '../../shared/redis-client';
 
 /**
  * A client's MCP session with the gateway (docs/adr/0004-sessions.md). Each stateful backend of the
@@ -110,7 +110,30 @@ export interface RedisSessionStoreOptions extends Partial<SessionLimits>, Partia
   url: string;
   prefix: string;
   idleTtlSeconds: number;
+  /**
+   * Replicas that must hold a new session before initialize is answered (Redis `WAIT`): Redis
+   * replicates asynchronously, and a primary that fails right after a write takes it along. 0: none.
+   */
+  waitReplicas?: number;
+  /**
+   * Told when new sessions stop being acknowledged by enough replicas (`acknowledged` < waitReplicas),
+   * and when they are again (`acknowledged` >= waitReplicas): once per change, not per session.
+   */
+  onReplication?: (acknowledged: number) => void;
 }
+
+/**
+ * How long a new session waits for its replicas. Replication on one network takes well under a
+ * millisecond; past this the replica is down or far behind, and the session is served anyway (and
+ * reported): refusing every new session because a replica is down would make it a point of failure.
+ */
+export const REPLICA_WAIT_MS = 200;
+/**
+ * After a WAIT that fell short, new sessions skip WAIT for this long before trying again: while no
+ * replica is there (e.g. right after a failover, until the old primary returns as a replica) each
+ * initialize would otherwise pay REPLICA_WAIT_MS.
+ */
+export const REPLICA_RETRY_AFTER_MS = 5_000;
 
 /**
  * Sessions in Redis: shared by every sidecar replica and kept across sidecar restarts. One hash per
@@ -121,14 +144,30 @@ export class RedisSessionStore implements SessionStore {
   private readonly prefix: string;
   private readonly idleTtlSeconds: number;
   private readonly limits: SessionLimits;
+  /**
+   * New sessions are written on a connection of their own: WAIT blocks the connection it is sent on
+   * (and counts only that connection's writes), and the session check's reads must never queue behind it.
+   */
+  private readonly writer: Redis;
+  private readonly waitReplicas: number;
+  private readonly onReplication: (acknowledged: number) => void;
+  /** performance.now() until which new sessions skip WAIT (replicas were missing); 0: WAIT. */
+  private replicasMissingUntil = 0;
 
   constructor(options: RedisSessionStoreOptions) {
     this.prefix = options.prefix;
+    this.waitReplicas = options.waitReplicas ?? 0;
+    this.onReplication = options.onReplication ?? (() => undefined);
     this.idleTtlSeconds = options.idleTtlSeconds;
     this.limits = { maxClientFieldsBytes: options.maxClientFieldsBytes ?? SESSION_DEFAULTS.maxClientFieldsBytes };
     // While Redis is unreachable or hung a session request fails at once or after the command timeout,
     // well within Envoy's timeouts for the sidecar, and the client is told why (docs/errors.md).
-    this.redis = createRedisClient(
+    this.redis = this.connection(options);
+    this.writer = this.waitReplicas > 0 ? this.connection(options) : this.redis;
+  }
+
+  private connection(options: RedisSessionStoreOptions): Redis {
+    return createRedisClient(
       options.url,
       {
         connectTimeoutMs: options.connectTimeoutMs ?? REDIS_TIMEOUT_DEFAULTS.connectTimeoutMs,
@@ -150,6 +189,11 @@ export class RedisSessionStore implements SessionStore {
     });
   }
 
+  /** Whether Redis answers now (mcpgw_redis_up). */
+  answers(): Promise<boolean> {
+    return redisAnswers(this.redis);
+  }
+
   /** What a Redis failure means to the client: no session can be opened, found or ended now. */
   private async guarded<T>(operation: () => Promise<T>): Promise<T> {
     try {
@@ -167,13 +211,23 @@ export class RedisSessionStore implements SessionStore {
     const stored = checkClientFields(fields, this.limits);
     return this.guarded(async () => {
       const session: GatewaySession = { ...fields, id: newSessionId(), backends: {} };
-      await this.redis
+      await this.writer
         .multi()
         .hset(this.key(session.id), { route: session.route, protocolVersion: session.protocolVersion, ...stored })
         .expire(this.key(session.id), this.idleTtlSeconds)
         .exec();
+      await this.untilReplicated();
       return session;
     });
+  }
+
+  /** WAIT for the replicas, unless they were found missing a moment ago; reports each change of that. */
+  private async untilReplicated(): Promise<void> {
+    if (this.waitReplicas === 0 || performance.now() < this.replicasMissingUntil) return;
+    const acknowledged = await this.writer.wait(this.waitReplicas, REPLICA_WAIT_MS);
+    const missing = acknowledged < this.waitReplicas;
+    if (missing !== this.replicasMissingUntil > 0) this.onReplication(acknowledged);
+    this.replicasMissingUntil = missing ? performance.now() + REPLICA_RETRY_AFTER_MS : 0;
   }
 
   async get(id: string): Promise<GatewaySession | undefined> {
@@ -215,6 +269,7 @@ export class RedisSessionStore implements SessionStore {
 
   async close(): Promise<void> {
     this.redis.disconnect();
+    this.writer.disconnect();
   }
 }
 

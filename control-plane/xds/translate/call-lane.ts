@@ -141,6 +141,19 @@ const formatterOf = (key: string) => `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:${
 const CHECKED_CLIENT_HEADERS = ['mcp-session-id', 'mcp-protocol-version', CHECK_HEADERS.callerAuthorization, 'traceparent', 'tracestate', 'baggage'];
 
 /**
+ * core.v3.RetryPolicy of the session check: only what never reached a sidecar, on another replica.
+ * Envoy makes the back-off's max_interval each try's timeout too (convertCoreToRouteRetryPolicy):
+ * it is the check's own timeout, or a check that opens a backend session would be cut.
+ */
+const sessionCheckRetryPolicy = (timeoutMs: number) => ({
+  retry_on: 'connect-failure,reset-before-request',
+  num_retries: 2,
+  retry_back_off: { base_interval: '0.010s', max_interval: duration(timeoutMs) },
+  retry_host_predicate: [{ name: 'envoy.retry_host_predicates.previous_hosts', typed_config: typedStruct(TYPE_URL.previousHostsPredicate, {}) }],
+  host_selection_retry_max_attempts: 3,
+});
+
+/**
  * The session check (ext_authz over HTTP to the sidecars), asked only when the call script sets its
  * flag: a call in a session, or a stateless client's call for a backend that needs one. It may put the
  * backend's own session into Mcp-Session-Id, or refuse the call in JSON-RPC form.
@@ -148,12 +161,15 @@ const CHECKED_CLIENT_HEADERS = ['mcp-session-id', 'mcp-protocol-version', CHECK_
 export function sessionCheckFilter(timeoutMs: number): HttpFilter {
   return {
     name: 'envoy.filters.http.ext_authz',
-    typed_config: {
-      '@type': TYPE_URL.extAuthz,
+    // A TypedStruct: http_service.retry_policy is newer than the shipped protos (ADR-0002).
+    typed_config: typedStruct(TYPE_URL.extAuthz, {
       transport_api_version: 'V3',
       http_service: {
         server_uri: { uri: `http://${SIDECAR_CHECK_CLUSTER_NAME}${SESSION_CHECK_PATH}`, cluster: SIDECAR_CHECK_CLUSTER_NAME, timeout: duration(timeoutMs) },
         path_prefix: SESSION_CHECK_PATH,
+        // A check the sidecar never received goes to another replica (docs/adr/0010-deployment.md); one
+        // cut after it was sent is not repeated (it may have opened a backend session): that call fails.
+        retry_policy: sessionCheckRetryPolicy(timeoutMs),
         authorization_request: {
           headers_to_add: [
             { key: CHECK_HEADERS.route, value: formatterOf('route') },
@@ -174,7 +190,7 @@ export function sessionCheckFilter(timeoutMs: number): HttpFilter {
       failure_mode_allow: false,
       // Its own status for "the check could not be asked", which the local-reply mappers turn into 503 with a JSON-RPC body.
       status_on_error: { code: 'BadGateway' },
-    },
+    }),
   };
 }
 

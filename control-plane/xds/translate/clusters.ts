@@ -23,12 +23,18 @@ export const CLUSTER_DEFAULTS = {
   circuitBreakers: { max_connections: 1024, max_pending_requests: 1024, max_requests: 1024, max_retries: 3 },
 };
 
-const discoveryTypeFor = (host: string) => (isIP(host) ? 'STATIC' : 'STRICT_DNS');
+interface Endpoint {
+  address: string;
+  port: number;
+}
 
-function loadAssignment(clusterName: string, host: string, port: number) {
+/** STATIC when every endpoint is an IP address; STRICT_DNS (each record of each name an endpoint) otherwise. */
+const discoveryTypeFor = (endpoints: Endpoint[]) => (endpoints.every((endpoint) => isIP(endpoint.address)) ? 'STATIC' : 'STRICT_DNS');
+
+function loadAssignment(clusterName: string, endpoints: Endpoint[]) {
   return {
     cluster_name: clusterName,
-    endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: host, port_value: port } } } }] }],
+    endpoints: [{ lb_endpoints: endpoints.map(({ address, port }) => ({ endpoint: { address: { socket_address: { address, port_value: port } } } })) }],
   };
 }
 
@@ -96,13 +102,14 @@ function serviceAccountOptions(tokenFile: string) {
 function toolServiceCluster(service: ToolServiceIR): TypedJson {
   const { host, port, tls } = service.endpoint;
   const { credentials } = service;
+  const endpoints = [{ address: host, port }];
   return {
     '@type': TYPE_URL.cluster,
     name: service.clusterName,
-    type: discoveryTypeFor(host),
+    type: discoveryTypeFor(endpoints),
     connect_timeout: duration(service.timeouts.connectTimeoutMs),
     lb_policy: 'ROUND_ROBIN',
-    load_assignment: loadAssignment(service.clusterName, host, port),
+    load_assignment: loadAssignment(service.clusterName, endpoints),
     health_checks: [healthCheck(service)],
     outlier_detection: CLUSTER_DEFAULTS.outlierDetection,
     circuit_breakers: { thresholds: [{ priority: 'DEFAULT', ...CLUSTER_DEFAULTS.circuitBreakers }] },
@@ -122,13 +129,31 @@ export const SIDECAR_LIMITS = {
   [SIDECAR_STREAMS_CLUSTER_NAME]: { max_connections: 4096, max_pending_requests: 256, max_requests: 4096, max_retries: 0 },
 };
 
+/**
+ * A sidecar replica that stops answering is taken out of all three clusters by what Envoy sees of
+ * real requests: a refused or reset connection (a dead process) or a 502/503/504 counts as a gateway
+ * failure, and two in a row eject it for 10 s (doubling while it keeps failing), checked every second.
+ * Every replica may be ejected at once: with all of them failing there is nothing better to send to.
+ * The gateway lane retries a refused connection on another replica (route-configuration.ts), and
+ * Kubernetes takes a replica that is not ready out of the headless Service's DNS records.
+ */
+export const SIDECAR_OUTLIER_DETECTION = {
+  consecutive_5xx: 0,
+  consecutive_gateway_failure: 2,
+  enforcing_consecutive_gateway_failure: 100,
+  interval: '1s',
+  base_ejection_time: '10s',
+  max_ejection_percent: 100,
+};
+
 function sidecarCluster(name: keyof typeof SIDECAR_LIMITS, settings: GatewaySettings): TypedJson {
   return {
     '@type': TYPE_URL.cluster,
     name,
-    type: discoveryTypeFor(settings.sidecar.address),
+    type: discoveryTypeFor(settings.sidecars),
     connect_timeout: '1s',
-    load_assignment: loadAssignment(name, settings.sidecar.address, settings.sidecar.port),
+    load_assignment: loadAssignment(name, settings.sidecars),
+    outlier_detection: SIDECAR_OUTLIER_DETECTION,
     circuit_breakers: { thresholds: [{ priority: 'DEFAULT', ...SIDECAR_LIMITS[name] }] },
   };
 }

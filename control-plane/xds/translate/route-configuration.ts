@@ -3,7 +3,7 @@ import { TypedJson } from '../protobuf/proto-json';
 import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, callRouteFilters } from './call-lane';
 import { duration } from './duration';
 import { CHECK_HEADERS, EGRESS_ROUTE_CONFIG_NAME, EGRESS_UPSTREAM_HEADER, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
-import { TYPE_URL } from './type-urls';
+import { TYPE_URL, typedStruct } from './type-urls';
 
 /** How long the gateway lane may take: it answers from memory, or ends and notifies backend sessions (bounded there). */
 const GATEWAY_LANE_TIMEOUT = '30s';
@@ -58,6 +58,18 @@ function streamsRoute(route: RouteIR) {
   };
 }
 
+/**
+ * A request the sidecar never received (refused, reset before it was sent) is safe to send again, and
+ * goes to another replica than the ones already tried (previous_hosts), so one dead replica costs no
+ * answer while another is up.
+ */
+export const SIDECAR_RETRY_POLICY = {
+  retry_on: 'connect-failure,reset-before-request,refused-stream',
+  num_retries: 2,
+  retry_host_predicate: [{ name: 'envoy.retry_host_predicates.previous_hosts', typed_config: typedStruct(TYPE_URL.previousHostsPredicate, {}) }],
+  host_selection_retry_max_attempts: 3,
+};
+
 /** The gateway lane: everything the gateway answers itself (initialize, tools/list, DELETE, …) and calls no backend route took. */
 function gatewayRoute(name: string, match: Record<string, unknown>, filters: Record<string, unknown> = GATEWAY_LANE_FILTERS) {
   return {
@@ -67,7 +79,7 @@ function gatewayRoute(name: string, match: Record<string, unknown>, filters: Rec
       cluster: SIDECAR_CLUSTER_NAME,
       timeout: GATEWAY_LANE_TIMEOUT,
       // Another sidecar replica, if one refused or reset before answering.
-      retry_policy: { retry_on: 'connect-failure,reset-before-request,refused-stream', num_retries: 2 },
+      retry_policy: SIDECAR_RETRY_POLICY,
     },
     typed_per_filter_config: filters,
   };

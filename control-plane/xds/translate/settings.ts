@@ -14,10 +14,12 @@ export interface GatewaySettings {
    */
   egress: { address: string; port: number };
   /**
-   * The sidecars' HTTP address: the gateway lane (the MCP methods the gateway answers itself, clients'
-   * GET streams) and the call lane's session check (docs/adr/0008-data-path-lanes.md).
+   * The sidecars' HTTP addresses: the gateway lane (the MCP methods the gateway answers itself, clients'
+   * GET streams) and the call lane's session check (docs/adr/0008-data-path-lanes.md). Every address
+   * is an endpoint of each of the three sidecar clusters; a DNS name is resolved by Envoy (STRICT_DNS),
+   * every record of it an endpoint (docs/adr/0010-deployment.md).
    */
-  sidecar: { address: string; port: number };
+  sidecars: { address: string; port: number }[];
   /** Largest JSON-RPC request body, on every HTTP version (the mcp filter refuses larger ones). */
   maxRequestBodyBytes: number;
   /** How long Envoy waits for the session check, which may open a backend's session (its own deadline is shorter). */

@@ -26,6 +26,7 @@ export const TYPE_URL = {
   luaPerRoute: `${prefix}envoy.extensions.filters.http.lua.v3.LuaPerRoute`,
   // The shipped Generic lacks header_value_prefix ("Bearer ").
   genericCredential: `${prefix}envoy.extensions.http.injected_credentials.generic.v3.Generic`,
+  previousHostsPredicate: `${prefix}envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate`,
 } as const;
 
 /**

@@ -1,0 +1,173 @@
+import * as client from 'prom-client';
+import { CallHistory, HISTORY_DEFAULTS } from '../../control-plane/admin/call-history';
+import { CallLog, CallMetrics, CallRecord, LogEntry, TOOL_LABELS_PER_BACKEND } from '../../control-plane/admin/call-log';
+import { callRecord } from './call-fixtures';
+
+/**
+ * Envoy's call-lane access log entries, in the shape @grpc/proto-loader decodes them (these follow
+ * entries captured from the real Envoy 1.40 for each kind of answer), and what the control plane
+ * makes of them.
+ */
+type Fields = Record<string, string | number | boolean>;
+const struct = (fields: Fields) => ({
+  fields: Object.fromEntries(
+    Object.entries(fields).map(([key, value]) => [
+      key,
+      typeof value === 'string' ? { kind: 'stringValue', stringValue: value } : typeof value === 'number' ? { kind: 'numberValue', numberValue: value } : { kind: 'boolValue', boolValue: value },
+    ]),
+  ),
+});
+
+const NO_FLAGS = { upstream_connection_failure: false, upstream_request_timeout: false, unauthorized_details: null };
+
+function entry(options: { ours: Fields; flags?: Record<string, unknown>; code?: number; details?: string; ms?: number; attempts?: number; startMs?: number }): LogEntry {
+  const ms = options.ms ?? 12;
+  const startMs = options.startMs ?? 1_800_000_000_000;
+  return {
+    common_properties: {
+      start_time: { seconds: String(Math.floor(startMs / 1000)), nanos: (startMs % 1000) * 1e6 },
+      time_to_last_downstream_tx_byte: { seconds: String(Math.floor(ms / 1000)), nanos: (ms % 1000) * 1e6 },
+      upstream_request_attempt_count: options.attempts ?? 1,
+      response_flags: { ...NO_FLAGS, ...options.flags },
+      metadata: { filter_metadata: { mcpgw: struct({ route: 'demo', backend: 'jobs', method: 'tools/call', ...options.ours }) } },
+    },
+    response: { response_code: { value: options.code ?? 200 }, response_code_details: options.details ?? 'via_upstream' },
+  };
+}
+
+describe('the call log', () => {
+  const log = new CallLog([]);
+
+  it.each<[string, Parameters<typeof entry>[0], CallRecord['outcome']]>([
+    ['an answer whose final message the script annotated', { ours: { tool: 'echo', outcome: 'ok' } }, 'ok'],
+    ['a tool the policy denies', { ours: { tool: 'whoami', outcome: 'denied', answered: true }, details: 'lua_response', attempts: 0 }, 'denied'],
+    ['an unknown tool (the script answers -32602 without an outcome)', { ours: { tool: 'nope', answered: true }, details: 'lua_response', attempts: 0 }, 'invalid'],
+    [
+      'a session the check does not know (404, whatever the answer carries)',
+      { ours: { tool: 'echo', outcome: 'failed', check: true }, flags: { unauthorized_details: { reason: 'EXTERNAL_SERVICE' } }, code: 404, details: 'ext_authz_denied', attempts: 0 },
+      'invalid',
+    ],
+    [
+      'a backend session the check could not open',
+      { ours: { tool: 'echo', outcome: 'failed', check: true }, flags: { unauthorized_details: { reason: 'EXTERNAL_SERVICE' } }, code: 424, details: 'ext_authz_denied', attempts: 0 },
+      'failed',
+    ],
+    ['a backend that refused the connection, annotated by the script', { ours: { tool: 'echo', outcome: 'failed' }, flags: { upstream_connection_failure: true }, attempts: 3 }, 'failed'],
+    ['a failure Envoy answered without the script seeing it', { ours: { tool: 'echo' }, flags: { upstream_request_timeout: true } }, 'failed'],
+    ['a failure with a fallback served', { ours: { tool: 'read', fallback: 'unavailable' }, flags: { upstream_connection_failure: true } }, 'degraded'],
+    ['an answer the script did not annotate', { ours: { tool: 'echo' } }, 'ok'],
+  ])('counts %s', (_case, options, outcome) => {
+    expect(log.recordOf(entry(options))?.outcome).toBe(outcome);
+  });
+
+  it('reads when the call ended, how long it took and its attempts', () => {
+    const call = log.recordOf(entry({ ours: { tool: 'echo', outcome: 'ok' }, ms: 1500, attempts: 2, startMs: 1_800_000_000_250 }));
+    expect(call).toMatchObject({ route: 'demo', backend: 'jobs', tool: 'echo', seconds: 1.5, attempts: 2, endedAt: 1_800_000_001_750, detail: 'via_upstream' });
+  });
+
+  it('skips entries of other lanes (no backend in the metadata)', () => {
+    expect(log.recordOf({ common_properties: { metadata: { filter_metadata: { mcpgw: struct({ route: 'demo' }) } } } })).toBeUndefined();
+    expect(log.recordOf({})).toBeUndefined();
+  });
+
+  it(`labels at most ${TOOL_LABELS_PER_BACKEND} tools per backend, the rest "other", and keeps the name as sent`, () => {
+    const capped = new CallLog([]);
+    const labels = Array.from({ length: TOOL_LABELS_PER_BACKEND + 5 }, (_, index) => capped.recordOf(entry({ ours: { tool: `t${index}` } }))!);
+    expect(new Set(labels.map((call) => call.toolLabel)).size).toBe(TOOL_LABELS_PER_BACKEND + 1);
+    expect(labels.at(-1)).toMatchObject({ tool: `t${TOOL_LABELS_PER_BACKEND + 4}`, toolLabel: 'other' });
+    expect(capped.recordOf(entry({ ours: { tool: 't0' } }))!.toolLabel).toBe('t0');
+  });
+
+  it('counts outcomes from 0 for every backend of the catalog, before its first call', async () => {
+    const registry = new client.Registry();
+    const metrics = new CallMetrics(registry);
+    metrics.expect({
+      version: '1',
+      tool_name_separator: '__',
+      tools_list_page_size: 0,
+      routes: [{ route_key: 'demo', tools: [], backends: [{ name: 'jobs' } as never] }],
+    });
+    new CallLog([metrics]).add(entry({ ours: { tool: 'echo', outcome: 'failed' }, flags: { upstream_connection_failure: true } }));
+    const text = await registry.metrics();
+    expect(text).toContain('mcpgw_tool_calls_total{route="demo",backend="jobs",outcome="ok"} 0');
+    expect(text).toContain('mcpgw_tool_calls_total{route="demo",backend="jobs",outcome="invalid"} 0');
+    expect(text).toContain('mcpgw_tool_calls_total{route="demo",backend="jobs",outcome="failed"} 1');
+    expect(text).toContain('mcpgw_tool_call_duration_seconds_count{route="demo",backend="jobs",tool="echo",outcome="failed"} 1');
+  });
+});
+
+describe("the dashboard's call history", () => {
+  const START = 1_800_000_000_000;
+  let clock = START;
+  const now = () => clock;
+  const call = (overrides: Partial<CallRecord>) => callRecord({ endedAt: clock, ...overrides });
+  beforeEach(() => {
+    clock = START;
+  });
+
+  it('keeps one point per step with calls, errors and latency quantiles, and the last five minutes as figures', () => {
+    const history = new CallHistory(HISTORY_DEFAULTS, now);
+    for (let index = 0; index < 98; index++) history.record(call({ seconds: 0.01 }));
+    history.record(call({ outcome: 'failed', seconds: 2, detail: 'upstream_reset_before_response_started{remote_connection_failure}' }));
+    history.record(call({ outcome: 'denied', seconds: 0.0004, attempts: 0 }));
+    clock += 20_000;
+    history.record(call({ seconds: 0.05 }));
+
+    const [series] = history.view().series;
+    expect(series).toMatchObject({ route: 'demo', backend: 'jobs', tool: 'echo' });
+    expect(series.points).toHaveLength(2);
+    const [first, second] = series.points;
+    expect(second[0] - first[0]).toBe(2);
+    expect(first.slice(1, 4)).toEqual([100, 99, 1]);
+    // Quantiles are the upper bound of a bucket about 19 % wide; denials are not latency of a backend.
+    expect(first[4]).toBeGreaterThanOrEqual(10);
+    expect(first[4]).toBeLessThan(10 * 1.19);
+    expect(first[5]).toBeGreaterThanOrEqual(10);
+    expect(series.recent.calls).toBe(101);
+    expect(series.recent.errorRatio).toBeCloseTo(1 / 100);
+    expect(series.recent.callsPerSecond).toBeCloseTo(101 / 300);
+    expect(series.recent.p99Ms).toBeGreaterThanOrEqual(50);
+  });
+
+  it('keeps the latest denials and fallbacks, newest first and bounded', () => {
+    const history = new CallHistory({ ...HISTORY_DEFAULTS, notableCalls: 3 }, now);
+    for (let index = 0; index < 5; index++) history.record(call({ outcome: index % 2 ? 'denied' : 'degraded', tool: `t${index}` }));
+    history.record(call({ outcome: 'ok', tool: 'fine' }));
+    history.record(call({ outcome: 'failed', tool: 'broken' }));
+    expect(history.view().notable.map((notable) => `${notable.tool} ${notable.outcome}`)).toEqual(['t4 degraded', 't3 denied', 't2 degraded']);
+  });
+
+  it('tells since when the calls of a backend fail, until one succeeds', () => {
+    const history = new CallHistory(HISTORY_DEFAULTS, now);
+    history.record(call({ outcome: 'ok' }));
+    clock += 1000;
+    const firstFailure = new Date(clock).toISOString();
+    history.record(call({ outcome: 'failed', detail: 'upstream_reset_before_response_started{connection_refused}' }));
+    clock += 1000;
+    history.record(call({ outcome: 'degraded', detail: 'upstream_reset_before_response_started{connection_refused}' }));
+    history.record(call({ outcome: 'denied' }));
+    expect(history.view().backends).toEqual([
+      { route: 'demo', backend: 'jobs', lastCallAt: new Date(clock).toISOString(), failingSince: firstFailure, lastError: 'degraded: upstream_reset_before_response_started{connection_refused}' },
+    ]);
+    history.record(call({ outcome: 'ok' }));
+    expect(history.view().backends[0].failingSince).toBeUndefined();
+  });
+
+  it('forgets what is older than the window, and drops a series without calls in it', () => {
+    const history = new CallHistory({ ...HISTORY_DEFAULTS, stepMs: 1000, steps: 10 }, now);
+    history.record(call({ tool: 'old', toolLabel: 'old' }));
+    clock += 5000;
+    history.record(call({}));
+    clock += 6000;
+    history.record(call({}));
+    // A late entry for a step already out of the window is not counted.
+    history.record(call({ endedAt: START }));
+    const view = history.view();
+    expect(view.series.map((series) => series.tool)).toEqual(['echo']);
+    expect(view.series[0].points.map((point) => [point[0], point[1]])).toEqual([
+      [5 - 2, 1],
+      [9, 1],
+    ]);
+    expect(view.windowStart).toBe(START + 2000);
+  });
+});
