@@ -9,7 +9,8 @@ import { XdsStatusTracker } from '../admin/xds-status';
 import { registerStateMetrics } from '../admin/state-metrics';
 import { catalogServiceHandlers } from '../catalog/catalog-service';
 import { CatalogSettings, CatalogSnapshotMessage, CatalogStore, RelistSettings, ToolList } from '../catalog/catalog-store';
-import { ToolListLimits, egressCatalogAccess, fetchToolList } from '../catalog/tool-fetcher';
+import { directCatalogAccess } from '../catalog/catalog-access';
+import { ToolListLimits, fetchToolList } from '../catalog/tool-fetcher';
 import { CatalogCredentials } from '../credentials/catalog-credentials';
 import { IdpClient, IdpSettings } from '../credentials/idp-client';
 import { TOKEN_CACHE_DEFAULTS, TokenCache } from '../credentials/token-cache';
@@ -44,8 +45,6 @@ export interface ControlPlaneOptions {
   toolList: ToolListLimits;
   /** How soon a failing Tool Service is listed again. */
   relist: RelistSettings;
-  /** HOST:PORT of the Envoy egress listener the catalog's listings go through (docs/adr/0013-backend-credentials.md). */
-  catalogEgress: string;
   /** The gateway's identity provider: client-credentials tokens for listing Tool Services with per-caller credentials. */
   idp?: IdpSettings;
   /** What this gateway allows a registry to ask for (token passthrough). */
@@ -81,10 +80,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   // catalog stream. Ids that share an endpoint share one fetch.
   const catalogFetches = new ConcurrencyLimit(options.catalogFetchConcurrency);
   const fetchesByEndpoint = new Map<string, Promise<ToolList>>();
-  const catalogAccess = egressCatalogAccess(
-    options.catalogEgress,
-    new CatalogCredentials(options.idp && new IdpClient(options.idp), new TokenCache(TOKEN_CACHE_DEFAULTS, metrics.catalogTokens)),
-  );
+  const catalogAccess = directCatalogAccess(new CatalogCredentials(options.idp && new IdpClient(options.idp), new TokenCache(TOKEN_CACHE_DEFAULTS, metrics.catalogTokens)));
   const fetchTools = (service: ToolServiceIR) => {
     // The cluster carries the upstream with its TLS; the URL its path; the credentials what a listing authenticates with.
     const endpoint = JSON.stringify([service.clusterName, service.url, service.credentials]);

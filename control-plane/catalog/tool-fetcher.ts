@@ -5,8 +5,7 @@ import { ErrorCode, LATEST_PROTOCOL_VERSION, Tool } from '@modelcontextprotocol/
 import { ToolServiceIR } from '../ir/gateway-ir';
 import { MODERN_PROTOCOL_VERSION } from '../sidecar/modern-era';
 import { ToolList } from './catalog-store';
-import { CatalogCredentials } from '../credentials/catalog-credentials';
-import { EgressUnreachableError, describeEgressFailure, egressFetch, egressReady } from '../shared/egress-fetch';
+import { CatalogAccess, CatalogConnection } from './catalog-access';
 
 export const GATEWAY_CLIENT_INFO = { name: 'mcp-federation-gateway', version: '0.1.0' };
 
@@ -17,40 +16,6 @@ export const GATEWAY_CLIENT_INFO = { name: 'mcp-federation-gateway', version: '0
  * capabilities.
  */
 const CATALOG_CLIENT_CAPABILITIES = { sampling: {}, elicitation: {}, roots: {} };
-
-/**
- * How a listing reaches the Tool Service: through Envoy's egress listener (the cluster's credentials,
- * TLS and rotation, as for calls: docs/adr/0013-backend-credentials.md), with the Authorization the
- * catalog's credentials give it, if any.
- */
-export interface CatalogAccess {
-  /** The fetch a listing of this Tool Service goes out with. */
-  fetchFor(service: ToolServiceIR): typeof fetch;
-  authorizationFor(service: ToolServiceIR): Promise<string | undefined>;
-}
-
-/**
- * Listings through an Envoy's egress listener at `egress` (HOST:PORT). A control plane starts before
- * any Envoy has its configuration: the first listings wait (up to `readyWithinMs`) until the egress
- * listener opens, rather than report every Tool Service down for what is Envoy's start.
- */
-export function egressCatalogAccess(egress: string, credentials: Pick<CatalogCredentials, 'authorizationFor'>, readyWithinMs = EGRESS_START_WAIT_MS): CatalogAccess {
-  let ready: Promise<unknown> | undefined;
-  return {
-    fetchFor: (service) => {
-      const fetchVia = egressFetch(egress, service.clusterName);
-      return async (input, init) => {
-        ready ??= egressReady(egress, readyWithinMs);
-        await ready;
-        return fetchVia(input, init);
-      };
-    },
-    authorizationFor: (service) => credentials.authorizationFor(service),
-  };
-}
-
-/** How long the control plane's first listings wait for an Envoy's egress listener to open. */
-export const EGRESS_START_WAIT_MS = 15_000;
 
 /** Bounds on one Tool Service's tools/list (docs/hardening.md); past them the backend is degraded and its last good copy served. */
 export interface ToolListLimits {
@@ -135,11 +100,10 @@ async function listAllTools(listTools: (cursor?: string) => Promise<{ tools: Too
   return tools;
 }
 
-async function transportOptions(service: ToolServiceIR, budget: ListingBudget, access: CatalogAccess) {
-  const authorization = await access.authorizationFor(service);
+function transportOptions(connection: CatalogConnection, budget: ListingBudget) {
   return {
-    fetch: budget.meter(access.fetchFor(service)),
-    ...(authorization !== undefined && { requestInit: { headers: { authorization } } }),
+    fetch: budget.meter(connection.fetch),
+    ...(connection.authorization !== undefined && { requestInit: { headers: { authorization: connection.authorization } } }),
   };
 }
 
@@ -158,10 +122,10 @@ const requestOptions = (limits: ToolListLimits, budget: ListingBudget) => ({
 });
 
 /** In a session-based revision (2025-11-25 and before): what almost every Tool Service speaks. */
-async function fetchInSession(service: ToolServiceIR, limits: ToolListLimits, access: CatalogAccess): Promise<ToolList> {
+async function fetchInSession(service: ToolServiceIR, limits: ToolListLimits, connection: CatalogConnection): Promise<ToolList> {
   const budget = new ListingBudget(limits);
   const client = new Client(GATEWAY_CLIENT_INFO, { capabilities: CATALOG_CLIENT_CAPABILITIES });
-  const transport = new StreamableHTTPClientTransport(new URL(service.url), await transportOptions(service, budget, access));
+  const transport = new StreamableHTTPClientTransport(new URL(service.url), transportOptions(connection, budget));
   const options = requestOptions(limits, budget);
   try {
     return await bounded(
@@ -181,7 +145,7 @@ async function fetchInSession(service: ToolServiceIR, limits: ToolListLimits, ac
 }
 
 /** In the stateless revision (2026-07-28), with the MCP SDK v2 client pinned to it. */
-async function fetchStateless(service: ToolServiceIR, limits: ToolListLimits, access: CatalogAccess): Promise<ToolList> {
+async function fetchStateless(service: ToolServiceIR, limits: ToolListLimits, connection: CatalogConnection): Promise<ToolList> {
   const budget = new ListingBudget(limits);
   const client = new StatelessClient(GATEWAY_CLIENT_INFO, { versionNegotiation: { mode: { pin: MODERN_PROTOCOL_VERSION } } });
   const options = requestOptions(limits, budget);
@@ -189,7 +153,7 @@ async function fetchStateless(service: ToolServiceIR, limits: ToolListLimits, ac
     return await bounded(
       budget,
       (async () => {
-        await client.connect(new StatelessTransport(new URL(service.url), await transportOptions(service, budget, access)), options);
+        await client.connect(new StatelessTransport(new URL(service.url), transportOptions(connection, budget)), options);
         const tools = await listAllTools(
           (cursor) => client.listTools(cursor ? { cursor } : {}, options) as Promise<{ tools: Tool[]; nextCursor?: string }>,
           budget,
@@ -238,8 +202,6 @@ export function describeListingFailure(error: unknown, timeoutMs: number): strin
   const chain = causes(error);
   if (chain.length === 0) return String(error);
   if (chain[0] instanceof ToolListTooLargeError) return chain[0].message;
-  const unreachable = chain.find((cause) => cause instanceof EgressUnreachableError);
-  if (unreachable) return unreachable.message;
   for (const cause of chain) {
     if (typeof cause.code !== 'string') continue;
     const where = cause.address ? ` (${cause.address}${cause.port ? `:${cause.port}` : ''})` : '';
@@ -250,8 +212,6 @@ export function describeListingFailure(error: unknown, timeoutMs: number): strin
   if (top.name === 'TimeoutError' || (top.name === 'McpError' && top.code === ErrorCode.RequestTimeout)) return `timed out after ${timeoutMs} ms`;
   if (top instanceof StreamableHTTPError && typeof top.code === 'number') {
     const body = top.message.replace(/^Streamable HTTP error: Error POSTing to endpoint: ?/, '').replace(/\s+/g, ' ').trim();
-    const egressFailure = describeEgressFailure(body);
-    if (egressFailure) return egressFailure;
     return `HTTP ${top.code}${body ? `: ${body.slice(0, MAX_BODY_EXCERPT)}` : ''}`;
   }
   if (typeof top.code === 'number') return `JSON-RPC error ${top.code}: ${top.message.replace(/^MCP error -?\d+: /, '').slice(0, MAX_BODY_EXCERPT)}`;
@@ -265,17 +225,21 @@ export function describeListingFailure(error: unknown, timeoutMs: number): strin
  * unless the second went past the listing's bounds. Fails with the cause named (describeListingFailure).
  */
 export async function fetchToolList(service: ToolServiceIR, access: CatalogAccess, limits: ToolListLimits = TOOL_LIST_DEFAULTS): Promise<ToolList> {
+  let connection: CatalogConnection | undefined;
   try {
+    const opened = (connection = await access.connect(service));
     try {
-      return await fetchInSession(service, limits, access);
+      return await fetchInSession(service, limits, opened);
     } catch (error) {
       const status = error instanceof StreamableHTTPError ? error.code : undefined;
       if (status === undefined || status < 400 || status >= 500) throw error;
-      return await fetchStateless(service, limits, access).catch((second: unknown) => {
+      return await fetchStateless(service, limits, opened).catch((second: unknown) => {
         throw second instanceof ToolListTooLargeError ? second : error;
       });
     }
   } catch (error) {
     throw new Error(describeListingFailure(error, limits.timeoutMs), { cause: error });
+  } finally {
+    await connection?.close();
   }
 }

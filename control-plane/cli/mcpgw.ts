@@ -144,7 +144,7 @@ program.configureOutput({ outputError: (text, write) => write(oneLineError('mcpg
 
 const DEFAULT_EGRESS = { host: '127.0.0.1', port: 10001 };
 const egressOption = (description: string) => hostPortOption('--egress <host:port>', description).default(DEFAULT_EGRESS, '127.0.0.1:10001');
-const ENVOY_EGRESS_DESCRIPTION = "Envoy's egress listener, for the gateway's own requests to Tool Services (sidecar sessions, catalog listings): keep it on loopback or an address only the gateway reaches";
+const ENVOY_EGRESS_DESCRIPTION = "Envoy's egress listener, for the sidecars' own requests to Tool Services (backend sessions, notifications, DELETE): only the sidecars may reach it";
 
 const gatewayAddressOptions = [
   hostPortOption('--listener <host:port>', "Envoy's listener agents connect to").default({ host: '127.0.0.1', port: 10000 }, '127.0.0.1:10000'),
@@ -259,7 +259,6 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
       .makeOptionMandatory(),
   )
   .addOption(egressOption(ENVOY_EGRESS_DESCRIPTION))
-  .addOption(hostPortOption('--catalog-egress <host:port>', "where this control plane reaches an Envoy's egress listener for tools/list (default: --egress)"))
   .addOption(new Option('--listener-tls-cert <file>', "agents' listener: TLS with this certificate (PEM, on the Envoy host; Envoy follows its rotation)").env('MCPGW_LISTENER_TLS_CERT'))
   .addOption(new Option('--listener-tls-key <file>', "agents' listener: the certificate's private key (PEM, on the Envoy host)").env('MCPGW_LISTENER_TLS_KEY'))
   .addOption(new Option('--allow-token-passthrough', "let registries give Tool Services credentials.mode passthrough (the caller's own token, to a backend that is its audience)"))
@@ -328,7 +327,6 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
           maxRequestBodyBytes: options.maxRequestBodyBytes,
           sessionCheckTimeoutMs: options.sessionCheckTimeoutMs,
         },
-        catalogEgress: joined(options.catalogEgress ?? options.egress),
         idp,
         registryPolicy,
         registryRefreshMs: options.registryRefreshMs,

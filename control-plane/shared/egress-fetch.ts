@@ -1,4 +1,3 @@
-import * as net from 'node:net';
 import { EGRESS_UPSTREAM_HEADER } from '../xds/translate/settings';
 
 /**
@@ -16,7 +15,7 @@ export const EGRESS_FAILURE_BODY = {
 };
 
 /**
- * An operator's sentence for such a reply (as the catalog's lastError and the sidecar's errors say it):
+ * An operator's sentence for such a reply (as the sidecar's errors say it):
  * connection refused, a TLS failure, no healthy host — or undefined for any other body.
  */
 export function describeEgressFailure(body: string): string | undefined {
@@ -42,8 +41,8 @@ export function describeEgressFailure(body: string): string | undefined {
 export class EgressUnreachableError extends Error {}
 
 /**
- * The fetch the sidecar (backend sessions, notifications, DELETE) and the control plane (tools/list)
- * reach a Tool Service with: through Envoy's egress listener at `egress` (HOST:PORT), plain HTTP, naming
+ * The fetch the sidecar reaches a Tool Service with for its own requests (backend sessions, relayed
+ * notifications and answers, DELETE): through Envoy's egress listener at `egress` (HOST:PORT), plain HTTP, naming
  * the Tool Service's cluster, so that Envoy applies the same credentials, TLS and rotation as to calls
  * (docs/adr/0013-backend-credentials.md). Node never holds a backend's CA, client certificate or
  * service-account token. The URL asked for (the Tool Service's own, as an SDK transport derives it)
@@ -67,27 +66,4 @@ export function egressFetch(egress: string, cluster: string): typeof fetch {
       throw error;
     }
   };
-}
-
-/**
- * Resolves once the egress listener accepts connections — Envoy opens it only after its routes
- * arrived — or after `timeoutMs`, whichever is first: what uses it then fails on its own terms.
- */
-export async function egressReady(egress: string, timeoutMs: number, intervalMs = 100): Promise<boolean> {
-  const at = egress.lastIndexOf(':');
-  const accepts = () =>
-    new Promise<boolean>((resolve) => {
-      const socket = net.connect({ host: egress.slice(0, at), port: Number(egress.slice(at + 1)) });
-      socket.once('connect', () => {
-        socket.destroy();
-        resolve(true);
-      });
-      socket.once('error', () => resolve(false));
-    });
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (await accepts()) return true;
-    if (Date.now() >= deadline) return false;
-    await new Promise((resolve) => setTimeout(resolve, intervalMs));
-  }
 }

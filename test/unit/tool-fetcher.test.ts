@@ -1,20 +1,26 @@
+import * as fs from 'node:fs';
+import * as https from 'node:https';
 import * as net from 'node:net';
+import * as os from 'node:os';
+import * as path from 'node:path';
 import express from 'express';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { createMcpExpressApp } from '@modelcontextprotocol/sdk/server/express.js';
-import { CatalogAccess, TOOL_LIST_DEFAULTS, ToolListLimits, fetchToolList } from '../../control-plane/catalog/tool-fetcher';
+import { CatalogAccess, directCatalogAccess } from '../../control-plane/catalog/catalog-access';
+import { TOOL_LIST_DEFAULTS, ToolListLimits, fetchToolList } from '../../control-plane/catalog/tool-fetcher';
 import { freePort } from '../../control-plane/devstack/processes';
 import { buildGatewayIR } from '../../control-plane/ir/gateway-ir';
 import { closeServer, listen } from '../../control-plane/shared/http-listen';
 import { mountStatelessMcp } from '../../samples/tool-services/stateless-mcp';
 import { ScriptedToolService } from '../support/scripted-tool-service';
+import { makeTestPki } from '../support/test-pki';
 
 /** tools/list of one Tool Service against real loopback servers: why a listing failed, and its bounds. */
 
 const serviceAt = (url: string) => buildGatewayIR({ routes: [{ key: 'r', toolServices: [{ id: 's', name: 's', url }] }] }).toolServices[0];
 const limits = (overrides: Partial<ToolListLimits> = {}): ToolListLimits => ({ ...TOOL_LIST_DEFAULTS, timeoutMs: 1000, ...overrides });
-/** Straight to the Tool Service: what is tested here is the listing itself, not the way there (Envoy's egress, tested end to end). */
-const direct: CatalogAccess = { fetchFor: () => fetch, authorizationFor: async () => undefined };
+/** Tool Services without credentials: the control plane's own way to them. */
+const direct: CatalogAccess = directCatalogAccess({ authorizationFor: async () => undefined });
 const failureOf = (url: string, overrides?: Partial<ToolListLimits>) =>
   fetchToolList(serviceAt(url), direct, limits(overrides)).then(
     () => 'listed',
@@ -42,6 +48,18 @@ describe('a failed tools/list names its cause', () => {
       await new Promise((resolve) => silent.close(resolve));
     });
     expect(await failureOf(`http://127.0.0.1:${(silent.address() as net.AddressInfo).port}/mcp`, { timeoutMs: 300 })).toBe('timed out after 300 ms');
+  });
+
+  it('a certificate the gateway does not trust: a TLS error with its code', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcpgw-pki-'));
+    const pki = makeTestPki(dir, 'localhost');
+    const server = https.createServer({ cert: fs.readFileSync(pki.certFile), key: fs.readFileSync(pki.keyFile) }, (_req, res) => res.end());
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    closers.push(async () => {
+      await closeServer(server);
+      fs.rmSync(dir, { recursive: true, force: true });
+    });
+    expect(await failureOf(`https://localhost:${(server.address() as net.AddressInfo).port}/mcp`)).toMatch(/^TLS error: [A-Z_]+: /);
   });
 
   it('an HTTP error status, with a bounded one-line excerpt of the body', async () => {
