@@ -145,6 +145,11 @@ export class SpyToolService {
     this.transports.clear();
   }
 
+  /** Closes the connections no request is using, so that the next requests come on new ones (new TLS handshakes). */
+  closeIdleConnections(): void {
+    this.server.closeIdleConnections();
+  }
+
   /** Requests of one kind: by HTTP method, and for POSTs by JSON-RPC method. */
   of(kind: { httpMethod?: string; rpcMethod?: string; tool?: string }): SpiedRequest[] {
     return this.requests.filter(
