@@ -43,6 +43,32 @@ async function callError(client: Client, name: string): Promise<{ code: number; 
   return error;
 }
 
+/**
+ * Runs `work` while tokens Keycloak issues to mcp-gateway (its exchanged tokens among them) live
+ * `seconds`, through the admin API; the run's shared realm gets its setting back afterwards.
+ */
+async function withGatewayTokenLifespan(idp: Keycloak, seconds: number, work: () => Promise<void>): Promise<void> {
+  const base = idp.issuer.replace(/\/realms\/[^/]+$/, '');
+  const realm = idp.issuer.slice(idp.issuer.lastIndexOf('/') + 1);
+  const login = await fetch(`${base}/realms/master/protocol/openid-connect/token`, {
+    method: 'POST',
+    body: new URLSearchParams({ grant_type: 'password', client_id: 'admin-cli', username: idp.admin.username, password: idp.admin.password }),
+  });
+  const { access_token: adminToken } = (await login.json()) as { access_token: string };
+  const admin = { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' };
+  const [client] = (await (await fetch(`${base}/admin/realms/${realm}/clients?clientId=mcp-gateway`, { headers: admin })).json()) as { id: string; attributes?: Record<string, string> }[];
+  const update = async (attributes: Record<string, string>) => {
+    const response = await fetch(`${base}/admin/realms/${realm}/clients/${client.id}`, { method: 'PUT', headers: admin, body: JSON.stringify({ ...client, attributes }) });
+    if (!response.ok) throw new Error(`Keycloak admin: updating mcp-gateway answered ${response.status}`);
+  };
+  await update({ ...client.attributes, 'access.token.lifespan': String(seconds) });
+  try {
+    await work();
+  } finally {
+    await update(client.attributes ?? {});
+  }
+}
+
 const bearerOf = (request: SpiedRequest) => /^Bearer (.+)$/.exec(request.headers.authorization ?? '')?.[1];
 const audiencesOf = (claims: Record<string, unknown>) => (Array.isArray(claims.aud) ? claims.aud : [claims.aud]);
 
@@ -169,6 +195,32 @@ describe('backend credentials from the caller: token exchange and passthrough (r
       await client.close();
     }
   });
+
+  it('lets a call stream on past the expiry of the token it went with (never cut); the next call re-authenticates with a new exchange', async () => {
+    await withGatewayTokenLifespan(idp, 8, async () => {
+      const callerToken = await idp.tokenFor('alice', { scopes: ['tools:call'] });
+      const client = await connectAs(stack.gatewayUrl('exchange'), callerToken);
+      try {
+        const progress: string[] = [];
+        const held = client.callTool({ name: 'weather__hold', arguments: {} }, undefined, { onprogress: ({ message }) => void progress.push(message ?? '') });
+        await waitFor('the held call streaming', async () => (progress.length === 1 ? true : undefined));
+        const streamed = bearerOf(spies.exchange.of({ tool: 'hold' }).at(-1)!)!;
+        const expiresAt = Number(decodeJwt(streamed).exp) * 1000;
+        expect(expiresAt - Date.now()).toBeLessThan(10_000);
+        await new Promise((resolve) => setTimeout(resolve, expiresAt - Date.now() + 1000));
+        spies.exchange.release();
+        expect((await held).content).toEqual([{ type: 'text', text: 'released' }]);
+        const before = await misses();
+        await client.callTool({ name: 'weather__echo', arguments: { text: 'next' } });
+        expect(await misses()).toBe(before + 1);
+        const next = bearerOf(spies.exchange.of({ tool: 'echo' }).at(-1)!)!;
+        expect(next).not.toBe(streamed);
+        expect(Number((await verifyJwtSignature(next, idp.jwksUri)).exp) * 1000).toBeGreaterThan(Date.now());
+      } finally {
+        await client.close();
+      }
+    });
+  }, 60_000);
 
   // Last: it stops Keycloak for a while.
   it('keeps cached tokens working while the IdP is down, and answers new callers -32004 naming the IdP', async () => {
