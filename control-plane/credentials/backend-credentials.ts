@@ -25,6 +25,9 @@ export function bearerToken(authorization: string | undefined): string | undefin
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
 
+/** How long a passthrough verdict (this token's audience names the backend) may be remembered, at most. */
+const PASSTHROUGH_VERDICT_MS = 60_000;
+
 export class BackendCredentialsProvider {
   constructor(
     /** The gateway's IdP client; without it, token exchange is refused as unavailable. */
@@ -38,8 +41,19 @@ export class BackendCredentialsProvider {
    * IdP refused it) or IdpUnavailableError (the IdP could not be asked, and no cached token is valid).
    */
   async authorizationFor(backend: { name: string; credentials: BackendCredentialsMessage }, callerAuthorization: string | undefined): Promise<string | undefined> {
+    return (await this.credentialFor(backend, callerAuthorization)).authorization;
+  }
+
+  /**
+   * The same, with how long it may be used as it is (ms): by an Envoy worker that remembers it, so
+   * that it never serves a token the cache here would already have renewed. 0: ask again next time.
+   */
+  async credentialFor(
+    backend: { name: string; credentials: BackendCredentialsMessage },
+    callerAuthorization: string | undefined,
+  ): Promise<{ authorization?: string; ttlMs: number }> {
     const { credentials } = backend;
-    if (credentials.mode === 'none' || credentials.mode === 'serviceAccount') return undefined;
+    if (credentials.mode === 'none' || credentials.mode === 'serviceAccount') return { ttlMs: 0 };
     const token = bearerToken(callerAuthorization);
     if (!token) {
       throw new CredentialsDeniedError(`backend ${backend.name} acts on the caller's identity (${credentials.mode}): the request carries no bearer token`);
@@ -50,17 +64,18 @@ export class BackendCredentialsProvider {
       if (!audiences.includes(credentials.audience)) {
         throw new CredentialsDeniedError(`backend ${backend.name} takes the caller's own token only when its audience includes "${credentials.audience}"`);
       }
-      return `Bearer ${token}`;
+      const expiresAt = jwtExpiryMs(token);
+      return { authorization: `Bearer ${token}`, ttlMs: Math.max(0, Math.min(expiresAt === undefined ? PASSTHROUGH_VERDICT_MS : expiresAt - Date.now(), PASSTHROUGH_VERDICT_MS)) };
     }
     const idp = this.idp;
     if (!idp) throw new IdpUnavailableError('(none configured)', `backend ${backend.name} needs a token exchange: start the sidecar with --idp-token-endpoint`);
     const scopes = [...credentials.scopes].sort();
     const key = [sha256(token), credentials.audience, credentials.resource, scopes.join(' ')].join('\n');
-    const exchanged = await this.cache.get(
+    const exchanged = await this.cache.lookup(
       key,
       () => idp.exchange(token, { audience: credentials.audience, ...(credentials.resource && { resource: credentials.resource }), scopes }),
       jwtExpiryMs(token),
     );
-    return `Bearer ${exchanged}`;
+    return { authorization: `Bearer ${exchanged.token}`, ttlMs: Math.max(0, exchanged.renewAtMs - Date.now()) };
   }
 }

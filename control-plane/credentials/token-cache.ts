@@ -51,12 +51,17 @@ export class TokenCache {
    * caller's own token's expiry: nothing outlives the caller's right to it).
    */
   async get(key: string, issue: () => Promise<IssuedToken>, notAfterMs = Infinity): Promise<string> {
+    return (await this.lookup(key, issue, notAfterMs)).token;
+  }
+
+  /** The same, with when the cache stops serving it (renewAtMs; in the past for a token kept only because the IdP is down). */
+  async lookup(key: string, issue: () => Promise<IssuedToken>, notAfterMs = Infinity): Promise<{ token: string; renewAtMs: number }> {
     const now = this.now();
     const entry = this.entries.get(key);
     if (entry && now < entry.renewAtMs) {
       this.touch(key, entry);
       this.observer.lookup('hit');
-      return entry.token;
+      return { token: entry.token, renewAtMs: entry.renewAtMs };
     }
     const pending = this.inFlight.get(key);
     if (pending) {
@@ -83,31 +88,32 @@ export class TokenCache {
     }
   }
 
-  private async settled(key: string, request: Promise<IssuedToken>, notAfterMs: number): Promise<string> {
+  private async settled(key: string, request: Promise<IssuedToken>, notAfterMs: number): Promise<{ token: string; renewAtMs: number }> {
     try {
       const issued = await request;
-      this.store(key, issued, notAfterMs);
-      return issued.accessToken;
+      return { token: issued.accessToken, renewAtMs: this.store(key, issued, notAfterMs) };
     } catch (error) {
       // The IdP is down, not refusing: a token issued earlier that is still valid keeps working.
       const kept = this.entries.get(key);
-      if (error instanceof IdpUnavailableError && kept && this.now() < kept.validUntilMs) return kept.token;
+      if (error instanceof IdpUnavailableError && kept && this.now() < kept.validUntilMs) return { token: kept.token, renewAtMs: kept.renewAtMs };
       if (!(error instanceof IdpUnavailableError)) this.entries.delete(key);
       throw error;
     }
   }
 
-  private store(key: string, issued: IssuedToken, notAfterMs: number): void {
+  /** Keeps a token just issued (unless it is about to expire already); when the cache stops serving it. */
+  private store(key: string, issued: IssuedToken, notAfterMs: number): number {
     const now = this.now();
     const validUntilMs = Math.min(issued.expiresAtMs, notAfterMs);
     const lifetime = validUntilMs - now;
     const renewAtMs = validUntilMs - Math.min(this.settings.renewBeforeExpiryMs, lifetime / 10);
     if (renewAtMs <= now) {
       this.entries.delete(key);
-      return;
+      return renewAtMs;
     }
     this.touch(key, { token: issued.accessToken, renewAtMs, validUntilMs });
     while (this.entries.size > this.settings.maxEntries) this.entries.delete(this.entries.keys().next().value!);
+    return renewAtMs;
   }
 
   /** Most recently used last: a Map iterates in insertion order. */

@@ -18,7 +18,7 @@ const DEV_PORTAL_MAIN = projectPath('dist', 'samples', 'dev-portal', 'main.js');
 
 export interface StackPorts {
   listener: number;
-  /** Envoy's egress listener: the sidecar's and the control plane's requests to Tool Services. */
+  /** Envoy's egress listener: the sidecars' own requests to Tool Services. */
   egress: number;
   envoyAdmin: number;
   grpc: number;

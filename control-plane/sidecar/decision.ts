@@ -69,7 +69,7 @@ export interface GatewayContext {
     relay(backend: BackendView, onBehalf: OnBehalf, message: string): Promise<BackendAnswer>;
   };
   /** The Authorization each backend gets on a caller's behalf (docs/auth.md, Backends). */
-  credentials: Pick<BackendCredentialsProvider, 'authorizationFor'>;
+  credentials: Pick<BackendCredentialsProvider, 'authorizationFor' | 'credentialFor'>;
   log: Logger;
 }
 

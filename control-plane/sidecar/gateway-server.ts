@@ -4,7 +4,7 @@ import { Decision, GatewayContext, RequestHead, respondError } from './decision'
 import { JSON_RPC } from './json-rpc';
 import { ListChangedStreams } from './list-changed-streams';
 import { decideOnBody, decideOnHead, routeKeyOf } from './mcp-gateway';
-import { StatelessCallSessions, checkCall, forgetLostSession, lostSessionSchema } from './session-check';
+import { StatelessCallSessions, answerBackendCredential, checkCall, forgetLostSession, lostSessionSchema } from './session-check';
 import { SidecarObserver } from './sidecar-metrics';
 
 /**
@@ -17,6 +17,8 @@ import { SidecarObserver } from './sidecar-metrics';
 
 /** Where the call script reports a lost backend session (control-plane/xds/lua/call-lane.lua). */
 export const LOST_SESSION_PATH = '/internal/backend-session-lost';
+/** Where the call script asks for a backend's per-caller credentials. */
+export const BACKEND_CREDENTIAL_PATH = '/internal/backend-credential';
 /** The call script's report is a few ids. */
 const MAX_REPORT_BYTES = 4096;
 
@@ -75,7 +77,9 @@ export class GatewayServer {
       ? this.check(req, res, path.slice(SESSION_CHECK_PATH.length))
       : path === LOST_SESSION_PATH
         ? this.lostSession(req, res)
-        : this.gatewayLane(req, res, path);
+        : path === BACKEND_CREDENTIAL_PATH
+          ? this.backendCredential(req, res)
+          : this.gatewayLane(req, res, path);
     work.catch((error: Error) => {
       this.context.log.error('sidecar request failed', { error: error.stack, path });
       if (res.headersSent) {
@@ -91,6 +95,12 @@ export class GatewayServer {
   private async check(req: http.IncomingMessage, res: http.ServerResponse, path: string): Promise<void> {
     req.resume();
     const answer = await checkCall(headOf(req, path), this.context, this.statelessSessions);
+    send(res, answer.status, answer.headers, answer.body);
+  }
+
+  private async backendCredential(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    req.resume();
+    const answer = await answerBackendCredential(headOf(req, BACKEND_CREDENTIAL_PATH), this.context);
     send(res, answer.status, answer.headers, answer.body);
   }
 

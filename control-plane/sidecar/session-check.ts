@@ -55,22 +55,17 @@ function checkRequestOf(head: RequestHead): CheckRequest | string {
   return { route: route!, backend: backend!, tool, rpcId };
 }
 
-/** The call goes on; `credentials` are the headers the backend's credentials add (Authorization, per caller). */
-const allow = (credentials: Record<string, string>, headers: Record<string, string> = {}): CheckAnswer => ({
-  status: CHECK_STATUS.ALLOW,
-  headers: { ...headers, ...credentials },
-  body: '',
-});
+const allow = (headers: Record<string, string> = {}): CheckAnswer => ({ status: CHECK_STATUS.ALLOW, headers, body: '' });
 
 /**
  * The call goes without the client's gateway session id, which means nothing to a backend. The
  * gateway session is named, so that the call script remembers this answer for the session's next calls.
  */
-const allowWithoutSession = (credentials: Record<string, string>, gatewaySessionId: string): CheckAnswer =>
-  allow(credentials, { 'x-envoy-auth-headers-to-remove': SESSION_HEADER, [CHECK_HEADERS.gatewaySession]: gatewaySessionId });
+const allowWithoutSession = (gatewaySessionId: string): CheckAnswer =>
+  allow({ 'x-envoy-auth-headers-to-remove': SESSION_HEADER, [CHECK_HEADERS.gatewaySession]: gatewaySessionId });
 
-const allowInBackendSession = (credentials: Record<string, string>, backendSessionId: string, gatewaySessionId: string): CheckAnswer =>
-  allow(credentials, { [SESSION_HEADER]: backendSessionId, [CHECK_HEADERS.backendSession]: backendSessionId, [CHECK_HEADERS.gatewaySession]: gatewaySessionId });
+const allowInBackendSession = (backendSessionId: string, gatewaySessionId: string): CheckAnswer =>
+  allow({ [SESSION_HEADER]: backendSessionId, [CHECK_HEADERS.backendSession]: backendSessionId, [CHECK_HEADERS.gatewaySession]: gatewaySessionId });
 
 const answer = (status: number, body: unknown): CheckAnswer => ({ status, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
 
@@ -128,6 +123,70 @@ async function backendSessionFor(session: GatewaySession, backend: BackendView, 
   return claim.kind === 'claimed' ? claim.backendSessionId : undefined;
 }
 
+/**
+ * The caller a check or a credential request is for: its headers as Envoy sent them, and its own
+ * Authorization, which the call script moved aside on routes with per-caller credentials.
+ */
+function checkedCaller(head: RequestHead): Caller {
+  const authorization = head.headers.get(CHECK_HEADERS.callerAuthorization);
+  return { ...callerOf(head), ...(authorization !== undefined && { authorization }) };
+}
+
+/** Answers (status) the call script passes on as they are: the caller may not (403), or the IdP could not be asked (424). */
+export const CREDENTIAL_REFUSED_STATUS = { DENIED: 403, UNAVAILABLE: CHECK_STATUS.JSON_RPC_ERROR } as const;
+
+/**
+ * A credentials failure as the caller's answer (docs/errors.md): denied (-32003) when the caller's token
+ * cannot be used for the backend or the IdP refused to exchange it, -32004 naming the IdP when it could
+ * not be asked. Never the caller's token, nor the IdP's: only what was refused and why.
+ */
+function credentialsRefusal(error: unknown, call: { id: JsonRpcId; backend: string; tool: string; startedAt: number }, context: GatewayContext): CheckAnswer | undefined {
+  if (error instanceof CredentialsDeniedError || error instanceof IdpRefusedError) {
+    const reason = error instanceof IdpRefusedError ? `the caller's token cannot be exchanged for backend ${call.backend}: ${error.message}` : error.message;
+    return answer(
+      CREDENTIAL_REFUSED_STATUS.DENIED,
+      jsonRpcError(call.id, TOOL_DENIED_CODE, `tools/call ${call.tool} denied: ${reason}`, deniedOutcome(call.backend, call.tool, call.startedAt, reason)),
+    );
+  }
+  if (error instanceof IdpUnavailableError) {
+    context.log.warn('a call waits for an identity provider that cannot be asked', { backend: call.backend, idp: error.idp, error: error.message });
+    const reason = `${error.message}: backend ${call.backend} was not called`;
+    return answer(
+      CREDENTIAL_REFUSED_STATUS.UNAVAILABLE,
+      jsonRpcError(call.id, BACKEND_UNAVAILABLE_CODE, `tools/call ${call.tool} failed: ${reason}`, failedOutcome(call.backend, call.tool, call.startedAt, reason)),
+    );
+  }
+  return undefined;
+}
+
+/** The header the credential answer says for how long its Authorization may be reused, in ms. */
+export const CREDENTIAL_TTL_HEADER = 'x-mcpgw-credential-ttl-ms';
+
+/**
+ * A call script's request for a backend's per-caller credentials (token exchange, passthrough): the
+ * Authorization the backend gets, as the body, and how long the Envoy worker may keep it; or the
+ * caller's answer when the caller may not, or the IdP cannot be asked.
+ */
+export async function answerBackendCredential(head: RequestHead, context: GatewayContext): Promise<CheckAnswer> {
+  const startedAt = performance.now();
+  const request = checkRequestOf(head);
+  if (typeof request === 'string') return answer(400, jsonRpcError(null, JSON_RPC.INVALID_REQUEST, `credential request: ${request}`));
+  const { rpcId: id, backend: backendName, tool, route } = request;
+  const backend = context.lookup(route)?.backends.get(backendName);
+  if (!backend) {
+    return answer(CHECK_STATUS.JSON_RPC_ERROR, jsonRpcError(id, JSON_RPC.INTERNAL_ERROR, `backend "${backendName}" is being added to the gateway: call again`));
+  }
+  try {
+    const { authorization, ttlMs } = await context.credentials.credentialFor(backend, checkedCaller(head).authorization);
+    if (authorization === undefined) throw new Error(`backend ${backend.name} takes no credentials from its callers`);
+    return { status: 200, headers: { 'content-type': 'text/plain', [CREDENTIAL_TTL_HEADER]: String(Math.floor(ttlMs)) }, body: authorization };
+  } catch (error) {
+    const refused = credentialsRefusal(error, { id, backend: backend.name, tool, startedAt }, context);
+    if (refused) return refused;
+    throw error;
+  }
+}
+
 export async function checkCall(head: RequestHead, context: GatewayContext, statelessSessions: StatelessCallSessions): Promise<CheckAnswer> {
   const startedAt = performance.now();
   const request = checkRequestOf(head);
@@ -140,19 +199,13 @@ export async function checkCall(head: RequestHead, context: GatewayContext, stat
   }
   const statelessBackend = backend.protocolVersion === MODERN_PROTOCOL_VERSION;
   const sessionId = head.headers.get(SESSION_HEADER);
-  // The caller's token, moved aside by the call script (per-caller credentials only).
-  const callerAuthorization = head.headers.get(CHECK_HEADERS.callerAuthorization);
-  const caller: Caller = { ...callerOf(head), ...(callerAuthorization !== undefined && { authorization: callerAuthorization }) };
+  const caller = checkedCaller(head);
   try {
-    // The backend's credentials for this caller come first: a call the caller may not make opens no
-    // backend session either. Per-caller credentials are why the call script asks on every such call.
-    const authorization = await context.credentials.authorizationFor(backend, caller.authorization);
-    const credentials: Record<string, string> = authorization === undefined ? {} : { authorization };
     if (sessionId === undefined) {
-      // A stateless client: the call script asks only when the backend needs a session, or credentials.
-      if (statelessBackend || !backend.sessionful) return allow(credentials);
+      // A stateless client: the call script asks only when the backend needs a session.
+      if (statelessBackend) return allow();
       const pooled = await statelessSessions.get(backend, caller);
-      return pooled ? allowInBackendSession(credentials, pooled, '') : allow(credentials);
+      return pooled ? allowInBackendSession(pooled, '') : allow();
     }
     const session = await context.sessions.get(sessionId);
     const notFound = () => {
@@ -160,21 +213,14 @@ export async function checkCall(head: RequestHead, context: GatewayContext, stat
       return { status, headers, body };
     };
     if (!session || session.route !== route) return notFound();
-    if (statelessBackend) return allowWithoutSession(credentials, session.id);
+    if (statelessBackend) return allowWithoutSession(session.id);
     const backendSessionId = await backendSessionFor(session, backend, caller, context);
     if (backendSessionId === undefined) return notFound();
-    return backendSessionId ? allowInBackendSession(credentials, backendSessionId, session.id) : allowWithoutSession(credentials, session.id);
+    return backendSessionId ? allowInBackendSession(backendSessionId, session.id) : allowWithoutSession(session.id);
   } catch (error) {
-    if (error instanceof CredentialsDeniedError || error instanceof IdpRefusedError) {
-      // Never the caller's token, nor the IdP's: only what was refused and why.
-      const reason = error instanceof IdpRefusedError ? `the caller's token cannot be exchanged for backend ${backend.name}: ${error.message}` : error.message;
-      return answer(CHECK_STATUS.JSON_RPC_ERROR, jsonRpcError(id, TOOL_DENIED_CODE, `tools/call ${tool} denied: ${reason}`, deniedOutcome(backend.name, tool, startedAt, reason)));
-    }
-    if (error instanceof IdpUnavailableError) {
-      context.log.warn('a call waits for an identity provider that cannot be asked', { backend: backend.name, idp: error.idp, error: error.message });
-      const reason = `${error.message}: backend ${backend.name} was not called`;
-      return answer(CHECK_STATUS.JSON_RPC_ERROR, jsonRpcError(id, BACKEND_UNAVAILABLE_CODE, `tools/call ${tool} failed: ${reason}`, failedOutcome(backend.name, tool, startedAt, reason)));
-    }
+    // Opening the backend's session on the caller's behalf needs its credentials too.
+    const refused = credentialsRefusal(error, { id, backend: backend.name, tool, startedAt }, context);
+    if (refused) return refused;
     const reason = (error as Error).message;
     if (/session store/.test(reason)) {
       return answer(503, jsonRpcError(id, JSON_RPC.INTERNAL_ERROR, `gateway error: ${reason}`));

@@ -7,7 +7,8 @@
 --   annotate                      true: the final message of the answer gets the call's outcome
 --   fallback                      degraded answer text for read-only tools, if the Tool Service has one
 --   per_caller_credentials        true when the backend's credentials come from the caller's token
---                                 (token exchange, passthrough): the session check sets them on every call
+--                                 (token exchange, passthrough): the sidecar makes them (credential_cluster,
+--                                 credential_timeout_ms), this worker remembers them for as long as it says
 --   ["tool:<own name>"]           a served tool: "" or flags "t=<deadline ms>;r;f" (retry safe, fallback)
 --   ["deny:<own name>"]           a tool the route's policy denies, with the rule that does
 -- The request side checks the tool, strips the backend prefix from params.name (and Mcp-Name), sets
@@ -238,6 +239,7 @@ function envoy_on_request(h)
   local rule = flags == nil and context:get("deny:" .. own) or nil
   local era, sessionful, fallback = context:get("era"), context:get("sessionful"), context:get("fallback")
   local per_caller = context:get("per_caller_credentials")
+  local credential_cluster, credential_timeout = context:get("credential_cluster"), context:get("credential_timeout_ms")
   local modern_client = request.params._meta ~= nil and request.params._meta["io.modelcontextprotocol/protocolVersion"] ~= nil
 
   local metadata = h:streamInfo():dynamicMetadata()
@@ -294,20 +296,25 @@ function envoy_on_request(h)
     headers:replace("x-envoy-retry-on", "5xx,reset,connect-failure,reset-before-request")
     headers:replace("x-envoy-max-retries", "2")
   end
-  -- The session check (ext_authz, enabled by this flag): a call in a session, or a stateless
-  -- client's call for a backend that needs one, or any call whose credentials come from the caller's
-  -- token (the check sets them); a call in a session the check passed a moment ago on this worker
-  -- takes its answer from the worker's memory instead, unless its credentials are per caller.
-  local session_id = headers:get("mcp-session-id")
   if per_caller then
-    -- The caller's token goes to the check only, under the gateway's own name (removed before the
-    -- call leaves): the one Authorization a backend can get is the one the check sets.
-    local authorization = headers:get("authorization")
+    -- The caller's token never goes on: it is kept under the gateway's own name for the session check
+    -- (which may open a backend session on the caller's behalf; the route removes it as the call
+    -- leaves), and the backend gets the Authorization the sidecar makes from it.
+    local caller_authorization = headers:get("authorization")
     headers:remove("authorization")
-    if authorization then headers:replace(CALLER_AUTHORIZATION, authorization) end
-    h:streamInfo():dynamicMetadata():set(NS, "check", true)
-    return
+    if caller_authorization then headers:replace(CALLER_AUTHORIZATION, caller_authorization) end
+    local credential = M.backend_credential(h, {
+      cluster = credential_cluster, timeout_ms = credential_timeout, route = route, backend = backend, tool = own,
+      id = id, caller_authorization = caller_authorization,
+    })
+    if not credential then return end
+    headers = h:headers()
+    headers:replace("authorization", credential)
   end
+  -- The session check (ext_authz, enabled by this flag): a call in a session, or a stateless
+  -- client's call for a backend that needs one; a call in a session the check passed a moment ago on
+  -- this worker takes its answer from the worker's memory instead.
+  local session_id = headers:get("mcp-session-id")
   if session_id ~= nil then
     local key = M.checked_key(session_id, route, backend)
     local checked = M.checked_lookup(key, h:timestamp())
@@ -320,6 +327,59 @@ function envoy_on_request(h)
   if session_id ~= nil or (modern_client and sessionful) then
     h:streamInfo():dynamicMetadata():set(NS, "check", true)
   end
+end
+
+-- Per-caller backend credentials (token exchange, passthrough): the sidecar makes them from the
+-- caller's token (its own cache answers most) and says how long they may be used; each Envoy worker
+-- remembers them that long, by (route, backend, the caller's Authorization as presented), so a caller's
+-- calls within the token's life cost no request to the sidecar. Bounded; a full memory starts over.
+local CREDENTIAL_MEMORY_MAX = 4096
+local remembered_credentials, credential_count = {}, 0
+local CREDENTIAL_PATH = "/internal/backend-credential"
+local CREDENTIAL_TTL_HEADER = "x-mcpgw-credential-ttl-ms"
+
+function M.credential_lookup(key, now_ms)
+  local entry = remembered_credentials[key]
+  if entry and entry.until_ms > now_ms then return entry.authorization end
+  return nil
+end
+
+function M.credential_remember(key, authorization, until_ms)
+  if credential_count >= CREDENTIAL_MEMORY_MAX then
+    remembered_credentials, credential_count = {}, 0
+  end
+  if not remembered_credentials[key] then credential_count = credential_count + 1 end
+  remembered_credentials[key] = { authorization = authorization, until_ms = until_ms }
+end
+
+-- The Authorization for the backend, from this worker's memory or the sidecar; nil when the call was
+-- answered instead (the caller may not, or the sidecar or the IdP could not be asked).
+function M.backend_credential(h, call)
+  local key = call.route .. "\n" .. call.backend .. "\n" .. (call.caller_authorization or "")
+  local remembered = M.credential_lookup(key, h:timestamp())
+  if remembered then return remembered end
+  local ok, answer_headers, answer_body = pcall(h.httpCall, h, call.cluster, {
+    [":method"] = "POST", [":path"] = CREDENTIAL_PATH, [":authority"] = "mcpgw-sidecar",
+    ["x-mcpgw-route"] = call.route, ["x-mcpgw-backend"] = call.backend, ["x-mcpgw-tool"] = call.tool,
+    ["x-mcpgw-rpc-id"] = id_json(call.id), [CALLER_AUTHORIZATION] = call.caller_authorization,
+  }, "", call.timeout_ms)
+  local status = ok and answer_headers and answer_headers[":status"]
+  if status == "200" then
+    local ttl = tonumber(answer_headers[CREDENTIAL_TTL_HEADER] or "0") or 0
+    if ttl > 0 then M.credential_remember(key, answer_body, h:timestamp() + ttl) end
+    return answer_body
+  end
+  local metadata = h:streamInfo():dynamicMetadata()
+  if status == "403" or status == "424" then
+    -- The sidecar's JSON-RPC error (denied: -32003; the IdP unavailable: -32004), as it wrote it.
+    metadata:set(NS, "outcome", status == "403" and "denied" or "failed")
+    metadata:set(NS, "answered", true)
+    h:respond({ [":status"] = "200", ["content-type"] = "application/json" }, answer_body)
+    return nil
+  end
+  metadata:set(NS, "outcome", "failed")
+  error_reply(h, call.id, -32603, "gateway error: the sidecar could not be asked for backend " .. call.backend .. "'s credentials", nil, "503")
+  return nil
 end
 
 -- Each Envoy worker remembers, for SESSION_CHECK_MEMORY_MS, that the session check let a session's

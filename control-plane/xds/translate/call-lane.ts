@@ -179,8 +179,7 @@ export function sessionCheckFilter(timeoutMs: number): HttpFilter {
           ],
         },
         authorization_response: {
-          // The backend's session, and its per-caller credentials (docs/auth.md, Backends).
-          allowed_upstream_headers: { patterns: [{ exact: 'mcp-session-id' }, { exact: 'authorization' }] },
+          allowed_upstream_headers: { patterns: [{ exact: 'mcp-session-id' }] },
           allowed_client_headers: { patterns: [{ exact: 'content-type' }] },
           dynamic_metadata_from_headers: { patterns: [{ exact: CHECK_HEADERS.backendSession }, { exact: CHECK_HEADERS.gatewaySession }] },
         },
@@ -207,6 +206,9 @@ export function callMatch(path: string, backendName: string, separator: string) 
   };
 }
 
+/** How long the call script waits for a backend's credentials: above the sidecar's IdP timeout (5 s by default). */
+export const BACKEND_CREDENTIAL_TIMEOUT_MS = 6_000;
+
 /** A call route's rules for the script. */
 export function callRouteFilters(
   routeKey: string,
@@ -225,8 +227,11 @@ export function callRouteFilters(
     annotate,
     fallback: backend?.fallbackText ?? '',
     sidecar_cluster: SIDECAR_CLUSTER_NAME,
-    // Credentials taken from the caller's token: every call is checked, so that the check sets them.
+    // Credentials made from the caller's token (token exchange, passthrough): the script asks the
+    // sidecar for them (its check cluster) and its worker keeps them for as long as the answer says.
     per_caller_credentials: credentials === 'tokenExchange' || credentials === 'passthrough',
+    credential_cluster: SIDECAR_CHECK_CLUSTER_NAME,
+    credential_timeout_ms: BACKEND_CREDENTIAL_TIMEOUT_MS,
   };
   for (const [tool, flags] of backend?.tools ?? []) context[`tool:${tool}`] = flags;
   for (const [tool, rule] of backend?.denied ?? []) context[`deny:${tool}`] = rule;

@@ -64,8 +64,8 @@ export const CHECK_HEADERS = {
   gatewaySession: 'x-mcpgw-gateway-session',
   /**
    * The caller's own Authorization, moved here by the call script on a route whose backend credentials
-   * come from it (token exchange, passthrough): the check reads it, the route removes it, and the check's
-   * answer sets the Authorization the backend gets.
+   * come from it (token exchange, passthrough): the sidecar makes the backend's Authorization from it
+   * (the script's credential request) and opens backend sessions with it (the check); the route removes it.
    */
   callerAuthorization: 'x-mcpgw-caller-authorization',
 } as const;

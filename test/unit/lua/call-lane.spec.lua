@@ -124,3 +124,12 @@ M.checked_remember(M.checked_key("s2", "demo", "jobs"), 5000)
 M.checked_forget("s1\n")
 check("an ended session is forgotten for every backend", M.checked_lookup(M.checked_key("s1", "demo", "weather"), 5001), nil)
 check("other sessions are kept", M.checked_lookup(M.checked_key("s2", "demo", "jobs"), 5001) ~= nil, true)
+
+-- per-caller credentials remembered per worker for as long as the sidecar said
+M.credential_remember("demo\nweather\nBearer alice", "Bearer exchanged-a", 2000)
+check("a credential is served while it may be", M.credential_lookup("demo\nweather\nBearer alice", 1999), "Bearer exchanged-a")
+check("and not once it may not", M.credential_lookup("demo\nweather\nBearer alice", 2000), nil)
+check("another caller's token finds nothing", M.credential_lookup("demo\nweather\nBearer bob", 1000), nil)
+for index = 1, 4096 do M.credential_remember("k" .. index, "v", 9000) end
+check("a full memory starts over", M.credential_lookup("k1", 1000), nil)
+check("with the newest kept", M.credential_lookup("k4096", 1000), "v")
