@@ -4,6 +4,8 @@ import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { stringify } from 'yaml';
 import { waitFor } from '../control-plane/devstack/processes';
+import { buildGatewayIR } from '../control-plane/ir/gateway-ir';
+import { egressFetch } from '../control-plane/shared/egress-fetch';
 import { projectPath } from '../control-plane/shared/paths';
 import { launchKeycloakSupervisor } from '../test/support/keycloak-global-setup';
 import { KEYCLOAK_RUN_ENV, REALM_FILE, keycloak } from '../test/support/keycloak';
@@ -34,7 +36,7 @@ const log = (line: string) => process.stdout.write(`[credentials] ${line}\n`);
 const TARGET_CACHED_RATIO = 1.05;
 
 const SETTINGS = {
-  full: { rate: 40, warmupMs: 3000, measureMs: 15_000, repetitions: 3, coldCalls: 150 },
+  full: { rate: 40, warmupMs: 3000, measureMs: 10_000, repetitions: 5, coldCalls: 150 },
   quick: { rate: 40, warmupMs: 1000, measureMs: 3000, repetitions: 1, coldCalls: 30 },
 };
 
@@ -65,6 +67,11 @@ interface Report {
     shareOfColdCall: number;
   };
   cacheLookups: { hit: number; miss: number };
+  /**
+   * The sidecar's own requests (ADR-0013): the same initialize sent to the backend straight from Node,
+   * and through Envoy's egress listener as the sidecar sends it.
+   */
+  egressHop: { direct: LatencySummary; throughEgress: LatencySummary; addedP50Ms: number };
   target: { cachedP50Ratio: number; limit: number; met: boolean };
 }
 
@@ -127,6 +134,10 @@ function markdown(report: Report): string {
     `Keycloak's share of a cold call: an exchange asked of Keycloak directly takes p50 ${round(idp.exchangeDirect.p50)} ms (p99 ${round(idp.exchangeDirect.p99)} ms);`,
     `the sidecar saw its exchanges take ${round(idp.exchangeAsSidecarSawItMeanMs)} ms on average, ${Math.round(idp.shareOfColdCall * 100)} % of a cold call's mean (${round(results.coldExchange.latencyMs.mean)} ms).`,
     `Token cache during the run: ${report.cacheLookups.hit} hits, ${report.cacheLookups.miss} misses.`,
+    '',
+    `The sidecar's own requests to a backend (session open, notifications, DELETE) go through Envoy's egress listener: an \`initialize\``,
+    `straight from Node takes p50 ${round(report.egressHop.direct.p50)} ms (p99 ${round(report.egressHop.direct.p99)} ms), through the egress listener p50`,
+    `${round(report.egressHop.throughEgress.p50)} ms (p99 ${round(report.egressHop.throughEgress.p99)} ms): ${round(report.egressHop.addedP50Ms)} ms added at p50.`,
     '',
     `Target: cached exchange p50 ≤ ${report.target.limit} × none — measured ${report.target.cachedP50Ratio}: ${report.target.met ? 'met' : 'missed'}.`,
     '',
@@ -227,14 +238,37 @@ async function main(): Promise<void> {
     const sidecarMeanMs = ((await exchangeSum()) - sumBefore) / ((await exchangeCount()) - countBefore) * 1000;
     cold.close();
 
-    const direct: number[] = [];
+    const directExchanges: number[] = [];
     for (let index = 0; index < 50; index++) {
       const subject = await idp.tokenFor('agent-batch', { scopes: ['tools:call'] });
       const started = performance.now();
       await idp.exchange(subject, { audience: 'tool-weather' });
-      direct.push(performance.now() - started);
+      directExchanges.push(performance.now() - started);
     }
     for (const each of modes) callers[each].close();
+
+    log('the egress hop: initialize straight to the backend, and through the egress listener');
+    const backendUrl = `http://127.0.0.1:${httpPort}/mcp`;
+    const initialize = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'bench', version: '1' } } });
+    const post = (fetchVia: typeof fetch) => async () => {
+      const started = performance.now();
+      const answer = await fetchVia(backendUrl, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, body: initialize });
+      await answer.text();
+      if (!answer.ok) throw new Error(`initialize answered ${answer.status}`);
+      return performance.now() - started;
+    };
+    const plainCluster = buildGatewayIR({ routes: [{ key: 'plain', toolServices: [{ id: 'plain', name: 'svc', url: backendUrl }] }] }).clusters[0].clusterName;
+    const hops = { direct: [] as number[], throughEgress: [] as number[] };
+    const viaEgress = post(egressFetch(`127.0.0.1:${stack.ports.egress}`, plainCluster));
+    const direct = post(fetch);
+    for (let index = 0; index < 220; index++) {
+      const [first, second] = [await direct(), await viaEgress()];
+      // The first few of each warm the connections up.
+      if (index >= 20) {
+        hops.direct.push(first);
+        hops.throughEgress.push(second);
+      }
+    }
 
     const summaryOf = (runs: RunResult[]) => ({ latencyMs: summarize(runs.flatMap((entry) => entry.latenciesMs)), errors: Object.assign({}, ...runs.map((entry) => entry.errors)) });
     const none = summaryOf(pooled.none);
@@ -249,7 +283,8 @@ async function main(): Promise<void> {
       coldExchange: withRatios(summaryOf([coldRun])),
       mtls: withRatios(summaryOf(pooled.mtls)),
     };
-    const exchangeDirect = summarize(direct);
+    const exchangeDirect = summarize(directExchanges);
+    const [hopDirect, hopEgress] = [summarize(hops.direct), summarize(hops.throughEgress)];
     const report: Report = {
       measuredAt: new Date().toISOString(),
       // Not availableParallelism(): the bench pins itself to one core.
@@ -263,6 +298,7 @@ async function main(): Promise<void> {
         hit: await sidecarMetric(stack.sidecarAdminUrl, 'mcpgw_sidecar_token_cache_lookups_total', { result: 'hit' }),
         miss: await sidecarMetric(stack.sidecarAdminUrl, 'mcpgw_sidecar_token_cache_lookups_total', { result: 'miss' }),
       },
+      egressHop: { direct: hopDirect, throughEgress: hopEgress, addedP50Ms: hopEgress.p50 - hopDirect.p50 },
       target: { cachedP50Ratio: results.cachedExchange.ratioP50, limit: TARGET_CACHED_RATIO, met: results.cachedExchange.ratioP50 <= TARGET_CACHED_RATIO },
     };
     // A quick run never replaces the numbers the repository carries (bench/results/quick* is ignored).

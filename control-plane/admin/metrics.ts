@@ -112,6 +112,9 @@ export class ControlPlaneMetrics {
 
   constructor() {
     client.collectDefaultMetrics({ register: this.registry, prefix: `${this.prefix}control_plane_` });
+    // Every series from the start, so a rate over them is defined before the first token request.
+    for (const result of ['hit', 'miss'] as const) this.catalogTokenLookups.inc({ result }, 0);
+    for (const outcome of ['ok', 'refused', 'unavailable'] as const) this.catalogTokenRequests.zero({ outcome });
   }
 }
 

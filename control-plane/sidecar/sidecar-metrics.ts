@@ -42,6 +42,9 @@ export class SidecarMetrics implements SidecarObserver, TokenCacheObserver {
 
   constructor() {
     client.collectDefaultMetrics({ register: this.registry, prefix: 'mcpgw_sidecar_' });
+    // Every series from the start, so a rate over them is defined before the first exchange.
+    for (const result of ['hit', 'miss'] as const) this.tokenLookups.inc({ result }, 0);
+    for (const outcome of ['ok', 'refused', 'unavailable'] as const) this.tokenRequests.zero({ outcome });
   }
 
   decided(route: string, decision: string): void {
