@@ -9,6 +9,7 @@ import { egressFetch } from '../control-plane/shared/egress-fetch';
 import { projectPath } from '../control-plane/shared/paths';
 import { launchKeycloakSupervisor } from '../test/support/keycloak-global-setup';
 import { KEYCLOAK_RUN_ENV, REALM_FILE, keycloak } from '../test/support/keycloak';
+import { metricValue } from '../test/support/gateway-fixture';
 import { ShortLivedCa } from '../test/support/short-lived-pki';
 import { ECHO_TOOL } from './backends/bench-tool-service';
 import { IssueRequest, RunResult, runFixedRate } from './load/load-runner';
@@ -45,6 +46,10 @@ const ROUTE_OF: Record<Mode, string> = { none: 'plain', cachedExchange: 'exchang
 
 interface ModeResult {
   latencyMs: LatencySummary;
+  /** p50 of each repetition, in order: the spread the pooled figure hides. */
+  repetitionP50Ms: number[];
+  /** CPU time per call (µs) of Envoy and of the sidecar, over the measured runs: steadier than latency on a shared machine. */
+  cpuMicrosPerCall: { envoy: number; sidecar: number };
   /** Of the pooled repetitions; p50 and p99 as ratios of none's. */
   ratioP50: number;
   ratioP99: number;
@@ -80,16 +85,6 @@ function gatewayClientSecret(): string {
   return realm.clients.find((client) => client.clientId === 'mcp-gateway')!.secret!;
 }
 
-/** One sidecar metric (a counter, or a histogram's _sum/_count), summed over the label sets given. */
-async function sidecarMetric(adminUrl: string, name: string, labels: Record<string, string> = {}): Promise<number> {
-  const text = await (await fetch(`${adminUrl}/metrics`)).text();
-  return text
-    .split('\n')
-    .filter((line) => line.startsWith(`${name}{`) || line.startsWith(`${name} `))
-    .filter((line) => Object.entries(labels).every(([key, value]) => line.includes(`${key}="${value}"`)))
-    .reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(' ') + 1)), 0);
-}
-
 /** tools/call echo on one route, in one session, with `authorization()` as the caller's header of each call. */
 async function caller(url: string, authorization: () => string | undefined): Promise<{ issue: IssueRequest; close(): void }> {
   const client = new McpHttpClient(64);
@@ -109,12 +104,26 @@ async function caller(url: string, authorization: () => string | undefined): Pro
   return { issue, close: () => client.close() };
 }
 
+/** CPU time a process has used (ns), every thread of it: Linux's per-task schedstat. */
+function cpuNanoseconds(pid: number): number {
+  const tasks = fs.readdirSync(`/proc/${pid}/task`);
+  return tasks.reduce((sum, task) => {
+    try {
+      return sum + Number(fs.readFileSync(`/proc/${pid}/task/${task}/schedstat`, 'utf8').split(' ')[0]);
+    } catch {
+      return sum; // a thread that ended meanwhile
+    }
+  }, 0);
+}
+
 const round = (value: number) => Math.round(value * 1000) / 1000;
 const ratio = (value: number, base: number) => Math.round((value / base) * 1000) / 1000;
 
 function markdown(report: Report): string {
+  const cpuCell = (result: ModeResult) =>
+    Number.isFinite(result.cpuMicrosPerCall.envoy) ? `${Math.round(result.cpuMicrosPerCall.envoy)} / ${Math.round(result.cpuMicrosPerCall.sidecar)}` : '–';
   const row = (name: string, result: ModeResult) =>
-    `| ${name} | ${result.latencyMs.n} | ${round(result.latencyMs.p50)} | ${round(result.latencyMs.p99)} | ${result.ratioP50} | ${result.ratioP99} |`;
+    `| ${name} | ${result.latencyMs.n} | ${round(result.latencyMs.p50)} | ${round(result.latencyMs.p99)} | ${result.ratioP50} | ${result.ratioP99} | ${result.repetitionP50Ms.join(', ')} | ${cpuCell(result)} |`;
   const { results, keycloak: idp } = report;
   return [
     '# Backend credentials: what they cost a tools/call',
@@ -124,8 +133,8 @@ function markdown(report: Report): string {
     `in one MCP session per mode, ${report.settings.repetitions} × ${report.settings.measureMs / 1000} s per mode with the modes interleaved; Keycloak 26.7.3 with the test realm;`,
     `the cold exchange: ${report.settings.coldCalls} calls, one at a time, each with a caller token the gateway has not seen.`,
     '',
-    '| mode | calls | p50 ms | p99 ms | p50 / none | p99 / none |',
-    '| --- | --- | --- | --- | --- | --- |',
+    '| mode | calls | p50 ms | p99 ms | p50 / none | p99 / none | p50 per repetition (ms) | CPU µs per call: Envoy / sidecar |',
+    '| --- | --- | --- | --- | --- | --- | --- | --- |',
     row('none', results.none),
     row('token exchange, cached', results.cachedExchange),
     row('token exchange, cold (every call exchanges)', results.coldExchange),
@@ -218,19 +227,24 @@ async function main(): Promise<void> {
 
     log(`measuring ${modes.join(', ')}: ${settings.repetitions} × ${settings.measureMs} ms at ${settings.rate}/s, interleaved`);
     const pooled: Record<Mode, RunResult[]> = { none: [], cachedExchange: [], mtls: [] };
+    const pids = { envoy: stack.processes.get('envoy')!.child.pid!, sidecar: stack.processes.get('sidecar')!.child.pid! };
+    const cpu: Record<Mode, { envoy: number; sidecar: number }> = { none: { envoy: 0, sidecar: 0 }, cachedExchange: { envoy: 0, sidecar: 0 }, mtls: { envoy: 0, sidecar: 0 } };
     for (let repetition = 0; repetition < settings.repetitions; repetition++) {
       const order = [...modes.slice(repetition % modes.length), ...modes.slice(0, repetition % modes.length)];
       for (const each of order) {
         await runFixedRate(callers[each].issue, { rate: settings.rate, durationMs: settings.warmupMs, maxInFlight: 64 });
+        const before = { envoy: cpuNanoseconds(pids.envoy), sidecar: cpuNanoseconds(pids.sidecar) };
         pooled[each].push(await runFixedRate(callers[each].issue, { rate: settings.rate, durationMs: settings.measureMs, maxInFlight: 64 }));
+        cpu[each].envoy += cpuNanoseconds(pids.envoy) - before.envoy;
+        cpu[each].sidecar += cpuNanoseconds(pids.sidecar) - before.sidecar;
       }
     }
 
     log(`cold exchanges: ${settings.coldCalls} calls, a new caller token each`);
     const coldTokens: string[] = [];
     for (let index = 0; index < settings.coldCalls + 5; index++) coldTokens.push(`Bearer ${await idp.tokenFor('agent-batch', { scopes: ['tools:call'] })}`);
-    const exchangeSum = () => sidecarMetric(stack.sidecarAdminUrl, 'mcpgw_sidecar_token_exchange_seconds_sum', { outcome: 'ok' });
-    const exchangeCount = () => sidecarMetric(stack.sidecarAdminUrl, 'mcpgw_sidecar_token_exchange_seconds_count', { outcome: 'ok' });
+    const exchangeSum = () => metricValue(stack, 'mcpgw_sidecar_token_exchange_seconds_sum', { outcome: 'ok' }, stack.sidecarAdminUrl);
+    const exchangeCount = () => metricValue(stack, 'mcpgw_sidecar_token_exchange_seconds_count', { outcome: 'ok' }, stack.sidecarAdminUrl);
     const cold = await caller(stack.gatewayUrl(ROUTE_OF.cachedExchange), () => coldTokens.pop());
     for (let index = 0; index < 5; index++) await cold.issue();
     const [sumBefore, countBefore] = [await exchangeSum(), await exchangeCount()];
@@ -270,8 +284,17 @@ async function main(): Promise<void> {
       }
     }
 
-    const summaryOf = (runs: RunResult[]) => ({ latencyMs: summarize(runs.flatMap((entry) => entry.latenciesMs)), errors: Object.assign({}, ...runs.map((entry) => entry.errors)) });
-    const none = summaryOf(pooled.none);
+    const perCall = (mode: Mode | undefined, runs: RunResult[]) => {
+      const calls = runs.reduce((sum, entry) => sum + entry.sent, 0);
+      return mode ? { envoy: cpu[mode].envoy / calls / 1000, sidecar: cpu[mode].sidecar / calls / 1000 } : { envoy: Number.NaN, sidecar: Number.NaN };
+    };
+    const summaryOf = (runs: RunResult[], mode?: Mode) => ({
+      latencyMs: summarize(runs.flatMap((entry) => entry.latenciesMs)),
+      repetitionP50Ms: runs.map((entry) => round(summarize(entry.latenciesMs).p50)),
+      cpuMicrosPerCall: perCall(mode, runs),
+      errors: Object.assign({}, ...runs.map((entry) => entry.errors)),
+    });
+    const none = summaryOf(pooled.none, 'none');
     const withRatios = (summary: ReturnType<typeof summaryOf>): ModeResult => ({
       ...summary,
       ratioP50: ratio(summary.latencyMs.p50, none.latencyMs.p50),
@@ -279,9 +302,9 @@ async function main(): Promise<void> {
     });
     const results = {
       none: withRatios(none),
-      cachedExchange: withRatios(summaryOf(pooled.cachedExchange)),
+      cachedExchange: withRatios(summaryOf(pooled.cachedExchange, 'cachedExchange')),
       coldExchange: withRatios(summaryOf([coldRun])),
-      mtls: withRatios(summaryOf(pooled.mtls)),
+      mtls: withRatios(summaryOf(pooled.mtls, 'mtls')),
     };
     const exchangeDirect = summarize(directExchanges);
     const [hopDirect, hopEgress] = [summarize(hops.direct), summarize(hops.throughEgress)];
@@ -295,8 +318,8 @@ async function main(): Promise<void> {
       results,
       keycloak: { exchangeAsSidecarSawItMeanMs: sidecarMeanMs, exchangeDirect, shareOfColdCall: sidecarMeanMs / results.coldExchange.latencyMs.mean },
       cacheLookups: {
-        hit: await sidecarMetric(stack.sidecarAdminUrl, 'mcpgw_sidecar_token_cache_lookups_total', { result: 'hit' }),
-        miss: await sidecarMetric(stack.sidecarAdminUrl, 'mcpgw_sidecar_token_cache_lookups_total', { result: 'miss' }),
+        hit: await metricValue(stack, 'mcpgw_sidecar_token_cache_lookups_total', { result: 'hit' }, stack.sidecarAdminUrl),
+        miss: await metricValue(stack, 'mcpgw_sidecar_token_cache_lookups_total', { result: 'miss' }, stack.sidecarAdminUrl),
       },
       egressHop: { direct: hopDirect, throughEgress: hopEgress, addedP50Ms: hopEgress.p50 - hopDirect.p50 },
       target: { cachedP50Ratio: results.cachedExchange.ratioP50, limit: TARGET_CACHED_RATIO, met: results.cachedExchange.ratioP50 <= TARGET_CACHED_RATIO },

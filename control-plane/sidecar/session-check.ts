@@ -123,6 +123,16 @@ async function backendSessionFor(session: GatewaySession, backend: BackendView, 
   return claim.kind === 'claimed' ? claim.backendSessionId : undefined;
 }
 
+/** What the call script asks about (a check or a credential request), and the backend it names; or the answer when there is none. */
+function checkedBackend(head: RequestHead, context: GatewayContext, what: string): { request: CheckRequest; backend: BackendView } | CheckAnswer {
+  const request = checkRequestOf(head);
+  if (typeof request === 'string') return answer(400, jsonRpcError(null, JSON_RPC.INVALID_REQUEST, `${what}: ${request}`));
+  const backend = context.lookup(request.route)?.backends.get(request.backend);
+  // Envoy was told of this backend before this sidecar's catalog was: a moment, at most.
+  if (!backend) return answer(CHECK_STATUS.JSON_RPC_ERROR, jsonRpcError(request.rpcId, JSON_RPC.INTERNAL_ERROR, `backend "${request.backend}" is being added to the gateway: call again`));
+  return { request, backend };
+}
+
 /**
  * The caller a check or a credential request is for: its headers as Envoy sent them, and its own
  * Authorization, which the call script moved aside on routes with per-caller credentials.
@@ -169,13 +179,9 @@ export const CREDENTIAL_TTL_HEADER = 'x-mcpgw-credential-ttl-ms';
  */
 export async function answerBackendCredential(head: RequestHead, context: GatewayContext): Promise<CheckAnswer> {
   const startedAt = performance.now();
-  const request = checkRequestOf(head);
-  if (typeof request === 'string') return answer(400, jsonRpcError(null, JSON_RPC.INVALID_REQUEST, `credential request: ${request}`));
-  const { rpcId: id, backend: backendName, tool, route } = request;
-  const backend = context.lookup(route)?.backends.get(backendName);
-  if (!backend) {
-    return answer(CHECK_STATUS.JSON_RPC_ERROR, jsonRpcError(id, JSON_RPC.INTERNAL_ERROR, `backend "${backendName}" is being added to the gateway: call again`));
-  }
+  const checked = checkedBackend(head, context, 'credential request');
+  if (!('backend' in checked)) return checked;
+  const { backend, request: { rpcId: id, tool } } = checked;
   try {
     const { authorization, ttlMs } = await context.credentials.credentialFor(backend, checkedCaller(head).authorization);
     if (authorization === undefined) throw new Error(`backend ${backend.name} takes no credentials from its callers`);
@@ -189,14 +195,9 @@ export async function answerBackendCredential(head: RequestHead, context: Gatewa
 
 export async function checkCall(head: RequestHead, context: GatewayContext, statelessSessions: StatelessCallSessions): Promise<CheckAnswer> {
   const startedAt = performance.now();
-  const request = checkRequestOf(head);
-  if (typeof request === 'string') return answer(400, jsonRpcError(null, JSON_RPC.INVALID_REQUEST, `session check: ${request}`));
-  const { rpcId: id, backend: backendName, tool, route } = request;
-  const backend = context.lookup(route)?.backends.get(backendName);
-  if (!backend) {
-    // Envoy was told of this backend before this sidecar's catalog was: a moment, at most.
-    return answer(CHECK_STATUS.JSON_RPC_ERROR, jsonRpcError(id, JSON_RPC.INTERNAL_ERROR, `backend "${backendName}" is being added to the gateway: call again`));
-  }
+  const checked = checkedBackend(head, context, 'session check');
+  if (!('backend' in checked)) return checked;
+  const { backend, request: { rpcId: id, tool, route } } = checked;
   const statelessBackend = backend.protocolVersion === MODERN_PROTOCOL_VERSION;
   const sessionId = head.headers.get(SESSION_HEADER);
   const caller = checkedCaller(head);

@@ -296,13 +296,11 @@ function envoy_on_request(h)
     headers:replace("x-envoy-retry-on", "5xx,reset,connect-failure,reset-before-request")
     headers:replace("x-envoy-max-retries", "2")
   end
+  -- The caller's token never goes on: the backend gets the Authorization the sidecar makes from it.
+  local caller_authorization
   if per_caller then
-    -- The caller's token never goes on: it is kept under the gateway's own name for the session check
-    -- (which may open a backend session on the caller's behalf; the route removes it as the call
-    -- leaves), and the backend gets the Authorization the sidecar makes from it.
-    local caller_authorization = headers:get("authorization")
+    caller_authorization = headers:get("authorization")
     headers:remove("authorization")
-    if caller_authorization then headers:replace(CALLER_AUTHORIZATION, caller_authorization) end
     local credential = M.backend_credential(h, {
       cluster = credential_cluster, timeout_ms = credential_timeout, route = route, backend = backend, tool = own,
       id = id, caller_authorization = caller_authorization,
@@ -325,6 +323,9 @@ function envoy_on_request(h)
     h:streamInfo():dynamicMetadata():set(NS, "checked_key", key)
   end
   if session_id ~= nil or (modern_client and sessionful) then
+    -- The check may open a backend session on the caller's behalf: it gets the caller's token under
+    -- the gateway's own name (which the route removes as the call leaves).
+    if caller_authorization then headers:replace(CALLER_AUTHORIZATION, caller_authorization) end
     h:streamInfo():dynamicMetadata():set(NS, "check", true)
   end
 end

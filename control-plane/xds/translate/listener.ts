@@ -127,10 +127,10 @@ export function buildListener(settings: GatewaySettings): TypedJson {
 }
 
 /**
- * The egress listener (docs/adr/0013-backend-credentials.md): the gateway's own requests to Tool
- * Services — the sidecar's backend sessions, notifications and DELETEs, the control plane's tools/list —
- * enter Envoy here in plain HTTP and leave through the same clusters as calls, with the same credential
- * injection, TLS and certificate rotation. Routes (RDS) pick the cluster by a header; like the agents'
+ * The egress listener (docs/adr/0013-backend-credentials.md): the sidecars' own requests to Tool
+ * Services — backend sessions, relayed notifications and answers, DELETEs — enter Envoy here in plain
+ * HTTP and leave through the same clusters as calls, with the same credential injection, TLS and
+ * certificate rotation. Routes (RDS) pick the cluster by a header; like the agents'
  * listener it never changes with the registry.
  */
 export function buildEgressListener(settings: GatewaySettings): TypedJson {
@@ -148,11 +148,11 @@ export function buildEgressListener(settings: GatewaySettings): TypedJson {
               stat_prefix: 'mcp_egress',
               codec_type: 'AUTO',
               rds: { route_config_name: EGRESS_ROUTE_CONFIG_NAME, config_source: { ads: {}, resource_api_version: 'V3' } },
-              // The sidecar's and the control plane's requests carry their own deadlines.
+              // The sidecars' requests carry their own deadlines.
               stream_idle_timeout: '600s',
               request_timeout: '0s',
               access_log: [accessLog],
-              // Envoy's own replies (the Tool Service could not be reached) say why, for the sidecar's and the catalog's errors.
+              // Envoy's own replies (the Tool Service could not be reached) say why, for the sidecar's errors.
               local_reply_config: { body_format: { json_format: EGRESS_FAILURE_BODY } },
               http_filters: [{ name: 'envoy.filters.http.router', typed_config: { '@type': TYPE_URL.router } }],
             },
