@@ -202,7 +202,7 @@ async function main(): Promise<void> {
         ],
       }),
     );
-    const stack = await group.startGateway('gateway', { registryFile, logDir: path.join(LOG_DIR, 'gateway'), controlPlaneArgs: idpArgs, sidecarArgs: idpArgs });
+    const stack = await group.startGateway('gateway', { registryFile, logDir: path.join(LOG_DIR, 'gateway'), controlPlaneArgs: idpArgs, extraArgs: { sidecar: idpArgs } });
     for (const route of Object.values(ROUTE_OF)) {
       await waitFor(`route ${route} in the catalog`, async () => {
         const answer = await fetch(stack.gatewayUrl(route), {

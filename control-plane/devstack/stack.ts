@@ -46,6 +46,8 @@ export interface StackOptions {
    */
   registrySource?: 'portal' | 'file';
   registryRefreshMs?: number;
+  /** More arguments for the control plane, e.g. ['--public-url', 'https://gw.example.com'] (docs/auth.md). */
+  controlPlaneArgs?: string[];
   /** Log level of the control plane and the sidecar (info by default). */
   logLevel?: LogLevel;
   /**
@@ -55,9 +57,10 @@ export interface StackOptions {
   envoyBaseId?: number;
   /** The agents' listener terminates TLS with these PEM files (gatewayUrl is then https). */
   listenerTls?: { certFile: string; keyFile: string };
-  /** More options for the control plane and the sidecar, e.g. the IdP or --allow-token-passthrough. */
-  controlPlaneArgs?: string[];
-  sidecarArgs?: string[];
+  /** The control plane writes its audit to `auditFile` (true by default; false: no audit, as a control plane without --audit-log). */
+  audit?: boolean;
+  /** More options for the control plane and the sidecar (e.g. `--audit-log FILE`, the IdP of backend credentials), after the stack's own. */
+  extraArgs?: { controlPlane?: string[]; sidecar?: string[] };
   /** Supervision (mcpgw up): every process that exits on its own is started again, and reported here. */
   onRestart?: (event: RestartEvent) => void;
   /** Sidecar replicas behind the Envoys (1 by default): every one is an endpoint of the sidecar clusters. */
@@ -208,6 +211,11 @@ export class GatewayStack {
     return this.options.redisUrl ?? `redis://${HOST}:${this.ports.redis}`;
   }
 
+  /** The control plane's audit file: one JSON line per tools/call and refused request. */
+  get auditFile(): string {
+    return path.join(this.options.logDir, 'audit.jsonl');
+  }
+
   /** The log file of one of the stack's processes. */
   logFileOf(name: string): string {
     return path.join(this.options.logDir, `${name}.log`);
@@ -329,14 +337,10 @@ export class GatewayStack {
     });
   }
 
-  /** Extra command-line options of the control plane (credentials, TLS: docs/auth.md). */
-  private get controlPlaneArgs(): string[] {
+  /** The agents' listener's certificate, when it terminates TLS (docs/auth.md). */
+  private get listenerTlsArgs(): string[] {
     const tls = this.options.listenerTls;
-    return [...(tls ? ['--listener-tls-cert', tls.certFile, '--listener-tls-key', tls.keyFile] : []), ...(this.options.controlPlaneArgs ?? [])];
-  }
-
-  private get sidecarArgs(): string[] {
-    return this.options.sidecarArgs ?? [];
+    return tls ? ['--listener-tls-cert', tls.certFile, '--listener-tls-key', tls.keyFile] : [];
   }
 
   private get logLevelArgs(): string[] {
@@ -356,11 +360,15 @@ export class GatewayStack {
         '--listener', `${HOST}:${this.ports.listener}`,
         '--sidecar', this.sidecarPorts.map(({ main }) => `${HOST}:${main}`).join(','),
         '--egress', `${HOST}:${this.ports.egress}`,
-        ...this.controlPlaneArgs,
+        ...this.listenerTlsArgs,
+        // The audit (docs/approval-and-audit.md) beside the logs, as a deployment would keep it.
+        ...(this.options.audit === false ? [] : ['--audit-log', this.auditFile]),
         ...(this.options.catalogRefreshMs ? ['--catalog-refresh-ms', String(this.options.catalogRefreshMs)] : []),
         ...(this.options.toolsListPageSize !== undefined ? ['--tools-list-page-size', String(this.options.toolsListPageSize)] : []),
         ...(this.options.registryRefreshMs ? ['--registry-refresh-ms', String(this.options.registryRefreshMs)] : []),
+        ...(this.options.controlPlaneArgs ?? []),
         ...this.logLevelArgs,
+        ...(this.options.extraArgs?.controlPlane ?? []),
       ]);
       await controlPlane.untilReady(`${name} admin to answer /healthz`, async () =>
         listensOn(controlPlane.child.pid!, adminPort) ? httpOk(`http://${HOST}:${adminPort}/healthz`) : undefined,
@@ -378,11 +386,11 @@ export class GatewayStack {
       const sidecar = this.spawn(name, process.execPath, [
         CLI, 'sidecar', '--listen', `${HOST}:${port}`, '--control-plane', `${HOST}:${controlPlane.main}`, '--id', name,
         '--egress', `${HOST}:${this.ports.egress}`,
-        ...this.sidecarArgs,
         '--redis', this.redisUrl, '--admin', `${HOST}:${adminPort}`,
         // Below ManagedProcess's SIGKILL grace, so that a stop is always the sidecar's own.
         '--drain-timeout-ms', '2000',
         ...this.logLevelArgs,
+        ...(this.options.extraArgs?.sidecar ?? []),
       ]);
       await sidecar.untilReady(`${name} to listen`, listening(sidecar, port));
       return sidecar;

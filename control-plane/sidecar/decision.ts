@@ -1,3 +1,4 @@
+import { CALLER_PAYLOAD_HEADER, CallerIdentity, callerIdentityOf } from '../auth/caller-identity';
 import type { BackendCredentialsProvider } from '../credentials/backend-credentials';
 import { Logger } from '../shared/log';
 import { CallOutcomeName } from './call-response';
@@ -105,10 +106,18 @@ export interface Caller {
   authorization?: string;
 }
 
-export function callerOf(head: RequestHead): Caller {
+export function clientOf(head: RequestHead): Caller {
   const authorization = head.headers.get('authorization');
   return {
     headers: Object.fromEntries([...head.headers].filter(([name]) => !NOT_ON_BEHALF.test(name))),
     ...(authorization !== undefined && { authorization }),
   };
+}
+
+/**
+ * The caller of a request on a route that takes tokens, as Envoy validated it (docs/auth.md); always
+ * undefined on an open route, whatever a client sent.
+ */
+export function callerOf(head: RequestHead, view: Pick<RouteCatalogView, 'groupsClaim'>): CallerIdentity | undefined {
+  return view.groupsClaim ? callerIdentityOf(head.headers.get(CALLER_PAYLOAD_HEADER), view.groupsClaim) : undefined;
 }

@@ -1,15 +1,15 @@
-import { createHash } from 'node:crypto';
 import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import { CHECK_HEADERS, CHECK_STATUS } from '../xds/translate/settings';
+import { ownerOf } from '../auth/caller-identity';
 import { CredentialsDeniedError } from '../credentials/backend-credentials';
 import { IdpRefusedError, IdpUnavailableError } from '../credentials/idp-client';
 import { deniedOutcome, failedOutcome } from './call-response';
-import { Caller, GATEWAY_SERVER_INFO, GatewayContext, RequestHead, SESSION_HEADER, TOOL_DENIED_CODE, callerOf, sessionNotFound } from './decision';
+import { Caller, GATEWAY_SERVER_INFO, GatewayContext, RequestHead, SESSION_HEADER, TOOL_DENIED_CODE, callerOf, clientOf, sessionNotFound } from './decision';
 import { JSON_RPC, JsonRpcId, jsonRpcError } from './json-rpc';
 import { BACKEND_UNAVAILABLE_CODE } from '../xds/translate/local-replies';
 import { MODERN_PROTOCOL_VERSION } from './modern-era';
-import { BackendView } from './route-catalog';
+import { BackendView, RouteCatalogView } from './route-catalog';
 import { claimOpenedBackendSession } from './sessions/backend-session-claim';
 import { GatewaySession } from './sessions/session-store';
 
@@ -74,24 +74,22 @@ const MAX_POOLED_SESSIONS = 10_000;
 
 /**
  * Backend sessions for calls of stateless (2026-07-28) clients to backends of a session-based
- * revision: one per backend on this replica, opened on first use with the gateway's own client info
- * and no capabilities (requests from the backend to such a client cannot be carried), and replaced
- * when the backend loses it. A backend whose credentials are the caller's (token exchange,
- * passthrough) gets one per caller token: a backend may tie a session to the user who opened it.
+ * revision: one per backend and caller on this replica (callers never share a backend session: what a
+ * backend keeps in one is that caller's; a backend whose credentials are the caller's may tie it to
+ * the user who opened it), opened on first use with the gateway's own client info and no capabilities
+ * (requests from the backend to such a client cannot be carried), and replaced when the backend loses it.
  */
 export class StatelessCallSessions {
   private readonly pool = new Map<string, Promise<string>>();
 
   constructor(private readonly context: Pick<GatewayContext, 'backendSessions'>) {}
 
-  private keyOf(backend: BackendView, caller: Caller): string {
-    const perCaller = backend.credentials.mode === 'tokenExchange' || backend.credentials.mode === 'passthrough';
-    const owner = perCaller ? createHash('sha256').update(caller.authorization ?? '').digest('hex') : '';
-    return `${backend.toolService} ${backend.url} ${owner}`;
+  private keyOf(backend: BackendView, owner: string | undefined): string {
+    return `${backend.toolService} ${backend.url} ${owner ?? ''}`;
   }
 
-  get(backend: BackendView, caller: Caller): Promise<string> {
-    const key = this.keyOf(backend, caller);
+  get(backend: BackendView, owner: string | undefined, caller: Caller): Promise<string> {
+    const key = this.keyOf(backend, owner);
     let session = this.pool.get(key);
     if (!session) {
       session = this.context.backendSessions.open(backend, { protocolVersion: LATEST_PROTOCOL_VERSION, clientInfo: GATEWAY_SERVER_INFO, clientCapabilities: {} }, caller);
@@ -105,8 +103,9 @@ export class StatelessCallSessions {
 
   /** The backend no longer knows this session: the next call opens another. */
   async lost(backend: BackendView, backendSessionId: string): Promise<void> {
-    for (const [key, session] of this.pool) {
-      if (key.startsWith(`${backend.toolService} ${backend.url} `) && (await session.catch(() => undefined)) === backendSessionId) this.pool.delete(key);
+    const prefix = this.keyOf(backend, '');
+    for (const [key, current] of this.pool) {
+      if (key.startsWith(prefix) && (await current.catch(() => undefined)) === backendSessionId) this.pool.delete(key);
     }
   }
 }
@@ -124,13 +123,20 @@ async function backendSessionFor(session: GatewaySession, backend: BackendView, 
 }
 
 /** What the call script asks about (a check or a credential request), and the backend it names; or the answer when there is none. */
-function checkedBackend(head: RequestHead, context: GatewayContext, what: string): { request: CheckRequest; backend: BackendView } | CheckAnswer {
+function checkedBackend(
+  head: RequestHead,
+  context: GatewayContext,
+  what: string,
+): { request: CheckRequest; view: RouteCatalogView; backend: BackendView } | CheckAnswer {
   const request = checkRequestOf(head);
   if (typeof request === 'string') return answer(400, jsonRpcError(null, JSON_RPC.INVALID_REQUEST, `${what}: ${request}`));
-  const backend = context.lookup(request.route)?.backends.get(request.backend);
+  const view = context.lookup(request.route);
+  const backend = view?.backends.get(request.backend);
   // Envoy was told of this backend before this sidecar's catalog was: a moment, at most.
-  if (!backend) return answer(CHECK_STATUS.JSON_RPC_ERROR, jsonRpcError(request.rpcId, JSON_RPC.INTERNAL_ERROR, `backend "${request.backend}" is being added to the gateway: call again`));
-  return { request, backend };
+  if (!view || !backend) {
+    return answer(CHECK_STATUS.JSON_RPC_ERROR, jsonRpcError(request.rpcId, JSON_RPC.INTERNAL_ERROR, `backend "${request.backend}" is being added to the gateway: call again`));
+  }
+  return { request, view, backend };
 }
 
 /**
@@ -139,7 +145,7 @@ function checkedBackend(head: RequestHead, context: GatewayContext, what: string
  */
 function checkedCaller(head: RequestHead): Caller {
   const authorization = head.headers.get(CHECK_HEADERS.callerAuthorization);
-  return { ...callerOf(head), ...(authorization !== undefined && { authorization }) };
+  return { ...clientOf(head), ...(authorization !== undefined && { authorization }) };
 }
 
 /** Answers (status) the call script passes on as they are: the caller may not (403), or the IdP could not be asked (424). */
@@ -197,15 +203,16 @@ export async function checkCall(head: RequestHead, context: GatewayContext, stat
   const startedAt = performance.now();
   const checked = checkedBackend(head, context, 'session check');
   if (!('backend' in checked)) return checked;
-  const { backend, request: { rpcId: id, tool, route } } = checked;
+  const { view, backend, request: { rpcId: id, tool, route } } = checked;
   const statelessBackend = backend.protocolVersion === MODERN_PROTOCOL_VERSION;
   const sessionId = head.headers.get(SESSION_HEADER);
   const caller = checkedCaller(head);
+  const owner = ownerOf(callerOf(head, view));
   try {
     if (sessionId === undefined) {
       // A stateless client: the call script asks only when the backend needs a session.
       if (statelessBackend) return allow();
-      const pooled = await statelessSessions.get(backend, caller);
+      const pooled = await statelessSessions.get(backend, owner, caller);
       return pooled ? allowInBackendSession(pooled, '') : allow();
     }
     const session = await context.sessions.get(sessionId);
@@ -213,7 +220,8 @@ export async function checkCall(head: RequestHead, context: GatewayContext, stat
       const { status, headers, body } = sessionNotFound(id);
       return { status, headers, body };
     };
-    if (!session || session.route !== route) return notFound();
+    // Another route's session, or another caller's (or a session with an owner presented without a token): unknown here.
+    if (!session || session.route !== route || session.owner !== owner) return notFound();
     if (statelessBackend) return allowWithoutSession(session.id);
     const backendSessionId = await backendSessionFor(session, backend, caller, context);
     if (backendSessionId === undefined) return notFound();

@@ -90,6 +90,9 @@ describe('backend credentials from the caller: token exchange and passthrough (r
     ({ stack } = await startGateway(
       'auth-backend-credentials',
       () => ({
+        // Envoy's jwt_authn validates every caller token first (issuer, signature, the gateway's audience):
+        // what is exchanged or passed on is a token the gateway accepted.
+        auth: { issuer: idp.issuer, audiences: [idp.routeAudience] },
         routes: [
           { key: 'exchange', toolServices: [{ name: 'weather', url: spies.exchange.url, credentials: { mode: 'tokenExchange', audience: 'tool-weather' } }] },
           { key: 'refused', toolServices: [{ name: 'nowhere', url: spies.refused.url, credentials: { mode: 'tokenExchange', audience: 'tool-nobody-knows' } }] },
@@ -97,7 +100,7 @@ describe('backend credentials from the caller: token exchange and passthrough (r
           { key: 'elsewhere', toolServices: [{ name: 'other', url: spies.wrongAudience.url, credentials: { mode: 'passthrough', audience: 'https://elsewhere.example/mcp' } }] },
         ],
       }),
-      { controlPlaneArgs: [...idpArgs, '--allow-token-passthrough'], sidecarArgs: idpArgs },
+      { controlPlaneArgs: [...idpArgs, '--allow-token-passthrough'], extraArgs: { sidecar: idpArgs } },
     ));
     for (const [route, tool] of [['exchange', 'weather__echo'], ['refused', 'nowhere__echo'], ['passthrough', 'own__echo'], ['elsewhere', 'other__echo']]) {
       await waitFor(`${route} in the catalog`, async () => (((await listedTools(stack.gatewayUrl(route))) ?? []).includes(tool) ? true : undefined));
@@ -169,16 +172,23 @@ describe('backend credentials from the caller: token exchange and passthrough (r
     }
   });
 
-  it("denies a call without a bearer token to a backend that acts on the caller's identity", async () => {
-    const client = new Client({ name: 'anonymous', version: '1.0.0' });
-    await client.connect(new StreamableHTTPClientTransport(new URL(stack.gatewayUrl('exchange'))));
-    try {
-      const error = await callError(client, 'weather__echo');
-      expect(error.code).toBe(-32003);
-      expect(error.message).toMatch(/backend weather acts on the caller's identity \(tokenExchange\): the request carries no bearer token/);
-    } finally {
-      await client.close();
+  it("refuses a caller token the gateway does not validate at the edge (jwt_authn, 401): no exchange is tried, nothing reaches the backend", async () => {
+    const [header, payload, signature] = aliceToken.split('.');
+    const claims = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as Record<string, unknown>;
+    const forged = [header, Buffer.from(JSON.stringify({ ...claims, sub: 'mallory' })).toString('base64url'), signature].join('.');
+    const before = { misses: await misses(), requests: spies.exchange.requests.length };
+    const call = { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'weather__echo', arguments: { text: 'x' } } };
+    for (const authorization of [undefined, `Bearer ${forged}`]) {
+      const answer = await fetch(stack.gatewayUrl('exchange'), {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...(authorization && { authorization }) },
+        body: JSON.stringify(call),
+      });
+      expect(answer.status).toBe(401);
+      expect(answer.headers.get('www-authenticate')).toMatch(/^Bearer /);
     }
+    expect(await misses()).toBe(before.misses);
+    expect(spies.exchange.requests.length).toBe(before.requests);
   });
 
   it("passes the caller's own token only to a backend its audience names, and denies the call elsewhere", async () => {

@@ -166,7 +166,11 @@ describe('static registry file', () => {
 });
 
 describe('Tool Service credentials in the registry', () => {
-  const withCredentials = (credentials: unknown, extra: Record<string, unknown> = {}) => ({ routes: [{ key: 'demo', toolServices: [service('weather', 9000, { credentials, ...extra })] }] });
+  // Per-caller credentials need the route's auth: every route here has one, but the test that says so.
+  const AUTH = { issuer: 'https://idp.example/realms/agents' };
+  const withCredentials = (credentials: unknown, extra: Record<string, unknown> = {}, auth: unknown = AUTH) => ({
+    routes: [{ key: 'demo', ...(auth ? { auth } : {}), toolServices: [service('weather', 9000, { credentials, ...extra })] }],
+  });
   const problemsOf = (document: unknown, allowTokenPassthrough = false) =>
     validateRegistry(document, { allowTokenPassthrough }).problems.map((problem) => `${problem.field}: ${problem.message}`);
 
@@ -195,6 +199,14 @@ describe('Tool Service credentials in the registry', () => {
     expect(problemsOf(withCredentials({ mode: 'passthrough', audience: 'x' }))).toEqual([
       "routes[0].toolServices[0].credentials.mode: passthrough (the caller's own token to the backend) is off on this gateway: start the control plane with --allow-token-passthrough, or use tokenExchange",
     ]);
+  });
+
+  it('refuses credentials made from the caller\'s token on a route that validates no token', () => {
+    expect(problemsOf(withCredentials({ mode: 'tokenExchange', audience: 'tool-weather' }, {}, null))).toEqual([
+      "routes[0].toolServices[0].credentials.mode: tokenExchange makes the backend's credentials from the caller's token, which the gateway must validate first: give the route an auth (or the document a default auth)",
+    ]);
+    expect(problemsOf(withCredentials({ mode: 'passthrough', audience: 'x' }, {}, null), true)).toHaveLength(1);
+    expect(problemsOf(withCredentials({ mode: 'serviceAccount', tokenFile: '/t' }, {}, null))).toEqual([]);
   });
 
   it('wants a client certificate and its key together', () => {

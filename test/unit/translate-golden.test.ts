@@ -2,6 +2,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { GatewayIR, buildGatewayIR } from '../../control-plane/ir/gateway-ir';
 import { backendCatalog, catalogSnapshot } from './catalog-fixtures';
+import { accessRulesOf } from '../../control-plane/catalog/catalog-store';
 import { loadRegistryFile } from '../../control-plane/registry/static-file';
 import { projectPath } from '../../control-plane/shared/paths';
 import { buildSnapshot } from '../../control-plane/xds/server/snapshot';
@@ -9,6 +10,9 @@ import { translate } from '../../control-plane/xds/translate';
 import { GATEWAY_DEFAULTS, GatewaySettings } from '../../control-plane/xds/translate/settings';
 import { CallLaneCatalog, callLaneCatalogOf } from '../../control-plane/xds/translate/call-lane';
 import { TYPE_URL } from '../../control-plane/xds/translate/type-urls';
+import { defaultAccess } from '../../control-plane/xds/translate/access';
+import { NO_SIGNING_KEYS } from '../../control-plane/xds/translate/auth';
+import { fixtureKeysFor } from '../support/signing-keys';
 
 /**
  * Golden files of the generated xDS. After an intended change, review the diff of
@@ -19,6 +23,7 @@ const settings: GatewaySettings = {
   listener: { address: '127.0.0.1', port: 10000 },
   sidecars: [{ address: '127.0.0.1', port: 18080 }],
   egress: { address: '127.0.0.1', port: 10001 },
+  access: defaultAccess({ address: '127.0.0.1', port: 10000 }),
 };
 const FIXTURES = projectPath('test', 'fixtures', 'registries');
 const GOLDEN = projectPath('test', 'golden');
@@ -29,7 +34,8 @@ const GOLDEN = projectPath('test', 'golden');
  * call routes carry these as the call script's rules.
  */
 function catalogFor(ir: GatewayIR): CallLaneCatalog {
-  const tool = (name: string, extra: Record<string, unknown> = {}) => JSON.stringify({ name, inputSchema: { type: 'object' }, ...extra });
+  const tool = (name: string, extra: Record<string, unknown> = {}) => ({ name, inputSchema: { type: 'object' as const }, ...extra });
+  const tools = [tool('get_status', { annotations: { readOnlyHint: true } }), tool('run_task', { _meta: { 'mcpgw/timeoutMs': 30000 } }), tool('delete_all')];
   return callLaneCatalogOf(
     catalogSnapshot(
       ir.routes.map((route) => ({
@@ -37,10 +43,16 @@ function catalogFor(ir: GatewayIR): CallLaneCatalog {
         backends: route.backends.map((backend) =>
           backendCatalog(backend.name, [], {
             tool_service: backend.catalogKey,
-            tools_json: [tool('get_status', { annotations: { readOnlyHint: true } }), tool('run_task', { _meta: { 'mcpgw/timeoutMs': 30000 } }), tool('delete_all')],
+            tools_json: tools.map((declared) => JSON.stringify(declared)),
             denied_tools: [{ tool: 'delete_all', rule: 'denyTools: delete_*' }],
           }),
         ),
+        ...(route.auth && {
+          access: {
+            ...accessRulesOf(route.backends.map((backend) => ({ backend: backend.name, rules: backend.policy?.rules, tools }))),
+            groupsClaim: route.auth.groupsClaim,
+          },
+        }),
       })),
     ),
   );
@@ -48,7 +60,7 @@ function catalogFor(ir: GatewayIR): CallLaneCatalog {
 
 const resourcesOf = (registry: ReturnType<typeof loadRegistryFile>) => {
   const ir = buildGatewayIR(registry);
-  return translate(ir, catalogFor(ir), settings);
+  return translate(ir, catalogFor(ir), settings, fixtureKeysFor(ir));
 };
 
 describe('registry → IR → xDS golden files', () => {
@@ -107,7 +119,7 @@ describe('backend credentials in the xDS', () => {
   it("refer to the listener's certificate by name: other files change the secret, never a byte of the listener", () => {
     const ir = buildGatewayIR(loadRegistryFile(path.join(FIXTURES, 'two-routes.yaml')));
     const [first, second] = ['/a', '/b'].map((dir) =>
-      buildSnapshot(translate(ir, catalogFor(ir), { ...settings, listenerTls: { certFile: `${dir}/tls.crt`, keyFile: `${dir}/tls.key` } })),
+      buildSnapshot(translate(ir, catalogFor(ir), { ...settings, listenerTls: { certFile: `${dir}/tls.crt`, keyFile: `${dir}/tls.key` } }, NO_SIGNING_KEYS)),
     );
     expect(first.get(TYPE_URL.listener)).toEqual(second.get(TYPE_URL.listener));
     expect(first.get(TYPE_URL.secret)!.version).not.toBe(second.get(TYPE_URL.secret)!.version);
@@ -122,7 +134,7 @@ describe('Tool Services that share an upstream', () => {
         { key: 'hasty', toolServices: [{ id: 'jobs-hasty', name: 'jobs', url: 'http://127.0.0.1:18102/mcp', transport: { requestTimeoutMs: 500 } }] },
       ],
     });
-    const resources = translate(ir, catalogFor(ir), settings);
+    const resources = translate(ir, catalogFor(ir), settings, NO_SIGNING_KEYS);
     expect(resources[TYPE_URL.cluster].filter((cluster) => String(cluster.name).startsWith('backend_'))).toHaveLength(1);
     const routes = (resources[TYPE_URL.routeConfiguration][0] as unknown as { virtual_hosts: { routes: { name: string; route?: { timeout?: string } }[] }[] })
       .virtual_hosts[0].routes;

@@ -20,8 +20,16 @@ export const TYPE_URL = {
   stdoutAccessLog: `${prefix}envoy.extensions.access_loggers.stream.v3.StdoutAccessLog`,
   grpcAccessLog: `${prefix}envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig`,
   typedStruct: `${prefix}xds.type.v3.TypedStruct`,
+  typedExtensionConfig: `${prefix}envoy.config.core.v3.TypedExtensionConfig`,
+  jwtAuthn: `${prefix}envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication`,
+  jwtAuthnPerRoute: `${prefix}envoy.extensions.filters.http.jwt_authn.v3.PerRouteConfig`,
+  cors: `${prefix}envoy.extensions.filters.http.cors.v3.Cors`,
+  corsPolicy: `${prefix}envoy.extensions.filters.http.cors.v3.CorsPolicy`,
+  rbac: `${prefix}envoy.extensions.filters.http.rbac.v3.RBAC`,
+  celFilter: `${prefix}envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter`,
   // Newer than the protos the project ships (ADR-0002): these travel as TypedStruct.
   mcp: `${prefix}envoy.extensions.filters.http.mcp.v3.Mcp`,
+  mcpOverride: `${prefix}envoy.extensions.filters.http.mcp.v3.McpOverride`,
   lua: `${prefix}envoy.extensions.filters.http.lua.v3.Lua`,
   luaPerRoute: `${prefix}envoy.extensions.filters.http.lua.v3.LuaPerRoute`,
   // The shipped Generic lacks header_value_prefix ("Bearer ").
