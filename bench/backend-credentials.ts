@@ -85,10 +85,13 @@ function gatewayClientSecret(): string {
   return realm.clients.find((client) => client.clientId === 'mcp-gateway')!.secret!;
 }
 
-/** tools/call echo on one route, in one session, with `authorization()` as the caller's header of each call. */
-async function caller(url: string, authorization: () => string | undefined): Promise<{ issue: IssueRequest; close(): void }> {
+/**
+ * tools/call echo on one route, in one session (opened with `opener`, the session's owner), with
+ * `authorization()` as the caller's header of each call.
+ */
+async function caller(url: string, opener: string, authorization: () => string | undefined): Promise<{ issue: IssueRequest; close(): void }> {
   const client = new McpHttpClient(64);
-  const session = await openSession(client, url, 10_000);
+  const session = await openSession(client, url, 10_000, { authorization: opener });
   const issue: IssueRequest = async () => {
     const id = client.newId();
     const token = authorization();
@@ -129,7 +132,7 @@ function markdown(report: Report): string {
     '# Backend credentials: what they cost a tools/call',
     '',
     `Measured ${report.measuredAt} (${report.mode} run) on ${report.cores} cores, load average ${report.loadAverage1m}, by \`node dist/bench/backend-credentials.js\`:`,
-    `tools/call \`echo\` through the gateway (Envoy 1.40, sidecar, control plane, Redis) to one bench backend process, ${report.settings.rate} calls/s`,
+    `tools/call \`echo\` through the gateway (Envoy 1.40 with jwt_authn validating the caller's token on every route, sidecar, control plane, Redis) to one bench backend process, ${report.settings.rate} calls/s`,
     `in one MCP session per mode, ${report.settings.repetitions} × ${report.settings.measureMs / 1000} s per mode with the modes interleaved; Keycloak 26.7.3 with the test realm;`,
     `the cold exchange: ${report.settings.coldCalls} calls, one at a time, each with a caller token the gateway has not seen.`,
     '',
@@ -185,6 +188,9 @@ async function main(): Promise<void> {
     const registryFile = files(
       'registry.yaml',
       stringify({
+        // Every route validates the caller's token (jwt_authn), as per-caller credentials require: the
+        // modes differ only in their credentials.
+        auth: { issuer: idp.issuer, audiences: [idp.routeAudience] },
         routes: [
           { key: 'plain', toolServices: [{ id: 'plain', name: 'svc', url: `http://127.0.0.1:${httpPort}/mcp` }] },
           { key: 'exchange', toolServices: [{ id: 'exchange', name: 'svc', url: `http://127.0.0.1:${httpPort}/mcp`, credentials: { mode: 'tokenExchange', audience: 'tool-weather' } }] },
@@ -203,22 +209,22 @@ async function main(): Promise<void> {
       }),
     );
     const stack = await group.startGateway('gateway', { registryFile, logDir: path.join(LOG_DIR, 'gateway'), controlPlaneArgs: idpArgs, extraArgs: { sidecar: idpArgs } });
+    // Agent tokens by client credentials (agent-batch): cheap to make in numbers, and exchangeable (their audience names mcp-gateway).
+    const callerToken = `Bearer ${await idp.tokenFor('agent-batch', { scopes: ['tools:call'] })}`;
     for (const route of Object.values(ROUTE_OF)) {
       await waitFor(`route ${route} in the catalog`, async () => {
         const answer = await fetch(stack.gatewayUrl(route), {
           method: 'POST',
-          headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+          headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: callerToken },
           body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
         });
         return (await answer.text()).includes(`svc__${ECHO_TOOL}`) ? true : undefined;
       }, { timeoutMs: 60_000 });
     }
-    // Agent tokens by client credentials (agent-batch): cheap to make in numbers, and exchangeable (their audience names mcp-gateway).
-    const callerToken = `Bearer ${await idp.tokenFor('agent-batch', { scopes: ['tools:call'] })}`;
     const callers: Record<Mode, { issue: IssueRequest; close(): void }> = {
-      none: await caller(stack.gatewayUrl(ROUTE_OF.none), () => callerToken),
-      cachedExchange: await caller(stack.gatewayUrl(ROUTE_OF.cachedExchange), () => callerToken),
-      mtls: await caller(stack.gatewayUrl(ROUTE_OF.mtls), () => callerToken),
+      none: await caller(stack.gatewayUrl(ROUTE_OF.none), callerToken, () => callerToken),
+      cachedExchange: await caller(stack.gatewayUrl(ROUTE_OF.cachedExchange), callerToken, () => callerToken),
+      mtls: await caller(stack.gatewayUrl(ROUTE_OF.mtls), callerToken, () => callerToken),
     };
     const modes = Object.keys(callers) as Mode[];
     for (const each of modes) {
@@ -245,7 +251,7 @@ async function main(): Promise<void> {
     for (let index = 0; index < settings.coldCalls + 5; index++) coldTokens.push(`Bearer ${await idp.tokenFor('agent-batch', { scopes: ['tools:call'] })}`);
     const exchangeSum = () => metricValue(stack, 'mcpgw_sidecar_token_exchange_seconds_sum', { outcome: 'ok' }, stack.sidecarAdminUrl);
     const exchangeCount = () => metricValue(stack, 'mcpgw_sidecar_token_exchange_seconds_count', { outcome: 'ok' }, stack.sidecarAdminUrl);
-    const cold = await caller(stack.gatewayUrl(ROUTE_OF.cachedExchange), () => coldTokens.pop());
+    const cold = await caller(stack.gatewayUrl(ROUTE_OF.cachedExchange), callerToken, () => coldTokens.pop());
     for (let index = 0; index < 5; index++) await cold.issue();
     const [sumBefore, countBefore] = [await exchangeSum(), await exchangeCount()];
     const coldRun = await runFixedRate(cold.issue, { rate: 5, durationMs: (settings.coldCalls / 5) * 1000, maxInFlight: 1 });
