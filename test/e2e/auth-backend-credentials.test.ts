@@ -78,6 +78,7 @@ describe('backend credentials from the caller: token exchange and passthrough (r
   const spies: Record<'exchange' | 'refused' | 'passthrough' | 'wrongAudience', SpyToolService> = {} as never;
   let aliceToken: string;
   let aliceSub: string;
+  let logDir: string;
 
   const misses = () => metricValue(stack, 'mcpgw_sidecar_token_cache_lookups_total', { result: 'miss' }, stack.sidecarAdminUrl);
 
@@ -87,7 +88,7 @@ describe('backend credentials from the caller: token exchange and passthrough (r
     const secretFile = path.join(testDir('auth-backend-credentials-secrets'), 'mcp-gateway.secret');
     fs.writeFileSync(secretFile, `${gatewayClientSecret()}\n`);
     const idpArgs = ['--idp-token-endpoint', idp.tokenEndpoint, '--idp-client-id', 'mcp-gateway', '--idp-client-secret-file', secretFile, '--idp-name', IDP_NAME];
-    ({ stack } = await startGateway(
+    ({ stack, dir: logDir } = await startGateway(
       'auth-backend-credentials',
       () => ({
         // Envoy's jwt_authn validates every caller token first (issuer, signature, the gateway's audience):
@@ -102,11 +103,11 @@ describe('backend credentials from the caller: token exchange and passthrough (r
       }),
       { controlPlaneArgs: [...idpArgs, '--allow-token-passthrough'], extraArgs: { sidecar: idpArgs } },
     ));
-    for (const [route, tool] of [['exchange', 'weather__echo'], ['refused', 'nowhere__echo'], ['passthrough', 'own__echo'], ['elsewhere', 'other__echo']]) {
-      await waitFor(`${route} in the catalog`, async () => (((await listedTools(stack.gatewayUrl(route))) ?? []).includes(tool) ? true : undefined));
-    }
     aliceToken = await idp.tokenFor('alice', { scopes: ['tools:call'] });
     aliceSub = String(decodeJwt(aliceToken).sub);
+    for (const [route, tool] of [['exchange', 'weather__echo'], ['refused', 'nowhere__echo'], ['passthrough', 'own__echo'], ['elsewhere', 'other__echo']]) {
+      await waitFor(`${route} in the catalog`, async () => (((await listedTools(stack.gatewayUrl(route), aliceToken)) ?? []).includes(tool) ? true : undefined));
+    }
   }, KEYCLOAK_STARTUP_MS);
 
   afterAll(async () => {
@@ -258,4 +259,18 @@ describe('backend credentials from the caller: token exchange and passthrough (r
       await again.close();
     }
   }, KEYCLOAK_STARTUP_MS);
+
+  // After every other case: their tokens, and the IdP's refusals and outage, are in the logs if anything writes them.
+  it("writes no token into any log or the audit: neither a caller's nor an exchanged one", async () => {
+    const tokens = new Set([aliceToken, ...Object.values(spies).flatMap((spy) => spy.requests.map(bearerOf).filter((token): token is string => token !== undefined))]);
+    expect(tokens.size).toBeGreaterThan(2);
+    // A token's signature is its one part no other token shares.
+    const signatures = [...tokens].map((token) => token.split('.')[2]);
+    const files = fs.readdirSync(logDir).filter((name) => name.endsWith('.log') || name.endsWith('.jsonl'));
+    expect(files).toEqual(expect.arrayContaining(['envoy.log', 'envoy-access.log', 'control-plane.log', 'sidecar.log']));
+    for (const file of files) {
+      const text = fs.readFileSync(path.join(logDir, file), 'utf8');
+      expect({ file, leaked: signatures.filter((signature) => text.includes(signature)).length }).toEqual({ file, leaked: 0 });
+    }
+  });
 });

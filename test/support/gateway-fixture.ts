@@ -90,8 +90,8 @@ export async function postJsonRpc(url: string, body: unknown, headers: Record<st
 }
 
 /** Tool names a route lists, read through Envoy with a raw tools/list (no client session needed). */
-export async function listedTools(url: string): Promise<string[] | undefined> {
-  const response = await postJsonRpc(url, { jsonrpc: '2.0', id: 1, method: 'tools/list' });
+export async function listedTools(url: string, token?: string): Promise<string[] | undefined> {
+  const response = await postJsonRpc(url, { jsonrpc: '2.0', id: 1, method: 'tools/list' }, { ...MCP_POST_HEADERS, ...(token && { authorization: `Bearer ${token}` }) });
   if (response.status !== 200) return undefined;
   return (response.json().result.tools as { name: string }[]).map((tool) => tool.name);
 }
