@@ -13,7 +13,7 @@ import { metricValue } from '../test/support/gateway-fixture';
 import { ShortLivedCa } from '../test/support/short-lived-pki';
 import { ECHO_TOOL } from './backends/bench-tool-service';
 import { IssueRequest, RunResult, runFixedRate } from './load/load-runner';
-import { McpHttpClient, answerTo, openSession } from './load/mcp-client';
+import { McpHttpClient, echoOutcome, openSession } from './load/mcp-client';
 import { LatencySummary, summarize } from './load/stats';
 import { ProcessGroup, claimCpus } from './systems/process-group';
 import { allocatePort } from './systems/ports';
@@ -97,12 +97,7 @@ async function caller(url: string, opener: string, authorization: () => string |
     const token = authorization();
     const body = JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name: `svc__${ECHO_TOOL}`, arguments: { text: 'bench' } } });
     const answer = await client.post(url, body, { headers: { ...session, ...(token && { authorization: token }) }, timeoutMs: 10_000 });
-    try {
-      const result = answerTo(answer, id).result as { content?: { text?: string }[] };
-      return { endMs: answer.endMs, error: result.content?.[0]?.text === 'bench' ? undefined : 'wrong tool result' };
-    } catch (error) {
-      return { endMs: answer.endMs, error: (error as Error).message };
-    }
+    return echoOutcome(answer, id, 'bench');
   };
   return { issue, close: () => client.close() };
 }
