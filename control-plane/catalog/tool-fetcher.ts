@@ -100,10 +100,11 @@ async function listAllTools(listTools: (cursor?: string) => Promise<{ tools: Too
   return tools;
 }
 
-function transportOptions(connection: CatalogConnection, budget: ListingBudget) {
+/** `traceHeaders`: the trace context of the listing's span, so that the Tool Service's spans hang under it. */
+function transportOptions(connection: CatalogConnection, budget: ListingBudget, traceHeaders: Record<string, string>) {
   return {
     fetch: budget.meter(connection.fetch),
-    ...(connection.authorization !== undefined && { requestInit: { headers: { authorization: connection.authorization } } }),
+    requestInit: { headers: { ...traceHeaders, ...(connection.authorization !== undefined && { authorization: connection.authorization }) } },
   };
 }
 
@@ -122,10 +123,10 @@ const requestOptions = (limits: ToolListLimits, budget: ListingBudget) => ({
 });
 
 /** In a session-based revision (2025-11-25 and before): what almost every Tool Service speaks. */
-async function fetchInSession(service: ToolServiceIR, limits: ToolListLimits, connection: CatalogConnection): Promise<ToolList> {
+async function fetchInSession(service: ToolServiceIR, limits: ToolListLimits, connection: CatalogConnection, traceHeaders: Record<string, string>): Promise<ToolList> {
   const budget = new ListingBudget(limits);
   const client = new Client(GATEWAY_CLIENT_INFO, { capabilities: CATALOG_CLIENT_CAPABILITIES });
-  const transport = new StreamableHTTPClientTransport(new URL(service.url), transportOptions(connection, budget));
+  const transport = new StreamableHTTPClientTransport(new URL(service.url), transportOptions(connection, budget, traceHeaders));
   const options = requestOptions(limits, budget);
   try {
     return await bounded(
@@ -145,7 +146,7 @@ async function fetchInSession(service: ToolServiceIR, limits: ToolListLimits, co
 }
 
 /** In the stateless revision (2026-07-28), with the MCP SDK v2 client pinned to it. */
-async function fetchStateless(service: ToolServiceIR, limits: ToolListLimits, connection: CatalogConnection): Promise<ToolList> {
+async function fetchStateless(service: ToolServiceIR, limits: ToolListLimits, connection: CatalogConnection, traceHeaders: Record<string, string>): Promise<ToolList> {
   const budget = new ListingBudget(limits);
   const client = new StatelessClient(GATEWAY_CLIENT_INFO, { versionNegotiation: { mode: { pin: MODERN_PROTOCOL_VERSION } } });
   const options = requestOptions(limits, budget);
@@ -153,7 +154,7 @@ async function fetchStateless(service: ToolServiceIR, limits: ToolListLimits, co
     return await bounded(
       budget,
       (async () => {
-        await client.connect(new StatelessTransport(new URL(service.url), transportOptions(connection, budget)), options);
+        await client.connect(new StatelessTransport(new URL(service.url), transportOptions(connection, budget, traceHeaders)), options);
         const tools = await listAllTools(
           (cursor) => client.listTools(cursor ? { cursor } : {}, options) as Promise<{ tools: Tool[]; nextCursor?: string }>,
           budget,
@@ -224,16 +225,21 @@ export function describeListingFailure(error: unknown, timeoutMs: number): strin
  * `initialize`) is asked again in the stateless revision. If that fails too, the first error counts,
  * unless the second went past the listing's bounds. Fails with the cause named (describeListingFailure).
  */
-export async function fetchToolList(service: ToolServiceIR, access: CatalogAccess, limits: ToolListLimits = TOOL_LIST_DEFAULTS): Promise<ToolList> {
+export async function fetchToolList(
+  service: ToolServiceIR,
+  access: CatalogAccess,
+  limits: ToolListLimits = TOOL_LIST_DEFAULTS,
+  traceHeaders: Record<string, string> = {},
+): Promise<ToolList> {
   let connection: CatalogConnection | undefined;
   try {
     const opened = (connection = await access.connect(service));
     try {
-      return await fetchInSession(service, limits, opened);
+      return await fetchInSession(service, limits, opened, traceHeaders);
     } catch (error) {
       const status = error instanceof StreamableHTTPError ? error.code : undefined;
       if (status === undefined || status < 400 || status >= 500) throw error;
-      return await fetchStateless(service, limits, opened).catch((second: unknown) => {
+      return await fetchStateless(service, limits, opened, traceHeaders).catch((second: unknown) => {
         throw second instanceof ToolListTooLargeError ? second : error;
       });
     }

@@ -2,7 +2,7 @@ import { envoyBinary } from '../devstack/envoy';
 import { portProblem } from '../devstack/port-owner';
 import { CHILDREN_DIE_WITH_PARENT, onPath } from '../devstack/processes';
 import { ServingCheck } from '../devstack/serving-check';
-import { GatewayStack, RestartEvent } from '../devstack/stack';
+import { GatewayStack, RestartEvent, StackTracing } from '../devstack/stack';
 import { Route } from '../registry/model';
 import { loadRegistryFile } from '../registry/static-file';
 import { LogLevel } from '../shared/log';
@@ -14,6 +14,8 @@ export interface UpOptions {
   samplePorts: { weather: number; jobs: number };
   logDir: string;
   logLevel: LogLevel;
+  /** Spans of Envoy, the control plane and the sidecar to this OTLP/HTTP collector. */
+  tracing?: StackTracing;
 }
 
 /** What keeps `up` from starting or serving, said in one line with its cause and its fix. */
@@ -66,6 +68,7 @@ export async function runUp(options: UpOptions, say: (line: string) => void): Pr
     samples,
     ports: { listener: options.listenerPort },
     logLevel: options.logLevel,
+    tracing: options.tracing,
     envoyBaseId: options.listenerPort,
     onRestart: (event) => say(restartLine(event)),
   });

@@ -21,6 +21,8 @@ import { CachedSessionStore, SESSION_CACHE_DEFAULTS, redisSessionEndings } from 
 import { MemorySessionStore, RedisSessionStore, SessionLimits, SessionStore } from './sessions/session-store';
 import { SidecarMetrics, startSidecarAdmin } from './sidecar-metrics';
 import { redisUpGauge } from '../shared/state-gauge';
+import { Tracing } from '../shared/tracing';
+import { tracedBackendSessions } from './sidecar-tracing';
 
 export interface SidecarOptions {
   /** host:port of the sidecar's HTTP port behind Envoy: the gateway lane and the call lane's session check. */
@@ -53,6 +55,8 @@ export interface SidecarOptions {
   drainTimeoutMs: number;
   /** Approval pages and the approval check (docs/approval-and-audit.md); they need Redis. */
   approvals?: ApprovalOptions;
+  /** Spans of the session check and of the sidecar's requests to backends; off unless given. */
+  tracing?: Tracing;
   log: Logger;
 }
 
@@ -126,11 +130,15 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     sessions = new MemorySessionStore(options.sessionIdleTtlSeconds, options.sessionLimits);
     log.warn('no --redis: sessions live in this process only (lost on restart, not shared with other replicas)');
   }
+  const tracing = options.tracing ?? Tracing.off;
   const credentials = new BackendCredentialsProvider(options.idp && new IdpClient(options.idp), new TokenCache(options.tokenCache ?? TOKEN_CACHE_DEFAULTS, metrics));
   const context: GatewayContext = {
     lookup: (key) => routes.get(key),
     sessions,
-    backendSessions: new BackendRequests((backend) => egressFetch(options.egressAddress, backend.cluster), credentials, options.backendSessionTimeoutMs),
+    backendSessions: tracedBackendSessions(
+      new BackendRequests((backend) => egressFetch(options.egressAddress, backend.cluster), credentials, options.backendSessionTimeoutMs),
+      tracing,
+    ),
     credentials,
     log,
   };
@@ -150,7 +158,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   }
 
   const admin = options.adminAddress ? await startSidecarAdmin(options.adminAddress, metrics, () => version) : undefined;
-  const gateway = new GatewayServer(context, streams, { maxRequestBodyBytes: options.maxRequestBodyBytes, approvals }, metrics);
+  const gateway = new GatewayServer(context, streams, { maxRequestBodyBytes: options.maxRequestBodyBytes, approvals }, metrics, tracing);
   const server: http.Server = await listenAt(gateway.handle, options.address);
   // Envoy keeps its connections to the sidecar open between requests: longer than Envoy's own idle timeout (1 h by default) would be pointless.
   server.keepAliveTimeout = 300_000;
@@ -172,6 +180,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       server.closeAllConnections();
       await sessions.close();
       approvalStore?.close();
+      await tracing.shutdown();
     },
   };
 }

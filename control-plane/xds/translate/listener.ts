@@ -17,6 +17,7 @@ import {
   METADATA_NAMESPACE,
   ROUTE_CONFIG_NAME,
 } from './settings';
+import { connectionManagerTracing, spanIdsFilter } from './tracing';
 import { TYPE_URL } from './type-urls';
 
 /** A claim of the caller's validated token (jwt_authn), cut to a bounded length: the token's issuer chose it. */
@@ -140,6 +141,7 @@ export function buildListener(settings: GatewaySettings): TypedJson {
               request_timeout: '0s',
               access_log: [accessLog, callLog],
               local_reply_config: localReplyConfig(),
+              ...(settings.tracing && { tracing: connectionManagerTracing(settings.tracing) }),
               // CORS answers the preflights of browser pages on allowed origins (they carry no token), the
               // origin check refuses any other origin, jwt_authn validates the token of every request of a
               // route with auth before anything reads its body (docs/auth.md). The two
@@ -150,6 +152,7 @@ export function buildListener(settings: GatewaySettings): TypedJson {
                 originCheckFilter(settings.access.allowedOrigins),
                 jwtAuthnFilter(),
                 mcpFilter(settings.maxRequestBodyBytes),
+                ...(settings.tracing ? [spanIdsFilter()] : []),
                 callScriptFilter(),
                 sessionCheckFilter(settings.sessionCheckTimeoutMs),
                 { name: 'envoy.filters.http.router', typed_config: { '@type': TYPE_URL.router } },

@@ -31,6 +31,8 @@ export interface GatewaySettings {
    * hash (control-plane/audit/). Off when the control plane writes no audit: then nothing is copied.
    */
   auditArguments: boolean;
+  /** Envoy's spans (docs/observability.md#traces); absent, no tracer is configured at all. */
+  tracing?: GatewayTracing;
 }
 
 /** `*`: any value. */
@@ -47,6 +49,16 @@ export interface AccessSettings {
    * MUST). A request without Origin (not from a browser) is not affected.
    */
   allowedOrigins: AllowList;
+}
+
+/** Envoy's OpenTelemetry tracer: a gateway setting, so it changes the listener only when it changes. */
+export interface GatewayTracing {
+  /** OTLP/HTTP base URL of the collector, e.g. http://collector:4318: Envoy posts spans to `<url>/v1/traces`. */
+  otlpEndpoint: string;
+  /** Share of the traces Envoy starts that are kept (0…1); a caller's sampled flag is followed. */
+  samplingRatio: number;
+  /** `service.name` of Envoy's spans. */
+  serviceName: string;
 }
 
 /** Defaults of the settings above that are not addresses (docs/xds.md says why). */
@@ -71,6 +83,8 @@ export const SIDECAR_CLUSTER_NAME = 'mcp_sidecar';
 export const SIDECAR_STREAMS_CLUSTER_NAME = 'mcp_sidecar_streams';
 /** The same sidecars, for the call lane's session check (ext_authz over HTTP). */
 export const SIDECAR_CHECK_CLUSTER_NAME = 'mcp_sidecar_check';
+/** The OTLP collector, for Envoy's spans (only with tracing settings). */
+export const OTEL_COLLECTOR_CLUSTER_NAME = 'otel_collector';
 /** Where the sidecar serves the session check; Envoy prefixes the call's own path with it. */
 export const SESSION_CHECK_PATH = '/check';
 /** Dynamic-metadata namespace the call lane writes (route, backend, tool, JSON-RPC id, fallback, outcome) for Envoy's formatters. */
@@ -96,6 +110,12 @@ export const CHECK_HEADERS = {
    */
   callerAuthorization: 'x-mcpgw-caller-authorization',
 } as const;
+
+/**
+ * With tracing on, the call script learns the ids of Envoy's span of the call from this header
+ * (`<trace id>-<span id>`, added before the script runs), to write them into params._meta.
+ */
+export const SPAN_IDS_HEADER = 'x-mcpgw-span';
 
 /** Envoy's answer statuses (ext_authz): 200 lets the call go; anything else is the client's answer. */
 export const CHECK_STATUS = {

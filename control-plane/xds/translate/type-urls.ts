@@ -27,6 +27,8 @@ export const TYPE_URL = {
   corsPolicy: `${prefix}envoy.extensions.filters.http.cors.v3.CorsPolicy`,
   rbac: `${prefix}envoy.extensions.filters.http.rbac.v3.RBAC`,
   celFilter: `${prefix}envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter`,
+  openTelemetryConfig: `${prefix}envoy.config.trace.v3.OpenTelemetryConfig`,
+  headerMutation: `${prefix}envoy.extensions.filters.http.header_mutation.v3.HeaderMutation`,
   // Newer than the protos the project ships (ADR-0002): these travel as TypedStruct.
   mcp: `${prefix}envoy.extensions.filters.http.mcp.v3.Mcp`,
   mcpOverride: `${prefix}envoy.extensions.filters.http.mcp.v3.McpOverride`,
@@ -34,6 +36,8 @@ export const TYPE_URL = {
   luaPerRoute: `${prefix}envoy.extensions.filters.http.lua.v3.LuaPerRoute`,
   // The shipped Generic lacks header_value_prefix ("Bearer ").
   genericCredential: `${prefix}envoy.extensions.http.injected_credentials.generic.v3.Generic`,
+  parentBasedSampler: `${prefix}envoy.extensions.tracers.opentelemetry.samplers.v3.ParentBasedSamplerConfig`,
+  traceIdRatioSampler: `${prefix}envoy.extensions.tracers.opentelemetry.samplers.v3.TraceIdRatioBasedSamplerConfig`,
   previousHostsPredicate: `${prefix}envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate`,
 } as const;
 
