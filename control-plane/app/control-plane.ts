@@ -121,13 +121,18 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     if (!lastGood) return;
     for (const route of snapshot.routes) {
       const known = route.backends.filter((backend) => backend.state !== 'missing');
-      const saved = known.map(({ name, tool_service, tools_json, last_success_at, protocol_version, sessionful }) => ({
-        name,
-        tool_service,
-        tools_json,
-        last_success_at,
-        protocol_version,
-        sessionful,
+      const saved = known.map((backend) => ({
+        name: backend.name,
+        tool_service: backend.tool_service,
+        tools_json: backend.tools_json,
+        last_success_at: backend.last_success_at,
+        protocol_version: backend.protocol_version,
+        sessionful: backend.sessionful,
+        prompts_json: backend.prompts_json,
+        resources_json: backend.resources_json,
+        resource_templates_json: backend.resource_templates_json,
+        capabilities_json: backend.capabilities_json,
+        needs_json: backend.needs_json,
       }));
       const fingerprint = JSON.stringify(saved.map(({ last_success_at: _at, ...rest }) => rest));
       if (known.length === 0 || savedCatalogs.get(route.route_key) === fingerprint) continue;

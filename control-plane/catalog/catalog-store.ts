@@ -1,9 +1,10 @@
 import { createHash } from 'node:crypto';
 import { EventEmitter } from 'node:events';
-import { Tool } from '@modelcontextprotocol/sdk/types.js';
+import { Prompt, Resource, ResourceTemplate, ServerCapabilities, Tool } from '@modelcontextprotocol/sdk/types.js';
 import { GatewayIR, ToolServiceIR } from '../ir/gateway-ir';
 import { Logger } from '../shared/log';
-import { SavedRoute } from '../state/last-good-store';
+import { SavedBackendCatalog, SavedRoute } from '../state/last-good-store';
+import { ExposedPromptMessage, ExposedResourceMessage, ItemFinding, exposeRoutePrompts, exposeRouteResources } from './surface-exposure';
 import { ExposureSettings, ToolFinding, compareBackendNames, exposeRouteTools } from './tool-exposure';
 import { policyDenial } from './tool-policy';
 
@@ -18,6 +19,8 @@ interface ToolServiceCatalog {
   protocolVersion: string;
   /** It handed out a session when it was listed; true until it has answered (the safe guess). */
   sessionful: boolean;
+  /** Last-good prompts, resources and resource templates, the server's capabilities and what its tools and prompts need of clients. */
+  surface: BackendSurface;
   lastSuccessAt?: Date;
   lastError?: string;
   /** First failure since the last success; stays put while the backend keeps failing. */
@@ -49,6 +52,14 @@ export interface BackendCatalogMessage {
   protocol_version: string;
   /** It hands out sessions: a stateless client's call needs one opened for it. */
   sessionful: boolean;
+  /** The backend's own last-good prompts, resources and resource templates, each as JSON; RouteCatalogMessage says which are served. */
+  prompts_json: string[];
+  resources_json: string[];
+  resource_templates_json: string[];
+  /** The server capabilities it declared when listed (JSON; "{}" before it has answered). */
+  capabilities_json: string;
+  /** What its tools and prompts need of a client (client-needs.ts), as JSON: `{"tool:<own name>": [...], "prompt:<own name>": [...]}`. */
+  needs_json: string;
 }
 
 export interface DeniedToolMessage {
@@ -70,6 +81,10 @@ export interface RouteCatalogMessage {
   backends: BackendCatalogMessage[];
   /** What tools/list serves, in order, after the naming rules, de-duplication and the cap. */
   tools: ExposedToolMessage[];
+  /** What prompts/list, resources/list and resources/templates/list serve, in order (surface-exposure.ts). */
+  prompts: ExposedPromptMessage[];
+  resources: ExposedResourceMessage[];
+  resource_templates: ExposedResourceMessage[];
 }
 
 export interface CatalogSnapshotMessage {
@@ -100,12 +115,37 @@ export const CATALOG_DEFAULTS: CatalogSettings = {
   toolsListPageSize: 0,
 };
 
-/** A Tool Service's whole tools/list, the protocol revision it answered in, and whether it handed out a session. */
-export interface ToolList {
+/**
+ * A Tool Service's whole tools/list, the protocol revision it answered in, and whether it handed out a
+ * session; with its prompts, resources and templates where it serves them (absent: none).
+ */
+export interface ToolList extends Partial<BackendSurface> {
   tools: Tool[];
   protocolVersion: string;
   sessionful: boolean;
 }
+
+/** What a Tool Service serves besides tools, and what its tools and prompts need of clients. */
+export interface BackendSurface {
+  prompts: Prompt[];
+  resources: Resource[];
+  resourceTemplates: ResourceTemplate[];
+  capabilities: ServerCapabilities;
+  /** By own name: the client capabilities a tool or prompt needs (client-needs.ts); absent: none. */
+  toolNeeds: Record<string, string[]>;
+  promptNeeds: Record<string, string[]>;
+}
+
+const NO_SURFACE: BackendSurface = { prompts: [], resources: [], resourceTemplates: [], capabilities: {}, toolNeeds: {}, promptNeeds: {} };
+
+const surfaceOf = (list: ToolList): BackendSurface => ({
+  prompts: list.prompts ?? [],
+  resources: list.resources ?? [],
+  resourceTemplates: list.resourceTemplates ?? [],
+  capabilities: list.capabilities ?? {},
+  toolNeeds: list.toolNeeds ?? {},
+  promptNeeds: list.promptNeeds ?? {},
+});
 
 export type ToolListFetcher = (service: ToolServiceIR) => Promise<ToolList>;
 
@@ -132,8 +172,41 @@ function stateOf(catalog: ToolServiceCatalog | undefined): BackendState {
   return 'ok';
 }
 
-/** A Redis copy is only checked to be JSON: a tool without a string name gets the empty name, which no rule lets through. */
-const nameOf = (tool: Tool) => (typeof tool.name === 'string' ? tool.name : '');
+/** A Redis copy is only checked to be JSON: a tool or prompt without a string name gets the empty name, which no rule lets through. */
+const nameOf = (item: { name: string }) => (typeof item.name === 'string' ? item.name : '');
+/** Likewise a resource without a string URI: the empty URI, which is not absolute and never served. */
+const uriOf = (resource: Resource) => (typeof resource.uri === 'string' ? resource.uri : '');
+const uriTemplateOf = (template: ResourceTemplate) => (typeof template.uriTemplate === 'string' ? template.uriTemplate : '');
+
+/** The catalog message's form of a backend's surface. */
+function surfaceMessage(surface: BackendSurface) {
+  const needs = {
+    ...Object.fromEntries(Object.entries(surface.toolNeeds).map(([name, value]) => [`tool:${name}`, value])),
+    ...Object.fromEntries(Object.entries(surface.promptNeeds).map(([name, value]) => [`prompt:${name}`, value])),
+  };
+  return {
+    prompts_json: surface.prompts.map((prompt) => JSON.stringify(prompt)),
+    resources_json: surface.resources.map((resource) => JSON.stringify(resource)),
+    resource_templates_json: surface.resourceTemplates.map((template) => JSON.stringify(template)),
+    capabilities_json: JSON.stringify(surface.capabilities),
+    needs_json: JSON.stringify(needs),
+  };
+}
+
+/** A surface kept in Redis (absent in copies saved before the gateway served prompts and resources). */
+function restoredSurface(saved: SavedBackendCatalog): BackendSurface {
+  const parse = <T>(json: string | undefined, fallback: T): T => (json ? (JSON.parse(json) as T) : fallback);
+  const needs = parse<Record<string, string[]>>(saved.needs_json, {});
+  const needsOf = (kind: string) => Object.fromEntries(Object.entries(needs).flatMap(([key, value]) => (key.startsWith(`${kind}:`) ? [[key.slice(kind.length + 1), value]] : [])));
+  return {
+    prompts: (saved.prompts_json ?? []).map((json) => JSON.parse(json) as Prompt),
+    resources: (saved.resources_json ?? []).map((json) => JSON.parse(json) as Resource),
+    resourceTemplates: (saved.resource_templates_json ?? []).map((json) => JSON.parse(json) as ResourceTemplate),
+    capabilities: parse<ServerCapabilities>(saved.capabilities_json, {}),
+    toolNeeds: needsOf('tool'),
+    promptNeeds: needsOf('prompt'),
+  };
+}
 
 /**
  * Per-Tool-Service tool lists with last-good semantics, and the per-route snapshot built from them.
@@ -149,6 +222,7 @@ export class CatalogStore extends EventEmitter {
   private servicesByKey = new Map<string, ToolServiceIR>();
   private snapshot: CatalogSnapshotMessage;
   private findings = new Map<string, ToolFinding[]>();
+  private itemFindings = new Map<string, ItemFinding[]>();
   /** Tool Services listed again soon, by catalog key, instead of at the next full refresh. */
   private readonly relistings = new Map<string, Relisting>();
   private closed = false;
@@ -170,6 +244,11 @@ export class CatalogStore extends EventEmitter {
   /** What the rules reported for a route's tools in the current snapshot. */
   toolFindings(routeKey: string): ToolFinding[] {
     return this.findings.get(routeKey) ?? [];
+  }
+
+  /** What the rules reported for a route's prompts, resources and resource templates in the current snapshot. */
+  surfaceFindings(routeKey: string): ItemFinding[] {
+    return this.itemFindings.get(routeKey) ?? [];
   }
 
   /**
@@ -207,6 +286,7 @@ export class CatalogStore extends EventEmitter {
           tools: backend.tools_json.map((json) => JSON.parse(json) as Tool),
           protocolVersion: backend.protocol_version ?? '',
           sessionful: backend.sessionful ?? true,
+          surface: restoredSurface(backend),
           lastSuccessAt: backend.last_success_at ? new Date(backend.last_success_at) : restartedAt,
           lastError: 'not refreshed since the gateway started: tools restored from Redis last-good',
           failingSince: restartedAt,
@@ -250,9 +330,11 @@ export class CatalogStore extends EventEmitter {
 
   private async fetchOne(service: ToolServiceIR): Promise<void> {
     const existing = this.byKey.get(service.catalogKey);
-    const catalog = existing?.url === service.url ? existing : { url: service.url, tools: [], protocolVersion: '', sessionful: true };
+    const catalog = existing?.url === service.url ? existing : { url: service.url, tools: [], protocolVersion: '', sessionful: true, surface: NO_SURFACE };
     try {
-      ({ tools: catalog.tools, protocolVersion: catalog.protocolVersion, sessionful: catalog.sessionful } = await this.fetchTools(service));
+      const listed = await this.fetchTools(service);
+      ({ tools: catalog.tools, protocolVersion: catalog.protocolVersion, sessionful: catalog.sessionful } = listed);
+      catalog.surface = surfaceOf(listed);
       catalog.lastSuccessAt = new Date();
       catalog.failingSince = undefined;
       catalog.lastError = undefined;
@@ -336,6 +418,7 @@ export class CatalogStore extends EventEmitter {
 
   private rebuild(): void {
     const findings = new Map<string, ToolFinding[]>();
+    const itemFindings = new Map<string, ItemFinding[]>();
     const services = this.servicesByKey;
     const routes = this.ir.routes.map((route): RouteCatalogMessage => {
       const backends = [...route.backends]
@@ -354,6 +437,12 @@ export class CatalogStore extends EventEmitter {
         this.settings,
       );
       findings.set(route.key, exposure.findings);
+      const surfaces = backends.map(({ backend, catalog }) => ({ backend: backend.name, surface: catalog?.surface ?? NO_SURFACE }));
+      const itemsOf = (pick: (surface: BackendSurface) => string[]) => surfaces.map(({ backend, surface }) => ({ backend, items: pick(surface) }));
+      const prompts = exposeRoutePrompts(itemsOf((surface) => surface.prompts.map(nameOf)), this.settings.toolNameSeparator);
+      const resources = exposeRouteResources(itemsOf((surface) => surface.resources.map(uriOf)), 'resource');
+      const templates = exposeRouteResources(itemsOf((surface) => surface.resourceTemplates.map(uriTemplateOf)), 'resource-template');
+      itemFindings.set(route.key, [...prompts.findings, ...resources.findings, ...templates.findings]);
       return {
         route_key: route.key,
         backends: backends.map(({ backend, catalog, denials }) => ({
@@ -372,8 +461,12 @@ export class CatalogStore extends EventEmitter {
           denied_tools: denials.flatMap((rule, index) => (rule === undefined ? [] : [{ tool: catalog!.tools[index].name, rule }])),
           protocol_version: catalog?.protocolVersion ?? '',
           sessionful: catalog?.sessionful ?? true,
+          ...surfaceMessage(catalog?.surface ?? NO_SURFACE),
         })),
         tools: exposure.tools,
+        prompts: prompts.prompts,
+        resources: resources.resources,
+        resource_templates: templates.resources,
       };
     });
     for (const [route, routeFindings] of findings) {
@@ -387,6 +480,11 @@ export class CatalogStore extends EventEmitter {
       });
     }
     this.findings = findings;
+    for (const [route, routeFindings] of itemFindings) {
+      if (routeFindings.length === 0 || JSON.stringify(routeFindings) === JSON.stringify(this.itemFindings.get(route) ?? [])) continue;
+      this.log.warn('catalog rules left out prompts or resources of a route (details in /status)', { route, left_out: routeFindings.length, rules: [...new Set(routeFindings.map((finding) => finding.rule))] });
+    }
+    this.itemFindings = itemFindings;
     const snapshot = this.snapshotOf(routes);
     if (snapshot.version === this.snapshot.version) return;
     this.snapshot = snapshot;

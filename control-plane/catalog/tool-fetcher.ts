@@ -2,21 +2,14 @@ import * as fs from 'node:fs/promises';
 import { Client as StatelessClient, StreamableHTTPClientTransport as StatelessTransport } from '@modelcontextprotocol/client';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { ErrorCode, LATEST_PROTOCOL_VERSION, Tool } from '@modelcontextprotocol/sdk/types.js';
+import { ErrorCode, LATEST_PROTOCOL_VERSION, Prompt, Resource, ResourceTemplate, ServerCapabilities, Tool } from '@modelcontextprotocol/sdk/types.js';
 import { ToolServiceIR } from '../ir/gateway-ir';
 import { MODERN_PROTOCOL_VERSION } from '../sidecar/modern-era';
 import { ToolList } from './catalog-store';
+import { ALL_OF, CLIENT_NEEDS, ClientNeed, capabilitiesFor } from './client-needs';
 import { backendFetch } from '../shared/backend-fetch';
 
 export const GATEWAY_CLIENT_INFO = { name: 'mcp-federation-gateway', version: '0.1.0' };
-
-/**
- * The catalog lists tools for a client that can do everything a gateway client may do: some servers
- * offer a tool only to clients that declare sampling, elicitation or roots. A call from a client that
- * cannot is answered by the backend, in the session the gateway opened with the client's own
- * capabilities.
- */
-const CATALOG_CLIENT_CAPABILITIES = { sampling: {}, elicitation: {}, roots: {} };
 
 async function readToken(file: string): Promise<string> {
   try {
@@ -76,8 +69,9 @@ class ListingBudget {
     if (this.readBytes > this.limits.maxBytes) this.fail(`tools/list exceeded ${formatBytes(this.limits.maxBytes)}`);
   }
 
-  countTools(tools: number): void {
-    if (tools > this.limits.maxTools) this.fail(`tools/list exceeded ${this.limits.maxTools} tools`);
+  /** Items of one list (tools, prompts, resources or templates), over all its pages. */
+  countItems(method: ListMethod, items: number): void {
+    if (items > this.limits.maxTools) this.fail(`${method} exceeded ${this.limits.maxTools} ${LIST_KEYS[method]}`);
   }
 
   /** A fetch whose response bodies count against this budget. */
@@ -98,17 +92,60 @@ class ListingBudget {
   }
 }
 
-/** The whole tools/list, following nextCursor to the end, with either SDK's client. */
-async function listAllTools(listTools: (cursor?: string) => Promise<{ tools: Tool[]; nextCursor?: string }>, budget: ListingBudget): Promise<Tool[]> {
-  const tools: Tool[] = [];
+/** The list methods the catalog reads, and the member of each answer that holds the items. */
+const LIST_KEYS = { 'tools/list': 'tools', 'prompts/list': 'prompts', 'resources/list': 'resources', 'resources/templates/list': 'resourceTemplates' } as const;
+type ListMethod = keyof typeof LIST_KEYS;
+type Page = { nextCursor?: string } & Record<string, unknown>;
+
+/**
+ * One listing session with a Tool Service, in either revision: what the server declared, and one page
+ * of a list at a time.
+ */
+interface ListingSession {
+  capabilities: ServerCapabilities;
+  protocolVersion: string;
+  sessionful: boolean;
+  page(method: ListMethod, cursor: string | undefined): Promise<Page>;
+}
+
+/** A whole list, following nextCursor to the end, within the listing's bounds. */
+async function listAll<T>(session: ListingSession, method: ListMethod, budget: ListingBudget): Promise<T[]> {
+  const items: T[] = [];
   let cursor: string | undefined;
   do {
-    const page = await listTools(cursor);
-    tools.push(...page.tools);
-    budget.countTools(tools.length);
+    const page = await session.page(method, cursor);
+    items.push(...((page[LIST_KEYS[method]] as T[] | undefined) ?? []));
+    budget.countItems(method, items.length);
     cursor = page.nextCursor;
   } while (cursor);
-  return tools;
+  return items;
+}
+
+/** What one listing session read: every list the server's capabilities say it serves. */
+interface Listed {
+  tools: Tool[];
+  prompts: Prompt[];
+  resources: Resource[];
+  resourceTemplates: ResourceTemplate[];
+  capabilities: ServerCapabilities;
+  protocolVersion: string;
+  sessionful: boolean;
+}
+
+async function listEverything(session: ListingSession, budget: ListingBudget, scope: 'all' | 'callables'): Promise<Listed> {
+  const { capabilities } = session;
+  // Prompts and resources are listed only where the server declares them (a server without them may answer -32601).
+  const prompts = capabilities.prompts ? await listAll<Prompt>(session, 'prompts/list', budget) : [];
+  const withResources = scope === 'all' && capabilities.resources !== undefined;
+  return {
+    tools: await listAll<Tool>(session, 'tools/list', budget),
+    prompts,
+    resources: withResources ? await listAll<Resource>(session, 'resources/list', budget) : [],
+    resourceTemplates: withResources ? await listAll<ResourceTemplate>(session, 'resources/templates/list', budget) : [],
+    capabilities,
+    protocolVersion: session.protocolVersion,
+    sessionful: session.sessionful,
+  };
 }
 
 async function transportOptions(service: ToolServiceIR, budget: ListingBudget) {
@@ -132,22 +169,73 @@ const requestOptions = (limits: ToolListLimits, budget: ListingBudget) => ({
   signal: AbortSignal.any([AbortSignal.timeout(limits.timeoutMs), budget.abort.signal]),
 });
 
-/** In a session-based revision (2025-11-25 and before): what almost every Tool Service speaks. */
-async function fetchInSession(service: ToolServiceIR, limits: ToolListLimits): Promise<ToolList> {
+type Era = 'session' | 'stateless';
+
+/**
+ * One listing in a session-based revision (2025-11-25 and before: what almost every Tool Service
+ * speaks) or in the stateless revision (2026-07-28, the MCP SDK v2 client pinned to it), as a client
+ * declaring `capabilities`.
+ */
+async function listAs(era: Era, service: ToolServiceIR, limits: ToolListLimits, capabilities: Record<string, unknown>, scope: 'all' | 'callables'): Promise<Listed> {
   const budget = new ListingBudget(limits);
-  const client = new Client(GATEWAY_CLIENT_INFO, { capabilities: CATALOG_CLIENT_CAPABILITIES });
-  const transport = new StreamableHTTPClientTransport(new URL(service.url), await transportOptions(service, budget));
   const options = requestOptions(limits, budget);
+  const transport = await transportOptions(service, budget);
+  if (era === 'session') {
+    const client = new Client(GATEWAY_CLIENT_INFO, { capabilities });
+    const sessionTransport = new StreamableHTTPClientTransport(new URL(service.url), transport);
+    const pages = {
+      'tools/list': (params: { cursor?: string }) => client.listTools(params, options),
+      'prompts/list': (params: { cursor?: string }) => client.listPrompts(params, options),
+      'resources/list': (params: { cursor?: string }) => client.listResources(params, options),
+      'resources/templates/list': (params: { cursor?: string }) => client.listResourceTemplates(params, options),
+    };
+    try {
+      return await bounded(
+        budget,
+        (async () => {
+          await client.connect(sessionTransport, options);
+          const sessionful = sessionTransport.sessionId !== undefined;
+          const listed = await listEverything(
+            {
+              capabilities: client.getServerCapabilities() ?? {},
+              protocolVersion: sessionTransport.protocolVersion ?? LATEST_PROTOCOL_VERSION,
+              sessionful,
+              page: (method, cursor) => pages[method](cursor ? { cursor } : {}) as Promise<Page>,
+            },
+            budget,
+            scope,
+          );
+          // A stateful backend opened a session for this listing only: end it rather than leave it to expire.
+          if (sessionful) await sessionTransport.terminateSession().catch(() => undefined);
+          return listed;
+        })(),
+      );
+    } finally {
+      await client.close().catch(() => undefined);
+    }
+  }
+  const client = new StatelessClient(GATEWAY_CLIENT_INFO, { capabilities, versionNegotiation: { mode: { pin: MODERN_PROTOCOL_VERSION } } });
+  const pages = {
+    'tools/list': (params: { cursor?: string }) => client.listTools(params, options),
+    'prompts/list': (params: { cursor?: string }) => client.listPrompts(params, options),
+    'resources/list': (params: { cursor?: string }) => client.listResources(params, options),
+    'resources/templates/list': (params: { cursor?: string }) => client.listResourceTemplates(params, options),
+  };
   try {
     return await bounded(
       budget,
       (async () => {
-        await client.connect(transport, options);
-        const tools = await listAllTools((cursor) => client.listTools(cursor ? { cursor } : {}, options), budget);
-        const sessionful = transport.sessionId !== undefined;
-        // A stateful backend opened a session for this listing only: end it rather than leave it to expire.
-        if (sessionful) await transport.terminateSession().catch(() => undefined);
-        return { tools, protocolVersion: transport.protocolVersion ?? LATEST_PROTOCOL_VERSION, sessionful };
+        await client.connect(new StatelessTransport(new URL(service.url), transport), options);
+        return listEverything(
+          {
+            capabilities: (client.getServerCapabilities() ?? {}) as ServerCapabilities,
+            protocolVersion: MODERN_PROTOCOL_VERSION,
+            sessionful: false,
+            page: (method, cursor) => pages[method](cursor ? { cursor } : {}) as Promise<Page>,
+          },
+          budget,
+          scope,
+        );
       })(),
     );
   } finally {
@@ -155,26 +243,34 @@ async function fetchInSession(service: ToolServiceIR, limits: ToolListLimits): P
   }
 }
 
-/** In the stateless revision (2026-07-28), with the MCP SDK v2 client pinned to it. */
-async function fetchStateless(service: ToolServiceIR, limits: ToolListLimits): Promise<ToolList> {
-  const budget = new ListingBudget(limits);
-  const client = new StatelessClient(GATEWAY_CLIENT_INFO, { versionNegotiation: { mode: { pin: MODERN_PROTOCOL_VERSION } } });
-  const options = requestOptions(limits, budget);
-  try {
-    return await bounded(
-      budget,
-      (async () => {
-        await client.connect(new StatelessTransport(new URL(service.url), await transportOptions(service, budget)), options);
-        const tools = await listAllTools(
-          (cursor) => client.listTools(cursor ? { cursor } : {}, options) as Promise<{ tools: Tool[]; nextCursor?: string }>,
-          budget,
-        );
-        return { tools, protocolVersion: MODERN_PROTOCOL_VERSION, sessionful: false };
-      })(),
-    );
-  } finally {
-    await client.close().catch(() => undefined);
+const offeredNames = (listed: Listed) => [...listed.tools.map((tool) => `tool:${tool.name}`), ...listed.prompts.map((prompt) => `prompt:${prompt.name}`)];
+
+/**
+ * Which client capabilities each tool and prompt needs (docs/catalog.md): some servers offer a tool
+ * only to clients that declare sampling, elicitation (form or URL) or roots. The catalog is listed as a
+ * client that declares every one of them; when a client declaring none is offered less, each
+ * capability is tried on its own: a tool offered with any one of them needs that one (any of them,
+ * when several each bring it), and one offered only with all together needs all.
+ */
+async function probeNeeds(era: Era, service: ToolServiceIR, limits: ToolListLimits, full: Listed): Promise<Record<string, string[]>> {
+  const bare = new Set(offeredNames(await listAs(era, service, limits, {}, 'callables')));
+  const conditional = offeredNames(full).filter((key) => !bare.has(key));
+  if (conditional.length === 0) return {};
+  const broughtBy = new Map<string, ClientNeed[]>(conditional.map((key) => [key, []]));
+  for (const need of CLIENT_NEEDS) {
+    const offered = new Set(offeredNames(await listAs(era, service, limits, capabilitiesFor([need]), 'callables')));
+    for (const key of conditional) if (offered.has(key)) broughtBy.get(key)!.push(need);
   }
+  return Object.fromEntries([...broughtBy].map(([key, needs]) => [key, needs.length > 0 ? needs : [CLIENT_NEEDS.join(ALL_OF)]]));
+}
+
+/** A listing as a client that declares every capability, with what each tool and prompt needs of its clients. */
+async function fetchAs(era: Era, service: ToolServiceIR, limits: ToolListLimits): Promise<ToolList> {
+  const full = await listAs(era, service, limits, capabilitiesFor(CLIENT_NEEDS), 'all');
+  const needs = await probeNeeds(era, service, limits, full);
+  const needsOf = (kind: 'tool' | 'prompt') =>
+    Object.fromEntries(Object.entries(needs).flatMap(([key, value]) => (key.startsWith(`${kind}:`) ? [[key.slice(kind.length + 1), value]] : [])));
+  return { ...full, toolNeeds: needsOf('tool'), promptNeeds: needsOf('prompt') };
 }
 
 /** Error codes of Node's sockets and undici, as an operator reads them. */
@@ -238,11 +334,11 @@ export function describeListingFailure(error: unknown, timeoutMs: number): strin
 export async function fetchToolList(service: ToolServiceIR, limits: ToolListLimits = TOOL_LIST_DEFAULTS): Promise<ToolList> {
   try {
     try {
-      return await fetchInSession(service, limits);
+      return await fetchAs('session', service, limits);
     } catch (error) {
       const status = error instanceof StreamableHTTPError ? error.code : undefined;
       if (status === undefined || status < 400 || status >= 500) throw error;
-      return await fetchStateless(service, limits).catch((second: unknown) => {
+      return await fetchAs('stateless', service, limits).catch((second: unknown) => {
         throw second instanceof ToolListTooLargeError ? second : error;
       });
     }
