@@ -2,7 +2,7 @@ import { Logger } from '../shared/log';
 import { CallOutcomeName } from './call-response';
 import { JsonRpcId, jsonRpcError } from './json-rpc';
 import { BackendView, RouteCatalogView } from './route-catalog';
-import { BackendAnswer, OnBehalf } from './sessions/backend-sessions';
+import { BackendAnswer, BackendSessionFields, OnBehalf } from './sessions/backend-sessions';
 import { GatewaySession, SessionStore } from './sessions/session-store';
 
 /** The vocabulary of the sidecar's decisions: what it is asked, what it answers, what it decides with. */
@@ -59,7 +59,7 @@ export interface GatewayContext {
   sessions: SessionStore;
   /** Requests the sidecar makes to a backend itself, on the client's behalf (with the client's own headers). */
   backendSessions: {
-    open(backend: BackendView, session: Pick<GatewaySession, 'protocolVersion' | 'clientInfo' | 'clientCapabilities'>, clientHeaders: Record<string, string>): Promise<string>;
+    open(backend: BackendView, session: BackendSessionFields, clientHeaders: Record<string, string>): Promise<string>;
     close(backend: BackendView, onBehalf: OnBehalf): Promise<void>;
     /** A client's notification or answer, posted in the backend session; the backend's HTTP answer. */
     post(backend: BackendView, onBehalf: OnBehalf, message: string): Promise<BackendAnswer>;

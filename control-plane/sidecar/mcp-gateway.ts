@@ -17,10 +17,14 @@ import {
 } from './decision';
 import { JSON_RPC, JsonRpcId, jsonRpcResult } from './json-rpc';
 import { MODERN_META, MODERN_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSIONS, modernRequestProblem, modernVersionClaim } from './modern-era';
-import { RouteCatalogView } from './route-catalog';
+import { LIST_METHODS, ListMethod, RouteCatalogView } from './route-catalog';
+import { setLevelForSession } from './logging-level';
 import { ClientFieldsTooLargeError, GatewaySession } from './sessions/session-store';
+import { answerUnplacedRequest, isPlacedMethod } from './surface-requests';
 import { answerUnplacedCall } from './tool-call';
-import { answerToolsList, toolsListBody } from './tools-list';
+import { ListAudience, answerList, listBody } from './tools-list';
+import { ServerCapabilities } from '@modelcontextprotocol/sdk/types.js';
+import { offeredBy } from '../catalog/client-needs';
 
 /** The sidecar's decisions on requests: answered here, or sent on to exactly one backend (tool-call.ts). */
 
@@ -182,29 +186,70 @@ async function decideOnMessage(message: JsonRpcMessage, head: RequestHead, view:
   if (session === false) return sessionNotFound(id ?? null);
   if (typeof message.method !== 'string') return routeClientResponse(message, head, view, session);
   if (id === undefined) return relayNotification(message, head, view, session, context);
+  if (isListMethod(message.method)) {
+    if (!servesList(view, message.method)) return notServedOnRoute(message.method, id, view, 200);
+    // A client's lists hold what its declared capabilities let it use; a request without a session declared none of them: it gets everything.
+    const offered = session ? offeredBy(session.clientCapabilities) : undefined;
+    return answerListRequest(view, message.method, message.params, id, { ...(offered && { offeredBy: () => offered }) });
+  }
+  if (isPlacedMethod(message.method)) {
+    return servesMethod(view, message.method) ? answerUnplacedRequest(message.method, message.params, id, view) : notServedOnRoute(message.method, id, view, 200);
+  }
   switch (message.method) {
     case 'ping':
       return respondJson(200, jsonRpcResult(id, {}), 'ping');
-    case 'tools/list': {
-      const answer = answerToolsList(view, message.params);
-      return answer.ok
-        ? respondBody(200, toolsListBody(id, answer.result), 'tools_list')
-        : respondError(200, id, JSON_RPC.INVALID_PARAMS, answer.message, 'invalid_cursor');
-    }
     case 'tools/call':
       return answerUnplacedCall(message.params, id, view);
+    case 'logging/setLevel':
+      if (!view.capabilities.logging) return notServedOnRoute(message.method, id, view, 200);
+      if (!session) return respondError(200, id, JSON_RPC.INVALID_REQUEST, 'logging/setLevel needs a session: initialize first', 'session_required');
+      return setLevelForSession(message.params, id, session, head, view, context);
     default:
       return respondError(200, id, JSON_RPC.METHOD_NOT_FOUND, `method "${message.method}" is not supported by this gateway`, 'method_not_found');
   }
 }
 
+const isListMethod = (method: string): method is ListMethod => method in LIST_METHODS;
+
+/** The capability a method needs the route to declare (route-catalog.ts routeCapabilities). */
+const CAPABILITY_OF: Record<string, keyof ServerCapabilities> = {
+  'prompts/list': 'prompts',
+  'prompts/get': 'prompts',
+  'resources/list': 'resources',
+  'resources/templates/list': 'resources',
+  'resources/read': 'resources',
+  'resources/subscribe': 'resources',
+  'resources/unsubscribe': 'resources',
+  'completion/complete': 'completions',
+};
+
+/** Whether the route serves this method: what its initialize and server/discover declare. */
+function servesMethod(view: RouteCatalogView, method: string): boolean {
+  const capability = CAPABILITY_OF[method];
+  if (capability === undefined) return true;
+  if (method === 'resources/subscribe' || method === 'resources/unsubscribe') return view.capabilities.resources?.subscribe === true;
+  return view.capabilities[capability] !== undefined;
+}
+const servesList = (view: RouteCatalogView, method: ListMethod) => servesMethod(view, method);
+
+/** A method of a capability no backend of the route declares: not served, as the capabilities said. */
+function notServedOnRoute(method: string, id: JsonRpcId, view: RouteCatalogView, status: number): Decision {
+  return respondError(status, id, JSON_RPC.METHOD_NOT_FOUND, `method "${method}" is not served on route "${view.key}": none of its backends serves ${CAPABILITY_OF[method] ?? method}`, 'method_not_found');
+}
+
+function answerListRequest(view: RouteCatalogView, method: ListMethod, params: unknown, id: JsonRpcId, audience: ListAudience, fields?: Record<string, unknown>, meta?: Record<string, unknown>): Decision {
+  const answer = answerList(view, method, params, audience);
+  if (!answer.ok) return respondError(200, id, JSON_RPC.INVALID_PARAMS, answer.message, 'invalid_cursor');
+  return respondBody(200, listBody(LIST_METHODS[method].member, id, answer.result, fields, meta), method.replace(/\//g, '_'));
+}
+
 /** How long clients of the stateless revision may cache server/discover. */
 const DISCOVER_TTL_MS = 300_000;
 /**
- * The catalog changes whenever the registry or a backend does, and clients of the stateless revision
- * get no change notification (no subscriptions/listen yet): their tools/list must not be cached.
+ * The catalog changes whenever the registry or a backend does, and a client of the stateless revision
+ * hears of it only while it listens (subscriptions/listen): its lists must not be cached.
  */
-const TOOLS_LIST_TTL_MS = 0;
+const LIST_TTL_MS = 0;
 
 const instructionsFor = (view: RouteCatalogView) => `Tools of route "${view.key}", named <backend>${view.toolNameSeparator}<tool>.`;
 
@@ -233,7 +278,7 @@ function decideModern(message: JsonRpcMessage, head: RequestHead, view: RouteCat
         jsonRpcResult(id, {
           resultType: 'complete',
           supportedVersions: [MODERN_PROTOCOL_VERSION, ...SUPPORTED_PROTOCOL_VERSIONS],
-          capabilities: { tools: { listChanged: false } },
+          capabilities: view.capabilities,
           instructions: instructionsFor(view),
           ttlMs: DISCOVER_TTL_MS,
           cacheScope: 'public',
@@ -241,16 +286,30 @@ function decideModern(message: JsonRpcMessage, head: RequestHead, view: RouteCat
         }),
         'server_discover',
       );
-    case 'tools/list': {
-      const answer = answerToolsList(view, message.params);
-      if (!answer.ok) return respondError(200, id, JSON_RPC.INVALID_PARAMS, answer.message, 'invalid_cursor');
-      return respondBody(200, toolsListBody(id, answer.result, { resultType: 'complete', ttlMs: TOOLS_LIST_TTL_MS, cacheScope: 'public' }, serverInfo), 'tools_list');
-    }
     case 'tools/call':
       return answerUnplacedCall(message.params, id, view);
     default:
+      if (isListMethod(message.method)) {
+        if (!servesList(view, message.method)) return notServedOnRoute(message.method, id, view, 404);
+        return answerListRequest(view, message.method, message.params, id, statelessAudience(message.params), { resultType: 'complete', ttlMs: LIST_TTL_MS, cacheScope: 'public' }, serverInfo);
+      }
+      if (isPlacedMethod(message.method) && message.method !== 'resources/subscribe' && message.method !== 'resources/unsubscribe') {
+        return servesMethod(view, message.method) ? answerUnplacedRequest(message.method, message.params, id, view) : notServedOnRoute(message.method, id, view, 404);
+      }
       return respondError(404, id, JSON_RPC.METHOD_NOT_FOUND, `method "${message.method}" is not served in protocol ${MODERN_PROTOCOL_VERSION}`, 'method_not_found');
   }
+}
+
+/**
+ * What a stateless client may use (ADR-0007): a backend of the stateless revision gets the client's own
+ * capabilities with each request; a backend of a session-based revision takes its calls in a pooled
+ * backend session that declares none, so nothing that needs the client is offered from it.
+ */
+function statelessAudience(params: Record<string, unknown> | undefined): ListAudience {
+  const meta = (params?._meta ?? {}) as Record<string, unknown>;
+  const declared = offeredBy(meta[MODERN_META.clientCapabilities]);
+  const none = offeredBy({});
+  return { offeredBy: (backend) => (backend.protocolVersion === MODERN_PROTOCOL_VERSION ? declared : none) };
 }
 
 /** The gateway is the client's MCP server: its own capabilities, and a session of its own. */
@@ -272,7 +331,7 @@ async function initializeSession(message: JsonRpcMessage, id: JsonRpcId, view: R
     200,
     jsonRpcResult(id, {
       protocolVersion,
-      capabilities: { tools: { listChanged: true } },
+      capabilities: view.capabilities,
       serverInfo: GATEWAY_SERVER_INFO,
       instructions: instructionsFor(view),
     }),

@@ -60,6 +60,8 @@ export interface ExposedToolView extends ListedItem {
 export interface CatalogList<T extends ListedItem = ListedItem> {
   items: T[];
   byKey: Map<string, T>;
+  /** Some entry needs something of clients: what a client is offered depends on its capabilities. */
+  conditional: boolean;
 }
 
 /** What the sidecar needs to answer for one route, computed once per catalog update. */
@@ -69,6 +71,8 @@ export interface RouteCatalogView {
   /** The tools the control plane decided this route serves, in its order: by backend name, then by the backend's own order. */
   tools: ExposedToolView[];
   toolsByName: Map<string, ExposedToolView>;
+  /** The same tools as a list like the others. */
+  toolList: CatalogList<ExposedToolView>;
   toolNameSeparator: string;
   /** Most tools in one tools/list answer; 0 means all of them. */
   toolsListPageSize: number;
@@ -92,7 +96,7 @@ export type ListMethod = keyof typeof LIST_METHODS;
 export type ListKind = (typeof LIST_METHODS)[ListMethod]['kind'];
 
 export function listOf(view: RouteCatalogView, kind: ListKind): CatalogList {
-  return kind === 'tools' ? { items: view.tools, byKey: view.toolsByName } : view[kind];
+  return kind === 'tools' ? view.toolList : view[kind];
 }
 
 /**
@@ -142,7 +146,7 @@ function buildList(
     items.push(item);
     byKey.set(entry.key, item);
   }
-  return { items, byKey };
+  return { items, byKey, conditional: items.some((item) => item.needs.length > 0) };
 }
 
 const resourceEntries = (entries: ExposedResourceMessage[]) => entries.map((entry) => ({ key: entry.uri, backend: entry.backend, index: entry.index }));
@@ -203,6 +207,7 @@ export function buildRouteViews(snapshot: CatalogSnapshotMessage): Map<string, R
       backends,
       tools,
       toolsByName,
+      toolList: { items: tools, byKey: toolsByName, conditional: tools.some((exposed) => exposed.needs.length > 0) },
       toolNameSeparator: snapshot.tool_name_separator,
       toolsListPageSize: snapshot.tools_list_page_size,
       prompts: buildList(

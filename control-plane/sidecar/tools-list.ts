@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { ClientNeed, allows } from '../catalog/client-needs';
 import { compareBackendNames } from '../catalog/tool-exposure';
 import { JsonRpcId } from './json-rpc';
-import { CatalogList, LIST_METHODS, ListKind, ListMethod, ListedItem, RouteCatalogView, listOf } from './route-catalog';
+import { BackendView, CatalogList, LIST_METHODS, ListKind, ListMethod, ListedItem, RouteCatalogView, listOf } from './route-catalog';
 
 /**
  * The gateway's answers to tools/list, prompts/list, resources/list and resources/templates/list,
@@ -45,8 +45,8 @@ export type ToolsListAnswer = CatalogListAnswer;
 
 /** Who is asking, as far as the list depends on it: the client capabilities it declared (client-needs.ts). */
 export interface ListAudience {
-  /** What the client's declared capabilities offer; undefined: everything (no filter). */
-  offered?: ReadonlySet<ClientNeed>;
+  /** What the client's declared capabilities offer to each backend; undefined: everything (no filter). */
+  offeredBy?: (backend: BackendView) => ReadonlySet<ClientNeed>;
 }
 
 const paramsSchema = z.looseObject({ cursor: z.string().optional() }).optional();
@@ -147,12 +147,12 @@ export const toolsListBody = (id: JsonRpcId, result: CatalogListResult, fields?:
  * follow): a list whose entries need nothing of clients is a slice of the list serialized once.
  */
 function pageFor(list: CatalogList, audience: ListAudience, start: number, count: number): { page: ListedItem[]; more: boolean } {
-  const { offered } = audience;
-  if (offered === undefined) return { page: list.items.slice(start, start + count), more: start + count < list.items.length };
+  const { offeredBy } = audience;
+  if (offeredBy === undefined || !list.conditional) return { page: list.items.slice(start, start + count), more: start + count < list.items.length };
   const page: ListedItem[] = [];
   for (let index = start; index < list.items.length; index++) {
     const item = list.items[index];
-    if (!allows(offered, item.needs)) continue;
+    if (item.needs.length > 0 && !allows(offeredBy(item.backend), item.needs)) continue;
     if (page.length === count) return { page, more: true };
     page.push(item);
   }

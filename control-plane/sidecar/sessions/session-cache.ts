@@ -107,6 +107,12 @@ export class CachedSessionStore implements SessionStore {
     if (entry?.session.backends[backend] === staleBackendSessionId) delete entry.session.backends[backend];
   }
 
+  async setLogLevel(id: string, level: string): Promise<void> {
+    await this.inner.setLogLevel(id, level);
+    const entry = this.entries.get(id);
+    if (entry) entry.session.logLevel = level;
+  }
+
   async remove(id: string): Promise<void> {
     this.entries.delete(id);
     await this.inner.remove(id);

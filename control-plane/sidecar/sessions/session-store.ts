@@ -17,6 +17,8 @@ export interface GatewaySession {
   clientCapabilities: Record<string, unknown>;
   /** Backend name → that backend's Mcp-Session-Id ("" for a backend that runs stateless). */
   backends: Record<string, string>;
+  /** The level the client set with logging/setLevel; every backend session opened later gets it too. */
+  logLevel?: string;
 }
 
 export interface SessionStore {
@@ -33,6 +35,8 @@ export interface SessionStore {
   claimBackend(id: string, backend: string, backendSessionId: string): Promise<string>;
   /** Drops a backend session the backend no longer knows, unless another one was recorded meanwhile. */
   forgetBackend(id: string, backend: string, staleBackendSessionId: string): Promise<void>;
+  /** Records the client's logging/setLevel; nothing when the session ended meanwhile. */
+  setLogLevel(id: string, level: string): Promise<void>;
   remove(id: string): Promise<void>;
   close(): Promise<void>;
 }
@@ -88,9 +92,13 @@ const storedSessionSchema = z.object({
   protocolVersion: z.string(),
   clientInfo: z.string().transform((json) => JSON.parse(json) as Record<string, unknown>),
   clientCapabilities: z.string().transform((json) => JSON.parse(json) as Record<string, unknown>),
+  logLevel: z.string().optional(),
 });
 
 const BACKEND_FIELD = 'backend:';
+
+/** Sets a field only while the session exists, so an ended session is not re-created without its TTL. */
+const SET_IF_SESSION_EXISTS = `if redis.call('HEXISTS', KEYS[1], 'route') == 1 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end return 0`;
 
 /** Compare-and-delete, so two replicas recovering the same backend session cannot drop each other's new one. */
 const FORGET_IF_UNCHANGED = `if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL', KEYS[1], ARGV[1]) end return 0`;
@@ -261,6 +269,12 @@ export class RedisSessionStore implements SessionStore {
     });
   }
 
+  async setLogLevel(id: string, level: string): Promise<void> {
+    return this.guarded(async () => {
+      await this.redis.eval(SET_IF_SESSION_EXISTS, 1, this.key(id), 'logLevel', level);
+    });
+  }
+
   async remove(id: string): Promise<void> {
     return this.guarded(async () => {
       await this.redis.del(this.key(id));
@@ -311,6 +325,11 @@ export class MemorySessionStore implements SessionStore {
   async forgetBackend(id: string, backend: string, staleBackendSessionId: string): Promise<void> {
     const session = this.sessions.get(id)?.session;
     if (session?.backends[backend] === staleBackendSessionId) delete session.backends[backend];
+  }
+
+  async setLogLevel(id: string, level: string): Promise<void> {
+    const session = this.sessions.get(id)?.session;
+    if (session) session.logLevel = level;
   }
 
   async remove(id: string): Promise<void> {
