@@ -8,6 +8,11 @@
 --   fallback                      degraded answer text for read-only tools, if the Tool Service has one
 --   ["tool:<own name>"]           a served tool: "" or flags "t=<deadline ms>;r;f" (retry safe, fallback)
 --   ["deny:<own name>"]           a tool the route's policy denies, with the rule that does
+--   scheme                        the backend's name as its resources' URI scheme prefix ("_" written "-")
+-- Routes of the backend's prompts and resources (docs/adr/0015-federated-resources-and-prompts.md)
+-- run the same script for prompts/get, completion/complete, resources/read, resources/subscribe and
+-- resources/unsubscribe, with the same keys (no tool flags) and:
+--   ["prompt:<own name>"]         a prompt the route serves
 -- The request side checks the tool, strips the backend prefix from params.name (and Mcp-Name), sets
 -- Envoy's per-request deadline and retries, and leaves what local replies, the access log and the
 -- session check read in dynamic metadata (namespace mcpgw). The response side scopes the ids of
@@ -135,6 +140,38 @@ M.members = members
 
 local function text_of(s, span) return sub(s, span[1], span[2]) end
 
+-- The elements of the array at i: a list of {value start, value end}; nil for anything else.
+local function elements(s, i)
+  if byte(s, i) ~= 91 then return nil end
+  local found = {}
+  i = skip_ws(s, i + 1)
+  if byte(s, i) == 93 then return found end
+  while true do
+    local last = value_end(s, i)
+    if not last then return nil end
+    found[#found + 1] = { i, last }
+    i = skip_ws(s, last + 1)
+    local c = byte(s, i)
+    if c == 93 then return found end
+    if c ~= 44 then return nil end
+    i = skip_ws(s, i + 1)
+  end
+end
+M.elements = elements
+
+-- s with each edit {first, last, text} (in order, not overlapping) replacing s[first..last].
+local function apply_edits(s, edits)
+  if #edits == 0 then return nil end
+  local out, position = {}, 1
+  for _, edit in ipairs(edits) do
+    out[#out + 1] = sub(s, position, edit[1] - 1)
+    out[#out + 1] = edit[3]
+    position = edit[2] + 1
+  end
+  out[#out + 1] = sub(s, position)
+  return concat(out)
+end
+
 -- s with `insertion` (one or more members) put first into the object that starts at `open`.
 local function insert_members(s, open, insertion)
   local after = skip_ws(s, open + 1)
@@ -151,6 +188,92 @@ local function json_string(text)
   end) .. '"'
 end
 M.json_string = json_string
+
+---------------------------------------------------------------------------------------------------
+-- Resource URIs (docs/adr/0015-federated-resources-and-prompts.md): agents see <scheme>+<own URI>, or
+-- ui://<scheme>+<rest> for ui://<rest>; the backend gets its own URI back.
+
+-- The exposed URI's JSON string for the backend's own (a JSON string token), or nil when it is not an
+-- absolute URI (nothing to name).
+function M.exposed_uri_json(raw, scheme)
+  if not find(raw, '^"[A-Za-z][A-Za-z0-9+.-]*:') then return nil end
+  if sub(raw, 2, 6) == "ui://" then return '"ui://' .. scheme .. "+" .. sub(raw, 7) end
+  return '"' .. scheme .. "+" .. sub(raw, 2)
+end
+
+-- The backend's own URI behind an exposed one of this backend, or nil when it is not one.
+function M.own_uri(exposed, scheme)
+  local prefix = scheme .. "+"
+  if sub(exposed, 1, 5) == "ui://" and sub(exposed, 6, 5 + #prefix) == prefix then return "ui://" .. sub(exposed, 6 + #prefix) end
+  if sub(exposed, 1, #prefix) == prefix then return sub(exposed, #prefix + 1) end
+  return nil
+end
+
+local function uri_edit(s, span, scheme, edits)
+  if not span or byte(s, span[1]) ~= 34 then return end
+  local exposed = M.exposed_uri_json(text_of(s, span), scheme)
+  if exposed then edits[#edits + 1] = { span[1], span[2], exposed } end
+end
+
+-- A content block's resource URI (an embedded resource's, or a resource link's).
+local function content_uri_edits(s, block, scheme, edits)
+  local fields = members(s, block[1])
+  if not fields or not fields.type then return end
+  local kind = text_of(s, fields.type)
+  if kind == '"resource_link"' then
+    uri_edit(s, fields.uri, scheme, edits)
+  elseif kind == '"resource"' and fields.resource then
+    local resource = members(s, fields.resource[1])
+    if resource then uri_edit(s, resource.uri, scheme, edits) end
+  end
+end
+
+-- The result of `method` (at `result`, an object) with the resource URIs it holds named for the
+-- gateway: resources/read's contents, prompts/get's messages, tools/call's content. nil: none.
+function M.expose_result_uris(s, result, method, scheme)
+  local inner = members(s, result)
+  if not inner then return nil end
+  local edits = {}
+  if method == "resources/read" and inner.contents then
+    for _, item in ipairs(elements(s, inner.contents[1]) or {}) do
+      local fields = members(s, item[1])
+      if fields then uri_edit(s, fields.uri, scheme, edits) end
+    end
+  elseif method == "prompts/get" and inner.messages then
+    for _, message in ipairs(elements(s, inner.messages[1]) or {}) do
+      local fields = members(s, message[1])
+      if fields and fields.content and byte(s, fields.content[1]) == 123 then content_uri_edits(s, fields.content, scheme, edits) end
+    end
+  elseif method == "tools/call" and inner.content then
+    for _, block in ipairs(elements(s, inner.content[1]) or {}) do
+      if byte(s, block[1]) == 123 then content_uri_edits(s, block, scheme, edits) end
+    end
+  end
+  return apply_edits(s, edits)
+end
+
+-- A notification the backend sends in an answer's stream, named for the gateway: a log message
+-- names its backend as its logger ("<backend>", or "<backend>/<its own logger>"), a resource update
+-- carries the exposed URI. nil: nothing to change.
+function M.rewrite_notification(s, top, call)
+  if not top.params or byte(s, top.params[1]) ~= 123 then return nil end
+  local method = text_of(s, top.method)
+  local params = members(s, top.params[1])
+  if not params then return nil end
+  if method == '"notifications/message"' then
+    local logger = params.logger
+    if logger and byte(s, logger[1]) == 34 then
+      return apply_edits(s, { { logger[1], logger[1], '"' .. call.backend .. "/" } })
+    end
+    return insert_members(s, top.params[1], '"logger":' .. json_string(call.backend))
+  end
+  if method == '"notifications/resources/updated"' and call.scheme then
+    local edits = {}
+    uri_edit(s, params.uri, call.scheme, edits)
+    return apply_edits(s, edits)
+  end
+  return nil
+end
 
 ---------------------------------------------------------------------------------------------------
 -- Request side
@@ -176,6 +299,63 @@ function M.with_modern_envelope(body, params, inner)
     .. '"io.modelcontextprotocol/clientInfo":' .. GATEWAY_CLIENT_INFO
   if inner._meta and byte(body, inner._meta[1]) == 123 then return insert_members(body, inner._meta[1], envelope) end
   return insert_members(body, params[1], '"_meta":{' .. envelope .. "}")
+end
+
+-- Headers of the gateway's own namespace mean nothing from a client and must not reach a backend.
+local function remove_owned_headers(headers)
+  local owned = {}
+  for name, _ in pairs(headers) do
+    if sub(name, 1, 8) == "x-mcpgw-" then owned[#owned + 1] = name end
+  end
+  for _, name in ipairs(owned) do headers:remove(name) end
+end
+
+-- A header value that is not plain printable ASCII travels as =?base64?…?= (MCP 2026-07-28).
+local function mcp_header_value(h, value)
+  if find(value, "^[\32-\126]*$") and sub(value, 1, 2) ~= "=?" then return value end
+  return "=?base64?" .. h:base64Escape(value) .. "?="
+end
+
+-- The request in the revision the backend speaks: a backend of the stateless revision gets the
+-- request envelope (when the client, of a session-based revision, sent none) and the routing headers
+-- naming its own name or URI; a stateless client's request for a session-era backend goes in that
+-- era's form. Returns the body to send.
+local function adapt_to_era(h, headers, text, era, modern_client, method, own_name)
+  if era == "modern" then
+    if not modern_client then
+      local top = members(text, skip_ws(text, 1))
+      local params = top and top.params
+      local inner = params and members(text, params[1])
+      if inner then text = M.with_modern_envelope(text, params, inner) end
+    end
+    headers:replace("mcp-protocol-version", MODERN_VERSION)
+    headers:replace("mcp-method", method)
+    if own_name then headers:replace("mcp-name", mcp_header_value(h, own_name)) else headers:remove("mcp-name") end
+  elseif modern_client then
+    headers:replace("mcp-protocol-version", SESSION_ERA_VERSION)
+    headers:remove("mcp-method")
+    headers:remove("mcp-name")
+  end
+  return text
+end
+
+-- The session check (ext_authz, enabled by this flag): a request in a session, or a stateless
+-- client's request for a backend that needs one; a request in a session the check passed a moment
+-- ago on this worker takes its answer from the worker's memory instead.
+local function ask_session_check(h, headers, route, backend, modern_client, sessionful)
+  local session_id = headers:get("mcp-session-id")
+  if session_id ~= nil then
+    local key = M.checked_key(session_id, route, backend)
+    local checked = M.checked_lookup(key, h:timestamp())
+    if checked then
+      headers:remove("mcp-session-id")
+      return
+    end
+    h:streamInfo():dynamicMetadata():set(NS, "checked_key", key)
+  end
+  if session_id ~= nil or (modern_client and sessionful) then
+    h:streamInfo():dynamicMetadata():set(NS, "check", true)
+  end
 end
 
 -- "t=30000;r;f" → { deadline_ms = 30000, retry = true, fallback = true }
@@ -214,6 +394,81 @@ local function outcome_json(o)
 end
 M.outcome_json = outcome_json
 
+-- Requests for one backend's prompt or resource, routed by the prefix of the name or URI they carry.
+local FORWARDED = {
+  ["prompts/get"] = true, ["completion/complete"] = true,
+  ["resources/read"] = true, ["resources/subscribe"] = true, ["resources/unsubscribe"] = true,
+}
+-- Methods whose Mcp-Name header repeats the name or URI (MCP 2026-07-28).
+local NAMED_IN_HEADER = { ["prompts/get"] = true, ["resources/read"] = true }
+
+-- The span of the string a forwarded request names its target by: params.name (prompts/get),
+-- params.uri (resources/*), params.ref.name or params.ref.uri (completion/complete).
+function M.target_span(body, method, is_prompt)
+  local top = members(body, skip_ws(body, 1))
+  local params = top and top.params
+  local inner = params and members(body, params[1])
+  if not inner then return nil end
+  local span
+  if method == "prompts/get" then span = inner.name
+  elseif method == "completion/complete" then
+    local ref = inner.ref and members(body, inner.ref[1])
+    span = ref and (is_prompt and ref.name or ref.uri)
+  else span = inner.uri end
+  if not span or byte(body, span[1]) ~= 34 then return nil end
+  return span[1], span[2]
+end
+
+-- A prompts/get, completion/complete or resources/* request on its backend's route: the name or URI
+-- checked and put back into the backend's own, then the same era and session handling as a call.
+local function forward_request(h, request)
+  local context = h:filterContext()
+  local backend, route, separator, scheme = context:get("backend"), context:get("route"), context:get("separator"), context:get("scheme")
+  local era, sessionful = context:get("era"), context:get("sessionful")
+  local method, id = request.method, request.id
+  local params = request.params or {}
+  local ref = params.ref or {}
+  local is_prompt = method == "prompts/get" or ref.type == "ref/prompt"
+  local exposed
+  if method == "prompts/get" then exposed = params.name
+  elseif method == "completion/complete" then exposed = is_prompt and ref.name or ref.uri
+  else exposed = params.uri end
+  local own
+  if is_prompt then own = sub(exposed, #backend + #separator + 1) else own = M.own_uri(exposed, scheme) end
+  local modern_client = params._meta ~= nil and params._meta["io.modelcontextprotocol/protocolVersion"] ~= nil
+
+  local metadata = h:streamInfo():dynamicMetadata()
+  metadata:set(NS, "route", route)
+  metadata:set(NS, "method", method)
+  metadata:set(NS, "backend", backend)
+  metadata:set(NS, "tool", own or exposed)
+  if id ~= nil then metadata:set(NS, "rpc_id", id) end
+  metadata:set(NS, "rpc_id_json", id_json(id))
+  if is_prompt and context:get("prompt:" .. own) == nil then
+    return error_reply(h, id, INVALID_PARAMS, 'backend "' .. backend .. '" has no prompt "' .. own .. '" on route "' .. route .. '"')
+  end
+  if own == nil then
+    return error_reply(h, id, INVALID_PARAMS, 'resource URI "' .. exposed .. '" is not one of backend "' .. backend .. '" on route "' .. route .. '"')
+  end
+  metadata:set(NS, "started_ms", h:timestamp())
+
+  local body = h:body()
+  local text = body:getBytes(0, body:length())
+  local first, last = M.target_span(text, method, is_prompt)
+  if not first or sub(text, first + 1, last - 1) ~= exposed then
+    return error_reply(h, id, INVALID_REQUEST, method .. " must name its prompt or resource with a plain JSON string", nil, "400")
+  end
+  text = sub(text, 1, first) .. own .. sub(text, last)
+  local headers = h:headers()
+  remove_owned_headers(headers)
+  text = adapt_to_era(h, headers, text, era, modern_client, method, NAMED_IN_HEADER[method] and own or nil)
+  body:setBytes(text)
+  -- None of these changes anything at the backend but its subscriptions, which are idempotent: safe to send again.
+  headers:replace("x-envoy-retry-on", "5xx,reset,connect-failure,reset-before-request")
+  headers:replace("x-envoy-max-retries", "2")
+  ask_session_check(h, headers, route, backend, modern_client, sessionful)
+end
+
 -- Envoy's handle objects (headers, metadata, filter context) are valid only until the script
 -- yields, and reading the body yields: everything needed from them is read first, and they are
 -- fetched again afterwards.
@@ -225,6 +480,7 @@ function envoy_on_request(h)
     return
   end
   local request = h:streamInfo():dynamicMetadata():get(MCP_NS)
+  if request and FORWARDED[request.method] then return forward_request(h, request) end
   if not request or request.method ~= "tools/call" then return end
   local context = h:filterContext()
   local backend, route, separator = context:get("backend"), context:get("route"), context:get("separator")
@@ -257,32 +513,14 @@ function envoy_on_request(h)
 
   local body = h:body()
   local text = body:getBytes(0, body:length())
-  local first, last, inner, params = M.tool_name_span(text)
+  local first, last = M.tool_name_span(text)
   if not first or sub(text, first + 1, last - 1) ~= exposed then
     return error_reply(h, id, INVALID_REQUEST, "tools/call params.name must be a plain JSON string", nil, "400")
   end
   text = sub(text, 1, first) .. own .. sub(text, last)
   local headers = h:headers()
-  -- Headers of the gateway's own namespace mean nothing from a client and must not reach a backend.
-  local owned = {}
-  for name, _ in pairs(headers) do
-    if sub(name, 1, 8) == "x-mcpgw-" then owned[#owned + 1] = name end
-  end
-  for _, name in ipairs(owned) do headers:remove(name) end
-  if era == "modern" then
-    if not modern_client then
-      first, last, inner, params = M.tool_name_span(text)
-      text = M.with_modern_envelope(text, params, inner)
-    end
-    headers:replace("mcp-protocol-version", MODERN_VERSION)
-    headers:replace("mcp-method", "tools/call")
-    headers:replace("mcp-name", own)
-  elseif modern_client then
-    -- A stateless client's call for a session-era backend goes in that era's form.
-    headers:replace("mcp-protocol-version", SESSION_ERA_VERSION)
-    headers:remove("mcp-method")
-    headers:remove("mcp-name")
-  end
+  remove_owned_headers(headers)
+  text = adapt_to_era(h, headers, text, era, modern_client, "tools/call", own)
   body:setBytes(text)
   if tool.deadline_ms then headers:replace("x-envoy-upstream-rq-timeout-ms", tool.deadline_ms) end
   if tool.retry then
@@ -290,22 +528,7 @@ function envoy_on_request(h)
     headers:replace("x-envoy-retry-on", "5xx,reset,connect-failure,reset-before-request")
     headers:replace("x-envoy-max-retries", "2")
   end
-  -- The session check (ext_authz, enabled by this flag): a call in a session, or a stateless
-  -- client's call for a backend that needs one; a call in a session the check passed a moment ago on
-  -- this worker takes its answer from the worker's memory instead.
-  local session_id = headers:get("mcp-session-id")
-  if session_id ~= nil then
-    local key = M.checked_key(session_id, route, backend)
-    local checked = M.checked_lookup(key, h:timestamp())
-    if checked then
-      headers:remove("mcp-session-id")
-      return
-    end
-    h:streamInfo():dynamicMetadata():set(NS, "checked_key", key)
-  end
-  if session_id ~= nil or (modern_client and sessionful) then
-    h:streamInfo():dynamicMetadata():set(NS, "check", true)
-  end
+  ask_session_check(h, headers, route, backend, modern_client, sessionful)
 end
 
 -- Each Envoy worker remembers, for SESSION_CHECK_MEMORY_MS, that the session check let a session's
@@ -353,8 +576,40 @@ local function is_call_id(raw, id)
   return tonumber(raw) == id
 end
 
+-- Members a client of the stateless revision needs in a result that a backend of a session-based
+-- revision does not send: resultType, and a read's cache hints (nothing cached).
+local function missing_modern_fields(call, inner)
+  if not call.modern then return "" end
+  local fields = {}
+  if not inner.resultType then fields[#fields + 1] = '"resultType":"complete"' end
+  if call.method == "resources/read" then
+    if not inner.ttlMs then fields[#fields + 1] = '"ttlMs":0' end
+    if not inner.cacheScope then fields[#fields + 1] = '"cacheScope":"private"' end
+  end
+  return concat(fields, ",")
+end
+
+-- The final result (at `result`, an object), annotated: the call's outcome in _meta (tools/call), and
+-- what a stateless client needs. nil: nothing to add.
+local function annotate_result(s, result, call)
+  local inner = members(s, result)
+  if not inner then return nil end
+  -- A stateless backend asking its client for input: the call is not over.
+  if inner.resultType and text_of(s, inner.resultType) == '"input_required"' then return nil end
+  local added = missing_modern_fields(call, inner)
+  if not call.outcome then return added ~= "" and insert_members(s, result, added) or nil end
+  local meta = inner._meta
+  if meta and byte(s, meta[1]) == 123 then
+    local meta_members = members(s, meta[1])
+    if not meta_members or meta_members[OUTCOME_KEY] then return nil end
+    local annotated = insert_members(s, meta[1], '"' .. OUTCOME_KEY .. '":' .. call.outcome(nil))
+    return added == "" and annotated or insert_members(annotated, result, added)
+  end
+  return insert_members(s, result, (added ~= "" and (added .. ",") or "") .. '"_meta":{"' .. OUTCOME_KEY .. '":' .. call.outcome(nil) .. "}")
+end
+
 -- One JSON-RPC message of the answer, rewritten, or nil to leave it as it is.
--- call: { backend, id, modern, outcome = function(last_error_json) -> outcome JSON }
+-- call: { backend, id, modern, method, scheme, outcome = function(last_error_json) -> outcome JSON (tools/call only) }
 function M.rewrite_message(s, call)
   local start = skip_ws(s, 1)
   local top = members(s, start)
@@ -362,7 +617,7 @@ function M.rewrite_message(s, call)
   if top.method then
     -- A request the backend sends its client: an id the gateway can route the client's answer back by.
     local id = top.id
-    if not id then return nil end
+    if not id then return M.rewrite_notification(s, top, call) end
     local raw = text_of(s, id)
     local scoped = json_string("mcpgw:" .. call.backend .. ":" .. raw)
     return sub(s, 1, id[1] - 1) .. scoped .. sub(s, id[2] + 1)
@@ -370,21 +625,15 @@ function M.rewrite_message(s, call)
   if not top.id or not is_call_id(text_of(s, top.id), call.id) then return nil end
   local result, error_ = top.result, top.error
   if result and byte(s, result[1]) == 123 then
-    local inner = members(s, result[1])
-    if not inner then return nil end
-    -- A stateless backend asking its client for input: the call is not over.
-    if inner.resultType and text_of(s, inner.resultType) == '"input_required"' then return nil end
-    local prefix = (call.modern and not inner.resultType) and '"resultType":"complete",' or ""
-    local meta = inner._meta
-    if meta and byte(s, meta[1]) == 123 then
-      local meta_members = members(s, meta[1])
-      if not meta_members or meta_members[OUTCOME_KEY] then return nil end
-      local annotated = insert_members(s, meta[1], '"' .. OUTCOME_KEY .. '":' .. call.outcome(nil))
-      return prefix == "" and annotated or insert_members(annotated, result[1], sub(prefix, 1, -2))
+    -- Resource URIs in the result are named for the gateway first, then the result is annotated.
+    local renamed = call.scheme and M.expose_result_uris(s, result[1], call.method or "tools/call", call.scheme)
+    if renamed then
+      s = renamed
+      result = members(s, skip_ws(s, 1)).result
     end
-    return insert_members(s, result[1], prefix .. '"_meta":{"' .. OUTCOME_KEY .. '":' .. call.outcome(nil) .. "}")
+    return annotate_result(s, result[1], call) or renamed
   end
-  if error_ and byte(s, error_[1]) == 123 then
+  if error_ and byte(s, error_[1]) == 123 and call.outcome then
     local inner = members(s, error_[1])
     if not inner then return nil end
     local last_error = inner.message and text_of(s, inner.message) or '"error"'
@@ -496,15 +745,23 @@ local function call_of(h)
     status = tonumber(headers:get(":status") or "0") or 0,
     content_type = headers:get("content-type") or "",
     length = tonumber(headers:get("content-length") or ""),
+    method = ours.method or "tools/call",
+    scheme = h:filterContext():get("scheme"),
     annotate = h:filterContext():get("annotate"),
     sidecar = h:filterContext():get("sidecar_cluster"),
   }
+  -- What the answer is to, for the errors that name it.
+  call.what = call.method .. " " .. (call.tool or "")
   -- The check let this call go to a backend that needs no session of its own: remember that for the
   -- session's next calls on this worker. (A backend session is never remembered: the backend may lose
   -- it, and every worker must learn that at once.)
   if ours.checked_key and authz[CHECK_GATEWAY_SESSION] and not authz[CHECK_BACKEND_SESSION] then
     M.checked_remember(ours.checked_key, h:timestamp())
   end
+  -- Only a call's answer is annotated; the answers of the other methods are rewritten (their resource
+  -- URIs, their log messages) whether or not the route annotates calls.
+  call.rewrites = call.annotate or call.method ~= "tools/call"
+  if call.method ~= "tools/call" or not call.annotate then return call end
   -- The final message's outcome, once it has passed: for the access log.
   call.outcome = function(last_error)
     call.final = last_error and "failed" or "ok"
@@ -571,7 +828,7 @@ function envoy_on_response(h)
     local body = h:body(true)
     local text = body:getBytes(0, body:length())
     if call.status == 404 or M.says_session_unknown(text) then return backend_session_lost(h, call) end
-    local rewritten = call.annotate and M.rewrite_message(text, call)
+    local rewritten = call.rewrites and M.rewrite_message(text, call)
     if rewritten then
       body:setBytes(rewritten)
       record_outcome(h, call.final)
@@ -581,9 +838,9 @@ function envoy_on_response(h)
   if call.status >= 400 and not is_json and not is_sse then
     -- A backend's own error page (HTML, text, a stack trace) never reaches the agent: only its status.
     local buffered = call.length ~= nil and call.length <= MAX_HELD_JSON_BYTES
-    return replace_with_error(h, call, "backend " .. call.backend .. " answered HTTP " .. call.status .. ": tools/call " .. call.tool .. " failed", call.status, buffered)
+    return replace_with_error(h, call, "backend " .. call.backend .. " answered HTTP " .. call.status .. ": " .. call.what .. " failed", call.status, buffered)
   end
-  if not call.annotate or (not is_sse and not is_json) then return end
+  if not call.rewrites or (not is_sse and not is_json) then return end
   h:headers():remove("content-length")
   if is_json then
     -- A JSON answer is one message: held until it is whole, then rewritten; past the limit, or not

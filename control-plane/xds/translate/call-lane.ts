@@ -2,6 +2,7 @@ import * as fs from 'node:fs';
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { CatalogSnapshotMessage } from '../../catalog/catalog-store';
 import { MODERN_PROTOCOL_VERSION } from '../../sidecar/modern-era';
+import { schemeNameOf } from '../../catalog/resource-naming';
 import { projectPath } from '../../shared/paths';
 import { TypedJson } from '../protobuf/proto-json';
 import { duration } from './duration';
@@ -35,6 +36,10 @@ export interface CallLaneBackend {
   /** Its own names of tools the route's policy denies, with the rule. */
   denied: Map<string, string>;
   fallbackText: string;
+  /** Its own names of the prompts the route serves. */
+  prompts: Set<string>;
+  /** What it declared it serves besides tools: each gets its routes (docs/adr/0015-federated-resources-and-prompts.md). */
+  serves: { prompts: boolean; resources: boolean; subscriptions: boolean; completions: boolean };
 }
 
 /** What the call lane needs of the catalog: the tool-name separator, and route key → backend name → its rules. */
@@ -67,6 +72,7 @@ export function callLaneCatalogOf(snapshot: CatalogSnapshotMessage): CallLaneCat
   for (const route of snapshot.routes) {
     const backends = new Map<string, CallLaneBackend>();
     const served = new Set(route.tools.map((exposed) => `${exposed.backend}\n${exposed.tool_index}`));
+    const servedPrompts = new Set(route.prompts.map((exposed) => `${exposed.backend}\n${exposed.index}`));
     for (const backend of route.backends) {
       const tools = new Map<string, string>();
       backend.tools_json.forEach((json, index) => {
@@ -74,17 +80,41 @@ export function callLaneCatalogOf(snapshot: CatalogSnapshotMessage): CallLaneCat
         const tool = JSON.parse(json) as Tool;
         tools.set(tool.name, toolFlags(tool, backend.fallback_text !== ''));
       });
+      const prompts = new Set(
+        backend.prompts_json.flatMap((json, index) => (servedPrompts.has(`${backend.name}\n${index}`) ? [(JSON.parse(json) as { name: string }).name] : [])),
+      );
+      const capabilities = parseCapabilities(backend.capabilities_json);
+      const era = backend.protocol_version === MODERN_PROTOCOL_VERSION ? 'modern' : 'session';
       backends.set(backend.name, {
-        era: backend.protocol_version === MODERN_PROTOCOL_VERSION ? 'modern' : 'session',
+        era,
         sessionful: backend.sessionful,
         tools,
         denied: new Map(backend.denied_tools.map((denied) => [denied.tool, denied.rule])),
         fallbackText: backend.fallback_text,
+        prompts,
+        serves: {
+          prompts: capabilities.prompts !== undefined,
+          resources: capabilities.resources !== undefined,
+          // The stateless revision has no resources/subscribe: its subscriptions are made with subscriptions/listen.
+          subscriptions: era === 'session' && isObject(capabilities.resources) && capabilities.resources.subscribe === true,
+          completions: capabilities.completions !== undefined,
+        },
       });
     }
     routes.set(route.route_key, backends);
   }
   return { separator: snapshot.tool_name_separator, routes };
+}
+
+const isObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
+
+function parseCapabilities(json: string): Record<string, unknown> {
+  try {
+    const parsed = JSON.parse(json || '{}') as unknown;
+    return isObject(parsed) ? parsed : {};
+  } catch {
+    return {};
+  }
 }
 
 /** An entry of the HttpConnectionManager's http_filters. */
@@ -202,23 +232,72 @@ export function callMatch(path: string, backendName: string, separator: string) 
   };
 }
 
-/** A call route's rules for the script. */
-export function callRouteFilters(routeKey: string, backendName: string, separator: string, backend: CallLaneBackend | undefined, annotate: boolean) {
-  const context: Record<string, unknown> = {
+/** What the script knows of a backend on every one of its routes. */
+function backendContext(routeKey: string, backendName: string, separator: string, backend: CallLaneBackend | undefined): Record<string, unknown> {
+  return {
     route: routeKey,
     backend: backendName,
     separator,
+    scheme: schemeNameOf(backendName),
     era: backend?.era ?? 'session',
     sessionful: backend?.sessionful ?? true,
+    sidecar_cluster: SIDECAR_CLUSTER_NAME,
+  };
+}
+
+/** A call route's rules for the script. */
+export function callRouteFilters(routeKey: string, backendName: string, separator: string, backend: CallLaneBackend | undefined, annotate: boolean) {
+  const context: Record<string, unknown> = {
+    ...backendContext(routeKey, backendName, separator, backend),
     annotate,
     fallback: backend?.fallbackText ?? '',
-    sidecar_cluster: SIDECAR_CLUSTER_NAME,
   };
   for (const [tool, flags] of backend?.tools ?? []) context[`tool:${tool}`] = flags;
   for (const [tool, rule] of backend?.denied ?? []) context[`deny:${tool}`] = rule;
   return {
     'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: context }),
   };
+}
+
+/** The rules of a route of a backend's prompts or resources: which prompts it serves. */
+export function surfaceRouteFilters(routeKey: string, backendName: string, separator: string, backend: CallLaneBackend | undefined) {
+  const context = backendContext(routeKey, backendName, separator, backend);
+  for (const prompt of backend?.prompts ?? []) context[`prompt:${prompt}`] = '';
+  return {
+    'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: context }),
+  };
+}
+
+const mcpMetadata = (keys: string[], value: Record<string, unknown>) => ({
+  filter: MCP_METADATA_NAMESPACE,
+  path: keys.map((key) => ({ key })),
+  value,
+});
+
+/** A resource URI of this backend: <scheme>+… or ui://<scheme>+… (resource-naming.ts). */
+/** Envoy matches a regex against the whole value. */
+const ownUriPattern = (backendName: string) => ({ safe_regex: { regex: `(?s)(ui://)?${schemeNameOf(backendName)}\\+.*` } });
+
+/**
+ * The matches of a backend's prompt and resource routes (docs/adr/0015-federated-resources-and-prompts.md),
+ * by what it serves: the mcp filter parsed params.name of prompts/get, params.uri of resources/*, and
+ * params.ref of completion/complete.
+ */
+export function surfaceMatches(path: string, backendName: string, separator: string, serves: CallLaneBackend['serves']) {
+  const named = { prefix: `${backendName}${separator}` };
+  const matches: { kind: string; match: Record<string, unknown> }[] = [];
+  const add = (kind: string, method: Record<string, unknown>, target: string[], value: Record<string, unknown>) =>
+    matches.push({ kind, match: { path_separated_prefix: path, dynamic_metadata: [mcpMetadata(['method'], { string_match: method }), mcpMetadata(target, { string_match: value })] } });
+  if (serves.prompts) add('prompt', { exact: 'prompts/get' }, ['params', 'name'], named);
+  if (serves.resources) {
+    const methods = serves.subscriptions ? 'read|subscribe|unsubscribe' : 'read';
+    add('resource', { safe_regex: { regex: `resources/(${methods})` } }, ['params', 'uri'], ownUriPattern(backendName));
+  }
+  if (serves.completions) {
+    add('complete_prompt', { exact: 'completion/complete' }, ['params', 'ref', 'name'], named);
+    add('complete_resource', { exact: 'completion/complete' }, ['params', 'ref', 'uri'], ownUriPattern(backendName));
+  }
+  return matches;
 }
 
 /**

@@ -1,6 +1,6 @@
 import { GatewayIR, RouteBackendIR, RouteIR, ToolServiceIR } from '../../ir/gateway-ir';
 import { TypedJson } from '../protobuf/proto-json';
-import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, callRouteFilters } from './call-lane';
+import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, callRouteFilters, surfaceMatches, surfaceRouteFilters } from './call-lane';
 import { duration } from './duration';
 import { ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { TYPE_URL, typedStruct } from './type-urls';
@@ -35,6 +35,24 @@ function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolService
     // A backend's own session id must not reach the client, whose session is the gateway's (ADR-0004).
     response_headers_to_remove: ['mcp-session-id'],
   };
+}
+
+/**
+ * The routes of a backend's prompts and resources (docs/adr/0015-federated-resources-and-prompts.md):
+ * prompts/get, completion/complete and resources/* naming this backend go to its Tool Service like a
+ * call, under the same script, session check and upstream settings, for what it serves.
+ */
+function surfaceRoutes(route: RouteIR, backend: RouteBackendIR, service: ToolServiceIR, catalog: CallLaneCatalog) {
+  const rules = catalog.routes.get(route.key)?.get(backend.name);
+  if (!rules) return [];
+  const call = callRoute(route, backend, service, catalog);
+  const filters = surfaceRouteFilters(route.key, backend.name, catalog.separator, rules);
+  return surfaceMatches(route.path, backend.name, catalog.separator, rules.serves).map(({ kind, match }) => ({
+    ...call,
+    name: `${route.key}/${kind}/${backend.name}`,
+    match,
+    typed_per_filter_config: filters,
+  }));
 }
 
 /** A client's standalone GET stream of the route: held by the sidecars for as long as the client keeps it. */
@@ -85,7 +103,10 @@ export function buildRouteConfiguration(ir: GatewayIR, catalog: CallLaneCatalog)
   const routes = ir.routes.flatMap((route) => [
     ...[...route.backends]
       .sort((a, b) => b.name.length - a.name.length || a.name.localeCompare(b.name))
-      .map((backend) => callRoute(route, backend, services.get(backend.catalogKey)!, catalog)),
+      .flatMap((backend) => [
+        callRoute(route, backend, services.get(backend.catalogKey)!, catalog),
+        ...surfaceRoutes(route, backend, services.get(backend.catalogKey)!, catalog),
+      ]),
     streamsRoute(route),
     gatewayRoute(`${route.key}/end`, { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'DELETE' } }] }, SESSION_END_FILTERS),
     gatewayRoute(`${route.key}/gateway`, { path_separated_prefix: route.path }),

@@ -124,3 +124,49 @@ M.checked_remember(M.checked_key("s2", "demo", "jobs"), 5000)
 M.checked_forget("s1\n")
 check("an ended session is forgotten for every backend", M.checked_lookup(M.checked_key("s1", "demo", "weather"), 5001), nil)
 check("other sessions are kept", M.checked_lookup(M.checked_key("s2", "demo", "jobs"), 5001) ~= nil, true)
+
+-- resource URIs (docs/adr/0015-federated-resources-and-prompts.md)
+check("uri exposed", M.exposed_uri_json('"file:///a/b?x=1#f"', "my-docs"), '"my-docs+file:///a/b?x=1#f"')
+check("ui uri keeps its scheme", M.exposed_uri_json('"ui://dash/x.html"', "my-docs"), '"ui://my-docs+dash/x.html"')
+check("opaque uri exposed", M.exposed_uri_json('"memo:insights"', "b"), '"b+memo:insights"')
+check("relative uri not named", M.exposed_uri_json('"/a/b"', "b"), nil)
+check("own uri", M.own_uri("my-docs+file:///a/b", "my-docs"), "file:///a/b")
+check("own ui uri", M.own_uri("ui://my-docs+dash/x.html", "my-docs"), "ui://dash/x.html")
+check("own uri of a scheme with +", M.own_uri("b+git+ssh://h/r", "b"), "git+ssh://h/r")
+check("another backend's uri", M.own_uri("c+file:///a", "b"), nil)
+check("a longer backend name is another backend", M.own_uri("bb+file:///a", "b"), nil)
+
+local read = { backend = "my_docs", id = 3, method = "resources/read", scheme = "my-docs" }
+check("read contents named", M.rewrite_message('{"jsonrpc":"2.0","id":3,"result":{"contents":[{"uri":"file:///a","text":"x"},{"uri":"file:///b","blob":"eA=="}]}}', read),
+  '{"jsonrpc":"2.0","id":3,"result":{"contents":[{"uri":"my-docs+file:///a","text":"x"},{"uri":"my-docs+file:///b","blob":"eA=="}]}}')
+local modern_read = { backend = "my_docs", id = 3, method = "resources/read", scheme = "my-docs", modern = true }
+check("read for a stateless client gets its cache hints", M.rewrite_message('{"jsonrpc":"2.0","id":3,"result":{"contents":[]}}', modern_read),
+  '{"jsonrpc":"2.0","id":3,"result":{"resultType":"complete","ttlMs":0,"cacheScope":"private","contents":[]}}')
+local prompt = { backend = "b", id = 4, method = "prompts/get", scheme = "b" }
+check("prompt's embedded resource and link named", M.rewrite_message(
+  '{"jsonrpc":"2.0","id":4,"result":{"messages":[{"role":"user","content":{"type":"text","text":"uri"}},{"role":"user","content":{"type":"resource","resource":{"uri":"demo://r/2","text":"t"}}},{"role":"user","content":{"type":"resource_link","uri":"demo://r/3","name":"r"}}]}}', prompt),
+  '{"jsonrpc":"2.0","id":4,"result":{"messages":[{"role":"user","content":{"type":"text","text":"uri"}},{"role":"user","content":{"type":"resource","resource":{"uri":"b+demo://r/2","text":"t"}}},{"role":"user","content":{"type":"resource_link","uri":"b+demo://r/3","name":"r"}}]}}')
+check("prompt without resources untouched", M.rewrite_message('{"jsonrpc":"2.0","id":4,"result":{"messages":[]}}', prompt), nil)
+local tool_call = { backend = "b", id = 7, method = "tools/call", scheme = "b", outcome = call.outcome }
+check("a call's resource link named, then annotated", M.rewrite_message('{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"resource_link","uri":"file:///x","name":"x"}]}}', tool_call),
+  '{"jsonrpc":"2.0","id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}},"content":[{"type":"resource_link","uri":"b+file:///x","name":"x"}]}}')
+check("an error of another method gets no outcome", M.rewrite_message('{"jsonrpc":"2.0","id":3,"error":{"code":-32002,"message":"not found"}}', read), nil)
+check("log message names its backend", M.rewrite_message('{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}', read),
+  '{"jsonrpc":"2.0","method":"notifications/message","params":{"logger":"my_docs","level":"info","data":"x"}}')
+check("log message keeps its own logger after the backend", M.rewrite_message('{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","logger":"db","data":"x"}}', read),
+  '{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","logger":"my_docs/db","data":"x"}}')
+check("resource update named", M.rewrite_message('{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///a"}}', read),
+  '{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"my-docs+file:///a"}}')
+check("elements of an array", #M.elements('[1, {"a":[2,3]} ,"x"]', 1), 3)
+check("elements of a non-array", M.elements('{"a":1}', 1), nil)
+
+-- the target of a forwarded request, found structurally
+local function target(body, method, is_prompt)
+  local first, last = M.target_span(body, method, is_prompt)
+  return first and body:sub(first, last) or nil
+end
+check("prompts/get name", target('{"params":{"arguments":{"name":"x"},"name":"b__p"}}', "prompts/get", true), '"b__p"')
+check("resources/read uri", target('{"params":{"uri":"b+file:///a"}}', "resources/read", false), '"b+file:///a"')
+check("completion ref name", target('{"params":{"argument":{"name":"a","value":"v"},"ref":{"type":"ref/prompt","name":"b__p"}}}', "completion/complete", true), '"b__p"')
+check("completion ref uri", target('{"params":{"ref":{"type":"ref/resource","uri":"b+file:///{x}"}}}', "completion/complete", false), '"b+file:///{x}"')
+check("uri not a string", target('{"params":{"uri":3}}', "resources/read", false), nil)
