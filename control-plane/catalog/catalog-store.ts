@@ -159,6 +159,9 @@ export interface RelistSettings {
 
 export const RELIST_DEFAULTS: RelistSettings = { retryMinMs: 1000, retryMaxMs: 10_000 };
 
+/** How long reports that a Tool Service's list changed are gathered into one listing. */
+const RELIST_SOON_MS = 250;
+
 /** A failing Tool Service's next listing. */
 interface Relisting {
   timer: NodeJS.Timeout;
@@ -225,6 +228,8 @@ export class CatalogStore extends EventEmitter {
   private itemFindings = new Map<string, ItemFinding[]>();
   /** Tool Services listed again soon, by catalog key, instead of at the next full refresh. */
   private readonly relistings = new Map<string, Relisting>();
+  /** Tool Services that said a list changed, listed again when their pause ends (relistSoon). */
+  private readonly soon = new Map<string, NodeJS.Timeout>();
   private closed = false;
 
   constructor(
@@ -390,8 +395,8 @@ export class CatalogStore extends EventEmitter {
    * `route` only names where the call was made, in the log: a Tool Service's state is the same in
    * every route.
    */
-  markDegraded(report: { toolServiceId: string; reason: string; route?: string }): boolean {
-    const service = this.ir.toolServices.find((candidate) => candidate.id === report.toolServiceId);
+  markDegraded(report: ({ toolServiceId: string } | { catalogKey: string }) & { reason: string; route?: string }): boolean {
+    const service = 'catalogKey' in report ? this.servicesByKey.get(report.catalogKey) : this.ir.toolServices.find((candidate) => candidate.id === report.toolServiceId);
     if (!service) return false;
     const catalog = this.byKey.get(service.catalogKey);
     if (catalog?.failingSince || !catalog?.lastSuccessAt) {
@@ -410,10 +415,30 @@ export class CatalogStore extends EventEmitter {
     return true;
   }
 
+  /**
+   * A Tool Service said one of its lists changed (a sidecar heard its list_changed notification): it is
+   * listed again after a short pause, in which further reports (from every sidecar and client that
+   * heard it) join the same listing. False for a Tool Service the catalog does not know.
+   */
+  relistSoon(catalogKey: string): boolean {
+    if (!this.servicesByKey.has(catalogKey)) return false;
+    if (this.soon.has(catalogKey) || this.closed) return true;
+    const timer = setTimeout(() => {
+      this.soon.delete(catalogKey);
+      const service = this.servicesByKey.get(catalogKey);
+      if (service) void this.refreshOne(service).then(() => this.rebuild());
+    }, RELIST_SOON_MS);
+    timer.unref();
+    this.soon.set(catalogKey, timer);
+    return true;
+  }
+
   /** Stops the pending re-listings. */
   close(): void {
     this.closed = true;
     for (const key of [...this.relistings.keys()]) this.stopRelisting(key);
+    for (const timer of this.soon.values()) clearTimeout(timer);
+    this.soon.clear();
   }
 
   private rebuild(): void {

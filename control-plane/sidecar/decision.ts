@@ -15,7 +15,7 @@ import { GatewaySession, SessionStore } from './sessions/session-store';
 export type Decision =
   | { kind: 'respond'; status: number; headers: Record<string, string>; body: string; reason: string; metadata?: RequestMetadata }
   | { kind: 'read-body' }
-  | { kind: 'stream'; session: GatewaySession }
+  | { kind: 'stream'; session: GatewaySession; head: RequestHead }
   | { kind: 'relay'; backend: BackendView; onBehalf: OnBehalf; body: string };
 
 /** What the sidecar knows of a request it answered, for its metrics and logs. */

@@ -136,7 +136,7 @@ export class GatewayServer {
       case 'respond':
         return send(res, decision.status, decision.headers, decision.body);
       case 'stream':
-        return this.streams.hold(decision.session, res);
+        return this.streams.hold(decision.session, decision.head, res);
       case 'relay': {
         const answer = await this.context.backendSessions.post(decision.backend, decision.onBehalf, decision.body);
         return send(res, answer.status, answer.body.length ? { 'content-type': answer.contentType } : {}, answer.body);

@@ -122,7 +122,7 @@ async function openStream(head: RequestHead, view: RouteCatalogView, context: Ga
   }
   const session = await sessionOf(head, view, context);
   if (!session) return sessionNotFound(null);
-  return { kind: 'stream', session };
+  return { kind: 'stream', session, head };
 }
 
 /** DELETE: ends the backend sessions, then the gateway session. */

@@ -6,7 +6,8 @@ import { CatalogSubscriber } from './catalog-subscriber';
 import { GatewayContext } from './decision';
 import { GatewayServer } from './gateway-server';
 import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient, describeRedisAddress } from '../shared/redis-client';
-import { ListChangedStreams, servedNames } from './list-changed-streams';
+import { ListChangedStreams, changedLists } from './list-changed-streams';
+import { BACKEND_STREAM_DEFAULTS, BackendStreamLimits, BackendStreams } from './backend-streams';
 import { RouteCatalogView, buildRouteViews } from './route-catalog';
 import { closeBackendSession, openBackendSession, postToBackendSession } from './sessions/backend-sessions';
 import { CachedSessionStore, SESSION_CACHE_DEFAULTS, redisSessionEndings } from './sessions/session-cache';
@@ -36,6 +37,8 @@ export interface SidecarOptions {
   maxRequestBodyBytes: number;
   /** GET streams one session may hold at a time. */
   maxStreamsPerSession: number;
+  /** Streams to backends held on clients' behalf, per gateway session and per replica (backend-streams.ts). */
+  backendStreams?: BackendStreamLimits;
   /** On stop, how long requests in flight may take to finish. */
   drainTimeoutMs: number;
   log: Logger;
@@ -52,7 +55,6 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   const { log } = options;
   let routes = new Map<string, RouteCatalogView>();
   let version = '';
-  const streams = new ListChangedStreams(options.maxStreamsPerSession, log);
   const subscriber = new CatalogSubscriber(
     options.controlPlaneAddress,
     options.sidecarId,
@@ -62,8 +64,10 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       routes = buildRouteViews(snapshot);
       version = snapshot.version;
       log.info('catalog updated', { version, routes: [...routes.keys()] });
-      const changed = [...routes].filter(([key, view]) => previous.has(key) && servedNames(previous.get(key)!) !== servedNames(view));
-      streams.toolsChanged(changed.map(([key]) => key));
+      for (const [key, view] of routes) {
+        const before = previous.get(key);
+        if (before) streams.listsChanged(key, changedLists(before, view));
+      }
     },
     log,
   );
@@ -111,6 +115,12 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     },
     log,
   };
+
+  const backendStreams = new BackendStreams(context, options.backendStreams ?? BACKEND_STREAM_DEFAULTS, {
+    listChanged: (backend, _list, route) => subscriber.report({ toolService: backend.toolService, route, listChanged: true }),
+    failed: (backend, reason, route) => subscriber.report({ toolService: backend.toolService, route, failure: reason }),
+  });
+  const streams = new ListChangedStreams(options.maxStreamsPerSession, log, backendStreams);
 
   const admin = options.adminAddress ? await startSidecarAdmin(options.adminAddress, metrics, () => version) : undefined;
   const gateway = new GatewayServer(context, streams, { maxRequestBodyBytes: options.maxRequestBodyBytes }, metrics);
