@@ -183,7 +183,14 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const server = new grpc.Server();
   server.addService(grpcServices.aggregatedDiscovery().service, adsServiceHandlers(cache, xdsStatus.callbacks()));
   server.addService(grpcServices.catalogDiscovery().service, catalogServiceHandlers(catalog, log));
-  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers(new CallLog([callMetrics, callHistory]), log));
+  // A request a backend failed marks it degraded at once (docs/tools-list.md), whatever the method.
+  const degradeOnFailure = {
+    backendFailed: (route: string, backend: string, reason: string) => {
+      const catalogKey = catalog.current().routes.find((candidate) => candidate.route_key === route)?.backends.find((candidate) => candidate.name === backend)?.tool_service;
+      if (catalogKey) catalog.markDegraded({ catalogKey, reason, route });
+    },
+  };
+  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers(new CallLog([callMetrics, callHistory], undefined, [degradeOnFailure]), log));
   const grpcPort = await new Promise<number>((resolve, reject) =>
     server.bindAsync(options.grpcAddress, grpc.ServerCredentials.createInsecure(), (error, port) =>
       error ? reject(error) : resolve(port),

@@ -388,8 +388,8 @@ export class CatalogStore extends EventEmitter {
   }
 
   /**
-   * A sidecar saw a call to this Tool Service fail (connection refused, timed out, …): it is served as
-   * stale (its last-good tools still listed, `reason` as its lastError) and listed again after
+   * A request to this Tool Service failed (Envoy's call log: connection refused, timed out, …; or a
+   * sidecar's report of a stream to it that failed): it is served as stale (its last-good tools still listed, `reason` as its lastError) and listed again after
    * retryMinMs, which puts it back to ok if it answers. A Tool Service already failing only gets the
    * newer reason, so a burst of failed calls costs no more than one. Returns false for an unknown id.
    * `route` only names where the call was made, in the log: a Tool Service's state is the same in
@@ -405,7 +405,7 @@ export class CatalogStore extends EventEmitter {
     }
     catalog.failingSince = new Date();
     catalog.lastError = report.reason;
-    this.log.warn('a sidecar reported a Tool Service failing; serving it as stale and listing it again', {
+    this.log.warn('a request to a Tool Service failed; serving it as stale and listing it again', {
       toolService: service.id,
       route: report.route,
       reason: report.reason,
