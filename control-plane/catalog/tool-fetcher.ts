@@ -137,8 +137,10 @@ async function listEverything(session: ListingSession, budget: ListingBudget, sc
   // Prompts and resources are listed only where the server declares them (a server without them may answer -32601).
   const prompts = capabilities.prompts ? await listAll<Prompt>(session, 'prompts/list', budget) : [];
   const withResources = scope === 'all' && capabilities.resources !== undefined;
+  // A server that declares prompts or resources but no tools has none to list (it may answer tools/list -32601).
+  const withTools = capabilities.tools !== undefined || (capabilities.prompts === undefined && capabilities.resources === undefined);
   return {
-    tools: await listAll<Tool>(session, 'tools/list', budget),
+    tools: withTools ? await listAll<Tool>(session, 'tools/list', budget) : [],
     prompts,
     resources: withResources ? await listAll<Resource>(session, 'resources/list', budget) : [],
     resourceTemplates: withResources ? await listAll<ResourceTemplate>(session, 'resources/templates/list', budget) : [],

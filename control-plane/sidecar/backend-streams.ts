@@ -10,12 +10,15 @@ import { readEvents } from './sessions/backend-sessions';
 import { GatewaySession } from './sessions/session-store';
 
 /**
- * The backends' own standalone streams, listened to on a client's behalf while the client holds its
- * own GET stream (docs/adr/0015-federated-resources-and-prompts.md): each backend of the route that
- * keeps sessions gets the client's session (opened now where there is none yet, and recorded for every
- * replica) and a GET stream in it; what the backend sends there reaches the client's stream
- * (backend-messages.ts). Bounded per gateway session and per replica; nothing is opened for a client
- * that holds no stream, and everything is closed when its last stream closes.
+ * Streams the gateway holds to backends on clients' behalf (docs/adr/0015-federated-resources-and-prompts.md):
+ * - while a client of a session-based revision holds its GET stream, each backend of the route that
+ *   keeps sessions gets the client's session (opened now where there is none yet, and recorded for
+ *   every replica) and a GET stream in it (follow);
+ * - while a client of the stateless revision listens (subscriptions/listen), each backend its resource
+ *   subscriptions name gets a stream of its own (subscriptions-listen.ts).
+ * What a backend sends there reaches the client (backend-messages.ts). Bounded per gateway session and
+ * per replica; nothing is opened for a client that holds no stream, and everything is closed when it
+ * lets go.
  */
 
 /** What the sidecar tells the control plane about a backend it heard from (catalog-subscriber.ts). */
@@ -27,9 +30,9 @@ export interface BackendReports {
 }
 
 export interface BackendStreamLimits {
-  /** Backend streams one gateway session may hold. */
+  /** Backend streams one gateway session (or one subscriptions/listen) may hold. */
   perSession: number;
-  /** Backend streams this replica holds over all sessions. */
+  /** Backend streams this replica holds over all clients. */
   total: number;
 }
 
@@ -38,20 +41,41 @@ export const BACKEND_STREAM_DEFAULTS: BackendStreamLimits = { perSession: 32, to
 /** After a stream failed or ended, the next attempt waits 1 s, doubling up to 30 s (reset by a stream that opened). */
 const RETRY_MIN_MS = 1000;
 const RETRY_MAX_MS = 30_000;
-/** The longest a backend may take to answer the GET that opens its stream (the stream itself may stay silent). */
+/** The longest a backend may take to answer the request that opens its stream (the stream itself may stay silent). */
 const OPEN_TIMEOUT_MS = 10_000;
 
 const sleep = (ms: number, signal: AbortSignal) =>
   new Promise<void>((resolve) => {
     const timer = setTimeout(resolve, ms);
-    signal.addEventListener('abort', () => {
-      clearTimeout(timer);
-      resolve();
-    }, { once: true });
+    signal.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(timer);
+        resolve();
+      },
+      { once: true },
+    );
   });
+
+/** How one attempt at a backend stream ended: 'done' (nothing more to listen to), 'opened' (it was open, then ended), 'retry'. */
+export type StreamEnd = 'done' | 'opened' | 'retry';
 
 /** A backend the gateway can hold a standalone stream to: one of a session-based revision that keeps sessions. */
 export const hasStandaloneStream = (backend: BackendView) => backend.protocolVersion !== MODERN_PROTOCOL_VERSION && backend.sessionful;
+
+/** The messages of a backend's SSE stream, relayed (backend-messages.ts), until the stream ends. */
+export async function relayEvents(body: ReadableStream<Uint8Array>, backend: BackendView, onRelayed: (relayed: RelayedMessage, message: unknown) => void): Promise<void> {
+  await readEvents(body, (event) => {
+    if (event.data.trim() === '') return;
+    let message: unknown;
+    try {
+      message = JSON.parse(event.data);
+    } catch {
+      return;
+    }
+    onRelayed(relayBackendMessage(message, backend), message);
+  });
+}
 
 export class BackendStreams {
   private held = 0;
@@ -59,13 +83,71 @@ export class BackendStreams {
 
   constructor(
     private readonly context: GatewayContext,
-    private readonly limits: BackendStreamLimits,
-    private readonly reports: BackendReports,
+    readonly limits: BackendStreamLimits,
+    readonly reports: BackendReports,
   ) {}
 
   /** Backend streams this replica holds now. */
   get open(): number {
     return this.held;
+  }
+
+  /**
+   * Runs `attempt` again and again until it is done or `signal` aborts, as one of this replica's
+   * backend streams: a failed attempt is reported (the backend is served degraded at once) and the
+   * next waits longer. False when the replica already holds its most.
+   */
+  hold(backend: () => BackendView | undefined, route: string, attempt: (signal: AbortSignal) => Promise<StreamEnd>, signal: AbortSignal): boolean {
+    if (this.held >= this.limits.total) {
+      if (!this.warnedFull) this.context.log.warn('this sidecar holds its most backend streams: some clients hear nothing from some backends outside their requests', { limit: this.limits.total });
+      this.warnedFull = true;
+      return false;
+    }
+    this.held++;
+    void this.keepListening(backend, route, attempt, signal).finally(() => {
+      this.held--;
+      if (this.held < this.limits.total) this.warnedFull = false;
+    });
+    return true;
+  }
+
+  private async keepListening(backendNow: () => BackendView | undefined, route: string, attempt: (signal: AbortSignal) => Promise<StreamEnd>, signal: AbortSignal): Promise<void> {
+    let failures = 0;
+    while (!signal.aborted) {
+      const backend = backendNow();
+      if (!backend) return;
+      const ended = backend.state === 'missing' ? 'retry' : await attempt(signal).catch((error: unknown) => error as Error);
+      if (ended === 'done') return;
+      if (ended instanceof Error && !signal.aborted) {
+        failures++;
+        const reason = describeListingFailure(ended, OPEN_TIMEOUT_MS);
+        this.context.log.warn('a backend stream failed; trying again', { route, backend: backend.name, error: reason });
+        this.reports.failed(backend, reason, route);
+      } else if (ended === 'opened') {
+        failures = 0;
+      }
+      await sleep(Math.min(RETRY_MIN_MS * 2 ** failures, RETRY_MAX_MS), signal);
+    }
+  }
+
+  /**
+   * A backend stream's request: its answer's head must come within OPEN_TIMEOUT_MS, its body lasts
+   * until `signal` aborts or the backend ends it. `read` gets the answer; the request is ended when it returns.
+   */
+  async stream<T>(backend: BackendView, init: RequestInit, signal: AbortSignal, read: (response: Response, signal: AbortSignal) => Promise<T>): Promise<T> {
+    const stream = new AbortController();
+    const stop = () => stream.abort();
+    signal.addEventListener('abort', stop, { once: true });
+    const opening = setTimeout(() => stream.abort(new DOMException(`no answer in ${OPEN_TIMEOUT_MS} ms`, 'TimeoutError')), OPEN_TIMEOUT_MS);
+    try {
+      const response = await backendFetch(backend.tls)(backend.url, { ...init, signal: stream.signal });
+      clearTimeout(opening);
+      return await read(response, stream.signal);
+    } finally {
+      clearTimeout(opening);
+      signal.removeEventListener('abort', stop);
+      stream.abort();
+    }
   }
 
   /**
@@ -76,109 +158,56 @@ export class BackendStreams {
     const stop = new AbortController();
     const view = this.context.lookup(session.route);
     const backends = [...(view?.backends.values() ?? [])].filter(hasStandaloneStream).slice(0, this.limits.perSession);
-    for (const backend of backends) {
-      if (this.held >= this.limits.total) {
-        if (!this.warnedFull) this.context.log.warn('this sidecar holds its most backend streams: some clients hear nothing from some backends outside their requests', { limit: this.limits.total });
-        this.warnedFull = true;
-        break;
-      }
-      this.held++;
-      void this.followOne(session, backend.name, head, deliver, stop.signal).finally(() => {
-        this.held--;
-        if (this.held < this.limits.total) this.warnedFull = false;
-      });
+    for (const { name } of backends) {
+      // Gone from the route, or no longer one that keeps sessions: nothing to listen to.
+      const backendNow = () => {
+        const backend = this.context.lookup(session.route)?.backends.get(name);
+        return backend && hasStandaloneStream(backend) ? backend : undefined;
+      };
+      if (!this.hold(backendNow, session.route, () => this.listenInSession(session, backendNow()!, head, deliver, stop.signal), stop.signal)) break;
     }
     return () => stop.abort();
   }
 
-  private async followOne(session: GatewaySession, name: string, head: RequestHead, deliver: (message: JsonObject) => void, signal: AbortSignal): Promise<void> {
-    let failures = 0;
-    while (!signal.aborted) {
-      const backend = this.context.lookup(session.route)?.backends.get(name);
-      // Gone from the route, or no longer one that keeps sessions: nothing to listen to.
-      if (!backend || !hasStandaloneStream(backend)) return;
-      const ended = backend.state === 'missing' ? 'retry' : await this.listenOnce(session, backend, head, deliver, signal).catch((error: unknown) => error as Error);
-      if (ended === 'done') return;
-      if (ended instanceof Error && !signal.aborted) {
-        failures++;
-        const reason = describeListingFailure(ended, OPEN_TIMEOUT_MS);
-        this.context.log.warn('a backend stream failed; trying again', { route: session.route, backend: name, error: reason });
-        this.reports.failed(backend, reason, session.route);
-      } else if (ended === 'opened') {
-        failures = 0;
-      }
-      await sleep(Math.min(RETRY_MIN_MS * 2 ** failures, RETRY_MAX_MS), signal);
-    }
-  }
-
   /**
    * One GET stream in the client's session with the backend, read until it ends. 'done': the backend
-   * offers no stream, or the gateway session ended; 'opened': it was open and ended; 'retry': it
-   * could not be opened this time (the backend lost its session, which is forgotten).
+   * offers no stream, or the gateway session ended; 'retry': the backend lost its session (forgotten,
+   * so the next attempt opens another).
    */
-  private async listenOnce(gateway: GatewaySession, backend: BackendView, head: RequestHead, deliver: (message: JsonObject) => void, signal: AbortSignal): Promise<'done' | 'opened' | 'retry'> {
+  private async listenInSession(gateway: GatewaySession, backend: BackendView, head: RequestHead, deliver: (message: JsonObject) => void, signal: AbortSignal): Promise<StreamEnd> {
     // Read anew: another replica may have opened this backend's session meanwhile.
     const session = await this.context.sessions.get(gateway.id);
     if (!session) return 'done';
     const backendSessionId = await backendSessionFor(session, backend, head, this.context);
     // The gateway session ended meanwhile, or the backend runs without sessions after all.
     if (!backendSessionId) return 'done';
-    // The stream lives as long as the client's; only its opening is bounded.
-    const stream = new AbortController();
-    const stop = () => stream.abort();
-    signal.addEventListener('abort', stop, { once: true });
-    const opening = setTimeout(() => stream.abort(new DOMException(`no answer in ${OPEN_TIMEOUT_MS} ms`, 'TimeoutError')), OPEN_TIMEOUT_MS);
-    try {
-      return await this.read(session, backend, backendSessionId, head, deliver, stream.signal, () => clearTimeout(opening));
-    } finally {
-      clearTimeout(opening);
-      signal.removeEventListener('abort', stop);
-      stream.abort();
-    }
-  }
-
-  private async read(
-    session: GatewaySession,
-    backend: BackendView,
-    backendSessionId: string,
-    head: RequestHead,
-    deliver: (message: JsonObject) => void,
-    signal: AbortSignal,
-    opened: () => void,
-  ): Promise<'opened' | 'done' | 'retry'> {
-    const response = await backendFetch(backend.tls)(backend.url, {
+    const init = {
       method: 'GET',
       headers: { ...clientHeadersOf(head), accept: 'text/event-stream', 'mcp-session-id': backendSessionId, 'mcp-protocol-version': session.protocolVersion },
-      signal,
-    });
-    opened();
-    if (response.status === 405) {
-      await response.body?.cancel();
-      return 'done';
-    }
-    if (response.status === 404 || response.status === 400) {
-      await response.body?.cancel();
-      await this.context.sessions.forgetBackend(session.id, backend.name, backendSessionId);
-      return 'retry';
-    }
-    if (!response.ok || !(response.headers.get('content-type') ?? '').includes('text/event-stream') || !response.body) {
-      await response.body?.cancel();
-      throw new Error(`HTTP ${response.status}: the backend's standalone stream could not be opened`);
-    }
-    const reader = readEvents(response.body, (event) => {
-      if (event.data.trim() === '') return;
-      let relayed: RelayedMessage;
-      try {
-        relayed = relayBackendMessage(JSON.parse(event.data), backend);
-      } catch {
-        return;
+    };
+    return this.stream(backend, init, signal, async (response, streamSignal) => {
+      if (response.status === 405) return 'done';
+      if (response.status === 404 || response.status === 400) {
+        await this.context.sessions.forgetBackend(session.id, backend.name, backendSessionId);
+        return 'retry';
       }
-      if (relayed.kind === 'deliver') deliver(relayed.message);
-      else if (relayed.kind === 'list-changed') this.reports.listChanged(backend, relayed.list, session.route);
+      await this.relayAll(response, backend, session.route, streamSignal, (relayed) => {
+        if (relayed.kind === 'deliver') deliver(relayed.message);
+      });
+      return 'opened';
     });
-    await reader.catch((error: Error) => {
+  }
+
+  /** An SSE answer relayed to its end (list changes reported to the control plane); a stream that could not be opened is an error. */
+  async relayAll(response: Response, backend: BackendView, route: string, signal: AbortSignal, onRelayed: (relayed: RelayedMessage, message: unknown) => void): Promise<void> {
+    if (!response.ok || !(response.headers.get('content-type') ?? '').includes('text/event-stream') || !response.body) {
+      throw new Error(`HTTP ${response.status}: the backend's stream could not be opened`);
+    }
+    await relayEvents(response.body, backend, (relayed, message) => {
+      if (relayed.kind === 'list-changed') this.reports.listChanged(backend, relayed.list, route);
+      else onRelayed(relayed, message);
+    }).catch((error: Error) => {
       if (!signal.aborted) throw error;
     });
-    return 'opened';
   }
 }

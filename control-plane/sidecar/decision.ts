@@ -4,6 +4,7 @@ import { JsonRpcId, jsonRpcError } from './json-rpc';
 import { BackendView, RouteCatalogView } from './route-catalog';
 import { BackendAnswer, BackendSessionFields, OnBehalf } from './sessions/backend-sessions';
 import { GatewaySession, SessionStore } from './sessions/session-store';
+import type { HonoredFilter } from './subscriptions-listen';
 
 /** The vocabulary of the sidecar's decisions: what it is asked, what it answers, what it decides with. */
 
@@ -16,6 +17,7 @@ export type Decision =
   | { kind: 'respond'; status: number; headers: Record<string, string>; body: string; reason: string; metadata?: RequestMetadata }
   | { kind: 'read-body' }
   | { kind: 'stream'; session: GatewaySession; head: RequestHead }
+  | { kind: 'listen'; view: RouteCatalogView; id: JsonRpcId; honored: HonoredFilter; head: RequestHead }
   | { kind: 'relay'; backend: BackendView; onBehalf: OnBehalf; body: string };
 
 /** What the sidecar knows of a request it answered, for its metrics and logs. */

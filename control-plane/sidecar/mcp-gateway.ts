@@ -21,6 +21,7 @@ import { LIST_METHODS, ListMethod, RouteCatalogView } from './route-catalog';
 import { setLevelForSession } from './logging-level';
 import { ClientFieldsTooLargeError, GatewaySession } from './sessions/session-store';
 import { answerUnplacedRequest, isPlacedMethod } from './surface-requests';
+import { honoredFilter, listenParamsSchema } from './subscriptions-listen';
 import { answerUnplacedCall } from './tool-call';
 import { ListAudience, answerList, listBody } from './tools-list';
 import { ServerCapabilities } from '@modelcontextprotocol/sdk/types.js';
@@ -288,6 +289,11 @@ function decideModern(message: JsonRpcMessage, head: RequestHead, view: RouteCat
       );
     case 'tools/call':
       return answerUnplacedCall(message.params, id, view);
+    case 'subscriptions/listen': {
+      const parsed = listenParamsSchema.safeParse(message.params);
+      if (!parsed.success) return respondError(200, id, JSON_RPC.INVALID_PARAMS, 'subscriptions/listen needs params.notifications, a subscription filter', 'invalid_params');
+      return { kind: 'listen', view, id, honored: honoredFilter(parsed.data.notifications, view), head };
+    }
     default:
       if (isListMethod(message.method)) {
         if (!servesList(view, message.method)) return notServedOnRoute(message.method, id, view, 404);

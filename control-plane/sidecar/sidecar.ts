@@ -8,6 +8,7 @@ import { GatewayServer } from './gateway-server';
 import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient, describeRedisAddress } from '../shared/redis-client';
 import { ListChangedStreams, changedLists } from './list-changed-streams';
 import { BACKEND_STREAM_DEFAULTS, BackendStreamLimits, BackendStreams } from './backend-streams';
+import { ListenStreams } from './subscriptions-listen';
 import { RouteCatalogView, buildRouteViews } from './route-catalog';
 import { closeBackendSession, openBackendSession, postToBackendSession } from './sessions/backend-sessions';
 import { CachedSessionStore, SESSION_CACHE_DEFAULTS, redisSessionEndings } from './sessions/session-cache';
@@ -66,7 +67,10 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       log.info('catalog updated', { version, routes: [...routes.keys()] });
       for (const [key, view] of routes) {
         const before = previous.get(key);
-        if (before) streams.listsChanged(key, changedLists(before, view));
+        if (!before) continue;
+        const lists = changedLists(before, view);
+        streams.listsChanged(key, lists);
+        listens.listsChanged(key, lists);
       }
     },
     log,
@@ -121,9 +125,10 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     failed: (backend, reason, route) => subscriber.report({ toolService: backend.toolService, route, failure: reason }),
   });
   const streams = new ListChangedStreams(options.maxStreamsPerSession, log, backendStreams);
+  const listens = new ListenStreams(context, backendStreams, log);
 
   const admin = options.adminAddress ? await startSidecarAdmin(options.adminAddress, metrics, () => version) : undefined;
-  const gateway = new GatewayServer(context, streams, { maxRequestBodyBytes: options.maxRequestBodyBytes }, metrics);
+  const gateway = new GatewayServer(context, streams, listens, { maxRequestBodyBytes: options.maxRequestBodyBytes }, metrics);
   const server: http.Server = await listenAt(gateway.handle, options.address);
   // Envoy keeps its connections to the sidecar open between requests: longer than Envoy's own idle timeout (1 h by default) would be pointless.
   server.keepAliveTimeout = 300_000;

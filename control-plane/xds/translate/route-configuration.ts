@@ -2,7 +2,7 @@ import { GatewayIR, RouteBackendIR, RouteIR, ToolServiceIR } from '../../ir/gate
 import { TypedJson } from '../protobuf/proto-json';
 import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, callRouteFilters, surfaceMatches, surfaceRouteFilters } from './call-lane';
 import { duration } from './duration';
-import { ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
+import { MCP_METADATA_NAMESPACE, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { TYPE_URL, typedStruct } from './type-urls';
 
 /** How long the gateway lane may take: it answers from memory, or ends and notifies backend sessions (bounded there). */
@@ -53,6 +53,22 @@ function surfaceRoutes(route: RouteIR, backend: RouteBackendIR, service: ToolSer
     match,
     typed_per_filter_config: filters,
   }));
+}
+
+/**
+ * A stateless client's subscriptions/listen (MCP 2026-07-28): a POST whose answer is a stream the
+ * sidecars hold for as long as the client listens, like a GET stream.
+ */
+function listenRoute(route: RouteIR) {
+  return {
+    name: `${route.key}/listen`,
+    match: {
+      path_separated_prefix: route.path,
+      dynamic_metadata: [{ filter: MCP_METADATA_NAMESPACE, path: [{ key: 'method' }], value: { string_match: { exact: 'subscriptions/listen' } } }],
+    },
+    route: { cluster: SIDECAR_STREAMS_CLUSTER_NAME, timeout: '0s', idle_timeout: STREAM_IDLE_TIMEOUT },
+    typed_per_filter_config: GATEWAY_LANE_FILTERS,
+  };
 }
 
 /** A client's standalone GET stream of the route: held by the sidecars for as long as the client keeps it. */
@@ -108,6 +124,7 @@ export function buildRouteConfiguration(ir: GatewayIR, catalog: CallLaneCatalog)
         ...surfaceRoutes(route, backend, services.get(backend.catalogKey)!, catalog),
       ]),
     streamsRoute(route),
+    listenRoute(route),
     gatewayRoute(`${route.key}/end`, { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'DELETE' } }] }, SESSION_END_FILTERS),
     gatewayRoute(`${route.key}/gateway`, { path_separated_prefix: route.path }),
   ]);
