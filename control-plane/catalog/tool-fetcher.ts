@@ -6,7 +6,7 @@ import { ErrorCode, LATEST_PROTOCOL_VERSION, Prompt, Resource, ResourceTemplate,
 import { ToolServiceIR } from '../ir/gateway-ir';
 import { MODERN_PROTOCOL_VERSION } from '../sidecar/modern-era';
 import { ToolList } from './catalog-store';
-import { ALL_OF, CLIENT_NEEDS, ClientNeed, capabilitiesFor } from './client-needs';
+import { ALL_OF, CLIENT_NEEDS, capabilitiesFor } from './client-needs';
 import { backendFetch } from '../shared/backend-fetch';
 
 export const GATEWAY_CLIENT_INFO = { name: 'mcp-federation-gateway', version: '0.1.0' };
@@ -258,12 +258,14 @@ async function probeNeeds(era: Era, service: ToolServiceIR, limits: ToolListLimi
   const bare = new Set(offeredNames(await listAs(era, service, limits, {}, 'callables')));
   const conditional = offeredNames(full).filter((key) => !bare.has(key));
   if (conditional.length === 0) return {};
-  const broughtBy = new Map<string, ClientNeed[]>(conditional.map((key) => [key, []]));
-  for (const need of CLIENT_NEEDS) {
-    const offered = new Set(offeredNames(await listAs(era, service, limits, capabilitiesFor([need]), 'callables')));
-    for (const key of conditional) if (offered.has(key)) broughtBy.get(key)!.push(need);
-  }
-  return Object.fromEntries([...broughtBy].map(([key, needs]) => [key, needs.length > 0 ? needs : [CLIENT_NEEDS.join(ALL_OF)]]));
+  // One listing per capability, side by side: each is a session of its own.
+  const offeredWith = await Promise.all(CLIENT_NEEDS.map(async (need) => new Set(offeredNames(await listAs(era, service, limits, capabilitiesFor([need]), 'callables')))));
+  return Object.fromEntries(
+    conditional.map((key) => {
+      const broughtBy = CLIENT_NEEDS.filter((_need, index) => offeredWith[index].has(key));
+      return [key, broughtBy.length > 0 ? broughtBy : [CLIENT_NEEDS.join(ALL_OF)]];
+    }),
+  );
 }
 
 /** A listing as a client that declares every capability, with what each tool and prompt needs of its clients. */

@@ -198,7 +198,11 @@ export class BackendStreams {
     });
   }
 
-  /** An SSE answer relayed to its end (list changes reported to the control plane); a stream that could not be opened is an error. */
+  /**
+   * An SSE answer relayed to its end (list changes reported to the control plane). A stream that could
+   * not be opened is an error (the backend failed); one that opened and then ended, cleanly or not
+   * (a backend ends a session's stream when the session ends), is not.
+   */
   async relayAll(response: Response, backend: BackendView, route: string, signal: AbortSignal, onRelayed: (relayed: RelayedMessage, message: unknown) => void): Promise<void> {
     if (!response.ok || !(response.headers.get('content-type') ?? '').includes('text/event-stream') || !response.body) {
       throw new Error(`HTTP ${response.status}: the backend's stream could not be opened`);
@@ -207,7 +211,7 @@ export class BackendStreams {
       if (relayed.kind === 'list-changed') this.reports.listChanged(backend, relayed.list, route);
       else onRelayed(relayed, message);
     }).catch((error: Error) => {
-      if (!signal.aborted) throw error;
+      if (!signal.aborted) this.context.log.debug('a backend stream ended', { route, backend: backend.name, error: error.message });
     });
   }
 }

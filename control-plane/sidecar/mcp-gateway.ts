@@ -189,9 +189,8 @@ async function decideOnMessage(message: JsonRpcMessage, head: RequestHead, view:
   if (id === undefined) return relayNotification(message, head, view, session, context);
   if (isListMethod(message.method)) {
     if (!servesList(view, message.method)) return notServedOnRoute(message.method, id, view, 200);
-    // A client's lists hold what its declared capabilities let it use; a request without a session declared none of them: it gets everything.
-    const offered = session ? offeredBy(session.clientCapabilities) : undefined;
-    return answerListRequest(view, message.method, message.params, id, { ...(offered && { offeredBy: () => offered }) });
+    // A request without a session declared nothing: it gets everything.
+    return answerListRequest(view, message.method, message.params, id, session ? sessionAudience(session) : {});
   }
   if (isPlacedMethod(message.method)) {
     return servesMethod(view, message.method) ? answerUnplacedRequest(message.method, message.params, id, view) : notServedOnRoute(message.method, id, view, 200);
@@ -304,6 +303,18 @@ function decideModern(message: JsonRpcMessage, head: RequestHead, view: RouteCat
       }
       return respondError(404, id, JSON_RPC.METHOD_NOT_FOUND, `method "${message.method}" is not served in protocol ${MODERN_PROTOCOL_VERSION}`, 'method_not_found');
   }
+}
+
+/**
+ * What a session client may use: a session-era backend gets its calls in the client's own session with
+ * it, opened with the client's capabilities; a backend of the stateless revision gets them with an
+ * envelope the gateway makes up, which declares none (ADR-0007), and a session client could not answer
+ * its input_required results anyway.
+ */
+function sessionAudience(session: GatewaySession): ListAudience {
+  const declared = offeredBy(session.clientCapabilities);
+  const none = offeredBy({});
+  return { offeredBy: (backend) => (backend.protocolVersion === MODERN_PROTOCOL_VERSION ? none : declared) };
 }
 
 /**
