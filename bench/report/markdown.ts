@@ -2,7 +2,7 @@ import { Spread } from '../load/stats';
 import { SATURATION } from '../scenarios/tool-call';
 import { SystemId } from '../systems/systems';
 import { LIST_VARIANTS, ListVariant } from '../systems/topology';
-import { BenchResults, LatencySpread, streamingFigures, toolCallFigures, toolListFigures } from './results';
+import { BenchResults, LatencySpread, streamingFigures, surfaceListFigures, toolCallFigures, toolListFigures } from './results';
 import { ms } from './targets';
 
 /** The Markdown report of one run: what was measured, how, and how far each target is. */
@@ -184,6 +184,24 @@ function toolListSection(results: BenchResults): string[] {
     ...toolList.unsupported.map((entry) => `- ${systemName(results, entry.system)}: not expressible — ${entry.reason}.`),
     '',
     ...errorLines(toolList.runs, (run) => `${systemName(results, run.system)}, ${variantLabel[run.variant]}`),
+    ...surfaceListLines(results),
+  ];
+}
+
+/** The gateway's prompts/list and resources/list of the all-up route (docs/catalog.md). */
+function surfaceListLines(results: BenchResults): string[] {
+  const rows = (['prompts/list', 'resources/list'] as const).flatMap((method) => {
+    const f = surfaceListFigures(results.toolList, method);
+    if (!f) return [];
+    return [[`${method} (${f.entries.toLocaleString('en-US')} entries)`, cell(f.latencyMs.p50, f.repetitions), cell(f.latencyMs.p99, f.repetitions), cell(f.latencyMs.max, f.repetitions), String(f.pagesPerListing), `${num(f.pageLatencyMs.p50.median)} / ${num(f.pageLatencyMs.p99.median)}`, `${f.errors}/${f.sent}`]];
+  });
+  if (rows.length === 0) return [];
+  return [
+    '',
+    `The same route's prompts/list and resources/list, answered by C from its catalog (all backends up, ${results.settings.toolList.fleet.promptsPerBackend} prompts and ${results.settings.toolList.fleet.resourcesPerBackend} resources per backend; the same rate and measurement). No other system federates them: B forwards, D's mcp_router answers resources/list with an empty list, E fans out tools/list only.`,
+    '',
+    ...table(['list', 'p50', 'p99', 'max', 'pages', 'per page p50 / p99', 'errors/listings'], rows),
+    ...errorLines(results.toolList.surfaceRuns ?? [], (run) => `C, ${run.method}`),
   ];
 }
 

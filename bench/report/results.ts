@@ -76,6 +76,22 @@ export function toolListFigures(
   return { ...figures, pageLatencyMs: spreadOfSummaries(runs.map((run) => run.pageLatencyMs)), pagesPerListing: Math.max(...runs.map((run) => run.pagesPerListing)) };
 }
 
+/** The gateway's prompts/list or resources/list over the repetitions (undefined: not measured in this run). */
+export function surfaceListFigures(
+  results: ToolListResults,
+  method: 'prompts/list' | 'resources/list',
+): (RepeatedFigures & { pageLatencyMs: LatencySpread; pagesPerListing: number; entries: number }) | undefined {
+  const runs = (results.surfaceRuns ?? []).filter((run) => run.method === method);
+  const figures = repeated(runs);
+  if (!figures) return undefined;
+  return {
+    ...figures,
+    pageLatencyMs: spreadOfSummaries(runs.map((run) => run.pageLatencyMs)),
+    pagesPerListing: Math.max(...runs.map((run) => run.pagesPerListing)),
+    entries: runs[0].entries,
+  };
+}
+
 export interface StreamingFigures {
   firstFrameMs: LatencySpread;
   laterFramesMs: LatencySpread;

@@ -1,4 +1,4 @@
-import { BenchResults, TargetAssessment, streamingFigures, toolCallFigures, toolListFigures } from './results';
+import { BenchResults, TargetAssessment, streamingFigures, surfaceListFigures, toolCallFigures, toolListFigures } from './results';
 
 /**
  * How far each target of issue 5 is, stated, not asserted: the bench reports and never fails on a
@@ -65,6 +65,16 @@ export function assessTargets(results: Omit<BenchResults, 'targets'>): TargetAss
         }
       : notMeasured(listTarget),
   );
+  for (const method of ['prompts/list', 'resources/list'] as const) {
+    const figures = surfaceListFigures(results.toolList, method);
+    const entries = figures ? `${figures.entries.toLocaleString('en-US')} ` : '';
+    const target = `${method}: C p99 under 5 ms for the route's ${entries}entries (the whole listing)`;
+    targets.push(
+      figures
+        ? { target, measured: `p99 ${ms(figures.latencyMs.p99.median)} at ${listRate} req/s over ${figures.pagesPerListing} page(s)`, met: figures.latencyMs.p99.median < 5 }
+        : notMeasured(target),
+    );
+  }
   const slowTarget = 'tools/list: C unaffected by a slow backend (p99 within 1 ms of all-up)';
   targets.push(
     listAllUp && listSlow

@@ -2,7 +2,7 @@ import { EventSourceMessage, createParser } from 'eventsource-parser';
 import { ResourceUpdatedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
-import { MCP_POST_HEADERS, connectClient, listedTools, startGateway } from '../support/gateway-fixture';
+import { MCP_POST_HEADERS, connectClient, listedTools, postJsonRpc, startGateway } from '../support/gateway-fixture';
 import { ModernToolService } from '../support/modern-tool-service';
 import { SubscribableToolService } from '../support/subscribable-tool-service';
 
@@ -139,6 +139,21 @@ describe('subscriptions/listen and resources/subscribe through the gateway', () 
     } finally {
       await client.close();
     }
+  });
+
+  it('answers a stateless client’s resources/subscribe, which its revision does not have, 404 -32601', async () => {
+    const response = await postJsonRpc(
+      stack.gatewayUrl('notes'),
+      {
+        jsonrpc: '2.0',
+        id: 5,
+        method: 'resources/subscribe',
+        params: { uri: 'notes+note://a', _meta: { 'io.modelcontextprotocol/protocolVersion': '2026-07-28', 'io.modelcontextprotocol/clientCapabilities': {} } },
+      },
+      { ...MCP_POST_HEADERS, 'mcp-protocol-version': '2026-07-28', 'mcp-method': 'resources/subscribe' },
+    );
+    expect(response.status).toBe(404);
+    expect(response.json().error).toMatchObject({ code: -32601, message: expect.stringContaining('use subscriptions/listen') });
   });
 
   it('tells a listener that the route’s tools and resources changed', async () => {

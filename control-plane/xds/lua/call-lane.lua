@@ -46,6 +46,7 @@ local CHECK_GATEWAY_SESSION = "x-mcpgw-gateway-session"
 local TOOL_DENIED = -32003
 local INVALID_PARAMS = -32602
 local INVALID_REQUEST = -32600
+local METHOD_NOT_FOUND = -32601
 local BACKEND_UNAVAILABLE = -32004
 
 ---------------------------------------------------------------------------------------------------
@@ -436,6 +437,10 @@ local function forward_request(h, request)
   local own
   if is_prompt then own = sub(exposed, #backend + #separator + 1) else own = M.own_uri(exposed, scheme) end
   local modern_client = params._meta ~= nil and params._meta["io.modelcontextprotocol/protocolVersion"] ~= nil
+  if modern_client and (method == "resources/subscribe" or method == "resources/unsubscribe") then
+    -- The stateless revision subscribes with subscriptions/listen; as the sidecar answers removed methods.
+    return error_reply(h, id, METHOD_NOT_FOUND, 'method "' .. method .. '" is not served in protocol ' .. MODERN_VERSION .. ": use subscriptions/listen", nil, "404")
+  end
 
   local metadata = h:streamInfo():dynamicMetadata()
   metadata:set(NS, "route", route)
