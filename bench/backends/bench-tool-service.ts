@@ -12,6 +12,7 @@ import {
   ListResourcesRequestSchema,
   ListToolsRequestSchema,
   McpError,
+  ReadResourceRequestSchema,
   Prompt,
   Resource,
   Tool,
@@ -27,7 +28,8 @@ import {
  *   so a client can tell how long each frame spent on the way;
  * - filler tools, so that a backend lists e.g. 100 tools;
  * - a delay on tools/list: the slow backend of the tools/list scenario;
- * - prompts and resources, for the prompts/list and resources/list of the same scenario.
+ * - prompts and resources, for the prompts/list and resources/list of the same scenario; a read of
+ *   `bench://<port>/size/<n>` answers n bytes of text (bench/resource-read-lanes.ts).
  *
  * Why the SDK's low-level Server and not McpServer (as samples/tool-services uses): McpServer turns
  * every tool's zod schema into JSON Schema on every tools/list and registers every tool on every
@@ -130,6 +132,11 @@ function buildServer(spec: BenchToolServiceSpec, tools: Map<string, BenchTool>, 
   if (spec.resources > 0) {
     server.setRequestHandler(ListResourcesRequestSchema, () => ({ resources: surface.resources }));
     server.setRequestHandler(ListResourceTemplatesRequestSchema, () => ({ resourceTemplates: [] }));
+    server.setRequestHandler(ReadResourceRequestSchema, (request) => {
+      const size = /\/size\/(\d+)$/.exec(request.params.uri);
+      if (!size) throw new McpError(ErrorCode.InvalidParams, `no resource "${request.params.uri}"`);
+      return { contents: [{ uri: request.params.uri, mimeType: 'text/plain', text: 'x'.repeat(Math.min(Number(size[1]), 16 * 1024 * 1024)) }] };
+    });
   }
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
     const called = tools.get(request.params.name);

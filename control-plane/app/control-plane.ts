@@ -201,6 +201,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       catalog: () => catalog.current(),
       catalogSettings: options.catalog,
       toolFindings: (routeKey) => catalog.toolFindings(routeKey),
+      surfaceFindings: (routeKey) => catalog.surfaceFindings(routeKey),
       refreshCatalog: (routeKey) => catalog.refreshNow(routeKey),
       xdsResources: () => resources,
       nodes: () => xdsStatus.list(),

@@ -23,6 +23,7 @@ import { projectPath } from '../shared/paths';
 import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, isSentinelAddress, parseRedisAddress } from '../shared/redis-client';
 import { SESSION_DEFAULTS } from '../sidecar/sessions/session-store';
 import { startSidecar } from '../sidecar/sidecar';
+import { BACKEND_STREAM_DEFAULTS } from '../sidecar/backend-streams';
 import { stopOnSignals } from './signals';
 import { UpError, runUp } from './up';
 
@@ -303,6 +304,8 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
   .addOption(positiveIntOption('--drain-timeout-ms <ms>', 'on SIGTERM, how long requests in flight keep the sidecar', 10_000))
   .addOption(positiveIntOption('--max-request-body-bytes <bytes>', 'largest request body the gateway lane reads', GATEWAY_DEFAULTS.maxRequestBodyBytes))
   .addOption(positiveIntOption('--max-streams-per-session <n>', 'GET streams one session may hold at a time (429 past it)', 4))
+  .addOption(positiveIntOption('--max-backend-streams-per-session <n>', "backends listened to on one client's behalf while it holds its GET stream (or per subscriptions/listen)", BACKEND_STREAM_DEFAULTS.perSession))
+  .addOption(positiveIntOption('--max-backend-streams <n>', "backend streams this sidecar holds on clients' behalf, in all", BACKEND_STREAM_DEFAULTS.total))
   .addOption(positiveIntOption('--session-client-fields-max-bytes <bytes>', "initialize's clientInfo + capabilities stored per session; more is refused (-32602)", SESSION_DEFAULTS.maxClientFieldsBytes))
   .addOption(redisConnectTimeoutOption())
   .addOption(redisCommandTimeoutOption())
@@ -316,6 +319,7 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
         address: joined(options.listen),
         maxRequestBodyBytes: options.maxRequestBodyBytes,
         maxStreamsPerSession: options.maxStreamsPerSession,
+        backendStreams: { perSession: options.maxBackendStreamsPerSession, total: options.maxBackendStreams },
         controlPlaneAddress: joined(options.controlPlane),
         sidecarId: options.id,
         redis: options.redis
