@@ -1,4 +1,5 @@
-import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
+import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS, ServerCapabilities } from '@modelcontextprotocol/sdk/types.js';
+import { offeredBy } from '../catalog/client-needs';
 import { parseServerRequestId } from './call-response';
 import {
   Decision,
@@ -17,15 +18,13 @@ import {
 } from './decision';
 import { JSON_RPC, JsonRpcId, jsonRpcResult } from './json-rpc';
 import { MODERN_META, MODERN_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSIONS, modernRequestProblem, modernVersionClaim } from './modern-era';
-import { LIST_METHODS, ListMethod, RouteCatalogView } from './route-catalog';
 import { setLevelForSession } from './logging-level';
+import { LIST_METHODS, ListMethod, RouteCatalogView } from './route-catalog';
 import { ClientFieldsTooLargeError, GatewaySession } from './sessions/session-store';
 import { answerUnplacedRequest, isPlacedMethod } from './surface-requests';
 import { honoredFilter, listenParamsSchema } from './subscriptions-listen';
 import { answerUnplacedCall } from './tool-call';
 import { ListAudience, answerList, listBody } from './tools-list';
-import { ServerCapabilities } from '@modelcontextprotocol/sdk/types.js';
-import { offeredBy } from '../catalog/client-needs';
 
 /** The sidecar's decisions on requests: answered here, or sent on to exactly one backend (tool-call.ts). */
 
@@ -188,7 +187,7 @@ async function decideOnMessage(message: JsonRpcMessage, head: RequestHead, view:
   if (typeof message.method !== 'string') return routeClientResponse(message, head, view, session);
   if (id === undefined) return relayNotification(message, head, view, session, context);
   if (isListMethod(message.method)) {
-    if (!servesList(view, message.method)) return notServedOnRoute(message.method, id, view, 200);
+    if (!servesMethod(view, message.method)) return notServedOnRoute(message.method, id, view, 200);
     // A request without a session declared nothing: it gets everything.
     return answerListRequest(view, message.method, message.params, id, session ? sessionAudience(session) : {});
   }
@@ -230,7 +229,6 @@ function servesMethod(view: RouteCatalogView, method: string): boolean {
   if (method === 'resources/subscribe' || method === 'resources/unsubscribe') return view.capabilities.resources?.subscribe === true;
   return view.capabilities[capability] !== undefined;
 }
-const servesList = (view: RouteCatalogView, method: ListMethod) => servesMethod(view, method);
 
 /** A method of a capability no backend of the route declares: not served, as the capabilities said. */
 function notServedOnRoute(method: string, id: JsonRpcId, view: RouteCatalogView, status: number): Decision {
@@ -251,7 +249,8 @@ const DISCOVER_TTL_MS = 300_000;
  */
 const LIST_TTL_MS = 0;
 
-const instructionsFor = (view: RouteCatalogView) => `Tools of route "${view.key}", named <backend>${view.toolNameSeparator}<tool>.`;
+const instructionsFor = (view: RouteCatalogView) =>
+  `Tools of route "${view.key}", named <backend>${view.toolNameSeparator}<tool>${view.capabilities.prompts ? `; prompts named <backend>${view.toolNameSeparator}<prompt>` : ''}${view.capabilities.resources ? '; resources named <backend>+<uri>' : ''}.`;
 
 /**
  * A request of MCP 2026-07-28 (no session; docs/adr/0007-mcp-2026-07-28.md). The gateway answers
@@ -295,7 +294,7 @@ function decideModern(message: JsonRpcMessage, head: RequestHead, view: RouteCat
     }
     default:
       if (isListMethod(message.method)) {
-        if (!servesList(view, message.method)) return notServedOnRoute(message.method, id, view, 404);
+        if (!servesMethod(view, message.method)) return notServedOnRoute(message.method, id, view, 404);
         return answerListRequest(view, message.method, message.params, id, statelessAudience(message.params), { resultType: 'complete', ttlMs: LIST_TTL_MS, cacheScope: 'public' }, serverInfo);
       }
       if (isPlacedMethod(message.method) && message.method !== 'resources/subscribe' && message.method !== 'resources/unsubscribe') {
