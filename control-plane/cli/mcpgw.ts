@@ -304,7 +304,7 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
   .addOption(positiveIntOption('--drain-timeout-ms <ms>', 'on SIGTERM, how long requests in flight keep the sidecar', 10_000))
   .addOption(positiveIntOption('--max-request-body-bytes <bytes>', 'largest request body the gateway lane reads', GATEWAY_DEFAULTS.maxRequestBodyBytes))
   .addOption(positiveIntOption('--max-streams-per-session <n>', 'GET streams one session may hold at a time (429 past it)', 4))
-  .addOption(positiveIntOption('--max-backend-streams-per-session <n>', "backends listened to on one client's behalf while it holds its GET stream (or per subscriptions/listen)", BACKEND_STREAM_DEFAULTS.perSession))
+  .addOption(positiveIntOption('--max-backend-streams-per-session <n>', "backend sessions listened to on one client's behalf while it holds its GET stream (or backends per subscriptions/listen)", BACKEND_STREAM_DEFAULTS.perSession))
   .addOption(positiveIntOption('--max-backend-streams <n>', "backend streams this sidecar holds on clients' behalf, in all", BACKEND_STREAM_DEFAULTS.total))
   .addOption(positiveIntOption('--session-client-fields-max-bytes <bytes>', "initialize's clientInfo + capabilities stored per session; more is refused (-32602)", SESSION_DEFAULTS.maxClientFieldsBytes))
   .addOption(redisConnectTimeoutOption())
