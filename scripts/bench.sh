@@ -3,7 +3,7 @@
 # plain Envoy, Envoy 1.40's native MCP router and a naive Node.js proxy, all on 127.0.0.1.
 # Writes bench/results/latest.{json,md} and latest-latency.png (a --quick smoke run writes quick.*
 # instead, so it never replaces the numbers the repository carries). About 15 minutes on 2 cores.
-#   scripts/bench.sh [--quick]
+#   scripts/bench.sh [--quick] [--only tool-list]   (tool-list: scenario 3 alone, into bench/results/tool-list.*)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -25,10 +25,11 @@ export interface BenchResults {
   loadAverages: { after: string; oneMinute: number; fiveMinutes: number }[];
   settings: BenchSettings;
   systems: { id: SystemId; name: string; setup: string }[];
-  toolCall: ToolCallResults;
-  streaming: StreamingResults;
+  /** Scenarios 1, 2 and 4: absent in a run of the tools/list scenario alone (`--only tool-list`). */
+  toolCall?: ToolCallResults;
+  streaming?: StreamingResults;
   toolList: ToolListResults;
-  configuration: ConfigurationResults;
+  configuration?: ConfigurationResults;
   targets: TargetAssessment[];
 }
 

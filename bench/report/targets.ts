@@ -19,7 +19,7 @@ export function assessTargets(results: Omit<BenchResults, 'targets'>): TargetAss
   const targets: TargetAssessment[] = [];
   const rates = results.settings.toolCall.ratesPerSecond;
   const rate = rates.includes(500) ? 500 : Math.max(...rates);
-  const call = (system: 'A' | 'C' | 'D') => toolCallFigures(results.toolCall, system, String(rate))?.latencyMs;
+  const call = (system: 'A' | 'C' | 'D') => (results.toolCall ? toolCallFigures(results.toolCall, system, String(rate))?.latencyMs : undefined);
   const [a, c, d] = [call('A'), call('C'), call('D')];
 
   const overA = (quantile: 'p50' | 'p99', limitMs: number) => {
@@ -38,7 +38,7 @@ export function assessTargets(results: Omit<BenchResults, 'targets'>): TargetAss
   } else targets.push(notMeasured(withinD));
 
   const streamTarget = 'streaming: frames through C delayed at most 1 ms over A';
-  const [streamA, streamC] = [streamingFigures(results.streaming, 'A'), streamingFigures(results.streaming, 'C')];
+  const [streamA, streamC] = results.streaming ? [streamingFigures(results.streaming, 'A'), streamingFigures(results.streaming, 'C')] : [];
   if (streamA && streamC) {
     const first = streamC.firstFrameMs.p99.median - streamA.firstFrameMs.p99.median;
     const later = streamC.laterFramesMs.p99.median - streamA.laterFramesMs.p99.median;
@@ -87,9 +87,9 @@ export function assessTargets(results: Omit<BenchResults, 'targets'>): TargetAss
   );
 
   const changeTarget = 'a registry change (dev Portal) serves within 1 s';
-  const change = results.configuration.registryChange;
+  const change = results.configuration?.registryChange;
   targets.push(
-    change.trials.length > 0
+    change && change.trials.length > 0
       ? {
           target: changeTarget,
           measured: `new route's tools/call answered after ${ms(change.toolsCallMs.median)} (worst ${ms(change.toolsCallMs.max)}) over ${change.trials.length} changes`,
