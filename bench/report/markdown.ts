@@ -253,7 +253,7 @@ export function renderMarkdown(results: BenchResults, chartFile: string | undefi
   return [
     `# MCP gateway benchmark — ${results.mode} run`,
     '',
-    `Run ${results.startedAt} → ${results.finishedAt} (${Math.round(results.durationSeconds / 60)} min) with \`scripts/bench.sh${results.mode === 'quick' ? ' --quick' : ''}\`. Systems: A backend direct (the floor), B plain Envoy, C this gateway, D Envoy 1.40 mcp_router, E naive Node proxy — all on 127.0.0.1.`,
+    `Run ${results.startedAt} → ${results.finishedAt} (${Math.round(results.durationSeconds / 60)} min) with \`scripts/bench.sh${results.mode === 'quick' ? ' --quick' : ''}${results.toolCall ? '' : ' --only tool-list'}\`. Systems: A backend direct (the floor), B plain Envoy, C this gateway, D Envoy 1.40 mcp_router, E naive Node proxy — all on 127.0.0.1.`,
     '',
     ...(chartFile ? [`![latency distributions](${chartFile})`, ''] : []),
     ...targetsSection(results),
