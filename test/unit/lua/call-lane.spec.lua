@@ -101,6 +101,33 @@ for split = 1, #stream - 1 do
   if a .. b ~= whole or rest ~= "" then all_same = false; print("# split at " .. split .. " gave " .. a .. b) end
 end
 check("any split gives the same events", all_same, true)
+
+-- the reader the response loop uses: any two cuts of a stream (LF, CRLF and CR endings, an ending cut
+-- through) give the same text as the whole, and nothing stays held
+local mixed = 'event: message\r\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}\r\n\r\n'
+  .. ': keepalive\r\r' .. 'data: {"jsonrpc":"2.0","id":7,"result":{"content":[]}}\n\r\n'
+local mixed_whole = M.take_events(mixed, call)
+local reader_same = true
+for first = 1, #mixed - 2, 3 do
+  for second = first + 1, #mixed - 1, 5 do
+    local push = M.event_reader(call)
+    local a = push(mixed:sub(1, first))
+    local b = push(mixed:sub(first + 1, second))
+    local c, held = push(mixed:sub(second + 1))
+    if a .. b .. c ~= mixed_whole or held ~= 0 then reader_same = false; print("# cuts at " .. first .. ", " .. second .. " gave " .. a .. b .. c) end
+  end
+end
+check("reader: any two cuts give the same events", reader_same, true)
+local push, release = M.event_reader(call)
+local sent, held = push('data: {"jsonrpc":"2.0",')
+check("reader: an unended event is held", sent .. "|" .. held, "|" .. #'data: {"jsonrpc":"2.0",')
+check("reader: release gives it as it came", release(), 'data: {"jsonrpc":"2.0",')
+check("reader: nothing held after release", select(2, push("")), 0)
+
+-- a string ends at a quote after an even number of backslashes
+check("escaped backslash before the closing quote", M.members('{"a":"x\\\\","b":1}', 1).b[1], 16)
+check("escaped quote inside", M.members('{"a":"x\\"y","b":2}', 1).b[1], 17)
+check("three backslashes then a quote: escaped", M.members('{"a":"\\\\\\"","b":3}', 1).b[1], 17)
 out = M.take_events('data: not json\n\n', call)
 check("data that is not JSON untouched", out, 'data: not json\n\n')
 check("session unknown 400", M.says_session_unknown('{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}'), true)
