@@ -692,11 +692,27 @@ function M.says_session_unknown(s)
 end
 
 -- One SSE event (without its terminator), rewritten, or nil to leave it as it is.
+-- The lines of one event (LF, CRLF or CR between them), found with plain finds: a data line can be
+-- megabytes long, and a pattern walks it byte by byte.
+local function event_lines(event)
+  local lines, position, lf, cr = {}, 1, nil, nil
+  while position <= #event do
+    if lf ~= false and (lf == nil or lf < position) then lf = find(event, "\n", position, true) or false end
+    if cr ~= false and (cr == nil or cr < position) then cr = find(event, "\r", position, true) or false end
+    local stop = lf
+    if cr and (not stop or cr < stop) then stop = cr end
+    if not stop then
+      lines[#lines + 1] = sub(event, position)
+      break
+    end
+    lines[#lines + 1] = sub(event, position, stop - 1)
+    position = (stop == cr and lf == stop + 1) and stop + 2 or stop + 1
+  end
+  return lines
+end
+
 function M.rewrite_event(event, call)
-  local lines, data = {}, {}
-  for line in string.gmatch(event .. "\n", "([^\r\n]*)\r?\n?") do lines[#lines + 1] = line end
-  -- gmatch yields one empty match at the very end
-  if lines[#lines] == "" then lines[#lines] = nil end
+  local lines, data = event_lines(event), {}
   local first_data
   for index, line in ipairs(lines) do
     if sub(line, 1, 5) == "data:" then
@@ -740,7 +756,8 @@ function M.take_events(pending, call)
     if not s then break end
     local event = sub(pending, position, s - 1)
     local rewritten = M.rewrite_event(event, call)
-    out[#out + 1] = (rewritten or event) .. sub(pending, s, e)
+    out[#out + 1] = rewritten or event
+    out[#out + 1] = sub(pending, s, e)
     position = e + 1
   end
   return concat(out), sub(pending, position)
@@ -761,8 +778,11 @@ function M.event_reader(call)
     -- An ending may straddle the chunks: the last three bytes held are looked at with the new ones.
     local window = tail .. bytes
     local ends = false
-    for _, ending in ipairs(EVENT_ENDS) do
-      if find(window, ending, 1, true) then ends = true break end
+    -- Most chunks of a large event hold no line end at all: two finds tell.
+    if find(window, "\n", 1, true) or find(window, "\r", 1, true) then
+      for _, ending in ipairs(EVENT_ENDS) do
+        if find(window, ending, 1, true) then ends = true break end
+      end
     end
     if not ends then
       pieces[#pieces + 1] = bytes
