@@ -173,6 +173,20 @@ const requestOptions = (limits: ToolListLimits, budget: ListingBudget) => ({
 
 type Era = 'session' | 'stateless';
 
+/** The list methods both SDKs' clients have, by the same names. */
+type ListingClient<Options> = Record<'listTools' | 'listPrompts' | 'listResources' | 'listResourceTemplates', (params: { cursor?: string }, options: Options) => Promise<unknown>>;
+const LIST_CALLS = {
+  'tools/list': 'listTools',
+  'prompts/list': 'listPrompts',
+  'resources/list': 'listResources',
+  'resources/templates/list': 'listResourceTemplates',
+} as const;
+
+/** One page of a list, by either SDK's client. */
+function pageOf<Options>(client: ListingClient<Options>, method: keyof typeof LIST_CALLS, cursor: string | undefined, options: Options): Promise<Page> {
+  return client[LIST_CALLS[method]](cursor ? { cursor } : {}, options) as Promise<Page>;
+}
+
 /**
  * One listing in a session-based revision (2025-11-25 and before: what almost every Tool Service
  * speaks) or in the stateless revision (2026-07-28, the MCP SDK v2 client pinned to it), as a client
@@ -185,12 +199,6 @@ async function listAs(era: Era, service: ToolServiceIR, limits: ToolListLimits, 
   if (era === 'session') {
     const client = new Client(GATEWAY_CLIENT_INFO, { capabilities });
     const sessionTransport = new StreamableHTTPClientTransport(new URL(service.url), transport);
-    const pages = {
-      'tools/list': (params: { cursor?: string }) => client.listTools(params, options),
-      'prompts/list': (params: { cursor?: string }) => client.listPrompts(params, options),
-      'resources/list': (params: { cursor?: string }) => client.listResources(params, options),
-      'resources/templates/list': (params: { cursor?: string }) => client.listResourceTemplates(params, options),
-    };
     try {
       return await bounded(
         budget,
@@ -202,7 +210,7 @@ async function listAs(era: Era, service: ToolServiceIR, limits: ToolListLimits, 
               capabilities: client.getServerCapabilities() ?? {},
               protocolVersion: sessionTransport.protocolVersion ?? LATEST_PROTOCOL_VERSION,
               sessionful,
-              page: (method, cursor) => pages[method](cursor ? { cursor } : {}) as Promise<Page>,
+              page: (method, cursor) => pageOf(client, method, cursor, options),
             },
             budget,
             scope,
@@ -217,12 +225,6 @@ async function listAs(era: Era, service: ToolServiceIR, limits: ToolListLimits, 
     }
   }
   const client = new StatelessClient(GATEWAY_CLIENT_INFO, { capabilities, versionNegotiation: { mode: { pin: MODERN_PROTOCOL_VERSION } } });
-  const pages = {
-    'tools/list': (params: { cursor?: string }) => client.listTools(params, options),
-    'prompts/list': (params: { cursor?: string }) => client.listPrompts(params, options),
-    'resources/list': (params: { cursor?: string }) => client.listResources(params, options),
-    'resources/templates/list': (params: { cursor?: string }) => client.listResourceTemplates(params, options),
-  };
   try {
     return await bounded(
       budget,
@@ -233,7 +235,7 @@ async function listAs(era: Era, service: ToolServiceIR, limits: ToolListLimits, 
             capabilities: (client.getServerCapabilities() ?? {}) as ServerCapabilities,
             protocolVersion: MODERN_PROTOCOL_VERSION,
             sessionful: false,
-            page: (method, cursor) => pages[method](cursor ? { cursor } : {}) as Promise<Page>,
+            page: (method, cursor) => pageOf(client, method, cursor, options),
           },
           budget,
           scope,
