@@ -150,10 +150,12 @@ async function listEverything(session: ListingSession, budget: ListingBudget, sc
   };
 }
 
-async function transportOptions(service: ToolServiceIR, budget: ListingBudget) {
+/** `traceHeaders`: the trace context of the listing's span, so that the Tool Service's spans hang under it. */
+async function transportOptions(service: ToolServiceIR, budget: ListingBudget, traceHeaders: Record<string, string>) {
+  const authorization = service.catalogBearerTokenFile && { authorization: `Bearer ${await readToken(service.catalogBearerTokenFile)}` };
   return {
     fetch: budget.meter(backendFetch(service.endpoint.tls)),
-    ...(service.catalogBearerTokenFile && { requestInit: { headers: { authorization: `Bearer ${await readToken(service.catalogBearerTokenFile)}` } } }),
+    requestInit: { headers: { ...traceHeaders, ...authorization } },
   };
 }
 
@@ -192,10 +194,17 @@ function pageOf<Options>(client: ListingClient<Options>, method: keyof typeof LI
  * speaks) or in the stateless revision (2026-07-28, the MCP SDK v2 client pinned to it), as a client
  * declaring `capabilities`.
  */
-async function listAs(era: Era, service: ToolServiceIR, limits: ToolListLimits, capabilities: Record<string, unknown>, scope: 'all' | 'callables'): Promise<Listed> {
+async function listAs(
+  era: Era,
+  service: ToolServiceIR,
+  limits: ToolListLimits,
+  capabilities: Record<string, unknown>,
+  scope: 'all' | 'callables',
+  traceHeaders: Record<string, string>,
+): Promise<Listed> {
   const budget = new ListingBudget(limits);
   const options = requestOptions(limits, budget);
-  const transport = await transportOptions(service, budget);
+  const transport = await transportOptions(service, budget, traceHeaders);
   if (era === 'session') {
     const client = new Client(GATEWAY_CLIENT_INFO, { capabilities });
     const sessionTransport = new StreamableHTTPClientTransport(new URL(service.url), transport);
@@ -256,12 +265,12 @@ const offeredNames = (listed: Listed) => [...listed.tools.map((tool) => `tool:${
  * capability is tried on its own: a tool offered with any one of them needs that one (any of them,
  * when several each bring it), and one offered only with all together needs all.
  */
-async function probeNeeds(era: Era, service: ToolServiceIR, limits: ToolListLimits, full: Listed): Promise<Record<string, string[]>> {
-  const bare = new Set(offeredNames(await listAs(era, service, limits, {}, 'callables')));
+async function probeNeeds(era: Era, service: ToolServiceIR, limits: ToolListLimits, full: Listed, traceHeaders: Record<string, string>): Promise<Record<string, string[]>> {
+  const bare = new Set(offeredNames(await listAs(era, service, limits, {}, 'callables', traceHeaders)));
   const conditional = offeredNames(full).filter((key) => !bare.has(key));
   if (conditional.length === 0) return {};
   // One listing per capability, side by side: each is a session of its own.
-  const offeredWith = await Promise.all(CLIENT_NEEDS.map(async (need) => new Set(offeredNames(await listAs(era, service, limits, capabilitiesFor([need]), 'callables')))));
+  const offeredWith = await Promise.all(CLIENT_NEEDS.map(async (need) => new Set(offeredNames(await listAs(era, service, limits, capabilitiesFor([need]), 'callables', traceHeaders)))));
   return Object.fromEntries(
     conditional.map((key) => {
       const broughtBy = CLIENT_NEEDS.filter((_need, index) => offeredWith[index].has(key));
@@ -271,9 +280,9 @@ async function probeNeeds(era: Era, service: ToolServiceIR, limits: ToolListLimi
 }
 
 /** A listing as a client that declares every capability, with what each tool and prompt needs of its clients. */
-async function fetchAs(era: Era, service: ToolServiceIR, limits: ToolListLimits): Promise<ToolList> {
-  const full = await listAs(era, service, limits, capabilitiesFor(CLIENT_NEEDS), 'all');
-  const needs = await probeNeeds(era, service, limits, full);
+async function fetchAs(era: Era, service: ToolServiceIR, limits: ToolListLimits, traceHeaders: Record<string, string>): Promise<ToolList> {
+  const full = await listAs(era, service, limits, capabilitiesFor(CLIENT_NEEDS), 'all', traceHeaders);
+  const needs = await probeNeeds(era, service, limits, full, traceHeaders);
   const needsOf = (kind: 'tool' | 'prompt') =>
     Object.fromEntries(Object.entries(needs).flatMap(([key, value]) => (key.startsWith(`${kind}:`) ? [[key.slice(kind.length + 1), value]] : [])));
   return { ...full, toolNeeds: needsOf('tool'), promptNeeds: needsOf('prompt') };
@@ -337,14 +346,14 @@ export function describeListingFailure(error: unknown, timeoutMs: number): strin
  * `initialize`) is asked again in the stateless revision. If that fails too, the first error counts,
  * unless the second went past the listing's bounds. Fails with the cause named (describeListingFailure).
  */
-export async function fetchToolList(service: ToolServiceIR, limits: ToolListLimits = TOOL_LIST_DEFAULTS): Promise<ToolList> {
+export async function fetchToolList(service: ToolServiceIR, limits: ToolListLimits = TOOL_LIST_DEFAULTS, traceHeaders: Record<string, string> = {}): Promise<ToolList> {
   try {
     try {
-      return await fetchAs('session', service, limits);
+      return await fetchAs('session', service, limits, traceHeaders);
     } catch (error) {
       const status = error instanceof StreamableHTTPError ? error.code : undefined;
       if (status === undefined || status < 400 || status >= 500) throw error;
-      return await fetchAs('stateless', service, limits).catch((second: unknown) => {
+      return await fetchAs('stateless', service, limits, traceHeaders).catch((second: unknown) => {
         throw second instanceof ToolListTooLargeError ? second : error;
       });
     }
