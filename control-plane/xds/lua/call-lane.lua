@@ -1087,7 +1087,8 @@ function M.rewrite_event(event, call)
   -- Line breaks (only ever between JSON tokens) would end the data line; most messages have none.
   if rewritten and (find(rewritten, "\n", 1, true) or find(rewritten, "\r", 1, true)) then rewritten = gsub(rewritten, "[\r\n]", " ") end
   local out = {}
-  if role == "final" then out[1] = "id: " .. RESUME_DONE end
+  -- MCP 2026-07-28 has no event ids: a stateless client is never handed one.
+  if role == "final" and not call.modern then out[1] = "id: " .. RESUME_DONE end
   for index, line in ipairs(lines) do
     if index == first_data and rewritten then out[#out + 1] = "data: " .. rewritten
     elseif sub(line, 1, 3) ~= "id:" and not (rewritten and sub(line, 1, 5) == "data:") then out[#out + 1] = line end
@@ -1345,8 +1346,9 @@ function envoy_on_response(h)
   end
   -- A call's stream opens with the id a client resumes the call with if it breaks (M.priming_event):
   -- an answer cannot follow a backend's reset, Envoy resets the client's stream too. The answers of
-  -- the other methods get none (nothing would resume them).
-  local priming = call.method == "tools/call" and M.priming_event(h:base64Escape(M.resume_token_json(call))) or ""
+  -- the other methods get none (nothing would resume them), nor does a stateless client (its revision
+  -- has no event ids).
+  local priming = call.method == "tools/call" and not call.modern and M.priming_event(h:base64Escape(M.resume_token_json(call))) or ""
   local push, release = M.event_reader(call)
   local passing = false
   for chunk in h:bodyChunks() do

@@ -120,6 +120,12 @@ out, rest = M.take_events(': keepalive\n\n', call)
 check("comment passes", out, ': keepalive\n\n')
 out, rest = M.take_events('data:{"jsonrpc":"2.0","id":7,"result":{}}\n\n', call)
 check("data without space", out, 'id: mcpgw-done\ndata: {"jsonrpc":"2.0","id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\n\n')
+-- MCP 2026-07-28 has no event ids: a stateless client's answer carries none, the backend's dropped too
+out = M.take_events('id: 5\ndata: {"jsonrpc":"2.0","id":7,"result":{}}\n\n', modern)
+check("a stateless client's final event has no id", out, 'data: {"jsonrpc":"2.0","id":7,"result":{"resultType":"complete","_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\n\n')
+local modern_prompt = { backend = "b", id = 4, method = "prompts/get", scheme = "b" }
+out = M.take_events('id: 9\ndata: {"jsonrpc":"2.0","id":4,"result":{"messages":[]}}\n\n', modern_prompt)
+check("another method's answer is not marked done", out, 'data: {"jsonrpc":"2.0","id":4,"result":{"messages":[]}}\n\n')
 
 out = M.take_events('id: 41\nevent: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n', call)
 check("a progress event loses the backend's own id", out, 'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n')
