@@ -199,9 +199,8 @@ local function elements(s, i)
 end
 M.elements = elements
 
--- s with each edit {first, last, text} (in order, not overlapping) replacing s[first..last].
-local function apply_edits(s, edits)
-  if #edits == 0 then return nil end
+-- s with each { first, last, text } of `edits` (in order, not overlapping) replacing s[first..last].
+function M.substitute(s, edits)
   local out, position = {}, 1
   for _, edit in ipairs(edits) do
     out[#out + 1] = sub(s, position, edit[1] - 1)
@@ -210,6 +209,12 @@ local function apply_edits(s, edits)
   end
   out[#out + 1] = sub(s, position)
   return concat(out)
+end
+
+-- The same, or nil when there is nothing to edit.
+local function apply_edits(s, edits)
+  if #edits == 0 then return nil end
+  return M.substitute(s, edits)
 end
 
 -- s with `insertion` (one or more members) put first into the object that starts at `open`.
@@ -427,18 +432,6 @@ function M.meta_traceparent_span(body, params_members)
   local value = fields and fields.traceparent
   if not value or byte(body, value[1]) ~= 34 then return nil end
   return value
-end
-
--- s with each { first, last, text } of `edits` (in order, not overlapping) replacing s[first..last].
-function M.substitute(s, edits)
-  local out, position = {}, 1
-  for _, edit in ipairs(edits) do
-    out[#out + 1] = sub(s, position, edit[1] - 1)
-    out[#out + 1] = edit[3]
-    position = edit[2] + 1
-  end
-  out[#out + 1] = sub(s, position)
-  return concat(out)
 end
 
 -- "t=30000;r;f;a=2" → { deadline_ms = 30000, retry = true, fallback = true, access = "2" }
