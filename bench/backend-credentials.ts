@@ -175,8 +175,8 @@ async function main(): Promise<void> {
     const client = ca.issue('mcp-gateway', { usage: 'client', ttlMinutes: 60 });
     const [httpPort, httpsPort] = [await allocatePort(), await allocatePort()];
     await startBackendProcess(group, 'backend', [
-      { port: httpPort, fillerTools: 0, listDelayMs: 0 },
-      { port: httpsPort, fillerTools: 0, listDelayMs: 0, tls: { certFile: files('server.pem', server.cert), keyFile: files('server.key', server.key), clientCaFile: files('ca.pem', ca.caPem) } },
+      { port: httpPort, fillerTools: 0, listDelayMs: 0, prompts: 0, resources: 0 },
+      { port: httpsPort, fillerTools: 0, listDelayMs: 0, prompts: 0, resources: 0, tls: { certFile: files('server.pem', server.cert), keyFile: files('server.key', server.key), clientCaFile: files('ca.pem', ca.caPem) } },
     ]);
     const secretFile = files('mcp-gateway.secret', gatewayClientSecret());
     const idpArgs = ['--idp-token-endpoint', idp.tokenEndpoint, '--idp-client-id', 'mcp-gateway', '--idp-client-secret-file', secretFile];

@@ -2,7 +2,7 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { Command, CommanderError, InvalidArgumentError, Option } from '@commander-js/extra-typings';
+import { Command, CommanderError, InvalidArgumentError, Option, OptionValues } from '@commander-js/extra-typings';
 import { stringify as toYaml } from 'yaml';
 import { z } from 'zod';
 import { startControlPlane } from '../app/control-plane';
@@ -12,12 +12,12 @@ import { TOOL_LIST_DEFAULTS } from '../catalog/tool-fetcher';
 import { TOOL_NAME_POLICIES, separatorProblem } from '../catalog/tool-exposure';
 import { IDP_DEFAULTS, IdpSettings } from '../credentials/idp-client';
 import { TOKEN_CACHE_DEFAULTS } from '../credentials/token-cache';
-import { renderBootstrap } from '../devstack/envoy';
+import { OVERLOAD_DEFAULTS, renderBootstrap } from '../devstack/envoy';
 import { buildGatewayIR } from '../ir/gateway-ir';
 import { asStaticBootstrap, diffXds, formatDifferences } from '../xds/render';
 import { XdsResources, translate } from '../xds/translate';
 import { EMPTY_CALL_LANE_CATALOG } from '../xds/translate/call-lane';
-import { AccessSettings, AllowList, GATEWAY_DEFAULTS } from '../xds/translate/settings';
+import { AccessSettings, AllowList, GATEWAY_DEFAULTS, SESSION_CHECK_MARGIN_MS } from '../xds/translate/settings';
 import { defaultAccess, defaultPublicUrl } from '../xds/translate/access';
 import { NO_SIGNING_KEYS } from '../xds/translate/auth';
 import { SIGNING_KEY_DEFAULTS } from '../auth/signing-keys';
@@ -31,6 +31,7 @@ import { SESSION_DEFAULTS } from '../sidecar/sessions/session-store';
 import { ApprovalOptions, startSidecar } from '../sidecar/sidecar';
 import { MIN_KEY_BYTES } from '../approval/approval-store';
 import { Tracing } from '../shared/tracing';
+import { BACKEND_STREAM_DEFAULTS } from '../sidecar/backend-streams';
 import { stopOnSignals } from './signals';
 import { UpError, runUp } from './up';
 
@@ -82,6 +83,7 @@ const hostPortList = z.string().transform((value, ctx): HostPort[] => {
   return addresses;
 });
 const positiveInt = z.coerce.number({ message: 'must be a whole number above 0' }).int('must be a whole number above 0').positive('must be a whole number above 0');
+const nonNegativeInt = z.coerce.number({ message: 'must be a whole number, 0 or more' }).int('must be a whole number, 0 or more').min(0, 'must be a whole number, 0 or more');
 const url = (what: string) => z.string().url(`must be ${what}`);
 const redisAddress = z.string().superRefine((value, ctx) => {
   try {
@@ -147,6 +149,9 @@ const accessOptions = () =>
 const hostPortOption = <Flags extends string>(flags: Flags, description: string) => new Option(flags, description).argParser(parsedBy(hostPort));
 const positiveIntOption = <Flags extends string>(flags: Flags, description: string, fallback: number) =>
   new Option(flags, description).argParser(parsedBy(positiveInt)).default(fallback);
+const nonNegativeIntOption = <Flags extends string>(flags: Flags, description: string, fallback: number) =>
+  new Option(flags, description).argParser(parsedBy(nonNegativeInt)).default(fallback);
+const EDGE = GATEWAY_DEFAULTS.edge;
 const redisConnectTimeoutOption = () =>
   positiveIntOption('--redis-connect-timeout-ms <ms>', 'limit for connecting to Redis; reconnects are tried again with backoff', REDIS_TIMEOUT_DEFAULTS.connectTimeoutMs);
 const redisCommandTimeoutOption = () =>
@@ -237,13 +242,38 @@ const IDP_OPTIONS = {
   timeout: () => positiveIntOption('--idp-timeout-ms <ms>', 'limit for one token request', IDP_DEFAULTS.timeoutMs),
 };
 
-interface IdpOptionValues {
-  idpTokenEndpoint?: string;
-  idpClientId?: string;
-  idpClientSecretFile?: string;
-  idpName?: string;
-  idpTimeoutMs: number;
+/**
+ * Adds options to a command without adding them to its options' type: the control plane's command
+ * has so many options that more levels of inferred type are past what the type checker follows
+ * (TS2589). Their values are read back, checked by a schema (idpOptionsOf, credentialOptionsOf).
+ */
+function withOptions<C extends Command<unknown[], OptionValues, OptionValues>>(command: C, makers: readonly (() => Option<string, unknown, unknown, unknown, boolean, unknown>)[]): C {
+  for (const make of makers) command.addOption(make());
+  return command;
 }
+
+const withIdpOptions = <C extends Command<unknown[], OptionValues, OptionValues>>(command: C) => withOptions(command, Object.values(IDP_OPTIONS));
+
+/** The control plane's options of backend credentials and the agents' TLS (docs/auth.md). */
+const CREDENTIAL_OPTIONS = [
+  () => new Option('--listener-tls-cert <file>', "agents' listener: TLS with this certificate (PEM, on the Envoy host; Envoy follows its rotation)").env('MCPGW_LISTENER_TLS_CERT'),
+  () => new Option('--listener-tls-key <file>', "agents' listener: the certificate's private key (PEM, on the Envoy host)").env('MCPGW_LISTENER_TLS_KEY'),
+  () => new Option('--allow-token-passthrough', "let registries give Tool Services credentials.mode passthrough (the caller's own token, to a backend that is its audience)"),
+];
+const credentialOptionsSchema = z.object({ listenerTlsCert: z.string().optional(), listenerTlsKey: z.string().optional(), allowTokenPassthrough: z.boolean().optional() });
+const credentialOptionsOf = (command: { opts(): OptionValues }) => credentialOptionsSchema.parse(command.opts());
+
+const idpOptionsSchema = z.object({
+  idpTokenEndpoint: z.string().optional(),
+  idpClientId: z.string().optional(),
+  idpClientSecretFile: z.string().optional(),
+  idpName: z.string().optional(),
+  idpTimeoutMs: z.number(),
+});
+type IdpOptionValues = z.output<typeof idpOptionsSchema>;
+
+/** The IdP options a command parsed (withIdpOptions). */
+const idpOptionsOf = (command: { opts(): OptionValues }): IdpOptionValues => idpOptionsSchema.parse(command.opts());
 
 /** The IdP settings, or a usage error naming what is missing; none without --idp-token-endpoint. */
 function idpSettingsOf(options: IdpOptionValues, fail: (message: string) => never): IdpSettings | undefined {
@@ -322,7 +352,7 @@ subcommand('up', 'run the whole gateway on 127.0.0.1: Redis, two sample Tool Ser
     }
   });
 
-subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog stream for sidecars, admin HTTP)')
+withOptions(withIdpOptions(subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog stream for sidecars, admin HTTP)')), CREDENTIAL_OPTIONS)
   .addOption(new Option('--registry <file>', 'a static registry file (phase F1, docs/adr/0000-federation-decisions.md §10); or --portal').conflicts('portal'))
   .addOption(new Option('--portal <url>', 'the Portal base URL, e.g. http://portal:8080').argParser(parsedBy(url('the Portal base URL, e.g. http://portal:8080'))))
   .addOption(new Option('--portal-token <token>', 'bearer token for the Portal').env('MCPGW_PORTAL_TOKEN'))
@@ -337,16 +367,25 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
       .makeOptionMandatory(),
   )
   .addOption(egressOption(ENVOY_EGRESS_DESCRIPTION))
-  .addOption(new Option('--listener-tls-cert <file>', "agents' listener: TLS with this certificate (PEM, on the Envoy host; Envoy follows its rotation)").env('MCPGW_LISTENER_TLS_CERT'))
-  .addOption(new Option('--listener-tls-key <file>', "agents' listener: the certificate's private key (PEM, on the Envoy host)").env('MCPGW_LISTENER_TLS_KEY'))
-  .addOption(new Option('--allow-token-passthrough', "let registries give Tool Services credentials.mode passthrough (the caller's own token, to a backend that is its audience)"))
-  .addOption(IDP_OPTIONS.tokenEndpoint())
-  .addOption(IDP_OPTIONS.clientId())
-  .addOption(IDP_OPTIONS.clientSecretFile())
-  .addOption(IDP_OPTIONS.name())
-  .addOption(IDP_OPTIONS.timeout())
   .addOption(positiveIntOption('--max-request-body-bytes <bytes>', 'largest JSON-RPC request body, on every HTTP version (413 past it)', GATEWAY_DEFAULTS.maxRequestBodyBytes))
-  .addOption(positiveIntOption('--session-check-timeout-ms <ms>', "how long Envoy waits for the session check (above the sidecar's --backend-session-timeout-ms)", GATEWAY_DEFAULTS.sessionCheckTimeoutMs))
+  .addOption(
+    new Option('--session-check-timeout-ms <ms>', `how long Envoy waits for the session check; the check answers ${SESSION_CHECK_MARGIN_MS} ms before, naming a backend too slow to open its session (-32004)`)
+      .argParser(parsedBy(positiveInt.refine((ms) => ms > SESSION_CHECK_MARGIN_MS, `must be above ${SESSION_CHECK_MARGIN_MS}`)))
+      .default(GATEWAY_DEFAULTS.sessionCheckTimeoutMs),
+  )
+  .addOption(positiveIntOption('--per-connection-buffer-limit-bytes <bytes>', "a client connection's buffers before back-pressure", EDGE.perConnectionBufferLimitBytes))
+  .addOption(positiveIntOption('--request-headers-timeout-ms <ms>', "from a request's first byte to the end of its headers (408, or the connection closed, past it)", EDGE.requestHeadersTimeoutMs))
+  .addOption(positiveIntOption('--request-timeout-ms <ms>', "from a request's first byte to the end of its body; never cuts a response (408 past it)", EDGE.requestTimeoutMs))
+  .addOption(positiveIntOption('--stream-idle-timeout-ms <ms>', 'a request with no bytes either way, where its route sets no idle limit of its own', EDGE.streamIdleTimeoutMs))
+  .addOption(positiveIntOption('--connection-idle-timeout-ms <ms>', 'a client connection with no request in flight (shortened under connection or memory pressure)', EDGE.connectionIdleTimeoutMs))
+  .addOption(positiveIntOption('--max-request-headers-kb <kb>', "one request's headers, in KiB (431 past it)", EDGE.maxRequestHeadersKb))
+  .addOption(positiveIntOption('--max-headers-count <n>', "one request's headers, counted (431 past it)", EDGE.maxHeadersCount))
+  .addOption(nonNegativeIntOption('--xff-num-trusted-hops <n>', 'load balancers in front whose X-Forwarded-For entries are trusted (0: the gateway is the edge)', EDGE.xffNumTrustedHops))
+  .addOption(positiveIntOption('--http2-max-concurrent-streams <n>', 'streams at once on one HTTP/2 client connection', EDGE.http2MaxConcurrentStreams))
+  .addOption(positiveIntOption('--http2-initial-stream-window-bytes <bytes>', 'HTTP/2 flow-control window of one stream', EDGE.http2InitialStreamWindowBytes))
+  .addOption(positiveIntOption('--http2-initial-connection-window-bytes <bytes>', 'HTTP/2 flow-control window of one connection', EDGE.http2InitialConnectionWindowBytes))
+  .addOption(positiveIntOption('--tool-service-max-requests <n>', 'calls in flight to one Tool Service; past it its calls wait for a connection (--tool-service-max-pending)', GATEWAY_DEFAULTS.toolServiceLimits.maxRequests))
+  .addOption(positiveIntOption('--tool-service-max-pending <n>', 'calls waiting for a connection to one Tool Service; past it they fail at once (-32004)', GATEWAY_DEFAULTS.toolServiceLimits.maxPendingRequests))
   .addOption(positiveIntOption('--registry-refresh-ms <ms>', 'registry poll interval (long-poll wait for a Portal)', 30000))
   .addOption(positiveIntOption('--catalog-refresh-ms <ms>', "how often every Tool Service's tools/list is fetched", 30000))
   .addOption(positiveIntOption('--tool-list-timeout-ms <ms>', 'deadline of one tools/list fetch', 5000))
@@ -402,9 +441,14 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
   .action(async (options, command) => {
     const usageError = (message: string): never => command.error(message, { exitCode: USAGE_ERROR });
     if (!options.registry && !options.portal) usageError('give one registry source: --registry FILE or --portal URL');
-    if (!options.listenerTlsCert !== !options.listenerTlsKey) usageError('--listener-tls-cert and --listener-tls-key go together');
-    const idp = idpSettingsOf(options, usageError);
-    const registryPolicy = { allowTokenPassthrough: options.allowTokenPassthrough === true };
+    const credentialOptions = credentialOptionsOf(command);
+    if (!credentialOptions.listenerTlsCert !== !credentialOptions.listenerTlsKey) usageError('--listener-tls-cert and --listener-tls-key go together');
+    const idp = idpSettingsOf(idpOptionsOf(command), usageError);
+    const registryPolicy = { allowTokenPassthrough: credentialOptions.allowTokenPassthrough === true };
+    if (options.requestTimeoutMs <= options.sessionCheckTimeoutMs) {
+      // Envoy's request timeout runs until the request goes upstream, the session check included.
+      usageError(`--request-timeout-ms (${options.requestTimeoutMs}) must be above --session-check-timeout-ms (${options.sessionCheckTimeoutMs})`);
+    }
     const audit: AuditTarget | undefined =
       options.auditLog === undefined
         ? undefined
@@ -432,11 +476,25 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
           listener: { address: options.listener.host, port: options.listener.port },
           sidecars: options.sidecar.map(endpointOf),
           egress: endpointOf(options.egress),
-          ...(options.listenerTlsCert && options.listenerTlsKey && {
-            listenerTls: { certFile: path.resolve(options.listenerTlsCert), keyFile: path.resolve(options.listenerTlsKey) },
+          ...(credentialOptions.listenerTlsCert && credentialOptions.listenerTlsKey && {
+            listenerTls: { certFile: path.resolve(credentialOptions.listenerTlsCert), keyFile: path.resolve(credentialOptions.listenerTlsKey) },
           }),
           maxRequestBodyBytes: options.maxRequestBodyBytes,
           sessionCheckTimeoutMs: options.sessionCheckTimeoutMs,
+          edge: {
+            perConnectionBufferLimitBytes: options.perConnectionBufferLimitBytes,
+            requestHeadersTimeoutMs: options.requestHeadersTimeoutMs,
+            requestTimeoutMs: options.requestTimeoutMs,
+            streamIdleTimeoutMs: options.streamIdleTimeoutMs,
+            connectionIdleTimeoutMs: options.connectionIdleTimeoutMs,
+            maxRequestHeadersKb: options.maxRequestHeadersKb,
+            maxHeadersCount: options.maxHeadersCount,
+            xffNumTrustedHops: options.xffNumTrustedHops,
+            http2MaxConcurrentStreams: options.http2MaxConcurrentStreams,
+            http2InitialStreamWindowBytes: options.http2InitialStreamWindowBytes,
+            http2InitialConnectionWindowBytes: options.http2InitialConnectionWindowBytes,
+          },
+          toolServiceLimits: { maxRequests: options.toolServiceMaxRequests, maxPendingRequests: options.toolServiceMaxPending },
           access: accessOf(options.listener, options),
           auditArguments: audit !== undefined,
           ...(options.otlpEndpoint && {
@@ -504,7 +562,7 @@ function approvalOptionsOf(options: {
   };
 }
 
-subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway answers itself) and the call lane\'s session check, behind Envoy')
+withIdpOptions(subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway answers itself) and the call lane\'s session check, behind Envoy'))
   .addOption(hostPortOption('--listen <host:port>', 'the HTTP address Envoy sends the gateway lane and the session checks to').makeOptionMandatory())
   .addOption(hostPortOption('--control-plane <host:port>', "the control plane's --grpc (catalog stream)").makeOptionMandatory())
   .addOption(new Option('--id <name>', 'this replica in the control plane’s logs').default(`${os.hostname()}-${process.pid}`, 'HOSTNAME-PID'))
@@ -515,19 +573,16 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
   )
   .addOption(new Option('--redis-prefix <prefix>', 'prefix of every Redis key').default('mcpgw:'))
   .addOption(positiveIntOption('--session-ttl-s <s>', 'idle gateway sessions expire after this', 3600))
-  .addOption(positiveIntOption('--backend-session-timeout-ms <ms>', "limit for opening or ending a backend's session", 5000))
+  .addOption(positiveIntOption('--backend-session-timeout-ms <ms>', "limit for opening or ending a backend's session (a call's check answers by the control plane's --session-check-timeout-ms in any case)", 5000))
   .addOption(egressOption("where the sidecar reaches Envoy's egress listener (the control plane's --egress) for its own requests to Tool Services"))
-  .addOption(IDP_OPTIONS.tokenEndpoint())
-  .addOption(IDP_OPTIONS.clientId())
-  .addOption(IDP_OPTIONS.clientSecretFile())
-  .addOption(IDP_OPTIONS.name())
-  .addOption(IDP_OPTIONS.timeout())
   .addOption(positiveIntOption('--token-cache-max-entries <n>', 'exchanged tokens kept at most (least recently used out first)', TOKEN_CACHE_DEFAULTS.maxEntries))
   .addOption(positiveIntOption('--token-renew-before-expiry-ms <ms>', 'an exchanged token is renewed this long before it expires (at most a tenth of its lifetime)', TOKEN_CACHE_DEFAULTS.renewBeforeExpiryMs))
   .addOption(hostPortOption('--admin <host:port>', 'GET /metrics and /healthz'))
   .addOption(positiveIntOption('--drain-timeout-ms <ms>', 'on SIGTERM, how long requests in flight keep the sidecar', 10_000))
   .addOption(positiveIntOption('--max-request-body-bytes <bytes>', 'largest request body the gateway lane reads', GATEWAY_DEFAULTS.maxRequestBodyBytes))
   .addOption(positiveIntOption('--max-streams-per-session <n>', 'GET streams one session may hold at a time (429 past it)', 4))
+  .addOption(positiveIntOption('--max-backend-streams-per-session <n>', "backend sessions listened to on one client's behalf while it holds its GET stream (or backends per subscriptions/listen)", BACKEND_STREAM_DEFAULTS.perSession))
+  .addOption(positiveIntOption('--max-backend-streams <n>', "backend streams this sidecar holds on clients' behalf, in all", BACKEND_STREAM_DEFAULTS.total))
   .addOption(positiveIntOption('--session-client-fields-max-bytes <bytes>', "initialize's clientInfo + capabilities stored per session; more is refused (-32602)", SESSION_DEFAULTS.maxClientFieldsBytes))
   .addOption(
     new Option('--approval-public-url <origin>', "the gateway's public origin, as approvers' browsers reach it: approval links are <origin>/approvals/<id>")
@@ -547,7 +602,7 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
   .addOption(traceSamplingOption())
   .addOption(traceServiceNameOption('mcpgw-sidecar'))
   .action(async (options, command) => {
-    const idp = idpSettingsOf(options, (message) => command.error(message, { exitCode: USAGE_ERROR }));
+    const idp = idpSettingsOf(idpOptionsOf(command), (message) => command.error(message, { exitCode: USAGE_ERROR }));
     const approvals = approvalOptionsOf(options);
     if (typeof approvals === 'string') command.error(approvals, { exitCode: USAGE_ERROR });
     const log = componentLogger('sidecar', options.logLevel);
@@ -561,6 +616,7 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
         address: joined(options.listen),
         maxRequestBodyBytes: options.maxRequestBodyBytes,
         maxStreamsPerSession: options.maxStreamsPerSession,
+        backendStreams: { perSession: options.maxBackendStreamsPerSession, total: options.maxBackendStreams },
         controlPlaneAddress: joined(options.controlPlane),
         sidecarId: options.id,
         redis: options.redis
@@ -645,6 +701,8 @@ subcommand('envoy-bootstrap', 'print envoy/bootstrap.yaml filled in')
   .addOption(hostPortOption('--admin <host:port>', "Envoy's admin interface").makeOptionMandatory())
   .addOption(new Option('--xds <host:port,...>', "the control planes' --grpc addresses, one per replica (or a DNS name)").argParser(parsedBy(hostPortList)).makeOptionMandatory())
   .addOption(new Option('--ads <type>', 'state of the world (GRPC) or incremental (DELTA_GRPC)').choices(['GRPC', 'DELTA_GRPC'] as const).default('GRPC' as const))
+  .addOption(positiveIntOption('--max-heap-bytes <bytes>', "Envoy's heap its overload actions are measured against (set below its memory limit)", OVERLOAD_DEFAULTS.maxHeapBytes))
+  .addOption(positiveIntOption('--max-downstream-connections <n>', "client connections at once; at most half of Envoy's file-descriptor limit", OVERLOAD_DEFAULTS.maxDownstreamConnections))
   .action((options) => {
     process.stdout.write(
       renderBootstrap({
@@ -653,6 +711,7 @@ subcommand('envoy-bootstrap', 'print envoy/bootstrap.yaml filled in')
         adminAddress: options.admin.host,
         adminPort: options.admin.port,
         xds: options.xds,
+        overload: { maxHeapBytes: options.maxHeapBytes, maxDownstreamConnections: options.maxDownstreamConnections },
       }),
     );
   });

@@ -26,18 +26,22 @@ export interface UpstreamTls {
 
 /**
  * What a call to the Tool Service carries (docs/auth.md, Backends). `serviceAccount` is Envoy's to inject
- * (the cluster's credential injector); `tokenExchange` and `passthrough` are decided per call by the
- * session check, from the caller's own token.
+ * (the cluster's credential injector); `tokenExchange` and `passthrough` are made per call by the
+ * sidecar from the caller's validated token (the call script asks for them, docs/adr/0013-backend-credentials.md).
  */
 export type BackendCredentials = Credentials;
 
-/** Credentials taken from the caller's token on each request (the session check decides them). */
+/** Credentials taken from the caller's token on each request (the sidecar makes them). */
 export const perCallerCredentials = (credentials: BackendCredentials) => credentials.mode === 'tokenExchange' || credentials.mode === 'passthrough';
 
-/** Defaults suited to MCP: a tools/call may stream progress for minutes. */
+/**
+ * Defaults suited to MCP (docs/adr/0009-edge-hardening.md): a tools/call may stream progress for
+ * minutes, or wait minutes for a person's answer to an elicitation, but never for ever: a backend that
+ * never answers frees the call after the idle limit, one that only trickles after the deadline.
+ */
 export const TRANSPORT_DEFAULTS = {
   connectTimeoutMs: 2_000,
-  requestTimeoutMs: 0,
+  requestTimeoutMs: 600_000,
   idleTimeoutMs: 300_000,
 };
 /** Debian's CA bundle; a Tool Service may name its own with transport.tls.caFile. */

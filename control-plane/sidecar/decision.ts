@@ -4,8 +4,9 @@ import { Logger } from '../shared/log';
 import { CallOutcomeName } from './call-response';
 import { JsonRpcId, jsonRpcError } from './json-rpc';
 import { BackendView, RouteCatalogView } from './route-catalog';
-import { BackendAnswer, OnBehalf } from './sessions/backend-sessions';
+import { BackendAnswer, BackendSessionFields, OnBehalf } from './sessions/backend-sessions';
 import { GatewaySession, SessionStore } from './sessions/session-store';
+import type { HonoredFilter } from './subscriptions-listen';
 
 /** The vocabulary of the sidecar's decisions: what it is asked, what it answers, what it decides with. */
 
@@ -17,7 +18,8 @@ import { GatewaySession, SessionStore } from './sessions/session-store';
 export type Decision =
   | { kind: 'respond'; status: number; headers: Record<string, string>; body: string; reason: string; metadata?: RequestMetadata }
   | { kind: 'read-body' }
-  | { kind: 'stream'; session: GatewaySession }
+  | { kind: 'stream'; session: GatewaySession; head: RequestHead }
+  | { kind: 'listen'; view: RouteCatalogView; id: JsonRpcId; honored: HonoredFilter; head: RequestHead }
   | { kind: 'relay'; backend: BackendView; onBehalf: OnBehalf; body: string };
 
 /** What the sidecar knows of a request it answered, for its metrics and logs. */
@@ -64,10 +66,12 @@ export interface GatewayContext {
    * headers, and the backend's credentials for that client (never the client's own Authorization).
    */
   backendSessions: {
-    open(backend: BackendView, session: Pick<GatewaySession, 'protocolVersion' | 'clientInfo' | 'clientCapabilities'>, caller: Caller): Promise<string>;
+    open(backend: BackendView, session: BackendSessionFields, caller: Caller): Promise<string>;
     close(backend: BackendView, onBehalf: OnBehalf): Promise<void>;
     /** A client's notification or answer, posted in the backend session; the backend's HTTP answer. */
     relay(backend: BackendView, onBehalf: OnBehalf, message: string): Promise<BackendAnswer>;
+    /** Any other request (a backend stream's GET or POST), with the same headers and credentials. */
+    request(backend: BackendView, caller: Caller, init: { method: string; headers: Record<string, string>; body?: string; signal: AbortSignal }): Promise<Response>;
   };
   /** The Authorization each backend gets on a caller's behalf (docs/auth.md, Backends). */
   credentials: Pick<BackendCredentialsProvider, 'authorizationFor' | 'credentialFor'>;

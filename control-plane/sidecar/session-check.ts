@@ -36,6 +36,8 @@ interface CheckRequest {
   backend: string;
   tool: string;
   rpcId: JsonRpcId;
+  /** By when the check must have answered (ms), before Envoy gives up on it. */
+  deadlineMs?: number;
 }
 
 function checkRequestOf(head: RequestHead): CheckRequest | string {
@@ -52,7 +54,10 @@ function checkRequestOf(head: RequestHead): CheckRequest | string {
     rpcId = undefined;
   }
   if (typeof rpcId !== 'string' && typeof rpcId !== 'number' && rpcId !== null) return `${CHECK_HEADERS.rpcId} is not a JSON-RPC id`;
-  return { route: route!, backend: backend!, tool, rpcId };
+  const deadline = head.headers.get(CHECK_HEADERS.deadline);
+  const deadlineMs = deadline === undefined ? undefined : Number(deadline);
+  if (deadlineMs !== undefined && !(Number.isInteger(deadlineMs) && deadlineMs > 0)) return `${CHECK_HEADERS.deadline} is not a number of ms`;
+  return { route: route!, backend: backend!, tool, rpcId, deadlineMs };
 }
 
 const allow = (headers: Record<string, string> = {}): CheckAnswer => ({ status: CHECK_STATUS.ALLOW, headers, body: '' });
@@ -114,9 +119,10 @@ export class StatelessCallSessions {
  * The backend's own session for this gateway session, opened on first use and recorded for every
  * replica; undefined when the gateway session ended meanwhile.
  */
-async function backendSessionFor(session: GatewaySession, backend: BackendView, caller: Caller, context: GatewayContext): Promise<string | undefined> {
+export async function backendSessionFor(session: GatewaySession, backend: BackendView, head: RequestHead, context: GatewayContext): Promise<string | undefined> {
   const known = session.backends[backend.name];
   if (known !== undefined) return known;
+  const caller = checkedCaller(head);
   const opened = await context.backendSessions.open(backend, session, caller);
   const claim = await claimOpenedBackendSession(context, backend, session, { backendSessionId: opened, protocolVersion: session.protocolVersion, caller });
   return claim.kind === 'claimed' ? claim.backendSessionId : undefined;
@@ -140,8 +146,9 @@ function checkedBackend(
 }
 
 /**
- * The caller a check or a credential request is for: its headers as Envoy sent them, and its own
- * Authorization, which the call script moved aside on routes with per-caller credentials.
+ * The caller a check, a credential request or a gateway-lane request is for: its headers as Envoy
+ * sent them, and its own Authorization — on the call lane the one the call script moved aside on
+ * routes with per-caller credentials.
  */
 function checkedCaller(head: RequestHead): Caller {
   const authorization = head.headers.get(CHECK_HEADERS.callerAuthorization);
@@ -203,7 +210,37 @@ export async function checkCall(head: RequestHead, context: GatewayContext, stat
   const startedAt = performance.now();
   const checked = checkedBackend(head, context, 'session check');
   if (!('backend' in checked)) return checked;
-  const { view, backend, request: { rpcId: id, tool, route } } = checked;
+  const { view, backend, request } = checked;
+  const { rpcId: id, tool, deadlineMs } = request;
+  const decided = decideCall(head, request, view, backend, context, statelessSessions, startedAt);
+  if (deadlineMs === undefined) return decided;
+  // Envoy gives up on the check at its timeout: answered before it, a backend too slow to open its
+  // session is named as such (-32004), never taken for the sidecar being away. The session still
+  // opening is kept for the next call once it is open (or ended at the backend, claimOpenedBackendSession).
+  let timer: NodeJS.Timeout | undefined;
+  const tooSlow = new Promise<CheckAnswer>((resolve) => {
+    timer = setTimeout(() => {
+      const reason = `its session was not open after ${deadlineMs} ms`;
+      const message = `backend ${backend.name} could not open a session in time: tools/call ${tool} failed (${reason})`;
+      resolve(answer(CHECK_STATUS.JSON_RPC_ERROR, jsonRpcError(id, BACKEND_UNAVAILABLE_CODE, message, failedOutcome(backend.name, tool, startedAt, reason))));
+    }, deadlineMs);
+  });
+  try {
+    return await Promise.race([decided, tooSlow]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+async function decideCall(
+  head: RequestHead,
+  { rpcId: id, tool, route }: CheckRequest,
+  view: RouteCatalogView,
+  backend: BackendView,
+  context: GatewayContext,
+  statelessSessions: StatelessCallSessions,
+  startedAt: number,
+): Promise<CheckAnswer> {
   const statelessBackend = backend.protocolVersion === MODERN_PROTOCOL_VERSION;
   const sessionId = head.headers.get(SESSION_HEADER);
   const caller = checkedCaller(head);
@@ -223,7 +260,7 @@ export async function checkCall(head: RequestHead, context: GatewayContext, stat
     // Another route's session, or another caller's (or a session with an owner presented without a token): unknown here.
     if (!session || session.route !== route || session.owner !== owner) return notFound();
     if (statelessBackend) return allowWithoutSession(session.id);
-    const backendSessionId = await backendSessionFor(session, backend, caller, context);
+    const backendSessionId = await backendSessionFor(session, backend, head, context);
     if (backendSessionId === undefined) return notFound();
     return backendSessionId ? allowInBackendSession(backendSessionId, session.id) : allowWithoutSession(session.id);
   } catch (error) {

@@ -70,5 +70,7 @@ export function tracedBackendSessions(sessions: GatewayContext['backendSessions'
         span.setAttribute('http.response.status_code', answer.status);
         return answer;
       }),
+    // A backend stream: its own span is the stream's (backend-streams.ts).
+    request: (backend, caller, init) => sessions.request(backend, inSpan(caller), init),
   };
 }

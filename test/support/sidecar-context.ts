@@ -29,6 +29,9 @@ export function sidecarContext(views: Map<string, RouteCatalogView>, openBackend
         posted.push({ url, backendSessionId, message: JSON.parse(message) });
         return { status: 202, contentType: 'application/json', body: Buffer.alloc(0) };
       },
+      request: async () => {
+        throw new Error('no backend streams in unit tests');
+      },
     },
     // No IdP: per-caller credentials fail as unavailable (tests of them bring their own).
     credentials: new BackendCredentialsProvider(undefined, new TokenCache(TOKEN_CACHE_DEFAULTS, { lookup: () => undefined, issued: () => undefined })),

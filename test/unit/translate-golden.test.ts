@@ -31,7 +31,8 @@ const GOLDEN = projectPath('test', 'golden');
 /**
  * A catalog for the registry's routes, as the control plane would have it once the backends answered:
  * each backend with a read-only tool, a tool with its own deadline and a tool the policy denies; the
- * call routes carry these as the call script's rules.
+ * call routes carry these as the call script's rules. The first backend of each route also serves a
+ * prompt, resources with subscriptions and completions, which give it routes of their own (ADR-0015).
  */
 function catalogFor(ir: GatewayIR): CallLaneCatalog {
   const tool = (name: string, extra: Record<string, unknown> = {}) => ({ name, inputSchema: { type: 'object' as const }, ...extra });
@@ -40,11 +41,15 @@ function catalogFor(ir: GatewayIR): CallLaneCatalog {
     catalogSnapshot(
       ir.routes.map((route) => ({
         route_key: route.key,
-        backends: route.backends.map((backend) =>
+        backends: route.backends.map((backend, index) =>
           backendCatalog(backend.name, [], {
             tool_service: backend.catalogKey,
             tools_json: tools.map((declared) => JSON.stringify(declared)),
             denied_tools: [{ tool: 'delete_all', rule: 'denyTools: delete_*' }],
+            ...(index === 0 && {
+              capabilities_json: JSON.stringify({ tools: {}, prompts: {}, resources: { subscribe: true }, completions: {} }),
+              prompts_json: [JSON.stringify({ name: 'summarize' })],
+            }),
           }),
         ),
         ...(route.auth && {
@@ -89,7 +94,7 @@ describe('registry → IR → xDS golden files', () => {
 
   it('has nothing of tracing without tracing settings: no tracer, collector cluster, span ids filter, span names or attributes', () => {
     const off = JSON.stringify(resourcesOf(loadRegistryFile(path.join(FIXTURES, 'two-routes.yaml'))));
-    for (const piece of ['envoy.tracers.opentelemetry', 'otel_collector', 'header_mutation', '"decorator"', '"custom_tags"']) expect(off).not.toContain(piece);
+    for (const piece of ['envoy.tracers.opentelemetry', 'otel_collector', 'envoy.filters.http.header_mutation', '"decorator"', '"custom_tags"']) expect(off).not.toContain(piece);
   });
 
   it('is unchanged when the registry lists routes and Tool Services in another order', () => {
@@ -154,7 +159,8 @@ describe('Tool Services that share an upstream', () => {
     expect(resources[TYPE_URL.cluster].filter((cluster) => String(cluster.name).startsWith('backend_'))).toHaveLength(1);
     const routes = (resources[TYPE_URL.routeConfiguration][0] as unknown as { virtual_hosts: { routes: { name: string; route?: { timeout?: string } }[] }[] })
       .virtual_hosts[0].routes;
-    expect(routes.find((route) => route.name === 'patient/call/jobs')?.route?.timeout).toBe('0s');
+    // The default whole-call deadline (TRANSPORT_DEFAULTS.requestTimeoutMs, 10 min).
+    expect(routes.find((route) => route.name === 'patient/call/jobs')?.route?.timeout).toBe('600s');
     expect(routes.find((route) => route.name === 'hasty/call/jobs')?.route?.timeout).toBe('0.500s');
   });
 });

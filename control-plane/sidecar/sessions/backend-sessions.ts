@@ -1,3 +1,4 @@
+import { EventSourceMessage, createParser } from 'eventsource-parser';
 import { BackendCredentialsProvider } from '../../credentials/backend-credentials';
 import { describeEgressFailure } from '../../shared/egress-fetch';
 import type { Caller } from '../decision';
@@ -13,22 +14,42 @@ function sessionHeaders(backendSessionId: string, protocolVersion: string): Reco
 }
 
 /**
- * The JSON-RPC message of a Streamable HTTP response, whether sent as JSON or as one SSE event; for a
- * reply of Envoy's own (the Tool Service unreachable), why.
+ * The events of an SSE body as the spec reads them (multi-line `data:` fields, comments, `id:` and
+ * `retry:`, CR, LF or CRLF line ends), each handed over as it completes; resolves when the body ends.
  */
-async function firstMessage(response: Response): Promise<{ error?: { message: string } } | undefined> {
-  const text = await response.text();
-  const egressFailure = describeEgressFailure(text);
-  if (egressFailure) return { error: { message: egressFailure } };
-  if (!(response.headers.get('content-type') ?? '').includes('text/event-stream')) return text ? JSON.parse(text) : undefined;
-  // Servers with resumability send an empty priming event first.
-  const data = text
-    .split('\n')
-    .filter((line) => line.startsWith('data:'))
-    .map((line) => line.slice(5).trim())
-    .find((payload) => payload.length > 0);
-  return data ? JSON.parse(data) : undefined;
+export async function readEvents(body: ReadableStream<Uint8Array>, onEvent: (event: EventSourceMessage) => void): Promise<void> {
+  const parser = createParser({ onEvent });
+  const decoder = new TextDecoder();
+  for await (const chunk of body) parser.feed(decoder.decode(chunk, { stream: true }));
+  parser.feed(decoder.decode());
 }
+
+/**
+ * The JSON-RPC response of a Streamable HTTP answer, whether sent as JSON or inside an SSE stream
+ * (where notifications, requests and an empty priming event may come before it); for a reply of
+ * Envoy's own, why.
+ */
+async function responseMessage(response: Response): Promise<{ error?: { message: string } } | undefined> {
+  if (!(response.headers.get('content-type') ?? '').includes('text/event-stream')) {
+    const text = await response.text();
+    // A reply of Envoy's own on the egress listener (the Tool Service unreachable): why.
+    const egressFailure = describeEgressFailure(text);
+    if (egressFailure) return { error: { message: egressFailure } };
+    return text ? JSON.parse(text) : undefined;
+  }
+  let found: { error?: { message: string } } | undefined;
+  if (response.body) {
+    await readEvents(response.body, (event) => {
+      if (found || event.data.trim() === '') return;
+      const message = JSON.parse(event.data) as Record<string, unknown>;
+      if ('result' in message || 'error' in message) found = message;
+    });
+  }
+  return found;
+}
+
+/** What a backend session is opened with: the client's own declaration, and the log level it set. */
+export type BackendSessionFields = Pick<GatewaySession, 'protocolVersion' | 'clientInfo' | 'clientCapabilities' | 'logLevel'>;
 
 /** A backend session, and the client on whose behalf the sidecar uses it. */
 export interface OnBehalf {
@@ -58,7 +79,8 @@ export class BackendRequests {
     private readonly timeoutMs: number,
   ) {}
 
-  private async send(backend: BackendView, caller: Caller, init: { method: string; headers: Record<string, string>; body?: string; signal: AbortSignal }): Promise<Response> {
+  /** One request to the backend on the caller's behalf (also the backend streams': backend-streams.ts). */
+  async request(backend: BackendView, caller: Caller, init: { method: string; headers: Record<string, string>; body?: string; signal: AbortSignal }): Promise<Response> {
     const authorization = await this.credentials.authorizationFor(backend, caller.authorization);
     return this.fetchFor(backend)(backend.url, {
       ...init,
@@ -67,7 +89,7 @@ export class BackendRequests {
   }
 
   private post(backend: BackendView, caller: Caller, headers: Record<string, string>, body: unknown, signal: AbortSignal): Promise<Response> {
-    return this.send(backend, caller, { method: 'POST', headers: { ...headers, ...MCP_HEADERS }, body: typeof body === 'string' ? body : JSON.stringify(body), signal });
+    return this.request(backend, caller, { method: 'POST', headers: { ...headers, ...MCP_HEADERS }, body: typeof body === 'string' ? body : JSON.stringify(body), signal });
   }
 
   /**
@@ -75,7 +97,7 @@ export class BackendRequests {
    * version, capabilities and info, then `notifications/initialized`. Returns the backend's
    * Mcp-Session-Id, or "" when the backend runs stateless (answers without one).
    */
-  async open(backend: BackendView, session: Pick<GatewaySession, 'protocolVersion' | 'clientInfo' | 'clientCapabilities'>, caller: Caller): Promise<string> {
+  async open(backend: BackendView, session: BackendSessionFields, caller: Caller): Promise<string> {
     const signal = AbortSignal.timeout(this.timeoutMs);
     const initialize = await this.post(
       backend,
@@ -89,19 +111,25 @@ export class BackendRequests {
       },
       signal,
     );
-    const reply = await firstMessage(initialize);
+    const reply = await responseMessage(initialize);
     if (!initialize.ok || !reply || reply.error) {
       throw new Error(`initialize answered ${initialize.status}${reply?.error ? `: ${reply.error.message}` : ''}`);
     }
     const backendSessionId = initialize.headers.get(SESSION_HEADER) ?? '';
-    const initialized = await this.post(backend, caller, sessionHeaders(backendSessionId, session.protocolVersion), { jsonrpc: '2.0', method: 'notifications/initialized' }, signal);
+    const inSession = sessionHeaders(backendSessionId, session.protocolVersion);
+    const initialized = await this.post(backend, caller, inSession, { jsonrpc: '2.0', method: 'notifications/initialized' }, signal);
     await initialized.body?.cancel();
+    // A level the client set with logging/setLevel before this backend session existed applies to it too.
+    if (session.logLevel && backend.capabilities.logging) {
+      const setLevel = await this.post(backend, caller, inSession, { jsonrpc: '2.0', id: 1, method: 'logging/setLevel', params: { level: session.logLevel } }, signal);
+      await setLevel.body?.cancel();
+    }
     return backendSessionId;
   }
 
   /** Ends one backend session (DELETE, as the spec's session termination). Failures are the caller's to log. */
   async close(backend: BackendView, onBehalf: OnBehalf): Promise<void> {
-    const response = await this.send(backend, onBehalf.caller, {
+    const response = await this.request(backend, onBehalf.caller, {
       method: 'DELETE',
       headers: sessionHeaders(onBehalf.backendSessionId, onBehalf.protocolVersion),
       signal: AbortSignal.timeout(this.timeoutMs),

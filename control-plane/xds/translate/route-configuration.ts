@@ -2,9 +2,9 @@ import { GatewayIR, RouteBackendIR, RouteIR, ToolServiceIR, perCallerCredentials
 import { TypedJson } from '../protobuf/proto-json';
 import { corsPolicy, hostDeniedVirtualHost, servedDomains } from './access';
 import { CALLER_HEADER_REMOVED, CALLER_HEADER_SET, SigningKeys, authenticatedRouteParts, keysUnavailableRoute, metadataDocumentRoute } from './auth';
-import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, callRouteFilters } from './call-lane';
+import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, callRouteFilters, surfaceMatches, surfaceRouteFilters } from './call-lane';
 import { duration } from './duration';
-import { CHECK_HEADERS, EGRESS_ROUTE_CONFIG_NAME, EGRESS_UPSTREAM_HEADER, GatewaySettings, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
+import { CHECK_HEADERS, EGRESS_ROUTE_CONFIG_NAME, EGRESS_UPSTREAM_HEADER, GatewaySettings, MCP_METADATA_NAMESPACE, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { GATEWAY_SPANS, routeTracing } from './tracing';
 import { TYPE_URL, typedStruct } from './type-urls';
 
@@ -73,17 +73,51 @@ function callerHeadersRemoval(service: ToolServiceIR) {
   };
 }
 
-/** A client's standalone GET stream of the route: held by the sidecars for as long as the client keeps it. */
-function streamsRoute(route: RouteIR, traced: boolean) {
+/**
+ * The routes of a backend's prompts and resources (docs/adr/0015-federated-resources-and-prompts.md):
+ * prompts/get, completion/complete and resources/* naming this backend go to its Tool Service like a
+ * call, under the same script, session check and upstream settings, for what it serves.
+ */
+function surfaceRoutes(route: RouteIR, backend: RouteBackendIR, service: ToolServiceIR, catalog: CallLaneCatalog, settings: RouteSettings) {
+  const rules = catalog.routes.get(route.key)?.backends.get(backend.name);
+  if (!rules) return [];
+  const call = callRoute(route, backend, service, catalog, settings);
+  const filters = surfaceRouteFilters(route.key, backend.name, catalog.separator, rules, route.auth);
+  return surfaceMatches(route.path, backend.name, catalog.separator, rules.serves).map(({ kind, match }) => ({
+    ...call,
+    name: `${route.key}/${kind}/${backend.name}`,
+    match,
+    typed_per_filter_config: filters,
+    // The call script makes per-caller credentials for tools/call only: these requests never carry the
+    // caller's token (a service account's is injected by the cluster; a per-caller backend gets none).
+    request_headers_to_remove: [...CALLER_HEADER_REMOVED.request_headers_to_remove, 'authorization', CHECK_HEADERS.callerAuthorization],
+  }));
+}
+
+/** A stream the sidecars hold for as long as the client keeps it: no deadline, only an idle limit. */
+function sidecarStreamRoute(route: RouteIR, name: string, match: Record<string, unknown>, traced: boolean) {
   return {
     ...CALLER_HEADER_SET,
-    name: `${route.key}/streams`,
+    name: `${route.key}/${name}`,
     ...(traced && routeTracing(GATEWAY_SPANS.stream, route.key)),
-    match: { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'GET' } }] },
+    match: { path_separated_prefix: route.path, ...match },
     route: { cluster: SIDECAR_STREAMS_CLUSTER_NAME, timeout: '0s', idle_timeout: STREAM_IDLE_TIMEOUT },
     typed_per_filter_config: GATEWAY_LANE_FILTERS,
   };
 }
+
+/** A client's standalone GET stream of the route. */
+const streamsRoute = (route: RouteIR, traced: boolean) =>
+  sidecarStreamRoute(route, 'streams', { headers: [{ name: ':method', string_match: { exact: 'GET' } }] }, traced);
+
+/** A stateless client's subscriptions/listen (MCP 2026-07-28): a POST whose answer is a stream, like a GET stream. */
+const listenRoute = (route: RouteIR, traced: boolean) =>
+  sidecarStreamRoute(
+    route,
+    'listen',
+    { dynamic_metadata: [{ filter: MCP_METADATA_NAMESPACE, path: [{ key: 'method' }], value: { string_match: { exact: 'subscriptions/listen' } } }] },
+    traced,
+  );
 
 /**
  * A request the sidecar never received (refused, reset before it was sent) is safe to send again, and
@@ -139,8 +173,12 @@ function routesOf(
   const lanes = [
     ...[...route.backends]
       .sort((a, b) => b.name.length - a.name.length || a.name.localeCompare(b.name))
-      .map((backend) => callRoute(route, backend, services.get(backend.catalogKey)!, catalog, settings)),
+      .flatMap((backend) => [
+        callRoute(route, backend, services.get(backend.catalogKey)!, catalog, settings),
+        ...surfaceRoutes(route, backend, services.get(backend.catalogKey)!, catalog, settings),
+      ]),
     streamsRoute(route, settings.tracing !== undefined),
+    listenRoute(route, settings.tracing !== undefined),
     gatewayRoute(`${route.key}/end`, { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'DELETE' } }] }, answered, SESSION_END_FILTERS),
     gatewayRoute(`${route.key}/gateway`, { path_separated_prefix: route.path }, answered),
   ].map((lane) => withAuth(route, lane));
