@@ -71,21 +71,21 @@ function healthCheck(service: ToolServiceIR) {
  * stays in the cluster.
  */
 function upstreamTlsSocket(tls: NonNullable<ToolServiceIR['endpoint']['tls']>) {
-  return {
-    name: 'envoy.transport_sockets.tls',
-    typed_config: {
-      '@type': TYPE_URL.upstreamTls,
-      sni: tls.sni,
-      common_tls_context: {
-        ...(tls.clientCert && { tls_certificate_sds_secret_configs: [sdsSecret(clientCertificateSecretName(tls.clientCert.certFile, tls.clientCert.keyFile))] }),
-        combined_validation_context: {
-          default_validation_context: { match_typed_subject_alt_names: [{ san_type: 'DNS', matcher: { exact: tls.sni } }] },
-          validation_context_sds_secret_config: sdsSecret(trustedCaSecretName(tls.caFile)),
-        },
-      },
+  return tlsSocketTo(tls.sni, {
+    ...(tls.clientCert && { tls_certificate_sds_secret_configs: [sdsSecret(clientCertificateSecretName(tls.clientCert.certFile, tls.clientCert.keyFile))] }),
+    combined_validation_context: {
+      default_validation_context: { match_typed_subject_alt_names: [sanIs(tls.sni)] },
+      validation_context_sds_secret_config: sdsSecret(trustedCaSecretName(tls.caFile)),
     },
-  };
+  });
 }
+
+/** An upstream TLS transport socket: the server must name `sni` (checked by the context's SAN matcher). */
+const tlsSocketTo = (sni: string, commonTlsContext: Record<string, unknown>) => ({
+  name: 'envoy.transport_sockets.tls',
+  typed_config: { '@type': TYPE_URL.upstreamTls, sni, common_tls_context: commonTlsContext },
+});
+const sanIs = (sni: string) => ({ san_type: 'DNS', matcher: { exact: sni } });
 
 /**
  * A service-account Tool Service: Envoy's credential injector (an upstream filter of the cluster, so
@@ -145,19 +145,7 @@ function toolServiceCluster(service: ToolServiceIR, limits: ToolServiceLimits): 
  * certificate by SDS instead (upstreamTlsSocket), so that they rotate.
  */
 export function upstreamTls(tls: { sni: string; caFile: string }) {
-  return {
-    name: 'envoy.transport_sockets.tls',
-    typed_config: {
-      '@type': TYPE_URL.upstreamTls,
-      sni: tls.sni,
-      common_tls_context: {
-        validation_context: {
-          trusted_ca: { filename: tls.caFile },
-          match_typed_subject_alt_names: [{ san_type: 'DNS', matcher: { exact: tls.sni } }],
-        },
-      },
-    },
-  };
+  return tlsSocketTo(tls.sni, { validation_context: { trusted_ca: { filename: tls.caFile }, match_typed_subject_alt_names: [sanIs(tls.sni)] } });
 }
 
 /**
