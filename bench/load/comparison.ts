@@ -3,7 +3,7 @@ import { ECHO_TOOL } from '../backends/bench-tool-service';
 import { BenchSettings } from '../settings';
 import { inRotation } from '../systems/systems';
 import { RunResult, runClosedLoop, runFixedRate } from './load-runner';
-import { McpHttpClient, answerTo, openSession } from './mcp-client';
+import { McpHttpClient, echoOutcome, openSession } from './mcp-client';
 import { LatencySummary, spreadOf, summarize } from './stats';
 
 /**
@@ -45,12 +45,7 @@ async function openDriver(url: string, headers: Record<string, string>, sessions
     const id = client.newId();
     const body = JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name: `bench__${ECHO_TOOL}`, arguments: { text: 'bench' } } });
     const answer = await client.post(url, body, { headers: opened[turn++ % opened.length], timeoutMs });
-    try {
-      const result = answerTo(answer, id).result as { content?: { text?: string }[] };
-      return { endMs: answer.endMs, error: result.content?.[0]?.text === 'bench' ? undefined : 'wrong tool result' };
-    } catch (error) {
-      return { endMs: answer.endMs, error: (error as Error).message };
-    }
+    return echoOutcome(answer, id, 'bench');
   };
   return { issue, close: () => client.close() };
 }

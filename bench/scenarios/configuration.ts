@@ -93,7 +93,13 @@ function registryDocument(routes: number, servicesPerRoute: number, backendUrls:
 
 function timeBuilds(document: unknown, repetitions: number): ConfigurationResults['snapshotBuildInProcessMs'] {
   const steps = { validate: [] as number[], ir: [] as number[], translate: [] as number[], encode: [] as number[], total: [] as number[] };
-  const gateway = { ...GATEWAY_DEFAULTS, listener: { address: HOST, port: 10000 }, sidecars: [{ address: HOST, port: 18080 }], access: defaultAccess({ address: HOST, port: 10000 }) };
+  const gateway = {
+    ...GATEWAY_DEFAULTS,
+    listener: { address: HOST, port: 10000 },
+    sidecars: [{ address: HOST, port: 18080 }],
+    egress: { address: HOST, port: 10001 },
+    access: defaultAccess({ address: HOST, port: 10000 }),
+  };
   for (let repetition = 0; repetition < repetitions; repetition++) {
     const t0 = performance.now();
     const { registry } = validateRegistry(document);
@@ -179,7 +185,7 @@ export async function runConfigurationScenario(group: ProcessGroup, settings: Be
   await startBackendProcess(
     group,
     'backend-config',
-    backendPorts.map((port) => ({ port, fillerTools: config.toolsPerBackend - BASE_TOOL_COUNT, listDelayMs: 0 })),
+    backendPorts.map((port) => ({ port, fillerTools: config.toolsPerBackend - BASE_TOOL_COUNT, listDelayMs: 0, prompts: 0, resources: 0 })),
   );
   const dir = path.join(group.logDir, 'gateway-config');
   fs.mkdirSync(dir, { recursive: true });

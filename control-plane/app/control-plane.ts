@@ -10,13 +10,18 @@ import { XdsStatusTracker } from '../admin/xds-status';
 import { registerStateMetrics } from '../admin/state-metrics';
 import { catalogServiceHandlers } from '../catalog/catalog-service';
 import { CatalogSettings, CatalogSnapshotMessage, CatalogStore, RelistSettings, ToolList } from '../catalog/catalog-store';
+import { directCatalogAccess } from '../catalog/catalog-access';
 import { ToolListLimits, fetchToolList } from '../catalog/tool-fetcher';
+import { CatalogCredentials } from '../credentials/catalog-credentials';
+import { IdpClient, IdpSettings } from '../credentials/idp-client';
+import { TOKEN_CACHE_DEFAULTS, TokenCache } from '../credentials/token-cache';
 import { TOOL_RULES, TOOL_RULE_ACTIONS } from '../catalog/tool-exposure';
 import { GatewayIR, ToolServiceIR, buildGatewayIR } from '../ir/gateway-ir';
 import { Registry } from '../registry/model';
 import { RegistryController, RegistryPollResult } from '../registry/registry-controller';
 import { RegistryMerge } from '../registry/registry-state';
 import { RegistrySource } from '../registry/source';
+import { RegistryPolicy } from '../registry/validate';
 import { grpcServices } from '../shared/grpc-packages';
 import { InternalTls } from '../shared/internal-tls';
 import { TokenFile } from '../shared/admin-access';
@@ -49,6 +54,10 @@ export interface ControlPlaneOptions {
   toolList: ToolListLimits;
   /** How soon a failing Tool Service is listed again. */
   relist: RelistSettings;
+  /** The gateway's identity provider: client-credentials tokens for listing Tool Services with per-caller credentials. */
+  idp?: IdpSettings;
+  /** What this gateway allows a registry to ask for (token passthrough). */
+  registryPolicy?: RegistryPolicy;
 
   /** Most Tool Services whose tools/list is fetched at the same time. */
   catalogFetchConcurrency: number;
@@ -98,15 +107,17 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   // catalog stream. Ids that share an endpoint share one fetch.
   const catalogFetches = new ConcurrencyLimit(options.catalogFetchConcurrency);
   const fetchesByEndpoint = new Map<string, Promise<ToolList>>();
+  const catalogAccess = directCatalogAccess(new CatalogCredentials(options.idp && new IdpClient(options.idp), new TokenCache(TOKEN_CACHE_DEFAULTS, metrics.catalogTokens)));
   const tracing = options.tracing ?? Tracing.off;
   const listTools = (service: ToolServiceIR) =>
     tracing.inSpan(CONTROL_PLANE_SPANS.toolsList, { kind: SpanKind.CLIENT, attributes: { 'mcp.gateway.tool_service': service.id, 'url.full': service.url } }, async (span) => {
-      const list = await fetchToolList(service, options.toolList, tracing.headersFor({}));
+      const list = await fetchToolList(service, catalogAccess, options.toolList, tracing.headersFor({}));
       span.setAttribute('mcp.gateway.tools', list.tools.length);
       return list;
     });
   const fetchTools = (service: ToolServiceIR) => {
-    const endpoint = JSON.stringify([service.url, service.endpoint.tls, service.catalogBearerTokenFile]);
+    // The cluster carries the upstream with its TLS; the URL its path; the credentials what a listing authenticates with.
+    const endpoint = JSON.stringify([service.clusterName, service.url, service.credentials]);
     let pending = fetchesByEndpoint.get(endpoint);
     if (!pending) {
       pending = catalogFetches.run(() => listTools(service)).finally(() => fetchesByEndpoint.delete(endpoint));
@@ -118,7 +129,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const signingKeys = new SigningKeyStore(options.signingKeys ?? SIGNING_KEY_DEFAULTS, log, lastGood);
   const callMetrics = new CallMetrics(metrics.registry);
   const callHistory = new CallHistory();
-  const registry = new RegistryController(options.source, { refreshIntervalMs: options.registryRefreshMs }, log);
+  const registry = new RegistryController(options.source, { refreshIntervalMs: options.registryRefreshMs, policy: options.registryPolicy }, log);
   let resources: XdsResources = {};
   let ir: GatewayIR = { routes: [], toolServices: [], clusters: [] };
   let callLane = EMPTY_CALL_LANE_CATALOG;
@@ -168,13 +179,18 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     if (!lastGood) return;
     for (const route of snapshot.routes) {
       const known = route.backends.filter((backend) => backend.state !== 'missing');
-      const saved = known.map(({ name, tool_service, tools_json, last_success_at, protocol_version, sessionful }) => ({
-        name,
-        tool_service,
-        tools_json,
-        last_success_at,
-        protocol_version,
-        sessionful,
+      const saved = known.map((backend) => ({
+        name: backend.name,
+        tool_service: backend.tool_service,
+        tools_json: backend.tools_json,
+        last_success_at: backend.last_success_at,
+        protocol_version: backend.protocol_version,
+        sessionful: backend.sessionful,
+        prompts_json: backend.prompts_json,
+        resources_json: backend.resources_json,
+        resource_templates_json: backend.resource_templates_json,
+        capabilities_json: backend.capabilities_json,
+        needs_json: backend.needs_json,
       }));
       const fingerprint = JSON.stringify(saved.map(({ last_success_at: _at, ...rest }) => rest));
       if (known.length === 0 || savedCatalogs.get(route.route_key) === fingerprint) continue;
@@ -229,8 +245,15 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const server = new grpc.Server({ interceptors: options.internalTls ? [callerCheck(CONTROL_PLANE_CALLERS, log)] : [] });
   server.addService(grpcServices.aggregatedDiscovery().service, adsServiceHandlers(cache, xdsStatus.callbacks()));
   server.addService(grpcServices.catalogDiscovery().service, catalogServiceHandlers(catalog, log));
+  // A request a backend failed marks it degraded at once (docs/tools-list.md), whatever the method.
+  const degradeOnFailure = {
+    backendFailed: (route: string, backend: string, reason: string) => {
+      const catalogKey = catalog.current().routes.find((candidate) => candidate.route_key === route)?.backends.find((candidate) => candidate.name === backend)?.tool_service;
+      if (catalogKey) catalog.markDegraded({ catalogKey, reason, route });
+    },
+  };
   const audit = options.audit ? new AuditLog(options.audit, metrics.registry, log) : undefined;
-  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers([new CallLog([callMetrics, callHistory]), ...(audit ? [audit] : [])], log));
+  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers([new CallLog([callMetrics, callHistory], undefined, [degradeOnFailure]), ...(audit ? [audit] : [])], log));
   const grpcPort = await new Promise<number>((resolve, reject) =>
     server.bindAsync(options.grpcAddress, options.internalTls?.serverCredentials() ?? grpc.ServerCredentials.createInsecure(), (error, port) =>
       error ? reject(error) : resolve(port),
@@ -241,6 +264,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       catalog: () => catalog.current(),
       catalogSettings: options.catalog,
       toolFindings: (routeKey) => catalog.toolFindings(routeKey),
+      surfaceFindings: (routeKey) => catalog.surfaceFindings(routeKey),
       refreshCatalog: (routeKey) => catalog.refreshNow(routeKey),
       xdsResources: () => resources,
       nodes: () => xdsStatus.list(),

@@ -11,10 +11,16 @@ import { CatalogSubscriber } from './catalog-subscriber';
 import { GatewayContext } from './decision';
 import { GatewayServer, GatewayServerOptions } from './gateway-server';
 import { REDIS_TIMEOUT_DEFAULTS, RedisAuth, RedisTimeouts, createRedisClient, describeRedisAddress } from '../shared/redis-client';
+import { ListChangedStreams, changedLists } from './list-changed-streams';
+import { BACKEND_STREAM_DEFAULTS, BackendStreamLimits, BackendStreams } from './backend-streams';
+import { ListenStreams } from './subscriptions-listen';
 import { redisKeyspace } from '../shared/redis-keys';
-import { ListChangedStreams, servedNames } from './list-changed-streams';
 import { RouteCatalogView, buildRouteViews } from './route-catalog';
-import { closeBackendSession, openBackendSession, postToBackendSession } from './sessions/backend-sessions';
+import { BackendCredentialsProvider } from '../credentials/backend-credentials';
+import { IdpClient, IdpSettings } from '../credentials/idp-client';
+import { TOKEN_CACHE_DEFAULTS, TokenCache, TokenCacheSettings } from '../credentials/token-cache';
+import { egressFetch } from '../shared/egress-fetch';
+import { BackendRequests } from './sessions/backend-sessions';
 import { CachedSessionStore, SESSION_CACHE_DEFAULTS, redisSessionEndings } from './sessions/session-cache';
 import { MemorySessionStore, RedisSessionStore, SessionLimits, SessionStore } from './sessions/session-store';
 import { SidecarMetrics, startSidecarAdmin } from './sidecar-metrics';
@@ -50,10 +56,17 @@ export interface SidecarOptions {
   sessionLimits?: SessionLimits;
   /** Limit for opening (initialize) or ending (DELETE) a backend's session, and for relaying a client's message. */
   backendSessionTimeoutMs: number;
+  /** host:port of Envoy's egress listener, which every request the sidecar makes to a backend goes through. */
+  egressAddress: string;
+  /** The gateway's identity provider, for token exchange; without it, backends with tokenExchange refuse calls (-32004). */
+  idp?: IdpSettings;
+  tokenCache?: TokenCacheSettings;
   /** Largest request body the gateway lane reads (Envoy's mcp filter has the same limit). */
   maxRequestBodyBytes: number;
   /** GET streams one session may hold at a time. */
   maxStreamsPerSession: number;
+  /** Streams to backends held on clients' behalf, per gateway session and per replica (backend-streams.ts). */
+  backendStreams?: BackendStreamLimits;
   /** On stop, how long requests in flight may take to finish. */
   drainTimeoutMs: number;
   /** Approval pages and the approval check (docs/approval-and-audit.md); they need Redis. */
@@ -84,7 +97,6 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   const { log } = options;
   let routes = new Map<string, RouteCatalogView>();
   let version = '';
-  const streams = new ListChangedStreams(options.maxStreamsPerSession, log);
   const subscriber = new CatalogSubscriber(
     options.controlPlaneAddress,
     options.sidecarId,
@@ -94,8 +106,13 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       routes = buildRouteViews(snapshot);
       version = snapshot.version;
       log.info('catalog updated', { version, routes: [...routes.keys()] });
-      const changed = [...routes].filter(([key, view]) => previous.has(key) && servedNames(previous.get(key)!) !== servedNames(view));
-      streams.toolsChanged(changed.map(([key]) => key));
+      for (const [key, view] of routes) {
+        const before = previous.get(key);
+        if (!before) continue;
+        const lists = changedLists(before, view);
+        streams.listsChanged(key, lists);
+        listens.listsChanged(key, lists);
+      }
     },
     log,
     options.internalTls?.channel('control-plane'),
@@ -137,19 +154,24 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     log.warn('no --redis: sessions live in this process only (lost on restart, not shared with other replicas)');
   }
   const tracing = options.tracing ?? Tracing.off;
+  const credentials = new BackendCredentialsProvider(options.idp && new IdpClient(options.idp), new TokenCache(options.tokenCache ?? TOKEN_CACHE_DEFAULTS, metrics));
   const context: GatewayContext = {
     lookup: (key) => routes.get(key),
     sessions,
     backendSessions: tracedBackendSessions(
-      {
-        open: (backend, session, clientHeaders) => openBackendSession(backend, session, clientHeaders, options.backendSessionTimeoutMs),
-        close: (backend, onBehalf) => closeBackendSession(backend, onBehalf, options.backendSessionTimeoutMs),
-        post: (backend, onBehalf, message) => postToBackendSession(backend, onBehalf, message, options.backendSessionTimeoutMs),
-      },
+      new BackendRequests((backend) => egressFetch(options.egressAddress, backend.cluster), credentials, options.backendSessionTimeoutMs),
       tracing,
     ),
+    credentials,
     log,
   };
+
+  const backendStreams = new BackendStreams(context, options.backendStreams ?? BACKEND_STREAM_DEFAULTS, {
+    listChanged: (backend, _list, route) => subscriber.report({ toolService: backend.toolService, route, listChanged: true }),
+    failed: (backend, reason, route) => subscriber.report({ toolService: backend.toolService, route, failure: reason }),
+  });
+  const streams = new ListChangedStreams(options.maxStreamsPerSession, log, backendStreams);
+  const listens = new ListenStreams(context, backendStreams, log);
 
   let approvalStore: ApprovalStore | undefined;
   let approvals: GatewayServerOptions['approvals'];
@@ -166,7 +188,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   }
 
   const admin = options.adminAddress ? await startSidecarAdmin(options.adminAddress, metrics, () => version, options.adminTokenFile) : undefined;
-  const gateway = new GatewayServer(context, streams, { maxRequestBodyBytes: options.maxRequestBodyBytes, approvals }, metrics, tracing);
+  const gateway = new GatewayServer(context, streams, listens, { maxRequestBodyBytes: options.maxRequestBodyBytes, approvals }, metrics, tracing);
   const server: http.Server = await listenAt(gateway.handle, options.address, options.internalTls?.serverOptions());
   if (options.internalTls) options.internalTls.follow(server as unknown as tls.Server, 'envoy');
   // Envoy keeps its connections to the sidecar open between requests: longer than Envoy's own idle timeout (1 h by default) would be pointless.

@@ -22,6 +22,7 @@ const settings: GatewaySettings = {
   ...GATEWAY_DEFAULTS,
   listener: { address: '127.0.0.1', port: 10000 },
   sidecars: [{ address: '127.0.0.1', port: 18080 }],
+  egress: { address: '127.0.0.1', port: 10001 },
   access: defaultAccess({ address: '127.0.0.1', port: 10000 }),
 };
 const FIXTURES = projectPath('test', 'fixtures', 'registries');
@@ -30,7 +31,8 @@ const GOLDEN = projectPath('test', 'golden');
 /**
  * A catalog for the registry's routes, as the control plane would have it once the backends answered:
  * each backend with a read-only tool, a tool with its own deadline and a tool the policy denies; the
- * call routes carry these as the call script's rules.
+ * call routes carry these as the call script's rules. The first backend of each route also serves a
+ * prompt, resources with subscriptions and completions, which give it routes of their own (ADR-0015).
  */
 function catalogFor(ir: GatewayIR): CallLaneCatalog {
   const tool = (name: string, extra: Record<string, unknown> = {}) => ({ name, inputSchema: { type: 'object' as const }, ...extra });
@@ -39,11 +41,15 @@ function catalogFor(ir: GatewayIR): CallLaneCatalog {
     catalogSnapshot(
       ir.routes.map((route) => ({
         route_key: route.key,
-        backends: route.backends.map((backend) =>
+        backends: route.backends.map((backend, index) =>
           backendCatalog(backend.name, [], {
             tool_service: backend.catalogKey,
             tools_json: tools.map((declared) => JSON.stringify(declared)),
             denied_tools: [{ tool: 'delete_all', rule: 'denyTools: delete_*' }],
+            ...(index === 0 && {
+              capabilities_json: JSON.stringify({ tools: {}, prompts: {}, resources: { subscribe: true }, completions: {} }),
+              prompts_json: [JSON.stringify({ name: 'summarize' })],
+            }),
           }),
         ),
         ...(route.auth && {
@@ -105,6 +111,39 @@ describe('registry → IR → xDS golden files', () => {
     );
     expect(first.get(TYPE_URL.listener)).toEqual(second.get(TYPE_URL.listener));
     expect(first.get(TYPE_URL.routeConfiguration)!.version).not.toBe(second.get(TYPE_URL.routeConfiguration)!.version);
+  });
+});
+
+describe('backend credentials in the xDS', () => {
+  it('make a credential part of the upstream: one cluster per (upstream, credential), shared by Tool Services with the same', () => {
+    const url = 'http://127.0.0.1:18102/mcp';
+    const ir = buildGatewayIR({
+      routes: [
+        {
+          key: 'r',
+          toolServices: [
+            { id: 'plain', name: 'plain', url },
+            { id: 'sa', name: 'sa', url, credentials: { mode: 'serviceAccount', tokenFile: '/s/token' } },
+            { id: 'sa-too', name: 'sa_too', url, credentials: { mode: 'serviceAccount', tokenFile: '/s/token' } },
+            { id: 'exchange', name: 'exchange', url, credentials: { mode: 'tokenExchange', audience: 'a' } },
+          ],
+        },
+      ],
+    });
+    const clusterOf = (id: string) => ir.toolServices.find((service) => service.id === id)!.clusterName;
+    expect(new Set(['plain', 'sa', 'exchange'].map(clusterOf)).size).toBe(3);
+    expect(clusterOf('sa-too')).toBe(clusterOf('sa'));
+    // Without credentials, a cluster keeps the name it always had.
+    expect(clusterOf('plain')).toBe(buildGatewayIR({ routes: [{ key: 'x', toolServices: [{ id: 'x', name: 'x', url }] }] }).clusters[0].clusterName);
+  });
+
+  it("refer to the listener's certificate by name: other files change the secret, never a byte of the listener", () => {
+    const ir = buildGatewayIR(loadRegistryFile(path.join(FIXTURES, 'two-routes.yaml')));
+    const [first, second] = ['/a', '/b'].map((dir) =>
+      buildSnapshot(translate(ir, catalogFor(ir), { ...settings, listenerTls: { certFile: `${dir}/tls.crt`, keyFile: `${dir}/tls.key` } }, NO_SIGNING_KEYS)),
+    );
+    expect(first.get(TYPE_URL.listener)).toEqual(second.get(TYPE_URL.listener));
+    expect(first.get(TYPE_URL.secret)!.version).not.toBe(second.get(TYPE_URL.secret)!.version);
   });
 });
 

@@ -4,8 +4,9 @@ import { SigningKeys, jwtAuthnConfig } from './auth';
 import { CallLaneCatalog } from './call-lane';
 import { buildClusters } from './clusters';
 import { buildInternalSecrets } from './internal-tls';
-import { buildListener } from './listener';
-import { buildRouteConfiguration } from './route-configuration';
+import { buildEgressListener, buildListener } from './listener';
+import { buildEgressRouteConfiguration, buildRouteConfiguration } from './route-configuration';
+import { buildSecrets } from './secrets';
 import { GatewaySettings } from './settings';
 import { collectorCluster } from './tracing';
 import { TYPE_URL } from './type-urls';
@@ -21,9 +22,9 @@ export type XdsResources = Record<string, TypedJson[]>;
 export function translate(ir: GatewayIR, catalog: CallLaneCatalog, settings: GatewaySettings, keys: SigningKeys): XdsResources {
   return {
     [TYPE_URL.cluster]: [...buildClusters(ir, settings), ...(settings.tracing ? [collectorCluster(settings.tracing)] : [])],
-    [TYPE_URL.listener]: [buildListener(settings)],
+    [TYPE_URL.listener]: [buildListener(settings), buildEgressListener(settings)],
     [TYPE_URL.typedExtensionConfig]: [jwtAuthnConfig(ir, keys)],
-    [TYPE_URL.routeConfiguration]: [buildRouteConfiguration(ir, catalog, settings, keys)],
-    ...(settings.internalTls && { [TYPE_URL.secret]: buildInternalSecrets(settings) }),
+    [TYPE_URL.routeConfiguration]: [buildRouteConfiguration(ir, catalog, settings, keys), buildEgressRouteConfiguration(ir)],
+    [TYPE_URL.secret]: [...buildSecrets(ir, settings), ...buildInternalSecrets(settings)],
   };
 }

@@ -15,6 +15,8 @@ export const TYPE_URL = {
   upstreamTls: `${prefix}envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext`,
   downstreamTls: `${prefix}envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext`,
   secret: `${prefix}envoy.extensions.transport_sockets.tls.v3.Secret`,
+  credentialInjector: `${prefix}envoy.extensions.filters.http.credential_injector.v3.CredentialInjector`,
+  upstreamCodec: `${prefix}envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec`,
   stdoutAccessLog: `${prefix}envoy.extensions.access_loggers.stream.v3.StdoutAccessLog`,
   grpcAccessLog: `${prefix}envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig`,
   typedStruct: `${prefix}xds.type.v3.TypedStruct`,
@@ -32,6 +34,8 @@ export const TYPE_URL = {
   mcpOverride: `${prefix}envoy.extensions.filters.http.mcp.v3.McpOverride`,
   lua: `${prefix}envoy.extensions.filters.http.lua.v3.Lua`,
   luaPerRoute: `${prefix}envoy.extensions.filters.http.lua.v3.LuaPerRoute`,
+  // The shipped Generic lacks header_value_prefix ("Bearer ").
+  genericCredential: `${prefix}envoy.extensions.http.injected_credentials.generic.v3.Generic`,
   earlyHeaderMutation: `${prefix}envoy.extensions.http.early_header_mutation.header_mutation.v3.HeaderMutation`,
   parentBasedSampler: `${prefix}envoy.extensions.tracers.opentelemetry.samplers.v3.ParentBasedSamplerConfig`,
   traceIdRatioSampler: `${prefix}envoy.extensions.tracers.opentelemetry.samplers.v3.TraceIdRatioBasedSamplerConfig`,
