@@ -285,7 +285,7 @@ describe('the Helm chart', () => {
     expect(secretOf('envoy', 'internal-tls')).toBe(`${RELEASE}-mcp-gateway-envoy-internal-tls`);
     // Envoy's admin is nowhere on the pod's address: no container port, probes on the stats listener or loopback.
     const envoy = containerOf(named(manifests, 'Deployment', 'envoy'), 'envoy');
-    expect(envoy.ports.map((port: any) => port.name)).toEqual(['mcp', 'stats']);
+    expect(envoy.ports.map((port: any) => port.name)).toEqual(['mcp', 'egress', 'stats']);
     expect(envoy.readinessProbe.httpGet).toEqual({ path: '/ready', port: 'stats' });
     expect(envoy.livenessProbe.exec.command.join(' ')).toContain('/dev/tcp/127.0.0.1/9901');
     // The chart's Redis and Sentinels ask for the password the gateway gets.
