@@ -1,4 +1,5 @@
 import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { INTERNAL_TLS_FILES, InternalIdentity, identityDnsName, identityUri } from '../shared/internal-tls';
@@ -42,7 +43,10 @@ export class InternalPki {
       '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign',
     ]);
     fs.writeFileSync(file('index.txt'), '');
-    fs.writeFileSync(file('serial'), '1000\n');
+    // Serials from a random start: two CAs in one test (ours and a Tool Service's) never issue the same one.
+    const serial = randomBytes(8);
+    serial[0] = (serial[0] & 0x7f) | 0x10;
+    fs.writeFileSync(file('serial'), `${serial.toString('hex')}\n`);
     fs.writeFileSync(
       file('ca.cnf'),
       [
