@@ -3,6 +3,7 @@ import * as client from 'prom-client';
 import { CatalogSnapshotMessage } from '../catalog/catalog-store';
 import { Logger } from '../shared/log';
 import { METADATA_NAMESPACE } from '../xds/translate/settings';
+import { LIMIT_HEADER } from '../xds/translate/quotas';
 
 /**
  * Every tools/call, as Envoy's call lane logs it (docs/adr/0008-data-path-lanes.md): Envoy streams its
@@ -13,10 +14,11 @@ import { METADATA_NAMESPACE } from '../xds/translate/settings';
 
 /**
  * What became of a call (docs/observability.md): the reliability seed's ok, failed (no fallback),
- * degraded (fallback served) and denied (policy), and invalid — refused before any backend saw it
- * (unknown tool, malformed name, unknown or expired session). The identity work adds approval_required.
+ * degraded (fallback served) and denied (policy), invalid — refused before any backend saw it
+ * (unknown tool, malformed name, unknown or expired session) — and limited: refused by a rate or
+ * concurrency limit (docs/quotas.md). The identity work adds approval_required.
  */
-export const CALL_OUTCOMES = ['ok', 'failed', 'degraded', 'denied', 'invalid'] as const;
+export const CALL_OUTCOMES = ['ok', 'failed', 'degraded', 'denied', 'invalid', 'limited'] as const;
 export type CallOutcome = (typeof CALL_OUTCOMES)[number];
 
 /** Outcomes of calls that went for a backend: the denominator of error ratios and the calls latency describes. */
@@ -88,8 +90,10 @@ export interface LogEntry {
     upstream_request_attempt_count?: number;
     response_flags?: Record<string, unknown>;
     metadata?: { filter_metadata?: Record<string, StructValue> };
+    /** Envoy's route: `<key>/call/<backend>` (call lane), `<key>/gateway` (what the gateway answers itself), … */
+    route_name?: string;
   };
-  response?: { response_code?: { value?: number }; response_code_details?: string };
+  response?: { response_code?: { value?: number }; response_code_details?: string; response_headers?: Record<string, string> };
 }
 
 interface StreamMessage {
@@ -109,11 +113,64 @@ const envoyFailed = (flags: Record<string, unknown>) => Object.values(flags).som
 function outcomeOf(ours: Record<string, unknown>, entry: LogEntry): CallOutcome {
   const sessionUnknown = entry.response?.response_code_details === 'ext_authz_denied' && entry.response?.response_code?.value === 404;
   if (sessionUnknown) return 'invalid';
+  if (refusedByLimit(entry)) return 'limited';
   const recorded = ours.outcome;
   if (typeof recorded === 'string' && (CALL_OUTCOMES as readonly string[]).includes(recorded)) return recorded as CallOutcome;
   if (ours.answered === true) return 'invalid';
   if (envoyFailed(entry.common_properties?.response_flags ?? {})) return ours.fallback !== undefined ? 'degraded' : 'failed';
   return 'ok';
+}
+
+/**
+ * A limit refused the request (docs/quotas.md): a rate limit (429, Envoy's RL flag), a shared limit
+ * whose service could not answer and that refuses then (RLSE), or a Tool Service's calls in flight at
+ * their limit (its circuit breaker, answered 429).
+ */
+function refusedByLimit(entry: LogEntry): boolean {
+  const flags = entry.common_properties?.response_flags ?? {};
+  return Boolean(flags.rate_limited || flags.rate_limit_service_error || (flags.upstream_overflow && entry.response?.response_code?.value === 429));
+}
+
+/** A request a limit refused, on either lane. */
+export interface LimitedRecord {
+  route: string;
+  lane: 'calls' | 'discovery';
+  /** The limit's name (docs/quotas.md); the shared limits that applied, for a shared one. */
+  limit: string;
+}
+
+export interface LimitObserver {
+  record(limited: LimitedRecord): void;
+}
+
+/** The shared limits Envoy's x-ratelimit-limit lists: `3, 3;w=60;name="route:a/calls/per-caller", …`. */
+const sharedLimitNames = (header: string) => [...header.matchAll(/name="([^"]*)"/g)].map((match) => match[1]);
+
+export function limitedRecordOf(entry: LogEntry): LimitedRecord | undefined {
+  if (!refusedByLimit(entry)) return undefined;
+  const [route, kind] = (entry.common_properties?.route_name ?? '').split('/');
+  if (!route || (kind !== 'call' && kind !== 'gateway')) return undefined;
+  const headers = entry.response?.response_headers ?? {};
+  const named = headers[LIMIT_HEADER] ?? sharedLimitNames(headers['x-ratelimit-limit'] ?? '').join(' | ');
+  return { route, lane: kind === 'call' ? 'calls' : 'discovery', limit: named || 'shared (the ratelimit service did not answer)' };
+}
+
+/** mcpgw_limited_requests_total: requests a limit refused, by route, lane and limit. */
+export class LimitMetrics implements LimitObserver {
+  private readonly limited: client.Counter<'route' | 'lane' | 'limit'>;
+
+  constructor(registry: client.Registry) {
+    this.limited = new client.Counter({
+      name: 'mcpgw_limited_requests_total',
+      help: 'requests a rate or concurrency limit refused, by route, lane (calls: tools/call; discovery: what the gateway answers itself) and limit (its name, docs/quotas.md)',
+      labelNames: ['route', 'lane', 'limit'] as const,
+      registers: [registry],
+    });
+  }
+
+  record({ route, lane, limit }: LimitedRecord): void {
+    this.limited.inc({ route, lane, limit });
+  }
 }
 
 /** Caps the tool names labelled per (route, backend); the rest are `other`. */
@@ -138,6 +195,7 @@ export class CallLog {
   constructor(
     private readonly observers: CallObserver[],
     private readonly now = () => Date.now(),
+    private readonly limitObservers: LimitObserver[] = [],
   ) {}
 
   recordOf(entry: LogEntry): CallRecord | undefined {
@@ -165,6 +223,8 @@ export class CallLog {
   add(entry: LogEntry): void {
     const call = this.recordOf(entry);
     if (call) for (const observer of this.observers) observer.record(call);
+    const limited = limitedRecordOf(entry);
+    if (limited) for (const observer of this.limitObservers) observer.record(limited);
   }
 }
 

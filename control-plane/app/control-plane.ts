@@ -1,7 +1,7 @@
 import * as http from 'node:http';
 import * as grpc from '@grpc/grpc-js';
 import { createAdminApp } from '../admin/admin-server';
-import { CallLog, CallMetrics, accessLogServiceHandlers } from '../admin/call-log';
+import { CallLog, CallMetrics, LimitMetrics, accessLogServiceHandlers } from '../admin/call-log';
 import { CallHistory } from '../admin/call-history';
 import { closeServer, listen } from '../shared/http-listen';
 import { ControlPlaneMetrics } from '../admin/metrics';
@@ -27,6 +27,7 @@ import { SnapshotCache } from '../xds/server/snapshot-cache';
 import { XdsResources, translate } from '../xds/translate';
 import { EMPTY_CALL_LANE_CATALOG, callLaneCatalogOf } from '../xds/translate/call-lane';
 import { GatewaySettings } from '../xds/translate/settings';
+import { hasSharedLimits, rateLimitServiceConfig, writeRateLimitServiceConfig } from '../quotas/ratelimit-service-config';
 
 export interface ControlPlaneOptions {
   source: RegistrySource;
@@ -45,6 +46,11 @@ export interface ControlPlaneOptions {
   catalogFetchConcurrency: number;
   /** Naming rules, cap and page size of the catalogs sidecars serve (docs/tools-list.md). */
   catalog: CatalogSettings;
+  /**
+   * Where the ratelimit service reads its configuration: the control plane writes the registry's
+   * shared limits there (docs/quotas.md).
+   */
+  rateLimitConfigFile?: string;
   /** Redis for last-good state; without it a cold start with the source down serves nothing. */
   redis?: { url: string; prefix: string; timeouts?: RedisTimeouts };
   log: Logger;
@@ -96,6 +102,23 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   };
   let savedAtStart: SavedRoute[] | undefined;
 
+  /** The ratelimit service's configuration follows the registry's shared limits; they count nothing without a service. */
+  let warnedNoService = false;
+  const writeSharedLimits = (current: GatewayIR) => {
+    const file = options.rateLimitConfigFile;
+    if (file) {
+      try {
+        if (writeRateLimitServiceConfig(file, rateLimitServiceConfig(current))) log.info('ratelimit service configuration written', { file });
+      } catch (error) {
+        log.error('could not write the ratelimit service configuration: shared limits keep their previous configuration', { file, error: (error as Error).message });
+      }
+    }
+    if (!warnedNoService && hasSharedLimits(current) && !options.gateway.quotas.rateLimitService) {
+      warnedNoService = true;
+      log.warn('the registry has shared limits but no ratelimit service is configured (--ratelimit): each applies its whenServiceDown to every call', {});
+    }
+  };
+
   const sourceLabel = { source: options.source.description.split(' ')[0] };
   registry.on('poll', (result: RegistryPollResult) => {
     metrics.registryPolls.inc({ ...sourceLabel, outcome: result.outcome });
@@ -138,6 +161,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
 
   const onRegistryUpdate = async (current: Registry, merge: RegistryMerge) => {
     ir = buildGatewayIR(current);
+    writeSharedLimits(ir);
     const published = publishXds();
     metrics.routes.set(ir.routes.length);
     metrics.toolServices.set(ir.toolServices.length);
@@ -178,7 +202,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const server = new grpc.Server();
   server.addService(grpcServices.aggregatedDiscovery().service, adsServiceHandlers(cache, xdsStatus.callbacks()));
   server.addService(grpcServices.catalogDiscovery().service, catalogServiceHandlers(catalog, log));
-  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers(new CallLog([callMetrics, callHistory]), log));
+  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers(new CallLog([callMetrics, callHistory], undefined, [new LimitMetrics(metrics.registry)]), log));
   const grpcPort = await new Promise<number>((resolve, reject) =>
     server.bindAsync(options.grpcAddress, grpc.ServerCredentials.createInsecure(), (error, port) =>
       error ? reject(error) : resolve(port),

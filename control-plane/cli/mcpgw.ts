@@ -218,6 +218,12 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
   )
   .addOption(positiveIntOption('--max-request-body-bytes <bytes>', 'largest JSON-RPC request body, on every HTTP version (413 past it)', GATEWAY_DEFAULTS.maxRequestBodyBytes))
   .addOption(positiveIntOption('--session-check-timeout-ms <ms>', "how long Envoy waits for the session check (above the sidecar's --backend-session-timeout-ms)", GATEWAY_DEFAULTS.sessionCheckTimeoutMs))
+  .addOption(hostPortOption('--ratelimit <host:port>', "the ratelimit service's gRPC address (envoyproxy/ratelimit), which counts shared limits for every Envoy (docs/quotas.md)"))
+  .addOption(
+    new Option('--ratelimit-config <file>', "where the control plane writes the ratelimit service's configuration of the registry's shared limits (the service reloads it)"),
+  )
+  .addOption(positiveIntOption('--ratelimit-timeout-ms <ms>', "how long Envoy waits for the ratelimit service before a shared limit's whenServiceDown applies", GATEWAY_DEFAULTS.quotas.rateLimitTimeoutMs))
+  .addOption(positiveIntOption('--max-tracked-callers <n>', 'callers each per-instance limit counts apart; past it, the least recently seen starts over', GATEWAY_DEFAULTS.quotas.maxTrackedCallers))
   .addOption(positiveIntOption('--registry-refresh-ms <ms>', 'registry poll interval (long-poll wait for a Portal)', 30000))
   .addOption(positiveIntOption('--catalog-refresh-ms <ms>', "how often every Tool Service's tools/list is fetched", 30000))
   .addOption(positiveIntOption('--tool-list-timeout-ms <ms>', 'deadline of one tools/list fetch', 5000))
@@ -267,7 +273,13 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
           sidecars: options.sidecar.map(endpointOf),
           maxRequestBodyBytes: options.maxRequestBodyBytes,
           sessionCheckTimeoutMs: options.sessionCheckTimeoutMs,
+          quotas: {
+            ...(options.ratelimit && { rateLimitService: endpointOf(options.ratelimit) }),
+            rateLimitTimeoutMs: options.ratelimitTimeoutMs,
+            maxTrackedCallers: options.maxTrackedCallers,
+          },
         },
+        ...(options.ratelimitConfig && { rateLimitConfigFile: path.resolve(options.ratelimitConfig) }),
         registryRefreshMs: options.registryRefreshMs,
         catalogRefreshMs: options.catalogRefreshMs,
         toolList: { timeoutMs: options.toolListTimeoutMs, maxBytes: options.toolListMaxBytes, maxTools: options.toolListMaxTools },

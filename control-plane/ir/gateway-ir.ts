@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { Registry, ToolPolicy, ToolService } from '../registry/model';
+import { RouteQuotasIR, ToolServiceQuotasIR, routeQuotasIR, toolServiceQuotasIR } from './quotas-ir';
 
 /**
  * The intermediate representation between a registry source and Envoy. Everything Envoy needs is
@@ -43,6 +44,8 @@ export interface ToolServiceIR {
   fallbackText?: string;
   /** Where the token the control plane lists this Tool Service's tools with is kept; read at each listing, so it can rotate. */
   catalogBearerTokenFile?: string;
+  /** Its rate and concurrency limits, over every route that maps it (docs/quotas.md). */
+  quotas: ToolServiceQuotasIR;
 }
 
 export interface RouteBackendIR {
@@ -59,6 +62,8 @@ export interface RouteIR {
   /** Gateway path agents register: /mcp/{key}. */
   path: string;
   backends: RouteBackendIR[];
+  /** Its rate and concurrency limits, the document's defaults included (docs/quotas.md). */
+  quotas: RouteQuotasIR;
 }
 
 export interface GatewayIR {
@@ -76,11 +81,12 @@ export const toolServiceIdOf = (catalogKey: string) => catalogKey.slice(CATALOG_
 
 /**
  * A cluster is named after what it connects to, so the same upstream is one cluster whatever ids and
- * routes use it, and a change of any of its settings is another cluster. No dots: Envoy's stat tag
- * extraction would split the name (the name is the `envoy_cluster_name` label as it is).
+ * routes use it, and a change of any of its settings is another cluster. A Tool Service with a
+ * concurrency limit has a cluster of its own, whose circuit breaker is that limit. No dots: Envoy's
+ * stat tag extraction would split the name (the name is the `envoy_cluster_name` label as it is).
  */
-function clusterNameOf(endpoint: UpstreamEndpoint, connectTimeoutMs: number, healthCheckPath: string | undefined): string {
-  const identity = JSON.stringify([endpoint.host, endpoint.port, endpoint.tls ?? null, connectTimeoutMs, healthCheckPath ?? null]);
+function clusterNameOf(endpoint: UpstreamEndpoint, connectTimeoutMs: number, healthCheckPath: string | undefined, concurrencyOf?: { id: string; limit: number }): string {
+  const identity = JSON.stringify([endpoint.host, endpoint.port, endpoint.tls ?? null, connectTimeoutMs, healthCheckPath ?? null, ...(concurrencyOf ? [concurrencyOf] : [])]);
   const hash = createHash('sha256').update(identity).digest('hex').slice(0, 8);
   return `backend_${endpoint.host.replace(/[^A-Za-z0-9]+/g, '_')}_${endpoint.port}_${hash}`;
 }
@@ -97,16 +103,19 @@ function toolServiceIR(service: ToolService): ToolServiceIR {
     ...(tls && { tls: { sni: tlsSettings?.sni ?? host, caFile: tlsSettings?.caFile ?? SYSTEM_CA_BUNDLE } }),
   };
   const effectiveTimeouts = { ...TRANSPORT_DEFAULTS, ...timeouts };
+  const quotas = toolServiceQuotasIR(service.id, service.quotas);
+  const concurrencyOf = quotas.concurrency === undefined ? undefined : { id: service.id, limit: quotas.concurrency };
   return {
     id: service.id,
     catalogKey: catalogKeyFor(service.id),
-    clusterName: clusterNameOf(endpoint, effectiveTimeouts.connectTimeoutMs, healthCheckPath),
+    clusterName: clusterNameOf(endpoint, effectiveTimeouts.connectTimeoutMs, healthCheckPath, concurrencyOf),
     url: service.url,
     endpoint,
     timeouts: effectiveTimeouts,
     ...(healthCheckPath && { healthCheckPath }),
     ...(catalogBearerTokenFile && { catalogBearerTokenFile }),
     ...(service.fallback && { fallbackText: service.fallback.text }),
+    quotas,
   };
 }
 
@@ -118,6 +127,7 @@ export function buildGatewayIR(registry: Registry): GatewayIR {
   const routes = registry.routes.map((route) => ({
     key: route.key,
     path: `/mcp/${route.key}`,
+    quotas: routeQuotasIR(route.key, route.quotas),
     backends: route.toolServices
       .map((service) => {
         const ir = toolServiceIR(service);

@@ -6,7 +6,10 @@
 --   sessionful                    true when the backend hands out sessions (a stateless client's call needs one)
 --   annotate                      true: the final message of the answer gets the call's outcome
 --   fallback                      degraded answer text for read-only tools, if the Tool Service has one
---   ["tool:<own name>"]           a served tool: "" or flags "t=<deadline ms>;r;f" (retry safe, fallback)
+--   ["tool:<own name>"]           a served tool: "" or flags "t=<deadline ms>;r;f;q=<n>" (retry safe, fallback,
+--                                 the Tool Service's tool limit n applies)
+--   tool_service, ["quota:<n>:<key>"]  the Tool Service's id and, per tool limit, the values of its
+--                                 metadata keys quota_tool_<key> the quota filters read (docs/quotas.md)
 --   ["deny:<own name>"]           a tool the route's policy denies, with the rule that does
 -- The request side checks the tool, strips the backend prefix from params.name (and Mcp-Name), sets
 -- Envoy's per-request deadline and retries, and leaves what local replies, the access log and the
@@ -178,12 +181,14 @@ function M.with_modern_envelope(body, params, inner)
   return insert_members(body, params[1], '"_meta":{' .. envelope .. "}")
 end
 
--- "t=30000;r;f" → { deadline_ms = 30000, retry = true, fallback = true }
+-- "t=30000;r;f;q=0" → { deadline_ms = 30000, retry = true, fallback = true, quota = "0" }
 function M.tool_flags(flags)
   local parsed = {}
   for flag in string.gmatch(flags, "[^;]+") do
     local deadline = string.match(flag, "^t=(%d+)$")
+    local quota = string.match(flag, "^q=(%d+)$")
     if deadline then parsed.deadline_ms = deadline
+    elseif quota then parsed.quota = quota
     elseif flag == "r" then parsed.retry = true
     elseif flag == "f" then parsed.fallback = true end
   end
@@ -213,6 +218,17 @@ local function outcome_json(o)
     .. (o.last_error and (',"last_error":' .. o.last_error) or "") .. "}"
 end
 M.outcome_json = outcome_json
+
+-- A tool's limits (docs/quotas.md): the quota filters after this script read the values for the
+-- limit's bucket (or shared name) and the tool it counts, from this request's metadata.
+local QUOTA_KEYS = { "caller_local", "total_local", "caller_allow", "total_allow", "caller_refuse", "total_refuse" }
+function M.set_tool_quota(context, metadata, index, own)
+  metadata:set(NS, "quota_tool_scope", context:get("tool_service") .. "/" .. own)
+  for _, key in ipairs(QUOTA_KEYS) do
+    local value = context:get("quota:" .. index .. ":" .. key)
+    if value then metadata:set(NS, "quota_tool_" .. key, value) end
+  end
+end
 
 -- Envoy's handle objects (headers, metadata, filter context) are valid only until the script
 -- yields, and reading the body yields: everything needed from them is read first, and they are
@@ -253,6 +269,7 @@ function envoy_on_request(h)
   end
   local tool = M.tool_flags(flags)
   if tool.fallback then metadata:set(NS, "fallback", fallback) end
+  if tool.quota then M.set_tool_quota(context, metadata, tool.quota, own) end
   metadata:set(NS, "started_ms", h:timestamp())
 
   local body = h:body()

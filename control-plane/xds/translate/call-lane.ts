@@ -14,6 +14,8 @@ import {
   SIDECAR_CLUSTER_NAME,
 } from './settings';
 import { TYPE_URL, typedStruct } from './type-urls';
+import { ToolQuotaIR, toolQuotaOf } from '../../ir/quotas-ir';
+import { toolQuotaContext } from './quotas';
 
 /**
  * The call lane (docs/adr/0008-data-path-lanes.md): Envoy's mcp filter parses every POST, a tools/call
@@ -87,12 +89,8 @@ export function callLaneCatalogOf(snapshot: CatalogSnapshotMessage): CallLaneCat
   return { separator: snapshot.tool_name_separator, routes };
 }
 
-/** An entry of the HttpConnectionManager's http_filters. */
-export interface HttpFilter {
-  name: string;
-  disabled?: boolean;
-  typed_config: TypedJson;
-}
+/** An entry of the HttpConnectionManager's http_filters: its configuration inline, or by ECDS. */
+export type HttpFilter = { name: string; disabled?: boolean } & ({ typed_config: TypedJson } | { config_discovery: Record<string, unknown> });
 
 const CALL_SCRIPT = projectPath('control-plane/xds/lua/call-lane.lua');
 let callScript: string | undefined;
@@ -202,8 +200,25 @@ export function callMatch(path: string, backendName: string, separator: string) 
   };
 }
 
-/** A call route's rules for the script. */
-export function callRouteFilters(routeKey: string, backendName: string, separator: string, backend: CallLaneBackend | undefined, annotate: boolean) {
+/** A Tool Service's tool limits, for the call script (docs/quotas.md). */
+export interface CallLaneToolQuotas {
+  toolServiceId: string;
+  tools: ToolQuotaIR[];
+}
+
+/**
+ * A call route's rules for the script. A tool with limits gets the flag `q=<index>` of the Tool
+ * Service's tool limit that applies, and the context `quota:<index>:<metadata key>` the values the
+ * script leaves in metadata for the quota filters.
+ */
+export function callRouteFilters(
+  routeKey: string,
+  backendName: string,
+  separator: string,
+  backend: CallLaneBackend | undefined,
+  annotate: boolean,
+  quotas?: CallLaneToolQuotas,
+) {
   const context: Record<string, unknown> = {
     route: routeKey,
     backend: backendName,
@@ -214,8 +229,19 @@ export function callRouteFilters(routeKey: string, backendName: string, separato
     fallback: backend?.fallbackText ?? '',
     sidecar_cluster: SIDECAR_CLUSTER_NAME,
   };
-  for (const [tool, flags] of backend?.tools ?? []) context[`tool:${tool}`] = flags;
+  const limited = new Map<number, ToolQuotaIR>();
+  for (const [tool, flags] of backend?.tools ?? []) {
+    const quota = quotas && toolQuotaOf(quotas.tools, tool);
+    if (quota) limited.set(quota.index, quota);
+    context[`tool:${tool}`] = quota ? [flags, `q=${quota.index}`].filter(Boolean).join(';') : flags;
+  }
   for (const [tool, rule] of backend?.denied ?? []) context[`deny:${tool}`] = rule;
+  if (quotas && limited.size > 0) {
+    context.tool_service = quotas.toolServiceId;
+    for (const [index, quota] of limited) {
+      for (const [key, value] of Object.entries(toolQuotaContext(quota))) context[`quota:${index}:${key}`] = value;
+    }
+  }
   return {
     'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: context }),
   };

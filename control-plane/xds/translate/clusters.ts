@@ -4,6 +4,7 @@ import { TypedJson } from '../protobuf/proto-json';
 import { duration } from './duration';
 import { GatewaySettings, SIDECAR_CHECK_CLUSTER_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { TYPE_URL } from './type-urls';
+import { rateLimitServiceCluster } from './quotas';
 
 /**
  * Cluster defaults (docs/xds.md explains each): a Tool Service that stops accepting connections is
@@ -56,7 +57,10 @@ function toolServiceCluster(service: ToolServiceIR): TypedJson {
     load_assignment: loadAssignment(service.clusterName, endpoints),
     health_checks: [healthCheck(service)],
     outlier_detection: CLUSTER_DEFAULTS.outlierDetection,
-    circuit_breakers: { thresholds: [{ priority: 'DEFAULT', ...CLUSTER_DEFAULTS.circuitBreakers }] },
+    // A Tool Service's concurrency limit (docs/quotas.md) is its own cluster's max_requests.
+    circuit_breakers: {
+      thresholds: [{ priority: 'DEFAULT', ...CLUSTER_DEFAULTS.circuitBreakers, ...(service.quotas.concurrency !== undefined && { max_requests: service.quotas.concurrency }) }],
+    },
     ...(tls && {
       transport_socket: {
         name: 'envoy.transport_sockets.tls',
@@ -120,6 +124,7 @@ export function buildClusters(ir: GatewayIR, settings: GatewaySettings): TypedJs
     sidecarCluster(SIDECAR_CLUSTER_NAME, settings),
     sidecarCluster(SIDECAR_CHECK_CLUSTER_NAME, settings),
     sidecarCluster(SIDECAR_STREAMS_CLUSTER_NAME, settings),
+    rateLimitServiceCluster(settings.quotas),
     ...ir.clusters.map(toolServiceCluster),
   ];
 }

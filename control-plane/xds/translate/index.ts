@@ -4,6 +4,7 @@ import { CallLaneCatalog } from './call-lane';
 import { buildClusters } from './clusters';
 import { buildListener } from './listener';
 import { buildRouteConfiguration } from './route-configuration';
+import { localQuotaConfigs } from './quotas';
 import { GatewaySettings } from './settings';
 import { TYPE_URL } from './type-urls';
 
@@ -15,6 +16,8 @@ export function translate(ir: GatewayIR, catalog: CallLaneCatalog, settings: Gat
   return {
     [TYPE_URL.cluster]: buildClusters(ir, settings),
     [TYPE_URL.listener]: [buildListener(settings)],
+    // The per-instance limits' buckets (ECDS): a change of limits never touches the listener.
+    [TYPE_URL.typedExtensionConfig]: localQuotaConfigs(ir, settings.quotas),
     [TYPE_URL.routeConfiguration]: [buildRouteConfiguration(ir, catalog)],
   };
 }

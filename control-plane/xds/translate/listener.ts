@@ -1,6 +1,7 @@
 import { TypedJson } from '../protobuf/proto-json';
 import { callScriptFilter, mcpFilter, sessionCheckFilter } from './call-lane';
 import { localReplyConfig } from './local-replies';
+import { LIMIT_HEADER, quotaFilters } from './quotas';
 import { CONTROL_PLANE_CLUSTER_NAME, GatewaySettings, LISTENER_NAME, MCP_METADATA_NAMESPACE, METADATA_NAMESPACE, ROUTE_CONFIG_NAME } from './settings';
 import { TYPE_URL } from './type-urls';
 
@@ -37,13 +38,20 @@ const accessLog = {
 };
 
 /**
- * Every call of the call lane, streamed to the control plane (control-plane/admin/call-log.ts), which
- * counts outcomes and durations by route, backend and tool: batched, off the request path.
+ * Every call of the call lane, and every request a limit refused on either lane, streamed to the
+ * control plane (control-plane/admin/call-log.ts), which counts outcomes and durations by route,
+ * backend and tool, and refusals by limit: batched, off the request path.
  */
 const callLog = {
   name: 'envoy.access_loggers.http_grpc',
   filter: {
-    metadata_filter: { matcher: { filter: METADATA_NAMESPACE, path: [{ key: 'backend' }], value: { present_match: true } }, match_if_key_not_found: false },
+    or_filter: {
+      filters: [
+        { metadata_filter: { matcher: { filter: METADATA_NAMESPACE, path: [{ key: 'backend' }], value: { present_match: true } }, match_if_key_not_found: false } },
+        { status_code_filter: { comparison: { op: 'EQ', value: { default_value: 429, runtime_key: 'mcpgw.unused' } } } },
+        { response_flag_filter: { flags: ['RLSE'] } },
+      ],
+    },
   },
   typed_config: {
     '@type': TYPE_URL.grpcAccessLog,
@@ -54,6 +62,8 @@ const callLog = {
       buffer_flush_interval: '1s',
       buffer_size_bytes: 65536,
     },
+    // The limit a refusal names (docs/quotas.md).
+    additional_response_headers_to_log: [LIMIT_HEADER, 'x-ratelimit-limit'],
   },
 };
 
@@ -82,10 +92,13 @@ export function buildListener(settings: GatewaySettings): TypedJson {
               access_log: [accessLog, callLog],
               local_reply_config: localReplyConfig(),
               // The two lanes (docs/adr/0008-data-path-lanes.md): the mcp filter parses every request; a
-              // tools/call route turns on the call script and the session check with its own rules.
+              // tools/call route turns on the call script and the session check with its own rules. The
+              // quota filters count what the call script let through, before the session check works
+              // for it (docs/adr/0016-quotas.md).
               http_filters: [
                 mcpFilter(settings.maxRequestBodyBytes),
                 callScriptFilter(),
+                ...quotaFilters(settings.quotas),
                 sessionCheckFilter(settings.sessionCheckTimeoutMs),
                 { name: 'envoy.filters.http.router', typed_config: { '@type': TYPE_URL.router } },
               ],

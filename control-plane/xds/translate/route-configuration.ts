@@ -2,6 +2,7 @@ import { GatewayIR, RouteBackendIR, RouteIR, ToolServiceIR } from '../../ir/gate
 import { TypedJson } from '../protobuf/proto-json';
 import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, callRouteFilters } from './call-lane';
 import { duration } from './duration';
+import { callRouteQuotas, gatewayRouteQuotas } from './quotas';
 import { ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { TYPE_URL, typedStruct } from './type-urls';
 
@@ -13,9 +14,12 @@ const STREAM_IDLE_TIMEOUT = '120s';
 /** The call lane: a tools/call named with this backend's prefix, to its Tool Service, under the call script's rules. */
 function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolServiceIR, catalog: CallLaneCatalog) {
   const { host, port, path } = service.endpoint;
+  const quotas = callRouteQuotas(route, service);
+  const toolQuotas = { toolServiceId: service.id, tools: service.quotas.tools };
   return {
     name: `${route.key}/call/${backend.name}`,
     match: callMatch(route.path, backend.name, catalog.separator),
+    metadata: quotas.metadata,
     route: {
       cluster: backend.clusterName,
       prefix_rewrite: path,
@@ -30,8 +34,12 @@ function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolService
         num_retries: 2,
         retry_back_off: { base_interval: '0.025s', max_interval: '0.250s' },
       },
+      ...(quotas.rateLimits.length > 0 && { rate_limits: quotas.rateLimits }),
     },
-    typed_per_filter_config: callRouteFilters(route.key, backend.name, catalog.separator, catalog.routes.get(route.key)?.get(backend.name), true),
+    typed_per_filter_config: {
+      ...callRouteFilters(route.key, backend.name, catalog.separator, catalog.routes.get(route.key)?.get(backend.name), true, toolQuotas),
+      ...quotas.sharedFilters,
+    },
     // A backend's own session id must not reach the client, whose session is the gateway's (ADR-0004).
     response_headers_to_remove: ['mcp-session-id'],
   };
@@ -59,18 +67,23 @@ export const SIDECAR_RETRY_POLICY = {
   host_selection_retry_max_attempts: 3,
 };
 
+/** The limits of a gateway-lane route (its discovery limits, docs/quotas.md). */
+type GatewayRouteQuotas = ReturnType<typeof gatewayRouteQuotas>;
+
 /** The gateway lane: everything the gateway answers itself (initialize, tools/list, DELETE, …) and calls no backend route took. */
-function gatewayRoute(name: string, match: Record<string, unknown>, filters: Record<string, unknown> = GATEWAY_LANE_FILTERS) {
+function gatewayRoute(name: string, match: Record<string, unknown>, filters: Record<string, unknown> = GATEWAY_LANE_FILTERS, quotas?: GatewayRouteQuotas) {
   return {
     name,
     match,
+    ...(quotas && { metadata: quotas.metadata }),
     route: {
       cluster: SIDECAR_CLUSTER_NAME,
       timeout: GATEWAY_LANE_TIMEOUT,
       // Another sidecar replica, if one refused or reset before answering.
       retry_policy: SIDECAR_RETRY_POLICY,
+      ...(quotas && quotas.rateLimits.length > 0 && { rate_limits: quotas.rateLimits }),
     },
-    typed_per_filter_config: filters,
+    typed_per_filter_config: { ...filters, ...quotas?.sharedFilters },
   };
 }
 
@@ -88,7 +101,7 @@ export function buildRouteConfiguration(ir: GatewayIR, catalog: CallLaneCatalog)
       .map((backend) => callRoute(route, backend, services.get(backend.catalogKey)!, catalog)),
     streamsRoute(route),
     gatewayRoute(`${route.key}/end`, { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'DELETE' } }] }, SESSION_END_FILTERS),
-    gatewayRoute(`${route.key}/gateway`, { path_separated_prefix: route.path }),
+    gatewayRoute(`${route.key}/gateway`, { path_separated_prefix: route.path }, GATEWAY_LANE_FILTERS, gatewayRouteQuotas(route)),
   ]);
   return {
     '@type': TYPE_URL.routeConfiguration,

@@ -12,12 +12,30 @@ export interface GatewaySettings {
   maxRequestBodyBytes: number;
   /** How long Envoy waits for the session check, which may open a backend's session (its own deadline is shorter). */
   sessionCheckTimeoutMs: number;
+  /** Rate and concurrency limits (docs/quotas.md). */
+  quotas: QuotaSettings;
+}
+
+export interface QuotaSettings {
+  /**
+   * The ratelimit service (envoyproxy/ratelimit, gRPC) that counts shared limits for every Envoy;
+   * without one, every shared limit is a limit its service cannot answer for (its whenServiceDown).
+   */
+  rateLimitService?: { address: string; port: number };
+  /** How long Envoy waits for the ratelimit service before a shared limit's whenServiceDown applies. */
+  rateLimitTimeoutMs: number;
+  /**
+   * Callers (or tools) each per-instance limit keeps its own count for; past it, the one seen least
+   * recently starts over.
+   */
+  maxTrackedCallers: number;
 }
 
 /** Defaults of the settings above that are not addresses (docs/xds.md says why). */
 export const GATEWAY_DEFAULTS = {
   maxRequestBodyBytes: 1024 * 1024,
   sessionCheckTimeoutMs: 6_000,
+  quotas: { rateLimitTimeoutMs: 200, maxTrackedCallers: 10_000 } satisfies QuotaSettings as QuotaSettings,
 };
 
 export const LISTENER_NAME = 'mcp_gateway';
@@ -32,6 +50,8 @@ export const SIDECAR_STREAMS_CLUSTER_NAME = 'mcp_sidecar_streams';
 export const SIDECAR_CHECK_CLUSTER_NAME = 'mcp_sidecar_check';
 /** Where the sidecar serves the session check; Envoy prefixes the call's own path with it. */
 export const SESSION_CHECK_PATH = '/check';
+/** The ratelimit service (envoyproxy/ratelimit) of shared limits, over gRPC. */
+export const RATELIMIT_CLUSTER_NAME = 'mcpgw_ratelimit';
 /** Dynamic-metadata namespace the call lane writes (route, backend, tool, JSON-RPC id, fallback, outcome) for Envoy's formatters. */
 export const METADATA_NAMESPACE = 'mcpgw';
 /** The mcp filter's own dynamic-metadata namespace (method, id, params.name). */

@@ -16,11 +16,15 @@ export const TYPE_URL = {
   stdoutAccessLog: `${prefix}envoy.extensions.access_loggers.stream.v3.StdoutAccessLog`,
   grpcAccessLog: `${prefix}envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig`,
   typedStruct: `${prefix}xds.type.v3.TypedStruct`,
+  typedExtensionConfig: `${prefix}envoy.config.core.v3.TypedExtensionConfig`,
   // Newer than the protos the project ships (ADR-0002): these travel as TypedStruct.
   mcp: `${prefix}envoy.extensions.filters.http.mcp.v3.Mcp`,
   lua: `${prefix}envoy.extensions.filters.http.lua.v3.Lua`,
   luaPerRoute: `${prefix}envoy.extensions.filters.http.lua.v3.LuaPerRoute`,
   previousHostsPredicate: `${prefix}envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate`,
+  localRateLimit: `${prefix}envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit`,
+  rateLimit: `${prefix}envoy.extensions.filters.http.ratelimit.v3.RateLimit`,
+  rateLimitPerRoute: `${prefix}envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute`,
 } as const;
 
 /**
