@@ -72,6 +72,8 @@ export interface StackOptions {
    * gives the control plane its address and configuration file (docs/quotas.md).
    */
   rateLimit?: boolean;
+  /** Another stack's ratelimit service, for this stack's Envoys to share its counts (instead of running one). */
+  sharedRateLimit?: { grpcPort: number; configFile: string };
   /** The control plane's --ratelimit-timeout-ms, when given. */
   rateLimitTimeoutMs?: number;
 }
@@ -354,6 +356,13 @@ export class GatewayStack {
     return rateLimitConfigFile(this.options.logDir);
   }
 
+  /** The ratelimit service this stack's control plane configures Envoy with: its own, another stack's, or none. */
+  private get rateLimitArgs(): string[] {
+    const shared = this.options.sharedRateLimit;
+    if (shared) return ['--ratelimit', `${HOST}:${shared.grpcPort}`, '--ratelimit-config', shared.configFile];
+    return this.options.rateLimit ? ['--ratelimit', `${HOST}:${this.ports.rateLimitGrpc}`, '--ratelimit-config', this.rateLimitConfigFile] : [];
+  }
+
   async startPortal(): Promise<void> {
     await this.launch('portal', async () => {
       const portal = this.spawn('portal', process.execPath, [DEV_PORTAL_MAIN, '--file', this.options.registryFile, '--port', String(this.ports.portal)]);
@@ -381,7 +390,7 @@ export class GatewayStack {
         ...(this.options.catalogRefreshMs ? ['--catalog-refresh-ms', String(this.options.catalogRefreshMs)] : []),
         ...(this.options.toolsListPageSize !== undefined ? ['--tools-list-page-size', String(this.options.toolsListPageSize)] : []),
         ...(this.options.registryRefreshMs ? ['--registry-refresh-ms', String(this.options.registryRefreshMs)] : []),
-        ...(this.options.rateLimit ? ['--ratelimit', `${HOST}:${this.ports.rateLimitGrpc}`, '--ratelimit-config', this.rateLimitConfigFile] : []),
+        ...this.rateLimitArgs,
         ...(this.options.rateLimitTimeoutMs ? ['--ratelimit-timeout-ms', String(this.options.rateLimitTimeoutMs)] : []),
         ...this.logLevelArgs,
       ]);
