@@ -183,6 +183,9 @@ subcommand('up', 'run the whole gateway on 127.0.0.1: Redis, two sample Tool Ser
   )
   .addOption(new Option('--log-dir <dir>', 'where every process writes <name>.log (JSON lines)').env('MCPGW_LOG_DIR').default(projectPath('.run', 'logs'), '.run/logs'))
   .addOption(logLevelOption())
+  .addOption(
+    new Option('--ratelimit-service', 'run the ratelimit service of shared limits even when the registry has none yet (it runs whenever the registry has some)').env('MCPGW_RATELIMIT_SERVICE'),
+  )
   .action(async (options) => {
     try {
       await runUp(
@@ -192,6 +195,7 @@ subcommand('up', 'run the whole gateway on 127.0.0.1: Redis, two sample Tool Ser
           samplePorts: options.samplePorts,
           logDir: path.resolve(options.logDir),
           logLevel: options.logLevel,
+          rateLimitService: Boolean(options.ratelimitService),
         },
         (line) => process.stdout.write(`${line}\n`),
       );

@@ -31,8 +31,6 @@ export interface RouteQuotasIR {
   calls: LimitIR[];
   /** What the gateway answers itself on the route (initialize, tools/list, …). */
   discovery: LimitIR[];
-  /** A caller's tools/call in flight on the route at once. */
-  concurrencyPerCaller?: number;
 }
 
 /** Limits of the tools some patterns match, each tool counted on its own. */
@@ -84,7 +82,6 @@ export function routeQuotasIR(routeKey: string, quotas: RouteQuotas | undefined)
   return {
     calls: limitsOf(quotas.calls, `route:${routeKey}/calls`),
     discovery: limitsOf(quotas.discovery, `route:${routeKey}/discovery`),
-    ...(quotas.concurrency?.perCaller && { concurrencyPerCaller: quotas.concurrency.perCaller }),
   };
 }
 

@@ -101,10 +101,6 @@ export const routeQuotasSchema = z
     discovery: rateLimitsSchema
       .optional()
       .describe('What the gateway answers itself on the route: initialize, tools/list, ping, notifications (their own, looser limits).'),
-    concurrency: z
-      .object({ perCaller: inFlight.optional().describe("A caller's tools/call in flight on the route at once.") })
-      .strict()
-      .optional(),
   })
   .strict();
 
