@@ -22,4 +22,9 @@ if ! .venv/bin/python -c 'import matplotlib' 2>/dev/null; then
   .venv/bin/pip install --quiet --disable-pip-version-check "$CHART_PACKAGE"
 fi
 
+# scripts/bench.sh auth [--quick]: tools/call with and without caller identity (docs/adr/0011-caller-identity.md).
+if [ "${1:-}" = auth ]; then
+  shift
+  exec node dist/bench/auth-cost.js "$@"
+fi
 exec node dist/bench/main.js "$@"

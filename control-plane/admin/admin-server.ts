@@ -3,6 +3,7 @@ import { Registry as MetricsRegistry } from 'prom-client';
 import { z } from 'zod';
 import { CatalogSettings, CatalogSnapshotMessage, RouteCatalogMessage } from '../catalog/catalog-store';
 import { ToolFinding } from '../catalog/tool-exposure';
+import { SigningKeyStatus } from '../auth/signing-keys';
 import { XdsResources } from '../xds/translate';
 import { DashboardSources, mountDashboard } from './dashboard';
 
@@ -14,6 +15,8 @@ export interface AdminSources extends DashboardSources {
   /** Refreshes the Tool Services of one route, or all; false for an unknown route key. */
   refreshCatalog(routeKey?: string): Promise<boolean>;
   xdsResources(): XdsResources;
+  /** The issuers' signing keys the routes with auth are validated with. */
+  signingKeys(): SigningKeyStatus[];
   metrics: MetricsRegistry;
 }
 
@@ -72,6 +75,7 @@ export function createAdminApp(sources: AdminSources): express.Express {
       registry: sources.registry(),
       xds: { nodes: sources.nodes() },
       catalog: catalogStatus(sources),
+      signingKeys: sources.signingKeys(),
     });
   });
   // Refreshes now instead of at the next interval, e.g. after fixing a backend; answers with the result.

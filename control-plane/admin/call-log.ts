@@ -14,11 +14,12 @@ import { LIMIT_HEADER } from '../xds/translate/quotas';
 
 /**
  * What became of a call (docs/observability.md): the reliability seed's ok, failed (no fallback),
- * degraded (fallback served) and denied (policy), invalid — refused before any backend saw it
- * (unknown tool, malformed name, unknown or expired session) — and limited: refused by a rate or
- * concurrency limit (docs/quotas.md). The identity work adds approval_required.
+ * degraded (fallback served) and denied (policy, or an approval declined or expired), invalid —
+ * refused before any backend saw it (unknown tool, malformed name, unknown or expired session) —,
+ * approval_required: held until a person approves it (docs/approval-and-audit.md), and limited:
+ * refused by a rate or concurrency limit (docs/quotas.md).
  */
-export const CALL_OUTCOMES = ['ok', 'failed', 'degraded', 'denied', 'invalid', 'limited'] as const;
+export const CALL_OUTCOMES = ['ok', 'failed', 'degraded', 'denied', 'invalid', 'approval_required', 'limited'] as const;
 export type CallOutcome = (typeof CALL_OUTCOMES)[number];
 
 /** Outcomes of calls that went for a backend: the denominator of error ratios and the calls latency describes. */
@@ -75,12 +76,12 @@ function fromValue(value: ProtoValue): unknown {
   }
 }
 
-function fromStruct(struct: StructValue | undefined): Record<string, unknown> {
+export function fromStruct(struct: StructValue | undefined): Record<string, unknown> {
   return Object.fromEntries(Object.entries(struct?.fields ?? {}).map(([key, value]) => [key, fromValue(value)]));
 }
 
 type ProtoDuration = { seconds?: string | number; nanos?: number };
-const secondsOf = (duration: ProtoDuration | undefined) => Number(duration?.seconds ?? 0) + (duration?.nanos ?? 0) / 1e9;
+export const secondsOf = (duration: ProtoDuration | undefined) => Number(duration?.seconds ?? 0) + (duration?.nanos ?? 0) / 1e9;
 
 /** The parts of envoy.data.accesslog.v3.HTTPAccessLogEntry the gateway reads. */
 export interface LogEntry {
@@ -93,7 +94,13 @@ export interface LogEntry {
     /** Envoy's route: `<key>/call/<backend>` (call lane), `<key>/gateway` (what the gateway answers itself), … */
     route_name?: string;
   };
-  response?: { response_code?: { value?: number }; response_code_details?: string; response_headers?: Record<string, string> };
+  request?: { path?: string; original_path?: string; request_id?: string };
+  response?: { response_code?: { value?: number } | null; response_code_details?: string; response_headers?: Record<string, string> };
+}
+
+/** What consumes Envoy's call-log entries: the calls (CallLog) and the audit (control-plane/audit/). */
+export interface CallLogConsumer {
+  add(entry: LogEntry): void;
 }
 
 interface StreamMessage {
@@ -110,7 +117,7 @@ const envoyFailed = (flags: Record<string, unknown>) => Object.values(flags).som
  * `failed` there, but nothing failed). A call Envoy itself answered (backend down, timed out, reset)
  * has only Envoy's failure flags: degraded when a fallback was served, failed otherwise.
  */
-function outcomeOf(ours: Record<string, unknown>, entry: LogEntry): CallOutcome {
+export function outcomeOf(ours: Record<string, unknown>, entry: LogEntry): CallOutcome {
   const sessionUnknown = entry.response?.response_code_details === 'ext_authz_denied' && entry.response?.response_code?.value === 404;
   if (sessionUnknown) return 'invalid';
   if (refusedByLimit(entry)) return 'limited';
@@ -189,7 +196,7 @@ class ToolLabels {
 }
 
 /** Turns Envoy's call-lane entries into CallRecords for every observer; an entry of another lane is skipped. */
-export class CallLog {
+export class CallLog implements CallLogConsumer {
   private readonly toolLabels = new ToolLabels();
 
   constructor(
@@ -268,12 +275,14 @@ export class CallMetrics implements CallObserver {
   }
 }
 
-/** envoy.service.accesslog.v3.AccessLogService: Envoy's stream of call-lane access log entries. */
-export function accessLogServiceHandlers(calls: CallLog, log: Logger): grpc.UntypedServiceImplementation {
+/** envoy.service.accesslog.v3.AccessLogService: Envoy's stream of call-log entries, each given to every consumer. */
+export function accessLogServiceHandlers(consumers: CallLogConsumer[], log: Logger): grpc.UntypedServiceImplementation {
   return {
     StreamAccessLogs(call: grpc.ServerReadableStream<StreamMessage, unknown>, callback: grpc.sendUnaryData<unknown>) {
       call.on('data', (message: StreamMessage) => {
-        for (const entry of message.http_logs?.log_entry ?? []) calls.add(entry);
+        for (const entry of message.http_logs?.log_entry ?? []) {
+          for (const consumer of consumers) consumer.add(entry);
+        }
       });
       call.on('error', (error: Error) => log.warn('an Envoy access log stream failed', { error: error.message }));
       call.on('end', () => callback(null, {}));

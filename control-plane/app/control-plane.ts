@@ -3,6 +3,7 @@ import * as grpc from '@grpc/grpc-js';
 import { createAdminApp } from '../admin/admin-server';
 import { CallLog, CallMetrics, LimitMetrics, accessLogServiceHandlers } from '../admin/call-log';
 import { CallHistory } from '../admin/call-history';
+import { AuditLog, AuditTarget } from '../audit/audit-log';
 import { closeServer, listen } from '../shared/http-listen';
 import { ControlPlaneMetrics } from '../admin/metrics';
 import { XdsStatusTracker } from '../admin/xds-status';
@@ -28,6 +29,7 @@ import { XdsResources, translate } from '../xds/translate';
 import { EMPTY_CALL_LANE_CATALOG, callLaneCatalogOf } from '../xds/translate/call-lane';
 import { GatewaySettings } from '../xds/translate/settings';
 import { hasSharedLimits, rateLimitServiceConfig, writeRateLimitServiceConfig } from '../quotas/ratelimit-service-config';
+import { SIGNING_KEY_DEFAULTS, SigningKeySettings, SigningKeyStore } from '../auth/signing-keys';
 
 export interface ControlPlaneOptions {
   source: RegistrySource;
@@ -51,6 +53,10 @@ export interface ControlPlaneOptions {
    * shared limits there (docs/quotas.md).
    */
   rateLimitConfigFile?: string;
+  /** How the issuers' signing keys are read (docs/auth.md). */
+  signingKeys?: SigningKeySettings;
+  /** Where audit events go (docs/approval-and-audit.md); none are built without it. */
+  audit?: AuditTarget;
   /** Redis for last-good state; without it a cold start with the source down serves nothing. */
   redis?: { url: string; prefix: string; timeouts?: RedisTimeouts };
   log: Logger;
@@ -87,6 +93,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     return pending;
   };
   const catalog = new CatalogStore(fetchTools, options.catalog, log, options.relist);
+  const signingKeys = new SigningKeyStore(options.signingKeys ?? SIGNING_KEY_DEFAULTS, log, lastGood);
   const callMetrics = new CallMetrics(metrics.registry);
   const callHistory = new CallHistory();
   const registry = new RegistryController(options.source, { refreshIntervalMs: options.registryRefreshMs }, log);
@@ -96,7 +103,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   /** Registry (IR) and catalog (the call lane's per-backend rules) both shape Envoy's config; either change republishes it. */
   const publishXds = () => {
     const started = performance.now();
-    resources = translate(ir, callLane, options.gateway);
+    resources = translate(ir, callLane, options.gateway, signingKeys.keys());
     const translatedMs = performance.now() - started;
     return publisher.publish(resources, (encodedMs) => metrics.snapshotBuildSeconds.observe((translatedMs + encodedMs) / 1000));
   };
@@ -126,6 +133,18 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     if (result.rejection) metrics.registryDocumentRejections.inc({ ...sourceLabel, reason: result.rejection });
   });
   catalog.on('refresh', (outcome: string) => metrics.catalogRefreshes.inc({ outcome }));
+  const countKeySources = () => {
+    const states = signingKeys.status().map((source) => source.state);
+    for (const state of ['ok', 'stale', 'missing']) metrics.signingKeySources.set({ state }, states.filter((s) => s === state).length);
+  };
+  // Every series from the start, also without any route of auth: a dashboard reads 0, not nothing.
+  for (const outcome of ['ok', 'failed']) metrics.signingKeyReads.inc({ outcome }, 0);
+  countKeySources();
+  signingKeys.on('read', (outcome: string) => {
+    metrics.signingKeyReads.inc({ outcome });
+    countKeySources();
+  });
+  signingKeys.on('change', () => void publishXds());
 
   const savedCatalogs = new Map<string, string>();
   catalog.on('change', (snapshot: CatalogSnapshotMessage) => {
@@ -160,8 +179,12 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   });
 
   const onRegistryUpdate = async (current: Registry, merge: RegistryMerge) => {
-    ir = buildGatewayIR(current);
+    ir = buildGatewayIR(current, { publicUrl: options.gateway.access.publicUrl });
     writeSharedLimits(ir);
+    // A new issuer's keys are read before the routes that need them are published (bounded by the
+    // read's timeout): a new route with auth starts validating, not refusing with 503.
+    const sources = new Map(ir.routes.flatMap((route) => (route.auth ? [[route.auth.keys.name, route.auth.keys] as const] : [])));
+    await signingKeys.setSources([...sources.values()]);
     const published = publishXds();
     metrics.routes.set(ir.routes.length);
     metrics.toolServices.set(ir.toolServices.length);
@@ -202,7 +225,8 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const server = new grpc.Server();
   server.addService(grpcServices.aggregatedDiscovery().service, adsServiceHandlers(cache, xdsStatus.callbacks()));
   server.addService(grpcServices.catalogDiscovery().service, catalogServiceHandlers(catalog, log));
-  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers(new CallLog([callMetrics, callHistory], undefined, [new LimitMetrics(metrics.registry)]), log));
+  const audit = options.audit ? new AuditLog(options.audit, metrics.registry, log) : undefined;
+  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers([new CallLog([callMetrics, callHistory], undefined, [new LimitMetrics(metrics.registry)]), ...(audit ? [audit] : [])], log));
   const grpcPort = await new Promise<number>((resolve, reject) =>
     server.bindAsync(options.grpcAddress, grpc.ServerCredentials.createInsecure(), (error, port) =>
       error ? reject(error) : resolve(port),
@@ -219,6 +243,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       rejectingNodes: () => xdsStatus.rejectingNodeCount(),
       callHistory: () => callHistory.view(),
       registry: () => registry.currentStatus(),
+      signingKeys: () => signingKeys.status(),
       metrics: metrics.registry,
     }),
     options.admin.host,
@@ -227,6 +252,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const adminPort = (admin.address() as { port: number }).port;
 
   await lastGood?.connect();
+  await signingKeys.restore();
   const saved = (await lastGood?.loadAll()) ?? [];
   savedAtStart = saved;
   const firstPoll = await registry.pollOnce();
@@ -236,7 +262,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   registry.start();
   void catalog.refresh();
   const catalogTimer = setInterval(() => void catalog.refresh(), options.catalogRefreshMs);
-  log.info('control plane started', { grpcPort, adminPort, source: options.source.description, registry: registry.currentStatus().origin });
+  log.info('control plane started', { grpcPort, adminPort, source: options.source.description, registry: registry.currentStatus().origin, audit: audit?.describe() ?? 'off' });
 
   return {
     grpcPort,
@@ -244,9 +270,11 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     stop: async () => {
       clearInterval(catalogTimer);
       catalog.close();
+      signingKeys.close();
       await registry.stop();
       server.forceShutdown();
       await lastGood?.close();
+      await audit?.close();
       await closeServer(admin);
     },
   };

@@ -2,10 +2,12 @@ import { createHash } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { GatewayIR, ToolServiceIR } from '../ir/gateway-ir';
+import { Risk, ToolRule } from '../registry/model';
 import { Logger } from '../shared/log';
 import { SavedRoute } from '../state/last-good-store';
 import { ExposureSettings, ToolFinding, compareBackendNames, exposeRouteTools } from './tool-exposure';
-import { policyDenial } from './tool-policy';
+import { policyDenial, ruleFor } from './tool-policy';
+import { approvalOf } from '../approval/risk';
 
 export type BackendState = 'ok' | 'stale' | 'missing';
 
@@ -49,6 +51,16 @@ export interface BackendCatalogMessage {
   protocol_version: string;
   /** It hands out sessions: a stateless client's call needs one opened for it. */
   sessionful: boolean;
+  /** Served tools whose calls wait for a person's approval (docs/approval-and-audit.md). */
+  approval_tools: ApprovalToolMessage[];
+}
+
+export interface ApprovalToolMessage {
+  /** The backend's own name for the tool. */
+  tool: string;
+  risk: Risk;
+  /** The approvers' group; empty: the caller themself. */
+  approvers: string;
 }
 
 export interface DeniedToolMessage {
@@ -63,6 +75,16 @@ export interface ExposedToolMessage {
   backend: string;
   /** Position of the tool in its backend's tools_json. */
   tool_index: number;
+  /** 1 + its rule's index in RouteCatalogMessage.access_rules; 0: no rule. */
+  access_rule: number;
+}
+
+/** A rule the caller's token must meet to call a tool (registry policy.rules); an empty list is no condition. */
+export interface AccessRuleMessage {
+  required_scopes: string[];
+  allow_subjects: string[];
+  allow_groups: string[];
+  allow_clients: string[];
 }
 
 export interface RouteCatalogMessage {
@@ -70,6 +92,10 @@ export interface RouteCatalogMessage {
   backends: BackendCatalogMessage[];
   /** What tools/list serves, in order, after the naming rules, de-duplication and the cap. */
   tools: ExposedToolMessage[];
+  /** The rules of every backend of the route, in order (empty without auth). */
+  access_rules: AccessRuleMessage[];
+  /** Where a caller's groups are in the route's tokens; empty without auth. */
+  groups_claim: string[];
 }
 
 export interface CatalogSnapshotMessage {
@@ -134,6 +160,32 @@ function stateOf(catalog: ToolServiceCatalog | undefined): BackendState {
 
 /** A Redis copy is only checked to be JSON: a tool without a string name gets the empty name, which no rule lets through. */
 const nameOf = (tool: Tool) => (typeof tool.name === 'string' ? tool.name : '');
+
+/**
+ * The rules of a route's backends as one list, and for each backend's tool the 1-based index of the
+ * rule that decides on it (the first whose pattern matches; 0 for none).
+ */
+export function accessRulesOf(backends: { backend: string; rules?: ToolRule[]; tools: Tool[] }[]) {
+  const rules: AccessRuleMessage[] = [];
+  const byTool = new Map<string, number>();
+  for (const { backend, rules: backendRules, tools } of backends) {
+    if (!backendRules) continue;
+    const offset = rules.length;
+    rules.push(
+      ...backendRules.map((rule) => ({
+        required_scopes: rule.requiredScopes ?? [],
+        allow_subjects: rule.allowSubjects ?? [],
+        allow_groups: rule.allowGroups ?? [],
+        allow_clients: rule.allowClients ?? [],
+      })),
+    );
+    tools.forEach((tool, index) => {
+      const rule = ruleFor(backendRules, nameOf(tool));
+      if (rule) byTool.set(`${backend}\n${index}`, offset + backendRules.indexOf(rule) + 1);
+    });
+  }
+  return { rules, ruleOf: (backend: string, toolIndex: number) => byTool.get(`${backend}\n${toolIndex}`) ?? 0 };
+}
 
 /**
  * Per-Tool-Service tool lists with last-good semantics, and the per-route snapshot built from them.
@@ -354,6 +406,7 @@ export class CatalogStore extends EventEmitter {
         this.settings,
       );
       findings.set(route.key, exposure.findings);
+      const access = accessRulesOf(backends.map(({ backend, catalog }) => ({ backend: backend.name, rules: backend.policy?.rules, tools: catalog?.tools ?? [] })));
       return {
         route_key: route.key,
         backends: backends.map(({ backend, catalog, denials }) => ({
@@ -372,8 +425,14 @@ export class CatalogStore extends EventEmitter {
           denied_tools: denials.flatMap((rule, index) => (rule === undefined ? [] : [{ tool: catalog!.tools[index].name, rule }])),
           protocol_version: catalog?.protocolVersion ?? '',
           sessionful: catalog?.sessionful ?? true,
+          approval_tools: (catalog?.tools ?? []).flatMap((tool, index) => {
+            const approval = denials[index] === undefined ? approvalOf(backend.policy, tool) : undefined;
+            return approval ? [{ tool: nameOf(tool), risk: approval.risk, approvers: approval.approvers ?? '' }] : [];
+          }),
         })),
-        tools: exposure.tools,
+        tools: exposure.tools.map((exposed) => ({ ...exposed, access_rule: access.ruleOf(exposed.backend, exposed.tool_index) })),
+        access_rules: access.rules,
+        groups_claim: route.auth?.groupsClaim ?? [],
       };
     });
     for (const [route, routeFindings] of findings) {

@@ -49,6 +49,8 @@ export interface StackOptions {
    */
   registrySource?: 'portal' | 'file';
   registryRefreshMs?: number;
+  /** More arguments for the control plane, e.g. ['--public-url', 'https://gw.example.com'] (docs/auth.md). */
+  controlPlaneArgs?: string[];
   /** Log level of the control plane and the sidecar (info by default). */
   logLevel?: LogLevel;
   /**
@@ -56,6 +58,10 @@ export interface StackOptions {
    * it Envoy always gets a dynamic base id, as several stacks on one host need.
    */
   envoyBaseId?: number;
+  /** The control plane writes its audit to `auditFile` (true by default; false: no audit, as a control plane without --audit-log). */
+  audit?: boolean;
+  /** More options for the control plane and the sidecar (e.g. `--audit-log FILE`), after the stack's own. */
+  extraArgs?: { controlPlane?: string[]; sidecar?: string[] };
   /** Supervision (mcpgw up): every process that exits on its own is started again, and reported here. */
   onRestart?: (event: RestartEvent) => void;
   /** Sidecar replicas behind the Envoys (1 by default): every one is an endpoint of the sidecar clusters. */
@@ -216,6 +222,11 @@ export class GatewayStack {
 
   get redisUrl(): string {
     return this.options.redisUrl ?? `redis://${HOST}:${this.ports.redis}`;
+  }
+
+  /** The control plane's audit file: one JSON line per tools/call and refused request. */
+  get auditFile(): string {
+    return path.join(this.options.logDir, 'audit.jsonl');
   }
 
   /** The log file of one of the stack's processes. */
@@ -387,12 +398,16 @@ export class GatewayStack {
         '--admin', `${HOST}:${adminPort}`,
         '--listener', `${HOST}:${this.ports.listener}`,
         '--sidecar', this.sidecarPorts.map(({ main }) => `${HOST}:${main}`).join(','),
+        // The audit (docs/approval-and-audit.md) beside the logs, as a deployment would keep it.
+        ...(this.options.audit === false ? [] : ['--audit-log', this.auditFile]),
         ...(this.options.catalogRefreshMs ? ['--catalog-refresh-ms', String(this.options.catalogRefreshMs)] : []),
         ...(this.options.toolsListPageSize !== undefined ? ['--tools-list-page-size', String(this.options.toolsListPageSize)] : []),
         ...(this.options.registryRefreshMs ? ['--registry-refresh-ms', String(this.options.registryRefreshMs)] : []),
         ...this.rateLimitArgs,
         ...(this.options.rateLimitTimeoutMs ? ['--ratelimit-timeout-ms', String(this.options.rateLimitTimeoutMs)] : []),
+        ...(this.options.controlPlaneArgs ?? []),
         ...this.logLevelArgs,
+        ...(this.options.extraArgs?.controlPlane ?? []),
       ]);
       await controlPlane.untilReady(`${name} admin to answer /healthz`, async () =>
         listensOn(controlPlane.child.pid!, adminPort) ? httpOk(`http://${HOST}:${adminPort}/healthz`) : undefined,
@@ -413,6 +428,7 @@ export class GatewayStack {
         // Below ManagedProcess's SIGKILL grace, so that a stop is always the sidecar's own.
         '--drain-timeout-ms', '2000',
         ...this.logLevelArgs,
+        ...(this.options.extraArgs?.sidecar ?? []),
       ]);
       await sidecar.untilReady(`${name} to listen`, listening(sidecar, port));
       return sidecar;

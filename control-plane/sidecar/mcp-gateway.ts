@@ -9,12 +9,14 @@ import {
   RequestHead,
   RequestMetadata,
   SESSION_HEADER,
+  callerOf,
   clientHeadersOf,
   respondBody,
   respondError,
   respondJson,
   sessionNotFound,
 } from './decision';
+import { ownerOf } from '../auth/caller-identity';
 import { JSON_RPC, JsonRpcId, jsonRpcResult } from './json-rpc';
 import { MODERN_META, MODERN_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSIONS, modernRequestProblem, modernVersionClaim } from './modern-era';
 import { RouteCatalogView } from './route-catalog';
@@ -104,8 +106,9 @@ async function sessionOf(head: RequestHead, view: RouteCatalogView, context: Gat
   const id = head.headers.get(SESSION_HEADER);
   if (id === undefined) return undefined;
   const session = await context.sessions.get(id);
-  // A session belongs to the route it was opened on.
-  return session && session.route === view.key ? session : false;
+  // A session belongs to the route it was opened on, and to the caller who opened it: to anyone
+  // else it does not exist (docs/auth.md).
+  return session && session.route === view.key && session.owner === ownerOf(callerOf(head, view)) ? session : false;
 }
 
 /**
@@ -177,7 +180,7 @@ async function decideOnMessage(message: JsonRpcMessage, head: RequestHead, view:
   }
   if (unsupportedVersionHeader(head)) return unsupportedVersion(head);
   const id = message.id;
-  if (message.method === 'initialize' && id !== undefined) return initializeSession(message, id, view, context);
+  if (message.method === 'initialize' && id !== undefined) return initializeSession(message, id, head, view, context);
   const session = await sessionOf(head, view, context);
   if (session === false) return sessionNotFound(id ?? null);
   if (typeof message.method !== 'string') return routeClientResponse(message, head, view, session);
@@ -186,7 +189,7 @@ async function decideOnMessage(message: JsonRpcMessage, head: RequestHead, view:
     case 'ping':
       return respondJson(200, jsonRpcResult(id, {}), 'ping');
     case 'tools/list': {
-      const answer = answerToolsList(view, message.params);
+      const answer = answerToolsList(view, message.params, callerOf(head, view));
       return answer.ok
         ? respondBody(200, toolsListBody(id, answer.result), 'tools_list')
         : respondError(200, id, JSON_RPC.INVALID_PARAMS, answer.message, 'invalid_cursor');
@@ -242,9 +245,11 @@ function decideModern(message: JsonRpcMessage, head: RequestHead, view: RouteCat
         'server_discover',
       );
     case 'tools/list': {
-      const answer = answerToolsList(view, message.params);
+      const answer = answerToolsList(view, message.params, callerOf(head, view));
       if (!answer.ok) return respondError(200, id, JSON_RPC.INVALID_PARAMS, answer.message, 'invalid_cursor');
-      return respondBody(200, toolsListBody(id, answer.result, { resultType: 'complete', ttlMs: TOOLS_LIST_TTL_MS, cacheScope: 'public' }, serverInfo), 'tools_list');
+      // A list that depends on who asks must not be reused for anyone else (docs/auth.md).
+      const cacheScope = view.listVariesByCaller ? 'private' : 'public';
+      return respondBody(200, toolsListBody(id, answer.result, { resultType: 'complete', ttlMs: TOOLS_LIST_TTL_MS, cacheScope }, serverInfo), 'tools_list');
     }
     case 'tools/call':
       return answerUnplacedCall(message.params, id, view);
@@ -254,12 +259,14 @@ function decideModern(message: JsonRpcMessage, head: RequestHead, view: RouteCat
 }
 
 /** The gateway is the client's MCP server: its own capabilities, and a session of its own. */
-async function initializeSession(message: JsonRpcMessage, id: JsonRpcId, view: RouteCatalogView, context: GatewayContext): Promise<Decision> {
+async function initializeSession(message: JsonRpcMessage, id: JsonRpcId, head: RequestHead, view: RouteCatalogView, context: GatewayContext): Promise<Decision> {
   const protocolVersion = negotiatedVersion(message.params?.protocolVersion);
+  const owner = ownerOf(callerOf(head, view));
   let session: GatewaySession;
   try {
     session = await context.sessions.create({
       route: view.key,
+      ...(owner !== undefined && { owner }),
       protocolVersion,
       clientInfo: (message.params?.clientInfo as Record<string, unknown>) ?? {},
       clientCapabilities: (message.params?.capabilities as Record<string, unknown>) ?? {},

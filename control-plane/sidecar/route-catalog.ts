@@ -1,5 +1,5 @@
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
-import { BackendState, CatalogSnapshotMessage } from '../catalog/catalog-store';
+import { AccessRuleMessage, BackendState, CatalogSnapshotMessage } from '../catalog/catalog-store';
 import { BackendTls } from '../shared/backend-fetch';
 
 export interface BackendView {
@@ -38,6 +38,8 @@ export interface ExposedToolView {
   toolIndex: number;
   /** Position in the route's list. */
   position: number;
+  /** Who may call it and see it listed (docs/auth.md); none: every caller the route admits. */
+  accessRule?: AccessRuleMessage;
 }
 
 /** What the sidecar needs to answer for one route, computed once per catalog update. */
@@ -50,6 +52,10 @@ export interface RouteCatalogView {
   toolNameSeparator: string;
   /** Most tools in one tools/list answer; 0 means all of them. */
   toolsListPageSize: number;
+  /** Where callers' groups are in the route's tokens; undefined when the route takes no token (open). */
+  groupsClaim?: string[];
+  /** Some tool has an access rule: what tools/list shows depends on the caller. */
+  listVariesByCaller: boolean;
 }
 
 export function buildRouteViews(snapshot: CatalogSnapshotMessage): Map<string, RouteCatalogView> {
@@ -83,7 +89,16 @@ export function buildRouteViews(snapshot: CatalogSnapshotMessage): Map<string, R
       if (!backend || json === undefined) continue;
       const own = JSON.parse(json) as Tool;
       const tool = { ...own, name: exposed.name };
-      const view = { tool, json: JSON.stringify(tool), backend, toolName: own.name, toolIndex: exposed.tool_index, position: tools.length };
+      const accessRule = exposed.access_rule > 0 ? route.access_rules[exposed.access_rule - 1] : undefined;
+      const view = {
+        tool,
+        json: JSON.stringify(tool),
+        backend,
+        toolName: own.name,
+        toolIndex: exposed.tool_index,
+        position: tools.length,
+        ...(accessRule && { accessRule }),
+      };
       backend.toolNames.add(own.name);
       tools.push(view);
       toolsByName.set(exposed.name, view);
@@ -95,6 +110,8 @@ export function buildRouteViews(snapshot: CatalogSnapshotMessage): Map<string, R
       toolsByName,
       toolNameSeparator: snapshot.tool_name_separator,
       toolsListPageSize: snapshot.tools_list_page_size,
+      ...(route.groups_claim.length > 0 && { groupsClaim: route.groups_claim }),
+      listVariesByCaller: tools.some((exposed) => exposed.accessRule !== undefined),
     });
   }
   return views;

@@ -1,4 +1,6 @@
 import { z } from 'zod';
+import { accessDecision } from '../auth/access-rules';
+import { CallerIdentity } from '../auth/caller-identity';
 import { compareBackendNames } from '../catalog/tool-exposure';
 import { JsonRpcId } from './json-rpc';
 import { ExposedToolView, RouteCatalogView } from './route-catalog';
@@ -119,8 +121,27 @@ export function toolsListBody(id: JsonRpcId, result: ToolsListResult, fields: Re
   return `{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"tools":[${result.page.map((exposed) => exposed.json).join(',')}],${tail}}`;
 }
 
-/** One page of the route's tools, or why the request's cursor is not one this gateway gave out for this route. */
-export function answerToolsList(view: RouteCatalogView, params: unknown): ToolsListAnswer {
+/**
+ * The tools from `start` on that this caller may call (docs/auth.md), at most `count` of them (and
+ * whether more follow): a route without access rules is a slice of the list serialized once.
+ */
+function pageFor(view: RouteCatalogView, caller: CallerIdentity | undefined, start: number, count: number): { page: ExposedToolView[]; more: boolean } {
+  if (!view.listVariesByCaller) return { page: view.tools.slice(start, start + count), more: start + count < view.tools.length };
+  const page: ExposedToolView[] = [];
+  for (let index = start; index < view.tools.length; index++) {
+    const exposed = view.tools[index];
+    if (!accessDecision(exposed.accessRule, caller).allowed) continue;
+    if (page.length === count) return { page, more: true };
+    page.push(exposed);
+  }
+  return { page, more: false };
+}
+
+/**
+ * One page of the route's tools this caller may call, or why the request's cursor is not one this
+ * gateway gave out for this route.
+ */
+export function answerToolsList(view: RouteCatalogView, params: unknown, caller?: CallerIdentity): ToolsListAnswer {
   const parsed = paramsSchema.safeParse(params);
   if (!parsed.success) return { ok: false, message: 'tools/list params must be an object whose cursor is a string' };
   let start = 0;
@@ -132,9 +153,8 @@ export function answerToolsList(view: RouteCatalogView, params: unknown): ToolsL
     start = resumeIndex(view, cursor);
   }
   const pageSize = view.toolsListPageSize > 0 ? view.toolsListPageSize : view.tools.length;
-  const page = view.tools.slice(start, start + pageSize);
+  const { page, more } = pageFor(view, caller, start, pageSize);
   const last = page.at(-1);
-  const more = start + page.length < view.tools.length;
   return {
     ok: true,
     result: {

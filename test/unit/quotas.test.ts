@@ -9,6 +9,7 @@ import { loadRegistryFile } from '../../control-plane/registry/static-file';
 import { validateRegistry } from '../../control-plane/registry/validate';
 import { projectPath } from '../../control-plane/shared/paths';
 import { callRouteFilters } from '../../control-plane/xds/translate/call-lane';
+import { callRouteQuotas, gatewayRouteQuotas } from '../../control-plane/xds/translate/quotas';
 
 const service = (name: string, extra: Record<string, unknown> = {}) => ({ name, url: 'http://127.0.0.1:9000/mcp', ...extra });
 
@@ -92,6 +93,19 @@ describe("the ratelimit service's configuration", () => {
         { key: 'limit', value: 'route:demo/calls', descriptors: [{ key: 'scope', rate_limit: { unit: 'second', requests_per_unit: 100, name: 'route:demo/calls' } }] },
         {
           key: 'limit',
+          value: 'route:signed-in/calls/per-caller',
+          descriptors: [
+            {
+              key: 'scope',
+              descriptors: [
+                { key: 'caller', rate_limit: { unit: 'minute', requests_per_unit: 30, name: 'route:signed-in/calls/per-caller' } },
+                { key: 'remote_address', rate_limit: { unit: 'minute', requests_per_unit: 30, name: 'route:signed-in/calls/per-caller' } },
+              ],
+            },
+          ],
+        },
+        {
+          key: 'limit',
           value: 'tool-service:weather/calls/per-caller',
           descriptors: [
             {
@@ -109,6 +123,35 @@ describe("the ratelimit service's configuration", () => {
   });
 });
 
+describe('who a caller is', () => {
+  const ir = buildGatewayIR(loadRegistryFile(path.join(projectPath('test', 'fixtures', 'registries'), 'quotas.yaml')));
+  const route = (key: string) => ir.routes.find((candidate) => candidate.key === key)!;
+  const jobs = ir.toolServices.find((service) => service.id === 'jobs')!;
+  const sharedEntries = (parts: ReturnType<typeof callRouteQuotas>) =>
+    Object.values(parts.sharedFilters).flatMap((config) => (config as unknown as { value: { rate_limits: { actions: unknown[] }[] } }).value.rate_limits);
+
+  it("is the validated token's subject on a route with auth, from jwt_authn's metadata (never a header)", () => {
+    const [entry] = sharedEntries(callRouteQuotas(route('signed-in'), jobs));
+    expect(entry.actions).toContainEqual({
+      metadata: {
+        descriptor_key: 'caller',
+        metadata_key: { key: 'envoy.filters.http.jwt_authn', path: [{ key: 'jwt_payload' }, { key: 'sub' }] },
+        source: 'DYNAMIC',
+        default_value: '(no subject)',
+      },
+    });
+    expect(JSON.stringify(entry.actions)).not.toContain('remote_address');
+  });
+
+  it("is the client's address on a route without auth, on both lanes", () => {
+    const local = callRouteQuotas(route('demo'), jobs).rateLimits.concat(gatewayRouteQuotas(route('demo')).rateLimits);
+    // A per-caller entry is (limit, scope, caller); a total one (limit, scope).
+    const perCaller = local.filter((entry) => entry.actions.length === 3);
+    expect(perCaller.length).toBeGreaterThan(0);
+    for (const entry of perCaller) expect(entry.actions).toContainEqual({ remote_address: {} });
+  });
+});
+
 describe("the call script's tool limits", () => {
   it('flags each tool a limit applies to with the first matching entry, and gives the script its values', () => {
     const tools = toolServiceQuotasIR('weather', {
@@ -117,8 +160,11 @@ describe("the call script's tool limits", () => {
         { tools: ['get_alerts', 'run_*'], calls: { total: '1/second' } },
       ],
     }).tools;
-    const backend = { era: 'session' as const, sessionful: false, tools: new Map([['get_alerts', 'r'], ['run_job', ''], ['echo', '']]), denied: new Map(), fallbackText: '' };
-    const config = callRouteFilters('demo', 'weather', '__', backend, true, { toolServiceId: 'weather', tools })['envoy.filters.http.lua'] as unknown as { value: { filter_context: Record<string, unknown> } };
+    const backend = { era: 'session' as const, sessionful: false, tools: new Map([['get_alerts', 'r'], ['run_job', ''], ['echo', '']]), denied: new Map(), approvals: new Map(), fallbackText: '' };
+    const route = { backends: new Map([['weather', backend]]), accessRules: [] };
+    const config = callRouteFilters('demo', 'weather', '__', route, undefined, { annotate: true, auditArguments: false, quotas: { toolServiceId: 'weather', tools } })[
+      'envoy.filters.http.lua'
+    ] as unknown as { value: { filter_context: Record<string, unknown> } };
     expect(config.value.filter_context).toMatchObject({
       tool_service: 'weather',
       'tool:get_alerts': 'r;q=0',

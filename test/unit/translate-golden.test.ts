@@ -2,6 +2,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { GatewayIR, buildGatewayIR } from '../../control-plane/ir/gateway-ir';
 import { backendCatalog, catalogSnapshot } from './catalog-fixtures';
+import { accessRulesOf } from '../../control-plane/catalog/catalog-store';
 import { loadRegistryFile } from '../../control-plane/registry/static-file';
 import { projectPath } from '../../control-plane/shared/paths';
 import { buildSnapshot } from '../../control-plane/xds/server/snapshot';
@@ -9,6 +10,9 @@ import { translate } from '../../control-plane/xds/translate';
 import { GATEWAY_DEFAULTS, GatewaySettings } from '../../control-plane/xds/translate/settings';
 import { CallLaneCatalog, callLaneCatalogOf } from '../../control-plane/xds/translate/call-lane';
 import { TYPE_URL } from '../../control-plane/xds/translate/type-urls';
+import { defaultAccess } from '../../control-plane/xds/translate/access';
+import { NO_SIGNING_KEYS } from '../../control-plane/xds/translate/auth';
+import { fixtureKeysFor } from '../support/signing-keys';
 
 /**
  * Golden files of the generated xDS. After an intended change, review the diff of
@@ -18,6 +22,7 @@ const settings: GatewaySettings = {
   ...GATEWAY_DEFAULTS,
   listener: { address: '127.0.0.1', port: 10000 },
   sidecars: [{ address: '127.0.0.1', port: 18080 }],
+  access: defaultAccess({ address: '127.0.0.1', port: 10000 }),
 };
 const FIXTURES = projectPath('test', 'fixtures', 'registries');
 const GOLDEN = projectPath('test', 'golden');
@@ -28,7 +33,8 @@ const GOLDEN = projectPath('test', 'golden');
  * call routes carry these as the call script's rules.
  */
 function catalogFor(ir: GatewayIR): CallLaneCatalog {
-  const tool = (name: string, extra: Record<string, unknown> = {}) => JSON.stringify({ name, inputSchema: { type: 'object' }, ...extra });
+  const tool = (name: string, extra: Record<string, unknown> = {}) => ({ name, inputSchema: { type: 'object' as const }, ...extra });
+  const tools = [tool('get_status', { annotations: { readOnlyHint: true } }), tool('run_task', { _meta: { 'mcpgw/timeoutMs': 30000 } }), tool('delete_all')];
   return callLaneCatalogOf(
     catalogSnapshot(
       ir.routes.map((route) => ({
@@ -36,10 +42,16 @@ function catalogFor(ir: GatewayIR): CallLaneCatalog {
         backends: route.backends.map((backend) =>
           backendCatalog(backend.name, [], {
             tool_service: backend.catalogKey,
-            tools_json: [tool('get_status', { annotations: { readOnlyHint: true } }), tool('run_task', { _meta: { 'mcpgw/timeoutMs': 30000 } }), tool('delete_all')],
+            tools_json: tools.map((declared) => JSON.stringify(declared)),
             denied_tools: [{ tool: 'delete_all', rule: 'denyTools: delete_*' }],
           }),
         ),
+        ...(route.auth && {
+          access: {
+            ...accessRulesOf(route.backends.map((backend) => ({ backend: backend.name, rules: backend.policy?.rules, tools }))),
+            groupsClaim: route.auth.groupsClaim,
+          },
+        }),
       })),
     ),
   );
@@ -47,7 +59,7 @@ function catalogFor(ir: GatewayIR): CallLaneCatalog {
 
 const resourcesOf = (registry: ReturnType<typeof loadRegistryFile>) => {
   const ir = buildGatewayIR(registry);
-  return translate(ir, catalogFor(ir), settings);
+  return translate(ir, catalogFor(ir), settings, fixtureKeysFor(ir));
 };
 
 describe('registry → IR → xDS golden files', () => {
@@ -88,7 +100,7 @@ describe('Tool Services that share an upstream', () => {
         { key: 'hasty', toolServices: [{ id: 'jobs-hasty', name: 'jobs', url: 'http://127.0.0.1:18102/mcp', transport: { requestTimeoutMs: 500 } }] },
       ],
     });
-    const resources = translate(ir, catalogFor(ir), settings);
+    const resources = translate(ir, catalogFor(ir), settings, NO_SIGNING_KEYS);
     expect(resources[TYPE_URL.cluster].filter((cluster) => String(cluster.name).startsWith('backend_'))).toHaveLength(1);
     const routes = (resources[TYPE_URL.routeConfiguration][0] as unknown as { virtual_hosts: { routes: { name: string; route?: { timeout?: string } }[] }[] })
       .virtual_hosts[0].routes;

@@ -17,6 +17,11 @@ export interface GatewaySession {
   clientCapabilities: Record<string, unknown>;
   /** Backend name → that backend's Mcp-Session-Id ("" for a backend that runs stateless). */
   backends: Record<string, string>;
+  /**
+   * The caller that opened it (issuer and subject of its token, docs/auth.md); absent for a session
+   * opened without a token. Only the same owner may use it: anyone else gets 404, as for an unknown id.
+   */
+  owner?: string;
 }
 
 export interface SessionStore {
@@ -86,6 +91,7 @@ const SESSION_ID_PATTERN = /^[A-Za-z0-9_-]{32}$/;
 const storedSessionSchema = z.object({
   route: z.string(),
   protocolVersion: z.string(),
+  owner: z.string().optional(),
   clientInfo: z.string().transform((json) => JSON.parse(json) as Record<string, unknown>),
   clientCapabilities: z.string().transform((json) => JSON.parse(json) as Record<string, unknown>),
 });
@@ -213,7 +219,7 @@ export class RedisSessionStore implements SessionStore {
       const session: GatewaySession = { ...fields, id: newSessionId(), backends: {} };
       await this.writer
         .multi()
-        .hset(this.key(session.id), { route: session.route, protocolVersion: session.protocolVersion, ...stored })
+        .hset(this.key(session.id), { route: session.route, protocolVersion: session.protocolVersion, ...(session.owner !== undefined && { owner: session.owner }), ...stored })
         .expire(this.key(session.id), this.idleTtlSeconds)
         .exec();
       await this.untilReplicated();

@@ -6,11 +6,22 @@
 --   sessionful                    true when the backend hands out sessions (a stateless client's call needs one)
 --   annotate                      true: the final message of the answer gets the call's outcome
 --   fallback                      degraded answer text for read-only tools, if the Tool Service has one
---   ["tool:<own name>"]           a served tool: "" or flags "t=<deadline ms>;r;f;q=<n>" (retry safe, fallback,
---                                 the Tool Service's tool limit n applies)
+--   audit_arguments               true: the call's arguments (raw JSON) go to the access log's metadata,
+--                                 from which the control plane hashes them for the audit event
+--   ["tool:<own name>"]           a served tool: "" or flags "t=<deadline ms>;r;f;a=<n>;ap;q=<n>" (retry
+--                                 safe, fallback, the access rule n that decides who may call it, approval,
+--                                 the Tool Service's tool limit n that applies)
+--   ["approval:<own name>"]       for a tool flagged "ap": its approval rule as JSON ({"risk", "approvers"})
+--   approval_cluster              the sidecars' cluster that decides approvals (when a tool needs one)
 --   tool_service, ["quota:<n>:<key>"]  the Tool Service's id and, per tool limit, the values of its
 --                                 metadata keys quota_tool_<key> the quota filters read (docs/quotas.md)
 --   ["deny:<own name>"]           a tool the route's policy denies, with the rule that does
+--   ["access:<n>"]                an access rule (docs/auth.md): scopes = {required scope, ...},
+--                                 subjects / groups / clients = {[allowed value] = true} (absent: no condition)
+--   auth                          true when the route takes tokens (Envoy's jwt_authn validated this one)
+--   groups_claim                  where the caller's groups are in the token: {name, ...}
+--   auth_scopes                   {[scope] = true}: the route's scopes, kept in a scope challenge
+--   resource_metadata             the route's protected-resource metadata URL (RFC 9728)
 -- The request side checks the tool, strips the backend prefix from params.name (and Mcp-Name), sets
 -- Envoy's per-request deadline and retries, and leaves what local replies, the access log and the
 -- session check read in dynamic metadata (namespace mcpgw). The response side scopes the ids of
@@ -41,10 +52,16 @@ local AUTHZ_NS = "envoy.filters.http.ext_authz"
 local CHECK_BACKEND_SESSION = "x-mcpgw-backend-session"
 local CHECK_GATEWAY_SESSION = "x-mcpgw-gateway-session"
 
+local JWT_NS = "envoy.filters.http.jwt_authn"
+local JWT_PAYLOAD = "jwt_payload"
+
 local TOOL_DENIED = -32003
+local INSUFFICIENT_SCOPE = -32031
 local INVALID_PARAMS = -32602
 local INVALID_REQUEST = -32600
 local BACKEND_UNAVAILABLE = -32004
+-- The approval check answers from Redis: well inside this, or the call fails closed.
+local APPROVAL_CHECK_TIMEOUT_MS = 5000
 
 ---------------------------------------------------------------------------------------------------
 -- JSON scanning: positions only
@@ -181,16 +198,19 @@ function M.with_modern_envelope(body, params, inner)
   return insert_members(body, params[1], '"_meta":{' .. envelope .. "}")
 end
 
--- "t=30000;r;f;q=0" → { deadline_ms = 30000, retry = true, fallback = true, quota = "0" }
+-- "t=30000;r;f;a=2;q=0" → { deadline_ms = 30000, retry = true, fallback = true, access = "2", quota = "0" }
 function M.tool_flags(flags)
   local parsed = {}
   for flag in string.gmatch(flags, "[^;]+") do
     local deadline = string.match(flag, "^t=(%d+)$")
+    local access = string.match(flag, "^a=(%d+)$")
     local quota = string.match(flag, "^q=(%d+)$")
     if deadline then parsed.deadline_ms = deadline
+    elseif access then parsed.access = access
     elseif quota then parsed.quota = quota
     elseif flag == "r" then parsed.retry = true
-    elseif flag == "f" then parsed.fallback = true end
+    elseif flag == "f" then parsed.fallback = true
+    elseif flag == "ap" then parsed.approval = true end
   end
   return parsed
 end
@@ -211,10 +231,91 @@ local function error_reply(h, id, code, message, data, status)
   h:respond({ [":status"] = status or "200", ["content-type"] = "application/json" }, body)
 end
 
+---------------------------------------------------------------------------------------------------
+-- Access rules (docs/auth.md; the sidecar decides the same for tools/list: control-plane/auth/access-rules.ts)
+
+local function words_into(set, claim)
+  if type(claim) == "string" then
+    for word in string.gmatch(claim, "%S+") do set[word] = true end
+  elseif type(claim) == "table" then
+    for _, word in ipairs(claim) do
+      if type(word) == "string" then set[word] = true end
+    end
+  end
+end
+
+-- The caller as jwt_authn validated it: the payload (Envoy normalized `scope` into a list) and the
+-- route's groups claim path. nil without a payload with iss and sub.
+function M.caller_of(payload, groups_claim)
+  if type(payload) ~= "table" or type(payload.iss) ~= "string" or type(payload.sub) ~= "string" then return nil end
+  local scopes = {}
+  words_into(scopes, payload.scope)
+  words_into(scopes, payload.scp)
+  local node = payload
+  for _, name in ipairs(groups_claim or { "groups" }) do
+    node = type(node) == "table" and node[name] or nil
+  end
+  local groups = {}
+  if type(node) == "string" then groups[1] = node
+  elseif type(node) == "table" then
+    for _, group in ipairs(node) do
+      if type(group) == "string" then groups[#groups + 1] = group end
+    end
+  end
+  local client = payload.client_id
+  if type(client) ~= "string" then client = payload.azp end
+  return {
+    owner = payload.iss .. " " .. payload.sub,
+    subject = payload.sub,
+    client = type(client) == "string" and client or nil,
+    scopes = scopes,
+    groups = groups,
+  }
+end
+
+-- "allow"; "denied" and the condition the caller fails (no other token of theirs would do); or
+-- "insufficient_scope" and the scopes missing (a token with more scopes would do).
+function M.access_decision(rule, caller)
+  if not caller then return "denied", "a token" end
+  if rule.subjects and not rule.subjects[caller.subject] then return "denied", "allowSubjects" end
+  if rule.groups then
+    local member = false
+    for _, group in ipairs(caller.groups) do
+      if rule.groups[group] then member = true break end
+    end
+    if not member then return "denied", "allowGroups" end
+  end
+  if rule.clients and not (caller.client and rule.clients[caller.client]) then return "denied", "allowClients" end
+  local missing = {}
+  for _, scope in ipairs(rule.scopes or {}) do
+    if not caller.scopes[scope] then missing[#missing + 1] = scope end
+  end
+  if #missing > 0 then return "insufficient_scope", missing end
+  return "allow"
+end
+
+-- The scopes a step-up should ask for (MCP 2025-11-25, scope challenge): the tool's own and those of
+-- the route the caller already holds, so that a new token loses nothing the caller uses here.
+function M.challenge_scopes(rule, caller, route_scopes)
+  local seen, out = {}, {}
+  local function add(scope)
+    if not seen[scope] then seen[scope] = true out[#out + 1] = scope end
+  end
+  for _, scope in ipairs(rule.scopes or {}) do add(scope) end
+  local held = {}
+  for scope in pairs(caller.scopes) do
+    if route_scopes and route_scopes[scope] then held[#held + 1] = scope end
+  end
+  table.sort(held)
+  for _, scope in ipairs(held) do add(scope) end
+  return concat(out, " ")
+end
+
 local function outcome_json(o)
   return '{"outcome":' .. json_string(o.outcome) .. ',"backend":' .. json_string(o.backend) .. ',"tool":' .. json_string(o.tool)
     .. ',"attempts":' .. o.attempts .. ',"elapsed_ms":' .. o.elapsed_ms .. ',"fallback_used":false'
     .. (o.rule and (',"rule":' .. json_string(o.rule)) or "")
+    .. (o.reason and (',"reason":' .. json_string(o.reason)) or "")
     .. (o.last_error and (',"last_error":' .. o.last_error) or "") .. "}"
 end
 M.outcome_json = outcome_json
@@ -228,6 +329,25 @@ function M.set_tool_quota(context, metadata, index, own)
     local value = context:get("quota:" .. index .. ":" .. key)
     if value then metadata:set(NS, "quota_tool_" .. key, value) end
   end
+end
+
+-- A tools/call whose token lacks a scope the tool's rule requires: the 403 scope challenge of the MCP
+-- authorization spec (RFC 6750 §3.1), so that the client can ask for a token with those scopes.
+-- Nothing is sent on.
+function M.scope_challenge(h, id, exposed, missing, scopes, resource_metadata)
+  local metadata = h:streamInfo():dynamicMetadata()
+  metadata:set(NS, "answered", true)
+  metadata:set(NS, "outcome", "denied")
+  metadata:set(NS, "reason", "insufficient_scope")
+  local description = "tools/call " .. exposed .. " needs scope " .. concat(missing, " ")
+  local challenge = 'Bearer error="insufficient_scope", scope="' .. scopes .. '"'
+    .. (resource_metadata and (', resource_metadata="' .. resource_metadata .. '"') or "")
+    .. ', error_description="' .. description .. '"'
+  local required = {}
+  for index, scope in ipairs(missing) do required[index] = json_string(scope) end
+  local body = '{"jsonrpc":"2.0","id":' .. id_json(id) .. ',"error":{"code":' .. INSUFFICIENT_SCOPE .. ',"message":' .. json_string(description)
+    .. ',"data":{"missing_scopes":[' .. concat(required, ",") .. '],"scope":' .. json_string(scopes) .. "}}}"
+  h:respond({ [":status"] = "403", ["content-type"] = "application/json", ["www-authenticate"] = challenge }, body)
 end
 
 -- Envoy's handle objects (headers, metadata, filter context) are valid only until the script
@@ -252,6 +372,9 @@ function envoy_on_request(h)
   local era, sessionful, fallback = context:get("era"), context:get("sessionful"), context:get("fallback")
   local modern_client = request.params._meta ~= nil and request.params._meta["io.modelcontextprotocol/protocolVersion"] ~= nil
 
+  local audit_arguments = context:get("audit_arguments")
+  local approval_rule, approval_cluster = context:get("approval:" .. own), context:get("approval_cluster")
+
   local metadata = h:streamInfo():dynamicMetadata()
   metadata:set(NS, "route", route)
   metadata:set(NS, "method", "tools/call")
@@ -259,24 +382,68 @@ function envoy_on_request(h)
   metadata:set(NS, "tool", own)
   if id ~= nil then metadata:set(NS, "rpc_id", id) end
   metadata:set(NS, "rpc_id_json", id_json(id))
-  if flags == nil then
+  local tool = flags and M.tool_flags(flags)
+
+  -- A tool the route does not serve: refused before anything reaches the backend.
+  local function refuse()
     if rule then
-      metadata:set(NS, "outcome", "denied")
+      local denied = h:streamInfo():dynamicMetadata()
+      denied:set(NS, "outcome", "denied")
+      denied:set(NS, "reason", "policy")
+      denied:set(NS, "rule", rule)
       local outcome = outcome_json({ outcome = "denied", backend = backend, tool = own, attempts = 0, elapsed_ms = 0, rule = rule })
       return error_reply(h, id, TOOL_DENIED, 'tool "' .. exposed .. '" is denied on route "' .. route .. '" by policy (' .. rule .. ")", outcome)
     end
     return error_reply(h, id, INVALID_PARAMS, 'backend "' .. backend .. '" has no tool "' .. own .. '" on route "' .. route .. '"')
   end
-  local tool = M.tool_flags(flags)
-  if tool.fallback then metadata:set(NS, "fallback", fallback) end
-  if tool.quota then M.set_tool_quota(context, metadata, tool.quota, own) end
-  metadata:set(NS, "started_ms", h:timestamp())
+  if flags == nil and not audit_arguments then return refuse() end
+  if tool and tool.quota then M.set_tool_quota(context, metadata, tool.quota, own) end
+  -- What the access rule needs, read before the body (reading it yields, and handles end there).
+  local caller = context:get("auth") and M.caller_of((metadata:get(JWT_NS) or {})[JWT_PAYLOAD], context:get("groups_claim")) or nil
+  local access_rule = tool and tool.access and (context:get("access:" .. tool.access) or {})
+  local auth_scopes, resource_metadata = context:get("auth_scopes"), context:get("resource_metadata")
 
+  -- The body was read whole by the mcp filter already: this only hands it over (and yields).
   local body = h:body()
   local text = body:getBytes(0, body:length())
   local first, last, inner, params = M.tool_name_span(text)
+  metadata = h:streamInfo():dynamicMetadata()
+  if audit_arguments and inner then
+    -- Raw JSON, for the control plane to hash (docs/approval-and-audit.md); never written anywhere.
+    metadata:set(NS, "arguments", inner.arguments and text_of(text, inner.arguments) or "{}")
+  end
+  if flags == nil then return refuse() end
+  if access_rule then
+    local verdict, detail = M.access_decision(access_rule, caller)
+    if verdict == "denied" then
+      metadata:set(NS, "outcome", "denied")
+      metadata:set(NS, "reason", "policy")
+      metadata:set(NS, "rule", "the caller is not in " .. detail)
+      local outcome = outcome_json({ outcome = "denied", backend = backend, tool = own, attempts = 0, elapsed_ms = 0, rule = detail, reason = "policy" })
+      return error_reply(h, id, TOOL_DENIED, 'tool "' .. exposed .. '" is denied on route "' .. route .. '" by policy (the caller is not in ' .. detail .. ")", outcome)
+    end
+    if verdict == "insufficient_scope" then
+      return M.scope_challenge(h, id, exposed, detail, M.challenge_scopes(access_rule, caller, auth_scopes), resource_metadata)
+    end
+  end
+  if tool.fallback then metadata:set(NS, "fallback", fallback) end
+  metadata:set(NS, "started_ms", h:timestamp())
   if not first or sub(text, first + 1, last - 1) ~= exposed then
     return error_reply(h, id, INVALID_REQUEST, "tools/call params.name must be a plain JSON string", nil, "400")
+  end
+  if tool.approval then
+    local verdict = M.approval_request(h, {
+      route = route, backend = backend, tool = own, exposed = exposed, id = id, rule = approval_rule,
+      arguments = inner.arguments and text_of(text, inner.arguments) or "{}",
+      modern = modern_client, capabilities = modern_client and M.modern_capabilities(text, inner) or nil,
+    })
+    local answer_headers, answer_body = h:httpCall(approval_cluster, {
+      [":method"] = "POST", [":path"] = "/internal/approval-check", [":authority"] = "mcpgw-sidecar",
+      ["content-type"] = "application/json",
+    }, verdict, APPROVAL_CHECK_TIMEOUT_MS)
+    if M.approval_answered(h, id, answer_headers, answer_body) then return end
+    -- The check yielded: the body handle is taken anew.
+    body = h:body()
   end
   text = sub(text, 1, first) .. own .. sub(text, last)
   local headers = h:headers()
@@ -301,6 +468,7 @@ function envoy_on_request(h)
     headers:remove("mcp-name")
   end
   body:setBytes(text)
+  h:streamInfo():dynamicMetadata():set(NS, "credential", M.credential_mode(headers:get("authorization") ~= nil, h:streamInfo():dynamicMetadata():get(JWT_NS)))
   if tool.deadline_ms then headers:replace("x-envoy-upstream-rq-timeout-ms", tool.deadline_ms) end
   if tool.retry then
     -- Read-only and idempotent tools only: running a side-effecting tool twice is worse than failing once.
@@ -312,7 +480,7 @@ function envoy_on_request(h)
   -- this worker takes its answer from the worker's memory instead.
   local session_id = headers:get("mcp-session-id")
   if session_id ~= nil then
-    local key = M.checked_key(session_id, route, backend)
+    local key = M.checked_key(session_id, caller and caller.owner or "", route, backend)
     local checked = M.checked_lookup(key, h:timestamp())
     if checked then
       headers:remove("mcp-session-id")
@@ -325,6 +493,74 @@ function envoy_on_request(h)
   end
 end
 
+-- What the call carries to the backend as a credential, for the audit: the caller's own token when
+-- one is left in Authorization (nothing removed it), none when jwt_authn validated and removed it
+-- ("stripped") or there was none. Backend credentials of the gateway's own come with issue 12.
+function M.credential_mode(has_authorization, jwt_metadata)
+  if has_authorization then return "caller-token-passthrough" end
+  if jwt_metadata and jwt_metadata.jwt_payload then return "caller-token-stripped" end
+  return "none"
+end
+
+-- A stateless (2026-07-28) client's capabilities, as it sent them in params._meta: raw JSON, or nil.
+function M.modern_capabilities(text, inner)
+  local meta = inner._meta and byte(text, inner._meta[1]) == 123 and members(text, inner._meta[1])
+  local capabilities = meta and meta["io.modelcontextprotocol/clientCapabilities"]
+  return capabilities and text_of(text, capabilities) or nil
+end
+
+local function optional_string(value)
+  return type(value) == "string" and json_string(value) or "null"
+end
+
+-- The approval check's request (control-plane/approval/approval-check.ts): the call, its raw arguments,
+-- the client's session or capabilities, and the caller as jwt_authn validated it.
+function M.approval_request(h, call)
+  local jwt = h:streamInfo():dynamicMetadata():get(JWT_NS)
+  local claims = jwt and jwt.jwt_payload
+  local caller = "null"
+  if claims and type(claims.iss) == "string" and type(claims.sub) == "string" then
+    caller = '{"iss":' .. json_string(claims.iss) .. ',"sub":' .. json_string(claims.sub)
+      .. ',"client_id":' .. optional_string(claims.client_id) .. ',"azp":' .. optional_string(claims.azp)
+      .. ',"preferred_username":' .. optional_string(claims.preferred_username) .. "}"
+  end
+  return '{"route":' .. json_string(call.route) .. ',"backend":' .. json_string(call.backend) .. ',"tool":' .. json_string(call.tool)
+    .. ',"exposed":' .. json_string(call.exposed) .. ',"id":' .. id_json(call.id) .. ',"rule":' .. (call.rule or "null")
+    .. ',"modern":' .. (call.modern and "true" or "false")
+    .. ',"session":' .. optional_string(h:headers():get("mcp-session-id")) .. ',"caller":' .. caller
+    .. ',"capabilities":' .. (call.capabilities or "null") .. ',"arguments":' .. call.arguments .. "}"
+end
+
+-- The approval check's answer: 204 lets the call go (approved, the approval used up); an answer naming
+-- its outcome (x-mcpgw-outcome) is the client's (an elicitation, or a refusal); anything else fails
+-- closed. True when answered here.
+function M.approval_answered(h, id, headers, body)
+  local status = headers and headers[":status"]
+  local metadata = h:streamInfo():dynamicMetadata()
+  if status == "204" then
+    metadata:set(NS, "approval", "granted")
+    for key, name in pairs({ approval_id = "x-mcpgw-approval-id", approver_iss = "x-mcpgw-approver-iss", approver_sub = "x-mcpgw-approver-sub" }) do
+      if headers[name] then metadata:set(NS, key, headers[name]) end
+    end
+    return false
+  end
+  metadata:set(NS, "answered", true)
+  if headers and headers["x-mcpgw-outcome"] and body then
+    metadata:set(NS, "approval", headers["x-mcpgw-approval"] or "required")
+    metadata:set(NS, "outcome", headers["x-mcpgw-outcome"])
+    if headers["x-mcpgw-reason"] then metadata:set(NS, "reason", headers["x-mcpgw-reason"]) end
+    if headers["x-mcpgw-approval-id"] then metadata:set(NS, "approval_id", headers["x-mcpgw-approval-id"]) end
+    h:respond({ [":status"] = status, ["content-type"] = "application/json" }, body)
+    return true
+  end
+  metadata:set(NS, "approval", "required")
+  metadata:set(NS, "outcome", "failed")
+  metadata:set(NS, "reason", "approval check unavailable")
+  h:respond({ [":status"] = "503", ["content-type"] = "application/json" },
+    '{"jsonrpc":"2.0","id":' .. id_json(id) .. ',"error":{"code":-32603,"message":"gateway error: the approval check did not answer (' .. tostring(status) .. '); nothing was sent to the backend"}}')
+  return true
+end
+
 -- Each Envoy worker remembers, for SESSION_CHECK_MEMORY_MS, that the session check let a session's
 -- calls go to a backend that needs no session of its own (the call goes without the client's session
 -- id). An ended session is forgotten on the worker that ends it at once (the end route) and on the
@@ -334,8 +570,10 @@ local SESSION_CHECK_MEMORY_MS = 1000
 local SESSION_CHECK_MEMORY_MAX = 10000
 local checked_sessions, checked_count = {}, 0
 
-function M.checked_key(session_id, route, backend)
-  return session_id .. "\n" .. route .. "\n" .. backend
+-- The session's owner is part of the key: another caller presenting the same session id is checked
+-- (and refused) by the sidecar, never let through from this memory.
+function M.checked_key(session_id, owner, route, backend)
+  return session_id .. "\n" .. owner .. "\n" .. route .. "\n" .. backend
 end
 
 function M.checked_lookup(key, now_ms)

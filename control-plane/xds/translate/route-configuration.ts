@@ -1,10 +1,21 @@
 import { GatewayIR, RouteBackendIR, RouteIR, ToolServiceIR } from '../../ir/gateway-ir';
 import { TypedJson } from '../protobuf/proto-json';
+import { corsPolicy, hostDeniedVirtualHost, servedDomains } from './access';
+import { CALLER_HEADER_REMOVED, CALLER_HEADER_SET, SigningKeys, authenticatedRouteParts, keysUnavailableRoute, metadataDocumentRoute } from './auth';
 import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, callRouteFilters } from './call-lane';
 import { duration } from './duration';
 import { callRouteQuotas, gatewayRouteQuotas } from './quotas';
-import { ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
+import { GatewaySettings, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { TYPE_URL, typedStruct } from './type-urls';
+
+/** Where the sidecars serve the approval pages. */
+export const APPROVAL_PAGES_PATH = '/approvals';
+
+/** The approval pages are a browser's: the mcp filter lets them pass unparsed; no call script, no session check. */
+const APPROVAL_PAGE_FILTERS = {
+  ...GATEWAY_LANE_FILTERS,
+  'envoy.filters.http.mcp': typedStruct(TYPE_URL.mcpOverride, { traffic_mode: 'PASS_THROUGH' }),
+};
 
 /** How long the gateway lane may take: it answers from memory, or ends and notifies backend sessions (bounded there). */
 const GATEWAY_LANE_TIMEOUT = '30s';
@@ -12,11 +23,12 @@ const GATEWAY_LANE_TIMEOUT = '30s';
 const STREAM_IDLE_TIMEOUT = '120s';
 
 /** The call lane: a tools/call named with this backend's prefix, to its Tool Service, under the call script's rules. */
-function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolServiceIR, catalog: CallLaneCatalog) {
+function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolServiceIR, catalog: CallLaneCatalog, settings: Pick<GatewaySettings, 'auditArguments'>) {
   const { host, port, path } = service.endpoint;
   const quotas = callRouteQuotas(route, service);
   const toolQuotas = { toolServiceId: service.id, tools: service.quotas.tools };
   return {
+    ...CALLER_HEADER_REMOVED,
     name: `${route.key}/call/${backend.name}`,
     match: callMatch(route.path, backend.name, catalog.separator),
     metadata: quotas.metadata,
@@ -37,7 +49,11 @@ function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolService
       ...(quotas.rateLimits.length > 0 && { rate_limits: quotas.rateLimits }),
     },
     typed_per_filter_config: {
-      ...callRouteFilters(route.key, backend.name, catalog.separator, catalog.routes.get(route.key)?.get(backend.name), true, toolQuotas),
+      ...callRouteFilters(route.key, backend.name, catalog.separator, catalog.routes.get(route.key), route.auth, {
+        annotate: true,
+        auditArguments: settings.auditArguments,
+        quotas: toolQuotas,
+      }),
       ...quotas.sharedFilters,
     },
     // A backend's own session id must not reach the client, whose session is the gateway's (ADR-0004).
@@ -48,6 +64,7 @@ function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolService
 /** A client's standalone GET stream of the route: held by the sidecars for as long as the client keeps it. */
 function streamsRoute(route: RouteIR) {
   return {
+    ...CALLER_HEADER_SET,
     name: `${route.key}/streams`,
     match: { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'GET' } }] },
     route: { cluster: SIDECAR_STREAMS_CLUSTER_NAME, timeout: '0s', idle_timeout: STREAM_IDLE_TIMEOUT },
@@ -73,6 +90,7 @@ type GatewayRouteQuotas = ReturnType<typeof gatewayRouteQuotas>;
 /** The gateway lane: everything the gateway answers itself (initialize, tools/list, DELETE, …) and calls no backend route took. */
 function gatewayRoute(name: string, match: Record<string, unknown>, filters: Record<string, unknown> = GATEWAY_LANE_FILTERS, quotas?: GatewayRouteQuotas) {
   return {
+    ...CALLER_HEADER_SET,
     name,
     match,
     ...(quotas && { metadata: quotas.metadata }),
@@ -87,35 +105,69 @@ function gatewayRoute(name: string, match: Record<string, unknown>, filters: Rec
   };
 }
 
-/**
- * All routes live in one RouteConfiguration, so any registry or catalog change is a single RDS update.
- * Per route key: a call route per backend (longest prefix first, so a prefix that extends another wins),
- * the GET stream route, then the gateway lane.
- */
-export function buildRouteConfiguration(ir: GatewayIR, catalog: CallLaneCatalog): TypedJson {
-  // By Tool Service, not by cluster: Tool Services sharing a cluster may differ in their deadlines.
-  const services = new Map(ir.toolServices.map((service) => [service.catalogKey, service]));
-  const routes = ir.routes.flatMap((route) => [
+/** A route with auth validates every request of its lanes; its 401s name its metadata document. */
+function withAuth(route: RouteIR, lane: { metadata?: { filter_metadata: Record<string, unknown> }; typed_per_filter_config: Record<string, unknown> }) {
+  if (!route.auth) return lane;
+  const { metadata, filters } = authenticatedRouteParts(route);
+  return {
+    ...lane,
+    // Beside the route's own (its limits').
+    metadata: { filter_metadata: { ...lane.metadata?.filter_metadata, ...metadata.filter_metadata } },
+    typed_per_filter_config: { ...lane.typed_per_filter_config, ...filters },
+  };
+}
+
+/** Per route key: a call route per backend (longest prefix first, so a prefix that extends another wins), the GET stream route, then the gateway lane. */
+function routesOf(
+  route: RouteIR,
+  services: Map<string, ToolServiceIR>,
+  catalog: CallLaneCatalog,
+  keys: SigningKeys,
+  settings: Pick<GatewaySettings, 'auditArguments'>,
+): Record<string, unknown>[] {
+  if (route.auth && !keys.has(route.auth.keys.name)) return [metadataDocumentRoute(route), keysUnavailableRoute(route)];
+  const lanes = [
     ...[...route.backends]
       .sort((a, b) => b.name.length - a.name.length || a.name.localeCompare(b.name))
-      .map((backend) => callRoute(route, backend, services.get(backend.catalogKey)!, catalog)),
+      .map((backend) => callRoute(route, backend, services.get(backend.catalogKey)!, catalog, settings)),
     streamsRoute(route),
     gatewayRoute(`${route.key}/end`, { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'DELETE' } }] }, SESSION_END_FILTERS),
     gatewayRoute(`${route.key}/gateway`, { path_separated_prefix: route.path }, GATEWAY_LANE_FILTERS, gatewayRouteQuotas(route)),
-  ]);
+  ].map((lane) => withAuth(route, lane));
+  return route.auth ? [metadataDocumentRoute(route), ...lanes] : lanes;
+}
+
+/**
+ * All routes live in one RouteConfiguration, so any registry or catalog change is a single RDS update.
+ * The served hosts are one virtual host (any other Host meets host_denied), with the CORS policy of
+ * the allowed browser origins (the listener refuses any other origin: access.ts).
+ */
+export function buildRouteConfiguration(
+  ir: GatewayIR,
+  catalog: CallLaneCatalog,
+  settings: Pick<GatewaySettings, 'access' | 'auditArguments'>,
+  keys: SigningKeys,
+): TypedJson {
+  const { access } = settings;
+  // By Tool Service, not by cluster: Tool Services sharing a cluster may differ in their deadlines.
+  const services = new Map(ir.toolServices.map((service) => [service.catalogKey, service]));
+  const routes = ir.routes.flatMap((route) => routesOf(route, services, catalog, keys, settings));
   return {
     '@type': TYPE_URL.routeConfiguration,
     name: ROUTE_CONFIG_NAME,
     virtual_hosts: [
       {
         name: 'mcp',
-        domains: ['*'],
+        domains: servedDomains(access.allowedHosts, ir.routes.flatMap((route) => (route.auth ? [new URL(route.auth.resource).host] : []))),
         // Callers see x-envoy-attempt-count on every proxied response.
         include_attempt_count_in_response: true,
+        typed_per_filter_config: { 'envoy.filters.http.cors': corsPolicy(access.allowedOrigins) },
         routes: [
           ...routes,
           // /mcp without a key, or a key no route has: the sidecar says which.
           gatewayRoute('unknown_route', { path_separated_prefix: '/mcp' }),
+          // The approval pages people open in a browser (docs/approval-and-audit.md): HTML and forms, not MCP.
+          gatewayRoute('approval_pages', { path_separated_prefix: APPROVAL_PAGES_PATH }, APPROVAL_PAGE_FILTERS),
           {
             name: 'not_found',
             match: { prefix: '/' },
@@ -124,6 +176,7 @@ export function buildRouteConfiguration(ir: GatewayIR, catalog: CallLaneCatalog)
           },
         ],
       },
+      ...hostDeniedVirtualHost(access.allowedHosts),
     ],
   };
 }

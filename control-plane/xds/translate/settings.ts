@@ -14,6 +14,29 @@ export interface GatewaySettings {
   sessionCheckTimeoutMs: number;
   /** Rate and concurrency limits (docs/quotas.md). */
   quotas: QuotaSettings;
+  /** Who may reach the gateway: its public URL, and the Host and Origin values it serves (docs/auth.md). */
+  access: AccessSettings;
+  /**
+   * The call script hands each call's arguments (raw JSON) to the call log, for the audit's arguments
+   * hash (control-plane/audit/). Off when the control plane writes no audit: then nothing is copied.
+   */
+  auditArguments: boolean;
+}
+
+/** `*`: any value. */
+export type AllowList = readonly string[] | '*';
+
+export interface AccessSettings {
+  /** The gateway's public origin, scheme://host[:port]: resource URLs are <publicUrl>/mcp/<key> (docs/auth.md). */
+  publicUrl: string;
+  /** Host header values served (Envoy virtual-host domains, `*.example.com` allowed); any other Host gets 403 (DNS rebinding). */
+  allowedHosts: AllowList;
+  /**
+   * Origin header values served and answered with CORS (exact origins; `*` inside one matches any
+   * characters of a host or port, e.g. `http://localhost:*`); any other Origin gets 403 (MCP transport
+   * MUST). A request without Origin (not from a browser) is not affected.
+   */
+  allowedOrigins: AllowList;
 }
 
 export interface QuotaSettings {
@@ -36,6 +59,7 @@ export const GATEWAY_DEFAULTS = {
   maxRequestBodyBytes: 1024 * 1024,
   sessionCheckTimeoutMs: 6_000,
   quotas: { rateLimitTimeoutMs: 200, maxTrackedCallers: 10_000 } satisfies QuotaSettings as QuotaSettings,
+  auditArguments: false,
 };
 
 export const LISTENER_NAME = 'mcp_gateway';
@@ -56,6 +80,9 @@ export const RATELIMIT_CLUSTER_NAME = 'mcpgw_ratelimit';
 export const METADATA_NAMESPACE = 'mcpgw';
 /** The mcp filter's own dynamic-metadata namespace (method, id, params.name). */
 export const MCP_METADATA_NAMESPACE = 'envoy.filters.http.mcp';
+/** jwt_authn's namespace: the validated token's claims under `jwt_payload` (docs/auth.md). */
+export const JWT_METADATA_NAMESPACE = 'envoy.filters.http.jwt_authn';
+export const JWT_PAYLOAD_KEY = 'jwt_payload';
 /** Headers the session check receives from the call script's metadata and may send back. */
 export const CHECK_HEADERS = {
   route: 'x-mcpgw-route',
