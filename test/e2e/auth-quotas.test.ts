@@ -3,7 +3,7 @@ import { waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { MCP_POST_HEADERS, metricValue, postJsonRpc, startGateway } from '../support/gateway-fixture';
 import { decodeJwt } from '../support/jwt';
-import { Keycloak, keycloak } from '../support/keycloak';
+import { KEYCLOAK_STARTUP_MS, Keycloak, keycloak } from '../support/keycloak';
 
 /**
  * Per-caller limits on routes with auth count each validated token's subject (docs/quotas.md):
@@ -54,7 +54,7 @@ describe('per-caller limits by the validated token', () => {
         return listed.status === 200 && listed.text.includes('jobs__echo') ? true : undefined;
       });
     }
-  });
+  }, KEYCLOAK_STARTUP_MS);
   afterAll(async () => stack?.stop());
 
   it("refuses alice over her limit while bob, from the same address, goes on; the refusal is in the metrics and in the audit log under alice's subject", async () => {
