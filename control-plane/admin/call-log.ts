@@ -1,6 +1,8 @@
 import * as grpc from '@grpc/grpc-js';
 import * as client from 'prom-client';
 import { CatalogSnapshotMessage } from '../catalog/catalog-store';
+import { GatewayIR } from '../ir/gateway-ir';
+import { concurrencyLimitName } from '../ir/quotas-ir';
 import { Logger } from '../shared/log';
 import { METADATA_NAMESPACE } from '../xds/translate/settings';
 import { LIMIT_HEADER } from '../xds/translate/quotas';
@@ -173,6 +175,26 @@ export class LimitMetrics implements LimitObserver {
       labelNames: ['route', 'lane', 'limit'] as const,
       registers: [registry],
     });
+  }
+
+  /**
+   * Every limit the registry names starts at 0 on its route and lane (a tool's per-instance limit is
+   * named per tool, when a call of it is refused): a rate over the first refusal needs the sample before it.
+   */
+  expect(ir: GatewayIR): void {
+    const services = new Map(ir.toolServices.map((service) => [service.catalogKey, service]));
+    for (const route of ir.routes) {
+      const start = (lane: LimitedRecord['lane'], limit: string) => this.limited.inc({ route: route.key, lane, limit }, 0);
+      for (const limit of route.quotas.calls) start('calls', limit.name);
+      for (const limit of route.quotas.discovery) start('discovery', limit.name);
+      for (const backend of route.backends) {
+        const service = services.get(backend.catalogKey);
+        if (!service) continue;
+        for (const limit of service.quotas.calls) start('calls', limit.name);
+        for (const limit of service.quotas.tools.flatMap((tool) => tool.calls)) if (limit.shared) start('calls', limit.name);
+        if (service.quotas.concurrency !== undefined) start('calls', concurrencyLimitName(service.id));
+      }
+    }
   }
 
   record({ route, lane, limit }: LimitedRecord): void {

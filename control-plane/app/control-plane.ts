@@ -95,6 +95,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const catalog = new CatalogStore(fetchTools, options.catalog, log, options.relist);
   const signingKeys = new SigningKeyStore(options.signingKeys ?? SIGNING_KEY_DEFAULTS, log, lastGood);
   const callMetrics = new CallMetrics(metrics.registry);
+  const limitMetrics = new LimitMetrics(metrics.registry);
   const callHistory = new CallHistory();
   const registry = new RegistryController(options.source, { refreshIntervalMs: options.registryRefreshMs }, log);
   let resources: XdsResources = {};
@@ -181,6 +182,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const onRegistryUpdate = async (current: Registry, merge: RegistryMerge) => {
     ir = buildGatewayIR(current, { publicUrl: options.gateway.access.publicUrl });
     writeSharedLimits(ir);
+    limitMetrics.expect(ir);
     // A new issuer's keys are read before the routes that need them are published (bounded by the
     // read's timeout): a new route with auth starts validating, not refusing with 503.
     const sources = new Map(ir.routes.flatMap((route) => (route.auth ? [[route.auth.keys.name, route.auth.keys] as const] : [])));
@@ -226,7 +228,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   server.addService(grpcServices.aggregatedDiscovery().service, adsServiceHandlers(cache, xdsStatus.callbacks()));
   server.addService(grpcServices.catalogDiscovery().service, catalogServiceHandlers(catalog, log));
   const audit = options.audit ? new AuditLog(options.audit, metrics.registry, log) : undefined;
-  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers([new CallLog([callMetrics, callHistory], undefined, [new LimitMetrics(metrics.registry)]), ...(audit ? [audit] : [])], log));
+  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers([new CallLog([callMetrics, callHistory], undefined, [limitMetrics]), ...(audit ? [audit] : [])], log));
   const grpcPort = await new Promise<number>((resolve, reject) =>
     server.bindAsync(options.grpcAddress, grpc.ServerCredentials.createInsecure(), (error, port) =>
       error ? reject(error) : resolve(port),

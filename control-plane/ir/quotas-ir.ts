@@ -98,6 +98,9 @@ export function toolServiceQuotasIR(serviceId: string, quotas: ToolServiceQuotas
   };
 }
 
+/** The name of a Tool Service's concurrency limit (its calls in flight at once). */
+export const concurrencyLimitName = (serviceId: string) => `tool-service:${serviceId}/concurrency`;
+
 /** The tool limits that apply to a tool: the first entry whose patterns match it. */
 export function toolQuotaOf(tools: ToolQuotaIR[], tool: string): ToolQuotaIR | undefined {
   return tools.find((entry) => entry.patterns.some((pattern) => patternMatches(pattern, tool)));

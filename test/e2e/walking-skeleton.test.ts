@@ -138,7 +138,7 @@ describe('walking skeleton (real Envoy, sidecar, control plane, MCP SDK peers)',
     };
     expect(clusters.static_clusters.map((entry) => entry.cluster.name)).toEqual(['xds_control_plane']);
     expect(clusters.dynamic_active_clusters.map((entry) => entry.cluster.name).sort()).toEqual(
-      ['mcp_sidecar', 'mcp_sidecar_check', 'mcp_sidecar_streams', clusterOf(backends.jobs), clusterOf(backends.weather)].sort(),
+      ['mcp_sidecar', 'mcp_sidecar_check', 'mcp_sidecar_streams', 'mcpgw_ratelimit', clusterOf(backends.jobs), clusterOf(backends.weather)].sort(),
     );
   });
 });

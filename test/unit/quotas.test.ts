@@ -1,7 +1,8 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { parse } from 'yaml';
-import { LimitedRecord, limitedRecordOf } from '../../control-plane/admin/call-log';
+import * as client from 'prom-client';
+import { LimitMetrics, LimitedRecord, limitedRecordOf } from '../../control-plane/admin/call-log';
 import { buildGatewayIR } from '../../control-plane/ir/gateway-ir';
 import { routeQuotasIR, toolServiceQuotasIR } from '../../control-plane/ir/quotas-ir';
 import { rateLimitServiceConfig } from '../../control-plane/quotas/ratelimit-service-config';
@@ -197,6 +198,27 @@ describe('refusals in the call log', () => {
     ['an answered call', entry('demo/call/jobs', {}, 200), undefined],
   ])('%s', (_case, logged, expected) => {
     expect(limitedRecordOf(logged)).toEqual(expected);
+  });
+});
+
+describe('mcpgw_limited_requests_total', () => {
+  it('starts every limit the registry names at 0, on its route and lane', async () => {
+    const registry = new client.Registry();
+    new LimitMetrics(registry).expect(buildGatewayIR(loadRegistryFile(path.join(projectPath('test', 'fixtures', 'registries'), 'quotas.yaml'))));
+    const series = (await registry.getSingleMetric('mcpgw_limited_requests_total')!.get()).values;
+    expect(series.every((one) => one.value === 0)).toBe(true);
+    const demo = series.filter((one) => one.labels.route === 'demo').map((one) => `${one.labels.lane} ${one.labels.limit}`);
+    expect(demo.sort()).toEqual(
+      [
+        'calls route:demo/calls/per-caller',
+        'calls route:demo/calls',
+        'discovery route:demo/discovery/per-caller',
+        'calls tool-service:weather/calls/per-caller',
+        'calls tool:weather/run_task/calls',
+        'calls tool-service:jobs/calls',
+        'calls tool-service:jobs/concurrency',
+      ].sort(),
+    );
   });
 });
 

@@ -2,6 +2,7 @@ import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js'
 import { ORIGIN_POLICY } from './access';
 import { AUTH_ROUTE_METADATA } from './auth';
 import { CHECK_STATUS, MCP_METADATA_NAMESPACE, METADATA_NAMESPACE } from './settings';
+import { concurrencyLimitName } from '../../ir/quotas-ir';
 import { LIMIT_HEADER, QUOTA_ROUTE_METADATA } from './quotas';
 import { TYPE_URL } from './type-urls';
 
@@ -119,17 +120,17 @@ function quotaMappers(callLane: unknown) {
       status_code: 429,
       headers_to_add: [
         { header: { key: 'retry-after', value: '1' }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' },
-        { header: { key: LIMIT_HEADER, value: `tool-service:${routeQuota('tool_service')}/concurrency` }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' },
+        { header: { key: LIMIT_HEADER, value: concurrencyLimitName(routeQuota('tool_service')) }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' },
       ],
       body_format_override: jsonBody({
         jsonrpc: '2.0',
         id: requestId,
         error: {
           code: LIMIT_EXCEEDED_CODE,
-          message: `concurrency limit reached: tool-service:${routeQuota('tool_service')}/concurrency (tools/call in flight at once); retry after 1 s`,
+          message: `concurrency limit reached: ${concurrencyLimitName(routeQuota('tool_service'))} (tools/call in flight at once); retry after 1 s`,
           data: {
             outcome: 'limited',
-            limit: `tool-service:${routeQuota('tool_service')}/concurrency`,
+            limit: concurrencyLimitName(routeQuota('tool_service')),
             in_flight_limit: routeQuota('concurrency'),
             retry_after_s: 1,
             backend: meta('backend'),
