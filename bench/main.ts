@@ -11,6 +11,7 @@ import { runConfigurationScenario } from './scenarios/configuration';
 import { runStreamingScenario } from './scenarios/streaming';
 import { runToolCallScenario, waitUntilCallsAnswer } from './scenarios/tool-call';
 import { runToolListScenario } from './scenarios/tool-list';
+import { runTracingScenario } from './scenarios/tracing';
 import { benchSettings } from './settings';
 import { ProcessGroup, claimCpus } from './systems/process-group';
 import { startBackends, startSystems } from './systems/systems';
@@ -103,11 +104,13 @@ async function main(): Promise<void> {
     noteLoad('start-up');
     const toolCall = await runToolCallScenario(running.systems, settings, log);
     noteLoad('tools/call');
+    const tracing = await runTracingScenario(systemsGroup, topology, settings, log);
+    noteLoad('tracing');
     const streaming = await runStreamingScenario(running.systems, settings, log);
     noteLoad('streaming');
     const toolList = await runToolListScenario(running.systems, topology, settings, log);
     noteLoad('tools/list');
-    requestScenarios = { toolCall, streaming, toolList };
+    requestScenarios = { toolCall, streaming, toolList, tracing };
   } finally {
     await systemsGroup.stopAll();
   }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the benchmark suite (issue 5): the gateway side by side with the backend called directly,
-# plain Envoy, Envoy 1.40's native MCP router and a naive Node.js proxy, all on 127.0.0.1.
+# plain Envoy, Envoy 1.40's native MCP router and a naive Node.js proxy, all on 127.0.0.1; and the
+# gateway with tracing off and at each sampling ratio (issue 15).
 # Writes bench/results/latest.{json,md} and latest-latency.png (a --quick smoke run writes quick.*
 # instead, so it never replaces the numbers the repository carries). About 15 minutes on 2 cores.
 #   scripts/bench.sh [--quick]
@@ -10,6 +11,8 @@ cd "$(dirname "$0")/.."
 CHART_PACKAGE="matplotlib==3.11.2"
 
 scripts/setup.sh
+# Jaeger, the trace collector of the tracing scenario, is one of the tools the tests use.
+scripts/test-tools.sh
 # shellcheck source=lib/node.sh
 . scripts/lib/node.sh
 

@@ -1,8 +1,10 @@
-import { Spread } from '../load/stats';
+import { Spread, spreadOf } from '../load/stats';
 import { SATURATION } from '../scenarios/tool-call';
+import { TracingRun } from '../scenarios/tracing';
+import { ATTRIBUTE_VARIANTS, AttributeCostRun } from '../scenarios/tracing-attributes';
 import { SystemId } from '../systems/systems';
 import { LIST_VARIANTS, ListVariant } from '../systems/topology';
-import { BenchResults, LatencySpread, streamingFigures, toolCallFigures, toolListFigures } from './results';
+import { BenchResults, LatencySpread, streamingFigures, toolCallFigures, toolListFigures, tracingFigures } from './results';
 import { ms } from './targets';
 
 /** The Markdown report of one run: what was measured, how, and how far each target is. */
@@ -187,6 +189,64 @@ function toolListSection(results: BenchResults): string[] {
   ];
 }
 
+/** Median CPU µs per call of the gateway's processes over the repetitions. */
+function cpuCell(runs: TracingRun[]): string {
+  return ['envoy', 'sidecar', 'control-plane'].map((name) => (runs.length ? num(spreadOf(runs.map((run) => run.cpuMicrosPerCall[name])).median, 0) : '–')).join(' / ');
+}
+
+function tracingSection(results: BenchResults): string[] {
+  const { tracing } = results;
+  const loads = [String(results.settings.tracing.ratePerSecond), SATURATION];
+  const rows: string[][] = [];
+  for (const load of loads) {
+    const off = tracingFigures(tracing, 'off', load);
+    for (const variant of tracing.variants) {
+      const f = tracingFigures(tracing, variant.id, load);
+      if (!f) continue;
+      rows.push([
+        load === SATURATION ? `saturation (${results.settings.toolCall.saturation.concurrency} clients)` : `${load} req/s`,
+        variant.id,
+        cell(f.latencyMs.p50, f.repetitions),
+        cell(f.latencyMs.p99, f.repetitions),
+        cell(f.throughput, f.repetitions),
+        `${f.errors}/${f.sent}`,
+        `${times(f.latencyMs.p50.median, off?.latencyMs.p50.median)} / ${times(f.latencyMs.p99.median, off?.latencyMs.p99.median)}`,
+        times(f.throughput.median, off?.throughput.median),
+        cpuCell(tracing.runs.filter((run) => run.variant === variant.id && run.load === load)),
+        String(tracing.envoySpansSent[variant.id] ?? 0),
+      ]);
+    }
+  }
+  return [
+    '## 5. Tracing (issue 15)',
+    '',
+    `tools/call through gateways that differ only in tracing (${tracing.setup}). Median over repetitions (min–max); ratios against tracing off.`,
+    '',
+    ...table(['load', 'tracing', 'p50', 'p99', 'ok/s', 'errors/sent', '×off p50 / p99', '×off ok/s', 'CPU µs per call: Envoy / sidecar / control plane', 'spans Envoy exported (whole scenario)'], rows),
+    '',
+    ...errorLines(tracing.runs, (run) => `tracing ${run.variant} at ${run.load === SATURATION ? SATURATION : `${run.load} req/s`}`),
+    ...attributeCostLines(tracing.attributeCosts, results.settings.repetitions),
+  ];
+}
+
+/** What each piece of Envoy's tracing costs by itself: each variant adds one piece to the one above. */
+function attributeCostLines(runs: AttributeCostRun[], repetitions: number): string[] {
+  let previous: number | undefined;
+  const rows = ATTRIBUTE_VARIANTS.map((variant) => {
+    const own = runs.filter((run) => run.variant === variant);
+    const micros = spreadOf(own.map((run) => run.envoyMicrosPerRequest));
+    const added = previous === undefined ? '' : `${micros.median - previous >= 0 ? '+' : ''}${num(micros.median - previous, 1)}`;
+    previous = micros.median;
+    return [variant, cell(micros, repetitions), added, cell(spreadOf(own.map((run) => run.throughput)), repetitions)];
+  });
+  return [
+    "What each piece costs by itself: Envoy alone answering directly (no MCP filters, no upstream), closed loop, its CPU time per request (median over repetitions, min–max); each row adds one piece to the row above (the last takes sampling to 0).",
+    '',
+    ...table(['Envoy', 'CPU µs per request', 'added', 'requests/s'], rows),
+    '',
+  ];
+}
+
 function configurationSection(results: BenchResults): string[] {
   const c = results.configuration;
   const reps = c.registryChange.trials.length;
@@ -237,6 +297,7 @@ export function renderMarkdown(results: BenchResults, chartFile: string | undefi
     ...streamingSection(results),
     ...toolListSection(results),
     ...configurationSection(results),
+    ...tracingSection(results),
     ...environmentSection(results),
   ].join('\n');
 }

@@ -1,4 +1,5 @@
-import { BenchResults, TargetAssessment, streamingFigures, toolCallFigures, toolListFigures } from './results';
+import { SATURATION } from '../scenarios/tool-call';
+import { BenchResults, TargetAssessment, streamingFigures, toolCallFigures, toolListFigures, tracingFigures } from './results';
 
 /**
  * How far each target of issue 5 is, stated, not asserted: the bench reports and never fails on a
@@ -76,6 +77,8 @@ export function assessTargets(results: Omit<BenchResults, 'targets'>): TargetAss
       : notMeasured(slowTarget),
   );
 
+  targets.push(...tracingTargets(results));
+
   const changeTarget = 'a registry change (dev Portal) serves within 1 s';
   const change = results.configuration.registryChange;
   targets.push(
@@ -88,4 +91,25 @@ export function assessTargets(results: Omit<BenchResults, 'targets'>): TargetAss
       : notMeasured(changeTarget),
   );
   return targets;
+}
+
+/**
+ * Issue 15: a gateway without tracing settings saturates as the gateway of scenario 1 does (tracing
+ * off costs nothing), and exporting every call's span costs at most 10 % of saturation.
+ */
+function tracingTargets(results: Omit<BenchResults, 'targets'>): TargetAssessment[] {
+  const saturation = (variant: string) => tracingFigures(results.tracing, variant, SATURATION)?.throughput.median;
+  const off = saturation('off');
+  const today = toolCallFigures(results.toolCall, 'C', SATURATION)?.throughput.median;
+  const offTarget = 'tracing off: saturation as C in scenario 1 (within 10 %)';
+  const fullTarget = 'tracing at 100 %: costs at most 10 % of saturation';
+  const full = saturation('100 %');
+  return [
+    off !== undefined && today !== undefined
+      ? { target: offTarget, measured: `${off.toFixed(0)} ok/s off vs ${today.toFixed(0)} ok/s (C): ${ratio(off / today)}`, met: off / today >= 0.9 }
+      : notMeasured(offTarget),
+    off !== undefined && full !== undefined
+      ? { target: fullTarget, measured: `${full.toFixed(0)} ok/s at 100 % vs ${off.toFixed(0)} ok/s off: ${ratio(full / off)}`, met: full / off >= 0.9 }
+      : notMeasured(fullTarget),
+  ];
 }

@@ -20,6 +20,7 @@ import { RegistrySource } from '../registry/source';
 import { grpcServices } from '../shared/grpc-packages';
 import { RedisTimeouts } from '../shared/redis-client';
 import { Logger } from '../shared/log';
+import { SpanKind, Tracing } from '../shared/tracing';
 import { ConcurrencyLimit } from '../shared/concurrency-limit';
 import { LastGoodStore, SavedRoute } from '../state/last-good-store';
 import { adsServiceHandlers } from '../xds/server/ads-server';
@@ -59,8 +60,16 @@ export interface ControlPlaneOptions {
   audit?: AuditTarget;
   /** Redis for last-good state; without it a cold start with the source down serves nothing. */
   redis?: { url: string; prefix: string; timeouts?: RedisTimeouts };
+  /** Spans of the control plane's own work (catalog fetches); off unless given. */
+  tracing?: Tracing;
   log: Logger;
 }
+
+/** Names of the control plane's spans (docs/observability.md#traces). */
+export const CONTROL_PLANE_SPANS = {
+  /** One Tool Service's tools/list (every page, and its session if it opens one). */
+  toolsList: 'mcp.catalog.tools_list',
+} as const;
 
 export interface RunningControlPlane {
   grpcPort: number;
@@ -83,11 +92,18 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   // catalog stream. Ids that share an endpoint share one fetch.
   const catalogFetches = new ConcurrencyLimit(options.catalogFetchConcurrency);
   const fetchesByEndpoint = new Map<string, Promise<ToolList>>();
+  const tracing = options.tracing ?? Tracing.off;
+  const listTools = (service: ToolServiceIR) =>
+    tracing.inSpan(CONTROL_PLANE_SPANS.toolsList, { kind: SpanKind.CLIENT, attributes: { 'mcp.gateway.tool_service': service.id, 'url.full': service.url } }, async (span) => {
+      const list = await fetchToolList(service, options.toolList, tracing.headersFor({}));
+      span.setAttribute('mcp.gateway.tools', list.tools.length);
+      return list;
+    });
   const fetchTools = (service: ToolServiceIR) => {
     const endpoint = JSON.stringify([service.url, service.endpoint.tls, service.catalogBearerTokenFile]);
     let pending = fetchesByEndpoint.get(endpoint);
     if (!pending) {
-      pending = catalogFetches.run(() => fetchToolList(service, options.toolList)).finally(() => fetchesByEndpoint.delete(endpoint));
+      pending = catalogFetches.run(() => listTools(service)).finally(() => fetchesByEndpoint.delete(endpoint));
       fetchesByEndpoint.set(endpoint, pending);
     }
     return pending;
@@ -278,6 +294,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       await lastGood?.close();
       await audit?.close();
       await closeServer(admin);
+      await tracing.shutdown();
     },
   };
 }

@@ -104,10 +104,12 @@ export function approvalPages({ store, signIn, publicUrl, log }: ApprovalPagesOp
   app.disable('x-powered-by');
   app.use((_req, res, next) => {
     // Nothing but this page's own form: no scripts, no framing (a decision must not be clickjacked).
+    // The page's address (a grant's link) never leaves for another site, but its own form's POST carries
+    // its Origin: with no-referrer a browser sends `Origin: null`, which the gateway's origin check refuses.
     res.set({
       'content-security-policy': "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
       'x-frame-options': 'DENY',
-      'referrer-policy': 'no-referrer',
+      'referrer-policy': 'same-origin',
       'cache-control': 'no-store',
     });
     next();

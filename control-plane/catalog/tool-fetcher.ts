@@ -111,10 +111,12 @@ async function listAllTools(listTools: (cursor?: string) => Promise<{ tools: Too
   return tools;
 }
 
-async function transportOptions(service: ToolServiceIR, budget: ListingBudget) {
+/** `traceHeaders`: the trace context of the listing's span, so that the Tool Service's spans hang under it. */
+async function transportOptions(service: ToolServiceIR, budget: ListingBudget, traceHeaders: Record<string, string>) {
+  const authorization = service.catalogBearerTokenFile && { authorization: `Bearer ${await readToken(service.catalogBearerTokenFile)}` };
   return {
     fetch: budget.meter(backendFetch(service.endpoint.tls)),
-    ...(service.catalogBearerTokenFile && { requestInit: { headers: { authorization: `Bearer ${await readToken(service.catalogBearerTokenFile)}` } } }),
+    requestInit: { headers: { ...traceHeaders, ...authorization } },
   };
 }
 
@@ -133,10 +135,10 @@ const requestOptions = (limits: ToolListLimits, budget: ListingBudget) => ({
 });
 
 /** In a session-based revision (2025-11-25 and before): what almost every Tool Service speaks. */
-async function fetchInSession(service: ToolServiceIR, limits: ToolListLimits): Promise<ToolList> {
+async function fetchInSession(service: ToolServiceIR, limits: ToolListLimits, traceHeaders: Record<string, string>): Promise<ToolList> {
   const budget = new ListingBudget(limits);
   const client = new Client(GATEWAY_CLIENT_INFO, { capabilities: CATALOG_CLIENT_CAPABILITIES });
-  const transport = new StreamableHTTPClientTransport(new URL(service.url), await transportOptions(service, budget));
+  const transport = new StreamableHTTPClientTransport(new URL(service.url), await transportOptions(service, budget, traceHeaders));
   const options = requestOptions(limits, budget);
   try {
     return await bounded(
@@ -156,7 +158,7 @@ async function fetchInSession(service: ToolServiceIR, limits: ToolListLimits): P
 }
 
 /** In the stateless revision (2026-07-28), with the MCP SDK v2 client pinned to it. */
-async function fetchStateless(service: ToolServiceIR, limits: ToolListLimits): Promise<ToolList> {
+async function fetchStateless(service: ToolServiceIR, limits: ToolListLimits, traceHeaders: Record<string, string>): Promise<ToolList> {
   const budget = new ListingBudget(limits);
   const client = new StatelessClient(GATEWAY_CLIENT_INFO, { versionNegotiation: { mode: { pin: MODERN_PROTOCOL_VERSION } } });
   const options = requestOptions(limits, budget);
@@ -164,7 +166,7 @@ async function fetchStateless(service: ToolServiceIR, limits: ToolListLimits): P
     return await bounded(
       budget,
       (async () => {
-        await client.connect(new StatelessTransport(new URL(service.url), await transportOptions(service, budget)), options);
+        await client.connect(new StatelessTransport(new URL(service.url), await transportOptions(service, budget, traceHeaders)), options);
         const tools = await listAllTools(
           (cursor) => client.listTools(cursor ? { cursor } : {}, options) as Promise<{ tools: Tool[]; nextCursor?: string }>,
           budget,
@@ -235,14 +237,14 @@ export function describeListingFailure(error: unknown, timeoutMs: number): strin
  * `initialize`) is asked again in the stateless revision. If that fails too, the first error counts,
  * unless the second went past the listing's bounds. Fails with the cause named (describeListingFailure).
  */
-export async function fetchToolList(service: ToolServiceIR, limits: ToolListLimits = TOOL_LIST_DEFAULTS): Promise<ToolList> {
+export async function fetchToolList(service: ToolServiceIR, limits: ToolListLimits = TOOL_LIST_DEFAULTS, traceHeaders: Record<string, string> = {}): Promise<ToolList> {
   try {
     try {
-      return await fetchInSession(service, limits);
+      return await fetchInSession(service, limits, traceHeaders);
     } catch (error) {
       const status = error instanceof StreamableHTTPError ? error.code : undefined;
       if (status === undefined || status < 400 || status >= 500) throw error;
-      return await fetchStateless(service, limits).catch((second: unknown) => {
+      return await fetchStateless(service, limits, traceHeaders).catch((second: unknown) => {
         throw second instanceof ToolListTooLargeError ? second : error;
       });
     }

@@ -28,6 +28,7 @@ import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, isSentinelAddress, parseRedisAdd
 import { SESSION_DEFAULTS } from '../sidecar/sessions/session-store';
 import { ApprovalOptions, startSidecar } from '../sidecar/sidecar';
 import { MIN_KEY_BYTES } from '../approval/approval-store';
+import { Tracing } from '../shared/tracing';
 import { stopOnSignals } from './signals';
 import { UpError, runUp } from './up';
 
@@ -152,6 +153,29 @@ const redisTimeoutsOf = (options: { redisConnectTimeoutMs: number; redisCommandT
   connectTimeoutMs: options.redisConnectTimeoutMs,
   commandTimeoutMs: options.redisCommandTimeoutMs,
 });
+const SAMPLING_RULE = 'must be a number from 0 to 1, e.g. 0.01 for 1 %';
+const samplingRatio = z.coerce.number({ message: SAMPLING_RULE }).min(0, SAMPLING_RULE).max(1, SAMPLING_RULE);
+const otlpEndpoint = z
+  .string()
+  .url('must be the OTLP/HTTP base URL of a collector, e.g. http://127.0.0.1:4318')
+  .refine((value) => /^https?:$/.test(new URL(value).protocol), 'must be an http:// or https:// URL (OTLP over HTTP)');
+/** Tracing (docs/observability.md#traces): the same collector and sampling for every component; off without an endpoint. */
+const otlpEndpointOption = () =>
+  new Option('--otlp-endpoint <url>', 'OTLP/HTTP base URL of the trace collector (spans go to <url>/v1/traces); tracing is off without it')
+    .env('MCPGW_OTLP_ENDPOINT')
+    .argParser(parsedBy(otlpEndpoint));
+const traceSamplingOption = () =>
+  new Option('--trace-sampling <ratio>', "share of the traces started here that are kept, 0 to 1 (a caller's sampled flag is followed)")
+    .env('MCPGW_TRACE_SAMPLING')
+    .argParser(parsedBy(samplingRatio))
+    .default(1);
+const traceServiceNameOption = (component: string) => new Option('--trace-service-name <name>', 'service.name of its spans').default(component);
+/** This process's spans: exported when an endpoint is given, none at all otherwise. */
+function tracingOf(options: { otlpEndpoint?: string; traceSampling: number; traceServiceName: string }, log: Logger): Tracing {
+  if (!options.otlpEndpoint) return Tracing.off;
+  return Tracing.start({ otlpEndpoint: options.otlpEndpoint, samplingRatio: options.traceSampling, serviceName: options.traceServiceName }, log);
+}
+
 const logLevelOption = () =>
   new Option('--log-level <level>', 'the least severe log lines written').choices(LOG_LEVELS).env('MCPGW_LOG_LEVEL').default('info' as const);
 
@@ -238,6 +262,8 @@ subcommand('up', 'run the whole gateway on 127.0.0.1: Redis, two sample Tool Ser
   .addOption(
     new Option('--ratelimit-service', 'run the ratelimit service of shared limits even when the registry has none yet (it runs whenever the registry has some)').env('MCPGW_RATELIMIT_SERVICE'),
   )
+  .addOption(otlpEndpointOption())
+  .addOption(traceSamplingOption())
   .action(async (options) => {
     try {
       await runUp(
@@ -248,6 +274,7 @@ subcommand('up', 'run the whole gateway on 127.0.0.1: Redis, two sample Tool Ser
           logDir: path.resolve(options.logDir),
           logLevel: options.logLevel,
           rateLimitService: Boolean(options.ratelimitService),
+          ...(options.otlpEndpoint && { tracing: { otlpEndpoint: options.otlpEndpoint, samplingRatio: options.traceSampling } }),
         },
         (line) => process.stdout.write(`${line}\n`),
       );
@@ -328,6 +355,10 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
   .addOption(redisConnectTimeoutOption())
   .addOption(redisCommandTimeoutOption())
   .addOption(logLevelOption())
+  .addOption(otlpEndpointOption())
+  .addOption(traceSamplingOption())
+  .addOption(traceServiceNameOption('mcpgw-control-plane'))
+  .addOption(new Option('--envoy-trace-service-name <name>', "service.name of Envoy's spans (with --otlp-endpoint)").default('mcpgw-envoy'))
   .action(async (options, command) => {
     if (!options.registry && !options.portal) command.error('give one registry source: --registry FILE or --portal URL', { exitCode: USAGE_ERROR });
     const audit: AuditTarget | undefined =
@@ -365,6 +396,9 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
           },
           access: accessOf(options.listener, options),
           auditArguments: audit !== undefined,
+          ...(options.otlpEndpoint && {
+            tracing: { otlpEndpoint: options.otlpEndpoint, samplingRatio: options.traceSampling, serviceName: options.envoyTraceServiceName },
+          }),
         },
         ...(options.ratelimitConfig && { rateLimitConfigFile: path.resolve(options.ratelimitConfig) }),
         signingKeys: { ...SIGNING_KEY_DEFAULTS, refreshMs: options.signingKeysRefreshMs, timeoutMs: options.signingKeysTimeoutMs },
@@ -380,6 +414,7 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
           maxToolsPerRoute: options.maxToolsPerRoute,
           toolsListPageSize: options.toolsListPageSize,
         },
+        tracing: tracingOf(options, log),
         log,
       });
       stopOnSignals(running.stop);
@@ -456,6 +491,9 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
   .addOption(redisConnectTimeoutOption())
   .addOption(redisCommandTimeoutOption())
   .addOption(logLevelOption())
+  .addOption(otlpEndpointOption())
+  .addOption(traceSamplingOption())
+  .addOption(traceServiceNameOption('mcpgw-sidecar'))
   .action(async (options, command) => {
     const approvals = approvalOptionsOf(options);
     if (typeof approvals === 'string') command.error(approvals, { exitCode: USAGE_ERROR });
@@ -481,6 +519,7 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
         sessionIdleTtlSeconds: options.sessionTtlS,
         backendSessionTimeoutMs: options.backendSessionTimeoutMs,
         approvals: approvals as ApprovalOptions | undefined,
+        tracing: tracingOf(options, log),
         log,
       });
       stopOnSignals(running.stop);

@@ -2,7 +2,7 @@ import { envoyBinary } from '../devstack/envoy';
 import { portProblem } from '../devstack/port-owner';
 import { CHILDREN_DIE_WITH_PARENT, onPath } from '../devstack/processes';
 import { ServingCheck } from '../devstack/serving-check';
-import { GatewayStack, RestartEvent } from '../devstack/stack';
+import { GatewayStack, RestartEvent, StackTracing } from '../devstack/stack';
 import { rateLimitBinary } from '../devstack/ratelimit';
 import { buildGatewayIR } from '../ir/gateway-ir';
 import { hasSharedLimits } from '../quotas/ratelimit-service-config';
@@ -19,6 +19,8 @@ export interface UpOptions {
   logLevel: LogLevel;
   /** Run the ratelimit service even when the registry has no shared limits (yet). */
   rateLimitService?: boolean;
+  /** Spans of Envoy, the control plane and the sidecar to this OTLP/HTTP collector. */
+  tracing?: StackTracing;
 }
 
 /** What keeps `up` from starting or serving, said in one line with its cause and its fix. */
@@ -78,6 +80,7 @@ export async function runUp(options: UpOptions, say: (line: string) => void): Pr
     samples,
     ports: { listener: options.listenerPort },
     logLevel: options.logLevel,
+    tracing: options.tracing,
     envoyBaseId: options.listenerPort,
     rateLimit,
     onRestart: (event) => say(restartLine(event)),

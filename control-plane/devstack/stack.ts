@@ -53,6 +53,8 @@ export interface StackOptions {
   controlPlaneArgs?: string[];
   /** Log level of the control plane and the sidecar (info by default). */
   logLevel?: LogLevel;
+  /** Traces of Envoy, the control plane and the sidecar; off by default. */
+  tracing?: StackTracing;
   /**
    * Envoy's base id (hot restart) when no other Envoy on this host uses it, else a dynamic one. Without
    * it Envoy always gets a dynamic base id, as several stacks on one host need.
@@ -88,6 +90,12 @@ export interface StackOptions {
 export interface ReplicaPorts {
   main: number;
   admin: number;
+}
+
+/** Where every component sends its spans, and the share of new traces kept (docs/observability.md#traces). */
+export interface StackTracing {
+  otlpEndpoint: string;
+  samplingRatio: number;
 }
 
 /** A supervised process exited on its own and was started again, or a try to do so failed. */
@@ -386,6 +394,11 @@ export class GatewayStack {
     return this.options.logLevel ? ['--log-level', this.options.logLevel] : [];
   }
 
+  private get tracingArgs(): string[] {
+    const tracing = this.options.tracing;
+    return tracing ? ['--otlp-endpoint', tracing.otlpEndpoint, '--trace-sampling', String(tracing.samplingRatio)] : [];
+  }
+
   async startControlPlane(replica = 0): Promise<void> {
     const name = GatewayStack.replicaName('control-plane', replica);
     const { main: grpcPort, admin: adminPort } = this.controlPlanePorts[replica];
@@ -408,6 +421,7 @@ export class GatewayStack {
         ...(this.options.controlPlaneArgs ?? []),
         ...this.logLevelArgs,
         ...(this.options.extraArgs?.controlPlane ?? []),
+        ...this.tracingArgs,
       ]);
       await controlPlane.untilReady(`${name} admin to answer /healthz`, async () =>
         listensOn(controlPlane.child.pid!, adminPort) ? httpOk(`http://${HOST}:${adminPort}/healthz`) : undefined,
@@ -429,6 +443,7 @@ export class GatewayStack {
         '--drain-timeout-ms', '2000',
         ...this.logLevelArgs,
         ...(this.options.extraArgs?.sidecar ?? []),
+        ...this.tracingArgs,
       ]);
       await sidecar.untilReady(`${name} to listen`, listening(sidecar, port));
       return sidecar;

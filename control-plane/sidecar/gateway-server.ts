@@ -7,6 +7,8 @@ import { ListChangedStreams } from './list-changed-streams';
 import { decideOnBody, decideOnHead, routeKeyOf } from './mcp-gateway';
 import { StatelessCallSessions, checkCall, forgetLostSession, lostSessionSchema } from './session-check';
 import { SidecarObserver } from './sidecar-metrics';
+import { SIDECAR_SPANS, tracedCheck } from './sidecar-tracing';
+import { SpanKind, Tracing } from '../shared/tracing';
 
 /**
  * The sidecar's one HTTP port behind Envoy (docs/adr/0008-data-path-lanes.md):
@@ -74,6 +76,7 @@ export class GatewayServer {
     private readonly streams: ListChangedStreams,
     private readonly options: GatewayServerOptions,
     private readonly observer: SidecarObserver,
+    private readonly tracing: Tracing = Tracing.off,
   ) {
     this.statelessSessions = new StatelessCallSessions(context);
   }
@@ -103,7 +106,8 @@ export class GatewayServer {
 
   private async check(req: http.IncomingMessage, res: http.ServerResponse, path: string): Promise<void> {
     req.resume();
-    const answer = await checkCall(headOf(req, path), this.context, this.statelessSessions);
+    const head = headOf(req, path);
+    const answer = await tracedCheck(this.tracing, head, () => checkCall(head, this.context, this.statelessSessions));
     send(res, answer.status, answer.headers, answer.body);
   }
 
@@ -119,7 +123,12 @@ export class GatewayServer {
       send(res, 400, { 'content-type': 'text/plain' }, 'expected {route, backend, backendSessionId, gatewaySessionId}');
       return;
     }
-    await forgetLostSession(parsed.data, this.context, this.statelessSessions);
+    const { route, backend } = parsed.data;
+    await this.tracing.inSpan(
+      SIDECAR_SPANS.lostBackendSession,
+      { kind: SpanKind.SERVER, parentHeaders: headOf(req, LOST_SESSION_PATH).headers, attributes: { 'mcp.gateway.route': route, 'mcp.gateway.backend': backend } },
+      () => forgetLostSession(parsed.data, this.context, this.statelessSessions),
+    );
     this.context.log.info('a backend lost the session of a call; the next call opens a new one', { route: parsed.data.route, backend: parsed.data.backend });
     send(res, 204, {}, '');
   }

@@ -17,6 +17,8 @@ import { CachedSessionStore, SESSION_CACHE_DEFAULTS, redisSessionEndings } from 
 import { MemorySessionStore, RedisSessionStore, SessionLimits, SessionStore } from './sessions/session-store';
 import { SidecarMetrics, startSidecarAdmin } from './sidecar-metrics';
 import { redisUpGauge } from '../shared/state-gauge';
+import { Tracing } from '../shared/tracing';
+import { tracedBackendSessions } from './sidecar-tracing';
 
 export interface SidecarOptions {
   /** host:port of the sidecar's HTTP port behind Envoy: the gateway lane and the call lane's session check. */
@@ -44,6 +46,8 @@ export interface SidecarOptions {
   drainTimeoutMs: number;
   /** Approval pages and the approval check (docs/approval-and-audit.md); they need Redis. */
   approvals?: ApprovalOptions;
+  /** Spans of the session check and of the sidecar's requests to backends; off unless given. */
+  tracing?: Tracing;
   log: Logger;
 }
 
@@ -117,14 +121,18 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     sessions = new MemorySessionStore(options.sessionIdleTtlSeconds, options.sessionLimits);
     log.warn('no --redis: sessions live in this process only (lost on restart, not shared with other replicas)');
   }
+  const tracing = options.tracing ?? Tracing.off;
   const context: GatewayContext = {
     lookup: (key) => routes.get(key),
     sessions,
-    backendSessions: {
-      open: (backend, session, clientHeaders) => openBackendSession(backend, session, clientHeaders, options.backendSessionTimeoutMs),
-      close: (backend, onBehalf) => closeBackendSession(backend, onBehalf, options.backendSessionTimeoutMs),
-      post: (backend, onBehalf, message) => postToBackendSession(backend, onBehalf, message, options.backendSessionTimeoutMs),
-    },
+    backendSessions: tracedBackendSessions(
+      {
+        open: (backend, session, clientHeaders) => openBackendSession(backend, session, clientHeaders, options.backendSessionTimeoutMs),
+        close: (backend, onBehalf) => closeBackendSession(backend, onBehalf, options.backendSessionTimeoutMs),
+        post: (backend, onBehalf, message) => postToBackendSession(backend, onBehalf, message, options.backendSessionTimeoutMs),
+      },
+      tracing,
+    ),
     log,
   };
 
@@ -143,7 +151,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   }
 
   const admin = options.adminAddress ? await startSidecarAdmin(options.adminAddress, metrics, () => version) : undefined;
-  const gateway = new GatewayServer(context, streams, { maxRequestBodyBytes: options.maxRequestBodyBytes, approvals }, metrics);
+  const gateway = new GatewayServer(context, streams, { maxRequestBodyBytes: options.maxRequestBodyBytes, approvals }, metrics, tracing);
   const server: http.Server = await listenAt(gateway.handle, options.address);
   // Envoy keeps its connections to the sidecar open between requests: longer than Envoy's own idle timeout (1 h by default) would be pointless.
   server.keepAliveTimeout = 300_000;
@@ -165,6 +173,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       server.closeAllConnections();
       await sessions.close();
       approvalStore?.close();
+      await tracing.shutdown();
     },
   };
 }

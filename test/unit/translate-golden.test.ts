@@ -57,22 +57,38 @@ function catalogFor(ir: GatewayIR): CallLaneCatalog {
   );
 }
 
-const resourcesOf = (registry: ReturnType<typeof loadRegistryFile>) => {
+const resourcesOf = (registry: ReturnType<typeof loadRegistryFile>, gateway: GatewaySettings = settings) => {
   const ir = buildGatewayIR(registry);
-  return translate(ir, catalogFor(ir), settings, fixtureKeysFor(ir));
+  return translate(ir, catalogFor(ir), gateway, fixtureKeysFor(ir));
 };
+
+/** The call script is tested on its own (call-lane-lua.test.ts): golden files name it rather than repeat it. */
+function rendered(resources: ReturnType<typeof resourcesOf>): string {
+  const script = fs.readFileSync(projectPath('control-plane', 'xds', 'lua', 'call-lane.lua'), 'utf8');
+  return `${JSON.stringify(resources, (_key, value) => (value === script ? '<control-plane/xds/lua/call-lane.lua>' : value), 2)}\n`;
+}
+
+function expectGolden(resources: ReturnType<typeof resourcesOf>, file: string): void {
+  const golden = path.join(GOLDEN, file);
+  if (process.env.UPDATE_GOLDEN) fs.writeFileSync(golden, rendered(resources));
+  expect(rendered(resources)).toBe(fs.readFileSync(golden, 'utf8'));
+  // Every resource must also encode against Envoy's protos.
+  expect(() => buildSnapshot(resources)).not.toThrow();
+}
 
 describe('registry → IR → xDS golden files', () => {
   it.each(fs.readdirSync(FIXTURES).filter((file) => file.endsWith('.yaml')))('%s', (file) => {
-    const resources = resourcesOf(loadRegistryFile(path.join(FIXTURES, file)));
-    // The call script is tested on its own (call-lane-lua.test.ts): golden files name it rather than repeat it.
-    const script = fs.readFileSync(projectPath('control-plane', 'xds', 'lua', 'call-lane.lua'), 'utf8');
-    const rendered = `${JSON.stringify(resources, (_key, value) => (value === script ? '<control-plane/xds/lua/call-lane.lua>' : value), 2)}\n`;
-    const golden = path.join(GOLDEN, file.replace(/\.yaml$/, '.xds.json'));
-    if (process.env.UPDATE_GOLDEN) fs.writeFileSync(golden, rendered);
-    expect(rendered).toBe(fs.readFileSync(golden, 'utf8'));
-    // Every resource must also encode against Envoy's protos.
-    expect(() => buildSnapshot(resources)).not.toThrow();
+    expectGolden(resourcesOf(loadRegistryFile(path.join(FIXTURES, file))), file.replace(/\.yaml$/, '.xds.json'));
+  });
+
+  it('two-routes.yaml with tracing settings: the tracer, its collector cluster, span names and attributes', () => {
+    const tracing = { otlpEndpoint: 'http://otel-collector:4318', samplingRatio: 0.01, serviceName: 'mcpgw-envoy' };
+    expectGolden(resourcesOf(loadRegistryFile(path.join(FIXTURES, 'two-routes.yaml')), { ...settings, tracing }), 'two-routes.tracing.xds.json');
+  });
+
+  it('has nothing of tracing without tracing settings: no tracer, collector cluster, span ids filter, span names or attributes', () => {
+    const off = JSON.stringify(resourcesOf(loadRegistryFile(path.join(FIXTURES, 'two-routes.yaml'))));
+    for (const piece of ['envoy.tracers.opentelemetry', 'otel_collector', 'header_mutation', '"decorator"', '"custom_tags"']) expect(off).not.toContain(piece);
   });
 
   it('is unchanged when the registry lists routes and Tool Services in another order', () => {

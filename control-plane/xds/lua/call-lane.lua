@@ -27,6 +27,8 @@
 -- session check read in dynamic metadata (namespace mcpgw). The response side scopes the ids of
 -- requests the backend sends its client, puts the outcome into the final message, and turns a
 -- backend's non-JSON failure or a lost backend session into a JSON-RPC error.
+-- With tracing on (an x-mcpgw-span header names Envoy's span of the call), it also names that span in
+-- params._meta.traceparent, and leaves the attributes of the span in metadata (docs/observability.md#traces).
 --
 -- No JSON or SSE library exists inside Envoy's Lua: the scanning below only finds the members of an
 -- object and the end of an event; it never builds values. Requests reaching it were parsed and
@@ -51,6 +53,7 @@ local MAX_HELD_JSON_BYTES = 1024 * 1024
 local AUTHZ_NS = "envoy.filters.http.ext_authz"
 local CHECK_BACKEND_SESSION = "x-mcpgw-backend-session"
 local CHECK_GATEWAY_SESSION = "x-mcpgw-gateway-session"
+local SPAN_IDS_HEADER = "x-mcpgw-span"
 
 local JWT_NS = "envoy.filters.http.jwt_authn"
 local JWT_PAYLOAD = "jwt_payload"
@@ -196,6 +199,40 @@ function M.with_modern_envelope(body, params, inner)
     .. '"io.modelcontextprotocol/clientInfo":' .. GATEWAY_CLIENT_INFO
   if inner._meta and byte(body, inner._meta[1]) == 123 then return insert_members(body, inner._meta[1], envelope) end
   return insert_members(body, params[1], '"_meta":{' .. envelope .. "}")
+end
+
+-- The traceparent of Envoy's span of this call: its ids ("<trace id>-<span id>", from SPAN_IDS_HEADER)
+-- with the sampled flag of the caller's traceparent, whose trace it continues. nil when Envoy's span is
+-- not in the caller's trace (no or an unreadable traceparent: Envoy started a trace of its own).
+function M.gateway_traceparent(span_ids, callers)
+  if not span_ids or not callers then return nil end
+  local trace_id, span_id = string.match(span_ids, "^(%x+)%-(%x+)$")
+  local callers_trace, flags = string.match(callers, "^%x%x%-(%x+)%-%x+%-(%x%x)")
+  if not trace_id or #trace_id ~= 32 or #span_id ~= 16 or callers_trace ~= trace_id then return nil end
+  return "00-" .. trace_id .. "-" .. span_id .. "-" .. flags
+end
+
+-- The span of the string params._meta.traceparent (trace context in the request itself, as the
+-- 2026-07-28 revision carries it), from the members of params (tool_name_span's third value); nil when
+-- there is none. Only _meta is scanned: params was, once, already.
+function M.meta_traceparent_span(body, params_members)
+  local meta = params_members and params_members._meta
+  local fields = meta and byte(body, meta[1]) == 123 and members(body, meta[1])
+  local value = fields and fields.traceparent
+  if not value or byte(body, value[1]) ~= 34 then return nil end
+  return value
+end
+
+-- s with each { first, last, text } of `edits` (in order, not overlapping) replacing s[first..last].
+function M.substitute(s, edits)
+  local out, position = {}, 1
+  for _, edit in ipairs(edits) do
+    out[#out + 1] = sub(s, position, edit[1] - 1)
+    out[#out + 1] = edit[3]
+    position = edit[2] + 1
+  end
+  out[#out + 1] = sub(s, position)
+  return concat(out)
 end
 
 -- "t=30000;r;f;a=2;q=0" → { deadline_ms = 30000, retry = true, fallback = true, access = "2", quota = "0" }
@@ -402,6 +439,17 @@ function envoy_on_request(h)
   local caller = context:get("auth") and M.caller_of((metadata:get(JWT_NS) or {})[JWT_PAYLOAD], context:get("groups_claim")) or nil
   local access_rule = tool and tool.access and (context:get("access:" .. tool.access) or {})
   local auth_scopes, resource_metadata = context:get("auth_scopes"), context:get("resource_metadata")
+  -- With tracing on, Envoy's span ids (a filter before this script overwrites any client's value);
+  -- with it off, a client's own header could only make the script write into _meta a traceparent the
+  -- client could have written there itself.
+  local request_headers = h:headers()
+  local span_ids = request_headers:get(SPAN_IDS_HEADER)
+  local gateway_traceparent
+  if span_ids then
+    metadata:set(NS, "traced", true)
+    metadata:set(NS, "session_present", request_headers:get("mcp-session-id") ~= nil)
+    gateway_traceparent = M.gateway_traceparent(span_ids, request_headers:get("traceparent"))
+  end
 
   -- The body was read whole by the mcp filter already: this only hands it over (and yields).
   local body = h:body()
@@ -445,7 +493,15 @@ function envoy_on_request(h)
     -- The check yielded: the body handle is taken anew.
     body = h:body()
   end
-  text = sub(text, 1, first) .. own .. sub(text, last)
+  -- One pass over the body: the prefix stripped from the name and, with tracing on, the gateway's span
+  -- named in params._meta.traceparent, wherever each of them stands.
+  local edits = { { first + 1, last - 1, own } }
+  local traced_meta = gateway_traceparent and find(text, '"traceparent"', 1, true) and M.meta_traceparent_span(text, inner)
+  if traced_meta then
+    local edit = { traced_meta[1], traced_meta[2], json_string(gateway_traceparent) }
+    if traced_meta[1] < first then table.insert(edits, 1, edit) else edits[2] = edit end
+  end
+  text = M.substitute(text, edits)
   local headers = h:headers()
   -- Headers of the gateway's own namespace mean nothing from a client and must not reach a backend.
   local owned = {}
@@ -656,8 +712,9 @@ function M.rewrite_message(s, call)
   return nil
 end
 
--- The outcome an answer already carries: Envoy's own failure replies (docs/errors.md) put theirs at the
--- top of error.data, a degraded (fallback) result in result._meta. nil for any other message.
+-- The outcome an answer already carries, and the HTTP status of a failure: Envoy's own failure replies
+-- (docs/errors.md) put theirs at the top of error.data, a degraded (fallback) result in result._meta.
+-- nil for any other message.
 function M.carried_outcome(s)
   local top = members(s, skip_ws(s, 1))
   if not top then return nil end
@@ -672,7 +729,9 @@ function M.carried_outcome(s)
   end
   local fields = holder and byte(s, holder[1]) == 123 and members(s, holder[1])
   local outcome = fields and fields.outcome and text_of(s, fields.outcome)
-  return outcome and string.match(outcome, '^"([a-z_]+)"$') or nil
+  outcome = outcome and string.match(outcome, '^"([a-z_]+)"$')
+  if not outcome then return nil end
+  return outcome, fields.http_status and tonumber(text_of(s, fields.http_status)) or nil
 end
 
 -- A 400 of servers built on the MCP SDK's examples ("No valid session ID", "Server not initialized")
@@ -753,7 +812,9 @@ local function call_of(h)
     length = tonumber(headers:get("content-length") or ""),
     annotate = h:filterContext():get("annotate"),
     sidecar = h:filterContext():get("sidecar_cluster"),
+    traced = ours.traced,
   }
+  if call.traced then metadata:set(NS, "attempts", attempts) end
   -- The check let this call go to a backend that needs no session of its own: remember that for the
   -- session's next calls on this worker. (A backend session is never remembered: the backend may lose
   -- it, and every worker must learn that at once.)
@@ -771,8 +832,16 @@ local function call_of(h)
   return call
 end
 
-local function record_outcome(h, outcome)
-  if outcome then h:streamInfo():dynamicMetadata():set(NS, "outcome", outcome) end
+-- The call's outcome, for the access log and the call's span; a failed call's span gets the HTTP status
+-- the call failed with (Envoy's tracer marks a span failed only by a 5xx status, and the client's answer
+-- is a 200): the backend's own 5xx, Envoy's failure reply's, or 502 for any other failure of the backend.
+local function record_outcome(h, call, outcome, http_status)
+  if not outcome then return end
+  local metadata = h:streamInfo():dynamicMetadata()
+  metadata:set(NS, "outcome", outcome)
+  if call.traced and outcome == "failed" then
+    metadata:set(NS, "failure_status", tostring(http_status and http_status >= 500 and http_status or 502))
+  end
 end
 
 -- The whole answer replaced by one JSON-RPC error naming the backend (status 200: MCP clients read
@@ -784,7 +853,7 @@ local function replace_with_error(h, call, message, http_status, buffered)
   headers:replace(":status", "200")
   headers:replace("content-type", "application/json")
   headers:remove("mcp-session-id")
-  record_outcome(h, "failed")
+  record_outcome(h, call, "failed", http_status)
   local data = '{"outcome":"failed","backend":' .. json_string(call.backend) .. ',"tool":' .. json_string(call.tool)
     .. ',"attempts":' .. call.attempts .. ',"fallback_used":false,"http_status":' .. http_status .. "}"
   local body = '{"jsonrpc":"2.0","id":' .. call.id_json .. ',"error":{"code":' .. BACKEND_UNAVAILABLE .. ',"message":'
@@ -829,7 +898,7 @@ function envoy_on_response(h)
     local rewritten = call.annotate and M.rewrite_message(text, call)
     if rewritten then
       body:setBytes(rewritten)
-      record_outcome(h, call.final)
+      record_outcome(h, call, call.final)
     end
     return
   end
@@ -853,7 +922,8 @@ function envoy_on_response(h)
           local message = last and sub(held, 1, last)
           local rewritten = message and M.rewrite_message(message, call)
           chunk:setBytes(rewritten and (rewritten .. sub(held, last + 1)) or held)
-          record_outcome(h, call.final or (message and M.carried_outcome(message)))
+          if call.final then record_outcome(h, call, call.final)
+          elseif message then record_outcome(h, call, M.carried_outcome(message)) end
         else
           chunk:setBytes("")
         end
@@ -871,7 +941,7 @@ function envoy_on_response(h)
         out, pending, passing = out .. pending, "", true
       end
       chunk:setBytes(out)
-      record_outcome(h, call.final)
+      record_outcome(h, call, call.final)
       call.final = nil
     end
   end

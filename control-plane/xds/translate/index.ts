@@ -7,6 +7,7 @@ import { buildListener } from './listener';
 import { buildRouteConfiguration } from './route-configuration';
 import { localQuotaConfigs } from './quotas';
 import { GatewaySettings } from './settings';
+import { collectorCluster } from './tracing';
 import { TYPE_URL } from './type-urls';
 
 /** The Envoy resources for one IR, by xDS type URL, in proto3 JSON form (what golden files hold). */
@@ -19,7 +20,7 @@ export type XdsResources = Record<string, TypedJson[]>;
  */
 export function translate(ir: GatewayIR, catalog: CallLaneCatalog, settings: GatewaySettings, keys: SigningKeys): XdsResources {
   return {
-    [TYPE_URL.cluster]: buildClusters(ir, settings),
+    [TYPE_URL.cluster]: [...buildClusters(ir, settings), ...(settings.tracing ? [collectorCluster(settings.tracing)] : [])],
     [TYPE_URL.listener]: [buildListener(settings)],
     // jwt_authn and the per-instance limits' buckets (ECDS): a change of either never touches the listener.
     [TYPE_URL.typedExtensionConfig]: [jwtAuthnConfig(ir, keys), ...localQuotaConfigs(ir, settings.quotas)],

@@ -14,6 +14,7 @@ import {
   METADATA_NAMESPACE,
   ROUTE_CONFIG_NAME,
 } from './settings';
+import { connectionManagerTracing, spanIdsFilter } from './tracing';
 import { TYPE_URL } from './type-urls';
 
 /** A claim of the caller's validated token (jwt_authn), cut to a bounded length: the token's issuer chose it. */
@@ -124,6 +125,7 @@ export function buildListener(settings: GatewaySettings): TypedJson {
               request_timeout: '0s',
               access_log: [accessLog, callLog],
               local_reply_config: localReplyConfig(),
+              ...(settings.tracing && { tracing: connectionManagerTracing(settings.tracing) }),
               // CORS answers the preflights of browser pages on allowed origins (they carry no token), the
               // origin check refuses any other origin, jwt_authn validates the token of every request of a
               // route with auth before anything reads its body (docs/auth.md). The two
@@ -136,6 +138,7 @@ export function buildListener(settings: GatewaySettings): TypedJson {
                 originCheckFilter(settings.access.allowedOrigins),
                 jwtAuthnFilter(),
                 mcpFilter(settings.maxRequestBodyBytes),
+                ...(settings.tracing ? [spanIdsFilter()] : []),
                 callScriptFilter(),
                 ...quotaFilters(settings.quotas),
                 sessionCheckFilter(settings.sessionCheckTimeoutMs),

@@ -6,6 +6,7 @@ import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, 
 import { duration } from './duration';
 import { callRouteQuotas, gatewayRouteQuotas } from './quotas';
 import { GatewaySettings, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
+import { GATEWAY_SPANS, routeTracing } from './tracing';
 import { TYPE_URL, typedStruct } from './type-urls';
 
 /** Where the sidecars serve the approval pages. */
@@ -22,14 +23,18 @@ const GATEWAY_LANE_TIMEOUT = '30s';
 /** A client's GET stream is kept alive by the sidecar's keepalive comments (every 30 s). */
 const STREAM_IDLE_TIMEOUT = '120s';
 
+/** What the routes take of the gateway's settings: the audit's copy of call arguments, Envoy's tracer. */
+type RouteSettings = Pick<GatewaySettings, 'auditArguments' | 'tracing'>;
+
 /** The call lane: a tools/call named with this backend's prefix, to its Tool Service, under the call script's rules. */
-function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolServiceIR, catalog: CallLaneCatalog, settings: Pick<GatewaySettings, 'auditArguments'>) {
+function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolServiceIR, catalog: CallLaneCatalog, settings: RouteSettings) {
   const { host, port, path } = service.endpoint;
   const quotas = callRouteQuotas(route, service);
   const toolQuotas = { toolServiceId: service.id, tools: service.quotas.tools };
   return {
     ...CALLER_HEADER_REMOVED,
     name: `${route.key}/call/${backend.name}`,
+    ...(settings.tracing && routeTracing(GATEWAY_SPANS.forward, route.key, backend.name)),
     match: callMatch(route.path, backend.name, catalog.separator),
     metadata: quotas.metadata,
     route: {
@@ -62,10 +67,11 @@ function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolService
 }
 
 /** A client's standalone GET stream of the route: held by the sidecars for as long as the client keeps it. */
-function streamsRoute(route: RouteIR) {
+function streamsRoute(route: RouteIR, traced: boolean) {
   return {
     ...CALLER_HEADER_SET,
     name: `${route.key}/streams`,
+    ...(traced && routeTracing(GATEWAY_SPANS.stream, route.key)),
     match: { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'GET' } }] },
     route: { cluster: SIDECAR_STREAMS_CLUSTER_NAME, timeout: '0s', idle_timeout: STREAM_IDLE_TIMEOUT },
     typed_per_filter_config: GATEWAY_LANE_FILTERS,
@@ -88,10 +94,17 @@ export const SIDECAR_RETRY_POLICY = {
 type GatewayRouteQuotas = ReturnType<typeof gatewayRouteQuotas>;
 
 /** The gateway lane: everything the gateway answers itself (initialize, tools/list, DELETE, …) and calls no backend route took. */
-function gatewayRoute(name: string, match: Record<string, unknown>, filters: Record<string, unknown> = GATEWAY_LANE_FILTERS, quotas?: GatewayRouteQuotas) {
+function gatewayRoute(
+  name: string,
+  match: Record<string, unknown>,
+  tracing: ReturnType<typeof routeTracing> | undefined,
+  filters: Record<string, unknown> = GATEWAY_LANE_FILTERS,
+  quotas?: GatewayRouteQuotas,
+) {
   return {
     ...CALLER_HEADER_SET,
     name,
+    ...tracing,
     match,
     ...(quotas && { metadata: quotas.metadata }),
     route: {
@@ -123,16 +136,17 @@ function routesOf(
   services: Map<string, ToolServiceIR>,
   catalog: CallLaneCatalog,
   keys: SigningKeys,
-  settings: Pick<GatewaySettings, 'auditArguments'>,
+  settings: RouteSettings,
 ): Record<string, unknown>[] {
   if (route.auth && !keys.has(route.auth.keys.name)) return [metadataDocumentRoute(route), keysUnavailableRoute(route)];
+  const answered = settings.tracing ? routeTracing(GATEWAY_SPANS.answer, route.key) : undefined;
   const lanes = [
     ...[...route.backends]
       .sort((a, b) => b.name.length - a.name.length || a.name.localeCompare(b.name))
       .map((backend) => callRoute(route, backend, services.get(backend.catalogKey)!, catalog, settings)),
-    streamsRoute(route),
-    gatewayRoute(`${route.key}/end`, { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'DELETE' } }] }, SESSION_END_FILTERS),
-    gatewayRoute(`${route.key}/gateway`, { path_separated_prefix: route.path }, GATEWAY_LANE_FILTERS, gatewayRouteQuotas(route)),
+    streamsRoute(route, settings.tracing !== undefined),
+    gatewayRoute(`${route.key}/end`, { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'DELETE' } }] }, answered, SESSION_END_FILTERS),
+    gatewayRoute(`${route.key}/gateway`, { path_separated_prefix: route.path }, answered, GATEWAY_LANE_FILTERS, gatewayRouteQuotas(route)),
   ].map((lane) => withAuth(route, lane));
   return route.auth ? [metadataDocumentRoute(route), ...lanes] : lanes;
 }
@@ -145,7 +159,7 @@ function routesOf(
 export function buildRouteConfiguration(
   ir: GatewayIR,
   catalog: CallLaneCatalog,
-  settings: Pick<GatewaySettings, 'access' | 'auditArguments'>,
+  settings: RouteSettings & Pick<GatewaySettings, 'access'>,
   keys: SigningKeys,
 ): TypedJson {
   const { access } = settings;
@@ -165,9 +179,9 @@ export function buildRouteConfiguration(
         routes: [
           ...routes,
           // /mcp without a key, or a key no route has: the sidecar says which.
-          gatewayRoute('unknown_route', { path_separated_prefix: '/mcp' }),
+          gatewayRoute('unknown_route', { path_separated_prefix: '/mcp' }, undefined),
           // The approval pages people open in a browser (docs/approval-and-audit.md): HTML and forms, not MCP.
-          gatewayRoute('approval_pages', { path_separated_prefix: APPROVAL_PAGES_PATH }, APPROVAL_PAGE_FILTERS),
+          gatewayRoute('approval_pages', { path_separated_prefix: APPROVAL_PAGES_PATH }, undefined, APPROVAL_PAGE_FILTERS),
           {
             name: 'not_found',
             match: { prefix: '/' },

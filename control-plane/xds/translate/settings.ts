@@ -21,6 +21,8 @@ export interface GatewaySettings {
    * hash (control-plane/audit/). Off when the control plane writes no audit: then nothing is copied.
    */
   auditArguments: boolean;
+  /** Envoy's spans (docs/observability.md#traces); absent, no tracer is configured at all. */
+  tracing?: GatewayTracing;
 }
 
 /** `*`: any value. */
@@ -54,6 +56,16 @@ export interface QuotaSettings {
   maxTrackedCallers: number;
 }
 
+/** Envoy's OpenTelemetry tracer: a gateway setting, so it changes the listener only when it changes. */
+export interface GatewayTracing {
+  /** OTLP/HTTP base URL of the collector, e.g. http://collector:4318: Envoy posts spans to `<url>/v1/traces`. */
+  otlpEndpoint: string;
+  /** Share of the traces Envoy starts that are kept (0…1); a caller's sampled flag is followed. */
+  samplingRatio: number;
+  /** `service.name` of Envoy's spans. */
+  serviceName: string;
+}
+
 /** Defaults of the settings above that are not addresses (docs/xds.md says why). */
 export const GATEWAY_DEFAULTS = {
   maxRequestBodyBytes: 1024 * 1024,
@@ -72,6 +84,8 @@ export const SIDECAR_CLUSTER_NAME = 'mcp_sidecar';
 export const SIDECAR_STREAMS_CLUSTER_NAME = 'mcp_sidecar_streams';
 /** The same sidecars, for the call lane's session check (ext_authz over HTTP). */
 export const SIDECAR_CHECK_CLUSTER_NAME = 'mcp_sidecar_check';
+/** The OTLP collector, for Envoy's spans (only with tracing settings). */
+export const OTEL_COLLECTOR_CLUSTER_NAME = 'otel_collector';
 /** Where the sidecar serves the session check; Envoy prefixes the call's own path with it. */
 export const SESSION_CHECK_PATH = '/check';
 /** The ratelimit service (envoyproxy/ratelimit) of shared limits, over gRPC. */
@@ -93,6 +107,12 @@ export const CHECK_HEADERS = {
   backendSession: 'x-mcpgw-backend-session',
   gatewaySession: 'x-mcpgw-gateway-session',
 } as const;
+
+/**
+ * With tracing on, the call script learns the ids of Envoy's span of the call from this header
+ * (`<trace id>-<span id>`, added before the script runs), to write them into params._meta.
+ */
+export const SPAN_IDS_HEADER = 'x-mcpgw-span';
 
 /** Envoy's answer statuses (ext_authz): 200 lets the call go; anything else is the client's answer. */
 export const CHECK_STATUS = {

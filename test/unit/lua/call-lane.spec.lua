@@ -38,6 +38,28 @@ _, _, inner, params = M.tool_name_span(body)
 check("envelope merged into _meta", M.with_modern_envelope(body, params, inner),
   '{"params":{"name":"get","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"mcp-federation-gateway","version":"0.1.0"},"progressToken":3}}}')
 
+-- trace context: the gateway's span, in the caller's trace, also named in params._meta
+local span_ids = "0af7651916cd43dd8448eb211c80319c-c88cfa8db470da01"
+check("gateway traceparent keeps the caller's sampled flag",
+  M.gateway_traceparent(span_ids, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"), "00-0af7651916cd43dd8448eb211c80319c-c88cfa8db470da01-01")
+check("gateway traceparent of an unsampled caller",
+  M.gateway_traceparent(span_ids, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"), "00-0af7651916cd43dd8448eb211c80319c-c88cfa8db470da01-00")
+check("no gateway traceparent outside the caller's trace",
+  M.gateway_traceparent(span_ids, "00-11111111111111111111111111111111-b7ad6b7169203331-01"), nil)
+check("no gateway traceparent without a caller's", M.gateway_traceparent(span_ids, nil), nil)
+check("no gateway traceparent for unreadable ids", M.gateway_traceparent("-", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"), nil)
+local function traceparent_in_meta(body)
+  local _, _, inner = M.tool_name_span(body)
+  local span = M.meta_traceparent_span(body, inner)
+  return span and body:sub(span[1], span[2])
+end
+check("_meta traceparent found", traceparent_in_meta('{"params":{"name":"get","_meta":{"tracestate":"v=1","traceparent":"00-ab-cd-01"}}}'), '"00-ab-cd-01"')
+check("a traceparent in the arguments is the tool's", traceparent_in_meta('{"params":{"name":"get","arguments":{"traceparent":"x"},"_meta":{"progressToken":1}}}'), nil)
+check("no _meta, no traceparent", traceparent_in_meta('{"params":{"name":"get"}}'), nil)
+check("a _meta traceparent that is not a string is left", traceparent_in_meta('{"params":{"name":"get","_meta":{"traceparent":5}}}'), nil)
+check("edits in one pass", M.substitute("abcdefgh", { { 2, 3, "XY" }, { 6, 6, "" } }), "aXYdegh")
+check("no edits", M.substitute("abc", {}), "abc")
+
 -- flags
 local flags = M.tool_flags("t=30000;r;f")
 check("flag deadline", flags.deadline_ms, "30000")
@@ -130,6 +152,8 @@ check("json end: partial", M.json_end('{"jsonrpc":"2.0","result":{"a":"}'), nil)
 check("json end: whole", M.json_end(' {"a":{"b":"}"}} \n'), 16)
 check("json end: empty", M.json_end('  '), nil)
 check("carried outcome of a failure reply", M.carried_outcome('{"jsonrpc":"2.0","id":1,"error":{"code":-32004,"message":"x","data":{"outcome":"failed","backend":"b"}}}'), "failed")
+check("carried HTTP status of a failure reply",
+  select(2, M.carried_outcome('{"jsonrpc":"2.0","id":1,"error":{"code":-32004,"message":"x","data":{"outcome":"failed","http_status":503}}}')), 503)
 check("carried outcome of a degraded result", M.carried_outcome('{"jsonrpc":"2.0","id":1,"result":{"content":[],"_meta":{"mcpgw/outcome":{"outcome":"degraded"}}}}'), "degraded")
 check("no carried outcome", M.carried_outcome('{"jsonrpc":"2.0","id":1,"result":{"content":[]}}'), nil)
 
