@@ -26,7 +26,7 @@ const DAY_MS = 86_400_000;
 export const transportSchema = z
   .object({
     connectTimeoutMs: z.number().int().min(1).max(60_000).optional(),
-    /** Deadline for the whole response; 0 means none, the default, since tools/call may stream for long. */
+    /** Deadline for the whole response (default 10 minutes); 0 means none. */
     requestTimeoutMs: z.number().int().min(0).max(DAY_MS).optional(),
     /** How long a response stream may stay silent. */
     idleTimeoutMs: z.number().int().min(1).max(DAY_MS).optional(),
@@ -121,7 +121,7 @@ export const toolServiceQuotasSchema = z
   .object({
     calls: rateLimitsSchema.optional().describe('tools/call to the Tool Service from every route.'),
     concurrency: z
-      .object({ total: inFlight.optional().describe('tools/call in flight to the Tool Service at once, from every route (default 1024).') })
+      .object({ total: inFlight.optional().describe('tools/call in flight to the Tool Service at once, from every route; past it a call is refused at once (429). Default: the gateway setting --tool-service-max-requests (1024), past which calls wait for a connection.') })
       .strict()
       .optional(),
     tools: z.array(toolQuotaSchema).min(1).optional().describe('Limits of single tools.'),

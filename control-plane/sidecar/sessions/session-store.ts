@@ -38,6 +38,13 @@ export interface SessionStore {
   claimBackend(id: string, backend: string, backendSessionId: string): Promise<string>;
   /** Drops a backend session the backend no longer knows, unless another one was recorded meanwhile. */
   forgetBackend(id: string, backend: string, staleBackendSessionId: string): Promise<void>;
+  /**
+   * Records a request a backend sent the client of this session (its own id as raw JSON), so that the
+   * client's answer to it is taken once; nothing when the session ended meanwhile.
+   */
+  expectAnswer(id: string, backend: string, requestId: string): Promise<void>;
+  /** Whether that request was outstanding; it is not any more. */
+  takeAnswer(id: string, backend: string, requestId: string): Promise<boolean>;
   remove(id: string): Promise<void>;
   close(): Promise<void>;
 }
@@ -97,6 +104,8 @@ const storedSessionSchema = z.object({
 });
 
 const BACKEND_FIELD = 'backend:';
+/** A request a backend sent the client, awaiting the client's answer: `answer:<backend>:<its own id as JSON>`. */
+const answerField = (backend: string, requestId: string) => `answer:${backend}:${requestId}`;
 
 /** Compare-and-delete, so two replicas recovering the same backend session cannot drop each other's new one. */
 const FORGET_IF_UNCHANGED = `if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL', KEYS[1], ARGV[1]) end return 0`;
@@ -111,6 +120,11 @@ if redis.call('HEXISTS', KEYS[1], 'route') == 0 then return false end
 redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 return redis.call('HGET', KEYS[1], ARGV[1])`;
+
+/** Records an outstanding request only while the session exists (as CLAIM_IF_SESSION_EXISTS does). */
+const EXPECT_IF_SESSION_EXISTS = `
+if redis.call('HEXISTS', KEYS[1], 'route') == 0 then return 0 end
+return redis.call('HSET', KEYS[1], ARGV[1], '1')`;
 
 export interface RedisSessionStoreOptions extends Partial<SessionLimits>, Partial<RedisTimeouts> {
   url: string;
@@ -267,6 +281,16 @@ export class RedisSessionStore implements SessionStore {
     });
   }
 
+  async expectAnswer(id: string, backend: string, requestId: string): Promise<void> {
+    return this.guarded(async () => {
+      await this.redis.eval(EXPECT_IF_SESSION_EXISTS, 1, this.key(id), answerField(backend, requestId));
+    });
+  }
+
+  async takeAnswer(id: string, backend: string, requestId: string): Promise<boolean> {
+    return this.guarded(async () => (await this.redis.hdel(this.key(id), answerField(backend, requestId))) === 1);
+  }
+
   async remove(id: string): Promise<void> {
     return this.guarded(async () => {
       await this.redis.del(this.key(id));
@@ -281,7 +305,7 @@ export class RedisSessionStore implements SessionStore {
 
 /** For a single sidecar without Redis: sessions live and die with the process. */
 export class MemorySessionStore implements SessionStore {
-  private readonly sessions = new Map<string, { session: GatewaySession; expiresAt: number }>();
+  private readonly sessions = new Map<string, { session: GatewaySession; expiresAt: number; awaitingAnswers: Set<string> }>();
 
   constructor(
     private readonly idleTtlSeconds: number,
@@ -291,7 +315,7 @@ export class MemorySessionStore implements SessionStore {
   async create(fields: Omit<GatewaySession, 'id' | 'backends'>): Promise<GatewaySession> {
     checkClientFields(fields, this.limits);
     const session: GatewaySession = { ...fields, id: newSessionId(), backends: {} };
-    this.sessions.set(session.id, { session, expiresAt: Date.now() + this.idleTtlSeconds * 1000 });
+    this.sessions.set(session.id, { session, expiresAt: Date.now() + this.idleTtlSeconds * 1000, awaitingAnswers: new Set() });
     return session;
   }
 
@@ -317,6 +341,14 @@ export class MemorySessionStore implements SessionStore {
   async forgetBackend(id: string, backend: string, staleBackendSessionId: string): Promise<void> {
     const session = this.sessions.get(id)?.session;
     if (session?.backends[backend] === staleBackendSessionId) delete session.backends[backend];
+  }
+
+  async expectAnswer(id: string, backend: string, requestId: string): Promise<void> {
+    this.sessions.get(id)?.awaitingAnswers.add(answerField(backend, requestId));
+  }
+
+  async takeAnswer(id: string, backend: string, requestId: string): Promise<boolean> {
+    return this.sessions.get(id)?.awaitingAnswers.delete(answerField(backend, requestId)) ?? false;
   }
 
   async remove(id: string): Promise<void> {

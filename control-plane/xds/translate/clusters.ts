@@ -2,14 +2,16 @@ import { isIP } from 'node:net';
 import { GatewayIR, ToolServiceIR } from '../../ir/gateway-ir';
 import { TypedJson } from '../protobuf/proto-json';
 import { duration } from './duration';
-import { GatewaySettings, SIDECAR_CHECK_CLUSTER_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
+import { GatewaySettings, SIDECAR_CHECK_CLUSTER_NAME, ToolServiceLimits, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { TYPE_URL } from './type-urls';
 import { rateLimitServiceCluster } from './quotas';
 
 /**
  * Cluster defaults (docs/xds.md explains each): a Tool Service that stops accepting connections is
  * taken out by the health check within ~10 s, one that keeps failing by outlier detection, and no
- * single backend can hold more than the circuit-breaker limits of Envoy's connections and requests.
+ * single backend can hold more than its circuit-breaker limits (--tool-service-max-requests,
+ * --tool-service-max-pending) of Envoy's connections and requests: past them its own calls fail at once,
+ * the other backends' are untouched (docs/adr/0009-edge-hardening.md).
  */
 export const CLUSTER_DEFAULTS = {
   healthCheck: { interval: '5s', timeout: '1s', unhealthy_threshold: 2, healthy_threshold: 1 },
@@ -20,8 +22,30 @@ export const CLUSTER_DEFAULTS = {
     base_ejection_time: '30s',
     max_ejection_percent: 100,
   },
-  circuitBreakers: { max_connections: 1024, max_pending_requests: 1024, max_requests: 1024, max_retries: 3 },
+  /** Retries in flight to one backend at once; calls are limited by GatewaySettings.toolServiceLimits. */
+  maxRetries: 3,
+  /** A connection's buffers towards a backend before back-pressure (Envoy's edge recommendation). */
+  perConnectionBufferLimitBytes: 32 * 1024,
 };
+
+/**
+ * HTTP/1.1 to a backend: one call per connection, so calls in flight and connections share one limit.
+ * A Tool Service's own concurrency limit (docs/quotas.md) lowers its calls in flight only: past it a
+ * call overflows at once (answered 429), where past the connections it would wait for one.
+ */
+function toolServiceCircuitBreakers(limits: ToolServiceLimits, concurrency: number | undefined) {
+  return {
+    thresholds: [
+      {
+        priority: 'DEFAULT',
+        max_connections: limits.maxRequests,
+        max_requests: concurrency ?? limits.maxRequests,
+        max_pending_requests: limits.maxPendingRequests,
+        max_retries: CLUSTER_DEFAULTS.maxRetries,
+      },
+    ],
+  };
+}
 
 export interface Endpoint {
   address: string;
@@ -45,7 +69,7 @@ function healthCheck(service: ToolServiceIR) {
   return { ...CLUSTER_DEFAULTS.healthCheck, ...check };
 }
 
-function toolServiceCluster(service: ToolServiceIR): TypedJson {
+function toolServiceCluster(service: ToolServiceIR, limits: ToolServiceLimits): TypedJson {
   const { host, port, tls } = service.endpoint;
   const endpoints = [{ address: host, port }];
   return {
@@ -58,9 +82,8 @@ function toolServiceCluster(service: ToolServiceIR): TypedJson {
     health_checks: [healthCheck(service)],
     outlier_detection: CLUSTER_DEFAULTS.outlierDetection,
     // A Tool Service's concurrency limit (docs/quotas.md) is its own cluster's max_requests.
-    circuit_breakers: {
-      thresholds: [{ priority: 'DEFAULT', ...CLUSTER_DEFAULTS.circuitBreakers, ...(service.quotas.concurrency !== undefined && { max_requests: service.quotas.concurrency }) }],
-    },
+    circuit_breakers: toolServiceCircuitBreakers(limits, service.quotas.concurrency),
+    per_connection_buffer_limit_bytes: CLUSTER_DEFAULTS.perConnectionBufferLimitBytes,
     ...(tls && { transport_socket: upstreamTls(tls) }),
   };
 }
@@ -85,11 +108,14 @@ export function upstreamTls(tls: { sni: string; caFile: string }) {
 /**
  * The sidecars, over plain HTTP/1.1, as three clusters with limits of their own (docs/adr/0008): the
  * gateway lane's short requests, the call lane's session checks, and clients' long-lived GET streams —
- * so that streams held open can never take the slots of checks or answers.
+ * so that streams held open can never take the slots of checks or answers. The short requests share
+ * a few kept-alive connections and wait for one in Envoy's queue: a burst of new connections past the
+ * sidecar's accept backlog (Node's 511) would be dropped by the kernel and fail the calls it carried
+ * after the 1 s connect timeout (measured: 1,100 calls in one session at once, 511 of them failed).
  */
 export const SIDECAR_LIMITS = {
-  [SIDECAR_CLUSTER_NAME]: { max_connections: 1024, max_pending_requests: 1024, max_requests: 1024, max_retries: 3 },
-  [SIDECAR_CHECK_CLUSTER_NAME]: { max_connections: 1024, max_pending_requests: 1024, max_requests: 1024, max_retries: 3 },
+  [SIDECAR_CLUSTER_NAME]: { max_connections: 256, max_pending_requests: 4096, max_requests: 4096, max_retries: 3 },
+  [SIDECAR_CHECK_CLUSTER_NAME]: { max_connections: 256, max_pending_requests: 4096, max_requests: 4096, max_retries: 3 },
   [SIDECAR_STREAMS_CLUSTER_NAME]: { max_connections: 4096, max_pending_requests: 256, max_requests: 4096, max_retries: 0 },
 };
 
@@ -128,6 +154,6 @@ export function buildClusters(ir: GatewayIR, settings: GatewaySettings): TypedJs
     sidecarCluster(SIDECAR_CHECK_CLUSTER_NAME, settings),
     sidecarCluster(SIDECAR_STREAMS_CLUSTER_NAME, settings),
     rateLimitServiceCluster(settings.quotas),
-    ...ir.clusters.map(toolServiceCluster),
+    ...ir.clusters.map((cluster) => toolServiceCluster(cluster, settings.toolServiceLimits)),
   ];
 }
