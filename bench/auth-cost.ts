@@ -100,7 +100,7 @@ async function main(): Promise<void> {
   let runs: VariantRun[];
   try {
     const backendPort = await allocatePort();
-    await startBackendProcess(group, 'backend', [{ port: backendPort, fillerTools: 0, listDelayMs: 0 }]);
+    await startBackendProcess(group, 'backend', [{ port: backendPort, fillerTools: 0, listDelayMs: 0, prompts: 0, resources: 0 }]);
     const backend = { name: 'bench', url: `http://${HOST}:${backendPort}/mcp` };
     const registryFile = path.join(LOG_DIR, 'registry.yaml');
     fs.writeFileSync(

@@ -86,7 +86,7 @@ async function main(): Promise<void> {
   let runs: VariantRun[];
   try {
     const backendPort = await allocatePort();
-    await startBackendProcess(group, 'backend', [{ port: backendPort, fillerTools: 0, listDelayMs: 0 }]);
+    await startBackendProcess(group, 'backend', [{ port: backendPort, fillerTools: 0, listDelayMs: 0, prompts: 0, resources: 0 }]);
     const registryFile = path.join(LOG_DIR, 'registry.yaml');
     fs.writeFileSync(registryFile, stringify(registry(`http://${HOST}:${backendPort}/mcp`)));
     const stack = await group.startGateway('gateway', { registryFile, logDir: LOG_DIR, rateLimit: true });

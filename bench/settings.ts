@@ -65,7 +65,7 @@ const FULL: BenchSettings = {
   streaming: { notifications: 20, intervalMs: 50, callsPerRepetition: 20, concurrency: 10 },
   tracing: { ratePerSecond: 250, samplingRatios: [0.01, 1] },
   toolList: {
-    fleet: { backends: 50, toolsPerBackend: 100, slowListDelayMs: 2_000 },
+    fleet: { backends: 50, toolsPerBackend: 100, promptsPerBackend: 20, resourcesPerBackend: 100, slowListDelayMs: 2_000 },
     ratePerSecond: 2,
     warmupRequests: 3,
     measureMs: 6_000,

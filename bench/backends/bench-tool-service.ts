@@ -3,7 +3,20 @@ import * as http from 'node:http';
 import { z } from 'zod';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
-import { CallToolRequestSchema, CallToolResult, ErrorCode, ListToolsRequestSchema, McpError, Tool } from '@modelcontextprotocol/sdk/types.js';
+import {
+  CallToolRequestSchema,
+  CallToolResult,
+  ErrorCode,
+  ListPromptsRequestSchema,
+  ListResourceTemplatesRequestSchema,
+  ListResourcesRequestSchema,
+  ListToolsRequestSchema,
+  McpError,
+  ReadResourceRequestSchema,
+  Prompt,
+  Resource,
+  Tool,
+} from '@modelcontextprotocol/sdk/types.js';
 
 /**
  * MCP backends for the bench: real SDK servers on StreamableHTTPServerTransport (stateless, SSE
@@ -15,7 +28,9 @@ import { CallToolRequestSchema, CallToolResult, ErrorCode, ListToolsRequestSchem
  *   so a client can tell how long each frame spent on the way;
  * - `hang`: never answers (until its client goes away): the stuck backend of the isolation bench;
  * - filler tools, so that a backend lists e.g. 100 tools;
- * - a delay on tools/list: the slow backend of the tools/list scenario.
+ * - a delay on tools/list: the slow backend of the tools/list scenario;
+ * - prompts and resources, for the prompts/list and resources/list of the same scenario; a read of
+ *   `bench://<port>/size/<n>` answers n bytes of text (bench/resource-read-lanes.ts).
  *
  * Why the SDK's low-level Server and not McpServer (as samples/tool-services uses): McpServer turns
  * every tool's zod schema into JSON Schema on every tools/list and registers every tool on every
@@ -29,6 +44,9 @@ export interface BenchToolServiceSpec {
   fillerTools: number;
   /** How long tools/list waits before answering (0: at once). */
   listDelayMs: number;
+  /** Prompts and resources it lists (0: it declares none). */
+  prompts: number;
+  resources: number;
 }
 
 export const ECHO_TOOL = 'echo';
@@ -93,9 +111,36 @@ function benchTools(spec: BenchToolServiceSpec): Map<string, BenchTool> {
   return new Map(tools.map((entry) => [entry.definition.name, entry]));
 }
 
-function buildServer(spec: BenchToolServiceSpec, tools: Map<string, BenchTool>, definitions: Tool[]): Server {
-  const server = new Server({ name: `bench-backend-${spec.port}`, version: '1.0.0' }, { capabilities: { tools: {} } });
+/** What a backend lists besides tools: prompts with two arguments, documents under bench://<port>/. */
+function benchSurface(spec: BenchToolServiceSpec): { prompts: Prompt[]; resources: Resource[] } {
+  const numbered = (count: number) => Array.from({ length: count }, (_, index) => String(index).padStart(3, '0'));
+  return {
+    prompts: numbered(spec.prompts).map((index) => ({
+      name: `prompt_${index}`,
+      description: `Filler prompt ${index} of bench backend ${spec.port}.`,
+      arguments: [
+        { name: 'topic', description: 'What the prompt is about', required: true },
+        { name: 'tone', description: 'How it should sound' },
+      ],
+    })),
+    resources: numbered(spec.resources).map((index) => ({ uri: `bench://${spec.port}/doc/${index}`, name: `doc_${index}`, mimeType: 'text/plain', description: `Filler document ${index}.` })),
+  };
+}
+
+function buildServer(spec: BenchToolServiceSpec, tools: Map<string, BenchTool>, definitions: Tool[], surface: ReturnType<typeof benchSurface>): Server {
+  const capabilities = { tools: {}, ...(spec.prompts > 0 && { prompts: {} }), ...(spec.resources > 0 && { resources: {} }) };
+  const server = new Server({ name: `bench-backend-${spec.port}`, version: '1.0.0' }, { capabilities });
   server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: definitions }));
+  if (spec.prompts > 0) server.setRequestHandler(ListPromptsRequestSchema, () => ({ prompts: surface.prompts }));
+  if (spec.resources > 0) {
+    server.setRequestHandler(ListResourcesRequestSchema, () => ({ resources: surface.resources }));
+    server.setRequestHandler(ListResourceTemplatesRequestSchema, () => ({ resourceTemplates: [] }));
+    server.setRequestHandler(ReadResourceRequestSchema, (request) => {
+      const size = /\/size\/(\d+)$/.exec(request.params.uri);
+      if (!size) throw new McpError(ErrorCode.InvalidParams, `no resource "${request.params.uri}"`);
+      return { contents: [{ uri: request.params.uri, mimeType: 'text/plain', text: 'x'.repeat(Math.min(Number(size[1]), 16 * 1024 * 1024)) }] };
+    });
+  }
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
     const called = tools.get(request.params.name);
     if (!called) throw new McpError(ErrorCode.InvalidParams, `unknown tool "${request.params.name}"`);
@@ -115,6 +160,7 @@ function answerJson(res: http.ServerResponse, status: number, body: unknown): vo
 export function startBenchToolService(spec: BenchToolServiceSpec, host: string): Promise<http.Server> {
   const tools = benchTools(spec);
   const definitions = [...tools.values()].map((entry) => entry.definition);
+  const surface = benchSurface(spec);
   const handle = async (req: http.IncomingMessage, res: http.ServerResponse) => {
     if (req.method !== 'POST') {
       answerJson(res, 405, { jsonrpc: '2.0', error: { code: -32000, message: 'Method not allowed.' }, id: null });
@@ -129,7 +175,7 @@ export function startBenchToolService(spec: BenchToolServiceSpec, host: string):
       return;
     }
     if (message.method === 'tools/list' && spec.listDelayMs > 0) await sleep(spec.listDelayMs);
-    const server = buildServer(spec, tools, definitions);
+    const server = buildServer(spec, tools, definitions, surface);
     const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
     res.on('close', () => {
       void transport.close();

@@ -3,14 +3,14 @@ import { BenchToolServiceSpec, startBenchToolService } from './bench-tool-servic
 
 /**
  * Runs several bench backends in one process, one port each:
- *   node dist/bench/backends/main.js --spec '[{"port":20001,"fillerTools":98,"listDelayMs":0}]'
+ *   node dist/bench/backends/main.js --spec '[{"port":20001,"fillerTools":98,"listDelayMs":0,"prompts":20,"resources":100}]'
  * One process for a fleet of 50 keeps the machine's two cores for the systems under test.
  */
 async function main(): Promise<void> {
   const { values } = parseArgs({ options: { spec: { type: 'string' }, host: { type: 'string', default: '127.0.0.1' } } });
   const specs = JSON.parse(values.spec ?? '[]') as BenchToolServiceSpec[];
   if (!Array.isArray(specs) || specs.length === 0) {
-    process.stderr.write('usage: main.js --spec \'[{"port":N,"fillerTools":N,"listDelayMs":N}, ...]\' [--host 127.0.0.1]\n');
+    process.stderr.write('usage: main.js --spec \'[{"port":N,"fillerTools":N,"listDelayMs":N,"prompts":N,"resources":N}, ...]\' [--host 127.0.0.1]\n');
     process.exit(2);
   }
   const servers = await Promise.all(specs.map((spec) => startBenchToolService(spec, values.host!)));

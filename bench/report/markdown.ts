@@ -1,10 +1,12 @@
 import { Spread, spreadOf } from '../load/stats';
-import { SATURATION } from '../scenarios/tool-call';
-import { TracingRun } from '../scenarios/tracing';
+import { ConfigurationResults } from '../scenarios/configuration';
+import { StreamingResults } from '../scenarios/streaming';
+import { SATURATION, ToolCallResults } from '../scenarios/tool-call';
+import { TracingResults, TracingRun } from '../scenarios/tracing';
 import { ATTRIBUTE_VARIANTS, AttributeCostRun } from '../scenarios/tracing-attributes';
 import { SystemId } from '../systems/systems';
 import { LIST_VARIANTS, ListVariant } from '../systems/topology';
-import { BenchResults, LatencySpread, streamingFigures, toolCallFigures, toolListFigures, tracingFigures } from './results';
+import { BenchResults, LatencySpread, streamingFigures, surfaceListFigures, toolCallFigures, toolListFigures, tracingFigures } from './results';
 import { ms } from './targets';
 
 /** The Markdown report of one run: what was measured, how, and how far each target is. */
@@ -37,7 +39,7 @@ function errorLines<Run extends { errors: Record<string, number> }>(runs: Run[],
 function environmentSection(results: BenchResults): string[] {
   const { machine, versions } = results.environment;
   const s = results.settings;
-  const withSessions = Object.entries(results.toolCall.sessionIds)
+  const withSessions = Object.entries(results.toolCall?.sessionIds ?? {})
     .filter(([, handedOut]) => handedOut)
     .map(([id]) => id)
     .join(', ');
@@ -49,8 +51,12 @@ function environmentSection(results: BenchResults): string[] {
     `- Versions: Node ${versions.node}, Envoy ${versions.envoy}, ${packages} (all packages in the JSON); project ${versions.project.commit.slice(0, 12)}${versions.project.uncommittedChanges ? ' with uncommitted changes' : ''}`,
     `- Load average (1 min / 5 min) after each phase: ${results.loadAverages.map((entry) => `${entry.after} ${entry.oneMinute} / ${entry.fiveMinutes}`).join(', ')} — the machine is shared; a load well above 2 means other work competed with the bench`,
     `- CPU placement: ${results.cpuPlan.pinned ? `load generator on CPU ${results.cpuPlan.loadGenerator}, every system under test (and its backends) on CPU ${results.cpuPlan.systemsUnderTest} (taskset)` : 'not pinned (one CPU)'}; nice ${results.cpuPlan.niceness} for the bench and everything it starts`,
-    `- Method: ${s.repetitions} repetition(s), systems interleaved within each; fixed-rate (open-loop) arrivals with latency from the intended send time; ${s.toolCall.initialWarmup.durationMs / 1000} s warm-up per system, then ${s.toolCall.warmupMs / 1000} s warm-up + ${s.toolCall.measureMs / 1000} s measured per rate; saturation = closed loop, ${s.toolCall.saturation.concurrency} clients, ${s.toolCall.saturation.measureMs / 1000} s; every answer checked (JSON-RPC result, echoed text, tool count)`,
-    `- MCP client load: JSON-RPC over Streamable HTTP (POST, \`accept: application/json, text/event-stream\`), ${s.toolCall.sessions} sessions per system opened with initialize + notifications/initialized, their \`mcp-protocol-version\` and, where the path hands one out (${withSessions || 'none did'}), \`mcp-session-id\` on every request; the backends are stateless`,
+    ...(results.toolCall
+      ? [
+          `- Method: ${s.repetitions} repetition(s), systems interleaved within each; fixed-rate (open-loop) arrivals with latency from the intended send time; ${s.toolCall.initialWarmup.durationMs / 1000} s warm-up per system, then ${s.toolCall.warmupMs / 1000} s warm-up + ${s.toolCall.measureMs / 1000} s measured per rate; saturation = closed loop, ${s.toolCall.saturation.concurrency} clients, ${s.toolCall.saturation.measureMs / 1000} s; every answer checked (JSON-RPC result, echoed text, tool count)`,
+          `- MCP client load: JSON-RPC over Streamable HTTP (POST, \`accept: application/json, text/event-stream\`), ${s.toolCall.sessions} sessions per system opened with initialize + notifications/initialized, their \`mcp-protocol-version\` and, where the path hands one out (${withSessions || 'none did'}), \`mcp-session-id\` on every request; the backends are stateless`,
+        ]
+      : [`- Method: the tools/list scenario alone (\`--only tool-list\`), ${s.repetitions} repetition(s), systems interleaved within each; fixed-rate (open-loop) arrivals with latency from the intended send time; every answer checked for its entry count`]),
     '',
     ...table(
       ['system', 'set-up'],
@@ -72,12 +78,12 @@ function targetsSection(results: BenchResults): string[] {
   ];
 }
 
-function toolCallSection(results: BenchResults): string[] {
+function toolCallSection(results: BenchResults, toolCall: ToolCallResults): string[] {
   const loads = [...results.settings.toolCall.ratesPerSecond.map(String), SATURATION];
   const ids = results.systems.map((system) => system.id);
   const rows: string[][] = [];
   for (const load of loads) {
-    const figures = Object.fromEntries(ids.map((id) => [id, toolCallFigures(results.toolCall, id, load)]));
+    const figures = Object.fromEntries(ids.map((id) => [id, toolCallFigures(toolCall, id, load)]));
     for (const id of ids) {
       const f = figures[id];
       if (!f) continue;
@@ -104,14 +110,14 @@ function toolCallSection(results: BenchResults): string[] {
     '',
     ...table(['load', 'system', 'p50', 'p90', 'p99', 'max', 'ok/s', 'errors/sent', '×A p50 / p99', '×D p50 / p99'], rows),
     '',
-    ...errorLines(results.toolCall.runs, (run) => `${systemName(results, run.system)} at ${run.load === SATURATION ? SATURATION : `${run.load} req/s`}`),
+    ...errorLines(toolCall.runs, (run) => `${systemName(results, run.system)} at ${run.load === SATURATION ? SATURATION : `${run.load} req/s`}`),
   ];
 }
 
-function streamingSection(results: BenchResults): string[] {
+function streamingSection(results: BenchResults, streaming: StreamingResults): string[] {
   const { notifications, intervalMs, callsPerRepetition, concurrency } = results.settings.streaming;
   const ids = results.systems.map((system) => system.id);
-  const figures = Object.fromEntries(ids.map((id) => [id, streamingFigures(results.streaming, id)]));
+  const figures = Object.fromEntries(ids.map((id) => [id, streamingFigures(streaming, id)]));
   const reps = results.settings.repetitions;
   const rows = ids.flatMap((id) => {
     const f = figures[id];
@@ -143,7 +149,7 @@ function streamingSection(results: BenchResults): string[] {
       rows,
     ),
     '',
-    ...errorLines(results.streaming.runs, (run) => systemName(results, run.system)),
+    ...errorLines(streaming.runs, (run) => systemName(results, run.system)),
   ];
 }
 
@@ -186,6 +192,24 @@ function toolListSection(results: BenchResults): string[] {
     ...toolList.unsupported.map((entry) => `- ${systemName(results, entry.system)}: not expressible — ${entry.reason}.`),
     '',
     ...errorLines(toolList.runs, (run) => `${systemName(results, run.system)}, ${variantLabel[run.variant]}`),
+    ...surfaceListLines(results),
+  ];
+}
+
+/** The gateway's prompts/list and resources/list of the all-up route (docs/catalog.md). */
+function surfaceListLines(results: BenchResults): string[] {
+  const rows = (['prompts/list', 'resources/list'] as const).flatMap((method) => {
+    const f = surfaceListFigures(results.toolList, method);
+    if (!f) return [];
+    return [[`${method} (${f.entries.toLocaleString('en-US')} entries)`, cell(f.latencyMs.p50, f.repetitions), cell(f.latencyMs.p99, f.repetitions), cell(f.latencyMs.max, f.repetitions), String(f.pagesPerListing), `${num(f.pageLatencyMs.p50.median)} / ${num(f.pageLatencyMs.p99.median)}`, `${f.errors}/${f.sent}`]];
+  });
+  if (rows.length === 0) return [];
+  return [
+    '',
+    `The same route's prompts/list and resources/list, answered by C from its catalog (all backends up, ${results.settings.toolList.fleet.promptsPerBackend} prompts and ${results.settings.toolList.fleet.resourcesPerBackend} resources per backend; the same rate and measurement). No other system federates them: B forwards, D's mcp_router answers resources/list with an empty list, E fans out tools/list only.`,
+    '',
+    ...table(['list', 'p50', 'p99', 'max', 'pages', 'per page p50 / p99', 'errors/listings'], rows),
+    ...errorLines(results.toolList.surfaceRuns ?? [], (run) => `C, ${run.method}`),
   ];
 }
 
@@ -194,8 +218,7 @@ function cpuCell(runs: TracingRun[]): string {
   return ['envoy', 'sidecar', 'control-plane'].map((name) => (runs.length ? num(spreadOf(runs.map((run) => run.cpuMicrosPerCall[name])).median, 0) : '–')).join(' / ');
 }
 
-function tracingSection(results: BenchResults): string[] {
-  const { tracing } = results;
+function tracingSection(results: BenchResults, tracing: TracingResults): string[] {
   const loads = [String(results.settings.tracing.ratePerSecond), SATURATION];
   const rows: string[][] = [];
   for (const load of loads) {
@@ -247,8 +270,8 @@ function attributeCostLines(runs: AttributeCostRun[], repetitions: number): stri
   ];
 }
 
-function configurationSection(results: BenchResults): string[] {
-  const c = results.configuration;
+function configurationSection(results: BenchResults, configuration: ConfigurationResults): string[] {
+  const c = configuration;
   const reps = c.registryChange.trials.length;
   const build = c.snapshotBuildInProcessMs;
   const memory = (label: string, m: typeof c.memoryAfter) => [label, num(m.controlPlaneMb, 0), num(m.sidecarMb, 0), num(m.envoyMb, 0)];
@@ -289,15 +312,15 @@ export function renderMarkdown(results: BenchResults, chartFile: string | undefi
   return [
     `# MCP gateway benchmark — ${results.mode} run`,
     '',
-    `Run ${results.startedAt} → ${results.finishedAt} (${Math.round(results.durationSeconds / 60)} min) with \`scripts/bench.sh${results.mode === 'quick' ? ' --quick' : ''}\`. Systems: A backend direct (the floor), B plain Envoy, C this gateway, D Envoy 1.40 mcp_router, E naive Node proxy — all on 127.0.0.1.`,
+    `Run ${results.startedAt} → ${results.finishedAt} (${Math.round(results.durationSeconds / 60)} min) with \`scripts/bench.sh${results.mode === 'quick' ? ' --quick' : ''}${results.toolCall ? '' : ' --only tool-list'}\`. Systems: A backend direct (the floor), B plain Envoy, C this gateway, D Envoy 1.40 mcp_router, E naive Node proxy — all on 127.0.0.1.`,
     '',
     ...(chartFile ? [`![latency distributions](${chartFile})`, ''] : []),
     ...targetsSection(results),
-    ...toolCallSection(results),
-    ...streamingSection(results),
+    ...(results.toolCall ? toolCallSection(results, results.toolCall) : []),
+    ...(results.streaming ? streamingSection(results, results.streaming) : []),
     ...toolListSection(results),
-    ...configurationSection(results),
-    ...tracingSection(results),
+    ...(results.configuration ? configurationSection(results, results.configuration) : []),
+    ...(results.tracing ? tracingSection(results, results.tracing) : []),
     ...environmentSection(results),
   ].join('\n');
 }

@@ -26,11 +26,12 @@ export interface BenchResults {
   loadAverages: { after: string; oneMinute: number; fiveMinutes: number }[];
   settings: BenchSettings;
   systems: { id: SystemId; name: string; setup: string }[];
-  toolCall: ToolCallResults;
-  streaming: StreamingResults;
+  /** Scenarios 1, 2 and 4: absent in a run of the tools/list scenario alone (`--only tool-list`). */
+  toolCall?: ToolCallResults;
+  streaming?: StreamingResults;
   toolList: ToolListResults;
-  configuration: ConfigurationResults;
-  tracing: TracingResults;
+  configuration?: ConfigurationResults;
+  tracing?: TracingResults;
   targets: TargetAssessment[];
 }
 
@@ -80,6 +81,22 @@ export function toolListFigures(
   const figures = repeated(runs);
   if (!figures) return undefined;
   return { ...figures, pageLatencyMs: spreadOfSummaries(runs.map((run) => run.pageLatencyMs)), pagesPerListing: Math.max(...runs.map((run) => run.pagesPerListing)) };
+}
+
+/** The gateway's prompts/list or resources/list over the repetitions (undefined: not measured in this run). */
+export function surfaceListFigures(
+  results: ToolListResults,
+  method: 'prompts/list' | 'resources/list',
+): (RepeatedFigures & { pageLatencyMs: LatencySpread; pagesPerListing: number; entries: number }) | undefined {
+  const runs = (results.surfaceRuns ?? []).filter((run) => run.method === method);
+  const figures = repeated(runs);
+  if (!figures) return undefined;
+  return {
+    ...figures,
+    pageLatencyMs: spreadOfSummaries(runs.map((run) => run.pageLatencyMs)),
+    pagesPerListing: Math.max(...runs.map((run) => run.pagesPerListing)),
+    entries: runs[0].entries,
+  };
 }
 
 export interface StreamingFigures {

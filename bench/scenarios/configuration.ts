@@ -179,7 +179,7 @@ export async function runConfigurationScenario(group: ProcessGroup, settings: Be
   await startBackendProcess(
     group,
     'backend-config',
-    backendPorts.map((port) => ({ port, fillerTools: config.toolsPerBackend - BASE_TOOL_COUNT, listDelayMs: 0 })),
+    backendPorts.map((port) => ({ port, fillerTools: config.toolsPerBackend - BASE_TOOL_COUNT, listDelayMs: 0, prompts: 0, resources: 0 })),
   );
   const dir = path.join(group.logDir, 'gateway-config');
   fs.mkdirSync(dir, { recursive: true });

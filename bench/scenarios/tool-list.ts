@@ -8,7 +8,27 @@ import { LIST_VARIANTS, ListVariant, Topology, expectedToolCount } from '../syst
 /**
  * Scenario 3: tools/list of a route with 50 backends × 100 tools, with all backends up, one down
  * and one slow. Every answer is checked for the full tool count (a down backend's tools excepted).
+ * The gateway's prompts/list and resources/list of the same route (50 × 20 prompts, 50 × 100
+ * resources, all backends up) are measured the same way: no other system federates them.
  */
+
+/** The lists a listing can be of, and the member of the answer that holds the entries. */
+export const LIST_METHODS = { 'tools/list': 'tools', 'prompts/list': 'prompts', 'resources/list': 'resources' } as const;
+export type ListMethod = keyof typeof LIST_METHODS;
+
+/** prompts/list or resources/list of the all-up route, by the gateway. */
+export interface SurfaceListRun {
+  method: Exclude<ListMethod, 'tools/list'>;
+  repetition: number;
+  latencyMs: LatencySummary;
+  pageLatencyMs: LatencySummary;
+  pagesPerListing: number;
+  entries: number;
+  throughput: number;
+  sent: number;
+  ok: number;
+  errors: Record<string, number>;
+}
 
 export interface ToolListRun {
   system: SystemId;
@@ -27,6 +47,8 @@ export interface ToolListRun {
 
 export interface ToolListResults {
   runs: ToolListRun[];
+  /** The gateway's prompts/list and resources/list (absent in results of runs before they were measured). */
+  surfaceRuns?: SurfaceListRun[];
   unsupported: { system: SystemId; reason: string }[];
   expectedTools: Record<ListVariant, number>;
   /** Pooled latencies of whole listings, by variant and system (for the chart). */
@@ -37,11 +59,12 @@ export interface ToolListResults {
 const MAX_PAGES = 1_000;
 
 /**
- * A client listing the route's tools as an MCP client does: tools/list, then again with each
- * nextCursor until there is none. The listing's latency runs from its intended start to the last
+ * A client listing one of the route's lists as an MCP client does: the list method, then again with
+ * each nextCursor until there is none. The listing's latency runs from its intended start to the last
  * page; each page's own request time is kept too.
  */
-async function listDriver(url: string, expected: number, settings: BenchSettings) {
+async function listDriver(url: string, expected: number, settings: BenchSettings, method: ListMethod = 'tools/list') {
+  const member = LIST_METHODS[method];
   const client = new McpHttpClient(256);
   const session = await openSession(client, url, settings.requestTimeoutMs);
   const pageLatenciesMs: number[] = [];
@@ -53,14 +76,14 @@ async function listDriver(url: string, expected: number, settings: BenchSettings
     let endMs = performance.now();
     do {
       const id = client.newId();
-      const body = JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/list', ...(cursor !== undefined && { params: { cursor } }) });
+      const body = JSON.stringify({ jsonrpc: '2.0', id, method, ...(cursor !== undefined && { params: { cursor } }) });
       const sentMs = performance.now();
       const answer = await client.post(url, body, { headers: session, timeoutMs: settings.requestTimeoutMs });
       endMs = answer.endMs;
       pageLatenciesMs.push(endMs - sentMs);
       try {
-        const result = answerTo(answer, id).result as { tools?: unknown[]; nextCursor?: string };
-        listed += result.tools?.length ?? 0;
+        const result = answerTo(answer, id).result as Record<string, unknown[] | string | undefined> & { nextCursor?: string };
+        listed += (result[member] as unknown[] | undefined)?.length ?? 0;
         cursor = result.nextCursor;
       } catch (error) {
         return { endMs, error: (error as Error).message };
@@ -68,7 +91,7 @@ async function listDriver(url: string, expected: number, settings: BenchSettings
       pages++;
     } while (cursor !== undefined && pages < MAX_PAGES);
     pagesPerListing = pages;
-    return { endMs, error: listed === expected ? undefined : `listed ${listed} tools, expected ${expected}` };
+    return { endMs, error: listed === expected ? undefined : `listed ${listed} ${member}, expected ${expected}` };
   };
   return {
     issue,
@@ -92,7 +115,7 @@ async function waitUntilComplete(issue: IssueRequest, what: string, log: (line: 
     await new Promise((resolve) => setTimeout(resolve, 100));
     outcome = await issue();
   }
-  if (outcome.error) log(`warning: ${what} tools/list still incomplete after ${COMPLETE_TIMEOUT_MS / 1000} s, measuring anyway: ${outcome.error}`);
+  if (outcome.error) log(`warning: ${what} still incomplete after ${COMPLETE_TIMEOUT_MS / 1000} s, measuring anyway: ${outcome.error}`);
 }
 
 export async function runToolListScenario(
@@ -117,7 +140,7 @@ export async function runToolListScenario(
       for (const { system, urls } of inRotation(capable, repetition)) {
         const driver = await listDriver(urls[variant], expectedTools[variant], settings);
         try {
-          await waitUntilComplete(driver.issue, `${system.id} ${variant}`, log);
+          await waitUntilComplete(driver.issue, `${system.id} ${variant} tools/list`, log);
           for (let index = 0; index < toolList.warmupRequests; index++) await driver.issue();
           driver.takePages();
           const result = await runFixedRate(driver.issue, { rate, durationMs: toolList.measureMs, maxInFlight: settings.maxInFlight });
@@ -147,9 +170,38 @@ export async function runToolListScenario(
       }
     }
   }
+  results.surfaceRuns = await runSurfaceLists(systems, topology, settings, log);
   for (const [key, samples] of pooled) {
     const [variant, system] = key.split('|') as [ListVariant, SystemId];
     (results.spectra[variant] ??= {})[system] = percentileSpectrum(samples);
   }
   return results;
+}
+
+/** prompts/list and resources/list of the all-up route, by the gateway (C): the other paths do not federate them. */
+async function runSurfaceLists(systems: SystemUnderTest[], topology: Topology, settings: BenchSettings, log: (line: string) => void): Promise<SurfaceListRun[]> {
+  const gateway = systems.find((system) => system.id === 'C');
+  if (!gateway || !('urls' in gateway.list)) return [];
+  const url = gateway.list.urls.normal;
+  const backends = topology.listRoutes.normal.backends.length;
+  const expected = { 'prompts/list': backends * topology.promptsPerFleetBackend, 'resources/list': backends * topology.resourcesPerFleetBackend };
+  const runs: SurfaceListRun[] = [];
+  for (let repetition = 1; repetition <= settings.repetitions; repetition++) {
+    for (const method of ['prompts/list', 'resources/list'] as const) {
+      const driver = await listDriver(url, expected[method], settings, method);
+      try {
+        await waitUntilComplete(driver.issue, `C ${method}`, log);
+        for (let index = 0; index < settings.toolList.warmupRequests; index++) await driver.issue();
+        driver.takePages();
+        const result = await runFixedRate(driver.issue, { rate: settings.toolList.ratePerSecond, durationMs: settings.toolList.measureMs, maxInFlight: settings.maxInFlight });
+        const pages = driver.takePages();
+        const latencyMs = summarize(result.latenciesMs);
+        runs.push({ method, repetition, latencyMs, pageLatencyMs: summarize(pages.latenciesMs), pagesPerListing: pages.perListing, entries: expected[method], throughput: result.throughput, sent: result.sent, ok: result.ok, errors: result.errors });
+        log(`${method} C normal #${repetition}: p50 ${latencyMs.p50.toFixed(2)} ms, p99 ${latencyMs.p99.toFixed(2)} ms (${pages.perListing} page(s))`);
+      } finally {
+        driver.close();
+      }
+    }
+  }
+  return runs;
 }

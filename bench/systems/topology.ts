@@ -37,11 +37,16 @@ export interface Topology {
   callBackendSpecs: BenchToolServiceSpec[];
   fleetSpecs: BenchToolServiceSpec[];
   toolsPerFleetBackend: number;
+  promptsPerFleetBackend: number;
+  resourcesPerFleetBackend: number;
 }
 
 export interface FleetSize {
   backends: number;
   toolsPerBackend: number;
+  /** Prompts and resources each fleet backend lists (prompts/list and resources/list of the tools/list scenario). */
+  promptsPerBackend: number;
+  resourcesPerBackend: number;
   slowListDelayMs: number;
 }
 
@@ -65,12 +70,14 @@ export async function planTopology(fleet: FleetSize): Promise<Topology> {
       down: { key: 'list-down', backends: lastReplacedBy(down) },
       slow: { key: 'list-slow', backends: lastReplacedBy(slow) },
     },
-    callBackendSpecs: [{ port: call.port, fillerTools: 0, listDelayMs: 0 }],
+    callBackendSpecs: [{ port: call.port, fillerTools: 0, listDelayMs: 0, prompts: 0, resources: 0 }],
     fleetSpecs: [
-      ...healthy.map((backend) => ({ port: backend.port, fillerTools, listDelayMs: 0 })),
-      { port: slow.port, fillerTools, listDelayMs: fleet.slowListDelayMs },
+      ...healthy.map((backend) => ({ port: backend.port, fillerTools, listDelayMs: 0, prompts: fleet.promptsPerBackend, resources: fleet.resourcesPerBackend })),
+      { port: slow.port, fillerTools, listDelayMs: fleet.slowListDelayMs, prompts: fleet.promptsPerBackend, resources: fleet.resourcesPerBackend },
     ],
     toolsPerFleetBackend: fleet.toolsPerBackend,
+    promptsPerFleetBackend: fleet.promptsPerBackend,
+    resourcesPerFleetBackend: fleet.resourcesPerBackend,
   };
 }
 

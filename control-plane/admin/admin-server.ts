@@ -2,6 +2,7 @@ import express from 'express';
 import { Registry as MetricsRegistry } from 'prom-client';
 import { z } from 'zod';
 import { CatalogSettings, CatalogSnapshotMessage, RouteCatalogMessage } from '../catalog/catalog-store';
+import { ItemFinding } from '../catalog/surface-exposure';
 import { ToolFinding } from '../catalog/tool-exposure';
 import { SigningKeyStatus } from '../auth/signing-keys';
 import { XdsResources } from '../xds/translate';
@@ -12,6 +13,8 @@ export interface AdminSources extends DashboardSources {
   catalogSettings: CatalogSettings;
   /** What the catalog rules reported for a route's tools in the current snapshot. */
   toolFindings(routeKey: string): ToolFinding[];
+  /** What they reported for its prompts, resources and resource templates. */
+  surfaceFindings(routeKey: string): ItemFinding[];
   /** Refreshes the Tool Services of one route, or all; false for an unknown route key. */
   refreshCatalog(routeKey?: string): Promise<boolean>;
   xdsResources(): XdsResources;
@@ -31,19 +34,28 @@ export function readiness(catalog: CatalogSnapshotMessage) {
   return { status: readyRoutes.length > 0 ? 'UP' : 'DOWN', readyRoutes, routesWithoutSnapshot };
 }
 
-/** A route's catalog for operators: each backend's state and tool counts, and every tool a rule reported. */
-function routeCatalogStatus(route: RouteCatalogMessage, findings: ToolFinding[]) {
+/** A route's catalog for operators: each backend's state, capabilities and counts, and every entry a rule reported. */
+function routeCatalogStatus(route: RouteCatalogMessage, findings: ToolFinding[], itemFindings: ItemFinding[]) {
   const exposedByBackend = new Map<string, number>();
   for (const tool of route.tools) exposedByBackend.set(tool.backend, (exposedByBackend.get(tool.backend) ?? 0) + 1);
   return {
     route: route.route_key,
     exposed_tools: route.tools.length,
-    backends: route.backends.map(({ tools_json, ...backend }) => ({
+    exposed_prompts: route.prompts.length,
+    exposed_resources: route.resources.length,
+    exposed_resource_templates: route.resource_templates.length,
+    backends: route.backends.map(({ tools_json, prompts_json, resources_json, resource_templates_json, capabilities_json, needs_json, ...backend }) => ({
       ...backend,
       tools: tools_json.length,
       exposed_tools: exposedByBackend.get(backend.name) ?? 0,
+      prompts: prompts_json.length,
+      resources: resources_json.length,
+      resource_templates: resource_templates_json.length,
+      capabilities: JSON.parse(capabilities_json || '{}') as unknown,
+      needs: JSON.parse(needs_json || '{}') as unknown,
     })),
     reported_tools: findings,
+    reported_items: itemFindings,
   };
 }
 
@@ -54,7 +66,7 @@ function catalogStatus(sources: AdminSources, onlyRoute?: string) {
     settings: sources.catalogSettings,
     routes: catalog.routes
       .filter((route) => onlyRoute === undefined || route.route_key === onlyRoute)
-      .map((route) => routeCatalogStatus(route, sources.toolFindings(route.route_key))),
+      .map((route) => routeCatalogStatus(route, sources.toolFindings(route.route_key), sources.surfaceFindings(route.route_key))),
   };
 }
 

@@ -88,6 +88,8 @@ export const secondsOf = (duration: ProtoDuration | undefined) => Number(duratio
 /** The parts of envoy.data.accesslog.v3.HTTPAccessLogEntry the gateway reads. */
 export interface LogEntry {
   common_properties?: {
+    upstream_remote_address?: { socket_address?: { address?: string; port_value?: number } };
+    upstream_transport_failure_reason?: string;
     start_time?: ProtoDuration;
     time_to_last_downstream_tx_byte?: ProtoDuration;
     upstream_request_attempt_count?: number;
@@ -217,13 +219,50 @@ class ToolLabels {
   }
 }
 
-/** Turns Envoy's call-lane entries into CallRecords for every observer; an entry of another lane is skipped. */
+/** Told of every request to a backend that the backend failed, whatever its method (prompts and resources too). */
+export interface BackendFailureObserver {
+  backendFailed(route: string, backend: string, reason: string): void;
+}
+
+/** Envoy's response code details name a failed connection's cause in words joined by `_`, inside braces after the kind of failure. */
+const detailWords = (details: string) => (/\{(.*)\}$/s.exec(details)?.[1] ?? details).replace(/_/g, ' ');
+
+/**
+ * Why a request's backend failed it, named by its cause as a failed listing is (docs/tools-list.md
+ * `lastError`): connection refused, a reset, a TLS error, a timeout, no healthy host, an HTTP 5xx of
+ * the backend's own. undefined when the backend did not fail it (it answered, even with a JSON-RPC
+ * error, or the gateway refused the request before it).
+ */
+export function backendFailureOf(entry: LogEntry): string | undefined {
+  const common = entry.common_properties ?? {};
+  const flags = common.response_flags ?? {};
+  const details = entry.response?.response_code_details ?? '';
+  const status = entry.response?.response_code?.value ?? 0;
+  const socket = common.upstream_remote_address?.socket_address;
+  const where = socket?.address ? ` (${socket.address}${socket.port_value ? `:${socket.port_value}` : ''})` : '';
+  if (/connection.?refused/i.test(details)) return `connection refused${where}`;
+  const tls = common.upstream_transport_failure_reason || (/TLS.?error/i.test(details) ? details : '');
+  if (tls) return `TLS error: ${detailWords(tls).replace(/^.*?TLS error:?\s*/i, '').slice(0, 200)}`;
+  if (flags.upstream_request_timeout) return `timed out after ${Math.round(secondsOf(common.time_to_last_downstream_tx_byte) * 1000)} ms`;
+  if (flags.no_healthy_upstream) return 'no healthy upstream (Envoy\'s health checks or outlier detection took every endpoint out)';
+  if (flags.upstream_connection_failure) return `connection failed${where}: ${detailWords(details)}`;
+  if (flags.upstream_connection_termination || flags.upstream_remote_reset) return `connection reset by the Tool Service${where}`;
+  if (status >= 500 && details === 'via_upstream') return `HTTP ${status} from the Tool Service`;
+  return undefined;
+}
+
+/**
+ * Turns Envoy's call-lane entries into CallRecords of tools/call for every observer (an entry of
+ * another lane, or of another method, is skipped), and tells the failure observers of every request a
+ * backend failed.
+ */
 export class CallLog implements CallLogConsumer {
   private readonly toolLabels = new ToolLabels();
 
   constructor(
     private readonly observers: CallObserver[],
     private readonly now = () => Date.now(),
+    private readonly failureObservers: BackendFailureObserver[] = [],
     private readonly limitObservers: LimitObserver[] = [],
   ) {}
 
@@ -250,6 +289,12 @@ export class CallLog implements CallLogConsumer {
   }
 
   add(entry: LogEntry): void {
+    const ours = fromStruct(entry.common_properties?.metadata?.filter_metadata?.[METADATA_NAMESPACE]);
+    if (typeof ours.route !== 'string' || typeof ours.backend !== 'string') return;
+    const failure = ours.answered === true ? undefined : backendFailureOf(entry);
+    if (failure) for (const observer of this.failureObservers) observer.backendFailed(ours.route, ours.backend, failure);
+    // The forwarded methods of prompts and resources run on the same script; only calls are counted as calls.
+    if (ours.method !== undefined && ours.method !== 'tools/call') return;
     const call = this.recordOf(entry);
     if (call) for (const observer of this.observers) observer.record(call);
     const limited = limitedRecordOf(entry);

@@ -180,13 +180,18 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     if (!lastGood) return;
     for (const route of snapshot.routes) {
       const known = route.backends.filter((backend) => backend.state !== 'missing');
-      const saved = known.map(({ name, tool_service, tools_json, last_success_at, protocol_version, sessionful }) => ({
-        name,
-        tool_service,
-        tools_json,
-        last_success_at,
-        protocol_version,
-        sessionful,
+      const saved = known.map((backend) => ({
+        name: backend.name,
+        tool_service: backend.tool_service,
+        tools_json: backend.tools_json,
+        last_success_at: backend.last_success_at,
+        protocol_version: backend.protocol_version,
+        sessionful: backend.sessionful,
+        prompts_json: backend.prompts_json,
+        resources_json: backend.resources_json,
+        resource_templates_json: backend.resource_templates_json,
+        capabilities_json: backend.capabilities_json,
+        needs_json: backend.needs_json,
       }));
       const fingerprint = JSON.stringify(saved.map(({ last_success_at: _at, ...rest }) => rest));
       if (known.length === 0 || savedCatalogs.get(route.route_key) === fingerprint) continue;
@@ -243,8 +248,15 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const server = new grpc.Server();
   server.addService(grpcServices.aggregatedDiscovery().service, adsServiceHandlers(cache, xdsStatus.callbacks()));
   server.addService(grpcServices.catalogDiscovery().service, catalogServiceHandlers(catalog, log));
+  // A request a backend failed marks it degraded at once (docs/tools-list.md), whatever the method.
+  const degradeOnFailure = {
+    backendFailed: (route: string, backend: string, reason: string) => {
+      const catalogKey = catalog.current().routes.find((candidate) => candidate.route_key === route)?.backends.find((candidate) => candidate.name === backend)?.tool_service;
+      if (catalogKey) catalog.markDegraded({ catalogKey, reason, route });
+    },
+  };
   const audit = options.audit ? new AuditLog(options.audit, metrics.registry, log) : undefined;
-  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers([new CallLog([callMetrics, callHistory], undefined, [limitMetrics]), ...(audit ? [audit] : [])], log));
+  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers([new CallLog([callMetrics, callHistory], undefined, [degradeOnFailure], [limitMetrics]), ...(audit ? [audit] : [])], log));
   const grpcPort = await new Promise<number>((resolve, reject) =>
     server.bindAsync(options.grpcAddress, grpc.ServerCredentials.createInsecure(), (error, port) =>
       error ? reject(error) : resolve(port),
@@ -255,6 +267,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       catalog: () => catalog.current(),
       catalogSettings: options.catalog,
       toolFindings: (routeKey) => catalog.toolFindings(routeKey),
+      surfaceFindings: (routeKey) => catalog.surfaceFindings(routeKey),
       refreshCatalog: (routeKey) => catalog.refreshNow(routeKey),
       xdsResources: () => resources,
       nodes: () => xdsStatus.list(),

@@ -2,21 +2,14 @@ import * as fs from 'node:fs/promises';
 import { Client as StatelessClient, StreamableHTTPClientTransport as StatelessTransport } from '@modelcontextprotocol/client';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { ErrorCode, LATEST_PROTOCOL_VERSION, Tool } from '@modelcontextprotocol/sdk/types.js';
+import { ErrorCode, LATEST_PROTOCOL_VERSION, Prompt, Resource, ResourceTemplate, ServerCapabilities, Tool } from '@modelcontextprotocol/sdk/types.js';
 import { ToolServiceIR } from '../ir/gateway-ir';
 import { MODERN_PROTOCOL_VERSION } from '../sidecar/modern-era';
 import { ToolList } from './catalog-store';
+import { ALL_OF, CLIENT_NEEDS, capabilitiesFor } from './client-needs';
 import { backendFetch } from '../shared/backend-fetch';
 
 export const GATEWAY_CLIENT_INFO = { name: 'mcp-federation-gateway', version: '0.1.0' };
-
-/**
- * The catalog lists tools for a client that can do everything a gateway client may do: some servers
- * offer a tool only to clients that declare sampling, elicitation or roots. A call from a client that
- * cannot is answered by the backend, in the session the gateway opened with the client's own
- * capabilities.
- */
-const CATALOG_CLIENT_CAPABILITIES = { sampling: {}, elicitation: {}, roots: {} };
 
 async function readToken(file: string): Promise<string> {
   try {
@@ -76,8 +69,9 @@ class ListingBudget {
     if (this.readBytes > this.limits.maxBytes) this.fail(`tools/list exceeded ${formatBytes(this.limits.maxBytes)}`);
   }
 
-  countTools(tools: number): void {
-    if (tools > this.limits.maxTools) this.fail(`tools/list exceeded ${this.limits.maxTools} tools`);
+  /** Items of one list (tools, prompts, resources or templates), over all its pages. */
+  countItems(method: ListMethod, items: number): void {
+    if (items > this.limits.maxTools) this.fail(`${method} exceeded ${this.limits.maxTools} ${LIST_KEYS[method]}`);
   }
 
   /** A fetch whose response bodies count against this budget. */
@@ -98,17 +92,62 @@ class ListingBudget {
   }
 }
 
-/** The whole tools/list, following nextCursor to the end, with either SDK's client. */
-async function listAllTools(listTools: (cursor?: string) => Promise<{ tools: Tool[]; nextCursor?: string }>, budget: ListingBudget): Promise<Tool[]> {
-  const tools: Tool[] = [];
+/** The list methods the catalog reads, and the member of each answer that holds the items. */
+const LIST_KEYS = { 'tools/list': 'tools', 'prompts/list': 'prompts', 'resources/list': 'resources', 'resources/templates/list': 'resourceTemplates' } as const;
+type ListMethod = keyof typeof LIST_KEYS;
+type Page = { nextCursor?: string } & Record<string, unknown>;
+
+/**
+ * One listing session with a Tool Service, in either revision: what the server declared, and one page
+ * of a list at a time.
+ */
+interface ListingSession {
+  capabilities: ServerCapabilities;
+  protocolVersion: string;
+  sessionful: boolean;
+  page(method: ListMethod, cursor: string | undefined): Promise<Page>;
+}
+
+/** A whole list, following nextCursor to the end, within the listing's bounds. */
+async function listAll<T>(session: ListingSession, method: ListMethod, budget: ListingBudget): Promise<T[]> {
+  const items: T[] = [];
   let cursor: string | undefined;
   do {
-    const page = await listTools(cursor);
-    tools.push(...page.tools);
-    budget.countTools(tools.length);
+    const page = await session.page(method, cursor);
+    items.push(...((page[LIST_KEYS[method]] as T[] | undefined) ?? []));
+    budget.countItems(method, items.length);
     cursor = page.nextCursor;
   } while (cursor);
-  return tools;
+  return items;
+}
+
+/** What one listing session read: every list the server's capabilities say it serves. */
+interface Listed {
+  tools: Tool[];
+  prompts: Prompt[];
+  resources: Resource[];
+  resourceTemplates: ResourceTemplate[];
+  capabilities: ServerCapabilities;
+  protocolVersion: string;
+  sessionful: boolean;
+}
+
+async function listEverything(session: ListingSession, budget: ListingBudget, scope: 'all' | 'callables'): Promise<Listed> {
+  const { capabilities } = session;
+  // Prompts and resources are listed only where the server declares them (a server without them may answer -32601).
+  const prompts = capabilities.prompts ? await listAll<Prompt>(session, 'prompts/list', budget) : [];
+  const withResources = scope === 'all' && capabilities.resources !== undefined;
+  // A server that declares prompts or resources but no tools has none to list (it may answer tools/list -32601).
+  const withTools = capabilities.tools !== undefined || (capabilities.prompts === undefined && capabilities.resources === undefined);
+  return {
+    tools: withTools ? await listAll<Tool>(session, 'tools/list', budget) : [],
+    prompts,
+    resources: withResources ? await listAll<Resource>(session, 'resources/list', budget) : [],
+    resourceTemplates: withResources ? await listAll<ResourceTemplate>(session, 'resources/templates/list', budget) : [],
+    capabilities,
+    protocolVersion: session.protocolVersion,
+    sessionful: session.sessionful,
+  };
 }
 
 /** `traceHeaders`: the trace context of the listing's span, so that the Tool Service's spans hang under it. */
@@ -134,22 +173,82 @@ const requestOptions = (limits: ToolListLimits, budget: ListingBudget) => ({
   signal: AbortSignal.any([AbortSignal.timeout(limits.timeoutMs), budget.abort.signal]),
 });
 
-/** In a session-based revision (2025-11-25 and before): what almost every Tool Service speaks. */
-async function fetchInSession(service: ToolServiceIR, limits: ToolListLimits, traceHeaders: Record<string, string>): Promise<ToolList> {
+type Era = 'session' | 'stateless';
+
+/** The list methods both SDKs' clients have, by the same names. */
+type ListingClient<Options> = Record<'listTools' | 'listPrompts' | 'listResources' | 'listResourceTemplates', (params: { cursor?: string }, options: Options) => Promise<unknown>>;
+const LIST_CALLS = {
+  'tools/list': 'listTools',
+  'prompts/list': 'listPrompts',
+  'resources/list': 'listResources',
+  'resources/templates/list': 'listResourceTemplates',
+} as const;
+
+/** One page of a list, by either SDK's client. */
+function pageOf<Options>(client: ListingClient<Options>, method: keyof typeof LIST_CALLS, cursor: string | undefined, options: Options): Promise<Page> {
+  return client[LIST_CALLS[method]](cursor ? { cursor } : {}, options) as Promise<Page>;
+}
+
+/**
+ * One listing in a session-based revision (2025-11-25 and before: what almost every Tool Service
+ * speaks) or in the stateless revision (2026-07-28, the MCP SDK v2 client pinned to it), as a client
+ * declaring `capabilities`.
+ */
+async function listAs(
+  era: Era,
+  service: ToolServiceIR,
+  limits: ToolListLimits,
+  capabilities: Record<string, unknown>,
+  scope: 'all' | 'callables',
+  traceHeaders: Record<string, string>,
+): Promise<Listed> {
   const budget = new ListingBudget(limits);
-  const client = new Client(GATEWAY_CLIENT_INFO, { capabilities: CATALOG_CLIENT_CAPABILITIES });
-  const transport = new StreamableHTTPClientTransport(new URL(service.url), await transportOptions(service, budget, traceHeaders));
   const options = requestOptions(limits, budget);
+  const transport = await transportOptions(service, budget, traceHeaders);
+  if (era === 'session') {
+    const client = new Client(GATEWAY_CLIENT_INFO, { capabilities });
+    const sessionTransport = new StreamableHTTPClientTransport(new URL(service.url), transport);
+    try {
+      return await bounded(
+        budget,
+        (async () => {
+          await client.connect(sessionTransport, options);
+          const sessionful = sessionTransport.sessionId !== undefined;
+          const listed = await listEverything(
+            {
+              capabilities: client.getServerCapabilities() ?? {},
+              protocolVersion: sessionTransport.protocolVersion ?? LATEST_PROTOCOL_VERSION,
+              sessionful,
+              page: (method, cursor) => pageOf(client, method, cursor, options),
+            },
+            budget,
+            scope,
+          );
+          // A stateful backend opened a session for this listing only: end it rather than leave it to expire.
+          if (sessionful) await sessionTransport.terminateSession().catch(() => undefined);
+          return listed;
+        })(),
+      );
+    } finally {
+      await client.close().catch(() => undefined);
+    }
+  }
+  const client = new StatelessClient(GATEWAY_CLIENT_INFO, { capabilities, versionNegotiation: { mode: { pin: MODERN_PROTOCOL_VERSION } } });
   try {
     return await bounded(
       budget,
       (async () => {
-        await client.connect(transport, options);
-        const tools = await listAllTools((cursor) => client.listTools(cursor ? { cursor } : {}, options), budget);
-        const sessionful = transport.sessionId !== undefined;
-        // A stateful backend opened a session for this listing only: end it rather than leave it to expire.
-        if (sessionful) await transport.terminateSession().catch(() => undefined);
-        return { tools, protocolVersion: transport.protocolVersion ?? LATEST_PROTOCOL_VERSION, sessionful };
+        await client.connect(new StatelessTransport(new URL(service.url), transport), options);
+        return listEverything(
+          {
+            capabilities: (client.getServerCapabilities() ?? {}) as ServerCapabilities,
+            protocolVersion: MODERN_PROTOCOL_VERSION,
+            sessionful: false,
+            page: (method, cursor) => pageOf(client, method, cursor, options),
+          },
+          budget,
+          scope,
+        );
       })(),
     );
   } finally {
@@ -157,26 +256,36 @@ async function fetchInSession(service: ToolServiceIR, limits: ToolListLimits, tr
   }
 }
 
-/** In the stateless revision (2026-07-28), with the MCP SDK v2 client pinned to it. */
-async function fetchStateless(service: ToolServiceIR, limits: ToolListLimits, traceHeaders: Record<string, string>): Promise<ToolList> {
-  const budget = new ListingBudget(limits);
-  const client = new StatelessClient(GATEWAY_CLIENT_INFO, { versionNegotiation: { mode: { pin: MODERN_PROTOCOL_VERSION } } });
-  const options = requestOptions(limits, budget);
-  try {
-    return await bounded(
-      budget,
-      (async () => {
-        await client.connect(new StatelessTransport(new URL(service.url), await transportOptions(service, budget, traceHeaders)), options);
-        const tools = await listAllTools(
-          (cursor) => client.listTools(cursor ? { cursor } : {}, options) as Promise<{ tools: Tool[]; nextCursor?: string }>,
-          budget,
-        );
-        return { tools, protocolVersion: MODERN_PROTOCOL_VERSION, sessionful: false };
-      })(),
-    );
-  } finally {
-    await client.close().catch(() => undefined);
-  }
+const offeredNames = (listed: Listed) => [...listed.tools.map((tool) => `tool:${tool.name}`), ...listed.prompts.map((prompt) => `prompt:${prompt.name}`)];
+
+/**
+ * Which client capabilities each tool and prompt needs (docs/catalog.md): some servers offer a tool
+ * only to clients that declare sampling, elicitation (form or URL) or roots. The catalog is listed as a
+ * client that declares every one of them; when a client declaring none is offered less, each
+ * capability is tried on its own: a tool offered with any one of them needs that one (any of them,
+ * when several each bring it), and one offered only with all together needs all.
+ */
+async function probeNeeds(era: Era, service: ToolServiceIR, limits: ToolListLimits, full: Listed, traceHeaders: Record<string, string>): Promise<Record<string, string[]>> {
+  const bare = new Set(offeredNames(await listAs(era, service, limits, {}, 'callables', traceHeaders)));
+  const conditional = offeredNames(full).filter((key) => !bare.has(key));
+  if (conditional.length === 0) return {};
+  // One listing per capability, side by side: each is a session of its own.
+  const offeredWith = await Promise.all(CLIENT_NEEDS.map(async (need) => new Set(offeredNames(await listAs(era, service, limits, capabilitiesFor([need]), 'callables', traceHeaders)))));
+  return Object.fromEntries(
+    conditional.map((key) => {
+      const broughtBy = CLIENT_NEEDS.filter((_need, index) => offeredWith[index].has(key));
+      return [key, broughtBy.length > 0 ? broughtBy : [CLIENT_NEEDS.join(ALL_OF)]];
+    }),
+  );
+}
+
+/** A listing as a client that declares every capability, with what each tool and prompt needs of its clients. */
+async function fetchAs(era: Era, service: ToolServiceIR, limits: ToolListLimits, traceHeaders: Record<string, string>): Promise<ToolList> {
+  const full = await listAs(era, service, limits, capabilitiesFor(CLIENT_NEEDS), 'all', traceHeaders);
+  const needs = await probeNeeds(era, service, limits, full, traceHeaders);
+  const needsOf = (kind: 'tool' | 'prompt') =>
+    Object.fromEntries(Object.entries(needs).flatMap(([key, value]) => (key.startsWith(`${kind}:`) ? [[key.slice(kind.length + 1), value]] : [])));
+  return { ...full, toolNeeds: needsOf('tool'), promptNeeds: needsOf('prompt') };
 }
 
 /** Error codes of Node's sockets and undici, as an operator reads them. */
@@ -240,11 +349,11 @@ export function describeListingFailure(error: unknown, timeoutMs: number): strin
 export async function fetchToolList(service: ToolServiceIR, limits: ToolListLimits = TOOL_LIST_DEFAULTS, traceHeaders: Record<string, string> = {}): Promise<ToolList> {
   try {
     try {
-      return await fetchInSession(service, limits, traceHeaders);
+      return await fetchAs('session', service, limits, traceHeaders);
     } catch (error) {
       const status = error instanceof StreamableHTTPError ? error.code : undefined;
       if (status === undefined || status < 400 || status >= 500) throw error;
-      return await fetchStateless(service, limits, traceHeaders).catch((second: unknown) => {
+      return await fetchAs('stateless', service, limits, traceHeaders).catch((second: unknown) => {
         throw second instanceof ToolListTooLargeError ? second : error;
       });
     }

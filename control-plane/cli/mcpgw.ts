@@ -29,6 +29,7 @@ import { SESSION_DEFAULTS } from '../sidecar/sessions/session-store';
 import { ApprovalOptions, startSidecar } from '../sidecar/sidecar';
 import { MIN_KEY_BYTES } from '../approval/approval-store';
 import { Tracing } from '../shared/tracing';
+import { BACKEND_STREAM_DEFAULTS } from '../sidecar/backend-streams';
 import { stopOnSignals } from './signals';
 import { UpError, runUp } from './up';
 
@@ -515,6 +516,8 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
   .addOption(positiveIntOption('--drain-timeout-ms <ms>', 'on SIGTERM, how long requests in flight keep the sidecar', 10_000))
   .addOption(positiveIntOption('--max-request-body-bytes <bytes>', 'largest request body the gateway lane reads', GATEWAY_DEFAULTS.maxRequestBodyBytes))
   .addOption(positiveIntOption('--max-streams-per-session <n>', 'GET streams one session may hold at a time (429 past it)', 4))
+  .addOption(positiveIntOption('--max-backend-streams-per-session <n>', "backend sessions listened to on one client's behalf while it holds its GET stream (or backends per subscriptions/listen)", BACKEND_STREAM_DEFAULTS.perSession))
+  .addOption(positiveIntOption('--max-backend-streams <n>', "backend streams this sidecar holds on clients' behalf, in all", BACKEND_STREAM_DEFAULTS.total))
   .addOption(positiveIntOption('--session-client-fields-max-bytes <bytes>', "initialize's clientInfo + capabilities stored per session; more is refused (-32602)", SESSION_DEFAULTS.maxClientFieldsBytes))
   .addOption(
     new Option('--approval-public-url <origin>', "the gateway's public origin, as approvers' browsers reach it: approval links are <origin>/approvals/<id>")
@@ -544,6 +547,7 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
         address: joined(options.listen),
         maxRequestBodyBytes: options.maxRequestBodyBytes,
         maxStreamsPerSession: options.maxStreamsPerSession,
+        backendStreams: { perSession: options.maxBackendStreamsPerSession, total: options.maxBackendStreams },
         controlPlaneAddress: joined(options.controlPlane),
         sidecarId: options.id,
         redis: options.redis

@@ -6,6 +6,7 @@ import { Logger } from '../shared/log';
 const RETRY_MIN_MS = 200;
 export const CATALOG_MESSAGE_LIMIT_BYTES = 256 * 1024 * 1024;
 const RETRY_MAX_MS = 5000;
+const REPORT_DEADLINE_MS = 5000;
 
 /**
  * Follows the control plane's catalog stream and reconnects with backoff when it breaks. The last
@@ -47,6 +48,21 @@ export class CatalogSubscriber {
       this.retryTimer = setTimeout(() => this.start(), this.retryMs);
       this.retryMs = Math.min(this.retryMs * 2, RETRY_MAX_MS);
     });
+  }
+
+  /**
+   * Tells the control plane what this sidecar heard from a Tool Service (a list change, or a stream
+   * that failed); fire and forget: a report that is lost only leaves it to the next listing.
+   */
+  report(report: { toolService: string; route: string; failure?: string; listChanged?: boolean }): void {
+    if (this.stopped) return;
+    this.client.ReportToolService(
+      { sidecar_id: this.sidecarId, tool_service: report.toolService, route: report.route, failure: report.failure ?? '', list_changed: report.listChanged ?? false },
+      { deadline: Date.now() + REPORT_DEADLINE_MS },
+      (error: grpc.ServiceError | null) => {
+        if (error) this.log.warn('could not tell the control plane about a Tool Service', { toolService: report.toolService, error: error.details });
+      },
+    );
   }
 
   stop(): void {

@@ -3,8 +3,9 @@ import { Logger } from '../shared/log';
 import { CallOutcomeName } from './call-response';
 import { JsonRpcId, jsonRpcError } from './json-rpc';
 import { BackendView, RouteCatalogView } from './route-catalog';
-import { BackendAnswer, OnBehalf } from './sessions/backend-sessions';
+import { BackendAnswer, BackendSessionFields, OnBehalf } from './sessions/backend-sessions';
 import { GatewaySession, SessionStore } from './sessions/session-store';
+import type { HonoredFilter } from './subscriptions-listen';
 
 /** The vocabulary of the sidecar's decisions: what it is asked, what it answers, what it decides with. */
 
@@ -16,7 +17,8 @@ import { GatewaySession, SessionStore } from './sessions/session-store';
 export type Decision =
   | { kind: 'respond'; status: number; headers: Record<string, string>; body: string; reason: string; metadata?: RequestMetadata }
   | { kind: 'read-body' }
-  | { kind: 'stream'; session: GatewaySession }
+  | { kind: 'stream'; session: GatewaySession; head: RequestHead }
+  | { kind: 'listen'; view: RouteCatalogView; id: JsonRpcId; honored: HonoredFilter; head: RequestHead }
   | { kind: 'relay'; backend: BackendView; onBehalf: OnBehalf; body: string };
 
 /** What the sidecar knows of a request it answered, for its metrics and logs. */
@@ -60,7 +62,7 @@ export interface GatewayContext {
   sessions: SessionStore;
   /** Requests the sidecar makes to a backend itself, on the client's behalf (with the client's own headers). */
   backendSessions: {
-    open(backend: BackendView, session: Pick<GatewaySession, 'protocolVersion' | 'clientInfo' | 'clientCapabilities'>, clientHeaders: Record<string, string>): Promise<string>;
+    open(backend: BackendView, session: BackendSessionFields, clientHeaders: Record<string, string>): Promise<string>;
     close(backend: BackendView, onBehalf: OnBehalf): Promise<void>;
     /** A client's notification or answer, posted in the backend session; the backend's HTTP answer. */
     post(backend: BackendView, onBehalf: OnBehalf, message: string): Promise<BackendAnswer>;

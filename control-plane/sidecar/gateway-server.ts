@@ -5,6 +5,7 @@ import { SESSION_CHECK_PATH } from '../xds/translate/settings';
 import { Decision, GatewayContext, RequestHead, respondError } from './decision';
 import { JSON_RPC } from './json-rpc';
 import { ListChangedStreams } from './list-changed-streams';
+import { ListenStreams } from './subscriptions-listen';
 import { decideOnBody, decideOnHead, routeKeyOf } from './mcp-gateway';
 import { StatelessCallSessions, checkCall, forgetLostSession, lostSessionSchema } from './session-check';
 import { SidecarObserver } from './sidecar-metrics';
@@ -89,6 +90,7 @@ export class GatewayServer {
   constructor(
     private readonly context: GatewayContext,
     private readonly streams: ListChangedStreams,
+    private readonly listens: ListenStreams,
     private readonly options: GatewayServerOptions,
     private readonly observer: SidecarObserver,
     private readonly tracing: Tracing = Tracing.off,
@@ -206,7 +208,9 @@ export class GatewayServer {
       case 'respond':
         return send(res, decision.status, decision.headers, decision.body);
       case 'stream':
-        return this.streams.hold(decision.session, res);
+        return this.streams.hold(decision.session, decision.head, res);
+      case 'listen':
+        return this.listens.hold(decision.view, decision.id, decision.honored, decision.head, res);
       case 'relay': {
         const answer = await this.context.backendSessions.post(decision.backend, decision.onBehalf, decision.body);
         return send(res, answer.status, answer.body.length ? { 'content-type': answer.contentType } : {}, answer.body);
@@ -225,5 +229,6 @@ export class GatewayServer {
 
   close(): void {
     this.streams.close();
+    this.listens.close();
   }
 }

@@ -1,4 +1,5 @@
-import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
+import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS, ServerCapabilities } from '@modelcontextprotocol/sdk/types.js';
+import { offeredBy } from '../catalog/client-needs';
 import { parseServerRequestId } from './call-response';
 import {
   Decision,
@@ -19,10 +20,13 @@ import {
 import { ownerOf } from '../auth/caller-identity';
 import { JSON_RPC, JsonRpcId, MAX_JSON_DEPTH, idProblem, jsonRpcResult, nestsDeeperThan } from './json-rpc';
 import { MODERN_META, MODERN_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSIONS, modernRequestProblem, modernVersionClaim } from './modern-era';
-import { RouteCatalogView } from './route-catalog';
+import { setLevelForSession } from './logging-level';
+import { LIST_METHODS, ListMethod, RouteCatalogView, listOf } from './route-catalog';
 import { ClientFieldsTooLargeError, GatewaySession } from './sessions/session-store';
+import { answerUnplacedRequest, isPlacedMethod } from './surface-requests';
+import { honoredFilter, listenParamsSchema } from './subscriptions-listen';
 import { answerResumedCall, answerUnplacedCall } from './tool-call';
-import { answerToolsList, toolsListBody } from './tools-list';
+import { ListAudience, answerList, listBody } from './tools-list';
 
 /** The sidecar's decisions on requests: answered here, or sent on to exactly one backend (tool-call.ts). */
 
@@ -125,7 +129,7 @@ async function openStream(head: RequestHead, view: RouteCatalogView, context: Ga
   }
   const session = await sessionOf(head, view, context);
   if (!session) return sessionNotFound(null);
-  return { kind: 'stream', session };
+  return { kind: 'stream', session, head };
 }
 
 /** DELETE: ends the backend sessions, then the gateway session. */
@@ -196,31 +200,72 @@ async function decideOnMessage(message: JsonRpcMessage, head: RequestHead, view:
   if (session === false) return sessionNotFound(id ?? null);
   if (typeof message.method !== 'string') return routeClientResponse(message, head, view, session, context);
   if (id === undefined) return relayNotification(message, head, view, session, context);
+  if (isListMethod(message.method)) {
+    if (!servesMethod(view, message.method)) return notServedOnRoute(message.method, id, view, 200);
+    // A request without a session declared nothing: it gets everything its caller may call.
+    const caller = callerOf(head, view);
+    return answerListRequest(view, message.method, message.params, id, session ? { ...sessionAudience(session), caller } : { caller });
+  }
+  if (isPlacedMethod(message.method)) {
+    return servesMethod(view, message.method) ? answerUnplacedRequest(message.method, message.params, id, view) : notServedOnRoute(message.method, id, view, 200);
+  }
   switch (message.method) {
     case 'ping':
       return respondJson(200, jsonRpcResult(id, {}), 'ping');
-    case 'tools/list': {
-      const answer = answerToolsList(view, message.params, callerOf(head, view));
-      return answer.ok
-        ? respondBody(200, toolsListBody(id, answer.result), 'tools_list')
-        : respondError(200, id, JSON_RPC.INVALID_PARAMS, answer.message, 'invalid_cursor');
-    }
     case 'tools/call':
       return answerUnplacedCall(message.params, id, view);
+    case 'logging/setLevel':
+      if (!view.capabilities.logging) return notServedOnRoute(message.method, id, view, 200);
+      if (!session) return respondError(200, id, JSON_RPC.INVALID_REQUEST, 'logging/setLevel needs a session: initialize first', 'session_required');
+      return setLevelForSession(message.params, id, session, head, view, context);
     default:
       return respondError(200, id, JSON_RPC.METHOD_NOT_FOUND, `method "${message.method}" is not supported by this gateway`, 'method_not_found');
   }
 }
 
+const isListMethod = (method: string): method is ListMethod => method in LIST_METHODS;
+
+/** The capability a method needs the route to declare (route-catalog.ts routeCapabilities). */
+const CAPABILITY_OF: Record<string, keyof ServerCapabilities> = {
+  'prompts/list': 'prompts',
+  'prompts/get': 'prompts',
+  'resources/list': 'resources',
+  'resources/templates/list': 'resources',
+  'resources/read': 'resources',
+  'resources/subscribe': 'resources',
+  'resources/unsubscribe': 'resources',
+  'completion/complete': 'completions',
+};
+
+/** Whether the route serves this method: what its initialize and server/discover declare. */
+function servesMethod(view: RouteCatalogView, method: string): boolean {
+  const capability = CAPABILITY_OF[method];
+  if (capability === undefined) return true;
+  if (method === 'resources/subscribe' || method === 'resources/unsubscribe') return view.capabilities.resources?.subscribe === true;
+  return view.capabilities[capability] !== undefined;
+}
+
+/** A method of a capability no backend of the route declares: not served, as the capabilities said. */
+function notServedOnRoute(method: string, id: JsonRpcId, view: RouteCatalogView, status: number): Decision {
+  return respondError(status, id, JSON_RPC.METHOD_NOT_FOUND, `method "${method}" is not served on route "${view.key}": none of its backends serves ${CAPABILITY_OF[method] ?? method}`, 'method_not_found');
+}
+
+function answerListRequest(view: RouteCatalogView, method: ListMethod, params: unknown, id: JsonRpcId, audience: ListAudience, fields?: Record<string, unknown>, meta?: Record<string, unknown>): Decision {
+  const answer = answerList(view, method, params, audience);
+  if (!answer.ok) return respondError(200, id, JSON_RPC.INVALID_PARAMS, answer.message, 'invalid_cursor');
+  return respondBody(200, listBody(LIST_METHODS[method].member, id, answer.result, fields, meta), method.replace(/\//g, '_'));
+}
+
 /** How long clients of the stateless revision may cache server/discover. */
 const DISCOVER_TTL_MS = 300_000;
 /**
- * The catalog changes whenever the registry or a backend does, and clients of the stateless revision
- * get no change notification (no subscriptions/listen yet): their tools/list must not be cached.
+ * The catalog changes whenever the registry or a backend does, and a client of the stateless revision
+ * hears of it only while it listens (subscriptions/listen): its lists must not be cached.
  */
-const TOOLS_LIST_TTL_MS = 0;
+const LIST_TTL_MS = 0;
 
-const instructionsFor = (view: RouteCatalogView) => `Tools of route "${view.key}", named <backend>${view.toolNameSeparator}<tool>.`;
+const instructionsFor = (view: RouteCatalogView) =>
+  `Tools of route "${view.key}", named <backend>${view.toolNameSeparator}<tool>${view.capabilities.prompts ? `; prompts named <backend>${view.toolNameSeparator}<prompt>` : ''}${view.capabilities.resources ? '; resources named <backend>+<uri>' : ''}.`;
 
 /**
  * A request of MCP 2026-07-28 (no session; docs/adr/0007-mcp-2026-07-28.md). The gateway answers
@@ -247,7 +292,7 @@ function decideModern(message: JsonRpcMessage, head: RequestHead, view: RouteCat
         jsonRpcResult(id, {
           resultType: 'complete',
           supportedVersions: [MODERN_PROTOCOL_VERSION, ...SUPPORTED_PROTOCOL_VERSIONS],
-          capabilities: { tools: { listChanged: false } },
+          capabilities: view.capabilities,
           instructions: instructionsFor(view),
           ttlMs: DISCOVER_TTL_MS,
           cacheScope: 'public',
@@ -255,18 +300,50 @@ function decideModern(message: JsonRpcMessage, head: RequestHead, view: RouteCat
         }),
         'server_discover',
       );
-    case 'tools/list': {
-      const answer = answerToolsList(view, message.params, callerOf(head, view));
-      if (!answer.ok) return respondError(200, id, JSON_RPC.INVALID_PARAMS, answer.message, 'invalid_cursor');
-      // A list that depends on who asks must not be reused for anyone else (docs/auth.md).
-      const cacheScope = view.listVariesByCaller ? 'private' : 'public';
-      return respondBody(200, toolsListBody(id, answer.result, { resultType: 'complete', ttlMs: TOOLS_LIST_TTL_MS, cacheScope }, serverInfo), 'tools_list');
-    }
     case 'tools/call':
       return answerUnplacedCall(message.params, id, view);
+    case 'subscriptions/listen': {
+      const parsed = listenParamsSchema.safeParse(message.params);
+      if (!parsed.success) return respondError(200, id, JSON_RPC.INVALID_PARAMS, 'subscriptions/listen needs params.notifications, a subscription filter', 'invalid_params');
+      return { kind: 'listen', view, id, honored: honoredFilter(parsed.data.notifications, view), head };
+    }
     default:
+      if (isListMethod(message.method)) {
+        if (!servesMethod(view, message.method)) return notServedOnRoute(message.method, id, view, 404);
+        // A list that depends on who asks must not be reused for anyone else (docs/auth.md).
+        const cacheScope = listOf(view, LIST_METHODS[message.method].kind).byCaller ? 'private' : 'public';
+        const audience = { ...statelessAudience(message.params), caller: callerOf(head, view) };
+        return answerListRequest(view, message.method, message.params, id, audience, { resultType: 'complete', ttlMs: LIST_TTL_MS, cacheScope }, serverInfo);
+      }
+      if (isPlacedMethod(message.method) && message.method !== 'resources/subscribe' && message.method !== 'resources/unsubscribe') {
+        return servesMethod(view, message.method) ? answerUnplacedRequest(message.method, message.params, id, view) : notServedOnRoute(message.method, id, view, 404);
+      }
       return respondError(404, id, JSON_RPC.METHOD_NOT_FOUND, `method "${message.method}" is not served in protocol ${MODERN_PROTOCOL_VERSION}`, 'method_not_found');
   }
+}
+
+/**
+ * What a session client may use: a session-era backend gets its calls in the client's own session with
+ * it, opened with the client's capabilities; a backend of the stateless revision gets them with an
+ * envelope the gateway makes up, which declares none (ADR-0007), and a session client could not answer
+ * its input_required results anyway.
+ */
+function sessionAudience(session: GatewaySession): ListAudience {
+  const declared = offeredBy(session.clientCapabilities);
+  const none = offeredBy({});
+  return { offeredBy: (backend) => (backend.protocolVersion === MODERN_PROTOCOL_VERSION ? none : declared) };
+}
+
+/**
+ * What a stateless client may use (ADR-0007): a backend of the stateless revision gets the client's own
+ * capabilities with each request; a backend of a session-based revision takes its calls in a pooled
+ * backend session that declares none, so nothing that needs the client is offered from it.
+ */
+function statelessAudience(params: Record<string, unknown> | undefined): ListAudience {
+  const meta = (params?._meta ?? {}) as Record<string, unknown>;
+  const declared = offeredBy(meta[MODERN_META.clientCapabilities]);
+  const none = offeredBy({});
+  return { offeredBy: (backend) => (backend.protocolVersion === MODERN_PROTOCOL_VERSION ? declared : none) };
 }
 
 /** The gateway is the client's MCP server: its own capabilities, and a session of its own. */
@@ -290,7 +367,7 @@ async function initializeSession(message: JsonRpcMessage, id: JsonRpcId, head: R
     200,
     jsonRpcResult(id, {
       protocolVersion,
-      capabilities: { tools: { listChanged: true } },
+      capabilities: view.capabilities,
       serverInfo: GATEWAY_SERVER_INFO,
       instructions: instructionsFor(view),
     }),

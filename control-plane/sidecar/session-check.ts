@@ -120,7 +120,7 @@ export class StatelessCallSessions {
  * The backend's own session for this gateway session, opened on first use and recorded for every
  * replica; undefined when the gateway session ended meanwhile.
  */
-async function backendSessionFor(session: GatewaySession, backend: BackendView, head: RequestHead, context: GatewayContext): Promise<string | undefined> {
+export async function backendSessionFor(session: GatewaySession, backend: BackendView, head: RequestHead, context: GatewayContext): Promise<string | undefined> {
   const known = session.backends[backend.name];
   if (known !== undefined) return known;
   const clientHeaders = clientHeadersOf(head);

@@ -10,7 +10,9 @@ import { CatalogSubscriber } from './catalog-subscriber';
 import { GatewayContext } from './decision';
 import { GatewayServer, GatewayServerOptions } from './gateway-server';
 import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient, describeRedisAddress } from '../shared/redis-client';
-import { ListChangedStreams, servedNames } from './list-changed-streams';
+import { ListChangedStreams, changedLists } from './list-changed-streams';
+import { BACKEND_STREAM_DEFAULTS, BackendStreamLimits, BackendStreams } from './backend-streams';
+import { ListenStreams } from './subscriptions-listen';
 import { RouteCatalogView, buildRouteViews } from './route-catalog';
 import { closeBackendSession, openBackendSession, postToBackendSession } from './sessions/backend-sessions';
 import { CachedSessionStore, SESSION_CACHE_DEFAULTS, redisSessionEndings } from './sessions/session-cache';
@@ -42,6 +44,8 @@ export interface SidecarOptions {
   maxRequestBodyBytes: number;
   /** GET streams one session may hold at a time. */
   maxStreamsPerSession: number;
+  /** Streams to backends held on clients' behalf, per gateway session and per replica (backend-streams.ts). */
+  backendStreams?: BackendStreamLimits;
   /** On stop, how long requests in flight may take to finish. */
   drainTimeoutMs: number;
   /** Approval pages and the approval check (docs/approval-and-audit.md); they need Redis. */
@@ -72,7 +76,6 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   const { log } = options;
   let routes = new Map<string, RouteCatalogView>();
   let version = '';
-  const streams = new ListChangedStreams(options.maxStreamsPerSession, log);
   const subscriber = new CatalogSubscriber(
     options.controlPlaneAddress,
     options.sidecarId,
@@ -82,8 +85,13 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       routes = buildRouteViews(snapshot);
       version = snapshot.version;
       log.info('catalog updated', { version, routes: [...routes.keys()] });
-      const changed = [...routes].filter(([key, view]) => previous.has(key) && servedNames(previous.get(key)!) !== servedNames(view));
-      streams.toolsChanged(changed.map(([key]) => key));
+      for (const [key, view] of routes) {
+        const before = previous.get(key);
+        if (!before) continue;
+        const lists = changedLists(before, view);
+        streams.listsChanged(key, lists);
+        listens.listsChanged(key, lists);
+      }
     },
     log,
   );
@@ -136,6 +144,13 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     log,
   };
 
+  const backendStreams = new BackendStreams(context, options.backendStreams ?? BACKEND_STREAM_DEFAULTS, {
+    listChanged: (backend, _list, route) => subscriber.report({ toolService: backend.toolService, route, listChanged: true }),
+    failed: (backend, reason, route) => subscriber.report({ toolService: backend.toolService, route, failure: reason }),
+  });
+  const streams = new ListChangedStreams(options.maxStreamsPerSession, log, backendStreams);
+  const listens = new ListenStreams(context, backendStreams, log);
+
   let approvalStore: ApprovalStore | undefined;
   let approvals: GatewayServerOptions['approvals'];
   if (options.approvals) {
@@ -151,7 +166,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   }
 
   const admin = options.adminAddress ? await startSidecarAdmin(options.adminAddress, metrics, () => version) : undefined;
-  const gateway = new GatewayServer(context, streams, { maxRequestBodyBytes: options.maxRequestBodyBytes, approvals }, metrics, tracing);
+  const gateway = new GatewayServer(context, streams, listens, { maxRequestBodyBytes: options.maxRequestBodyBytes, approvals }, metrics, tracing);
   const server: http.Server = await listenAt(gateway.handle, options.address);
   // Envoy keeps its connections to the sidecar open between requests: longer than Envoy's own idle timeout (1 h by default) would be pointless.
   server.keepAliveTimeout = 300_000;

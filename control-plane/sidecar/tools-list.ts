@@ -1,13 +1,15 @@
 import { z } from 'zod';
+import { ClientNeed, allows } from '../catalog/client-needs';
 import { accessDecision } from '../auth/access-rules';
 import { CallerIdentity } from '../auth/caller-identity';
 import { compareBackendNames } from '../catalog/tool-exposure';
 import { JsonRpcId } from './json-rpc';
-import { ExposedToolView, RouteCatalogView } from './route-catalog';
+import { BackendView, CatalogList, LIST_METHODS, ListKind, ListMethod, ListedItem, RouteCatalogView, listOf } from './route-catalog';
 
 /**
- * The gateway's tools/list answer, from memory (schema: docs/tools-list.md). It is always a result:
- * a backend that is down is named in `_meta`, never turned into an error.
+ * The gateway's answers to tools/list, prompts/list, resources/list and resources/templates/list,
+ * from memory (schema: docs/tools-list.md, docs/catalog.md). Each is always a result: a backend that
+ * is down is named in `_meta`, never turned into an error.
  */
 
 /** The `_meta` key of the federation state: vendor prefix `mcpgw/`, as MCP's `_meta` naming rules ask. */
@@ -32,28 +34,40 @@ export interface FederationMeta {
   warning?: string;
 }
 
-/** One page of a route's tools: the tools themselves come serialized with the catalog (ExposedToolView.json). */
-export interface ToolsListResult {
-  page: ExposedToolView[];
+/** One page of a route's list: the entries themselves come serialized with the catalog (ListedItem.json). */
+export interface CatalogListResult<T extends ListedItem = ListedItem> {
+  page: T[];
   nextCursor?: string;
   _meta: { [FEDERATION_META_KEY]: FederationMeta };
 }
+export type ToolsListResult = CatalogListResult;
 
-export type ToolsListAnswer = { ok: true; result: ToolsListResult } | { ok: false; message: string };
+export type CatalogListAnswer = { ok: true; result: CatalogListResult } | { ok: false; message: string };
+export type ToolsListAnswer = CatalogListAnswer;
+
+/** Who is asking, as far as the list depends on it: the client capabilities it declared (client-needs.ts). */
+export interface ListAudience {
+  /** What the client's declared capabilities offer to each backend; undefined: everything (no filter). */
+  offeredBy?: (backend: BackendView) => ReadonlySet<ClientNeed>;
+  /** Who asks (docs/auth.md): tools with an access rule are listed only to callers it admits. */
+  caller?: CallerIdentity;
+}
 
 const paramsSchema = z.looseObject({ cursor: z.string().optional() }).optional();
 
 /**
- * A page ends after a named tool, not at an offset: when the catalog changes between two pages, the
- * next page still starts right after the last tool the client got. The backend and its position in
- * the backend's own list place the cursor when that tool itself has gone.
+ * A page ends after a named entry, not at an offset: when the catalog changes between two pages, the
+ * next page still starts right after the last entry the client got. The backend and the entry's
+ * position in the backend's own list place the cursor when that entry itself has gone. `list` names
+ * the list of a cursor that is not one of tools/list, so that no cursor is taken by another list.
  */
 const cursorSchema = z
   .object({
     route: z.string(),
+    list: z.enum(['prompts', 'resources', 'resourceTemplates']).optional(),
     after: z.string(),
     backend: z.string(),
-    toolIndex: z.number().int().nonnegative(),
+    index: z.number().int().nonnegative(),
   })
   .strict();
 type Cursor = z.output<typeof cursorSchema>;
@@ -71,20 +85,27 @@ function decodeCursor(text: string): Cursor | undefined {
   }
 }
 
-/** Index of the first tool after the cursor's, in the route's current list. */
-function resumeIndex(view: RouteCatalogView, cursor: Cursor): number {
-  const anchor = view.toolsByName.get(cursor.after);
+/** Index of the first entry after the cursor's, in the route's current list. */
+function resumeIndex(list: CatalogList, cursor: Cursor): number {
+  const anchor = list.byKey.get(cursor.after);
   if (anchor) return anchor.position + 1;
-  // The last tool returned has gone: the one that followed it has moved into its place in the
+  // The last entry returned has gone: the one that followed it has moved into its place in the
   // backend's list, or the backend has gone and the next backend in the order comes next.
-  const next = view.tools.findIndex((exposed) => {
-    const order = compareBackendNames(exposed.backend.name, cursor.backend);
-    return order > 0 || (order === 0 && exposed.toolIndex >= cursor.toolIndex);
+  const next = list.items.findIndex((item) => {
+    const order = compareBackendNames(item.backend.name, cursor.backend);
+    return order > 0 || (order === 0 && item.index >= cursor.index);
   });
-  return next === -1 ? view.tools.length : next;
+  return next === -1 ? list.items.length : next;
 }
 
-function federationMeta(view: RouteCatalogView): FederationMeta {
+const LIST_WORDS: Record<ListKind, { method: string; entry: string; use: string }> = {
+  tools: { method: 'tools/list', entry: 'tool', use: 'calls' },
+  prompts: { method: 'prompts/list', entry: 'prompt', use: 'prompts/get' },
+  resources: { method: 'resources/list', entry: 'resource', use: 'reads' },
+  resourceTemplates: { method: 'resources/templates/list', entry: 'resource template', use: 'reads' },
+};
+
+function federationMeta(view: RouteCatalogView, kind: ListKind): FederationMeta {
   const backends = [...view.backends.values()];
   const degradedBackends = backends.flatMap((backend): DegradedBackend[] =>
     backend.state === 'ok'
@@ -102,66 +123,78 @@ function federationMeta(view: RouteCatalogView): FederationMeta {
   );
   const meta: FederationMeta = { route: view.key, degradedBackends };
   if (degradedBackends.length === backends.length) {
+    const words = LIST_WORDS[kind];
     meta.warning =
-      view.tools.length === 0
-        ? `no backend of route "${view.key}" has answered tools/list: the list is empty until one does`
-        : `no backend of route "${view.key}" is answering: every tool listed is a last-good copy and calls may fail`;
+      listOf(view, kind).items.length === 0
+        ? `no backend of route "${view.key}" has answered ${words.method}: the list is empty until one does`
+        : `no backend of route "${view.key}" is answering: every ${words.entry} listed is a last-good copy and ${words.use} may fail`;
   }
   return meta;
 }
 
 /**
- * The JSON-RPC answer for a page, with `fields` before the tools and `meta` merged into `_meta`: the
- * tools' own JSON is joined as it was serialized once per catalog version, so a route of thousands of
+ * The JSON-RPC answer for a page, with `fields` before the entries and `meta` merged into `_meta`: the
+ * entries' own JSON is joined as it was serialized once per catalog version, so a route of thousands of
  * tools costs a string join, not a serialization.
  */
-export function toolsListBody(id: JsonRpcId, result: ToolsListResult, fields: Record<string, unknown> = {}, meta: Record<string, unknown> = {}): string {
+export function listBody(member: string, id: JsonRpcId, result: CatalogListResult, fields: Record<string, unknown> = {}, meta: Record<string, unknown> = {}): string {
   const rest = { ...fields, ...(result.nextCursor !== undefined && { nextCursor: result.nextCursor }), _meta: { ...result._meta, ...meta } };
   const tail = JSON.stringify(rest).slice(1);
-  return `{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"tools":[${result.page.map((exposed) => exposed.json).join(',')}],${tail}}`;
+  return `{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"${member}":[${result.page.map((item) => item.json).join(',')}],${tail}}`;
 }
 
+export const toolsListBody = (id: JsonRpcId, result: CatalogListResult, fields?: Record<string, unknown>, meta?: Record<string, unknown>) =>
+  listBody('tools', id, result, fields, meta);
+
 /**
- * The tools from `start` on that this caller may call (docs/auth.md), at most `count` of them (and
- * whether more follow): a route without access rules is a slice of the list serialized once.
+ * The entries from `start` on this audience may use, at most `count` of them (and whether more
+ * follow): what its declared capabilities allow, and what its caller may call (docs/auth.md). A list
+ * whose entries depend on neither is a slice of the list serialized once.
  */
-function pageFor(view: RouteCatalogView, caller: CallerIdentity | undefined, start: number, count: number): { page: ExposedToolView[]; more: boolean } {
-  if (!view.listVariesByCaller) return { page: view.tools.slice(start, start + count), more: start + count < view.tools.length };
-  const page: ExposedToolView[] = [];
-  for (let index = start; index < view.tools.length; index++) {
-    const exposed = view.tools[index];
-    if (!accessDecision(exposed.accessRule, caller).allowed) continue;
+function pageFor(list: CatalogList, audience: ListAudience, start: number, count: number): { page: ListedItem[]; more: boolean } {
+  const { offeredBy, caller } = audience;
+  const byCapabilities = offeredBy !== undefined && list.conditional;
+  if (!byCapabilities && !list.byCaller) return { page: list.items.slice(start, start + count), more: start + count < list.items.length };
+  const page: ListedItem[] = [];
+  for (let index = start; index < list.items.length; index++) {
+    const item = list.items[index];
+    if (byCapabilities && item.needs.length > 0 && !allows(offeredBy(item.backend), item.needs)) continue;
+    if (item.accessRule && !accessDecision(item.accessRule, caller).allowed) continue;
     if (page.length === count) return { page, more: true };
-    page.push(exposed);
+    page.push(item);
   }
   return { page, more: false };
 }
 
 /**
- * One page of the route's tools this caller may call, or why the request's cursor is not one this
- * gateway gave out for this route.
+ * One page of one of the route's lists for this audience, or why the request's cursor is not one this
+ * gateway gave out for this list of this route.
  */
-export function answerToolsList(view: RouteCatalogView, params: unknown, caller?: CallerIdentity): ToolsListAnswer {
+export function answerList(view: RouteCatalogView, method: ListMethod, params: unknown, audience: ListAudience = {}): CatalogListAnswer {
+  const { kind } = LIST_METHODS[method];
+  const list = listOf(view, kind);
   const parsed = paramsSchema.safeParse(params);
-  if (!parsed.success) return { ok: false, message: 'tools/list params must be an object whose cursor is a string' };
+  if (!parsed.success) return { ok: false, message: `${method} params must be an object whose cursor is a string` };
   let start = 0;
+  const listName = kind === 'tools' ? undefined : kind;
   if (parsed.data?.cursor !== undefined) {
     const cursor = decodeCursor(parsed.data.cursor);
-    if (cursor?.route !== view.key) {
-      return { ok: false, message: `invalid cursor: use the nextCursor of an earlier tools/list answer on route "${view.key}"` };
+    if (cursor?.route !== view.key || cursor.list !== listName) {
+      return { ok: false, message: `invalid cursor: use the nextCursor of an earlier ${method} answer on route "${view.key}"` };
     }
-    start = resumeIndex(view, cursor);
+    start = resumeIndex(list, cursor);
   }
-  const pageSize = view.toolsListPageSize > 0 ? view.toolsListPageSize : view.tools.length;
-  const { page, more } = pageFor(view, caller, start, pageSize);
+  const pageSize = view.toolsListPageSize > 0 ? view.toolsListPageSize : list.items.length;
+  const { page, more } = pageFor(list, audience, start, pageSize);
   const last = page.at(-1);
   return {
     ok: true,
     result: {
       page,
-      ...(more &&
-        last && { nextCursor: encodeCursor({ route: view.key, after: last.tool.name, backend: last.backend.name, toolIndex: last.toolIndex }) }),
-      _meta: { [FEDERATION_META_KEY]: federationMeta(view) },
+      ...(more && last && { nextCursor: encodeCursor({ route: view.key, ...(listName && { list: listName }), after: last.key, backend: last.backend.name, index: last.index }) }),
+      _meta: { [FEDERATION_META_KEY]: federationMeta(view, kind) },
     },
   };
 }
+
+export const answerToolsList = (view: RouteCatalogView, params: unknown, audience?: ListAudience) => answerList(view, 'tools/list', params, audience);

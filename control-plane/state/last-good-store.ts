@@ -16,6 +16,12 @@ const savedCatalogSchema = z.array(
     // Absent in copies saved before the gateway served backends of the stateless revision.
     protocol_version: z.string().optional(),
     sessionful: z.boolean().optional(),
+    // Absent in copies saved before the gateway served prompts and resources.
+    prompts_json: z.array(z.string()).optional(),
+    resources_json: z.array(z.string()).optional(),
+    resource_templates_json: z.array(z.string()).optional(),
+    capabilities_json: z.string().optional(),
+    needs_json: z.string().optional(),
   }),
 );
 export type SavedBackendCatalog = z.output<typeof savedCatalogSchema>[number];

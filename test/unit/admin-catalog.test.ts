@@ -43,6 +43,7 @@ describe('control plane admin: catalog status and on-demand refresh', () => {
       catalog: () => catalog,
       catalogSettings: CATALOG_DEFAULTS,
       toolFindings: (routeKey) => (routeKey === 'demo' ? [finding] : []),
+      surfaceFindings: () => [],
       refreshCatalog: async (routeKey) => {
         refreshed.push(routeKey);
         return routeKey === undefined || catalog.routes.some((route) => route.route_key === routeKey);

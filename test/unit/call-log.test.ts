@@ -1,6 +1,6 @@
 import * as client from 'prom-client';
 import { CallHistory, HISTORY_DEFAULTS } from '../../control-plane/admin/call-history';
-import { CallLog, CallMetrics, CallRecord, LogEntry, TOOL_LABELS_PER_BACKEND } from '../../control-plane/admin/call-log';
+import { CallLog, CallMetrics, CallRecord, LogEntry, TOOL_LABELS_PER_BACKEND, backendFailureOf } from '../../control-plane/admin/call-log';
 import { callRecord } from './call-fixtures';
 
 /**
@@ -60,6 +60,41 @@ describe('the call log', () => {
     expect(log.recordOf(entry(options))?.outcome).toBe(outcome);
   });
 
+  it.each<[string, Parameters<typeof entry>[0], string | undefined]>([
+    [
+      'a refused connection, with the upstream address',
+      { ours: { tool: 'echo' }, flags: { upstream_connection_failure: true }, code: 503, details: 'upstream_reset_before_response_started{remote_connection_failure|delayed_connect_error:_Connection_refused}' },
+      'connection refused (127.0.0.1:9)',
+    ],
+    [
+      'a TLS failure',
+      { ours: { tool: 'echo' }, flags: { upstream_connection_failure: true }, code: 503, details: 'upstream_reset_before_response_started{connection_failure|TLS_error:_268435581:SSL_routines:OPENSSL_internal:CERTIFICATE_VERIFY_FAILED}' },
+      'TLS error: 268435581:SSL routines:OPENSSL internal:CERTIFICATE VERIFY FAILED',
+    ],
+    ['a timeout', { ours: { tool: 'echo' }, flags: { upstream_request_timeout: true }, code: 504, details: 'upstream_response_timeout', ms: 5000 }, 'timed out after 5000 ms'],
+    ['a reset', { ours: { tool: 'echo' }, flags: { upstream_remote_reset: true }, code: 503, details: 'upstream_reset_before_response_started{remote_reset}' }, 'connection reset by the Tool Service (127.0.0.1:9)'],
+    ['a 5xx of the backend', { ours: { tool: 'echo' }, code: 502 }, 'HTTP 502 from the Tool Service'],
+    ['a JSON-RPC error in a 200', { ours: { tool: 'echo', outcome: 'failed' } }, undefined],
+    ['a request the script refused', { ours: { tool: 'nope', answered: true }, details: 'lua_response', attempts: 0 }, undefined],
+  ])('names the cause of %s', (_case, options, failure) => {
+    const logged = entry(options);
+    logged.common_properties!.upstream_remote_address = { socket_address: { address: '127.0.0.1', port_value: 9 } };
+    const reasons: string[] = [];
+    new CallLog([], undefined, [{ backendFailed: (_route, _backend, reason) => reasons.push(reason) }]).add(logged);
+    expect(reasons).toEqual(failure === undefined ? [] : [failure]);
+    if (!(options.ours.answered === true)) expect(backendFailureOf(logged)).toBe(failure);
+  });
+
+  it('tells failure observers of every method, and counts only tools/call as calls', () => {
+    const recorded: CallRecord[] = [];
+    const failed: string[] = [];
+    const log = new CallLog([{ record: (call) => recorded.push(call) }], undefined, [{ backendFailed: (_route, backend) => failed.push(backend) }]);
+    log.add(entry({ ours: { method: 'resources/read', tool: 'file:///a' }, flags: { upstream_connection_failure: true }, code: 503, details: 'x{delayed_connect_error:_Connection_refused}' }));
+    log.add(entry({ ours: { tool: 'echo' }, flags: { upstream_connection_failure: true }, code: 503, details: 'x{delayed_connect_error:_Connection_refused}' }));
+    expect(failed).toEqual(['jobs', 'jobs']);
+    expect(recorded.map((call) => call.tool)).toEqual(['echo']);
+  });
+
   it('reads when the call ended, how long it took and its attempts', () => {
     const call = log.recordOf(entry({ ours: { tool: 'echo', outcome: 'ok' }, ms: 1500, attempts: 2, startMs: 1_800_000_000_250 }));
     expect(call).toMatchObject({ route: 'demo', backend: 'jobs', tool: 'echo', seconds: 1.5, attempts: 2, endedAt: 1_800_000_001_750, detail: 'via_upstream' });
@@ -85,7 +120,7 @@ describe('the call log', () => {
       version: '1',
       tool_name_separator: '__',
       tools_list_page_size: 0,
-      routes: [{ route_key: 'demo', tools: [], backends: [{ name: 'jobs' } as never], access_rules: [], groups_claim: [] }],
+      routes: [{ route_key: 'demo', tools: [], prompts: [], resources: [], resource_templates: [], backends: [{ name: 'jobs' } as never], access_rules: [], groups_claim: [] }],
     });
     new CallLog([metrics]).add(entry({ ours: { tool: 'echo', outcome: 'failed' }, flags: { upstream_connection_failure: true } }));
     const text = await registry.metrics();

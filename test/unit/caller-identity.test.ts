@@ -94,7 +94,7 @@ describe('the sidecar on a route with auth', () => {
     ),
   });
   const listNames = (claims: Record<string, unknown> | undefined, cursor?: string) => {
-    const answer = answerToolsList(guarded, cursor === undefined ? undefined : { cursor }, claims && callerIdentityOf(payload(claims), ['groups']));
+    const answer = answerToolsList(guarded, cursor === undefined ? undefined : { cursor }, { caller: claims && callerIdentityOf(payload(claims), ['groups']) });
     if (!answer.ok) throw new Error(answer.message);
     return { names: JSON.parse(toolsListBody(1, answer.result)).result.tools.map((tool: { name: string }) => tool.name), next: answer.result.nextCursor };
   };
@@ -113,7 +113,7 @@ describe('the sidecar on a route with auth', () => {
     const pages: string[][] = [];
     let cursor: string | undefined;
     do {
-      const answer = answerToolsList(paged, cursor === undefined ? undefined : { cursor }, callerIdentityOf(payload(ALICE), ['groups']));
+      const answer = answerToolsList(paged, cursor === undefined ? undefined : { cursor }, { caller: callerIdentityOf(payload(ALICE), ['groups']) });
       if (!answer.ok) throw new Error(answer.message);
       pages.push(JSON.parse(toolsListBody(1, answer.result)).result.tools.map((tool: { name: string }) => tool.name));
       cursor = answer.result.nextCursor;

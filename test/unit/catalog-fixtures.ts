@@ -1,4 +1,5 @@
 import { AccessRuleMessage, BackendCatalogMessage, CATALOG_DEFAULTS, CatalogSettings, CatalogSnapshotMessage } from '../../control-plane/catalog/catalog-store';
+import { exposeRoutePrompts, exposeRouteResources } from '../../control-plane/catalog/surface-exposure';
 import { exposeRouteTools } from '../../control-plane/catalog/tool-exposure';
 
 /** A healthy backend's catalog entry declaring tools of these names. */
@@ -20,6 +21,11 @@ export function backendCatalog(name: string, toolNames: string[], overrides: Par
     approval_tools: [],
     protocol_version: '2025-11-25',
     sessionful: true,
+    prompts_json: [],
+    resources_json: [],
+    resource_templates_json: [],
+    capabilities_json: JSON.stringify({ tools: {} }),
+    needs_json: '{}',
     ...overrides,
   };
 }
@@ -60,6 +66,14 @@ export function catalogSnapshot(
         ...exposed,
         access_rule: access?.ruleOf(exposed.backend, exposed.tool_index) ?? 0,
       })),
+      prompts: exposeRoutePrompts(itemsOf(route.backends, 'prompts_json', 'name'), settings.toolNameSeparator).prompts,
+      resources: exposeRouteResources(itemsOf(route.backends, 'resources_json', 'uri'), 'resource').resources,
+      resource_templates: exposeRouteResources(itemsOf(route.backends, 'resource_templates_json', 'uriTemplate'), 'resource-template').resources,
     })),
   };
+}
+
+/** Each backend's own prompt names, resource URIs or template URIs, as the control plane's exposure rules take them. */
+function itemsOf(backends: BackendCatalogMessage[], field: 'prompts_json' | 'resources_json' | 'resource_templates_json', key: string) {
+  return backends.map((backend) => ({ backend: backend.name, items: backend[field].map((json) => String((JSON.parse(json) as Record<string, unknown>)[key])) }));
 }

@@ -245,7 +245,7 @@ describe('sidecar decisions for MCP 2026-07-28 (stateless)', () => {
     expect(message.result).toMatchObject({
       resultType: 'complete',
       supportedVersions: ['2026-07-28', ...SUPPORTED_PROTOCOL_VERSIONS],
-      capabilities: { tools: { listChanged: false } },
+      capabilities: { tools: { listChanged: true } },
       cacheScope: 'public',
       _meta: { 'io.modelcontextprotocol/serverInfo': { name: 'mcp-federation-gateway' } },
     });

@@ -161,7 +161,7 @@ describe("the call script's tool limits", () => {
         { tools: ['get_alerts', 'run_*'], calls: { total: '1/second' } },
       ],
     }).tools;
-    const backend = { era: 'session' as const, sessionful: false, tools: new Map([['get_alerts', 'r'], ['run_job', ''], ['echo', '']]), denied: new Map(), approvals: new Map(), fallbackText: '' };
+    const backend = { era: 'session' as const, sessionful: false, tools: new Map([['get_alerts', 'r'], ['run_job', ''], ['echo', '']]), denied: new Map(), approvals: new Map(), prompts: new Set<string>(), serves: { prompts: false, resources: false, subscriptions: false, completions: false }, fallbackText: '' };
     const route = { backends: new Map([['weather', backend]]), accessRules: [] };
     const config = callRouteFilters('demo', 'weather', '__', route, undefined, { annotate: true, auditArguments: false, quotas: { toolServiceId: 'weather', tools } })[
       'envoy.filters.http.lua'

@@ -2,7 +2,7 @@ import { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { sidecarContext } from '../support/sidecar-context';
 import { BackendCatalogMessage, CATALOG_DEFAULTS, CatalogSettings } from '../../control-plane/catalog/catalog-store';
 import { decideOnBody } from '../../control-plane/sidecar/mcp-gateway';
-import { RouteCatalogView, buildRouteViews, resolveTool } from '../../control-plane/sidecar/route-catalog';
+import { ExposedToolView, RouteCatalogView, buildRouteViews, resolveTool } from '../../control-plane/sidecar/route-catalog';
 import { FEDERATION_META_KEY, ToolsListResult, answerToolsList, toolsListBody } from '../../control-plane/sidecar/tools-list';
 import { backendCatalog, catalogSnapshot } from './catalog-fixtures';
 
@@ -215,7 +215,7 @@ describe('the serialized tools/list answer', () => {
       jsonrpc: '2.0',
       id,
       result: {
-        tools: result.page.map((exposed) => exposed.tool),
+        tools: result.page.map((exposed) => (exposed as ExposedToolView).tool),
         resultType: 'complete',
         _meta: { ...result._meta, 'io.modelcontextprotocol/serverInfo': { name: 'gw' } },
       },

@@ -30,7 +30,8 @@ const GOLDEN = projectPath('test', 'golden');
 /**
  * A catalog for the registry's routes, as the control plane would have it once the backends answered:
  * each backend with a read-only tool, a tool with its own deadline and a tool the policy denies; the
- * call routes carry these as the call script's rules.
+ * call routes carry these as the call script's rules. The first backend of each route also serves a
+ * prompt, resources with subscriptions and completions, which give it routes of their own (ADR-0015).
  */
 function catalogFor(ir: GatewayIR): CallLaneCatalog {
   const tool = (name: string, extra: Record<string, unknown> = {}) => ({ name, inputSchema: { type: 'object' as const }, ...extra });
@@ -39,11 +40,15 @@ function catalogFor(ir: GatewayIR): CallLaneCatalog {
     catalogSnapshot(
       ir.routes.map((route) => ({
         route_key: route.key,
-        backends: route.backends.map((backend) =>
+        backends: route.backends.map((backend, index) =>
           backendCatalog(backend.name, [], {
             tool_service: backend.catalogKey,
             tools_json: tools.map((declared) => JSON.stringify(declared)),
             denied_tools: [{ tool: 'delete_all', rule: 'denyTools: delete_*' }],
+            ...(index === 0 && {
+              capabilities_json: JSON.stringify({ tools: {}, prompts: {}, resources: { subscribe: true }, completions: {} }),
+              prompts_json: [JSON.stringify({ name: 'summarize' })],
+            }),
           }),
         ),
         ...(route.auth && {

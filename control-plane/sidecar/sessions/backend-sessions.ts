@@ -1,3 +1,4 @@
+import { EventSourceMessage, createParser } from 'eventsource-parser';
 import { backendFetch } from '../../shared/backend-fetch';
 import { BackendView } from '../route-catalog';
 import { GatewaySession } from './session-store';
@@ -24,17 +25,35 @@ function sessionHeaders(backendSessionId: string, protocolVersion: string): Reco
   return { ...(backendSessionId && { [SESSION_HEADER]: backendSessionId }), [PROTOCOL_VERSION_HEADER]: protocolVersion };
 }
 
-/** The JSON-RPC message of a Streamable HTTP response, whether sent as JSON or as one SSE event. */
-async function firstMessage(response: Response): Promise<{ error?: { message: string } } | undefined> {
-  const text = await response.text();
-  if (!(response.headers.get('content-type') ?? '').includes('text/event-stream')) return text ? JSON.parse(text) : undefined;
-  // Servers with resumability send an empty priming event first.
-  const data = text
-    .split('\n')
-    .filter((line) => line.startsWith('data:'))
-    .map((line) => line.slice(5).trim())
-    .find((payload) => payload.length > 0);
-  return data ? JSON.parse(data) : undefined;
+/**
+ * The events of an SSE body as the spec reads them (multi-line `data:` fields, comments, `id:` and
+ * `retry:`, CR, LF or CRLF line ends), each handed over as it completes; resolves when the body ends.
+ */
+export async function readEvents(body: ReadableStream<Uint8Array>, onEvent: (event: EventSourceMessage) => void): Promise<void> {
+  const parser = createParser({ onEvent });
+  const decoder = new TextDecoder();
+  for await (const chunk of body) parser.feed(decoder.decode(chunk, { stream: true }));
+  parser.feed(decoder.decode());
+}
+
+/**
+ * The JSON-RPC response of a Streamable HTTP answer, whether sent as JSON or inside an SSE stream
+ * (where notifications, requests and an empty priming event may come before it).
+ */
+async function responseMessage(response: Response): Promise<{ error?: { message: string } } | undefined> {
+  if (!(response.headers.get('content-type') ?? '').includes('text/event-stream')) {
+    const text = await response.text();
+    return text ? JSON.parse(text) : undefined;
+  }
+  let found: { error?: { message: string } } | undefined;
+  if (response.body) {
+    await readEvents(response.body, (event) => {
+      if (found || event.data.trim() === '') return;
+      const message = JSON.parse(event.data) as Record<string, unknown>;
+      if ('result' in message || 'error' in message) found = message;
+    });
+  }
+  return found;
 }
 
 /**
@@ -44,7 +63,7 @@ async function firstMessage(response: Response): Promise<{ error?: { message: st
  */
 export async function openBackendSession(
   backend: BackendView,
-  session: Pick<GatewaySession, 'protocolVersion' | 'clientInfo' | 'clientCapabilities'>,
+  session: BackendSessionFields,
   clientHeaders: Record<string, string>,
   timeoutMs: number,
 ): Promise<string> {
@@ -60,7 +79,7 @@ export async function openBackendSession(
     },
     signal,
   );
-  const reply = await firstMessage(initialize);
+  const reply = await responseMessage(initialize);
   if (!initialize.ok || !reply || reply.error) {
     throw new Error(`initialize answered ${initialize.status}${reply?.error ? `: ${reply.error.message}` : ''}`);
   }
@@ -72,8 +91,21 @@ export async function openBackendSession(
     signal,
   );
   await initialized.body?.cancel();
+  // A level the client set with logging/setLevel before this backend session existed applies to it too.
+  if (session.logLevel && backend.capabilities.logging) {
+    const setLevel = await postToBackend(
+      backend,
+      inSession({ backendSessionId, protocolVersion: session.protocolVersion, clientHeaders }),
+      { jsonrpc: '2.0', id: 1, method: 'logging/setLevel', params: { level: session.logLevel } },
+      signal,
+    );
+    await setLevel.body?.cancel();
+  }
   return backendSessionId;
 }
+
+/** What a backend session is opened with: the client's own declaration, and the log level it set. */
+export type BackendSessionFields = Pick<GatewaySession, 'protocolVersion' | 'clientInfo' | 'clientCapabilities' | 'logLevel'>;
 
 /** A backend session, and the client on whose behalf the sidecar uses it. */
 export interface OnBehalf {

@@ -107,6 +107,12 @@ export class CachedSessionStore implements SessionStore {
     if (entry?.session.backends[backend] === staleBackendSessionId) delete entry.session.backends[backend];
   }
 
+  async setLogLevel(id: string, level: string): Promise<void> {
+    await this.inner.setLogLevel(id, level);
+    const entry = this.entries.get(id);
+    if (entry) entry.session.logLevel = level;
+  }
+
   /** Outstanding requests are not cached: an answer is taken once, whichever replica it reaches. */
   expectAnswer(id: string, backend: string, requestId: string): Promise<void> {
     return this.inner.expectAnswer(id, backend, requestId);

@@ -17,6 +17,8 @@ export interface GatewaySession {
   clientCapabilities: Record<string, unknown>;
   /** Backend name → that backend's Mcp-Session-Id ("" for a backend that runs stateless). */
   backends: Record<string, string>;
+  /** The level the client set with logging/setLevel; every backend session opened later gets it too. */
+  logLevel?: string;
   /**
    * The caller that opened it (issuer and subject of its token, docs/auth.md); absent for a session
    * opened without a token. Only the same owner may use it: anyone else gets 404, as for an unknown id.
@@ -38,6 +40,8 @@ export interface SessionStore {
   claimBackend(id: string, backend: string, backendSessionId: string): Promise<string>;
   /** Drops a backend session the backend no longer knows, unless another one was recorded meanwhile. */
   forgetBackend(id: string, backend: string, staleBackendSessionId: string): Promise<void>;
+  /** Records the client's logging/setLevel; nothing when the session ended meanwhile. */
+  setLogLevel(id: string, level: string): Promise<void>;
   /**
    * Records a request a backend sent the client of this session (its own id as raw JSON), so that the
    * client's answer to it is taken once; nothing when the session ended meanwhile.
@@ -101,11 +105,15 @@ const storedSessionSchema = z.object({
   owner: z.string().optional(),
   clientInfo: z.string().transform((json) => JSON.parse(json) as Record<string, unknown>),
   clientCapabilities: z.string().transform((json) => JSON.parse(json) as Record<string, unknown>),
+  logLevel: z.string().optional(),
 });
 
 const BACKEND_FIELD = 'backend:';
 /** A request a backend sent the client, awaiting the client's answer: `answer:<backend>:<its own id as JSON>`. */
 const answerField = (backend: string, requestId: string) => `answer:${backend}:${requestId}`;
+
+/** Sets a field only while the session exists, so an ended session is not re-created without its TTL. */
+const SET_IF_SESSION_EXISTS = `if redis.call('HEXISTS', KEYS[1], 'route') == 1 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end return 0`;
 
 /** Compare-and-delete, so two replicas recovering the same backend session cannot drop each other's new one. */
 const FORGET_IF_UNCHANGED = `if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL', KEYS[1], ARGV[1]) end return 0`;
@@ -281,6 +289,12 @@ export class RedisSessionStore implements SessionStore {
     });
   }
 
+  async setLogLevel(id: string, level: string): Promise<void> {
+    return this.guarded(async () => {
+      await this.redis.eval(SET_IF_SESSION_EXISTS, 1, this.key(id), 'logLevel', level);
+    });
+  }
+
   async expectAnswer(id: string, backend: string, requestId: string): Promise<void> {
     return this.guarded(async () => {
       await this.redis.eval(EXPECT_IF_SESSION_EXISTS, 1, this.key(id), answerField(backend, requestId));
@@ -341,6 +355,11 @@ export class MemorySessionStore implements SessionStore {
   async forgetBackend(id: string, backend: string, staleBackendSessionId: string): Promise<void> {
     const session = this.sessions.get(id)?.session;
     if (session?.backends[backend] === staleBackendSessionId) delete session.backends[backend];
+  }
+
+  async setLogLevel(id: string, level: string): Promise<void> {
+    const session = this.sessions.get(id)?.session;
+    if (session) session.logLevel = level;
   }
 
   async expectAnswer(id: string, backend: string, requestId: string): Promise<void> {

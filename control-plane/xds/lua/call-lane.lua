@@ -22,6 +22,11 @@
 --   groups_claim                  where the caller's groups are in the token: {name, ...}
 --   auth_scopes                   {[scope] = true}: the route's scopes, kept in a scope challenge
 --   resource_metadata             the route's protected-resource metadata URL (RFC 9728)
+--   scheme                        the backend's name as its resources' URI scheme prefix ("_" written "-")
+-- Routes of the backend's prompts and resources (docs/adr/0015-federated-resources-and-prompts.md)
+-- run the same script for prompts/get, completion/complete, resources/read, resources/subscribe and
+-- resources/unsubscribe, with the same keys (no tool flags) and:
+--   ["prompt:<own name>"]         a prompt the route serves
 -- The request side checks the tool, strips the backend prefix from params.name (and Mcp-Name), sets
 -- Envoy's per-request deadline and retries, and leaves what local replies, the access log and the
 -- session check read in dynamic metadata (namespace mcpgw). The response side scopes the ids of
@@ -76,6 +81,7 @@ local TOOL_DENIED = -32003
 local INSUFFICIENT_SCOPE = -32031
 local INVALID_PARAMS = -32602
 local INVALID_REQUEST = -32600
+local METHOD_NOT_FOUND = -32601
 local BACKEND_UNAVAILABLE = -32004
 -- The approval check answers from Redis: well inside this, or the call fails closed.
 local APPROVAL_CHECK_TIMEOUT_MS = 5000
@@ -88,13 +94,18 @@ local function skip_ws(s, i)
   return e + 1
 end
 
--- i at an opening quote; the index of the closing one, or nil.
+-- i at an opening quote; the index of the closing one, or nil. A quote closes the string when an even
+-- number of backslashes stands before it. Plain finds (memchr) only: a character-class pattern walks
+-- the string byte by byte in Lua, some 200 MB/s, and a resource's text can be megabytes.
 local function string_end(s, i)
   local j = i + 1
   while true do
-    local p = find(s, '["\\]', j)
+    local p = find(s, '"', j, true)
     if not p then return nil end
-    if byte(s, p) == 92 then j = p + 2 else return p end
+    local before = p - 1
+    while byte(s, before) == 92 do before = before - 1 end
+    if (p - 1 - before) % 2 == 0 then return p end
+    j = p + 1
   end
 end
 
@@ -172,6 +183,43 @@ M.members = members
 
 local function text_of(s, span) return sub(s, span[1], span[2]) end
 
+-- The elements of the array at i: a list of {value start, value end}; nil for anything else.
+local function elements(s, i)
+  if byte(s, i) ~= 91 then return nil end
+  local found = {}
+  i = skip_ws(s, i + 1)
+  if byte(s, i) == 93 then return found end
+  while true do
+    local last = value_end(s, i)
+    if not last then return nil end
+    found[#found + 1] = { i, last }
+    i = skip_ws(s, last + 1)
+    local c = byte(s, i)
+    if c == 93 then return found end
+    if c ~= 44 then return nil end
+    i = skip_ws(s, i + 1)
+  end
+end
+M.elements = elements
+
+-- s with each { first, last, text } of `edits` (in order, not overlapping) replacing s[first..last].
+function M.substitute(s, edits)
+  local out, position = {}, 1
+  for _, edit in ipairs(edits) do
+    out[#out + 1] = sub(s, position, edit[1] - 1)
+    out[#out + 1] = edit[3]
+    position = edit[2] + 1
+  end
+  out[#out + 1] = sub(s, position)
+  return concat(out)
+end
+
+-- The same, or nil when there is nothing to edit.
+local function apply_edits(s, edits)
+  if #edits == 0 then return nil end
+  return M.substitute(s, edits)
+end
+
 -- s with `insertion` (one or more members) put first into the object that starts at `open`.
 local function insert_members(s, open, insertion)
   local after = skip_ws(s, open + 1)
@@ -188,6 +236,92 @@ local function json_string(text)
   end) .. '"'
 end
 M.json_string = json_string
+
+---------------------------------------------------------------------------------------------------
+-- Resource URIs (docs/adr/0015-federated-resources-and-prompts.md): agents see <scheme>+<own URI>, or
+-- ui://<scheme>+<rest> for ui://<rest>; the backend gets its own URI back.
+
+-- The exposed URI's JSON string for the backend's own (a JSON string token), or nil when it is not an
+-- absolute URI (nothing to name).
+function M.exposed_uri_json(raw, scheme)
+  if not find(raw, '^"[A-Za-z][A-Za-z0-9+.-]*:') then return nil end
+  if sub(raw, 2, 6) == "ui://" then return '"ui://' .. scheme .. "+" .. sub(raw, 7) end
+  return '"' .. scheme .. "+" .. sub(raw, 2)
+end
+
+-- The backend's own URI behind an exposed one of this backend, or nil when it is not one.
+function M.own_uri(exposed, scheme)
+  local prefix = scheme .. "+"
+  if sub(exposed, 1, 5) == "ui://" and sub(exposed, 6, 5 + #prefix) == prefix then return "ui://" .. sub(exposed, 6 + #prefix) end
+  if sub(exposed, 1, #prefix) == prefix then return sub(exposed, #prefix + 1) end
+  return nil
+end
+
+local function uri_edit(s, span, scheme, edits)
+  if not span or byte(s, span[1]) ~= 34 then return end
+  local exposed = M.exposed_uri_json(text_of(s, span), scheme)
+  if exposed then edits[#edits + 1] = { span[1], span[2], exposed } end
+end
+
+-- A content block's resource URI (an embedded resource's, or a resource link's).
+local function content_uri_edits(s, block, scheme, edits)
+  local fields = members(s, block[1])
+  if not fields or not fields.type then return end
+  local kind = text_of(s, fields.type)
+  if kind == '"resource_link"' then
+    uri_edit(s, fields.uri, scheme, edits)
+  elseif kind == '"resource"' and fields.resource then
+    local resource = members(s, fields.resource[1])
+    if resource then uri_edit(s, resource.uri, scheme, edits) end
+  end
+end
+
+-- The result of `method` (at `result`, an object) with the resource URIs it holds named for the
+-- gateway: resources/read's contents, prompts/get's messages, tools/call's content. nil: none.
+function M.expose_result_uris(s, result, method, scheme)
+  local inner = members(s, result)
+  if not inner then return nil end
+  local edits = {}
+  if method == "resources/read" and inner.contents then
+    for _, item in ipairs(elements(s, inner.contents[1]) or {}) do
+      local fields = members(s, item[1])
+      if fields then uri_edit(s, fields.uri, scheme, edits) end
+    end
+  elseif method == "prompts/get" and inner.messages then
+    for _, message in ipairs(elements(s, inner.messages[1]) or {}) do
+      local fields = members(s, message[1])
+      if fields and fields.content and byte(s, fields.content[1]) == 123 then content_uri_edits(s, fields.content, scheme, edits) end
+    end
+  elseif method == "tools/call" and inner.content then
+    for _, block in ipairs(elements(s, inner.content[1]) or {}) do
+      if byte(s, block[1]) == 123 then content_uri_edits(s, block, scheme, edits) end
+    end
+  end
+  return apply_edits(s, edits)
+end
+
+-- A notification the backend sends in an answer's stream, named for the gateway: a log message
+-- names its backend as its logger ("<backend>", or "<backend>/<its own logger>"), a resource update
+-- carries the exposed URI. nil: nothing to change.
+function M.rewrite_notification(s, top, call)
+  if not top.params or byte(s, top.params[1]) ~= 123 then return nil end
+  local method = text_of(s, top.method)
+  local params = members(s, top.params[1])
+  if not params then return nil end
+  if method == '"notifications/message"' then
+    local logger = params.logger
+    if logger and byte(s, logger[1]) == 34 then
+      return apply_edits(s, { { logger[1], logger[1], '"' .. call.backend .. "/" } })
+    end
+    return insert_members(s, top.params[1], '"logger":' .. json_string(call.backend))
+  end
+  if method == '"notifications/resources/updated"' and call.scheme then
+    local edits = {}
+    uri_edit(s, params.uri, call.scheme, edits)
+    return apply_edits(s, edits)
+  end
+  return nil
+end
 
 ---------------------------------------------------------------------------------------------------
 -- Request side
@@ -215,6 +349,72 @@ function M.with_modern_envelope(body, params, inner)
   return insert_members(body, params[1], '"_meta":{' .. envelope .. "}")
 end
 
+-- Headers of the gateway's own namespace mean nothing from a client and must not reach a backend.
+local function remove_owned_headers(headers)
+  local owned = {}
+  for name, _ in pairs(headers) do
+    if sub(name, 1, 8) == "x-mcpgw-" then owned[#owned + 1] = name end
+  end
+  for _, name in ipairs(owned) do headers:remove(name) end
+end
+
+-- The gateway's endpoint takes no query string: the backend sees the path the registry names on
+-- every request, as on the sidecar's own, and no parameter a client picked (docs/adr/0009).
+local function strip_query(headers)
+  local path = headers:get(":path")
+  local query = path and find(path, "?", 1, true)
+  if query then headers:replace(":path", sub(path, 1, query - 1)) end
+end
+
+-- A header value that is not plain printable ASCII travels as =?base64?…?= (MCP 2026-07-28).
+local function mcp_header_value(h, value)
+  if find(value, "^[\32-\126]*$") and sub(value, 1, 2) ~= "=?" then return value end
+  return "=?base64?" .. h:base64Escape(value) .. "?="
+end
+
+-- The request in the revision the backend speaks: a backend of the stateless revision gets the
+-- request envelope (when the client, of a session-based revision, sent none) and the routing headers
+-- naming its own name or URI; a stateless client's request for a session-era backend goes in that
+-- era's form. Returns the body to send.
+local function adapt_to_era(h, headers, text, era, modern_client, method, own_name)
+  if era == "modern" then
+    if not modern_client then
+      local top = members(text, skip_ws(text, 1))
+      local params = top and top.params
+      local inner = params and members(text, params[1])
+      if inner then text = M.with_modern_envelope(text, params, inner) end
+    end
+    headers:replace("mcp-protocol-version", MODERN_VERSION)
+    headers:replace("mcp-method", method)
+    if own_name then headers:replace("mcp-name", mcp_header_value(h, own_name)) else headers:remove("mcp-name") end
+  elseif modern_client then
+    headers:replace("mcp-protocol-version", SESSION_ERA_VERSION)
+    headers:remove("mcp-method")
+    headers:remove("mcp-name")
+  end
+  return text
+end
+
+-- The session check (ext_authz, enabled by this flag): a request in a session, or a stateless
+-- client's request for a backend that needs one; a request in a session the check passed a moment
+-- ago on this worker, for the same caller (`owner`, "" without a token), takes its answer from the
+-- worker's memory instead.
+local function ask_session_check(h, headers, route, backend, modern_client, sessionful, owner)
+  local session_id = headers:get("mcp-session-id")
+  if session_id ~= nil then
+    local key = M.checked_key(session_id, owner, route, backend)
+    local checked = M.checked_lookup(key, h:timestamp())
+    if checked then
+      headers:remove("mcp-session-id")
+      return
+    end
+    h:streamInfo():dynamicMetadata():set(NS, "checked_key", key)
+  end
+  if session_id ~= nil or (modern_client and sessionful) then
+    h:streamInfo():dynamicMetadata():set(NS, "check", true)
+  end
+end
+
 -- The traceparent of Envoy's span of this call: its ids ("<trace id>-<span id>", from SPAN_IDS_HEADER)
 -- with the sampled flag of the caller's traceparent, whose trace it continues. nil when Envoy's span is
 -- not in the caller's trace (no or an unreadable traceparent: Envoy started a trace of its own).
@@ -235,18 +435,6 @@ function M.meta_traceparent_span(body, params_members)
   local value = fields and fields.traceparent
   if not value or byte(body, value[1]) ~= 34 then return nil end
   return value
-end
-
--- s with each { first, last, text } of `edits` (in order, not overlapping) replacing s[first..last].
-function M.substitute(s, edits)
-  local out, position = {}, 1
-  for _, edit in ipairs(edits) do
-    out[#out + 1] = sub(s, position, edit[1] - 1)
-    out[#out + 1] = edit[3]
-    position = edit[2] + 1
-  end
-  out[#out + 1] = sub(s, position)
-  return concat(out)
 end
 
 -- "t=30000;r;f;a=2;q=0" → { deadline_ms = 30000, retry = true, fallback = true, access = "2", quota = "0" }
@@ -398,6 +586,91 @@ function M.set_tool_quota(context, metadata, index, own)
   end
 end
 
+-- Requests for one backend's prompt or resource, routed by the prefix of the name or URI they carry.
+local FORWARDED = {
+  ["prompts/get"] = true, ["completion/complete"] = true,
+  ["resources/read"] = true, ["resources/subscribe"] = true, ["resources/unsubscribe"] = true,
+}
+-- Methods whose Mcp-Name header repeats the name or URI (MCP 2026-07-28).
+local NAMED_IN_HEADER = { ["prompts/get"] = true, ["resources/read"] = true }
+
+-- The span of the string a forwarded request names its target by: params.name (prompts/get),
+-- params.uri (resources/*), params.ref.name or params.ref.uri (completion/complete).
+function M.target_span(body, method, is_prompt)
+  local top = members(body, skip_ws(body, 1))
+  local params = top and top.params
+  local inner = params and members(body, params[1])
+  if not inner then return nil end
+  local span
+  if method == "prompts/get" then span = inner.name
+  elseif method == "completion/complete" then
+    local ref = inner.ref and members(body, inner.ref[1])
+    span = ref and (is_prompt and ref.name or ref.uri)
+  else span = inner.uri end
+  if not span or byte(body, span[1]) ~= 34 then return nil end
+  return span[1], span[2]
+end
+
+-- A prompts/get, completion/complete or resources/* request on its backend's route: the name or URI
+-- checked and put back into the backend's own, then the same era and session handling as a call.
+local function forward_request(h, request)
+  local context = h:filterContext()
+  local backend, route, separator, scheme = context:get("backend"), context:get("route"), context:get("separator"), context:get("scheme")
+  local era, sessionful = context:get("era"), context:get("sessionful")
+  local method, id = request.method, request.id
+  if id ~= nil and type(id) ~= "string" and type(id) ~= "number" then
+    return error_reply(h, nil, INVALID_REQUEST, ID_RULE, nil, "400")
+  end
+  local params = request.params or {}
+  local ref = params.ref or {}
+  local is_prompt = method == "prompts/get" or ref.type == "ref/prompt"
+  local exposed
+  if method == "prompts/get" then exposed = params.name
+  elseif method == "completion/complete" then exposed = is_prompt and ref.name or ref.uri
+  else exposed = params.uri end
+  local own
+  if is_prompt then own = sub(exposed, #backend + #separator + 1) else own = M.own_uri(exposed, scheme) end
+  local modern_client = params._meta ~= nil and params._meta["io.modelcontextprotocol/protocolVersion"] ~= nil
+  -- The caller (routes with auth), read before the body: the session check's memory is per caller.
+  local caller = context:get("auth") and M.caller_of((h:streamInfo():dynamicMetadata():get(JWT_NS) or {})[JWT_PAYLOAD], context:get("groups_claim")) or nil
+  if modern_client and (method == "resources/subscribe" or method == "resources/unsubscribe") then
+    -- The stateless revision subscribes with subscriptions/listen; as the sidecar answers removed methods.
+    return error_reply(h, id, METHOD_NOT_FOUND, 'method "' .. method .. '" is not served in protocol ' .. MODERN_VERSION .. ": use subscriptions/listen", nil, "404")
+  end
+
+  local metadata = h:streamInfo():dynamicMetadata()
+  metadata:set(NS, "route", route)
+  metadata:set(NS, "method", method)
+  metadata:set(NS, "backend", backend)
+  metadata:set(NS, "tool", own or exposed)
+  if id ~= nil then metadata:set(NS, "rpc_id", id) end
+  metadata:set(NS, "rpc_id_json", id_json(id))
+  if is_prompt and context:get("prompt:" .. own) == nil then
+    return error_reply(h, id, INVALID_PARAMS, 'backend "' .. backend .. '" has no prompt "' .. own .. '" on route "' .. route .. '"')
+  end
+  if own == nil then
+    return error_reply(h, id, INVALID_PARAMS, 'resource URI "' .. exposed .. '" is not one of backend "' .. backend .. '" on route "' .. route .. '"')
+  end
+  metadata:set(NS, "started_ms", h:timestamp())
+
+  local body = h:body()
+  local text = body:getBytes(0, body:length())
+  local first, last = M.target_span(text, method, is_prompt)
+  if not first or sub(text, first + 1, last - 1) ~= exposed then
+    return error_reply(h, id, INVALID_REQUEST, method .. " must name its prompt or resource with a plain JSON string", nil, "400")
+  end
+  text = sub(text, 1, first) .. own .. sub(text, last)
+  local headers = h:headers()
+  remove_owned_headers(headers)
+  strip_query(headers)
+  text = adapt_to_era(h, headers, text, era, modern_client, method, NAMED_IN_HEADER[method] and own or nil)
+  body:setBytes(text)
+  -- None of these changes anything at the backend but its subscriptions, which are idempotent: safe to send again.
+  headers:replace("x-envoy-retry-on", "5xx,reset,connect-failure,reset-before-request")
+  headers:replace("x-envoy-max-retries", "2")
+  ask_session_check(h, headers, route, backend, modern_client, sessionful, caller and caller.owner or "")
+end
+
 -- A tools/call whose token lacks a scope the tool's rule requires: the 403 scope challenge of the MCP
 -- authorization spec (RFC 6750 §3.1), so that the client can ask for a token with those scopes.
 -- Nothing is sent on.
@@ -428,6 +701,7 @@ function envoy_on_request(h)
     return
   end
   local request = h:streamInfo():dynamicMetadata():get(MCP_NS)
+  if request and FORWARDED[request.method] then return forward_request(h, request) end
   if not request or request.method ~= "tools/call" then return end
   local id = request.id
   if id ~= nil and type(id) ~= "string" and type(id) ~= "number" then
@@ -538,31 +812,9 @@ function envoy_on_request(h)
   end
   text = M.substitute(text, edits)
   local headers = h:headers()
-  -- Headers of the gateway's own namespace mean nothing from a client and must not reach a backend.
-  local owned = {}
-  for name, _ in pairs(headers) do
-    if sub(name, 1, 8) == "x-mcpgw-" then owned[#owned + 1] = name end
-  end
-  for _, name in ipairs(owned) do headers:remove(name) end
-  -- The gateway's endpoint takes no query string: the backend sees the path the registry names on
-  -- every request, as on the sidecar's own, and no parameter a client picked (docs/adr/0009).
-  local path = headers:get(":path")
-  local query = path and find(path, "?", 1, true)
-  if query then headers:replace(":path", sub(path, 1, query - 1)) end
-  if era == "modern" then
-    if not modern_client then
-      first, last, inner, params = M.tool_name_span(text)
-      text = M.with_modern_envelope(text, params, inner)
-    end
-    headers:replace("mcp-protocol-version", MODERN_VERSION)
-    headers:replace("mcp-method", "tools/call")
-    headers:replace("mcp-name", own)
-  elseif modern_client then
-    -- A stateless client's call for a session-era backend goes in that era's form.
-    headers:replace("mcp-protocol-version", SESSION_ERA_VERSION)
-    headers:remove("mcp-method")
-    headers:remove("mcp-name")
-  end
+  remove_owned_headers(headers)
+  strip_query(headers)
+  text = adapt_to_era(h, headers, text, era, modern_client, "tools/call", own)
   body:setBytes(text)
   h:streamInfo():dynamicMetadata():set(NS, "credential", M.credential_mode(headers:get("authorization") ~= nil, h:streamInfo():dynamicMetadata():get(JWT_NS)))
   if tool.deadline_ms then headers:replace("x-envoy-upstream-rq-timeout-ms", tool.deadline_ms) end
@@ -571,22 +823,7 @@ function envoy_on_request(h)
     headers:replace("x-envoy-retry-on", "5xx,reset,connect-failure,reset-before-request")
     headers:replace("x-envoy-max-retries", "2")
   end
-  -- The session check (ext_authz, enabled by this flag): a call in a session, or a stateless
-  -- client's call for a backend that needs one; a call in a session the check passed a moment ago on
-  -- this worker takes its answer from the worker's memory instead.
-  local session_id = headers:get("mcp-session-id")
-  if session_id ~= nil then
-    local key = M.checked_key(session_id, caller and caller.owner or "", route, backend)
-    local checked = M.checked_lookup(key, h:timestamp())
-    if checked then
-      headers:remove("mcp-session-id")
-      return
-    end
-    h:streamInfo():dynamicMetadata():set(NS, "checked_key", key)
-  end
-  if session_id ~= nil or (modern_client and sessionful) then
-    h:streamInfo():dynamicMetadata():set(NS, "check", true)
-  end
+  ask_session_check(h, headers, route, backend, modern_client, sessionful, caller and caller.owner or "")
 end
 
 -- What the call carries to the backend as a credential, for the audit: the caller's own token when
@@ -704,10 +941,43 @@ local function is_call_id(raw, id)
   return tonumber(raw) == id
 end
 
+-- Members a client of the stateless revision needs in a result that a backend of a session-based
+-- revision does not send: resultType, and a read's cache hints (nothing cached).
+local function missing_modern_fields(call, inner)
+  if not call.modern then return "" end
+  local fields = {}
+  if not inner.resultType then fields[#fields + 1] = '"resultType":"complete"' end
+  if call.method == "resources/read" then
+    if not inner.ttlMs then fields[#fields + 1] = '"ttlMs":0' end
+    if not inner.cacheScope then fields[#fields + 1] = '"cacheScope":"private"' end
+  end
+  return concat(fields, ",")
+end
+
+-- The final result (at `result`, an object), annotated: the call's outcome in _meta (tools/call), and
+-- what a stateless client needs. nil: nothing to add.
+local function annotate_result(s, result, call)
+  local inner = members(s, result)
+  if not inner then return nil end
+  -- A stateless backend asking its client for input: the call is not over.
+  if inner.resultType and text_of(s, inner.resultType) == '"input_required"' then return nil end
+  local added = missing_modern_fields(call, inner)
+  if not call.outcome then return added ~= "" and insert_members(s, result, added) or nil end
+  local meta = inner._meta
+  if meta and byte(s, meta[1]) == 123 then
+    local meta_members = members(s, meta[1])
+    if not meta_members or meta_members[OUTCOME_KEY] then return nil end
+    local annotated = insert_members(s, meta[1], '"' .. OUTCOME_KEY .. '":' .. call.outcome(nil))
+    return added == "" and annotated or insert_members(annotated, result, added)
+  end
+  return insert_members(s, result, (added ~= "" and (added .. ",") or "") .. '"_meta":{"' .. OUTCOME_KEY .. '":' .. call.outcome(nil) .. "}")
+end
+
 -- One JSON-RPC message of the answer: its rewritten text (nil to leave it as it is), and what it is:
 -- "request" (a request the backend sends its client, with its own id as raw JSON) or "final" (the
 -- answer to the call).
--- call: { backend, id, modern, outcome = function(last_error_json) -> outcome JSON }
+-- call: { backend, id, modern, method, scheme, outcome = function(last_error_json) -> outcome JSON (tools/call only) }
+-- Only a tools/call's answer is "final": the answers of the other methods carry no resumption ids.
 function M.rewrite_message(s, call)
   local start = skip_ws(s, 1)
   local top = members(s, start)
@@ -715,43 +985,42 @@ function M.rewrite_message(s, call)
   if top.method then
     -- A request the backend sends its client: an id the gateway can route the client's answer back by.
     local id = top.id
-    if not id then return nil end
+    if not id then return M.rewrite_notification(s, top, call) end
     local raw = text_of(s, id)
     local scoped = json_string("mcpgw:" .. call.backend .. ":" .. raw)
     return sub(s, 1, id[1] - 1) .. scoped .. sub(s, id[2] + 1), "request", raw
   end
   if not top.id or not is_call_id(text_of(s, top.id), call.id) then return nil end
+  local final = (call.method or "tools/call") == "tools/call" and "final" or nil
   local result, error_ = top.result, top.error
   if result and byte(s, result[1]) == 123 then
     local inner = members(s, result[1])
-    if not inner then return nil, "final" end
+    if not inner then return nil, final end
     -- A stateless backend asking its client for input: the call is not over.
     if inner.resultType and text_of(s, inner.resultType) == '"input_required"' then return nil end
-    local prefix = (call.modern and not inner.resultType) and '"resultType":"complete",' or ""
-    local meta = inner._meta
-    if meta and byte(s, meta[1]) == 123 then
-      local meta_members = members(s, meta[1])
-      if not meta_members or meta_members[OUTCOME_KEY] then return nil, "final" end
-      local annotated = insert_members(s, meta[1], '"' .. OUTCOME_KEY .. '":' .. call.outcome(nil))
-      return prefix == "" and annotated or insert_members(annotated, result[1], sub(prefix, 1, -2)), "final"
+    -- Resource URIs in the result are named for the gateway first, then the result is annotated.
+    local renamed = call.scheme and M.expose_result_uris(s, result[1], call.method or "tools/call", call.scheme)
+    if renamed then
+      s = renamed
+      result = members(s, skip_ws(s, 1)).result
     end
-    return insert_members(s, result[1], prefix .. '"_meta":{"' .. OUTCOME_KEY .. '":' .. call.outcome(nil) .. "}"), "final"
+    return annotate_result(s, result[1], call) or renamed, final
   end
-  if error_ and byte(s, error_[1]) == 123 then
+  if error_ and byte(s, error_[1]) == 123 and call.outcome then
     local inner = members(s, error_[1])
-    if not inner then return nil, "final" end
+    if not inner then return nil, final end
     local last_error = inner.message and text_of(s, inner.message) or '"error"'
     local data = inner.data
     if not data then
-      return insert_members(s, error_[1], '"data":{"' .. OUTCOME_KEY .. '":' .. call.outcome(last_error) .. "}"), "final"
+      return insert_members(s, error_[1], '"data":{"' .. OUTCOME_KEY .. '":' .. call.outcome(last_error) .. "}"), final
     end
-    if byte(s, data[1]) ~= 123 then return nil, "final" end
+    if byte(s, data[1]) ~= 123 then return nil, final end
     local data_members = members(s, data[1])
     -- Envoy's own failure replies carry their outcome at the top of data (docs/errors.md).
-    if not data_members or data_members.outcome or data_members[OUTCOME_KEY] then return nil, "final" end
-    return insert_members(s, data[1], '"' .. OUTCOME_KEY .. '":' .. call.outcome(last_error)), "final"
+    if not data_members or data_members.outcome or data_members[OUTCOME_KEY] then return nil, final end
+    return insert_members(s, data[1], '"' .. OUTCOME_KEY .. '":' .. call.outcome(last_error)), final
   end
-  return nil, "final"
+  return nil, final
 end
 
 -- The outcome an answer already carries, and the HTTP status of a failure: Envoy's own failure replies
@@ -788,15 +1057,31 @@ function M.says_session_unknown(s)
   return find(lower, "session", 1, true) ~= nil or find(lower, "not initialized", 1, true) ~= nil
 end
 
+-- The lines of one event (LF, CRLF or CR between them), found with plain finds: a data line can be
+-- megabytes long, and a pattern walks it byte by byte.
+local function event_lines(event)
+  local lines, position, lf, cr = {}, 1, nil, nil
+  while position <= #event do
+    if lf ~= false and (lf == nil or lf < position) then lf = find(event, "\n", position, true) or false end
+    if cr ~= false and (cr == nil or cr < position) then cr = find(event, "\r", position, true) or false end
+    local stop = lf
+    if cr and (not stop or cr < stop) then stop = cr end
+    if not stop then
+      lines[#lines + 1] = sub(event, position)
+      break
+    end
+    lines[#lines + 1] = sub(event, position, stop - 1)
+    position = (stop == cr and lf == stop + 1) and stop + 2 or stop + 1
+  end
+  return lines
+end
+
 -- One SSE event (without its terminator) as the client gets it: its message rewritten, the backend's
 -- own event id dropped (a client resumes a call's stream at the gateway, which holds none of the
 -- backend's events), and the final answer marked done; nil to leave it as it is. Also what the
 -- message is, and a backend request's own id (rewrite_message).
 function M.rewrite_event(event, call)
-  local lines, data = {}, {}
-  for line in string.gmatch(event .. "\n", "([^\r\n]*)\r?\n?") do lines[#lines + 1] = line end
-  -- gmatch yields one empty match at the very end
-  if lines[#lines] == "" then lines[#lines] = nil end
+  local lines, data = event_lines(event), {}
   local first_data, has_id
   for index, line in ipairs(lines) do
     if sub(line, 1, 5) == "data:" then
@@ -809,28 +1094,45 @@ function M.rewrite_event(event, call)
   local rewritten, role, request_id
   if first_data then rewritten, role, request_id = M.rewrite_message(concat(data, "\n"), call) end
   if not rewritten and not has_id and role ~= "final" then return nil, role, request_id end
+  -- Line breaks (only ever between JSON tokens) would end the data line; most messages have none.
+  if rewritten and (find(rewritten, "\n", 1, true) or find(rewritten, "\r", 1, true)) then rewritten = gsub(rewritten, "[\r\n]", " ") end
   local out = {}
-  if role == "final" then out[1] = "id: " .. RESUME_DONE end
+  -- MCP 2026-07-28 has no event ids: a stateless client is never handed one.
+  if role == "final" and not call.modern then out[1] = "id: " .. RESUME_DONE end
   for index, line in ipairs(lines) do
-    if index == first_data and rewritten then out[#out + 1] = "data: " .. gsub(rewritten, "[\r\n]", " ")
+    if index == first_data and rewritten then out[#out + 1] = "data: " .. rewritten
     elseif sub(line, 1, 3) ~= "id:" and not (rewritten and sub(line, 1, 5) == "data:") then out[#out + 1] = line end
   end
   return concat(out, "\n"), role, request_id
 end
 
+-- The blank lines that end an SSE event (two line ends: LF, CRLF or CR), as plain texts.
+local EVENT_ENDS = { "\n\n", "\r\n\n", "\n\r\n", "\r\n\r\n", "\r\r" }
+
 -- Splits the complete events off `pending`: the text to send now (rewritten), what stays held, and
 -- the own ids of the requests the backend sent its client in these events.
+-- Each ending is looked for with a plain find, and where one is absent it is not looked for again
+-- in this text, so many events cost one pass, not one pass each.
 function M.take_events(pending, call)
   local out, position, requests = {}, 1, {}
+  local next_at = {}
   while true do
-    local s, e = find(pending, "\r?\n\r?\n", position)
-    local s2, e2 = find(pending, "\r\r", position)
-    if s2 and (not s or s2 < s) then s, e = s2, e2 end
+    local s, e
+    for index, ending in ipairs(EVENT_ENDS) do
+      local at = next_at[index]
+      if at ~= false and (at == nil or at < position) then
+        at = find(pending, ending, position, true) or false
+        next_at[index] = at
+      end
+      -- The earliest ending (no two of them can start at one place).
+      if at and (not s or at < s) then s, e = at, at + #ending - 1 end
+    end
     if not s then break end
     local event = sub(pending, position, s - 1)
     local rewritten, role, request_id = M.rewrite_event(event, call)
     if role == "request" then requests[#requests + 1] = request_id end
-    out[#out + 1] = (rewritten or event) .. sub(pending, s, e)
+    out[#out + 1] = rewritten or event
+    out[#out + 1] = sub(pending, s, e)
     position = e + 1
   end
   return concat(out), sub(pending, position), requests
@@ -845,6 +1147,44 @@ end
 -- What the sidecar needs to answer a resumed call in its place: the backend, the tool, the client's id.
 function M.resume_token_json(call)
   return '{"b":' .. json_string(call.backend) .. ',"t":' .. json_string(call.tool) .. ',"i":' .. call.id_json .. "}"
+end
+
+local NO_REQUESTS = {}
+
+-- Reads an SSE answer chunk by chunk: push(bytes) gives the text to send now (the events completed,
+-- rewritten), how many bytes stay held and the own ids of the backend's requests among those events;
+-- release() gives what is held, as it came. A chunk that
+-- ends no event is only kept (no pass over what is held, no copy of it), so a large event costs
+-- about one pass however it was cut.
+function M.event_reader(call)
+  local pieces, held, tail = {}, 0, ""
+  local function release()
+    local text = concat(pieces)
+    pieces, held, tail = {}, 0, ""
+    return text
+  end
+  local function push(bytes)
+    -- An ending may straddle the chunks: the last three bytes held are looked at with the new ones.
+    local window = tail .. bytes
+    local ends = false
+    -- Most chunks of a large event hold no line end at all: two finds tell.
+    if find(window, "\n", 1, true) or find(window, "\r", 1, true) then
+      for _, ending in ipairs(EVENT_ENDS) do
+        if find(window, ending, 1, true) then ends = true break end
+      end
+    end
+    if not ends then
+      pieces[#pieces + 1] = bytes
+      held = held + #bytes
+      tail = sub(window, -3)
+      return "", held, NO_REQUESTS
+    end
+    pieces[#pieces + 1] = bytes
+    local out, rest, requests = M.take_events(concat(pieces), call)
+    pieces, held, tail = { rest }, #rest, sub(rest, -3)
+    return out, held, requests
+  end
+  return push, release
 end
 
 -- What the response side needs of the call, read before the body (see envoy_on_request).
@@ -871,10 +1211,14 @@ local function call_of(h)
     status = tonumber(headers:get(":status") or "0") or 0,
     content_type = headers:get("content-type") or "",
     length = tonumber(headers:get("content-length") or ""),
+    method = ours.method or "tools/call",
+    scheme = h:filterContext():get("scheme"),
     annotate = h:filterContext():get("annotate"),
     sidecar = h:filterContext():get("sidecar_cluster"),
     traced = ours.traced,
   }
+  -- What the answer is to, for the errors that name it.
+  call.what = call.method .. " " .. (call.tool or "")
   if call.traced then metadata:set(NS, "attempts", attempts) end
   -- The check let this call go to a backend that needs no session of its own: remember that for the
   -- session's next calls on this worker. (A backend session is never remembered: the backend may lose
@@ -882,6 +1226,10 @@ local function call_of(h)
   if ours.checked_key and authz[CHECK_GATEWAY_SESSION] and not authz[CHECK_BACKEND_SESSION] then
     M.checked_remember(ours.checked_key, h:timestamp())
   end
+  -- Only a call's answer is annotated; the answers of the other methods are rewritten (their resource
+  -- URIs, their log messages) whether or not the route annotates calls.
+  call.rewrites = call.annotate or call.method ~= "tools/call"
+  if call.method ~= "tools/call" or not call.annotate then return call end
   -- The final message's outcome, once it has passed: for the access log.
   call.outcome = function(last_error)
     call.final = last_error and "failed" or "ok"
@@ -971,7 +1319,7 @@ function envoy_on_response(h)
     local body = short and h:body(true) or nil
     local text = body and body:getBytes(0, body:length()) or ""
     if call.status == 404 or M.says_session_unknown(text) then return backend_session_lost(h, call, short) end
-    local rewritten = call.annotate and M.rewrite_message(text, call)
+    local rewritten = call.rewrites and M.rewrite_message(text, call)
     if rewritten then
       body:setBytes(rewritten)
       record_outcome(h, call, call.final)
@@ -980,9 +1328,9 @@ function envoy_on_response(h)
   end
   if call.status >= 400 and not is_json and not is_sse then
     -- A backend's own error page (HTML, text, a stack trace) never reaches the agent: only its status.
-    return replace_with_error(h, call, "backend " .. call.backend .. " answered HTTP " .. call.status .. ": tools/call " .. call.tool .. " failed", call.status, short)
+    return replace_with_error(h, call, "backend " .. call.backend .. " answered HTTP " .. call.status .. ": " .. call.what .. " failed", call.status, short)
   end
-  if not call.annotate or (not is_sse and not is_json) then return end
+  if not call.rewrites or (not is_sse and not is_json) then return end
   h:headers():remove("content-length")
   if is_json then
     -- A JSON answer is one message: held until it is whole, then rewritten; past the limit, or not
@@ -1006,17 +1354,19 @@ function envoy_on_response(h)
     end
     return
   end
-  -- The stream opens with the id a client resumes the call with if it breaks (M.priming_event): an
-  -- answer cannot follow a backend's reset, Envoy resets the client's stream too.
-  local priming = M.priming_event(h:base64Escape(M.resume_token_json(call)))
-  local pending, passing = "", false
+  -- A call's stream opens with the id a client resumes the call with if it breaks (M.priming_event):
+  -- an answer cannot follow a backend's reset, Envoy resets the client's stream too. The answers of
+  -- the other methods get none (nothing would resume them), nor does a stateless client (its revision
+  -- has no event ids).
+  local priming = call.method == "tools/call" and not call.modern and M.priming_event(h:base64Escape(M.resume_token_json(call))) or ""
+  local push, release = M.event_reader(call)
+  local passing = false
   for chunk in h:bodyChunks() do
     if not passing then
-      pending = pending .. chunk:getBytes(0, chunk:length())
-      local out, requests
-      out, pending, requests = M.take_events(pending, call)
-      if #pending > MAX_HELD_BYTES then
-        out, pending, passing = out .. pending, "", true
+      local out, held, requests = push(chunk:getBytes(0, chunk:length()))
+      if held > MAX_HELD_BYTES then
+        -- What is held goes as it came, and the rest of the answer too.
+        out, passing = out .. release(), true
       end
       out, priming = priming .. out, ""
       for _, request_id in ipairs(requests) do expect_answer(h, call, request_id) end

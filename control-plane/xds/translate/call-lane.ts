@@ -4,6 +4,7 @@ import { AccessRuleMessage, CatalogSnapshotMessage } from '../../catalog/catalog
 import { RouteAuthIR } from '../../ir/gateway-ir';
 import { CALLER_PAYLOAD_HEADER, JWT_METADATA } from '../../auth/caller-identity';
 import { MODERN_PROTOCOL_VERSION } from '../../sidecar/modern-era';
+import { schemeNameOf } from '../../catalog/resource-naming';
 import { projectPath } from '../../shared/paths';
 import { TypedJson } from '../protobuf/proto-json';
 import { duration } from './duration';
@@ -42,6 +43,10 @@ export interface CallLaneBackend {
   /** Its own names of tools whose calls wait for an approval, with their risk and approvers' group ("": the caller). */
   approvals: Map<string, { risk: string; approvers: string }>;
   fallbackText: string;
+  /** Its own names of the prompts the route serves. */
+  prompts: Set<string>;
+  /** What it declared it serves besides tools: each gets its routes (docs/adr/0015-federated-resources-and-prompts.md). */
+  serves: { prompts: boolean; resources: boolean; subscriptions: boolean; completions: boolean };
 }
 
 /** What the call lane needs of one route: its backends by name, and the access rules their tools' flags point into (`a=<n>`, 1-based). */
@@ -84,6 +89,7 @@ export function callLaneCatalogOf(snapshot: CatalogSnapshotMessage): CallLaneCat
   for (const route of snapshot.routes) {
     const backends = new Map<string, CallLaneBackend>();
     const served = new Map(route.tools.map((exposed) => [`${exposed.backend}\n${exposed.tool_index}`, exposed.access_rule]));
+    const servedPrompts = new Set(route.prompts.map((exposed) => `${exposed.backend}\n${exposed.index}`));
     for (const backend of route.backends) {
       const tools = new Map<string, string>();
       const approvals = new Map((backend.approval_tools ?? []).map((approval) => [approval.tool, { risk: approval.risk, approvers: approval.approvers }]));
@@ -93,18 +99,42 @@ export function callLaneCatalogOf(snapshot: CatalogSnapshotMessage): CallLaneCat
         const tool = JSON.parse(json) as Tool;
         tools.set(tool.name, toolFlags(tool, backend.fallback_text !== '', { accessRule, needsApproval: approvals.has(tool.name) }));
       });
+      const prompts = new Set(
+        backend.prompts_json.flatMap((json, index) => (servedPrompts.has(`${backend.name}\n${index}`) ? [(JSON.parse(json) as { name: string }).name] : [])),
+      );
+      const capabilities = parseCapabilities(backend.capabilities_json);
+      const era = backend.protocol_version === MODERN_PROTOCOL_VERSION ? 'modern' : 'session';
       backends.set(backend.name, {
-        era: backend.protocol_version === MODERN_PROTOCOL_VERSION ? 'modern' : 'session',
+        era,
         sessionful: backend.sessionful,
         tools,
         denied: new Map(backend.denied_tools.map((denied) => [denied.tool, denied.rule])),
         approvals,
         fallbackText: backend.fallback_text,
+        prompts,
+        serves: {
+          prompts: capabilities.prompts !== undefined,
+          resources: capabilities.resources !== undefined,
+          // The stateless revision has no resources/subscribe: its subscriptions are made with subscriptions/listen.
+          subscriptions: era === 'session' && isObject(capabilities.resources) && capabilities.resources.subscribe === true,
+          completions: capabilities.completions !== undefined,
+        },
       });
     }
     routes.set(route.route_key, { backends, accessRules: route.access_rules });
   }
   return { separator: snapshot.tool_name_separator, routes };
+}
+
+const isObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
+
+function parseCapabilities(json: string): Record<string, unknown> {
+  try {
+    const parsed = JSON.parse(json || '{}') as unknown;
+    return isObject(parsed) ? parsed : {};
+  } catch {
+    return {};
+  }
 }
 
 /** An entry of the HttpConnectionManager's http_filters: its configuration inline, or by ECDS. */
@@ -228,6 +258,19 @@ export interface CallLaneToolQuotas {
   tools: ToolQuotaIR[];
 }
 
+/** What the script knows of a backend on every one of its routes. */
+function backendContext(routeKey: string, backendName: string, separator: string, backend: CallLaneBackend | undefined): Record<string, unknown> {
+  return {
+    route: routeKey,
+    backend: backendName,
+    separator,
+    scheme: schemeNameOf(backendName),
+    era: backend?.era ?? 'session',
+    sessionful: backend?.sessionful ?? true,
+    sidecar_cluster: SIDECAR_CLUSTER_NAME,
+  };
+}
+
 /** A set as the script reads it fastest: { [value] = true }. */
 const asSet = (values: readonly string[]) => Object.fromEntries(values.map((value) => [value, true]));
 
@@ -266,14 +309,9 @@ export function callRouteFilters(
 ) {
   const backend = route?.backends.get(backendName);
   const context: Record<string, unknown> = {
-    route: routeKey,
-    backend: backendName,
-    separator,
-    era: backend?.era ?? 'session',
-    sessionful: backend?.sessionful ?? true,
+    ...backendContext(routeKey, backendName, separator, backend),
     annotate: options.annotate,
     fallback: backend?.fallbackText ?? '',
-    sidecar_cluster: SIDECAR_CLUSTER_NAME,
     ...(auth && authContext(auth)),
   };
   if (options.auditArguments) context.audit_arguments = true;
@@ -302,6 +340,47 @@ export function callRouteFilters(
   return {
     'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: context }),
   };
+}
+
+/** The rules of a route of a backend's prompts or resources: which prompts it serves, and the route's auth (whose caller the session check's memory names). */
+export function surfaceRouteFilters(routeKey: string, backendName: string, separator: string, backend: CallLaneBackend | undefined, auth: RouteAuthIR | undefined) {
+  const context: Record<string, unknown> = { ...backendContext(routeKey, backendName, separator, backend), ...(auth && authContext(auth)) };
+  for (const prompt of backend?.prompts ?? []) context[`prompt:${prompt}`] = '';
+  return {
+    'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: context }),
+  };
+}
+
+const mcpMetadata = (keys: string[], value: Record<string, unknown>) => ({
+  filter: MCP_METADATA_NAMESPACE,
+  path: keys.map((key) => ({ key })),
+  value,
+});
+
+/** A resource URI of this backend: <scheme>+… or ui://<scheme>+… (resource-naming.ts). */
+/** Envoy matches a regex against the whole value. */
+const ownUriPattern = (backendName: string) => ({ safe_regex: { regex: `(?s)(ui://)?${schemeNameOf(backendName)}\\+.*` } });
+
+/**
+ * The matches of a backend's prompt and resource routes (docs/adr/0015-federated-resources-and-prompts.md),
+ * by what it serves: the mcp filter parsed params.name of prompts/get, params.uri of resources/*, and
+ * params.ref of completion/complete.
+ */
+export function surfaceMatches(path: string, backendName: string, separator: string, serves: CallLaneBackend['serves']) {
+  const named = { prefix: `${backendName}${separator}` };
+  const matches: { kind: string; match: Record<string, unknown> }[] = [];
+  const add = (kind: string, method: Record<string, unknown>, target: string[], value: Record<string, unknown>) =>
+    matches.push({ kind, match: { path_separated_prefix: path, dynamic_metadata: [mcpMetadata(['method'], { string_match: method }), mcpMetadata(target, { string_match: value })] } });
+  if (serves.prompts) add('prompt', { exact: 'prompts/get' }, ['params', 'name'], named);
+  if (serves.resources) {
+    const methods = serves.subscriptions ? 'read|subscribe|unsubscribe' : 'read';
+    add('resource', { safe_regex: { regex: `resources/(${methods})` } }, ['params', 'uri'], ownUriPattern(backendName));
+  }
+  if (serves.completions) {
+    add('complete_prompt', { exact: 'completion/complete' }, ['params', 'ref', 'name'], named);
+    add('complete_resource', { exact: 'completion/complete' }, ['params', 'ref', 'uri'], ownUriPattern(backendName));
+  }
+  return matches;
 }
 
 /**

@@ -2,10 +2,10 @@ import { GatewayIR, RouteBackendIR, RouteIR, ToolServiceIR } from '../../ir/gate
 import { TypedJson } from '../protobuf/proto-json';
 import { corsPolicy, hostDeniedVirtualHost, servedDomains } from './access';
 import { CALLER_HEADER_REMOVED, CALLER_HEADER_SET, SigningKeys, authenticatedRouteParts, keysUnavailableRoute, metadataDocumentRoute } from './auth';
-import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, callRouteFilters } from './call-lane';
+import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, callRouteFilters, surfaceMatches, surfaceRouteFilters } from './call-lane';
 import { duration } from './duration';
 import { callRouteQuotas, gatewayRouteQuotas } from './quotas';
-import { GatewaySettings, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
+import { GatewaySettings, MCP_METADATA_NAMESPACE, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { GATEWAY_SPANS, routeTracing } from './tracing';
 import { TYPE_URL, typedStruct } from './type-urls';
 
@@ -66,17 +66,48 @@ function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolService
   };
 }
 
-/** A client's standalone GET stream of the route: held by the sidecars for as long as the client keeps it. */
-function streamsRoute(route: RouteIR, traced: boolean) {
+/**
+ * The routes of a backend's prompts and resources (docs/adr/0015-federated-resources-and-prompts.md):
+ * prompts/get, completion/complete and resources/* naming this backend go to its Tool Service like a
+ * call, under the same script, session check and upstream settings, for what it serves.
+ */
+function surfaceRoutes(route: RouteIR, backend: RouteBackendIR, service: ToolServiceIR, catalog: CallLaneCatalog, settings: RouteSettings) {
+  const rules = catalog.routes.get(route.key)?.backends.get(backend.name);
+  if (!rules) return [];
+  const call = callRoute(route, backend, service, catalog, settings);
+  const filters = surfaceRouteFilters(route.key, backend.name, catalog.separator, rules, route.auth);
+  return surfaceMatches(route.path, backend.name, catalog.separator, rules.serves).map(({ kind, match }) => ({
+    ...call,
+    name: `${route.key}/${kind}/${backend.name}`,
+    match,
+    typed_per_filter_config: filters,
+  }));
+}
+
+/** A stream the sidecars hold for as long as the client keeps it: no deadline, only an idle limit. */
+function sidecarStreamRoute(route: RouteIR, name: string, match: Record<string, unknown>, traced: boolean) {
   return {
     ...CALLER_HEADER_SET,
-    name: `${route.key}/streams`,
+    name: `${route.key}/${name}`,
     ...(traced && routeTracing(GATEWAY_SPANS.stream, route.key)),
-    match: { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'GET' } }] },
+    match: { path_separated_prefix: route.path, ...match },
     route: { cluster: SIDECAR_STREAMS_CLUSTER_NAME, timeout: '0s', idle_timeout: STREAM_IDLE_TIMEOUT },
     typed_per_filter_config: GATEWAY_LANE_FILTERS,
   };
 }
+
+/** A client's standalone GET stream of the route. */
+const streamsRoute = (route: RouteIR, traced: boolean) =>
+  sidecarStreamRoute(route, 'streams', { headers: [{ name: ':method', string_match: { exact: 'GET' } }] }, traced);
+
+/** A stateless client's subscriptions/listen (MCP 2026-07-28): a POST whose answer is a stream, like a GET stream. */
+const listenRoute = (route: RouteIR, traced: boolean) =>
+  sidecarStreamRoute(
+    route,
+    'listen',
+    { dynamic_metadata: [{ filter: MCP_METADATA_NAMESPACE, path: [{ key: 'method' }], value: { string_match: { exact: 'subscriptions/listen' } } }] },
+    traced,
+  );
 
 /**
  * A request the sidecar never received (refused, reset before it was sent) is safe to send again, and
@@ -143,8 +174,12 @@ function routesOf(
   const lanes = [
     ...[...route.backends]
       .sort((a, b) => b.name.length - a.name.length || a.name.localeCompare(b.name))
-      .map((backend) => callRoute(route, backend, services.get(backend.catalogKey)!, catalog, settings)),
+      .flatMap((backend) => [
+        callRoute(route, backend, services.get(backend.catalogKey)!, catalog, settings),
+        ...surfaceRoutes(route, backend, services.get(backend.catalogKey)!, catalog, settings),
+      ]),
     streamsRoute(route, settings.tracing !== undefined),
+    listenRoute(route, settings.tracing !== undefined),
     gatewayRoute(`${route.key}/end`, { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'DELETE' } }] }, answered, SESSION_END_FILTERS),
     gatewayRoute(`${route.key}/gateway`, { path_separated_prefix: route.path }, answered, GATEWAY_LANE_FILTERS, gatewayRouteQuotas(route)),
   ].map((lane) => withAuth(route, lane));

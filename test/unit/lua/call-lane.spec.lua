@@ -131,6 +131,12 @@ out, rest = M.take_events(': keepalive\n\n', call)
 check("comment passes", out, ': keepalive\n\n')
 out, rest = M.take_events('data:{"jsonrpc":"2.0","id":7,"result":{}}\n\n', call)
 check("data without space", out, 'id: mcpgw-done\ndata: {"jsonrpc":"2.0","id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\n\n')
+-- MCP 2026-07-28 has no event ids: a stateless client's answer carries none, the backend's dropped too
+out = M.take_events('id: 5\ndata: {"jsonrpc":"2.0","id":7,"result":{}}\n\n', modern)
+check("a stateless client's final event has no id", out, 'data: {"jsonrpc":"2.0","id":7,"result":{"resultType":"complete","_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\n\n')
+local modern_prompt = { backend = "b", id = 4, method = "prompts/get", scheme = "b" }
+out = M.take_events('id: 9\ndata: {"jsonrpc":"2.0","id":4,"result":{"messages":[]}}\n\n', modern_prompt)
+check("another method's answer is not marked done", out, 'data: {"jsonrpc":"2.0","id":4,"result":{"messages":[]}}\n\n')
 
 out = M.take_events('id: 41\nevent: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n', call)
 check("a progress event loses the backend's own id", out, 'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n')
@@ -169,6 +175,33 @@ for split = 1, #stream - 1 do
   if a .. b ~= whole or rest ~= "" then all_same = false; print("# split at " .. split .. " gave " .. a .. b) end
 end
 check("any split gives the same events", all_same, true)
+
+-- the reader the response loop uses: any two cuts of a stream (LF, CRLF and CR endings, an ending cut
+-- through) give the same text as the whole, and nothing stays held
+local mixed = 'event: message\r\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}\r\n\r\n'
+  .. ': keepalive\r\r' .. 'data: {"jsonrpc":"2.0","id":7,"result":{"content":[]}}\n\r\n'
+local mixed_whole = M.take_events(mixed, call)
+local reader_same = true
+for first = 1, #mixed - 2, 3 do
+  for second = first + 1, #mixed - 1, 5 do
+    local push = M.event_reader(call)
+    local a = push(mixed:sub(1, first))
+    local b = push(mixed:sub(first + 1, second))
+    local c, held = push(mixed:sub(second + 1))
+    if a .. b .. c ~= mixed_whole or held ~= 0 then reader_same = false; print("# cuts at " .. first .. ", " .. second .. " gave " .. a .. b .. c) end
+  end
+end
+check("reader: any two cuts give the same events", reader_same, true)
+local push, release = M.event_reader(call)
+local sent, held = push('data: {"jsonrpc":"2.0",')
+check("reader: an unended event is held", sent .. "|" .. held, "|" .. #'data: {"jsonrpc":"2.0",')
+check("reader: release gives it as it came", release(), 'data: {"jsonrpc":"2.0",')
+check("reader: nothing held after release", select(2, push("")), 0)
+
+-- a string ends at a quote after an even number of backslashes
+check("escaped backslash before the closing quote", M.members('{"a":"x\\\\","b":1}', 1).b[1], 16)
+check("escaped quote inside", M.members('{"a":"x\\"y","b":2}', 1).b[1], 17)
+check("three backslashes then a quote: escaped", M.members('{"a":"\\\\\\"","b":3}', 1).b[1], 17)
 out = M.take_events('data: not json\n\n', call)
 check("data that is not JSON untouched", out, 'data: not json\n\n')
 check("session unknown 400", M.says_session_unknown('{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}'), true)
@@ -234,3 +267,49 @@ check("no token denied", decide({ scopes = { "tools:read" } }, nil), "denied:a t
 check("challenge keeps the route's scopes the caller holds",
   M.challenge_scopes({ scopes = { "tools:call" } }, alice, { ["tools:read"] = true, ["tools:call"] = true }), "tools:call tools:read")
 check("challenge leaves out scopes of other routes", M.challenge_scopes({ scopes = { "tools:call" } }, alice, { ["tools:call"] = true }), "tools:call")
+
+-- resource URIs (docs/adr/0015-federated-resources-and-prompts.md)
+check("uri exposed", M.exposed_uri_json('"file:///a/b?x=1#f"', "my-docs"), '"my-docs+file:///a/b?x=1#f"')
+check("ui uri keeps its scheme", M.exposed_uri_json('"ui://dash/x.html"', "my-docs"), '"ui://my-docs+dash/x.html"')
+check("opaque uri exposed", M.exposed_uri_json('"memo:insights"', "b"), '"b+memo:insights"')
+check("relative uri not named", M.exposed_uri_json('"/a/b"', "b"), nil)
+check("own uri", M.own_uri("my-docs+file:///a/b", "my-docs"), "file:///a/b")
+check("own ui uri", M.own_uri("ui://my-docs+dash/x.html", "my-docs"), "ui://dash/x.html")
+check("own uri of a scheme with +", M.own_uri("b+git+ssh://h/r", "b"), "git+ssh://h/r")
+check("another backend's uri", M.own_uri("c+file:///a", "b"), nil)
+check("a longer backend name is another backend", M.own_uri("bb+file:///a", "b"), nil)
+
+local read = { backend = "my_docs", id = 3, method = "resources/read", scheme = "my-docs" }
+check("read contents named", M.rewrite_message('{"jsonrpc":"2.0","id":3,"result":{"contents":[{"uri":"file:///a","text":"x"},{"uri":"file:///b","blob":"eA=="}]}}', read),
+  '{"jsonrpc":"2.0","id":3,"result":{"contents":[{"uri":"my-docs+file:///a","text":"x"},{"uri":"my-docs+file:///b","blob":"eA=="}]}}')
+local modern_read = { backend = "my_docs", id = 3, method = "resources/read", scheme = "my-docs", modern = true }
+check("read for a stateless client gets its cache hints", M.rewrite_message('{"jsonrpc":"2.0","id":3,"result":{"contents":[]}}', modern_read),
+  '{"jsonrpc":"2.0","id":3,"result":{"resultType":"complete","ttlMs":0,"cacheScope":"private","contents":[]}}')
+local prompt = { backend = "b", id = 4, method = "prompts/get", scheme = "b" }
+check("prompt's embedded resource and link named", M.rewrite_message(
+  '{"jsonrpc":"2.0","id":4,"result":{"messages":[{"role":"user","content":{"type":"text","text":"uri"}},{"role":"user","content":{"type":"resource","resource":{"uri":"demo://r/2","text":"t"}}},{"role":"user","content":{"type":"resource_link","uri":"demo://r/3","name":"r"}}]}}', prompt),
+  '{"jsonrpc":"2.0","id":4,"result":{"messages":[{"role":"user","content":{"type":"text","text":"uri"}},{"role":"user","content":{"type":"resource","resource":{"uri":"b+demo://r/2","text":"t"}}},{"role":"user","content":{"type":"resource_link","uri":"b+demo://r/3","name":"r"}}]}}')
+check("prompt without resources untouched", M.rewrite_message('{"jsonrpc":"2.0","id":4,"result":{"messages":[]}}', prompt), nil)
+local tool_call = { backend = "b", id = 7, method = "tools/call", scheme = "b", outcome = call.outcome }
+check("a call's resource link named, then annotated", M.rewrite_message('{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"resource_link","uri":"file:///x","name":"x"}]}}', tool_call),
+  '{"jsonrpc":"2.0","id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}},"content":[{"type":"resource_link","uri":"b+file:///x","name":"x"}]}}')
+check("an error of another method gets no outcome", M.rewrite_message('{"jsonrpc":"2.0","id":3,"error":{"code":-32002,"message":"not found"}}', read), nil)
+check("log message names its backend", M.rewrite_message('{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}', read),
+  '{"jsonrpc":"2.0","method":"notifications/message","params":{"logger":"my_docs","level":"info","data":"x"}}')
+check("log message keeps its own logger after the backend", M.rewrite_message('{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","logger":"db","data":"x"}}', read),
+  '{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","logger":"my_docs/db","data":"x"}}')
+check("resource update named", M.rewrite_message('{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///a"}}', read),
+  '{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"my-docs+file:///a"}}')
+check("elements of an array", #M.elements('[1, {"a":[2,3]} ,"x"]', 1), 3)
+check("elements of a non-array", M.elements('{"a":1}', 1), nil)
+
+-- the target of a forwarded request, found structurally
+local function target(body, method, is_prompt)
+  local first, last = M.target_span(body, method, is_prompt)
+  return first and body:sub(first, last) or nil
+end
+check("prompts/get name", target('{"params":{"arguments":{"name":"x"},"name":"b__p"}}', "prompts/get", true), '"b__p"')
+check("resources/read uri", target('{"params":{"uri":"b+file:///a"}}', "resources/read", false), '"b+file:///a"')
+check("completion ref name", target('{"params":{"argument":{"name":"a","value":"v"},"ref":{"type":"ref/prompt","name":"b__p"}}}', "completion/complete", true), '"b__p"')
+check("completion ref uri", target('{"params":{"ref":{"type":"ref/resource","uri":"b+file:///{x}"}}}', "completion/complete", false), '"b+file:///{x}"')
+check("uri not a string", target('{"params":{"uri":3}}', "resources/read", false), nil)

@@ -1,0 +1,238 @@
+import { describeListingFailure } from '../catalog/tool-fetcher';
+import { backendFetch } from '../shared/backend-fetch';
+import { RelayedMessage, relayBackendMessage } from './backend-messages';
+import { GatewayContext, RequestHead, clientHeadersOf } from './decision';
+import { JsonObject } from './json-rpc';
+import { MODERN_PROTOCOL_VERSION } from './modern-era';
+import { BackendView, ListKind } from './route-catalog';
+import { readEvents } from './sessions/backend-sessions';
+import { GatewaySession } from './sessions/session-store';
+
+/**
+ * Streams the gateway holds to backends on clients' behalf (docs/adr/0015-federated-resources-and-prompts.md):
+ * - while a client of a session-based revision holds its GET stream, each of its backend sessions
+ *   (with a backend that keeps sessions) gets a GET stream in it (follow);
+ * - while a client of the stateless revision listens (subscriptions/listen), each backend its resource
+ *   subscriptions name gets a stream of its own (subscriptions-listen.ts).
+ * What a backend sends there reaches the client (backend-messages.ts). Bounded per gateway session and
+ * per replica; nothing is opened for a client that holds no stream, and everything is closed when it
+ * lets go.
+ */
+
+/** What the sidecar tells the control plane about a backend it heard from (catalog-subscriber.ts). */
+export interface BackendReports {
+  /** The backend says one of its lists changed: list it again. */
+  listChanged(backend: BackendView, list: ListKind, route: string): void;
+  /** A stream to the backend failed (it could not be reached): serve it degraded at once. */
+  failed(backend: BackendView, reason: string, route: string): void;
+}
+
+export interface BackendStreamLimits {
+  /** Backend streams one gateway session (or one subscriptions/listen) may hold. */
+  perSession: number;
+  /** Backend streams this replica holds over all clients. */
+  total: number;
+}
+
+export const BACKEND_STREAM_DEFAULTS: BackendStreamLimits = { perSession: 32, total: 2000 };
+
+/** After a stream failed or ended, the next attempt waits 1 s, doubling up to 30 s (reset by a stream that opened). */
+const RETRY_MIN_MS = 1000;
+const RETRY_MAX_MS = 30_000;
+/** The longest a backend may take to answer the request that opens its stream (the stream itself may stay silent). */
+const OPEN_TIMEOUT_MS = 10_000;
+/** How often a client's held stream looks for backend sessions it does not listen to yet. */
+const FOLLOW_POLL_MS = 1000;
+
+const sleep = (ms: number, signal: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(timer);
+        resolve();
+      },
+      { once: true },
+    );
+  });
+
+/** How one attempt at a backend stream ended: 'done' (nothing more to listen to), 'opened' (it was open, then ended), 'retry'. */
+export type StreamEnd = 'done' | 'opened' | 'retry';
+
+/** A backend the gateway can hold a standalone stream to: one of a session-based revision that keeps sessions. */
+export const hasStandaloneStream = (backend: BackendView) => backend.protocolVersion !== MODERN_PROTOCOL_VERSION && backend.sessionful;
+
+/** The messages of a backend's SSE stream, relayed (backend-messages.ts), until the stream ends. */
+export async function relayEvents(body: ReadableStream<Uint8Array>, backend: BackendView, onRelayed: (relayed: RelayedMessage, message: unknown) => void): Promise<void> {
+  await readEvents(body, (event) => {
+    if (event.data.trim() === '') return;
+    let message: unknown;
+    try {
+      message = JSON.parse(event.data);
+    } catch {
+      return;
+    }
+    onRelayed(relayBackendMessage(message, backend), message);
+  });
+}
+
+export class BackendStreams {
+  private held = 0;
+  private warnedFull = false;
+
+  constructor(
+    private readonly context: GatewayContext,
+    readonly limits: BackendStreamLimits,
+    readonly reports: BackendReports,
+  ) {}
+
+  /** Backend streams this replica holds now. */
+  get open(): number {
+    return this.held;
+  }
+
+  /**
+   * Runs `attempt` again and again until it is done or `signal` aborts, as one of this replica's
+   * backend streams: a failed attempt is reported (the backend is served degraded at once) and the
+   * next waits longer. False when the replica already holds its most.
+   */
+  hold(backend: () => BackendView | undefined, route: string, attempt: (signal: AbortSignal) => Promise<StreamEnd>, signal: AbortSignal, ended: () => void = () => undefined): boolean {
+    if (this.held >= this.limits.total) {
+      if (!this.warnedFull) this.context.log.warn('this sidecar holds its most backend streams: some clients hear nothing from some backends outside their requests', { limit: this.limits.total });
+      this.warnedFull = true;
+      return false;
+    }
+    this.held++;
+    void this.keepListening(backend, route, attempt, signal).finally(() => {
+      this.held--;
+      if (this.held < this.limits.total) this.warnedFull = false;
+      ended();
+    });
+    return true;
+  }
+
+  private async keepListening(backendNow: () => BackendView | undefined, route: string, attempt: (signal: AbortSignal) => Promise<StreamEnd>, signal: AbortSignal): Promise<void> {
+    let failures = 0;
+    while (!signal.aborted) {
+      const backend = backendNow();
+      if (!backend) return;
+      const ended = backend.state === 'missing' ? 'retry' : await attempt(signal).catch((error: unknown) => error as Error);
+      if (ended === 'done') return;
+      if (ended instanceof Error && !signal.aborted) {
+        failures++;
+        const reason = describeListingFailure(ended, OPEN_TIMEOUT_MS);
+        this.context.log.warn('a backend stream failed; trying again', { route, backend: backend.name, error: reason });
+        this.reports.failed(backend, reason, route);
+      } else if (ended === 'opened') {
+        failures = 0;
+      }
+      await sleep(Math.min(RETRY_MIN_MS * 2 ** failures, RETRY_MAX_MS), signal);
+    }
+  }
+
+  /**
+   * A backend stream's request: its answer's head must come within OPEN_TIMEOUT_MS, its body lasts
+   * until `signal` aborts or the backend ends it. `read` gets the answer; the request is ended when it returns.
+   */
+  async stream<T>(backend: BackendView, init: RequestInit, signal: AbortSignal, read: (response: Response, signal: AbortSignal) => Promise<T>): Promise<T> {
+    const stream = new AbortController();
+    const stop = () => stream.abort();
+    signal.addEventListener('abort', stop, { once: true });
+    const opening = setTimeout(() => stream.abort(new DOMException(`no answer in ${OPEN_TIMEOUT_MS} ms`, 'TimeoutError')), OPEN_TIMEOUT_MS);
+    try {
+      const response = await backendFetch(backend.tls)(backend.url, { ...init, signal: stream.signal });
+      clearTimeout(opening);
+      return await read(response, stream.signal);
+    } finally {
+      clearTimeout(opening);
+      signal.removeEventListener('abort', stop);
+      stream.abort();
+    }
+  }
+
+  /**
+   * Listens, on the client's behalf, to each backend session the client's gateway session has (opened
+   * by its calls, reads, subscriptions or logging/setLevel, on any replica), handing what they send to
+   * `deliver`, until the returned stop is called. Backend sessions opened later are found by reading
+   * the gateway session again every FOLLOW_POLL_MS (from the session cache: another replica's new
+   * backend session is seen within the cache's freshness); none is opened for listening alone.
+   */
+  follow(session: GatewaySession, head: RequestHead, deliver: (message: JsonObject) => void): () => void {
+    const stop = new AbortController();
+    const followed = new Set<string>();
+    const look = async () => {
+      const current = await this.context.sessions.get(session.id).catch(() => undefined);
+      if (!current) return;
+      for (const [name, backendSessionId] of Object.entries(current.backends)) {
+        if (stop.signal.aborted || followed.has(name) || !backendSessionId || followed.size >= this.limits.perSession) continue;
+        // Gone from the route, or no longer one that keeps sessions: nothing to listen to.
+        const backendNow = () => {
+          const backend = this.context.lookup(session.route)?.backends.get(name);
+          return backend && hasStandaloneStream(backend) ? backend : undefined;
+        };
+        if (!backendNow()) continue;
+        followed.add(name);
+        const attempt = () => this.listenInSession(session, name, backendNow()!, head, deliver, stop.signal);
+        // When it ends (the backend lost that session), a backend session opened later is followed anew.
+        if (!this.hold(backendNow, session.route, attempt, stop.signal, () => followed.delete(name))) followed.delete(name);
+      }
+    };
+    const poll = setInterval(() => void look(), FOLLOW_POLL_MS);
+    void look();
+    return () => {
+      clearInterval(poll);
+      stop.abort();
+    };
+  }
+
+  /**
+   * One GET stream in the client's session with the backend, read until it ends. 'done': the backend
+   * offers no stream, or the client's session with it ended (the backend lost it: forgotten, so the
+   * client's next request opens another, which the follower then finds).
+   */
+  private async listenInSession(
+    gateway: GatewaySession,
+    name: string,
+    backend: BackendView,
+    head: RequestHead,
+    deliver: (message: JsonObject) => void,
+    signal: AbortSignal,
+  ): Promise<StreamEnd> {
+    const session = await this.context.sessions.get(gateway.id);
+    const backendSessionId = session?.backends[name];
+    if (!session || !backendSessionId) return 'done';
+    const init = {
+      method: 'GET',
+      headers: { ...clientHeadersOf(head), accept: 'text/event-stream', 'mcp-session-id': backendSessionId, 'mcp-protocol-version': session.protocolVersion },
+    };
+    return this.stream(backend, init, signal, async (response, streamSignal) => {
+      if (response.status === 405) return 'done';
+      if (response.status === 404 || response.status === 400) {
+        await this.context.sessions.forgetBackend(session.id, name, backendSessionId);
+        return 'done';
+      }
+      await this.relayAll(response, backend, session.route, streamSignal, (relayed) => {
+        if (relayed.kind === 'deliver') deliver(relayed.message);
+      });
+      return 'opened';
+    });
+  }
+
+  /**
+   * An SSE answer relayed to its end (list changes reported to the control plane). A stream that could
+   * not be opened is an error (the backend failed); one that opened and then ended, cleanly or not
+   * (a backend ends a session's stream when the session ends), is not.
+   */
+  async relayAll(response: Response, backend: BackendView, route: string, signal: AbortSignal, onRelayed: (relayed: RelayedMessage, message: unknown) => void): Promise<void> {
+    if (!response.ok || !(response.headers.get('content-type') ?? '').includes('text/event-stream') || !response.body) {
+      throw new Error(`HTTP ${response.status}: the backend's stream could not be opened`);
+    }
+    await relayEvents(response.body, backend, (relayed, message) => {
+      if (relayed.kind === 'list-changed') this.reports.listChanged(backend, relayed.list, route);
+      else onRelayed(relayed, message);
+    }).catch((error: Error) => {
+      if (!signal.aborted) this.context.log.debug('a backend stream ended', { route, backend: backend.name, error: error.message });
+    });
+  }
+}
