@@ -289,6 +289,9 @@ export class CallLog implements CallLogConsumer {
   }
 
   add(entry: LogEntry): void {
+    // A refusal by a limit, on either lane: the gateway lane's carry no backend.
+    const limited = limitedRecordOf(entry);
+    if (limited) for (const observer of this.limitObservers) observer.record(limited);
     const ours = fromStruct(entry.common_properties?.metadata?.filter_metadata?.[METADATA_NAMESPACE]);
     if (typeof ours.route !== 'string' || typeof ours.backend !== 'string') return;
     const failure = ours.answered === true ? undefined : backendFailureOf(entry);
@@ -297,8 +300,6 @@ export class CallLog implements CallLogConsumer {
     if (ours.method !== undefined && ours.method !== 'tools/call') return;
     const call = this.recordOf(entry);
     if (call) for (const observer of this.observers) observer.record(call);
-    const limited = limitedRecordOf(entry);
-    if (limited) for (const observer of this.limitObservers) observer.record(limited);
   }
 }
 

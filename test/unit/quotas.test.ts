@@ -2,7 +2,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { parse } from 'yaml';
 import * as client from 'prom-client';
-import { LimitMetrics, LimitedRecord, limitedRecordOf } from '../../control-plane/admin/call-log';
+import { CallLog, LimitMetrics, LimitedRecord, limitedRecordOf } from '../../control-plane/admin/call-log';
 import { buildGatewayIR } from '../../control-plane/ir/gateway-ir';
 import { routeQuotasIR, toolServiceQuotasIR } from '../../control-plane/ir/quotas-ir';
 import { rateLimitServiceConfig } from '../../control-plane/quotas/ratelimit-service-config';
@@ -198,6 +198,13 @@ describe('refusals in the call log', () => {
     ['an answered call', entry('demo/call/jobs', {}, 200), undefined],
   ])('%s', (_case, logged, expected) => {
     expect(limitedRecordOf(logged)).toEqual(expected);
+  });
+
+  it('reach the limit observers from either lane, also without a backend (the gateway lane)', () => {
+    const recorded: LimitedRecord[] = [];
+    const log = new CallLog([], undefined, [], [{ record: (limited) => recorded.push(limited) }]);
+    log.add(entry('demo/gateway', { rate_limited: true }, 429, { 'x-mcpgw-limit': 'route:demo/discovery/per-caller' }));
+    expect(recorded).toEqual([{ route: 'demo', lane: 'discovery', limit: 'route:demo/discovery/per-caller' }]);
   });
 });
 
