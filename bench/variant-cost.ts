@@ -1,7 +1,7 @@
 import * as fs from 'node:fs';
 import { ECHO_TOOL } from './backends/bench-tool-service';
 import { RunResult, runClosedLoop, runFixedRate } from './load/load-runner';
-import { McpHttpClient, answerTo, openSession } from './load/mcp-client';
+import { McpHttpClient, echoOutcome, openSession } from './load/mcp-client';
 import { LatencySummary, spreadOf, summarize } from './load/stats';
 import { BenchSettings } from './settings';
 import { inRotation } from './systems/systems';
@@ -48,12 +48,7 @@ async function driver(variant: Variant, sessions: number, timeoutMs: number) {
     const id = client.newId();
     const body = JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name: `bench__${ECHO_TOOL}`, arguments: { text: 'bench' } } });
     const answer = await client.post(variant.url, body, { headers: opened[turn++ % opened.length], timeoutMs });
-    try {
-      const result = answerTo(answer, id).result as { content?: { text?: string }[] };
-      return { endMs: answer.endMs, error: result.content?.[0]?.text === 'bench' ? undefined : 'wrong tool result' };
-    } catch (error) {
-      return { endMs: answer.endMs, error: (error as Error).message };
-    }
+    return echoOutcome(answer, id, 'bench');
   };
   return { issue, close: () => client.close() };
 }
