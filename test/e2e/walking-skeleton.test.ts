@@ -109,7 +109,7 @@ describe('walking skeleton (real Envoy, sidecar, control plane, MCP SDK peers)',
     const section = (suffix: string) => dump.configs.find((config) => String(config['@type']).endsWith(`.${suffix}`))!;
 
     const listeners = section('ListenersConfigDump') as { dynamic_listeners: { name: string }[]; static_listeners?: unknown[] };
-    expect(listeners.dynamic_listeners.map((listener) => listener.name)).toEqual(['mcp_gateway']);
+    expect(listeners.dynamic_listeners.map((listener) => listener.name)).toEqual(['mcp_egress', 'mcp_gateway']);
     expect(listeners.static_listeners ?? []).toHaveLength(0);
 
     const routes = section('RoutesConfigDump') as {

@@ -35,15 +35,12 @@ export const CLUSTER_DEFAULTS = {
  * call overflows at once (answered 429), where past the connections it would wait for one.
  */
 function toolServiceCircuitBreakers(limits: ToolServiceLimits, concurrency: number | undefined) {
+  const bound = { max_connections: limits.maxRequests, max_requests: limits.maxRequests, max_pending_requests: limits.maxPendingRequests, max_retries: CLUSTER_DEFAULTS.maxRetries };
   return {
     thresholds: [
-      {
-        priority: 'DEFAULT',
-        max_connections: limits.maxRequests,
-        max_requests: concurrency ?? limits.maxRequests,
-        max_pending_requests: limits.maxPendingRequests,
-        max_retries: CLUSTER_DEFAULTS.maxRetries,
-      },
+      { priority: 'DEFAULT', ...bound, ...(concurrency !== undefined && { max_requests: concurrency }) },
+      // The gateway's own requests through the egress listener (HIGH priority routes): apart from the calls.
+      ...(concurrency !== undefined ? [{ priority: 'HIGH', ...bound }] : []),
     ],
   };
 }

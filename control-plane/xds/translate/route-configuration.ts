@@ -271,6 +271,9 @@ export function buildEgressRouteConfiguration(ir: GatewayIR): TypedJson {
               // The sidecar and the control plane bound their own requests.
               timeout: '0s',
               idle_timeout: duration(service.timeouts.idleTimeoutMs),
+              // The gateway's own requests (backend sessions, their GET streams) are counted apart from
+              // the calls a Tool Service's concurrency limit bounds (docs/quotas.md): the cluster's HIGH thresholds.
+              ...(service.quotas.concurrency !== undefined && { priority: 'HIGH' }),
             },
             // The sidecar sets per-caller credentials itself; anything else goes as the cluster makes it.
             request_headers_to_remove: [EGRESS_UPSTREAM_HEADER, ...(perCallerCredentials(service.credentials) ? [] : ['authorization'])],
