@@ -8,12 +8,12 @@ import { stringify } from 'yaml';
 import { closeServer } from '../control-plane/shared/http-listen';
 import { projectPath } from '../control-plane/shared/paths';
 import { ECHO_TOOL } from './backends/bench-tool-service';
-import { ComparisonRun, ToolCallDriver, comparisonTable, readyDriver, runComparison } from './load/comparison';
 import { benchSettings } from './settings';
 import { allocatePort } from './systems/ports';
 import { ProcessGroup, claimCpus } from './systems/process-group';
 import { startBackendProcess } from './systems/systems';
 import { HOST } from './systems/topology';
+import { VariantRun, measureVariants, medianOf, variantTable } from './variant-cost';
 
 /**
  * What caller identity costs a tools/call (issue 11, docs/adr/0011-caller-identity.md): one gateway,
@@ -27,8 +27,6 @@ import { HOST } from './systems/topology';
 const LOG_DIR = projectPath('.run', 'bench', 'auth');
 const RESULTS_DIR = projectPath('bench', 'results');
 const TARGETS = { p50Ratio: 1.05, saturationRatio: 0.95 };
-type Variant = 'open' | 'authed';
-const VARIANTS: Variant[] = ['open', 'authed'];
 
 const log = (line: string) => process.stdout.write(`[bench auth] ${line}\n`);
 
@@ -61,17 +59,22 @@ async function startIssuer() {
   return { issuer, token, stop: () => closeServer(server) };
 }
 
-function markdown(runs: ComparisonRun<Variant>[], context: { measuredAt: string; mode: string; cores: number; load: number[]; pinned: boolean }): string {
-  const { lines, p50Ratios, saturationRatio, errors } = comparisonTable(runs, 'open', 'authed');
+function markdown(runs: VariantRun[], context: { measuredAt: string; mode: string; cores: number; load: number[]; pinned: boolean }): string {
+  const loads = [...new Set(runs.map((run) => run.load))];
+  const p50Ratios = loads
+    .filter((load) => load !== 'saturation')
+    .map((load) => medianOf(runs, 'authed', load, (run) => run.latencyMs.p50) / medianOf(runs, 'open', load, (run) => run.latencyMs.p50));
+  const saturationRatio = medianOf(runs, 'authed', 'saturation', (run) => run.throughput) / medianOf(runs, 'open', 'saturation', (run) => run.throughput);
+  const errors = runs.reduce((sum, run) => sum + run.errors, 0);
   return [
     '# Caller identity: tools/call with and without JWT validation and per-tool authorization',
     '',
     `Measured ${context.measuredAt} (${context.mode} run) on ${context.cores} cores, load average ${context.load.map((value) => value.toFixed(2)).join(' / ')} (1 / 5 min)${context.pinned ? '; load generator on the last core, the gateway on the others' : ''}, by \`scripts/bench.sh auth\`.`,
     'One gateway (Envoy 1.40, control plane, sidecar, Redis), one stateless bench backend, two routes to it in the same run, measured in turn:',
     '`open` (no auth) and `authed` (jwt_authn validating a ~1 KB RS256 token of a local issuer, keys by ECDS; the call script applying the tool\'s rule: `requiredScopes: [tools:call]`, `allowGroups: [bench]`; sessions bound to the caller).',
-    'tools/call `bench__echo` in 8 sessions; figures are medians over the repetitions; latency in ms, open / authed (ratio).',
+    'tools/call `bench__echo` in 8 sessions, 16 clients at saturation; figures are medians over the repetitions; latency in ms, open / authed (ratio).',
     '',
-    ...lines,
+    ...variantTable(runs, 'open', ['authed']),
     '',
     `Targets: p50 ≤ ${TARGETS.p50Ratio}× of open at every fixed rate (measured ${p50Ratios.map((ratio) => ratio.toFixed(3)).join(', ')}: ${p50Ratios.every((ratio) => ratio <= TARGETS.p50Ratio) ? 'met' : 'NOT met'}); saturation ≥ ${TARGETS.saturationRatio}× (measured ${saturationRatio.toFixed(3)}: ${saturationRatio >= TARGETS.saturationRatio ? 'met' : 'NOT met'}). Wrong or failed answers: ${errors}.`,
     '',
@@ -94,8 +97,7 @@ async function main(): Promise<void> {
     await issuer.stop();
   };
   for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => void stopAll().then(() => process.exit(130)));
-  let runs: ComparisonRun<Variant>[] = [];
-  const drivers = new Map<Variant, ToolCallDriver>();
+  let runs: VariantRun[];
   try {
     const backendPort = await allocatePort();
     await startBackendProcess(group, 'backend', [{ port: backendPort, fillerTools: 0, listDelayMs: 0, prompts: 0, resources: 0 }]);
@@ -115,13 +117,18 @@ async function main(): Promise<void> {
       }),
     );
     const stack = await group.startGateway('gateway', { registryFile, logDir: LOG_DIR });
-    const urls: Record<Variant, string> = { open: stack.gatewayUrl('open'), authed: stack.gatewayUrl('authed') };
-    const token = issuer.token(urls.authed);
-    for (const variant of VARIANTS) drivers.set(variant, await readyDriver(variant, urls[variant], variant === 'authed' ? { authorization: `Bearer ${token}` } : {}, settings));
-    const pids = { Envoy: stack.processes.get('envoy')!.child.pid!, sidecar: stack.processes.get('sidecar')!.child.pid! };
-    runs = await runComparison({ variants: VARIANTS, drivers, pids: () => pids, settings, log });
+    const authed = stack.gatewayUrl('authed');
+    const pids = { envoy: stack.processes.get('envoy')!.child.pid!, sidecar: stack.processes.get('sidecar')!.child.pid! };
+    runs = await measureVariants(
+      [
+        { name: 'open', url: stack.gatewayUrl('open') },
+        { name: 'authed', url: authed, headers: { authorization: `Bearer ${issuer.token(authed)}` } },
+      ],
+      settings,
+      pids,
+      log,
+    );
   } finally {
-    for (const open of drivers.values()) open.close();
     await stopAll();
   }
   const name = quick ? 'auth-quick' : 'auth';

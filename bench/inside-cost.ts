@@ -4,12 +4,12 @@ import * as path from 'node:path';
 import { stringify } from 'yaml';
 import { GatewayStack } from '../control-plane/devstack/stack';
 import { projectPath } from '../control-plane/shared/paths';
-import { ComparisonRun, ToolCallDriver, comparisonTable, readyDriver, runComparison } from './load/comparison';
 import { benchSettings } from './settings';
 import { allocatePort } from './systems/ports';
 import { ProcessGroup, claimCpus } from './systems/process-group';
 import { startBackendProcess } from './systems/systems';
 import { HOST } from './systems/topology';
+import { ProcessIds, VariantRun, measureVariants, medianOf, variantTable } from './variant-cost';
 
 /**
  * What the closed inside costs a tools/call (issue 14, docs/adr/0017-closed-inside.md): two gateways
@@ -30,8 +30,13 @@ const VARIANTS: Variant[] = ['plain', 'closed'];
 
 const log = (line: string) => process.stdout.write(`[bench inside] ${line}\n`);
 
-function markdown(runs: ComparisonRun<Variant>[], context: { measuredAt: string; mode: string; cores: number; load: number[]; pinned: boolean }): string {
-  const { lines, p50Ratios, saturationRatio, errors } = comparisonTable(runs, 'plain', 'closed');
+function markdown(runs: VariantRun[], context: { measuredAt: string; mode: string; cores: number; load: number[]; pinned: boolean }): string {
+  const loads = [...new Set(runs.map((run) => run.load))];
+  const p50Ratios = loads
+    .filter((load) => load !== 'saturation')
+    .map((load) => medianOf(runs, 'closed', load, (run) => run.latencyMs.p50) / medianOf(runs, 'plain', load, (run) => run.latencyMs.p50));
+  const saturationRatio = medianOf(runs, 'closed', 'saturation', (run) => run.throughput) / medianOf(runs, 'plain', 'saturation', (run) => run.throughput);
+  const errors = runs.reduce((sum, run) => sum + run.errors, 0);
   return [
     '# The closed inside: tools/call with a plain and a mutually authenticated inside',
     '',
@@ -40,7 +45,7 @@ function markdown(runs: ComparisonRun<Variant>[], context: { measuredAt: string;
     '`plain` (plain HTTP/1.1 session check Envoy → sidecar, plain gRPC, Redis without a password) and `closed` (the default: mutual TLS 1.3 on the session check and the gateway lane with certificates from SDS, on ADS and the catalog stream; Redis ACL user).',
     'tools/call `bench__echo` in 8 sessions; each call crosses the session check once; figures are medians over the repetitions; latency in ms, plain / closed (ratio).',
     '',
-    ...lines,
+    ...variantTable(runs, 'plain', ['closed']),
     '',
     `Targets (ours): p50 ≤ ${TARGETS.p50Ratio}× of plain at every fixed rate (measured ${p50Ratios.map((ratio) => ratio.toFixed(3)).join(', ')}: ${p50Ratios.every((ratio) => ratio <= TARGETS.p50Ratio) ? 'met' : 'NOT met'}); saturation ≥ ${TARGETS.saturationRatio}× (measured ${saturationRatio.toFixed(3)}: ${saturationRatio >= TARGETS.saturationRatio ? 'met' : 'NOT met'}). Wrong or failed answers: ${errors}.`,
     '',
@@ -57,8 +62,7 @@ async function main(): Promise<void> {
   fs.rmSync(LOG_DIR, { recursive: true, force: true });
   const group = new ProcessGroup(LOG_DIR, cpuPlan);
   for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => void group.stopAll().then(() => process.exit(130)));
-  let runs: ComparisonRun<Variant>[] = [];
-  const drivers = new Map<Variant, ToolCallDriver>();
+  let runs: VariantRun[];
   try {
     const backendPort = await allocatePort();
     await startBackendProcess(group, 'backend', [{ port: backendPort, fillerTools: 0, listDelayMs: 0, prompts: 0, resources: 0 }]);
@@ -68,14 +72,12 @@ async function main(): Promise<void> {
     for (const variant of VARIANTS) {
       stacks.set(variant, await group.startGateway(variant, { registryFile, logDir: path.join(LOG_DIR, variant), plainInside: variant === 'plain' }));
     }
-    for (const variant of VARIANTS) drivers.set(variant, await readyDriver(variant, stacks.get(variant)!.gatewayUrl('bench'), {}, settings));
-    const pids = (variant: Variant) => {
-      const stack = stacks.get(variant)!;
-      return { Envoy: stack.processes.get('envoy')!.child.pid!, sidecar: stack.processes.get('sidecar')!.child.pid! };
+    const pids = (variant: string): ProcessIds => {
+      const stack = stacks.get(variant as Variant)!;
+      return { envoy: stack.processes.get('envoy')!.child.pid!, sidecar: stack.processes.get('sidecar')!.child.pid! };
     };
-    runs = await runComparison({ variants: VARIANTS, drivers, pids, settings, log });
+    runs = await measureVariants(VARIANTS.map((variant) => ({ name: variant, url: stacks.get(variant)!.gatewayUrl('bench') })), settings, pids, log);
   } finally {
-    for (const open of drivers.values()) open.close();
     await group.stopAll();
   }
   const name = quick ? 'inside-quick' : 'inside';

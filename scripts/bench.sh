@@ -42,4 +42,10 @@ if [ "${1:-}" = inside ]; then
   shift
   exec node dist/bench/inside-cost.js "$@"
 fi
+
+# scripts/bench.sh quotas [--quick]: tools/call with rate limiting off, local and global (docs/adr/0016-quotas.md).
+if [ "${1:-}" = quotas ]; then
+  shift
+  exec node dist/bench/quota-cost.js "$@"
+fi
 exec node dist/bench/main.js "$@"

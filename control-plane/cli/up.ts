@@ -4,6 +4,9 @@ import { CHILDREN_DIE_WITH_PARENT, onPath } from '../devstack/processes';
 import { ServingCheck } from '../devstack/serving-check';
 import { DEV_REDIS_USER } from '../devstack/dev-inside';
 import { GatewayStack, RestartEvent, StackTracing } from '../devstack/stack';
+import { rateLimitBinary } from '../devstack/ratelimit';
+import { buildGatewayIR } from '../ir/gateway-ir';
+import { hasSharedLimits } from '../quotas/ratelimit-service-config';
 import { Route } from '../registry/model';
 import { loadRegistryFile } from '../registry/static-file';
 import { LogLevel } from '../shared/log';
@@ -17,6 +20,8 @@ export interface UpOptions {
   logLevel: LogLevel;
   /** The Redis up starts serves TLS only (a certificate of the dev CA). */
   redisTls?: boolean;
+  /** Run the ratelimit service even when the registry has no shared limits (yet). */
+  rateLimitService?: boolean;
   /** Spans of Envoy, the control plane and the sidecar to this OTLP/HTTP collector. */
   tracing?: StackTracing;
 }
@@ -47,9 +52,14 @@ function insideLine(stack: GatewayStack, options: UpOptions): string {
 }
 
 /** Everything fixed in advance that cannot be had, checked before anything starts. */
-async function preflight(options: UpOptions, samples: { service: string; port: number }[]): Promise<void> {
+async function preflight(options: UpOptions, samples: { service: string; port: number }[], rateLimit: boolean): Promise<void> {
   envoyBinary();
   if (!onPath('redis-server')) throw new UpError('redis-server not found on PATH: run scripts/setup.sh (installs it from Debian)');
+  if (rateLimit && !rateLimitBinary()) {
+    throw new UpError(
+      'the registry has shared limits, which the ratelimit service counts, and it is not installed: run scripts/test-tools.sh (builds envoyproxy/ratelimit into .tools/bin/) or set RATELIMIT_BIN',
+    );
+  }
   const problems = await Promise.all([
     portProblem(options.listenerPort, HOST, 'the gateway listener', 'stop that process or choose another port with --listener-port'),
     ...samples.map((sample) =>
@@ -72,7 +82,9 @@ export async function runUp(options: UpOptions, say: (line: string) => void): Pr
     { service: 'weather', port: options.samplePorts.weather },
     { service: 'jobs', port: options.samplePorts.jobs },
   ];
-  await preflight(options, samples);
+  // Shared limits are counted by the ratelimit service (docs/quotas.md): run it when the registry has any.
+  const rateLimit = Boolean(options.rateLimitService) || hasSharedLimits(buildGatewayIR(registry));
+  await preflight(options, samples, rateLimit);
   if (!CHILDREN_DIE_WITH_PARENT) say('warning: setpriv (util-linux) not found: if up is killed with SIGKILL, the processes it started keep running');
   say(`starting the gateway (logs in ${options.logDir}) ...`);
   const stack = await GatewayStack.prepare({
@@ -84,6 +96,7 @@ export async function runUp(options: UpOptions, say: (line: string) => void): Pr
     tracing: options.tracing,
     envoyBaseId: options.listenerPort,
     redisTls: options.redisTls,
+    rateLimit,
     onRestart: (event) => say(restartLine(event)),
   });
   const signals = stopOnSignals(async () => {
@@ -132,6 +145,7 @@ export async function runUp(options: UpOptions, say: (line: string) => void): Pr
       `dev portal:          ${stack.portalUrl}/v1/registry (serving ${options.registryFile}; edit the file to change routes)`,
       `redis:               ${stack.redisUrl}`,
       insideLine(stack, options),
+      ...(rateLimit ? [`ratelimit service:   ${HOST}:${stack.ports.rateLimitGrpc} (shared limits; its configuration ${stack.rateLimitConfigFile})`] : []),
       `audit log:           ${stack.auditFile} (one JSON line per tools/call and refused request)`,
       '',
       'Ctrl-C stops everything; a process that exits on its own is restarted.',
