@@ -115,8 +115,9 @@ describe('walking skeleton (real Envoy, sidecar, control plane, MCP SDK peers)',
     const routes = section('RoutesConfigDump') as {
       dynamic_route_configs: { route_config: { name: string; virtual_hosts: { routes: { name: string }[] }[] } }[];
     };
-    const routeConfig = routes.dynamic_route_configs[0].route_config;
-    expect(routeConfig.name).toBe('mcp_routes');
+    // The agents' routes and the egress listener's, in the order Envoy happened to take them.
+    expect(routes.dynamic_route_configs.map(({ route_config }) => route_config.name).sort()).toEqual(['mcp_egress_routes', 'mcp_routes']);
+    const routeConfig = routes.dynamic_route_configs.find(({ route_config }) => route_config.name === 'mcp_routes')!.route_config;
     expect(routeConfig.virtual_hosts[0].routes.map((route) => route.name)).toEqual([
       'demo/call/weather',
       'demo/call/jobs',
