@@ -1,8 +1,10 @@
+import * as http from 'node:http';
+import { EventSourceMessage } from 'eventsource-parser';
 import { describeListingFailure } from '../catalog/tool-fetcher';
 import { backendFetch } from '../shared/backend-fetch';
 import { RelayedMessage, relayBackendMessage } from './backend-messages';
-import { GatewayContext, RequestHead, clientHeadersOf } from './decision';
-import { JsonObject } from './json-rpc';
+import { GatewayContext, RequestHead, clientHeadersOf, respondError } from './decision';
+import { JSON_RPC, JsonObject, isObject } from './json-rpc';
 import { MODERN_PROTOCOL_VERSION } from './modern-era';
 import { BackendView, ListKind } from './route-catalog';
 import { backendSessionFor } from './session-check';
@@ -62,6 +64,18 @@ export type StreamEnd = 'done' | 'opened' | 'retry';
 
 /** A backend the gateway can hold a standalone stream to: one of a session-based revision that keeps sessions. */
 export const hasStandaloneStream = (backend: BackendView) => backend.protocolVersion !== MODERN_PROTOCOL_VERSION && backend.sessionful;
+
+/**
+ * The event id a session client is given for a backend's own (docs/adr/0018-stream-relaying.md): the
+ * backend named, so that a GET with it as Last-Event-ID is resumed at that backend, which keeps the
+ * events. The call script gives the events of a call's stream the same (client_event_id in call-lane.lua).
+ */
+export const clientEventId = (backend: string, eventId: string) => `mcpgw:${backend}:${eventId}`;
+
+export function parseClientEventId(id: string): { backend: string; eventId: string } | undefined {
+  const match = /^mcpgw:([^:]+):(.+)$/s.exec(id);
+  return match ? { backend: match[1], eventId: match[2] } : undefined;
+}
 
 /** The messages of a backend's SSE stream, relayed (backend-messages.ts), until the stream ends. */
 export async function relayEvents(body: ReadableStream<Uint8Array>, backend: BackendView, onRelayed: (relayed: RelayedMessage, message: unknown) => void): Promise<void> {
@@ -196,6 +210,80 @@ export class BackendStreams {
       });
       return 'opened';
     });
+  }
+
+  /**
+   * A client's GET with a Last-Event-ID the gateway gave (a call's stream cut, by the client's
+   * connection or by the backend, SEP-1699): resumed at the backend that gave the id, in the client's
+   * session with it — read fresh, since any replica may have opened it — and relayed until the backend
+   * ends it. The backend keeps the events (bounded by its own store); the gateway keeps none, so any
+   * replica can resume any stream. Counts as one of this replica's backend streams while it lasts.
+   */
+  async resume(gateway: GatewaySession, backend: BackendView, lastEventId: string, head: RequestHead, res: http.ServerResponse): Promise<void> {
+    const refuse = (status: number, message: string) => {
+      const refusal = respondError(status, null, JSON_RPC.INVALID_REQUEST, message, 'resume_refused');
+      res.writeHead(refusal.status, refusal.headers);
+      res.end(refusal.body);
+    };
+    if (this.held >= this.limits.total) return refuse(503, 'this gateway replica holds its most backend streams: resume again later');
+    const session = await this.context.sessions.get(gateway.id, { fresh: true });
+    const backendSessionId = session?.backends[backend.name];
+    if (!session || !backendSessionId) return refuse(400, `there is no session with backend "${backend.name}" to resume a stream in`);
+    this.context.log.info(`resuming a stream of backend ${backend.name}`, { route: session.route, backend: backend.name });
+    const closed = new AbortController();
+    res.on('close', () => closed.abort());
+    const init = {
+      method: 'GET',
+      headers: {
+        ...clientHeadersOf(head),
+        accept: 'text/event-stream',
+        'mcp-session-id': backendSessionId,
+        'mcp-protocol-version': session.protocolVersion,
+        'last-event-id': lastEventId,
+      },
+    };
+    this.held++;
+    try {
+      await this.stream(backend, init, closed.signal, async (response) => {
+        if (!response.ok || !(response.headers.get('content-type') ?? '').includes('text/event-stream') || !response.body) {
+          await response.body?.cancel();
+          if (response.status === 404) await this.context.sessions.forgetBackend(session.id, backend.name, backendSessionId);
+          return refuse(response.status === 404 ? 404 : 502, `backend ${backend.name} could not resume the stream (HTTP ${response.status})`);
+        }
+        res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+        res.flushHeaders();
+        await readEvents(response.body, (event) => res.write(this.resumedEvent(event, backend, session.route)));
+      });
+    } catch (error) {
+      if (!res.headersSent) refuse(502, `backend ${backend.name} could not resume the stream: ${(error as Error).message}`);
+    } finally {
+      this.held--;
+      res.end();
+    }
+  }
+
+  /**
+   * One event of a resumed stream, as the call script would have passed it: the event id named for the
+   * gateway, a backend's request under a scoped id, its notifications named (backend-messages.ts); the
+   * call's result as it is.
+   */
+  private resumedEvent(event: EventSourceMessage, backend: BackendView, route: string): string {
+    let message: unknown;
+    try {
+      message = event.data.trim() === '' ? undefined : JSON.parse(event.data);
+    } catch {
+      message = undefined;
+    }
+    let data = '';
+    if (isObject(message) && typeof message.method !== 'string') {
+      data = JSON.stringify(message);
+    } else if (message !== undefined) {
+      const relayed = relayBackendMessage(message, backend);
+      if (relayed.kind === 'deliver') data = JSON.stringify(relayed.message);
+      else if (relayed.kind === 'list-changed') this.reports.listChanged(backend, relayed.list, route);
+    }
+    const id = event.id ? `id: ${clientEventId(backend.name, event.id)}\n` : '';
+    return `event: ${event.event ?? 'message'}\n${id}data: ${data}\n\n`;
   }
 
   /**

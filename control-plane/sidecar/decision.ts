@@ -17,6 +17,7 @@ export type Decision =
   | { kind: 'respond'; status: number; headers: Record<string, string>; body: string; reason: string; metadata?: RequestMetadata }
   | { kind: 'read-body' }
   | { kind: 'stream'; session: GatewaySession; head: RequestHead }
+  | { kind: 'resume'; session: GatewaySession; backend: BackendView; lastEventId: string; head: RequestHead }
   | { kind: 'listen'; view: RouteCatalogView; id: JsonRpcId; honored: HonoredFilter; head: RequestHead }
   | { kind: 'relay'; backend: BackendView; onBehalf: OnBehalf; body: string };
 

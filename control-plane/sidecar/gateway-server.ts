@@ -2,6 +2,7 @@ import * as http from 'node:http';
 import { SESSION_CHECK_PATH } from '../xds/translate/settings';
 import { Decision, GatewayContext, RequestHead, respondError } from './decision';
 import { JSON_RPC } from './json-rpc';
+import { BackendStreams } from './backend-streams';
 import { ListChangedStreams } from './list-changed-streams';
 import { ListenStreams } from './subscriptions-listen';
 import { decideOnBody, decideOnHead, routeKeyOf } from './mcp-gateway';
@@ -64,6 +65,7 @@ export class GatewayServer {
   constructor(
     private readonly context: GatewayContext,
     private readonly streams: ListChangedStreams,
+    private readonly backendStreams: BackendStreams,
     private readonly listens: ListenStreams,
     private readonly options: GatewayServerOptions,
     private readonly observer: SidecarObserver,
@@ -139,6 +141,8 @@ export class GatewayServer {
         return send(res, decision.status, decision.headers, decision.body);
       case 'stream':
         return this.streams.hold(decision.session, decision.head, res);
+      case 'resume':
+        return this.backendStreams.resume(decision.session, decision.backend, decision.lastEventId, decision.head, res);
       case 'listen':
         return this.listens.hold(decision.view, decision.id, decision.honored, decision.head, res);
       case 'relay': {

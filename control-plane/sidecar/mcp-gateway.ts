@@ -1,5 +1,6 @@
 import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS, ServerCapabilities } from '@modelcontextprotocol/sdk/types.js';
 import { offeredBy } from '../catalog/client-needs';
+import { hasStandaloneStream, parseClientEventId } from './backend-streams';
 import { parseServerRequestId } from './call-response';
 import {
   Decision,
@@ -122,7 +123,15 @@ async function openStream(head: RequestHead, view: RouteCatalogView, context: Ga
   }
   const session = await sessionOf(head, view, context);
   if (!session) return sessionNotFound(null);
-  return { kind: 'stream', session, head };
+  const lastEventId = head.headers.get('last-event-id');
+  if (lastEventId === undefined) return { kind: 'stream', session, head };
+  // A stream of a call resumed: at the backend that gave the event id, which keeps the events.
+  const given = parseClientEventId(lastEventId);
+  const backend = given && view.backends.get(given.backend);
+  if (!given || !backend || !hasStandaloneStream(backend)) {
+    return respondError(400, null, JSON_RPC.INVALID_REQUEST, `Last-Event-ID ${JSON.stringify(lastEventId)} names no stream this gateway can resume on route "${view.key}"`, 'unknown_event_id');
+  }
+  return { kind: 'resume', session, backend, lastEventId: given.eventId, head };
 }
 
 /** DELETE: ends the backend sessions, then the gateway session. */
@@ -184,7 +193,7 @@ async function decideOnMessage(message: JsonRpcMessage, head: RequestHead, view:
   if (message.method === 'initialize' && id !== undefined) return initializeSession(message, id, view, context);
   const session = await sessionOf(head, view, context);
   if (session === false) return sessionNotFound(id ?? null);
-  if (typeof message.method !== 'string') return routeClientResponse(message, head, view, session);
+  if (typeof message.method !== 'string') return routeClientResponse(message, head, view, session, context);
   if (id === undefined) return relayNotification(message, head, view, session, context);
   if (isListMethod(message.method)) {
     if (!servesMethod(view, message.method)) return notServedOnRoute(message.method, id, view, 200);
@@ -362,7 +371,7 @@ const ACCEPTED: Decision = { kind: 'respond', status: 202, headers: {}, body: ''
  * A client's answer to a request a backend sent it through the gateway (sampling, elicitation,
  * roots): back to that backend, in that backend's session, under the backend's own id.
  */
-function routeClientResponse(message: JsonRpcMessage, head: RequestHead, view: RouteCatalogView, session: GatewaySession | undefined): Decision {
+async function routeClientResponse(message: JsonRpcMessage, head: RequestHead, view: RouteCatalogView, cached: GatewaySession | undefined, context: GatewayContext): Promise<Decision> {
   if (!('result' in message) && !('error' in message)) {
     return respondError(400, null, JSON_RPC.INVALID_REQUEST, 'not a JSON-RPC request, notification or response', 'invalid_request');
   }
@@ -371,6 +380,9 @@ function routeClientResponse(message: JsonRpcMessage, head: RequestHead, view: R
   if (!target || !backend) {
     return respondError(400, null, JSON_RPC.INVALID_REQUEST, `response to id ${JSON.stringify(message.id)}, which no backend of route "${view.key}" sent through this gateway`, 'unknown_response');
   }
+  // The request may have come on a backend stream another replica opened, in a backend session this
+  // replica's copy of the gateway session does not know yet (docs/adr/0018-stream-relaying.md).
+  const session = cached && cached.backends[backend.name] === undefined ? ((await context.sessions.get(cached.id, { fresh: true })) ?? cached) : cached;
   return {
     kind: 'relay',
     backend,

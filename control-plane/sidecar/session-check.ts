@@ -1,4 +1,3 @@
-import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import { CHECK_HEADERS, CHECK_STATUS } from '../xds/translate/settings';
 import { failedOutcome } from './call-response';
@@ -75,6 +74,14 @@ function allowInBackendSession(backendSessionId: string, gatewaySessionId: strin
 const answer = (status: number, body: unknown): CheckAnswer => ({ status, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
 
 /**
+ * The revision of pooled backend sessions: the last one in which a server never closes a call's
+ * stream expecting the client to reconnect (SEP-1699 came with 2025-11-25). A stateless client cannot
+ * reconnect (2026-07-28 has no event ids), and Envoy carries its call. The call script sends the same
+ * version header (POOLED_SESSION_VERSION in call-lane.lua). docs/adr/0018-stream-relaying.md.
+ */
+export const POOLED_SESSION_VERSION = '2025-06-18';
+
+/**
  * Backend sessions for calls of stateless (2026-07-28) clients to backends of a session-based
  * revision: one per backend on this replica, opened on first use with the gateway's own client info
  * and no capabilities (requests from the backend to such a client cannot be carried), and replaced
@@ -89,7 +96,7 @@ export class StatelessCallSessions {
     const key = `${backend.toolService} ${backend.url}`;
     let session = this.byBackend.get(key);
     if (!session) {
-      session = this.context.backendSessions.open(backend, { protocolVersion: LATEST_PROTOCOL_VERSION, clientInfo: GATEWAY_SERVER_INFO, clientCapabilities: {} }, clientHeaders);
+      session = this.context.backendSessions.open(backend, { protocolVersion: POOLED_SESSION_VERSION, clientInfo: GATEWAY_SERVER_INFO, clientCapabilities: {} }, clientHeaders);
       session.catch(() => this.byBackend.delete(key));
       this.byBackend.set(key, session);
     }

@@ -128,7 +128,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   const listens = new ListenStreams(context, backendStreams, log);
 
   const admin = options.adminAddress ? await startSidecarAdmin(options.adminAddress, metrics, () => version) : undefined;
-  const gateway = new GatewayServer(context, streams, listens, { maxRequestBodyBytes: options.maxRequestBodyBytes }, metrics);
+  const gateway = new GatewayServer(context, streams, backendStreams, listens, { maxRequestBodyBytes: options.maxRequestBodyBytes }, metrics);
   const server: http.Server = await listenAt(gateway.handle, options.address);
   // Envoy keeps its connections to the sidecar open between requests: longer than Envoy's own idle timeout (1 h by default) would be pointless.
   server.keepAliveTimeout = 300_000;

@@ -65,6 +65,15 @@ describe('sessions cached in the sidecar, Redis the source of truth', () => {
     expect((await a.get(session.id))?.backends).toEqual({});
   });
 
+  it('reads a fresh copy when asked: a backend session another replica opened is seen at once', async () => {
+    const { a, b } = replicas();
+    const session = await a.create(fields);
+    await b.claimBackend(session.id, 'jobs', 'opened-by-b');
+    expect((await a.get(session.id))?.backends).toEqual({});
+    expect((await a.get(session.id, { fresh: true }))?.backends).toEqual({ jobs: 'opened-by-b' });
+    expect((await a.get(session.id))?.backends).toEqual({ jobs: 'opened-by-b' });
+  });
+
   it('hands out copies, so a caller cannot change the cached session', async () => {
     const { a } = replicas();
     const session = await a.create(fields);

@@ -78,10 +78,10 @@ export class CachedSessionStore implements SessionStore {
     return session;
   }
 
-  async get(id: string): Promise<GatewaySession | undefined> {
+  async get(id: string, options: { fresh?: boolean } = {}): Promise<GatewaySession | undefined> {
     const entry = this.entries.get(id);
     const age = entry ? performance.now() - entry.fetchedAt : Number.POSITIVE_INFINITY;
-    if (age < this.options.freshMs) return copyOf(entry!.session);
+    if (age < this.options.freshMs && !options.fresh) return copyOf(entry!.session);
     let session: GatewaySession | undefined;
     try {
       session = await this.inner.get(id);

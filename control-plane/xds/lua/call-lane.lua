@@ -32,7 +32,10 @@ local MCP_NS = "envoy.filters.http.mcp"
 local NS = "mcpgw"
 local OUTCOME_KEY = "mcpgw/outcome"
 local MODERN_VERSION = "2026-07-28"
-local SESSION_ERA_VERSION = "2025-11-25"
+-- A stateless client's request to a session-era backend goes in the pooled backend session, opened in
+-- the last revision without resumable streams: such a client cannot reconnect, so the backend must
+-- not expect it to (SEP-1699 applies from 2025-11-25; docs/adr/0018-stream-relaying.md).
+local POOLED_SESSION_VERSION = "2025-06-18"
 local MODERN_PROTOCOL_META = '"io.modelcontextprotocol/protocolVersion"'
 local GATEWAY_CLIENT_INFO = '{"name":"mcp-federation-gateway","version":"0.1.0"}'
 -- Past this, an event (or a JSON answer) is sent on as it is, and so is the rest of the answer.
@@ -333,7 +336,7 @@ local function adapt_to_era(h, headers, text, era, modern_client, method, own_na
     headers:replace("mcp-method", method)
     if own_name then headers:replace("mcp-name", mcp_header_value(h, own_name)) else headers:remove("mcp-name") end
   elseif modern_client then
-    headers:replace("mcp-protocol-version", SESSION_ERA_VERSION)
+    headers:replace("mcp-protocol-version", POOLED_SESSION_VERSION)
     headers:remove("mcp-method")
     headers:remove("mcp-name")
   end
@@ -686,26 +689,40 @@ function M.says_session_unknown(s)
   return find(lower, "session", 1, true) ~= nil or find(lower, "not initialized", 1, true) ~= nil
 end
 
+-- The event id the client gets for a backend's (docs/adr/0018-stream-relaying.md): the backend named,
+-- so that a GET with this Last-Event-ID is resumed at that backend, which keeps the events. nil: a
+-- client of the stateless revision, which gets no event ids (nor retry hints) at all.
+function M.client_event_id(value, call)
+  if call.modern then return nil end
+  return "mcpgw:" .. call.backend .. ":" .. value
+end
+
 -- One SSE event (without its terminator), rewritten, or nil to leave it as it is.
 function M.rewrite_event(event, call)
   local lines, data = {}, {}
   for line in string.gmatch(event .. "\n", "([^\r\n]*)\r?\n?") do lines[#lines + 1] = line end
   -- gmatch yields one empty match at the very end
   if lines[#lines] == "" then lines[#lines] = nil end
-  local first_data
+  local first_data, ids = nil, false
   for index, line in ipairs(lines) do
     if sub(line, 1, 5) == "data:" then
       first_data = first_data or index
       data[#data + 1] = sub(line, byte(line, 6) == 32 and 7 or 6)
+    elseif sub(line, 1, 3) == "id:" or (call.modern and sub(line, 1, 6) == "retry:") then
+      ids = true
     end
   end
-  if not first_data then return nil end
-  local rewritten = M.rewrite_message(concat(data, "\n"), call)
-  if not rewritten then return nil end
+  local rewritten = first_data and M.rewrite_message(concat(data, "\n"), call)
+  if not rewritten and not ids then return nil end
   local out = {}
   for index, line in ipairs(lines) do
-    if index == first_data then out[#out + 1] = "data: " .. gsub(rewritten, "[\r\n]", " ")
-    elseif sub(line, 1, 5) ~= "data:" then out[#out + 1] = line end
+    if index == first_data and rewritten then out[#out + 1] = "data: " .. gsub(rewritten, "[\r\n]", " ")
+    elseif sub(line, 1, 3) == "id:" then
+      local id = M.client_event_id(sub(line, byte(line, 4) == 32 and 5 or 4), call)
+      if id then out[#out + 1] = "id: " .. id end
+    elseif call.modern and sub(line, 1, 6) == "retry:" then
+      -- no retry hint for a client that cannot resume
+    elseif not (rewritten and sub(line, 1, 5) == "data:") then out[#out + 1] = line end
   end
   return concat(out, "\n")
 end
@@ -845,7 +862,8 @@ function envoy_on_response(h)
     local buffered = call.length ~= nil and call.length <= MAX_HELD_JSON_BYTES
     return replace_with_error(h, call, "backend " .. call.backend .. " answered HTTP " .. call.status .. ": " .. call.what .. " failed", call.status, buffered)
   end
-  if not call.rewrites or (not is_sse and not is_json) then return end
+  -- An event stream is always read: its event ids are the gateway's to give (docs/adr/0018-stream-relaying.md).
+  if not is_sse and not (is_json and call.rewrites) then return end
   h:headers():remove("content-length")
   if is_json then
     -- A JSON answer is one message: held until it is whole, then rewritten; past the limit, or not

@@ -66,7 +66,7 @@ function listenRoute(route: RouteIR) {
       path_separated_prefix: route.path,
       dynamic_metadata: [{ filter: MCP_METADATA_NAMESPACE, path: [{ key: 'method' }], value: { string_match: { exact: 'subscriptions/listen' } } }],
     },
-    route: { cluster: SIDECAR_STREAMS_CLUSTER_NAME, timeout: '0s', idle_timeout: STREAM_IDLE_TIMEOUT },
+    route: { cluster: SIDECAR_STREAMS_CLUSTER_NAME, timeout: '0s', idle_timeout: STREAM_IDLE_TIMEOUT, retry_policy: STREAMS_RETRY_POLICY },
     typed_per_filter_config: GATEWAY_LANE_FILTERS,
   };
 }
@@ -76,7 +76,7 @@ function streamsRoute(route: RouteIR) {
   return {
     name: `${route.key}/streams`,
     match: { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'GET' } }] },
-    route: { cluster: SIDECAR_STREAMS_CLUSTER_NAME, timeout: '0s', idle_timeout: STREAM_IDLE_TIMEOUT },
+    route: { cluster: SIDECAR_STREAMS_CLUSTER_NAME, timeout: '0s', idle_timeout: STREAM_IDLE_TIMEOUT, retry_policy: STREAMS_RETRY_POLICY },
     typed_per_filter_config: GATEWAY_LANE_FILTERS,
   };
 }
@@ -92,6 +92,12 @@ export const SIDECAR_RETRY_POLICY = {
   retry_host_predicate: [{ name: 'envoy.retry_host_predicates.previous_hosts', typed_config: typedStruct(TYPE_URL.previousHostsPredicate, {}) }],
   host_selection_retry_max_attempts: 3,
 };
+
+/**
+ * A GET stream (or a resumed one, docs/adr/0018-stream-relaying.md) changes nothing: one reset before
+ * its answer began — a replica that died, on a pooled connection — is sent to another replica too.
+ */
+const STREAMS_RETRY_POLICY = { ...SIDECAR_RETRY_POLICY, retry_on: 'connect-failure,reset,refused-stream' };
 
 /** The gateway lane: everything the gateway answers itself (initialize, tools/list, DELETE, …) and calls no backend route took. */
 function gatewayRoute(name: string, match: Record<string, unknown>, filters: Record<string, unknown> = GATEWAY_LANE_FILTERS) {

@@ -85,11 +85,19 @@ out, rest = M.take_events(rest .. 'ult":{}}\n\n', call)
 check("final event annotated", out, 'event: message\ndata: {"jsonrpc":"2.0","id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\n\n')
 check("nothing held", rest, "")
 out, rest = M.take_events('id: 5\r\ndata: {"jsonrpc":"2.0",\r\ndata: "id":7,"result":{}}\r\n\r\n', call)
-check("multi-line data, CRLF", out, 'id: 5\ndata: {"jsonrpc":"2.0", "id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\r\n\r\n')
+check("multi-line data, CRLF", out, 'id: mcpgw:jobs:5\ndata: {"jsonrpc":"2.0", "id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\r\n\r\n')
 out, rest = M.take_events(': keepalive\n\n', call)
 check("comment passes", out, ': keepalive\n\n')
 out, rest = M.take_events('data:{"jsonrpc":"2.0","id":7,"result":{}}\n\n', call)
 check("data without space", out, 'data: {"jsonrpc":"2.0","id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\n\n')
+
+-- event ids (ADR-0018): a session client's name the backend; a stateless client gets none, nor retry hints
+out = M.take_events('id: abc_1\nretry: 200\ndata: \n\n', call)
+check("priming event id scoped", out, 'id: mcpgw:jobs:abc_1\nretry: 200\ndata: \n\n')
+out = M.take_events('id:abc_2\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n', call)
+check("event id without space scoped", out, 'id: mcpgw:jobs:abc_2\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n')
+out = M.take_events('id: abc_1\nretry: 200\ndata: \n\nid: abc_2\ndata: {"jsonrpc":"2.0","id":7,"result":{}}\n\n', modern)
+check("stateless client: no id, no retry", out, 'data: \n\ndata: {"jsonrpc":"2.0","id":7,"result":{"resultType":"complete","_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\n\n')
 
 -- an event split anywhere between socket reads comes out whole, once, annotated
 local stream = 'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}\n\nevent: message\ndata: {"jsonrpc":"2.0","id":7,"result":{"content":[]}}\n\n'
