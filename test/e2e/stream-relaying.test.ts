@@ -224,6 +224,14 @@ describe('streams through the gateway: backend requests outside calls, resumable
       // Frame by frame: the first step came about 1.2 s before the result, not with it.
       expect(resultAt - progressAt[0]).toBeGreaterThan(800);
       expect(result._meta?.['mcpgw/outcome']).toMatchObject({ outcome: 'ok', backend: 'asker', attempts: 1 });
+
+      // The same from server-everything (a third-party 2025 stateful backend).
+      const everyStarted = performance.now();
+      const everyProgressAt: number[] = [];
+      const long = await client.callTool({ name: 'every__trigger-long-running-operation', arguments: { duration: 2, steps: 4 } }, { onprogress: () => everyProgressAt.push(performance.now() - everyStarted) });
+      expect(everyProgressAt).toHaveLength(4);
+      expect(performance.now() - everyStarted - everyProgressAt[0]).toBeGreaterThan(800);
+      expect(long._meta?.['mcpgw/outcome']).toMatchObject({ outcome: 'ok', backend: 'every', attempts: 1 });
     } finally {
       await client.close();
     }
