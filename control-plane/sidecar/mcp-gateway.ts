@@ -334,7 +334,7 @@ function statelessAudience(params: Record<string, unknown> | undefined): ListAud
   const meta = (params?._meta ?? {}) as Record<string, unknown>;
   const declared = offeredBy(meta[MODERN_META.clientCapabilities]);
   const none = offeredBy({});
-  return { offeredBy: (backend) => (backend.protocolVersion === MODERN_PROTOCOL_VERSION ? declared : none) };
+  return { offeredBy: (backend) => (backend.protocolVersion === MODERN_PROTOCOL_VERSION || backend.alsoModern ? declared : none) };
 }
 
 /** The gateway is the client's MCP server: its own capabilities, and a session of its own. */

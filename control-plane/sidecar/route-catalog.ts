@@ -27,6 +27,8 @@ export interface BackendView {
   protocolVersion: string;
   /** It hands out sessions (it did when it was listed). */
   sessionful: boolean;
+  /** Listed in a session-based revision, it answers the stateless one too: a stateless client's requests go to it in that one. */
+  alsoModern: boolean;
   /** The server capabilities it declared when it was listed; {} before it has answered. */
   capabilities: ServerCapabilities;
   /** Its name as the scheme prefix of its resources' URIs (resource-naming.ts). */
@@ -174,6 +176,7 @@ export function buildRouteViews(snapshot: CatalogSnapshotMessage): Map<string, R
         deniedTools: new Map((backend.denied_tools ?? []).map((denied) => [denied.tool, denied.rule])),
         protocolVersion: backend.protocol_version ?? '',
         sessionful: backend.sessionful,
+        alsoModern: backend.also_modern ?? false,
         capabilities: parseJson<ServerCapabilities>(backend.capabilities_json, {}),
         schemeName: schemeNameOf(backend.name),
         ...(backend.tls_ca_file && { tls: { caFile: backend.tls_ca_file, sni: backend.tls_sni } }),

@@ -122,12 +122,14 @@ describe('streams through the gateway: backend requests outside calls, resumable
     const resumedBefore = asker.resumedFrom.length;
     try {
       const progress: number[] = [];
-      const result = await client.callTool({ name: 'asker__steps', arguments: { steps: 4, interval_ms: 100, close_after: 2 } }, undefined, {
+      // The reconnect (retry: 200 ms) falls between two steps: the SDK v1 server loses an event stored
+      // while it replays and re-registers a stream (seen directly too, 1 call in 10, with 100 ms steps).
+      const result = await client.callTool({ name: 'asker__steps', arguments: { steps: 4, interval_ms: 300, close_after: 1 } }, undefined, {
         onprogress: ({ progress: step }) => progress.push(step),
         timeout: 20_000,
       });
       expect(textOf(result)).toBe('done after 4 steps');
-      expect({ progress, resumed: asker.resumedFrom.slice(resumedBefore) }).toEqual({ progress: [1, 2, 3, 4], resumed: expect.anything() });
+      expect(progress).toEqual([1, 2, 3, 4]);
     } finally {
       await client.close();
     }
@@ -154,8 +156,11 @@ describe('streams through the gateway: backend requests outside calls, resumable
     // The client goes away mid-call, as a dropped connection would.
     await first.close();
 
-    const resumedLog = () =>
-      ['sidecar', 'sidecar-2'].filter((name) => (fs.readFileSync(path.join(dir, `${name}.log`), 'utf8').match(/resuming a stream of backend asker/g)?.length ?? 0) > 0);
+    // Resumes each replica logged so far, and which replicas resumed since `before`.
+    const resumesLogged = () =>
+      ['sidecar', 'sidecar-2'].map((name) => fs.readFileSync(path.join(dir, `${name}.log`), 'utf8').match(/resuming a stream of backend asker/g)?.length ?? 0);
+    const before = resumesLogged();
+    const resumedLog = () => ['sidecar', 'sidecar-2'].filter((_name, replica) => resumesLogged()[replica] > before[replica]);
 
     // First resume on whichever replica Envoy picks, read for a few events, then dropped again.
     const resumed = await fetch(url, {

@@ -20,6 +20,7 @@ export function backendCatalog(name: string, toolNames: string[], overrides: Par
     denied_tools: [],
     protocol_version: '2025-11-25',
     sessionful: true,
+    also_modern: false,
     prompts_json: [],
     resources_json: [],
     resource_templates_json: [],

@@ -2,7 +2,8 @@
 -- one route per (route key, backend). Its per-route filter_context says what the control plane decided
 -- for that backend on that route:
 --   backend, separator, route     the backend's prefix name, the tool-name separator, the route key
---   era                           "modern" (MCP 2026-07-28, stateless) or "session" (2025-11-25 and before)
+--   era                           "modern" (MCP 2026-07-28, stateless), "session" (2025-11-25 and before),
+--                                 or "dual" (both: each client is spoken to in its own)
 --   sessionful                    true when the backend hands out sessions (a stateless client's call needs one)
 --   annotate                      true: the final message of the answer gets the call's outcome
 --   fallback                      degraded answer text for read-only tools, if the Tool Service has one
@@ -343,6 +344,14 @@ local function adapt_to_era(h, headers, text, era, modern_client, method, own_na
   return text
 end
 
+-- The revision a request goes to its backend in, and whether it needs a backend session there: a
+-- backend of both revisions ("dual") is spoken to in the client's own (docs/adr/0018-stream-relaying.md).
+function M.era_for(era, sessionful, modern_client)
+  if era ~= "dual" then return era, sessionful end
+  if modern_client then return "modern", false end
+  return "session", sessionful
+end
+
 -- The session check (ext_authz, enabled by this flag): a request in a session, or a stateless
 -- client's request for a backend that needs one; a request in a session the check passed a moment
 -- ago on this worker takes its answer from the worker's memory instead.
@@ -440,6 +449,7 @@ local function forward_request(h, request)
   local own
   if is_prompt then own = sub(exposed, #backend + #separator + 1) else own = M.own_uri(exposed, scheme) end
   local modern_client = params._meta ~= nil and params._meta["io.modelcontextprotocol/protocolVersion"] ~= nil
+  era, sessionful = M.era_for(era, sessionful, modern_client)
   if modern_client and (method == "resources/subscribe" or method == "resources/unsubscribe") then
     -- The stateless revision subscribes with subscriptions/listen; as the sidecar answers removed methods.
     return error_reply(h, id, METHOD_NOT_FOUND, 'method "' .. method .. '" is not served in protocol ' .. MODERN_VERSION .. ": use subscriptions/listen", nil, "404")
@@ -499,6 +509,7 @@ function envoy_on_request(h)
   local rule = flags == nil and context:get("deny:" .. own) or nil
   local era, sessionful, fallback = context:get("era"), context:get("sessionful"), context:get("fallback")
   local modern_client = request.params._meta ~= nil and request.params._meta["io.modelcontextprotocol/protocolVersion"] ~= nil
+  era, sessionful = M.era_for(era, sessionful, modern_client)
 
   local metadata = h:streamInfo():dynamicMetadata()
   metadata:set(NS, "route", route)

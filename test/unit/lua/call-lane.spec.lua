@@ -178,3 +178,13 @@ check("resources/read uri", target('{"params":{"uri":"b+file:///a"}}', "resource
 check("completion ref name", target('{"params":{"argument":{"name":"a","value":"v"},"ref":{"type":"ref/prompt","name":"b__p"}}}', "completion/complete", true), '"b__p"')
 check("completion ref uri", target('{"params":{"ref":{"type":"ref/resource","uri":"b+file:///{x}"}}}', "completion/complete", false), '"b+file:///{x}"')
 check("uri not a string", target('{"params":{"uri":3}}', "resources/read", false), nil)
+
+-- a backend of both revisions is spoken to in the client's (ADR-0018)
+local function era_of(era, sessionful, modern_client)
+  local chosen, needs_session = M.era_for(era, sessionful, modern_client)
+  return chosen .. "/" .. tostring(needs_session)
+end
+check("dual, stateless client", era_of("dual", true, true), "modern/false")
+check("dual, session client", era_of("dual", true, false), "session/true")
+check("session era unchanged", era_of("session", true, true), "session/true")
+check("modern era unchanged", era_of("modern", false, false), "modern/false")
