@@ -1,10 +1,9 @@
-import { randomUUID } from 'node:crypto';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { createMcpExpressApp } from '@modelcontextprotocol/sdk/server/express.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
-import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import { freePort } from '../../control-plane/devstack/processes';
 import { LOOPBACK, LoopbackMcpService } from './loopback-mcp-service';
+import { serveSessions } from './session-mcp';
 
 /**
  * A real stateful MCP SDK Tool Service in the test's own process. Its tool `wait` runs until its
@@ -20,7 +19,7 @@ export class CancellableToolService extends LoopbackMcpService {
   /** Sessions ended by a client's DELETE. */
   readonly closedSessions: string[] = [];
 
-  private readonly transports = new Map<string, StreamableHTTPServerTransport>();
+  private transports = new Map<string, StreamableHTTPServerTransport>();
 
   /** Requests refused for a missing or wrong bearer token. */
   unauthorized = 0;
@@ -29,32 +28,15 @@ export class CancellableToolService extends LoopbackMcpService {
     const port = await freePort();
     const app = createMcpExpressApp({ host: LOOPBACK });
     const service = new CancellableToolService(port);
-    const transports = service.transports;
-    app.all('/mcp', async (req, res) => {
-      if (!acceptedTokens.some((token) => req.headers.authorization === `Bearer ${token}`)) {
+    service.transports = serveSessions(app, {
+      newServer: () => service.mcpServer(),
+      admit: (req, res) => {
+        if (acceptedTokens.some((token) => req.headers.authorization === `Bearer ${token}`)) return true;
         service.unauthorized++;
         res.status(401).json({ jsonrpc: '2.0', id: null, error: { code: -32000, message: 'Unauthorized' } });
-        return;
-      }
-      const sessionId = req.headers['mcp-session-id'];
-      let transport = typeof sessionId === 'string' ? transports.get(sessionId) : undefined;
-      if (!transport && req.method === 'POST' && isInitializeRequest(req.body)) {
-        const created = new StreamableHTTPServerTransport({
-          sessionIdGenerator: randomUUID,
-          onsessioninitialized: (id) => void transports.set(id, created),
-          onsessionclosed: (id) => {
-            transports.delete(id);
-            service.closedSessions.push(id);
-          },
-        });
-        await service.mcpServer().connect(created);
-        transport = created;
-      }
-      if (!transport) {
-        res.status(404).json({ jsonrpc: '2.0', id: null, error: { code: -32001, message: 'Session not found' } });
-        return;
-      }
-      await transport.handleRequest(req, res, req.body);
+        return false;
+      },
+      closed: (id) => void service.closedSessions.push(id),
     });
     await service.listen(app);
     return service;

@@ -1,12 +1,10 @@
-import { randomUUID } from 'node:crypto';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { createMcpExpressApp } from '@modelcontextprotocol/sdk/server/express.js';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { InMemoryEventStore } from '@modelcontextprotocol/sdk/examples/shared/inMemoryEventStore.js';
-import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import { freePort } from '../../control-plane/devstack/processes';
 import { LOOPBACK, LoopbackMcpService } from './loopback-mcp-service';
+import { serveSessions } from './session-mcp';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -40,28 +38,14 @@ export class ServerRequestsService extends LoopbackMcpService {
   static async start(): Promise<ServerRequestsService> {
     const service = new ServerRequestsService(await freePort());
     const app = createMcpExpressApp({ host: LOOPBACK });
-    const transports = new Map<string, StreamableHTTPServerTransport>();
-    app.all('/mcp', async (req, res) => {
-      const lastEventId = req.headers['last-event-id'];
-      if (typeof lastEventId === 'string') service.resumedFrom.push(lastEventId);
-      const sessionId = req.headers['mcp-session-id'];
-      let transport = typeof sessionId === 'string' ? transports.get(sessionId) : undefined;
-      if (!transport && req.method === 'POST' && isInitializeRequest(req.body)) {
-        const created = new StreamableHTTPServerTransport({
-          sessionIdGenerator: randomUUID,
-          eventStore: new InMemoryEventStore(),
-          retryInterval: 200,
-          onsessioninitialized: (id) => void transports.set(id, created),
-          onsessionclosed: (id) => void transports.delete(id),
-        });
-        await service.mcpServer().connect(created);
-        transport = created;
-      }
-      if (!transport) {
-        res.status(404).json({ jsonrpc: '2.0', id: null, error: { code: -32001, message: 'Session not found' } });
-        return;
-      }
-      await transport.handleRequest(req, res, req.body);
+    serveSessions(app, {
+      newServer: () => service.mcpServer(),
+      transportOptions: () => ({ eventStore: new InMemoryEventStore(), retryInterval: 200 }),
+      admit: (req) => {
+        const lastEventId = req.headers['last-event-id'];
+        if (typeof lastEventId === 'string') service.resumedFrom.push(lastEventId);
+        return true;
+      },
     });
     await service.listen(app);
     return service;
