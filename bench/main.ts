@@ -2,6 +2,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { execFileSync } from 'node:child_process';
+import { parseArgs } from 'node:util';
 import { projectPath } from '../control-plane/shared/paths';
 import { describeEnvironment } from './report/environment';
 import { renderMarkdown } from './report/markdown';
@@ -11,6 +12,7 @@ import { runConfigurationScenario } from './scenarios/configuration';
 import { runStreamingScenario } from './scenarios/streaming';
 import { runToolCallScenario, waitUntilCallsAnswer } from './scenarios/tool-call';
 import { runToolListScenario } from './scenarios/tool-list';
+import { runTracingScenario } from './scenarios/tracing';
 import { benchSettings } from './settings';
 import { ProcessGroup, claimCpus } from './systems/process-group';
 import { startBackends, startSystems } from './systems/systems';
@@ -19,8 +21,13 @@ import { planTopology } from './systems/topology';
 /**
  * The whole benchmark (issue 5): starts the five systems side by side, runs every scenario, stops
  * everything it started, and writes bench/results/<name>.json, .md and -latency.png.
- * Run it with scripts/bench.sh [--quick].
+ * Run it with scripts/bench.sh [--quick] [--only tool-list]: `--only tool-list` runs scenario 3 alone
+ * (tools/list, prompts/list, resources/list of 50 backends) and writes bench/results/tool-list.*
+ * (quick-tool-list.* with --quick), leaving the full run's files as they are.
  */
+
+const USAGE = 'usage: scripts/bench.sh [--quick] [--only tool-list]';
+const SCENARIOS_RUN_ALONE = ['tool-list'] as const;
 
 const RESULTS_DIR = projectPath('bench', 'results');
 const LOG_DIR = projectPath('.run', 'bench');
@@ -61,13 +68,19 @@ function drawChart(jsonFile: string, pngFile: string): string | undefined {
 }
 
 async function main(): Promise<void> {
-  const args = process.argv.slice(2);
-  const unknown = args.filter((arg) => arg !== '--quick');
-  if (unknown.length > 0) {
-    process.stderr.write(`usage: scripts/bench.sh [--quick]\nunknown argument(s): ${unknown.join(' ')}\n`);
+  let options: { quick?: boolean; only?: string };
+  try {
+    ({ values: options } = parseArgs({ options: { quick: { type: 'boolean' }, only: { type: 'string' } }, strict: true, allowPositionals: false }));
+  } catch (error) {
+    process.stderr.write(`${USAGE}\n${(error as Error).message}\n`);
     process.exit(2);
   }
-  const settings = benchSettings(args.includes('--quick'));
+  if (options.only !== undefined && !(SCENARIOS_RUN_ALONE as readonly string[]).includes(options.only)) {
+    process.stderr.write(`${USAGE}\n--only: "${options.only}" is not a scenario that runs alone (${SCENARIOS_RUN_ALONE.join(', ')})\n`);
+    process.exit(2);
+  }
+  const toolListAlone = options.only === 'tool-list';
+  const settings = benchSettings(options.quick === true);
   const startedAt = new Date();
   const cpuPlan = claimCpus();
   fs.rmSync(LOG_DIR, { recursive: true, force: true });
@@ -101,25 +114,33 @@ async function main(): Promise<void> {
     log(`systems up: ${running.systems.map((system) => `${system.id} ${system.callUrl}`).join(', ')}`);
     await waitUntilCallsAnswer(running.systems, settings, READY_TIMEOUT_MS);
     noteLoad('start-up');
-    const toolCall = await runToolCallScenario(running.systems, settings, log);
-    noteLoad('tools/call');
-    const streaming = await runStreamingScenario(running.systems, settings, log);
-    noteLoad('streaming');
-    const toolList = await runToolListScenario(running.systems, topology, settings, log);
+    if (toolListAlone) {
+      requestScenarios = { toolList: await runToolListScenario(running.systems, topology, settings, log) };
+    } else {
+      const toolCall = await runToolCallScenario(running.systems, settings, log);
+      noteLoad('tools/call');
+      const tracing = await runTracingScenario(systemsGroup, topology, settings, log);
+      noteLoad('tracing');
+      const streaming = await runStreamingScenario(running.systems, settings, log);
+      noteLoad('streaming');
+      const toolList = await runToolListScenario(running.systems, topology, settings, log);
+      requestScenarios = { toolCall, streaming, toolList, tracing };
+    }
     noteLoad('tools/list');
-    requestScenarios = { toolCall, streaming, toolList };
   } finally {
     await systemsGroup.stopAll();
   }
 
-  const configurationGroup = new ProcessGroup(path.join(LOG_DIR, 'configuration'), cpuPlan);
-  groups.push(configurationGroup);
   let configuration;
-  try {
-    configuration = await runConfigurationScenario(configurationGroup, settings, log);
-    noteLoad('configuration');
-  } finally {
-    await configurationGroup.stopAll();
+  if (!toolListAlone) {
+    const configurationGroup = new ProcessGroup(path.join(LOG_DIR, 'configuration'), cpuPlan);
+    groups.push(configurationGroup);
+    try {
+      configuration = await runConfigurationScenario(configurationGroup, settings, log);
+      noteLoad('configuration');
+    } finally {
+      await configurationGroup.stopAll();
+    }
   }
 
   const finishedAt = new Date();
@@ -139,12 +160,13 @@ async function main(): Promise<void> {
   };
   const results: BenchResults = { ...withoutTargets, targets: assessTargets(withoutTargets) };
 
-  // A quick run never overwrites the numbers the repository carries.
-  const name = settings.mode === 'full' ? 'latest' : 'quick';
+  // A quick run, or one scenario alone, never overwrites the numbers the repository carries.
+  const name = [settings.mode === 'full' ? undefined : 'quick', toolListAlone ? 'tool-list' : undefined].filter(Boolean).join('-') || 'latest';
   fs.mkdirSync(RESULTS_DIR, { recursive: true });
   const jsonFile = path.join(RESULTS_DIR, `${name}.json`);
   writeAtomically(jsonFile, resultsJson(results));
-  const chart = drawChart(jsonFile, path.join(RESULTS_DIR, `${name}-latency.png`));
+  // The chart's panels are mostly tools/call and streaming: a tools/list run alone has its tables only.
+  const chart = toolListAlone ? undefined : drawChart(jsonFile, path.join(RESULTS_DIR, `${name}-latency.png`));
   const markdownFile = path.join(RESULTS_DIR, `${name}.md`);
   writeAtomically(markdownFile, `${renderMarkdown(results, chart)}\n`);
   log(`results: ${path.relative(projectPath(), jsonFile)}, ${path.relative(projectPath(), markdownFile)}${chart ? `, bench/results/${chart}` : ''}`);

@@ -20,6 +20,8 @@ export interface BenchSettings {
     saturation: { concurrency: number; warmupMs: number; measureMs: number };
   };
   streaming: { notifications: number; intervalMs: number; callsPerRepetition: number; concurrency: number };
+  /** tools/call through gateways that differ only in tracing: off, and each sampling ratio (issue 15). */
+  tracing: { ratePerSecond: number; samplingRatios: number[] };
   toolList: {
     fleet: FleetSize;
     /**
@@ -61,6 +63,7 @@ const FULL: BenchSettings = {
     saturation: { concurrency: 16, warmupMs: 1_000, measureMs: 5_000 },
   },
   streaming: { notifications: 20, intervalMs: 50, callsPerRepetition: 20, concurrency: 10 },
+  tracing: { ratePerSecond: 250, samplingRatios: [0.01, 1] },
   toolList: {
     fleet: { backends: 50, toolsPerBackend: 100, promptsPerBackend: 20, resourcesPerBackend: 100, slowListDelayMs: 2_000 },
     ratePerSecond: 2,

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Runs the benchmark suite (issue 5): the gateway side by side with the backend called directly,
-# plain Envoy, Envoy 1.40's native MCP router and a naive Node.js proxy, all on 127.0.0.1.
+# plain Envoy, Envoy 1.40's native MCP router and a naive Node.js proxy, all on 127.0.0.1; and the
+# gateway with tracing off and at each sampling ratio (issue 15).
 # Writes bench/results/latest.{json,md} and latest-latency.png (a --quick smoke run writes quick.*
 # instead, so it never replaces the numbers the repository carries). About 15 minutes on 2 cores.
-#   scripts/bench.sh [--quick]
+#   scripts/bench.sh [--quick] [--only tool-list]   (tool-list: scenario 3 alone, into bench/results/tool-list.*)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 CHART_PACKAGE="matplotlib==3.11.2"
 
 scripts/setup.sh
+# Jaeger, the trace collector of the tracing scenario, is one of the tools the tests use.
+scripts/test-tools.sh
 # shellcheck source=lib/node.sh
 . scripts/lib/node.sh
 
@@ -22,4 +25,9 @@ if ! .venv/bin/python -c 'import matplotlib' 2>/dev/null; then
   .venv/bin/pip install --quiet --disable-pip-version-check "$CHART_PACKAGE"
 fi
 
+# scripts/bench.sh auth [--quick]: tools/call with and without caller identity (docs/adr/0011-caller-identity.md).
+if [ "${1:-}" = auth ]; then
+  shift
+  exec node dist/bench/auth-cost.js "$@"
+fi
 exec node dist/bench/main.js "$@"

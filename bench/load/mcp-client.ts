@@ -90,10 +90,10 @@ export function answerTo(answer: HttpAnswer, id: number): JsonRpcMessage {
 
 /**
  * What an MCP client does before its first call: initialize, then notifications/initialized. The
- * headers it returns (protocol version, and the session id when the path hands one out) go on every
- * later request of this session.
+ * headers it returns (protocol version, the session id when the path hands one out, and
+ * `extraHeaders`, e.g. the bearer token) go on every later request of this session.
  */
-export async function openSession(client: McpHttpClient, url: string, timeoutMs: number): Promise<Record<string, string>> {
+export async function openSession(client: McpHttpClient, url: string, timeoutMs: number, extraHeaders: Record<string, string> = {}): Promise<Record<string, string>> {
   const id = client.newId();
   const initialize = {
     jsonrpc: '2.0',
@@ -101,9 +101,9 @@ export async function openSession(client: McpHttpClient, url: string, timeoutMs:
     method: 'initialize',
     params: { protocolVersion: MCP_PROTOCOL_VERSION, capabilities: {}, clientInfo: { name: 'mcpgw-bench', version: '1.0.0' } },
   };
-  const answer = await client.post(url, JSON.stringify(initialize), { timeoutMs });
+  const answer = await client.post(url, JSON.stringify(initialize), { headers: extraHeaders, timeoutMs });
   const result = answerTo(answer, id).result as { protocolVersion?: string };
-  const headers: Record<string, string> = { 'mcp-protocol-version': result.protocolVersion ?? MCP_PROTOCOL_VERSION };
+  const headers: Record<string, string> = { ...extraHeaders, 'mcp-protocol-version': result.protocolVersion ?? MCP_PROTOCOL_VERSION };
   if (answer.sessionId) headers['mcp-session-id'] = answer.sessionId;
   const initialized = await client.post(url, JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }), { headers, timeoutMs });
   if (initialized.status !== 202 && initialized.status !== 200) throw new Error(`notifications/initialized answered HTTP ${initialized.status}`);

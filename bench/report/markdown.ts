@@ -1,8 +1,12 @@
-import { Spread } from '../load/stats';
-import { SATURATION } from '../scenarios/tool-call';
+import { Spread, spreadOf } from '../load/stats';
+import { ConfigurationResults } from '../scenarios/configuration';
+import { StreamingResults } from '../scenarios/streaming';
+import { SATURATION, ToolCallResults } from '../scenarios/tool-call';
+import { TracingResults, TracingRun } from '../scenarios/tracing';
+import { ATTRIBUTE_VARIANTS, AttributeCostRun } from '../scenarios/tracing-attributes';
 import { SystemId } from '../systems/systems';
 import { LIST_VARIANTS, ListVariant } from '../systems/topology';
-import { BenchResults, LatencySpread, streamingFigures, surfaceListFigures, toolCallFigures, toolListFigures } from './results';
+import { BenchResults, LatencySpread, streamingFigures, surfaceListFigures, toolCallFigures, toolListFigures, tracingFigures } from './results';
 import { ms } from './targets';
 
 /** The Markdown report of one run: what was measured, how, and how far each target is. */
@@ -35,7 +39,7 @@ function errorLines<Run extends { errors: Record<string, number> }>(runs: Run[],
 function environmentSection(results: BenchResults): string[] {
   const { machine, versions } = results.environment;
   const s = results.settings;
-  const withSessions = Object.entries(results.toolCall.sessionIds)
+  const withSessions = Object.entries(results.toolCall?.sessionIds ?? {})
     .filter(([, handedOut]) => handedOut)
     .map(([id]) => id)
     .join(', ');
@@ -47,8 +51,12 @@ function environmentSection(results: BenchResults): string[] {
     `- Versions: Node ${versions.node}, Envoy ${versions.envoy}, ${packages} (all packages in the JSON); project ${versions.project.commit.slice(0, 12)}${versions.project.uncommittedChanges ? ' with uncommitted changes' : ''}`,
     `- Load average (1 min / 5 min) after each phase: ${results.loadAverages.map((entry) => `${entry.after} ${entry.oneMinute} / ${entry.fiveMinutes}`).join(', ')} — the machine is shared; a load well above 2 means other work competed with the bench`,
     `- CPU placement: ${results.cpuPlan.pinned ? `load generator on CPU ${results.cpuPlan.loadGenerator}, every system under test (and its backends) on CPU ${results.cpuPlan.systemsUnderTest} (taskset)` : 'not pinned (one CPU)'}; nice ${results.cpuPlan.niceness} for the bench and everything it starts`,
-    `- Method: ${s.repetitions} repetition(s), systems interleaved within each; fixed-rate (open-loop) arrivals with latency from the intended send time; ${s.toolCall.initialWarmup.durationMs / 1000} s warm-up per system, then ${s.toolCall.warmupMs / 1000} s warm-up + ${s.toolCall.measureMs / 1000} s measured per rate; saturation = closed loop, ${s.toolCall.saturation.concurrency} clients, ${s.toolCall.saturation.measureMs / 1000} s; every answer checked (JSON-RPC result, echoed text, tool count)`,
-    `- MCP client load: JSON-RPC over Streamable HTTP (POST, \`accept: application/json, text/event-stream\`), ${s.toolCall.sessions} sessions per system opened with initialize + notifications/initialized, their \`mcp-protocol-version\` and, where the path hands one out (${withSessions || 'none did'}), \`mcp-session-id\` on every request; the backends are stateless`,
+    ...(results.toolCall
+      ? [
+          `- Method: ${s.repetitions} repetition(s), systems interleaved within each; fixed-rate (open-loop) arrivals with latency from the intended send time; ${s.toolCall.initialWarmup.durationMs / 1000} s warm-up per system, then ${s.toolCall.warmupMs / 1000} s warm-up + ${s.toolCall.measureMs / 1000} s measured per rate; saturation = closed loop, ${s.toolCall.saturation.concurrency} clients, ${s.toolCall.saturation.measureMs / 1000} s; every answer checked (JSON-RPC result, echoed text, tool count)`,
+          `- MCP client load: JSON-RPC over Streamable HTTP (POST, \`accept: application/json, text/event-stream\`), ${s.toolCall.sessions} sessions per system opened with initialize + notifications/initialized, their \`mcp-protocol-version\` and, where the path hands one out (${withSessions || 'none did'}), \`mcp-session-id\` on every request; the backends are stateless`,
+        ]
+      : [`- Method: the tools/list scenario alone (\`--only tool-list\`), ${s.repetitions} repetition(s), systems interleaved within each; fixed-rate (open-loop) arrivals with latency from the intended send time; every answer checked for its entry count`]),
     '',
     ...table(
       ['system', 'set-up'],
@@ -70,12 +78,12 @@ function targetsSection(results: BenchResults): string[] {
   ];
 }
 
-function toolCallSection(results: BenchResults): string[] {
+function toolCallSection(results: BenchResults, toolCall: ToolCallResults): string[] {
   const loads = [...results.settings.toolCall.ratesPerSecond.map(String), SATURATION];
   const ids = results.systems.map((system) => system.id);
   const rows: string[][] = [];
   for (const load of loads) {
-    const figures = Object.fromEntries(ids.map((id) => [id, toolCallFigures(results.toolCall, id, load)]));
+    const figures = Object.fromEntries(ids.map((id) => [id, toolCallFigures(toolCall, id, load)]));
     for (const id of ids) {
       const f = figures[id];
       if (!f) continue;
@@ -102,14 +110,14 @@ function toolCallSection(results: BenchResults): string[] {
     '',
     ...table(['load', 'system', 'p50', 'p90', 'p99', 'max', 'ok/s', 'errors/sent', '×A p50 / p99', '×D p50 / p99'], rows),
     '',
-    ...errorLines(results.toolCall.runs, (run) => `${systemName(results, run.system)} at ${run.load === SATURATION ? SATURATION : `${run.load} req/s`}`),
+    ...errorLines(toolCall.runs, (run) => `${systemName(results, run.system)} at ${run.load === SATURATION ? SATURATION : `${run.load} req/s`}`),
   ];
 }
 
-function streamingSection(results: BenchResults): string[] {
+function streamingSection(results: BenchResults, streaming: StreamingResults): string[] {
   const { notifications, intervalMs, callsPerRepetition, concurrency } = results.settings.streaming;
   const ids = results.systems.map((system) => system.id);
-  const figures = Object.fromEntries(ids.map((id) => [id, streamingFigures(results.streaming, id)]));
+  const figures = Object.fromEntries(ids.map((id) => [id, streamingFigures(streaming, id)]));
   const reps = results.settings.repetitions;
   const rows = ids.flatMap((id) => {
     const f = figures[id];
@@ -141,7 +149,7 @@ function streamingSection(results: BenchResults): string[] {
       rows,
     ),
     '',
-    ...errorLines(results.streaming.runs, (run) => systemName(results, run.system)),
+    ...errorLines(streaming.runs, (run) => systemName(results, run.system)),
   ];
 }
 
@@ -205,8 +213,65 @@ function surfaceListLines(results: BenchResults): string[] {
   ];
 }
 
-function configurationSection(results: BenchResults): string[] {
-  const c = results.configuration;
+/** Median CPU µs per call of the gateway's processes over the repetitions. */
+function cpuCell(runs: TracingRun[]): string {
+  return ['envoy', 'sidecar', 'control-plane'].map((name) => (runs.length ? num(spreadOf(runs.map((run) => run.cpuMicrosPerCall[name])).median, 0) : '–')).join(' / ');
+}
+
+function tracingSection(results: BenchResults, tracing: TracingResults): string[] {
+  const loads = [String(results.settings.tracing.ratePerSecond), SATURATION];
+  const rows: string[][] = [];
+  for (const load of loads) {
+    const off = tracingFigures(tracing, 'off', load);
+    for (const variant of tracing.variants) {
+      const f = tracingFigures(tracing, variant.id, load);
+      if (!f) continue;
+      rows.push([
+        load === SATURATION ? `saturation (${results.settings.toolCall.saturation.concurrency} clients)` : `${load} req/s`,
+        variant.id,
+        cell(f.latencyMs.p50, f.repetitions),
+        cell(f.latencyMs.p99, f.repetitions),
+        cell(f.throughput, f.repetitions),
+        `${f.errors}/${f.sent}`,
+        `${times(f.latencyMs.p50.median, off?.latencyMs.p50.median)} / ${times(f.latencyMs.p99.median, off?.latencyMs.p99.median)}`,
+        times(f.throughput.median, off?.throughput.median),
+        cpuCell(tracing.runs.filter((run) => run.variant === variant.id && run.load === load)),
+        String(tracing.envoySpansSent[variant.id] ?? 0),
+      ]);
+    }
+  }
+  return [
+    '## 5. Tracing (issue 15)',
+    '',
+    `tools/call through gateways that differ only in tracing (${tracing.setup}). Median over repetitions (min–max); ratios against tracing off.`,
+    '',
+    ...table(['load', 'tracing', 'p50', 'p99', 'ok/s', 'errors/sent', '×off p50 / p99', '×off ok/s', 'CPU µs per call: Envoy / sidecar / control plane', 'spans Envoy exported (whole scenario)'], rows),
+    '',
+    ...errorLines(tracing.runs, (run) => `tracing ${run.variant} at ${run.load === SATURATION ? SATURATION : `${run.load} req/s`}`),
+    ...attributeCostLines(tracing.attributeCosts, results.settings.repetitions),
+  ];
+}
+
+/** What each piece of Envoy's tracing costs by itself: each variant adds one piece to the one above. */
+function attributeCostLines(runs: AttributeCostRun[], repetitions: number): string[] {
+  let previous: number | undefined;
+  const rows = ATTRIBUTE_VARIANTS.map((variant) => {
+    const own = runs.filter((run) => run.variant === variant);
+    const micros = spreadOf(own.map((run) => run.envoyMicrosPerRequest));
+    const added = previous === undefined ? '' : `${micros.median - previous >= 0 ? '+' : ''}${num(micros.median - previous, 1)}`;
+    previous = micros.median;
+    return [variant, cell(micros, repetitions), added, cell(spreadOf(own.map((run) => run.throughput)), repetitions)];
+  });
+  return [
+    "What each piece costs by itself: Envoy alone answering directly (no MCP filters, no upstream), closed loop, its CPU time per request (median over repetitions, min–max); each row adds one piece to the row above (the last takes sampling to 0).",
+    '',
+    ...table(['Envoy', 'CPU µs per request', 'added', 'requests/s'], rows),
+    '',
+  ];
+}
+
+function configurationSection(results: BenchResults, configuration: ConfigurationResults): string[] {
+  const c = configuration;
   const reps = c.registryChange.trials.length;
   const build = c.snapshotBuildInProcessMs;
   const memory = (label: string, m: typeof c.memoryAfter) => [label, num(m.controlPlaneMb, 0), num(m.sidecarMb, 0), num(m.envoyMb, 0)];
@@ -247,14 +312,15 @@ export function renderMarkdown(results: BenchResults, chartFile: string | undefi
   return [
     `# MCP gateway benchmark — ${results.mode} run`,
     '',
-    `Run ${results.startedAt} → ${results.finishedAt} (${Math.round(results.durationSeconds / 60)} min) with \`scripts/bench.sh${results.mode === 'quick' ? ' --quick' : ''}\`. Systems: A backend direct (the floor), B plain Envoy, C this gateway, D Envoy 1.40 mcp_router, E naive Node proxy — all on 127.0.0.1.`,
+    `Run ${results.startedAt} → ${results.finishedAt} (${Math.round(results.durationSeconds / 60)} min) with \`scripts/bench.sh${results.mode === 'quick' ? ' --quick' : ''}${results.toolCall ? '' : ' --only tool-list'}\`. Systems: A backend direct (the floor), B plain Envoy, C this gateway, D Envoy 1.40 mcp_router, E naive Node proxy — all on 127.0.0.1.`,
     '',
     ...(chartFile ? [`![latency distributions](${chartFile})`, ''] : []),
     ...targetsSection(results),
-    ...toolCallSection(results),
-    ...streamingSection(results),
+    ...(results.toolCall ? toolCallSection(results, results.toolCall) : []),
+    ...(results.streaming ? streamingSection(results, results.streaming) : []),
     ...toolListSection(results),
-    ...configurationSection(results),
+    ...(results.configuration ? configurationSection(results, results.configuration) : []),
+    ...(results.tracing ? tracingSection(results, results.tracing) : []),
     ...environmentSection(results),
   ].join('\n');
 }

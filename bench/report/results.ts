@@ -3,6 +3,7 @@ import { ConfigurationResults } from '../scenarios/configuration';
 import { StreamingResults } from '../scenarios/streaming';
 import { ToolCallResults } from '../scenarios/tool-call';
 import { ToolListResults } from '../scenarios/tool-list';
+import { TracingResults } from '../scenarios/tracing';
 import { BenchSettings } from '../settings';
 import { CpuPlan } from '../systems/process-group';
 import { SystemId } from '../systems/systems';
@@ -25,10 +26,12 @@ export interface BenchResults {
   loadAverages: { after: string; oneMinute: number; fiveMinutes: number }[];
   settings: BenchSettings;
   systems: { id: SystemId; name: string; setup: string }[];
-  toolCall: ToolCallResults;
-  streaming: StreamingResults;
+  /** Scenarios 1, 2 and 4: absent in a run of the tools/list scenario alone (`--only tool-list`). */
+  toolCall?: ToolCallResults;
+  streaming?: StreamingResults;
   toolList: ToolListResults;
-  configuration: ConfigurationResults;
+  configuration?: ConfigurationResults;
+  tracing?: TracingResults;
   targets: TargetAssessment[];
 }
 
@@ -63,6 +66,10 @@ function repeated(runs: { latencyMs: LatencySummary; throughput: number; sent: n
 
 export function toolCallFigures(results: ToolCallResults, system: SystemId, load: string): RepeatedFigures | undefined {
   return repeated(results.runs.filter((run) => run.system === system && run.load === load));
+}
+
+export function tracingFigures(results: TracingResults, variant: string, load: string): RepeatedFigures | undefined {
+  return repeated(results.runs.filter((run) => run.variant === variant && run.load === load));
 }
 
 export function toolListFigures(

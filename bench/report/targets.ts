@@ -1,4 +1,5 @@
-import { BenchResults, TargetAssessment, streamingFigures, surfaceListFigures, toolCallFigures, toolListFigures } from './results';
+import { SATURATION } from '../scenarios/tool-call';
+import { BenchResults, TargetAssessment, streamingFigures, surfaceListFigures, toolCallFigures, toolListFigures, tracingFigures } from './results';
 
 /**
  * How far each target of issue 5 is, stated, not asserted: the bench reports and never fails on a
@@ -19,7 +20,7 @@ export function assessTargets(results: Omit<BenchResults, 'targets'>): TargetAss
   const targets: TargetAssessment[] = [];
   const rates = results.settings.toolCall.ratesPerSecond;
   const rate = rates.includes(500) ? 500 : Math.max(...rates);
-  const call = (system: 'A' | 'C' | 'D') => toolCallFigures(results.toolCall, system, String(rate))?.latencyMs;
+  const call = (system: 'A' | 'C' | 'D') => (results.toolCall ? toolCallFigures(results.toolCall, system, String(rate))?.latencyMs : undefined);
   const [a, c, d] = [call('A'), call('C'), call('D')];
 
   const overA = (quantile: 'p50' | 'p99', limitMs: number) => {
@@ -38,7 +39,7 @@ export function assessTargets(results: Omit<BenchResults, 'targets'>): TargetAss
   } else targets.push(notMeasured(withinD));
 
   const streamTarget = 'streaming: frames through C delayed at most 1 ms over A';
-  const [streamA, streamC] = [streamingFigures(results.streaming, 'A'), streamingFigures(results.streaming, 'C')];
+  const [streamA, streamC] = results.streaming ? [streamingFigures(results.streaming, 'A'), streamingFigures(results.streaming, 'C')] : [];
   if (streamA && streamC) {
     const first = streamC.firstFrameMs.p99.median - streamA.firstFrameMs.p99.median;
     const later = streamC.laterFramesMs.p99.median - streamA.laterFramesMs.p99.median;
@@ -86,10 +87,12 @@ export function assessTargets(results: Omit<BenchResults, 'targets'>): TargetAss
       : notMeasured(slowTarget),
   );
 
+  targets.push(...tracingTargets(results));
+
   const changeTarget = 'a registry change (dev Portal) serves within 1 s';
-  const change = results.configuration.registryChange;
+  const change = results.configuration?.registryChange;
   targets.push(
-    change.trials.length > 0
+    change && change.trials.length > 0
       ? {
           target: changeTarget,
           measured: `new route's tools/call answered after ${ms(change.toolsCallMs.median)} (worst ${ms(change.toolsCallMs.max)}) over ${change.trials.length} changes`,
@@ -98,4 +101,25 @@ export function assessTargets(results: Omit<BenchResults, 'targets'>): TargetAss
       : notMeasured(changeTarget),
   );
   return targets;
+}
+
+/**
+ * Issue 15: a gateway without tracing settings saturates as the gateway of scenario 1 does (tracing
+ * off costs nothing), and exporting every call's span costs at most 10 % of saturation.
+ */
+function tracingTargets(results: Omit<BenchResults, 'targets'>): TargetAssessment[] {
+  const saturation = (variant: string) => (results.tracing ? tracingFigures(results.tracing, variant, SATURATION)?.throughput.median : undefined);
+  const off = saturation('off');
+  const today = results.toolCall ? toolCallFigures(results.toolCall, 'C', SATURATION)?.throughput.median : undefined;
+  const offTarget = 'tracing off: saturation as C in scenario 1 (within 10 %)';
+  const fullTarget = 'tracing at 100 %: costs at most 10 % of saturation';
+  const full = saturation('100 %');
+  return [
+    off !== undefined && today !== undefined
+      ? { target: offTarget, measured: `${off.toFixed(0)} ok/s off vs ${today.toFixed(0)} ok/s (C): ${ratio(off / today)}`, met: off / today >= 0.9 }
+      : notMeasured(offTarget),
+    off !== undefined && full !== undefined
+      ? { target: fullTarget, measured: `${full.toFixed(0)} ok/s at 100 % vs ${off.toFixed(0)} ok/s off: ${ratio(full / off)}`, met: full / off >= 0.9 }
+      : notMeasured(fullTarget),
+  ];
 }

@@ -8,6 +8,8 @@ import { validateRegistry } from '../../control-plane/registry/validate';
 import { buildSnapshot } from '../../control-plane/xds/server/snapshot';
 import { translate } from '../../control-plane/xds/translate';
 import { EMPTY_CALL_LANE_CATALOG } from '../../control-plane/xds/translate/call-lane';
+import { defaultAccess } from '../../control-plane/xds/translate/access';
+import { NO_SIGNING_KEYS } from '../../control-plane/xds/translate/auth';
 import { GATEWAY_DEFAULTS } from '../../control-plane/xds/translate/settings';
 import { BASE_TOOL_COUNT, ECHO_TOOL } from '../backends/bench-tool-service';
 import { McpHttpClient, answerTo } from '../load/mcp-client';
@@ -91,14 +93,14 @@ function registryDocument(routes: number, servicesPerRoute: number, backendUrls:
 
 function timeBuilds(document: unknown, repetitions: number): ConfigurationResults['snapshotBuildInProcessMs'] {
   const steps = { validate: [] as number[], ir: [] as number[], translate: [] as number[], encode: [] as number[], total: [] as number[] };
-  const gateway = { ...GATEWAY_DEFAULTS, listener: { address: HOST, port: 10000 }, sidecars: [{ address: HOST, port: 18080 }] };
+  const gateway = { ...GATEWAY_DEFAULTS, listener: { address: HOST, port: 10000 }, sidecars: [{ address: HOST, port: 18080 }], access: defaultAccess({ address: HOST, port: 10000 }) };
   for (let repetition = 0; repetition < repetitions; repetition++) {
     const t0 = performance.now();
     const { registry } = validateRegistry(document);
     const t1 = performance.now();
     const ir = buildGatewayIR(registry);
     const t2 = performance.now();
-    const resources = translate(ir, EMPTY_CALL_LANE_CATALOG, gateway);
+    const resources = translate(ir, EMPTY_CALL_LANE_CATALOG, gateway, NO_SIGNING_KEYS);
     const t3 = performance.now();
     buildSnapshot(resources);
     const t4 = performance.now();

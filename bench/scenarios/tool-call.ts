@@ -9,8 +9,8 @@ import { SystemId, SystemUnderTest, inRotation } from '../systems/systems';
 
 export const SATURATION = 'saturation';
 
-export interface LoadRun {
-  system: SystemId;
+/** One measured load run of a path: its figures, whatever the path is. */
+export interface MeasuredRun {
   /** `${rate}` for a fixed-rate run, or 'saturation'. */
   load: string;
   repetition: number;
@@ -20,6 +20,30 @@ export interface LoadRun {
   ok: number;
   errors: Record<string, number>;
   sendLagP99Ms: number;
+}
+
+export interface LoadRun extends MeasuredRun {
+  system: SystemId;
+}
+
+export function measuredRun(load: string, repetition: number, result: RunResult): MeasuredRun {
+  return {
+    load,
+    repetition,
+    latencyMs: summarize(result.latenciesMs),
+    throughput: result.throughput,
+    sent: result.sent,
+    ok: result.ok,
+    errors: result.errors,
+    sendLagP99Ms: result.sendLagP99Ms,
+  };
+}
+
+/** The log line of one run. */
+export function runLine(label: string, run: MeasuredRun): string {
+  const errors = run.sent - run.ok;
+  const load = run.load === SATURATION ? run.load : `${run.load} req/s`;
+  return `${label} ${load} #${run.repetition}: p50 ${run.latencyMs.p50.toFixed(2)} ms, p99 ${run.latencyMs.p99.toFixed(2)} ms, ${run.throughput.toFixed(0)} ok/s${errors ? `, ${errors} errors` : ''}`;
 }
 
 export interface ToolCallResults {
@@ -33,7 +57,7 @@ export interface ToolCallResults {
 const ECHO_TEXT = 'bench';
 
 /** One MCP client per system: its sessions, and a request that checks the echo came back. */
-async function callDriver(system: SystemUnderTest, settings: BenchSettings): Promise<{ issue: IssueRequest; sessionIds: boolean; close(): void }> {
+export async function callDriver(system: Pick<SystemUnderTest, 'callUrl' | 'toolPrefix'>, settings: BenchSettings): Promise<{ issue: IssueRequest; sessionIds: boolean; close(): void }> {
   const client = new McpHttpClient(64);
   const sessions: Record<string, string>[] = [];
   for (let index = 0; index < settings.toolCall.sessions; index++) {
@@ -55,7 +79,7 @@ async function callDriver(system: SystemUnderTest, settings: BenchSettings): Pro
 }
 
 /** Why a fresh MCP session cannot call the echo tool on this path right now, if it cannot. */
-async function callProblem(system: SystemUnderTest, settings: BenchSettings): Promise<string | undefined> {
+async function callProblem(system: Pick<SystemUnderTest, 'callUrl' | 'toolPrefix'>, settings: BenchSettings): Promise<string | undefined> {
   let driver: Awaited<ReturnType<typeof callDriver>> | undefined;
   try {
     driver = await callDriver(system, settings);
@@ -68,11 +92,11 @@ async function callProblem(system: SystemUnderTest, settings: BenchSettings): Pr
 }
 
 /** Before any measurement: every path answers a tools/call (the gateway's catalog fills in the background). */
-export async function waitUntilCallsAnswer(systems: SystemUnderTest[], settings: BenchSettings, timeoutMs: number): Promise<void> {
+export async function waitUntilCallsAnswer(systems: Pick<SystemUnderTest, 'name' | 'callUrl' | 'toolPrefix'>[], settings: BenchSettings, timeoutMs: number): Promise<void> {
   for (const system of systems) {
     const deadline = performance.now() + timeoutMs;
     for (let problem = await callProblem(system, settings); problem; problem = await callProblem(system, settings)) {
-      if (performance.now() > deadline) throw new Error(`${system.id} ${system.name} does not answer tools/call: ${problem}`);
+      if (performance.now() > deadline) throw new Error(`${system.name} (${system.callUrl}) does not answer tools/call: ${problem}`);
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
   }
@@ -84,22 +108,11 @@ export async function runToolCallScenario(systems: SystemUnderTest[], settings: 
   const runs: LoadRun[] = [];
   const pooled = new Map<string, number[]>();
   const record = (system: SystemId, load: string, repetition: number, result: RunResult) => {
-    runs.push({
-      system,
-      load,
-      repetition,
-      latencyMs: summarize(result.latenciesMs),
-      throughput: result.throughput,
-      sent: result.sent,
-      ok: result.ok,
-      errors: result.errors,
-      sendLagP99Ms: result.sendLagP99Ms,
-    });
+    const run = { system, ...measuredRun(load, repetition, result) };
+    runs.push(run);
     const key = `${load}|${system}`;
     pooled.set(key, (pooled.get(key) ?? []).concat(result.latenciesMs));
-    const summary = runs[runs.length - 1].latencyMs;
-    const errors = result.sent - result.ok;
-    log(`tools/call ${system} ${load === SATURATION ? load : `${load} req/s`} #${repetition}: p50 ${summary.p50.toFixed(2)} ms, p99 ${summary.p99.toFixed(2)} ms, ${result.throughput.toFixed(0)} ok/s${errors ? `, ${errors} errors` : ''}`);
+    log(runLine(`tools/call ${system}`, run));
   };
   try {
     for (const system of systems) {

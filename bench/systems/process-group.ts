@@ -73,6 +73,15 @@ export class ProcessGroup {
     return stack;
   }
 
+  /**
+   * Something started elsewhere that this group stops with the rest, pinned with the load generator:
+   * a part of the deployment around the systems (a trace collector), not of the systems measured.
+   */
+  adoptBeside(name: string, pid: number | undefined, stop: () => Promise<void>): void {
+    this.members.push({ name, stop });
+    if (this.cpus.pinned && pid !== undefined) pin(pid, this.cpus.loadGenerator);
+  }
+
   private pinSystem(pid: number): void {
     if (this.cpus.pinned) pin(pid, this.cpus.systemsUnderTest);
   }

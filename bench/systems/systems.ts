@@ -2,7 +2,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { stringify } from 'yaml';
 import { envoyBinary } from '../../control-plane/devstack/envoy';
-import { portAccepts, waitFor } from '../../control-plane/devstack/processes';
+import { ManagedProcess, portAccepts, waitFor } from '../../control-plane/devstack/processes';
 import { projectPath } from '../../control-plane/shared/paths';
 import { BenchToolServiceSpec } from '../backends/bench-tool-service';
 import { NaiveProxyConfig } from '../naive-proxy/naive-proxy';
@@ -55,13 +55,15 @@ export async function startBackends(group: ProcessGroup, topology: Topology): Pr
   await startBackendProcess(group, 'backend-fleet', topology.fleetSpecs);
 }
 
-async function startEnvoy(group: ProcessGroup, name: string, config: unknown, adminPort: number, listenerPorts: number[]): Promise<void> {
+/** A static Envoy of the bench, with `config` as its bootstrap. */
+export async function startEnvoy(group: ProcessGroup, name: string, config: unknown, adminPort: number, listenerPorts: number[]): Promise<ManagedProcess> {
   const file = path.join(group.logDir, `${name}.yaml`);
   fs.writeFileSync(file, stringify(config));
   // Same binary and flags as the gateway's Envoy (control-plane/devstack/stack.ts).
-  group.spawn(name, envoyBinary(), ['-c', file, '--use-dynamic-base-id', '--log-level', 'warn']);
+  const envoy = group.spawn(name, envoyBinary(), ['-c', file, '--use-dynamic-base-id', '--log-level', 'warn']);
   await waitFor(`${name} to be LIVE`, () => httpOk(`http://${HOST}:${adminPort}/ready`));
   for (const port of listenerPorts) await waitFor(`${name} listener ${port}`, () => portAccepts(port));
+  return envoy;
 }
 
 const routeUrl = (port: number, key: string) => `http://${HOST}:${port}/mcp/${key}`;

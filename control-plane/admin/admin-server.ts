@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { CatalogSettings, CatalogSnapshotMessage, RouteCatalogMessage } from '../catalog/catalog-store';
 import { ItemFinding } from '../catalog/surface-exposure';
 import { ToolFinding } from '../catalog/tool-exposure';
+import { SigningKeyStatus } from '../auth/signing-keys';
 import { XdsResources } from '../xds/translate';
 import { DashboardSources, mountDashboard } from './dashboard';
 
@@ -17,6 +18,8 @@ export interface AdminSources extends DashboardSources {
   /** Refreshes the Tool Services of one route, or all; false for an unknown route key. */
   refreshCatalog(routeKey?: string): Promise<boolean>;
   xdsResources(): XdsResources;
+  /** The issuers' signing keys the routes with auth are validated with. */
+  signingKeys(): SigningKeyStatus[];
   metrics: MetricsRegistry;
 }
 
@@ -84,6 +87,7 @@ export function createAdminApp(sources: AdminSources): express.Express {
       registry: sources.registry(),
       xds: { nodes: sources.nodes() },
       catalog: catalogStatus(sources),
+      signingKeys: sources.signingKeys(),
     });
   });
   // Refreshes now instead of at the next interval, e.g. after fixing a backend; answers with the result.

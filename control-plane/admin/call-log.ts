@@ -13,10 +13,11 @@ import { METADATA_NAMESPACE } from '../xds/translate/settings';
 
 /**
  * What became of a call (docs/observability.md): the reliability seed's ok, failed (no fallback),
- * degraded (fallback served) and denied (policy), and invalid — refused before any backend saw it
- * (unknown tool, malformed name, unknown or expired session). The identity work adds approval_required.
+ * degraded (fallback served) and denied (policy, or an approval declined or expired), invalid —
+ * refused before any backend saw it (unknown tool, malformed name, unknown or expired session) — and
+ * approval_required: held until a person approves it (docs/approval-and-audit.md).
  */
-export const CALL_OUTCOMES = ['ok', 'failed', 'degraded', 'denied', 'invalid'] as const;
+export const CALL_OUTCOMES = ['ok', 'failed', 'degraded', 'denied', 'invalid', 'approval_required'] as const;
 export type CallOutcome = (typeof CALL_OUTCOMES)[number];
 
 /** Outcomes of calls that went for a backend: the denominator of error ratios and the calls latency describes. */
@@ -73,12 +74,12 @@ function fromValue(value: ProtoValue): unknown {
   }
 }
 
-function fromStruct(struct: StructValue | undefined): Record<string, unknown> {
+export function fromStruct(struct: StructValue | undefined): Record<string, unknown> {
   return Object.fromEntries(Object.entries(struct?.fields ?? {}).map(([key, value]) => [key, fromValue(value)]));
 }
 
 type ProtoDuration = { seconds?: string | number; nanos?: number };
-const secondsOf = (duration: ProtoDuration | undefined) => Number(duration?.seconds ?? 0) + (duration?.nanos ?? 0) / 1e9;
+export const secondsOf = (duration: ProtoDuration | undefined) => Number(duration?.seconds ?? 0) + (duration?.nanos ?? 0) / 1e9;
 
 /** The parts of envoy.data.accesslog.v3.HTTPAccessLogEntry the gateway reads. */
 export interface LogEntry {
@@ -90,8 +91,15 @@ export interface LogEntry {
     upstream_request_attempt_count?: number;
     response_flags?: Record<string, unknown>;
     metadata?: { filter_metadata?: Record<string, StructValue> };
+    route_name?: string;
   };
-  response?: { response_code?: { value?: number }; response_code_details?: string };
+  request?: { path?: string; original_path?: string; request_id?: string };
+  response?: { response_code?: { value?: number } | null; response_code_details?: string };
+}
+
+/** What consumes Envoy's call-log entries: the calls (CallLog) and the audit (control-plane/audit/). */
+export interface CallLogConsumer {
+  add(entry: LogEntry): void;
 }
 
 interface StreamMessage {
@@ -108,7 +116,7 @@ const envoyFailed = (flags: Record<string, unknown>) => Object.values(flags).som
  * `failed` there, but nothing failed). A call Envoy itself answered (backend down, timed out, reset)
  * has only Envoy's failure flags: degraded when a fallback was served, failed otherwise.
  */
-function outcomeOf(ours: Record<string, unknown>, entry: LogEntry): CallOutcome {
+export function outcomeOf(ours: Record<string, unknown>, entry: LogEntry): CallOutcome {
   const sessionUnknown = entry.response?.response_code_details === 'ext_authz_denied' && entry.response?.response_code?.value === 404;
   if (sessionUnknown) return 'invalid';
   const recorded = ours.outcome;
@@ -170,7 +178,7 @@ export function backendFailureOf(entry: LogEntry): string | undefined {
  * another lane, or of another method, is skipped), and tells the failure observers of every request a
  * backend failed.
  */
-export class CallLog {
+export class CallLog implements CallLogConsumer {
   private readonly toolLabels = new ToolLabels();
 
   constructor(
@@ -253,12 +261,14 @@ export class CallMetrics implements CallObserver {
   }
 }
 
-/** envoy.service.accesslog.v3.AccessLogService: Envoy's stream of call-lane access log entries. */
-export function accessLogServiceHandlers(calls: CallLog, log: Logger): grpc.UntypedServiceImplementation {
+/** envoy.service.accesslog.v3.AccessLogService: Envoy's stream of call-log entries, each given to every consumer. */
+export function accessLogServiceHandlers(consumers: CallLogConsumer[], log: Logger): grpc.UntypedServiceImplementation {
   return {
     StreamAccessLogs(call: grpc.ServerReadableStream<StreamMessage, unknown>, callback: grpc.sendUnaryData<unknown>) {
       call.on('data', (message: StreamMessage) => {
-        for (const entry of message.http_logs?.log_entry ?? []) calls.add(entry);
+        for (const entry of message.http_logs?.log_entry ?? []) {
+          for (const consumer of consumers) consumer.add(entry);
+        }
       });
       call.on('error', (error: Error) => log.warn('an Envoy access log stream failed', { error: error.message }));
       call.on('end', () => callback(null, {}));

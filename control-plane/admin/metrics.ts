@@ -84,6 +84,18 @@ export class ControlPlaneMetrics {
     labelNames: ['rule', 'action'] as const,
     registers: [this.registry],
   });
+  readonly signingKeyReads = new client.Counter({
+    name: `${this.prefix}signing_key_reads_total`,
+    help: "Reads of issuers' signing keys (JWKS), by outcome (ok, failed); a failed read keeps the last keys",
+    labelNames: ['outcome'] as const,
+    registers: [this.registry],
+  });
+  readonly signingKeySources = new client.Gauge({
+    name: `${this.prefix}signing_key_sources`,
+    help: "Issuers' key sources by state (ok; stale: serving the last keys read; missing: never read, their routes answer 503)",
+    labelNames: ['state'] as const,
+    registers: [this.registry],
+  });
   readonly snapshotBuildSeconds = new client.Histogram({
     name: `${this.prefix}xds_snapshot_build_seconds`,
     help: 'Time to translate a registry and encode its xDS snapshot',

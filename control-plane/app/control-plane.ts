@@ -3,6 +3,7 @@ import * as grpc from '@grpc/grpc-js';
 import { createAdminApp } from '../admin/admin-server';
 import { CallLog, CallMetrics, accessLogServiceHandlers } from '../admin/call-log';
 import { CallHistory } from '../admin/call-history';
+import { AuditLog, AuditTarget } from '../audit/audit-log';
 import { closeServer, listen } from '../shared/http-listen';
 import { ControlPlaneMetrics } from '../admin/metrics';
 import { XdsStatusTracker } from '../admin/xds-status';
@@ -19,6 +20,7 @@ import { RegistrySource } from '../registry/source';
 import { grpcServices } from '../shared/grpc-packages';
 import { RedisTimeouts } from '../shared/redis-client';
 import { Logger } from '../shared/log';
+import { SpanKind, Tracing } from '../shared/tracing';
 import { ConcurrencyLimit } from '../shared/concurrency-limit';
 import { LastGoodStore, SavedRoute } from '../state/last-good-store';
 import { adsServiceHandlers } from '../xds/server/ads-server';
@@ -27,6 +29,7 @@ import { SnapshotCache } from '../xds/server/snapshot-cache';
 import { XdsResources, translate } from '../xds/translate';
 import { EMPTY_CALL_LANE_CATALOG, callLaneCatalogOf } from '../xds/translate/call-lane';
 import { GatewaySettings } from '../xds/translate/settings';
+import { SIGNING_KEY_DEFAULTS, SigningKeySettings, SigningKeyStore } from '../auth/signing-keys';
 
 export interface ControlPlaneOptions {
   source: RegistrySource;
@@ -45,10 +48,22 @@ export interface ControlPlaneOptions {
   catalogFetchConcurrency: number;
   /** Naming rules, cap and page size of the catalogs sidecars serve (docs/tools-list.md). */
   catalog: CatalogSettings;
+  /** How the issuers' signing keys are read (docs/auth.md). */
+  signingKeys?: SigningKeySettings;
+  /** Where audit events go (docs/approval-and-audit.md); none are built without it. */
+  audit?: AuditTarget;
   /** Redis for last-good state; without it a cold start with the source down serves nothing. */
   redis?: { url: string; prefix: string; timeouts?: RedisTimeouts };
+  /** Spans of the control plane's own work (catalog fetches); off unless given. */
+  tracing?: Tracing;
   log: Logger;
 }
+
+/** Names of the control plane's spans (docs/observability.md#traces). */
+export const CONTROL_PLANE_SPANS = {
+  /** One Tool Service's tools/list (every page, and its session if it opens one). */
+  toolsList: 'mcp.catalog.tools_list',
+} as const;
 
 export interface RunningControlPlane {
   grpcPort: number;
@@ -71,16 +86,24 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   // catalog stream. Ids that share an endpoint share one fetch.
   const catalogFetches = new ConcurrencyLimit(options.catalogFetchConcurrency);
   const fetchesByEndpoint = new Map<string, Promise<ToolList>>();
+  const tracing = options.tracing ?? Tracing.off;
+  const listTools = (service: ToolServiceIR) =>
+    tracing.inSpan(CONTROL_PLANE_SPANS.toolsList, { kind: SpanKind.CLIENT, attributes: { 'mcp.gateway.tool_service': service.id, 'url.full': service.url } }, async (span) => {
+      const list = await fetchToolList(service, options.toolList, tracing.headersFor({}));
+      span.setAttribute('mcp.gateway.tools', list.tools.length);
+      return list;
+    });
   const fetchTools = (service: ToolServiceIR) => {
     const endpoint = JSON.stringify([service.url, service.endpoint.tls, service.catalogBearerTokenFile]);
     let pending = fetchesByEndpoint.get(endpoint);
     if (!pending) {
-      pending = catalogFetches.run(() => fetchToolList(service, options.toolList)).finally(() => fetchesByEndpoint.delete(endpoint));
+      pending = catalogFetches.run(() => listTools(service)).finally(() => fetchesByEndpoint.delete(endpoint));
       fetchesByEndpoint.set(endpoint, pending);
     }
     return pending;
   };
   const catalog = new CatalogStore(fetchTools, options.catalog, log, options.relist);
+  const signingKeys = new SigningKeyStore(options.signingKeys ?? SIGNING_KEY_DEFAULTS, log, lastGood);
   const callMetrics = new CallMetrics(metrics.registry);
   const callHistory = new CallHistory();
   const registry = new RegistryController(options.source, { refreshIntervalMs: options.registryRefreshMs }, log);
@@ -90,7 +113,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   /** Registry (IR) and catalog (the call lane's per-backend rules) both shape Envoy's config; either change republishes it. */
   const publishXds = () => {
     const started = performance.now();
-    resources = translate(ir, callLane, options.gateway);
+    resources = translate(ir, callLane, options.gateway, signingKeys.keys());
     const translatedMs = performance.now() - started;
     return publisher.publish(resources, (encodedMs) => metrics.snapshotBuildSeconds.observe((translatedMs + encodedMs) / 1000));
   };
@@ -103,6 +126,18 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     if (result.rejection) metrics.registryDocumentRejections.inc({ ...sourceLabel, reason: result.rejection });
   });
   catalog.on('refresh', (outcome: string) => metrics.catalogRefreshes.inc({ outcome }));
+  const countKeySources = () => {
+    const states = signingKeys.status().map((source) => source.state);
+    for (const state of ['ok', 'stale', 'missing']) metrics.signingKeySources.set({ state }, states.filter((s) => s === state).length);
+  };
+  // Every series from the start, also without any route of auth: a dashboard reads 0, not nothing.
+  for (const outcome of ['ok', 'failed']) metrics.signingKeyReads.inc({ outcome }, 0);
+  countKeySources();
+  signingKeys.on('read', (outcome: string) => {
+    metrics.signingKeyReads.inc({ outcome });
+    countKeySources();
+  });
+  signingKeys.on('change', () => void publishXds());
 
   const savedCatalogs = new Map<string, string>();
   catalog.on('change', (snapshot: CatalogSnapshotMessage) => {
@@ -143,7 +178,11 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   });
 
   const onRegistryUpdate = async (current: Registry, merge: RegistryMerge) => {
-    ir = buildGatewayIR(current);
+    ir = buildGatewayIR(current, { publicUrl: options.gateway.access.publicUrl });
+    // A new issuer's keys are read before the routes that need them are published (bounded by the
+    // read's timeout): a new route with auth starts validating, not refusing with 503.
+    const sources = new Map(ir.routes.flatMap((route) => (route.auth ? [[route.auth.keys.name, route.auth.keys] as const] : [])));
+    await signingKeys.setSources([...sources.values()]);
     const published = publishXds();
     metrics.routes.set(ir.routes.length);
     metrics.toolServices.set(ir.toolServices.length);
@@ -191,7 +230,8 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       if (catalogKey) catalog.markDegraded({ catalogKey, reason, route });
     },
   };
-  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers(new CallLog([callMetrics, callHistory], undefined, [degradeOnFailure]), log));
+  const audit = options.audit ? new AuditLog(options.audit, metrics.registry, log) : undefined;
+  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers([new CallLog([callMetrics, callHistory], undefined, [degradeOnFailure]), ...(audit ? [audit] : [])], log));
   const grpcPort = await new Promise<number>((resolve, reject) =>
     server.bindAsync(options.grpcAddress, grpc.ServerCredentials.createInsecure(), (error, port) =>
       error ? reject(error) : resolve(port),
@@ -209,6 +249,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       rejectingNodes: () => xdsStatus.rejectingNodeCount(),
       callHistory: () => callHistory.view(),
       registry: () => registry.currentStatus(),
+      signingKeys: () => signingKeys.status(),
       metrics: metrics.registry,
     }),
     options.admin.host,
@@ -217,6 +258,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const adminPort = (admin.address() as { port: number }).port;
 
   await lastGood?.connect();
+  await signingKeys.restore();
   const saved = (await lastGood?.loadAll()) ?? [];
   savedAtStart = saved;
   const firstPoll = await registry.pollOnce();
@@ -226,7 +268,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   registry.start();
   void catalog.refresh();
   const catalogTimer = setInterval(() => void catalog.refresh(), options.catalogRefreshMs);
-  log.info('control plane started', { grpcPort, adminPort, source: options.source.description, registry: registry.currentStatus().origin });
+  log.info('control plane started', { grpcPort, adminPort, source: options.source.description, registry: registry.currentStatus().origin, audit: audit?.describe() ?? 'off' });
 
   return {
     grpcPort,
@@ -234,10 +276,13 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     stop: async () => {
       clearInterval(catalogTimer);
       catalog.close();
+      signingKeys.close();
       await registry.stop();
       server.forceShutdown();
       await lastGood?.close();
+      await audit?.close();
       await closeServer(admin);
+      await tracing.shutdown();
     },
   };
 }

@@ -2,11 +2,13 @@ import { createHash } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { Prompt, Resource, ResourceTemplate, ServerCapabilities, Tool } from '@modelcontextprotocol/sdk/types.js';
 import { GatewayIR, ToolServiceIR } from '../ir/gateway-ir';
+import { Risk, ToolRule } from '../registry/model';
 import { Logger } from '../shared/log';
 import { SavedBackendCatalog, SavedRoute } from '../state/last-good-store';
 import { ExposedPromptMessage, ExposedResourceMessage, ItemFinding, exposeRoutePrompts, exposeRouteResources } from './surface-exposure';
 import { ExposureSettings, ToolFinding, compareBackendNames, exposeRouteTools } from './tool-exposure';
-import { policyDenial } from './tool-policy';
+import { policyDenial, ruleFor } from './tool-policy';
+import { approvalOf } from '../approval/risk';
 
 export type BackendState = 'ok' | 'stale' | 'missing';
 
@@ -64,6 +66,16 @@ export interface BackendCatalogMessage {
   capabilities_json: string;
   /** What its tools and prompts need of a client (client-needs.ts), as JSON: `{"tool:<own name>": [...], "prompt:<own name>": [...]}`. */
   needs_json: string;
+  /** Served tools whose calls wait for a person's approval (docs/approval-and-audit.md). */
+  approval_tools: ApprovalToolMessage[];
+}
+
+export interface ApprovalToolMessage {
+  /** The backend's own name for the tool. */
+  tool: string;
+  risk: Risk;
+  /** The approvers' group; empty: the caller themself. */
+  approvers: string;
 }
 
 export interface DeniedToolMessage {
@@ -78,6 +90,16 @@ export interface ExposedToolMessage {
   backend: string;
   /** Position of the tool in its backend's tools_json. */
   tool_index: number;
+  /** 1 + its rule's index in RouteCatalogMessage.access_rules; 0: no rule. */
+  access_rule: number;
+}
+
+/** A rule the caller's token must meet to call a tool (registry policy.rules); an empty list is no condition. */
+export interface AccessRuleMessage {
+  required_scopes: string[];
+  allow_subjects: string[];
+  allow_groups: string[];
+  allow_clients: string[];
 }
 
 export interface RouteCatalogMessage {
@@ -89,6 +111,10 @@ export interface RouteCatalogMessage {
   prompts: ExposedPromptMessage[];
   resources: ExposedResourceMessage[];
   resource_templates: ExposedResourceMessage[];
+  /** The rules of every backend of the route, in order (empty without auth). */
+  access_rules: AccessRuleMessage[];
+  /** Where a caller's groups are in the route's tokens; empty without auth. */
+  groups_claim: string[];
 }
 
 export interface CatalogSnapshotMessage {
@@ -215,6 +241,32 @@ function restoredSurface(saved: SavedBackendCatalog): BackendSurface {
     toolNeeds: needsOf('tool'),
     promptNeeds: needsOf('prompt'),
   };
+}
+
+/**
+ * The rules of a route's backends as one list, and for each backend's tool the 1-based index of the
+ * rule that decides on it (the first whose pattern matches; 0 for none).
+ */
+export function accessRulesOf(backends: { backend: string; rules?: ToolRule[]; tools: Tool[] }[]) {
+  const rules: AccessRuleMessage[] = [];
+  const byTool = new Map<string, number>();
+  for (const { backend, rules: backendRules, tools } of backends) {
+    if (!backendRules) continue;
+    const offset = rules.length;
+    rules.push(
+      ...backendRules.map((rule) => ({
+        required_scopes: rule.requiredScopes ?? [],
+        allow_subjects: rule.allowSubjects ?? [],
+        allow_groups: rule.allowGroups ?? [],
+        allow_clients: rule.allowClients ?? [],
+      })),
+    );
+    tools.forEach((tool, index) => {
+      const rule = ruleFor(backendRules, nameOf(tool));
+      if (rule) byTool.set(`${backend}\n${index}`, offset + backendRules.indexOf(rule) + 1);
+    });
+  }
+  return { rules, ruleOf: (backend: string, toolIndex: number) => byTool.get(`${backend}\n${toolIndex}`) ?? 0 };
 }
 
 /**
@@ -476,6 +528,7 @@ export class CatalogStore extends EventEmitter {
       const resources = exposeRouteResources(itemsOf((surface) => surface.resources.map(uriOf)), 'resource');
       const templates = exposeRouteResources(itemsOf((surface) => surface.resourceTemplates.map(uriTemplateOf)), 'resource-template');
       itemFindings.set(route.key, [...prompts.findings, ...resources.findings, ...templates.findings]);
+      const access = accessRulesOf(backends.map(({ backend, catalog }) => ({ backend: backend.name, rules: backend.policy?.rules, tools: catalog?.tools ?? [] })));
       return {
         route_key: route.key,
         backends: backends.map(({ backend, catalog, denials }) => ({
@@ -496,11 +549,17 @@ export class CatalogStore extends EventEmitter {
           sessionful: catalog?.sessionful ?? true,
           also_modern: catalog?.alsoModern ?? false,
           ...surfaceMessage(catalog?.surface ?? NO_SURFACE),
+          approval_tools: (catalog?.tools ?? []).flatMap((tool, index) => {
+            const approval = denials[index] === undefined ? approvalOf(backend.policy, tool) : undefined;
+            return approval ? [{ tool: nameOf(tool), risk: approval.risk, approvers: approval.approvers ?? '' }] : [];
+          }),
         })),
-        tools: exposure.tools,
+        tools: exposure.tools.map((exposed) => ({ ...exposed, access_rule: access.ruleOf(exposed.backend, exposed.tool_index) })),
         prompts: prompts.prompts,
         resources: resources.resources,
         resource_templates: templates.resources,
+        access_rules: access.rules,
+        groups_claim: route.auth?.groupsClaim ?? [],
       };
     });
     for (const [route, routeFindings] of findings) {

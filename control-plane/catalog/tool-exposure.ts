@@ -6,6 +6,9 @@ import type { ExposedToolMessage } from './catalog-store';
  * name lookup.
  */
 
+/** A tool a route serves, before the route's access rules are attached. */
+export type ExposedTool = Omit<ExposedToolMessage, 'access_rule'>;
+
 /** The MCP spec's tool-name rule (2025-11-25): a name breaking it is never served. */
 const MCP_TOOL_NAME_PATTERN = /^[A-Za-z0-9_.-]{1,128}$/;
 /** What popular clients enforce in practice (no dot, at most 64 characters). */
@@ -106,8 +109,8 @@ function clientNameProblem(name: string): string | undefined {
 export function exposeRouteTools(
   backends: BackendToolNames[],
   settings: ExposureSettings,
-): { tools: ExposedToolMessage[]; findings: ToolFinding[] } {
-  const tools: ExposedToolMessage[] = [];
+): { tools: ExposedTool[]; findings: ToolFinding[] } {
+  const tools: ExposedTool[] = [];
   const findings: ToolFinding[] = [];
   const seen = new Set<string>();
   for (const { backend, toolNames, denied } of [...backends].sort((a, b) => compareBackendNames(a.backend, b.backend))) {

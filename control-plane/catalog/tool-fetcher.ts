@@ -150,10 +150,12 @@ async function listEverything(session: ListingSession, budget: ListingBudget, sc
   };
 }
 
-async function transportOptions(service: ToolServiceIR, budget: ListingBudget) {
+/** `traceHeaders`: the trace context of the listing's span, so that the Tool Service's spans hang under it. */
+async function transportOptions(service: ToolServiceIR, budget: ListingBudget, traceHeaders: Record<string, string>) {
+  const authorization = service.catalogBearerTokenFile && { authorization: `Bearer ${await readToken(service.catalogBearerTokenFile)}` };
   return {
     fetch: budget.meter(backendFetch(service.endpoint.tls)),
-    ...(service.catalogBearerTokenFile && { requestInit: { headers: { authorization: `Bearer ${await readToken(service.catalogBearerTokenFile)}` } } }),
+    requestInit: { headers: { ...traceHeaders, ...authorization } },
   };
 }
 
@@ -173,24 +175,39 @@ const requestOptions = (limits: ToolListLimits, budget: ListingBudget) => ({
 
 type Era = 'session' | 'stateless';
 
+/** The list methods both SDKs' clients have, by the same names. */
+type ListingClient<Options> = Record<'listTools' | 'listPrompts' | 'listResources' | 'listResourceTemplates', (params: { cursor?: string }, options: Options) => Promise<unknown>>;
+const LIST_CALLS = {
+  'tools/list': 'listTools',
+  'prompts/list': 'listPrompts',
+  'resources/list': 'listResources',
+  'resources/templates/list': 'listResourceTemplates',
+} as const;
+
+/** One page of a list, by either SDK's client. */
+function pageOf<Options>(client: ListingClient<Options>, method: keyof typeof LIST_CALLS, cursor: string | undefined, options: Options): Promise<Page> {
+  return client[LIST_CALLS[method]](cursor ? { cursor } : {}, options) as Promise<Page>;
+}
+
 /**
  * One listing in a session-based revision (2025-11-25 and before: what almost every Tool Service
  * speaks) or in the stateless revision (2026-07-28, the MCP SDK v2 client pinned to it), as a client
  * declaring `capabilities`.
  */
-async function listAs(era: Era, service: ToolServiceIR, limits: ToolListLimits, capabilities: Record<string, unknown>, scope: 'all' | 'callables'): Promise<Listed> {
+async function listAs(
+  era: Era,
+  service: ToolServiceIR,
+  limits: ToolListLimits,
+  capabilities: Record<string, unknown>,
+  scope: 'all' | 'callables',
+  traceHeaders: Record<string, string>,
+): Promise<Listed> {
   const budget = new ListingBudget(limits);
   const options = requestOptions(limits, budget);
-  const transport = await transportOptions(service, budget);
+  const transport = await transportOptions(service, budget, traceHeaders);
   if (era === 'session') {
     const client = new Client(GATEWAY_CLIENT_INFO, { capabilities });
     const sessionTransport = new StreamableHTTPClientTransport(new URL(service.url), transport);
-    const pages = {
-      'tools/list': (params: { cursor?: string }) => client.listTools(params, options),
-      'prompts/list': (params: { cursor?: string }) => client.listPrompts(params, options),
-      'resources/list': (params: { cursor?: string }) => client.listResources(params, options),
-      'resources/templates/list': (params: { cursor?: string }) => client.listResourceTemplates(params, options),
-    };
     try {
       return await bounded(
         budget,
@@ -202,7 +219,7 @@ async function listAs(era: Era, service: ToolServiceIR, limits: ToolListLimits, 
               capabilities: client.getServerCapabilities() ?? {},
               protocolVersion: sessionTransport.protocolVersion ?? LATEST_PROTOCOL_VERSION,
               sessionful,
-              page: (method, cursor) => pages[method](cursor ? { cursor } : {}) as Promise<Page>,
+              page: (method, cursor) => pageOf(client, method, cursor, options),
             },
             budget,
             scope,
@@ -217,12 +234,6 @@ async function listAs(era: Era, service: ToolServiceIR, limits: ToolListLimits, 
     }
   }
   const client = new StatelessClient(GATEWAY_CLIENT_INFO, { capabilities, versionNegotiation: { mode: { pin: MODERN_PROTOCOL_VERSION } } });
-  const pages = {
-    'tools/list': (params: { cursor?: string }) => client.listTools(params, options),
-    'prompts/list': (params: { cursor?: string }) => client.listPrompts(params, options),
-    'resources/list': (params: { cursor?: string }) => client.listResources(params, options),
-    'resources/templates/list': (params: { cursor?: string }) => client.listResourceTemplates(params, options),
-  };
   try {
     return await bounded(
       budget,
@@ -233,7 +244,7 @@ async function listAs(era: Era, service: ToolServiceIR, limits: ToolListLimits, 
             capabilities: (client.getServerCapabilities() ?? {}) as ServerCapabilities,
             protocolVersion: MODERN_PROTOCOL_VERSION,
             sessionful: false,
-            page: (method, cursor) => pages[method](cursor ? { cursor } : {}) as Promise<Page>,
+            page: (method, cursor) => pageOf(client, method, cursor, options),
           },
           budget,
           scope,
@@ -254,12 +265,12 @@ const offeredNames = (listed: Listed) => [...listed.tools.map((tool) => `tool:${
  * capability is tried on its own: a tool offered with any one of them needs that one (any of them,
  * when several each bring it), and one offered only with all together needs all.
  */
-async function probeNeeds(era: Era, service: ToolServiceIR, limits: ToolListLimits, full: Listed): Promise<Record<string, string[]>> {
-  const bare = new Set(offeredNames(await listAs(era, service, limits, {}, 'callables')));
+async function probeNeeds(era: Era, service: ToolServiceIR, limits: ToolListLimits, full: Listed, traceHeaders: Record<string, string>): Promise<Record<string, string[]>> {
+  const bare = new Set(offeredNames(await listAs(era, service, limits, {}, 'callables', traceHeaders)));
   const conditional = offeredNames(full).filter((key) => !bare.has(key));
   if (conditional.length === 0) return {};
   // One listing per capability, side by side: each is a session of its own.
-  const offeredWith = await Promise.all(CLIENT_NEEDS.map(async (need) => new Set(offeredNames(await listAs(era, service, limits, capabilitiesFor([need]), 'callables')))));
+  const offeredWith = await Promise.all(CLIENT_NEEDS.map(async (need) => new Set(offeredNames(await listAs(era, service, limits, capabilitiesFor([need]), 'callables', traceHeaders)))));
   return Object.fromEntries(
     conditional.map((key) => {
       const broughtBy = CLIENT_NEEDS.filter((_need, index) => offeredWith[index].has(key));
@@ -269,9 +280,9 @@ async function probeNeeds(era: Era, service: ToolServiceIR, limits: ToolListLimi
 }
 
 /** A listing as a client that declares every capability, with what each tool and prompt needs of its clients. */
-async function fetchAs(era: Era, service: ToolServiceIR, limits: ToolListLimits): Promise<ToolList> {
-  const full = await listAs(era, service, limits, capabilitiesFor(CLIENT_NEEDS), 'all');
-  const needs = await probeNeeds(era, service, limits, full);
+async function fetchAs(era: Era, service: ToolServiceIR, limits: ToolListLimits, traceHeaders: Record<string, string>): Promise<ToolList> {
+  const full = await listAs(era, service, limits, capabilitiesFor(CLIENT_NEEDS), 'all', traceHeaders);
+  const needs = await probeNeeds(era, service, limits, full, traceHeaders);
   const needsOf = (kind: 'tool' | 'prompt') =>
     Object.fromEntries(Object.entries(needs).flatMap(([key, value]) => (key.startsWith(`${kind}:`) ? [[key.slice(kind.length + 1), value]] : [])));
   return { ...full, toolNeeds: needsOf('tool'), promptNeeds: needsOf('prompt') };
@@ -333,11 +344,11 @@ export function describeListingFailure(error: unknown, timeoutMs: number): strin
  * Whether a Tool Service listed in a session-based revision also answers the stateless one (the MCP
  * SDK v2 server does by default): one server/discover, in the stateless revision. Any failure: no.
  */
-async function answersModern(service: ToolServiceIR, limits: ToolListLimits): Promise<boolean> {
+async function answersModern(service: ToolServiceIR, limits: ToolListLimits, traceHeaders: Record<string, string>): Promise<boolean> {
   const budget = new ListingBudget(limits);
   const client = new StatelessClient(GATEWAY_CLIENT_INFO, { versionNegotiation: { mode: { pin: MODERN_PROTOCOL_VERSION } } });
   try {
-    await client.connect(new StatelessTransport(new URL(service.url), await transportOptions(service, budget)), requestOptions(limits, budget));
+    await client.connect(new StatelessTransport(new URL(service.url), await transportOptions(service, budget, traceHeaders)), requestOptions(limits, budget));
     return client.getNegotiatedProtocolVersion() === MODERN_PROTOCOL_VERSION;
   } catch {
     return false;
@@ -352,15 +363,15 @@ async function answersModern(service: ToolServiceIR, limits: ToolListLimits): Pr
  * `initialize`) is asked again in the stateless revision. If that fails too, the first error counts,
  * unless the second went past the listing's bounds. Fails with the cause named (describeListingFailure).
  */
-export async function fetchToolList(service: ToolServiceIR, limits: ToolListLimits = TOOL_LIST_DEFAULTS): Promise<ToolList> {
+export async function fetchToolList(service: ToolServiceIR, limits: ToolListLimits = TOOL_LIST_DEFAULTS, traceHeaders: Record<string, string> = {}): Promise<ToolList> {
   try {
     try {
-      const listed = await fetchAs('session', service, limits);
-      return { ...listed, alsoModern: await answersModern(service, limits) };
+      const listed = await fetchAs('session', service, limits, traceHeaders);
+      return { ...listed, alsoModern: await answersModern(service, limits, traceHeaders) };
     } catch (error) {
       const status = error instanceof StreamableHTTPError ? error.code : undefined;
       if (status === undefined || status < 400 || status >= 500) throw error;
-      return await fetchAs('stateless', service, limits).catch((second: unknown) => {
+      return await fetchAs('stateless', service, limits, traceHeaders).catch((second: unknown) => {
         throw second instanceof ToolListTooLargeError ? second : error;
       });
     }

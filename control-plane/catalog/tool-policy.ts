@@ -1,5 +1,5 @@
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
-import { ToolPolicy } from '../registry/model';
+import { ToolPolicy, ToolRule } from '../registry/model';
 
 /** A pattern of the registry's tool policy: `*` matches any characters, everything else itself. */
 function patternMatches(pattern: string, name: string): boolean {
@@ -23,4 +23,9 @@ export function policyDenial(policy: ToolPolicy | undefined, tool: Tool): string
   }
   if (policy.readOnly && tool.annotations?.readOnlyHint !== true) return 'readOnly: the tool is not annotated readOnlyHint: true';
   return undefined;
+}
+
+/** The rule that decides who may call a tool: the first whose patterns match its own name (docs/auth.md). */
+export function ruleFor(rules: readonly ToolRule[] | undefined, toolName: string): ToolRule | undefined {
+  return rules?.find((rule) => rule.tools.some((pattern) => patternMatches(pattern, toolName)));
 }

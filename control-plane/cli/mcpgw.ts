@@ -6,6 +6,7 @@ import { Command, CommanderError, InvalidArgumentError, Option } from '@commande
 import { stringify as toYaml } from 'yaml';
 import { z } from 'zod';
 import { startControlPlane } from '../app/control-plane';
+import { AUDIT_DEFAULTS, AuditTarget, ROTATE_INTERVAL_PATTERN, ROTATE_SIZE_PATTERN } from '../audit/audit-log';
 import { CATALOG_DEFAULTS, RELIST_DEFAULTS } from '../catalog/catalog-store';
 import { TOOL_LIST_DEFAULTS } from '../catalog/tool-fetcher';
 import { TOOL_NAME_POLICIES, separatorProblem } from '../catalog/tool-exposure';
@@ -14,7 +15,10 @@ import { buildGatewayIR } from '../ir/gateway-ir';
 import { asStaticBootstrap, diffXds, formatDifferences } from '../xds/render';
 import { XdsResources, translate } from '../xds/translate';
 import { EMPTY_CALL_LANE_CATALOG } from '../xds/translate/call-lane';
-import { GATEWAY_DEFAULTS } from '../xds/translate/settings';
+import { AccessSettings, AllowList, GATEWAY_DEFAULTS } from '../xds/translate/settings';
+import { defaultAccess, defaultPublicUrl } from '../xds/translate/access';
+import { NO_SIGNING_KEYS } from '../xds/translate/auth';
+import { SIGNING_KEY_DEFAULTS } from '../auth/signing-keys';
 import { DEFAULT_FILE_SETTLE_MS, FileRegistrySource } from '../registry/file-source';
 import { PortalRegistrySource } from '../registry/portal-source';
 import { RegistryFileError, checkRegistryFile, formatFileProblem, loadRegistryFile } from '../registry/static-file';
@@ -22,7 +26,9 @@ import { LOG_LEVELS, Logger, createLogger, logProcessEvents } from '../shared/lo
 import { projectPath } from '../shared/paths';
 import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, isSentinelAddress, parseRedisAddress } from '../shared/redis-client';
 import { SESSION_DEFAULTS } from '../sidecar/sessions/session-store';
-import { startSidecar } from '../sidecar/sidecar';
+import { ApprovalOptions, startSidecar } from '../sidecar/sidecar';
+import { MIN_KEY_BYTES } from '../approval/approval-store';
+import { Tracing } from '../shared/tracing';
 import { BACKEND_STREAM_DEFAULTS } from '../sidecar/backend-streams';
 import { stopOnSignals } from './signals';
 import { UpError, runUp } from './up';
@@ -96,6 +102,47 @@ const samplePorts = z
     return { weather: weather.data, jobs: jobs.data };
   });
 
+const publicUrl = z
+  .string()
+  .refine((value) => URL.canParse(value) && /^https?:$/.test(new URL(value).protocol), 'must be an http:// or https:// URL')
+  .refine((value) => !URL.canParse(value) || (new URL(value).pathname === '/' && !new URL(value).search), 'must be scheme://host[:port] only, without a path')
+  .transform((value) => new URL(value).origin);
+/** A comma-separated list, or `*` for any value. */
+const allowList = (what: string) =>
+  z.string().transform((value, ctx): AllowList => {
+    if (value.trim() === '*') return '*';
+    const items = value.split(',').map((item) => item.trim());
+    if (items.some((item) => item === '' || /\s/.test(item))) {
+      ctx.addIssue({ code: 'custom', message: `must be ${what} separated by commas, or *` });
+      return z.NEVER;
+    }
+    return items;
+  });
+
+/** The access settings: given ones as they are, the rest the safe defaults for the listener's address (docs/auth.md). */
+function accessOf(listener: HostPort, options: { publicUrl?: string; allowedHosts?: AllowList; allowedOrigins?: AllowList }): AccessSettings {
+  const address = { address: listener.host, port: listener.port };
+  const defaults = defaultAccess(address, options.publicUrl ?? defaultPublicUrl(address));
+  return {
+    publicUrl: defaults.publicUrl,
+    allowedHosts: options.allowedHosts ?? defaults.allowedHosts,
+    allowedOrigins: options.allowedOrigins ?? defaults.allowedOrigins,
+  };
+}
+
+const accessOptions = () =>
+  [
+    new Option('--public-url <url>', "the gateway's public origin clients use, scheme://host[:port]: a route's resource URL is <url>/mcp/<key> (docs/auth.md)")
+      .env('MCPGW_PUBLIC_URL')
+      .argParser(parsedBy(publicUrl)),
+    new Option('--allowed-hosts <hosts>', 'Host values served, comma-separated (*.example.com allowed), or *; others get 403. Default: loopback names and the public URL\'s host on a loopback listener, any host otherwise')
+      .env('MCPGW_ALLOWED_HOSTS')
+      .argParser(parsedBy(allowList('host names'))),
+    new Option('--allowed-origins <origins>', 'browser Origin values served and answered with CORS, comma-separated (* inside one matches a host or port, e.g. http://localhost:*), or *; others get 403. Default: loopback origins and the public URL\'s origin on a loopback listener, the public URL\'s origin otherwise')
+      .env('MCPGW_ALLOWED_ORIGINS')
+      .argParser(parsedBy(allowList('origins'))),
+  ] as const;
+
 const hostPortOption = <Flags extends string>(flags: Flags, description: string) => new Option(flags, description).argParser(parsedBy(hostPort));
 const positiveIntOption = <Flags extends string>(flags: Flags, description: string, fallback: number) =>
   new Option(flags, description).argParser(parsedBy(positiveInt)).default(fallback);
@@ -107,6 +154,29 @@ const redisTimeoutsOf = (options: { redisConnectTimeoutMs: number; redisCommandT
   connectTimeoutMs: options.redisConnectTimeoutMs,
   commandTimeoutMs: options.redisCommandTimeoutMs,
 });
+const SAMPLING_RULE = 'must be a number from 0 to 1, e.g. 0.01 for 1 %';
+const samplingRatio = z.coerce.number({ message: SAMPLING_RULE }).min(0, SAMPLING_RULE).max(1, SAMPLING_RULE);
+const otlpEndpoint = z
+  .string()
+  .url('must be the OTLP/HTTP base URL of a collector, e.g. http://127.0.0.1:4318')
+  .refine((value) => /^https?:$/.test(new URL(value).protocol), 'must be an http:// or https:// URL (OTLP over HTTP)');
+/** Tracing (docs/observability.md#traces): the same collector and sampling for every component; off without an endpoint. */
+const otlpEndpointOption = () =>
+  new Option('--otlp-endpoint <url>', 'OTLP/HTTP base URL of the trace collector (spans go to <url>/v1/traces); tracing is off without it')
+    .env('MCPGW_OTLP_ENDPOINT')
+    .argParser(parsedBy(otlpEndpoint));
+const traceSamplingOption = () =>
+  new Option('--trace-sampling <ratio>', "share of the traces started here that are kept, 0 to 1 (a caller's sampled flag is followed)")
+    .env('MCPGW_TRACE_SAMPLING')
+    .argParser(parsedBy(samplingRatio))
+    .default(1);
+const traceServiceNameOption = (component: string) => new Option('--trace-service-name <name>', 'service.name of its spans').default(component);
+/** This process's spans: exported when an endpoint is given, none at all otherwise. */
+function tracingOf(options: { otlpEndpoint?: string; traceSampling: number; traceServiceName: string }, log: Logger): Tracing {
+  if (!options.otlpEndpoint) return Tracing.off;
+  return Tracing.start({ otlpEndpoint: options.otlpEndpoint, samplingRatio: options.traceSampling, serviceName: options.traceServiceName }, log);
+}
+
 const logLevelOption = () =>
   new Option('--log-level <level>', 'the least severe log lines written').choices(LOG_LEVELS).env('MCPGW_LOG_LEVEL').default('info' as const);
 
@@ -152,12 +222,18 @@ const endpointOf = (value: HostPort) => ({ address: value.host, port: value.port
  * The xDS a registry file makes. The call routes' per-tool rules come from the live catalog (the
  * backends' tools/list), which a file alone does not have: rendered here, every call route serves no tool yet.
  */
-function xdsOf(registryFile: string, settings: { listener: HostPort; sidecar: readonly HostPort[] }): XdsResources {
-  return translate(buildGatewayIR(loadRegistryFile(registryFile)), EMPTY_CALL_LANE_CATALOG, {
-    ...GATEWAY_DEFAULTS,
-    listener: endpointOf(settings.listener),
-    sidecars: settings.sidecar.map(endpointOf),
-  });
+function xdsOf(
+  registryFile: string,
+  settings: { listener: HostPort; sidecar: readonly HostPort[]; publicUrl?: string; allowedHosts?: AllowList; allowedOrigins?: AllowList },
+): XdsResources {
+  const access = accessOf(settings.listener, settings);
+  // No identity provider is read here: routes with auth render as refusing until their keys are read (docs/auth.md).
+  return translate(
+    buildGatewayIR(loadRegistryFile(registryFile), { publicUrl: access.publicUrl }),
+    EMPTY_CALL_LANE_CATALOG,
+    { ...GATEWAY_DEFAULTS, listener: endpointOf(settings.listener), sidecars: settings.sidecar.map(endpointOf), access },
+    NO_SIGNING_KEYS,
+  );
 }
 
 /** The component's logger; from here on, everything it says on stderr is a JSON log line. */
@@ -184,6 +260,8 @@ subcommand('up', 'run the whole gateway on 127.0.0.1: Redis, two sample Tool Ser
   )
   .addOption(new Option('--log-dir <dir>', 'where every process writes <name>.log (JSON lines)').env('MCPGW_LOG_DIR').default(projectPath('.run', 'logs'), '.run/logs'))
   .addOption(logLevelOption())
+  .addOption(otlpEndpointOption())
+  .addOption(traceSamplingOption())
   .action(async (options) => {
     try {
       await runUp(
@@ -193,6 +271,7 @@ subcommand('up', 'run the whole gateway on 127.0.0.1: Redis, two sample Tool Ser
           samplePorts: options.samplePorts,
           logDir: path.resolve(options.logDir),
           logLevel: options.logLevel,
+          ...(options.otlpEndpoint && { tracing: { otlpEndpoint: options.otlpEndpoint, samplingRatio: options.traceSampling } }),
         },
         (line) => process.stdout.write(`${line}\n`),
       );
@@ -247,11 +326,44 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
   .addOption(positiveIntOption('--catalog-retry-min-ms <ms>', 'first wait before a failing Tool Service is listed again (doubling)', RELIST_DEFAULTS.retryMinMs))
   .addOption(positiveIntOption('--catalog-retry-max-ms <ms>', 'longest wait before a failing Tool Service is listed again', RELIST_DEFAULTS.retryMaxMs))
   .addOption(positiveIntOption('--registry-file-settle-ms <ms>', 'a registry file is read once it has been unchanged this long', DEFAULT_FILE_SETTLE_MS))
+  .addOption(accessOptions()[0])
+  .addOption(accessOptions()[1])
+  .addOption(accessOptions()[2])
+  .addOption(positiveIntOption('--signing-keys-refresh-ms <ms>', "how often an issuer's signing keys (JWKS) are read again; a failed read keeps the last keys", SIGNING_KEY_DEFAULTS.refreshMs))
+  .addOption(positiveIntOption('--signing-keys-timeout-ms <ms>', "deadline of one read of an issuer's discovery document and keys", SIGNING_KEY_DEFAULTS.timeoutMs))
+  .addOption(new Option('--audit-log <target>', 'audit events as JSON lines (docs/approval-and-audit.md): "stdout", or a file rotated by size; none when absent').env('MCPGW_AUDIT_LOG'))
+  .addOption(
+    new Option('--audit-log-rotate-size <size>', 'rotate the audit file when it reaches this size: a number and B, K, M or G')
+      .argParser(parsedBy(z.string().regex(ROTATE_SIZE_PATTERN, 'must be a size such as 100M (B, K, M or G)')))
+      .default(AUDIT_DEFAULTS.rotateSize),
+  )
+  .addOption(
+    new Option('--audit-log-rotate-interval <interval>', 'also rotate the audit file this often: a number and s, m, h, d or M (months)').argParser(
+      parsedBy(z.string().regex(ROTATE_INTERVAL_PATTERN, 'must be an interval such as 1d (s, m, h, d or M)')),
+    ),
+  )
+  .addOption(positiveIntOption('--audit-log-max-files <n>', 'rotated audit files kept (gzipped); older ones are removed', AUDIT_DEFAULTS.maxFiles))
   .addOption(redisConnectTimeoutOption())
   .addOption(redisCommandTimeoutOption())
   .addOption(logLevelOption())
+  .addOption(otlpEndpointOption())
+  .addOption(traceSamplingOption())
+  .addOption(traceServiceNameOption('mcpgw-control-plane'))
+  .addOption(new Option('--envoy-trace-service-name <name>', "service.name of Envoy's spans (with --otlp-endpoint)").default('mcpgw-envoy'))
   .action(async (options, command) => {
     if (!options.registry && !options.portal) command.error('give one registry source: --registry FILE or --portal URL', { exitCode: USAGE_ERROR });
+    const audit: AuditTarget | undefined =
+      options.auditLog === undefined
+        ? undefined
+        : options.auditLog === 'stdout'
+          ? { kind: 'stdout' }
+          : {
+              kind: 'file',
+              file: path.resolve(options.auditLog),
+              rotateSize: options.auditLogRotateSize,
+              rotateInterval: options.auditLogRotateInterval,
+              maxFiles: options.auditLogMaxFiles,
+            };
     const log = componentLogger('control-plane', options.logLevel);
     try {
       // A file is the operator's own: problems at start are fatal. Later edits are isolated per route.
@@ -268,7 +380,14 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
           sidecars: options.sidecar.map(endpointOf),
           maxRequestBodyBytes: options.maxRequestBodyBytes,
           sessionCheckTimeoutMs: options.sessionCheckTimeoutMs,
+          access: accessOf(options.listener, options),
+          auditArguments: audit !== undefined,
+          ...(options.otlpEndpoint && {
+            tracing: { otlpEndpoint: options.otlpEndpoint, samplingRatio: options.traceSampling, serviceName: options.envoyTraceServiceName },
+          }),
         },
+        signingKeys: { ...SIGNING_KEY_DEFAULTS, refreshMs: options.signingKeysRefreshMs, timeoutMs: options.signingKeysTimeoutMs },
+        audit,
         registryRefreshMs: options.registryRefreshMs,
         catalogRefreshMs: options.catalogRefreshMs,
         toolList: { timeoutMs: options.toolListTimeoutMs, maxBytes: options.toolListMaxBytes, maxTools: options.toolListMaxTools },
@@ -280,6 +399,7 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
           maxToolsPerRoute: options.maxToolsPerRoute,
           toolsListPageSize: options.toolsListPageSize,
         },
+        tracing: tracingOf(options, log),
         log,
       });
       stopOnSignals(running.stop);
@@ -287,6 +407,43 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
       failStart(log, error);
     }
   });
+
+const originOnly = z
+  .string()
+  .url('must be the gateway\'s public origin, e.g. https://gateway.example.com')
+  .refine((value) => !URL.canParse(value) || (/^https?:$/.test(new URL(value).protocol) && new URL(value).pathname === '/' && !new URL(value).search), 'must be scheme://host[:port] only, without a path')
+  .transform((value) => new URL(value).origin);
+
+/** The four settings approvals need together; none of them: approvals are off. */
+function approvalOptionsOf(options: {
+  approvalPublicUrl?: string;
+  approvalIssuer?: string;
+  approvalClientId?: string;
+  approvalClientSecretFile?: string;
+  approvalKeyFile?: string;
+  approvalTtlS: number;
+  approvalGroupsClaim: string;
+}): ApprovalOptions | string | undefined {
+  const required = { '--approval-public-url': options.approvalPublicUrl, '--approval-issuer': options.approvalIssuer, '--approval-client-id': options.approvalClientId, '--approval-key-file': options.approvalKeyFile };
+  const given = Object.entries(required).filter(([, value]) => value !== undefined);
+  if (given.length === 0) return undefined;
+  if (given.length < 4) return `approvals need all of ${Object.keys(required).join(', ')}; missing ${Object.entries(required).filter(([, value]) => value === undefined).map(([name]) => name).join(', ')}`;
+  let key: Buffer;
+  let secret: string | undefined;
+  try {
+    key = fs.readFileSync(options.approvalKeyFile!);
+    secret = options.approvalClientSecretFile ? fs.readFileSync(options.approvalClientSecretFile, 'utf8').trim() : undefined;
+  } catch (error) {
+    return `cannot read an approval file: ${(error as Error).message}`;
+  }
+  if (key.length < MIN_KEY_BYTES) return `--approval-key-file ${options.approvalKeyFile} holds ${key.length} bytes; at least ${MIN_KEY_BYTES} random bytes are needed (e.g. head -c 32 /dev/urandom > FILE)`;
+  return {
+    publicUrl: options.approvalPublicUrl!,
+    ttlMs: options.approvalTtlS * 1000,
+    key,
+    signIn: { issuer: options.approvalIssuer!, clientId: options.approvalClientId!, ...(secret ? { clientSecret: secret } : {}), groupsClaim: options.approvalGroupsClaim },
+  };
+}
 
 subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway answers itself) and the call lane\'s session check, behind Envoy')
   .addOption(hostPortOption('--listen <host:port>', 'the HTTP address Envoy sends the gateway lane and the session checks to').makeOptionMandatory())
@@ -304,13 +461,29 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
   .addOption(positiveIntOption('--drain-timeout-ms <ms>', 'on SIGTERM, how long requests in flight keep the sidecar', 10_000))
   .addOption(positiveIntOption('--max-request-body-bytes <bytes>', 'largest request body the gateway lane reads', GATEWAY_DEFAULTS.maxRequestBodyBytes))
   .addOption(positiveIntOption('--max-streams-per-session <n>', 'GET streams one session may hold at a time (429 past it)', 4))
-  .addOption(positiveIntOption('--max-backend-streams-per-session <n>', "backends listened to on one client's behalf while it holds its GET stream (or per subscriptions/listen)", BACKEND_STREAM_DEFAULTS.perSession))
+  .addOption(positiveIntOption('--max-backend-streams-per-session <n>', "backend sessions listened to on one client's behalf while it holds its GET stream (or backends per subscriptions/listen)", BACKEND_STREAM_DEFAULTS.perSession))
   .addOption(positiveIntOption('--max-backend-streams <n>', "backend streams this sidecar holds on clients' behalf, in all", BACKEND_STREAM_DEFAULTS.total))
   .addOption(positiveIntOption('--session-client-fields-max-bytes <bytes>', "initialize's clientInfo + capabilities stored per session; more is refused (-32602)", SESSION_DEFAULTS.maxClientFieldsBytes))
+  .addOption(
+    new Option('--approval-public-url <origin>', "the gateway's public origin, as approvers' browsers reach it: approval links are <origin>/approvals/<id>")
+      .env('MCPGW_APPROVAL_PUBLIC_URL')
+      .argParser(parsedBy(originOnly)),
+  )
+  .addOption(new Option('--approval-issuer <url>', 'the OpenID Connect issuer approvers sign in at').env('MCPGW_APPROVAL_ISSUER').argParser(parsedBy(url('an issuer URL, e.g. https://idp.example.com/realms/main'))))
+  .addOption(new Option('--approval-client-id <id>', "the approval pages' OAuth client at that issuer (authorization code + PKCE)").env('MCPGW_APPROVAL_CLIENT_ID'))
+  .addOption(new Option('--approval-client-secret-file <file>', "that client's secret, for a confidential client").env('MCPGW_APPROVAL_CLIENT_SECRET_FILE'))
+  .addOption(new Option('--approval-key-file <file>', 'at least 32 random bytes that sign approvals; the same file on every replica').env('MCPGW_APPROVAL_KEY_FILE'))
+  .addOption(positiveIntOption('--approval-ttl-s <s>', 'how long an approver has to decide; an approval is good until then', 900))
+  .addOption(new Option('--approval-groups-claim <claim>', "the ID token claim with the approver's groups").default('groups'))
   .addOption(redisConnectTimeoutOption())
   .addOption(redisCommandTimeoutOption())
   .addOption(logLevelOption())
-  .action(async (options) => {
+  .addOption(otlpEndpointOption())
+  .addOption(traceSamplingOption())
+  .addOption(traceServiceNameOption('mcpgw-sidecar'))
+  .action(async (options, command) => {
+    const approvals = approvalOptionsOf(options);
+    if (typeof approvals === 'string') command.error(approvals, { exitCode: USAGE_ERROR });
     const log = componentLogger('sidecar', options.logLevel);
     try {
       const running = await startSidecar({
@@ -333,6 +506,8 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
         sessionLimits: { maxClientFieldsBytes: options.sessionClientFieldsMaxBytes },
         sessionIdleTtlSeconds: options.sessionTtlS,
         backendSessionTimeoutMs: options.backendSessionTimeoutMs,
+        approvals: approvals as ApprovalOptions | undefined,
+        tracing: tracingOf(options, log),
         log,
       });
       stopOnSignals(running.stop);
@@ -360,6 +535,9 @@ subcommand('render', 'print the xDS a registry produces')
   .addOption(new Option('--format <format>', 'bootstrap: a static Envoy bootstrap to check with `envoy --mode validate -c FILE`').choices(['json', 'yaml', 'bootstrap'] as const).default('json' as const))
   .addOption(gatewayAddressOptions[0])
   .addOption(gatewayAddressOptions[1])
+  .addOption(accessOptions()[0])
+  .addOption(accessOptions()[1])
+  .addOption(accessOptions()[2])
   .action((options) => {
     const resources = xdsOf(options.registry, options);
     const output =
@@ -374,6 +552,9 @@ subcommand('diff', 'show what changes in Envoy between two registry files; exits
   .argument('<new>', 'the registry file as it would be')
   .addOption(gatewayAddressOptions[0])
   .addOption(gatewayAddressOptions[1])
+  .addOption(accessOptions()[0])
+  .addOption(accessOptions()[1])
+  .addOption(accessOptions()[2])
   .action((before, after, options) => {
     let differences;
     try {

@@ -2,7 +2,8 @@ import { envoyBinary } from '../devstack/envoy';
 import { portProblem } from '../devstack/port-owner';
 import { CHILDREN_DIE_WITH_PARENT, onPath } from '../devstack/processes';
 import { ServingCheck } from '../devstack/serving-check';
-import { GatewayStack, RestartEvent } from '../devstack/stack';
+import { GatewayStack, RestartEvent, StackTracing } from '../devstack/stack';
+import { Route } from '../registry/model';
 import { loadRegistryFile } from '../registry/static-file';
 import { LogLevel } from '../shared/log';
 import { stopOnSignals } from './signals';
@@ -13,6 +14,8 @@ export interface UpOptions {
   samplePorts: { weather: number; jobs: number };
   logDir: string;
   logLevel: LogLevel;
+  /** Spans of Envoy, the control plane and the sidecar to this OTLP/HTTP collector. */
+  tracing?: StackTracing;
 }
 
 /** What keeps `up` from starting or serving, said in one line with its cause and its fix. */
@@ -65,6 +68,7 @@ export async function runUp(options: UpOptions, say: (line: string) => void): Pr
     samples,
     ports: { listener: options.listenerPort },
     logLevel: options.logLevel,
+    tracing: options.tracing,
     envoyBaseId: options.listenerPort,
     onRestart: (event) => say(restartLine(event)),
   });
@@ -83,11 +87,28 @@ export async function runUp(options: UpOptions, say: (line: string) => void): Pr
     throw new UpError((error as Error).message);
   }
   const seconds = ((Date.now() - startedAt) / 1000).toFixed(1);
+  const routeLine = (route: Route) => {
+    const answer = report.toolsByRoute.get(route.key);
+    const issuer = route.auth ? route.auth.issuer : 'its issuer';
+    const served =
+      answer && 'tools' in answer
+        ? `${answer.tools} tools`
+        : answer && 'keysUnavailable' in answer
+          ? `a token of ${issuer} required; refusing every request until the keys of ${issuer} can be read`
+          : `a token of ${issuer} required`;
+    return `route ${route.key}: ${stack.gatewayUrl(route.key)} (${served})`;
+  };
+  const open = registry.routes.filter((route) => !route.auth);
   say(
     [
       '',
       `MCP federation gateway is up (${seconds} s). Register one URL per route with your agent:`,
-      ...registry.routes.map((route) => `route ${route.key}: ${stack.gatewayUrl(route.key)} (${report.toolsByRoute.get(route.key)} tools)`),
+      ...registry.routes.map(routeLine),
+      ...(open.length > 0
+        ? [
+            `authentication: off on ${open.length === registry.routes.length ? 'every route' : `route ${open.map((route) => route.key).join(', ')}`}: anyone who reaches ${HOST}:${options.listenerPort} can call ${open.length === registry.routes.length ? 'every' : 'their'} tool (fine on loopback; docs/auth.md turns it on, e.g. --registry examples/auth-keycloak.yaml)`,
+          ]
+        : []),
       ...report.degraded.map((backend) => `warning: Tool Service ${backend}; its tools are left out until it answers`),
       '',
       `envoy admin:         ${stack.envoyAdminUrl} (base id ${stack.envoyBaseId})`,
@@ -96,6 +117,7 @@ export async function runUp(options: UpOptions, say: (line: string) => void): Pr
       `xDS (ADS, gRPC):     ${HOST}:${stack.ports.grpc}`,
       `dev portal:          ${stack.portalUrl}/v1/registry (serving ${options.registryFile}; edit the file to change routes)`,
       `redis:               ${stack.redisUrl}`,
+      `audit log:           ${stack.auditFile} (one JSON line per tools/call and refused request)`,
       '',
       'Ctrl-C stops everything; a process that exits on its own is restarted.',
       '',

@@ -1,6 +1,7 @@
 import Redis from 'ioredis';
 import { z } from 'zod';
 import { Registry } from '../registry/model';
+import { KEYS_UNAVAILABLE } from '../xds/translate/auth';
 import { TYPE_URL } from '../xds/translate/type-urls';
 import { listensOn, portOwner } from './port-owner';
 import { GatewayStack } from './stack';
@@ -39,6 +40,7 @@ const statusSchema = z.object({
 type ControlPlaneStatus = z.infer<typeof statusSchema>;
 
 const toolsListAnswer = z.object({ jsonrpc: z.literal('2.0'), result: z.object({ tools: z.array(z.object({ name: z.string() })) }) });
+const errorAnswer = z.object({ jsonrpc: z.literal('2.0'), error: z.object({ message: z.string() }) });
 
 const MCP_HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
 const REQUEST_TIMEOUT_MS = 2000;
@@ -100,9 +102,15 @@ function envoyFailure(status: ControlPlaneStatus, stack: GatewayStack): Failure 
   return undefined;
 }
 
+/**
+ * What a route answered a tools/list without a token with: its tools, a token challenge (a route with
+ * auth), or the refusal of a route with auth whose issuer's keys the control plane could not read yet.
+ */
+export type RouteAnswer = { tools: number } | { challenge: string } | { keysUnavailable: string };
+
 export interface ServingReport {
-  /** Tools each route lists through the gateway. */
-  toolsByRoute: Map<string, number>;
+  /** What each route answered through the gateway. */
+  toolsByRoute: Map<string, RouteAnswer>;
   /** Tool Services of the registry that do not answer tools/list (the gateway serves without them). */
   degraded: string[];
 }
@@ -138,7 +146,7 @@ export class ServingCheck {
     if (!status) return { failures: [...failures, { message: `the control plane's /status does not answer; see ${stack.logFileOf('control-plane')}` }] };
     const envoy = envoyFailure(status, stack);
     if (envoy) failures.push(envoy);
-    const toolsByRoute = new Map<string, number>();
+    const toolsByRoute = new Map<string, RouteAnswer>();
     for (const route of this.registry.routes) {
       const listed = await this.toolsThroughListener(route.key);
       if (typeof listed === 'string') failures.push({ message: listed });
@@ -150,8 +158,11 @@ export class ServingCheck {
     return { failures, report: { toolsByRoute, degraded: [...new Set(degraded)] } };
   }
 
-  /** tools/list through Envoy's listener: the number of tools, or why the gateway did not answer it. */
-  private async toolsThroughListener(routeKey: string): Promise<number | string> {
+  /**
+   * tools/list through Envoy's listener: the number of tools, the challenge of a route with auth (a
+   * 401 naming its metadata document is the gateway's answer), or why the gateway did not answer it.
+   */
+  private async toolsThroughListener(routeKey: string): Promise<RouteAnswer | string> {
     const url = this.stack.gatewayUrl(routeKey);
     const port = this.stack.ports.listener;
     let response: Response;
@@ -161,8 +172,12 @@ export class ServingCheck {
       return `the gateway listener does not answer at ${url} (${describeError(error)}); see ${this.stack.logFileOf('envoy')}`;
     }
     const body = await response.text();
+    const challenge = response.headers.get('www-authenticate') ?? '';
+    if (response.status === 401 && challenge.includes('resource_metadata=')) return { challenge };
+    const refusal = errorAnswer.safeParse(parseJson(body));
+    if (response.status === 503 && refusal.success && refusal.data.error.message.includes(KEYS_UNAVAILABLE)) return { keysUnavailable: refusal.data.error.message };
     const parsed = toolsListAnswer.safeParse(parseJson(body));
-    if (parsed.success) return parsed.data.result.tools.length;
+    if (parsed.success) return { tools: parsed.data.result.tools.length };
     const answer = `HTTP ${response.status}: ${body.slice(0, 120).replace(/\s+/g, ' ')}`;
     const envoy = this.stack.processes.get('envoy')?.child.pid;
     if (envoy !== undefined && listensOn(envoy, port)) {

@@ -44,13 +44,21 @@ export interface StackOptions {
    */
   registrySource?: 'portal' | 'file';
   registryRefreshMs?: number;
+  /** More arguments for the control plane, e.g. ['--public-url', 'https://gw.example.com'] (docs/auth.md). */
+  controlPlaneArgs?: string[];
   /** Log level of the control plane and the sidecar (info by default). */
   logLevel?: LogLevel;
+  /** Traces of Envoy, the control plane and the sidecar; off by default. */
+  tracing?: StackTracing;
   /**
    * Envoy's base id (hot restart) when no other Envoy on this host uses it, else a dynamic one. Without
    * it Envoy always gets a dynamic base id, as several stacks on one host need.
    */
   envoyBaseId?: number;
+  /** The control plane writes its audit to `auditFile` (true by default; false: no audit, as a control plane without --audit-log). */
+  audit?: boolean;
+  /** More options for the control plane and the sidecar (e.g. `--audit-log FILE`), after the stack's own. */
+  extraArgs?: { controlPlane?: string[]; sidecar?: string[] };
   /** Supervision (mcpgw up): every process that exits on its own is started again, and reported here. */
   onRestart?: (event: RestartEvent) => void;
   /** Sidecar replicas behind the Envoys (1 by default): every one is an endpoint of the sidecar clusters. */
@@ -68,6 +76,12 @@ export interface StackOptions {
 export interface ReplicaPorts {
   main: number;
   admin: number;
+}
+
+/** Where every component sends its spans, and the share of new traces kept (docs/observability.md#traces). */
+export interface StackTracing {
+  otlpEndpoint: string;
+  samplingRatio: number;
 }
 
 /** A supervised process exited on its own and was started again, or a try to do so failed. */
@@ -201,6 +215,11 @@ export class GatewayStack {
     return this.options.redisUrl ?? `redis://${HOST}:${this.ports.redis}`;
   }
 
+  /** The control plane's audit file: one JSON line per tools/call and refused request. */
+  get auditFile(): string {
+    return path.join(this.options.logDir, 'audit.jsonl');
+  }
+
   /** The log file of one of the stack's processes. */
   logFileOf(name: string): string {
     return path.join(this.options.logDir, `${name}.log`);
@@ -326,6 +345,11 @@ export class GatewayStack {
     return this.options.logLevel ? ['--log-level', this.options.logLevel] : [];
   }
 
+  private get tracingArgs(): string[] {
+    const tracing = this.options.tracing;
+    return tracing ? ['--otlp-endpoint', tracing.otlpEndpoint, '--trace-sampling', String(tracing.samplingRatio)] : [];
+  }
+
   async startControlPlane(replica = 0): Promise<void> {
     const name = GatewayStack.replicaName('control-plane', replica);
     const { main: grpcPort, admin: adminPort } = this.controlPlanePorts[replica];
@@ -338,10 +362,15 @@ export class GatewayStack {
         '--admin', `${HOST}:${adminPort}`,
         '--listener', `${HOST}:${this.ports.listener}`,
         '--sidecar', this.sidecarPorts.map(({ main }) => `${HOST}:${main}`).join(','),
+        // The audit (docs/approval-and-audit.md) beside the logs, as a deployment would keep it.
+        ...(this.options.audit === false ? [] : ['--audit-log', this.auditFile]),
         ...(this.options.catalogRefreshMs ? ['--catalog-refresh-ms', String(this.options.catalogRefreshMs)] : []),
         ...(this.options.toolsListPageSize !== undefined ? ['--tools-list-page-size', String(this.options.toolsListPageSize)] : []),
         ...(this.options.registryRefreshMs ? ['--registry-refresh-ms', String(this.options.registryRefreshMs)] : []),
+        ...(this.options.controlPlaneArgs ?? []),
         ...this.logLevelArgs,
+        ...(this.options.extraArgs?.controlPlane ?? []),
+        ...this.tracingArgs,
       ]);
       await controlPlane.untilReady(`${name} admin to answer /healthz`, async () =>
         listensOn(controlPlane.child.pid!, adminPort) ? httpOk(`http://${HOST}:${adminPort}/healthz`) : undefined,
@@ -362,6 +391,8 @@ export class GatewayStack {
         // Below ManagedProcess's SIGKILL grace, so that a stop is always the sidecar's own.
         '--drain-timeout-ms', '2000',
         ...this.logLevelArgs,
+        ...(this.options.extraArgs?.sidecar ?? []),
+        ...this.tracingArgs,
       ]);
       await sidecar.untilReady(`${name} to listen`, listening(sidecar, port));
       return sidecar;

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { Registry, ToolPolicy, ToolService } from '../registry/model';
+import { Registry, RouteAuth, ToolPolicy, ToolService } from '../registry/model';
 
 /**
  * The intermediate representation between a registry source and Envoy. Everything Envoy needs is
@@ -54,11 +54,80 @@ export interface RouteBackendIR {
   policy?: ToolPolicy;
 }
 
+/** Where the control plane reads an issuer's signing keys: a JWKS URL, or the issuer's discovery document. */
+export interface SigningKeySource {
+  /** Stable name of the source (`jwks_<hash>`), which also names the issuer's jwt_authn provider. */
+  name: string;
+  issuer: string;
+  /** Absent: `jwks_uri` from the issuer's discovery document. */
+  jwksUri?: string;
+}
+
+/** A route's OAuth 2.1 resource-server settings, every default resolved (docs/auth.md). */
+export interface RouteAuthIR {
+  keys: SigningKeySource;
+  issuer: string;
+  /** The route's resource identifier (RFC 8707, RFC 9728 `resource`): <publicUrl>/mcp/<key>. */
+  resource: string;
+  /** Where its protected-resource metadata document is served (RFC 9728 §3.1: the well-known path inserted before the resource's path). */
+  metadataUrl: string;
+  /** Path of that document on the gateway. */
+  metadataPath: string;
+  audiences: string[];
+  clockSkewSeconds: number;
+  /** Scopes the 401 challenge names (`scope=`); empty: none. */
+  challengeScopes: string[];
+  /** `scopes_supported` of the metadata document. */
+  scopesSupported: string[];
+  authorizationServers: string[];
+  /** The claim holding the caller's groups, as a path of names. */
+  groupsClaim: string[];
+}
+
 export interface RouteIR {
   key: string;
   /** Gateway path agents register: /mcp/{key}. */
   path: string;
   backends: RouteBackendIR[];
+  /** Present when callers must present a valid token. */
+  auth?: RouteAuthIR;
+}
+
+/** Gateway settings the IR resolves registry defaults with. */
+export interface IRSettings {
+  /** The gateway's public origin (scheme://host[:port]): resource URLs are <publicUrl>/mcp/<key>. */
+  publicUrl: string;
+}
+
+/** The public origin of a gateway listening on 127.0.0.1:10000, `mcpgw up`'s default. */
+export const DEFAULT_IR_SETTINGS: IRSettings = { publicUrl: 'http://127.0.0.1:10000' };
+
+export const AUTH_DEFAULTS = { clockSkewSeconds: 60, groupsClaim: ['groups'] };
+/** RFC 9728 §3: the well-known URI suffix of protected-resource metadata. */
+export const PROTECTED_RESOURCE_WELL_KNOWN = '/.well-known/oauth-protected-resource';
+
+function signingKeySource(auth: RouteAuth): SigningKeySource {
+  const identity = JSON.stringify([auth.issuer, auth.jwksUri ?? null]);
+  return { name: `jwks_${createHash('sha256').update(identity).digest('hex').slice(0, 12)}`, issuer: auth.issuer, ...(auth.jwksUri && { jwksUri: auth.jwksUri }) };
+}
+
+function routeAuthIR(auth: RouteAuth, path: string, rulesScopes: string[], settings: IRSettings): RouteAuthIR {
+  const publicUrl = auth.publicUrl ?? settings.publicUrl;
+  const resource = `${publicUrl}${path}`;
+  const metadataPath = `${PROTECTED_RESOURCE_WELL_KNOWN}${path}`;
+  return {
+    keys: signingKeySource(auth),
+    issuer: auth.issuer,
+    resource,
+    metadataUrl: `${publicUrl}${metadataPath}`,
+    metadataPath,
+    audiences: auth.audiences ?? [resource],
+    clockSkewSeconds: auth.clockSkewSeconds ?? AUTH_DEFAULTS.clockSkewSeconds,
+    challengeScopes: auth.scopes ?? [],
+    scopesSupported: [...new Set([...(auth.scopes ?? []), ...rulesScopes])],
+    authorizationServers: auth.authorizationServers ?? [auth.issuer],
+    groupsClaim: auth.groupsClaim ?? AUTH_DEFAULTS.groupsClaim,
+  };
 }
 
 export interface GatewayIR {
@@ -113,11 +182,19 @@ function toolServiceIR(service: ToolService): ToolServiceIR {
 const byKey = <T>(key: (item: T) => string) => (a: T, b: T) => key(a).localeCompare(key(b));
 
 /** Sorted throughout, so that the same registry in any order yields byte-identical xDS. */
-export function buildGatewayIR(registry: Registry): GatewayIR {
+export function buildGatewayIR(registry: Registry, settings: IRSettings = DEFAULT_IR_SETTINGS): GatewayIR {
   const toolServices = new Map<string, ToolServiceIR>();
-  const routes = registry.routes.map((route) => ({
+  const routes = registry.routes.map((route): RouteIR => ({
     key: route.key,
     path: `/mcp/${route.key}`,
+    ...(route.auth && {
+      auth: routeAuthIR(
+        route.auth,
+        `/mcp/${route.key}`,
+        route.toolServices.flatMap((service) => service.policy?.rules?.flatMap((rule) => rule.requiredScopes ?? []) ?? []),
+        settings,
+      ),
+    }),
     backends: route.toolServices
       .map((service) => {
         const ir = toolServiceIR(service);

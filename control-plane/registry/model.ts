@@ -1,5 +1,9 @@
 import { z } from 'zod';
 
+/** A tool's risk (docs/approval-and-audit.md): from its annotations, or a registry rule's override. */
+export const RISKS = ['low', 'medium', 'high'] as const;
+export type Risk = (typeof RISKS)[number];
+
 /**
  * The registry model every source (static YAML now, the Portal API later) is validated into.
  * The Portal owns addresses only: routes, the Tool Services mapped to each route, and their endpoints.
@@ -51,6 +55,77 @@ const toolPattern = z
   .max(128)
   .regex(/^\S+$/, 'must be a tool name or a pattern with * (no spaces)');
 
+/** An OAuth 2.0 scope token (RFC 6749 §3.3): printable ASCII without space, `"` or `\`. */
+const scopeToken = z
+  .string()
+  .regex(/^[\x21\x23-\x5B\x5D-\x7E]{1,128}$/, 'must be an OAuth scope: 1-128 printable ASCII characters, no space, quote or backslash');
+/** A claim value a rule compares with (a subject, a group, a client id), as the token carries it. */
+const claimValue = z.string().min(1).max(256);
+
+/**
+ * Who may call the tools a rule matches (docs/auth.md): every list present is a condition the
+ * caller's validated token must meet. A caller outside allowSubjects/allowGroups/allowClients is
+ * denied (-32003); a caller missing one of requiredScopes gets the 403 scope challenge.
+ */
+export const toolRuleSchema = z
+  .object({
+    tools: z.array(toolPattern).min(1).describe('Patterns over the Tool Service\'s own tool names (`*` matches any characters) this rule is for.'),
+    requiredScopes: z.array(scopeToken).min(1).optional().describe('Scopes the token must carry, every one of them (claim `scope` or `scp`).'),
+    allowSubjects: z.array(claimValue).min(1).optional().describe('Only tokens whose `sub` is one of these.'),
+    allowGroups: z.array(claimValue).min(1).optional().describe('Only tokens carrying one of these groups (the route\'s auth.groupsClaim).'),
+    allowClients: z.array(claimValue).min(1).optional().describe('Only tokens issued to one of these clients (`client_id`, else `azp`).'),
+    approval: z
+      .enum(['required', 'none'])
+      .optional()
+      .describe('`required`: every call waits for a person\'s approval on the approval page (docs/approval-and-audit.md); `none`: never, whatever the policy\'s approvalAtRisk says.'),
+    risk: z.enum(RISKS).optional().describe("The tools' risk, instead of the one their annotations give (docs/approval-and-audit.md)."),
+    approvers: claimValue.optional().describe('The group whose members approve calls of these tools. Default: the policy\'s approvers, else the caller themself.'),
+  })
+  .strict()
+  .refine((rule) => rule.requiredScopes || rule.allowSubjects || rule.allowGroups || rule.allowClients || rule.approval || rule.risk || rule.approvers, {
+    message: 'a rule needs at least one of requiredScopes, allowSubjects, allowGroups, allowClients, approval, risk, approvers',
+  });
+
+/** A claim's place in the token: a top-level claim name, or a path of names into nested objects. */
+const claimPath = z
+  .union([z.string().min(1).max(256), z.array(z.string().min(1).max(256)).min(1).max(4)])
+  .transform((value) => (typeof value === 'string' ? [value] : value));
+
+const originUrl = z
+  .string()
+  .url('must be an absolute http:// or https:// URL')
+  .refine((value) => !URL.canParse(value) || /^https?:$/.test(new URL(value).protocol), 'must use http or https')
+  .refine((value) => !URL.canParse(value) || (new URL(value).pathname === '/' && !new URL(value).search && !new URL(value).hash), 'must be scheme://host[:port] only, without a path')
+  .transform((value) => new URL(value).origin);
+
+/**
+ * The gateway as an OAuth 2.1 resource server for a route (docs/auth.md): Envoy validates every
+ * request's bearer token (issuer, signature, expiry, audience) before anything else sees it.
+ */
+export const routeAuthSchema = z
+  .object({
+    issuer: endpointUrl.describe('The authorization server\'s issuer identifier, exactly as tokens carry it in `iss`.'),
+    jwksUri: endpointUrl
+      .optional()
+      .describe('Where the control plane reads the issuer\'s signing keys. Default: `jwks_uri` of the issuer\'s OpenID Connect discovery document (or RFC 8414 metadata).'),
+    audiences: z
+      .array(z.string().min(1).max(512))
+      .min(1)
+      .optional()
+      .describe('Accepted `aud` values (any one). Default: the route\'s resource URL, <publicUrl>/mcp/<key>.'),
+    // Envoy reads 0 as "not set", i.e. its own default of 60 s: the least leeway that can be had is 1 s.
+    clockSkewSeconds: z.number().int().min(1).max(300).optional().describe('Leeway for `exp` and `nbf`, 1-300 seconds. Default 60.'),
+    scopes: z
+      .array(scopeToken)
+      .min(1)
+      .optional()
+      .describe('Scopes a client should ask for to use the route: in the 401 challenge (`scope=`) and the metadata document. Default: none in the challenge; the rules\' requiredScopes in the document.'),
+    groupsClaim: claimPath.optional().describe('The claim holding the caller\'s groups: a name, or a list of names into nested objects (`[realm_access, roles]`). Default `groups`.'),
+    authorizationServers: z.array(endpointUrl).min(1).optional().describe('`authorization_servers` of the metadata document. Default: [issuer].'),
+    publicUrl: originUrl.optional().describe('The gateway\'s public origin (scheme://host[:port]) clients use. Default: the gateway\'s --public-url.'),
+  })
+  .strict();
+
 /** Which of a Tool Service's tools a route serves; a tool outside it is neither listed nor callable (outcome denied). */
 export const toolPolicySchema = z
   .object({
@@ -61,6 +136,16 @@ export const toolPolicySchema = z
       .describe('Serve only tools whose own name matches one of these patterns (`*` matches any characters). Default: every tool.'),
     denyTools: z.array(toolPattern).min(1).optional().describe('Never serve tools whose own name matches one of these patterns; wins over allowTools.'),
     readOnly: z.boolean().optional().describe('Serve only tools the Tool Service annotates readOnlyHint: true.'),
+    approvalAtRisk: z
+      .enum(RISKS)
+      .optional()
+      .describe('Calls of tools at this risk or above wait for a person\'s approval (docs/approval-and-audit.md), unless their rule says approval: none.'),
+    approvers: claimValue.optional().describe('The group whose members approve this Tool Service\'s calls. Default: the caller themself (which needs the route\'s auth).'),
+    rules: z
+      .array(toolRuleSchema)
+      .min(1)
+      .optional()
+      .describe('Who may call which served tools (docs/auth.md): for each tool the first rule whose pattern matches applies; a tool no rule matches is open to every valid token. Needs the route\'s auth.'),
   })
   .strict();
 
@@ -100,6 +185,10 @@ export const routeSchema = z
       .regex(ROUTE_KEY_PATTERN, 'must be 1-63 characters of lowercase letters, digits, "_" or "-"')
       .describe('Route key: agents register /mcp/{key}.'),
     toolServices: z.array(toolServiceSchema).min(1, 'a route needs at least one Tool Service'),
+    auth: z
+      .union([z.literal(false), routeAuthSchema])
+      .optional()
+      .describe('The route\'s OAuth 2.1 resource-server settings (docs/auth.md); `false` keeps it open. Default: the document\'s `auth`, else open.'),
   })
   .strict()
   .superRefine((route, ctx) => {
@@ -120,6 +209,7 @@ export const routeSchema = z
 export const registryDocumentSchema = z
   .object({
     revision: z.string().optional().describe('The source\'s revision of this document; the Portal also sends it as the ETag.'),
+    auth: routeAuthSchema.optional().describe('The auth of every route that does not set its own (docs/auth.md).'),
     routes: z.array(routeSchema).describe('Every route the source declares. A route absent here is removed from the gateway.'),
   })
   .strict();
@@ -127,6 +217,8 @@ export const registryDocumentSchema = z
 export type ToolService = z.output<typeof toolServiceSchema>;
 export type Transport = z.output<typeof transportSchema>;
 export type ToolPolicy = z.output<typeof toolPolicySchema>;
+export type ToolRule = z.output<typeof toolRuleSchema>;
+export type RouteAuth = z.output<typeof routeAuthSchema>;
 export type Route = z.output<typeof routeSchema>;
 
 export interface Registry {

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { Registry, Route, registryDocumentSchema, routeSchema } from './model';
+import { Registry, Route, RouteAuth, registryDocumentSchema, routeAuthSchema, routeSchema } from './model';
 
 /** Where a value sits in a document: keys and array indexes from the top. */
 export type DocumentPath = (string | number)[];
@@ -35,7 +35,7 @@ export interface RegistryValidation {
   documentRejected: boolean;
 }
 
-const documentSchema = z.object({ revision: z.string().optional(), routes: z.array(z.unknown()) }).strict();
+const documentSchema = z.object({ revision: z.string().optional(), auth: z.unknown().optional(), routes: z.array(z.unknown()) }).strict();
 
 function formatPath(path: DocumentPath): string {
   const dotted = path.reduce<string>((out, part) => (typeof part === 'number' ? `${out}[${part}]` : `${out}.${part}`), '');
@@ -123,6 +123,7 @@ export function validateRegistry(document: unknown): RegistryValidation {
     };
   }
   const problems: RegistryProblem[] = [];
+  const defaultAuth = top.data.auth === undefined ? { ok: true as const } : parseDefaultAuth(top.data.auth, problems);
   const routes: Route[] = [];
   const routeKeys = new Set<string>();
   /** A Tool Service id is one Envoy cluster, so every route must describe it the same way. */
@@ -136,7 +137,22 @@ export function validateRegistry(document: unknown): RegistryValidation {
       problems.push(...problemsOf(parsed.error.issues, base, keyOf(raw)));
       return;
     }
-    const route = parsed.data;
+    const route = withEffectiveAuth(parsed.data, defaultAuth);
+    if (typeof route === 'string') {
+      problems.push({ route: parsed.data.key, field: formatPath([...base, 'auth']), path: [...base, 'auth'], message: route });
+      return;
+    }
+    const ruleWithoutAuth = route.auth ? -1 : route.toolServices.findIndex((service) => service.policy?.rules);
+    if (ruleWithoutAuth >= 0) {
+      const path = [...base, 'toolServices', ruleWithoutAuth, 'policy', 'rules'];
+      problems.push({
+        route: route.key,
+        field: formatPath(path),
+        path,
+        message: 'rules decide on the caller\'s token: give the route an auth (or the document a default auth)',
+      });
+      return;
+    }
     if (routeKeys.has(route.key)) {
       const path = [...base, 'key'];
       problems.push({ route: route.key, field: formatPath(path), path, message: `duplicate route key "${route.key}"` });
@@ -164,6 +180,27 @@ export function validateRegistry(document: unknown): RegistryValidation {
   });
   const knownRoutes = [...new Set(top.data.routes.map(keyOf).filter((key): key is string => key !== undefined))];
   return { registry: { routes }, problems, knownRoutes, revision: top.data.revision, documentRejected: false };
+}
+
+type DefaultAuth = { ok: true; auth?: RouteAuth } | { ok: false };
+
+/** The document's `auth`, the default of every route without its own; its problems are reported once, at `auth`. */
+function parseDefaultAuth(raw: unknown, problems: RegistryProblem[]): DefaultAuth {
+  const parsed = routeAuthSchema.safeParse(raw);
+  if (parsed.success) return { ok: true, auth: parsed.data };
+  problems.push(...problemsOf(parsed.error.issues, ['auth'], undefined));
+  return { ok: false };
+}
+
+/**
+ * The route with the auth it gets: its own, none (`auth: false`), or the document's default. A route
+ * keeps what it resolved to (a route saved for a cold start must not depend on the document's
+ * default); one that would inherit an invalid default is refused, so it keeps its previous state.
+ */
+function withEffectiveAuth(route: Route, defaultAuth: DefaultAuth): Route | string {
+  if (route.auth !== undefined) return route;
+  if (!defaultAuth.ok) return 'inherits the document\'s auth, which is invalid (see the problems at auth)';
+  return defaultAuth.auth ? { ...route, auth: defaultAuth.auth } : route;
 }
 
 export function describeProblem(problem: RegistryProblem): string {

@@ -7,15 +7,13 @@ import { GatewayContext, RequestHead, clientHeadersOf, respondError } from './de
 import { JSON_RPC, JsonObject, isObject } from './json-rpc';
 import { MODERN_PROTOCOL_VERSION } from './modern-era';
 import { BackendView, ListKind } from './route-catalog';
-import { backendSessionFor } from './session-check';
 import { readEvents } from './sessions/backend-sessions';
 import { GatewaySession } from './sessions/session-store';
 
 /**
  * Streams the gateway holds to backends on clients' behalf (docs/adr/0015-federated-resources-and-prompts.md):
- * - while a client of a session-based revision holds its GET stream, each backend of the route that
- *   keeps sessions gets the client's session (opened now where there is none yet, and recorded for
- *   every replica) and a GET stream in it (follow);
+ * - while a client of a session-based revision holds its GET stream, each of its backend sessions
+ *   (with a backend that keeps sessions) gets a GET stream in it (follow);
  * - while a client of the stateless revision listens (subscriptions/listen), each backend its resource
  *   subscriptions name gets a stream of its own (subscriptions-listen.ts).
  * What a backend sends there reaches the client (backend-messages.ts). Bounded per gateway session and
@@ -45,6 +43,8 @@ const RETRY_MIN_MS = 1000;
 const RETRY_MAX_MS = 30_000;
 /** The longest a backend may take to answer the request that opens its stream (the stream itself may stay silent). */
 const OPEN_TIMEOUT_MS = 10_000;
+/** How often a client's held stream looks for backend sessions it does not listen to yet. */
+const FOLLOW_POLL_MS = 1000;
 
 const sleep = (ms: number, signal: AbortSignal) =>
   new Promise<void>((resolve) => {
@@ -111,7 +111,7 @@ export class BackendStreams {
    * backend streams: a failed attempt is reported (the backend is served degraded at once) and the
    * next waits longer. False when the replica already holds its most.
    */
-  hold(backend: () => BackendView | undefined, route: string, attempt: (signal: AbortSignal) => Promise<StreamEnd>, signal: AbortSignal): boolean {
+  hold(backend: () => BackendView | undefined, route: string, attempt: (signal: AbortSignal) => Promise<StreamEnd>, signal: AbortSignal, ended: () => void = () => undefined): boolean {
     if (this.held >= this.limits.total) {
       if (!this.warnedFull) this.context.log.warn('this sidecar holds its most backend streams: some clients hear nothing from some backends outside their requests', { limit: this.limits.total });
       this.warnedFull = true;
@@ -121,6 +121,7 @@ export class BackendStreams {
     void this.keepListening(backend, route, attempt, signal).finally(() => {
       this.held--;
       if (this.held < this.limits.total) this.warnedFull = false;
+      ended();
     });
     return true;
   }
@@ -165,36 +166,56 @@ export class BackendStreams {
   }
 
   /**
-   * Listens to every backend of the session's route on the client's behalf, handing what they send to
-   * `deliver`, until the returned stop is called.
+   * Listens, on the client's behalf, to each backend session the client's gateway session has (opened
+   * by its calls, reads, subscriptions or logging/setLevel, on any replica), handing what they send to
+   * `deliver`, until the returned stop is called. Backend sessions opened later are found by reading
+   * the gateway session again every FOLLOW_POLL_MS (from the session cache: another replica's new
+   * backend session is seen within the cache's freshness); none is opened for listening alone.
    */
   follow(session: GatewaySession, head: RequestHead, deliver: (message: JsonObject) => void): () => void {
     const stop = new AbortController();
-    const view = this.context.lookup(session.route);
-    const backends = [...(view?.backends.values() ?? [])].filter(hasStandaloneStream).slice(0, this.limits.perSession);
-    for (const { name } of backends) {
-      // Gone from the route, or no longer one that keeps sessions: nothing to listen to.
-      const backendNow = () => {
-        const backend = this.context.lookup(session.route)?.backends.get(name);
-        return backend && hasStandaloneStream(backend) ? backend : undefined;
-      };
-      if (!this.hold(backendNow, session.route, () => this.listenInSession(session, backendNow()!, head, deliver, stop.signal), stop.signal)) break;
-    }
-    return () => stop.abort();
+    const followed = new Set<string>();
+    const look = async () => {
+      const current = await this.context.sessions.get(session.id).catch(() => undefined);
+      if (!current) return;
+      for (const [name, backendSessionId] of Object.entries(current.backends)) {
+        if (stop.signal.aborted || followed.has(name) || !backendSessionId || followed.size >= this.limits.perSession) continue;
+        // Gone from the route, or no longer one that keeps sessions: nothing to listen to.
+        const backendNow = () => {
+          const backend = this.context.lookup(session.route)?.backends.get(name);
+          return backend && hasStandaloneStream(backend) ? backend : undefined;
+        };
+        if (!backendNow()) continue;
+        followed.add(name);
+        const attempt = () => this.listenInSession(session, name, backendNow()!, head, deliver, stop.signal);
+        // When it ends (the backend lost that session), a backend session opened later is followed anew.
+        if (!this.hold(backendNow, session.route, attempt, stop.signal, () => followed.delete(name))) followed.delete(name);
+      }
+    };
+    const poll = setInterval(() => void look(), FOLLOW_POLL_MS);
+    void look();
+    return () => {
+      clearInterval(poll);
+      stop.abort();
+    };
   }
 
   /**
    * One GET stream in the client's session with the backend, read until it ends. 'done': the backend
-   * offers no stream, or the gateway session ended; 'retry': the backend lost its session (forgotten,
-   * so the next attempt opens another).
+   * offers no stream, or the client's session with it ended (the backend lost it: forgotten, so the
+   * client's next request opens another, which the follower then finds).
    */
-  private async listenInSession(gateway: GatewaySession, backend: BackendView, head: RequestHead, deliver: (message: JsonObject) => void, signal: AbortSignal): Promise<StreamEnd> {
-    // Read anew: another replica may have opened this backend's session meanwhile.
+  private async listenInSession(
+    gateway: GatewaySession,
+    name: string,
+    backend: BackendView,
+    head: RequestHead,
+    deliver: (message: JsonObject) => void,
+    signal: AbortSignal,
+  ): Promise<StreamEnd> {
     const session = await this.context.sessions.get(gateway.id);
-    if (!session) return 'done';
-    const backendSessionId = await backendSessionFor(session, backend, head, this.context);
-    // The gateway session ended meanwhile, or the backend runs without sessions after all.
-    if (!backendSessionId) return 'done';
+    const backendSessionId = session?.backends[name];
+    if (!session || !backendSessionId) return 'done';
     const init = {
       method: 'GET',
       headers: { ...clientHeadersOf(head), accept: 'text/event-stream', 'mcp-session-id': backendSessionId, 'mcp-protocol-version': session.protocolVersion },
@@ -202,8 +223,8 @@ export class BackendStreams {
     return this.stream(backend, init, signal, async (response, streamSignal) => {
       if (response.status === 405) return 'done';
       if (response.status === 404 || response.status === 400) {
-        await this.context.sessions.forgetBackend(session.id, backend.name, backendSessionId);
-        return 'retry';
+        await this.context.sessions.forgetBackend(session.id, name, backendSessionId);
+        return 'done';
       }
       await this.relayAll(response, backend, session.route, streamSignal, (relayed) => {
         if (relayed.kind === 'deliver') deliver(relayed.message);

@@ -1,3 +1,4 @@
+import { CALLER_PAYLOAD_HEADER, CallerIdentity, callerIdentityOf } from '../auth/caller-identity';
 import { Logger } from '../shared/log';
 import { CallOutcomeName } from './call-response';
 import { JsonRpcId, jsonRpcError } from './json-rpc';
@@ -97,4 +98,12 @@ const NOT_ON_BEHALF = /^(:|host$|content-length$|content-type$|accept$|connectio
  */
 export function clientHeadersOf(head: RequestHead): Record<string, string> {
   return Object.fromEntries([...head.headers].filter(([name]) => !NOT_ON_BEHALF.test(name)));
+}
+
+/**
+ * The caller of a request on a route that takes tokens, as Envoy validated it (docs/auth.md); always
+ * undefined on an open route, whatever a client sent.
+ */
+export function callerOf(head: RequestHead, view: Pick<RouteCatalogView, 'groupsClaim'>): CallerIdentity | undefined {
+  return view.groupsClaim ? callerIdentityOf(head.headers.get(CALLER_PAYLOAD_HEADER), view.groupsClaim) : undefined;
 }

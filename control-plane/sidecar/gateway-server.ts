@@ -1,4 +1,5 @@
 import * as http from 'node:http';
+import { APPROVAL_CHECK_PATH, ApprovalCheck, approvalCheckRequestSchema, approvalCheckResponse, noApprovalPages } from '../approval/approval-check';
 import { SESSION_CHECK_PATH } from '../xds/translate/settings';
 import { Decision, GatewayContext, RequestHead, respondError } from './decision';
 import { JSON_RPC } from './json-rpc';
@@ -8,13 +9,17 @@ import { ListenStreams } from './subscriptions-listen';
 import { decideOnBody, decideOnHead, routeKeyOf } from './mcp-gateway';
 import { StatelessCallSessions, checkCall, forgetLostSession, lostSessionSchema } from './session-check';
 import { SidecarObserver } from './sidecar-metrics';
+import { SIDECAR_SPANS, tracedCheck } from './sidecar-tracing';
+import { SpanKind, Tracing } from '../shared/tracing';
 
 /**
  * The sidecar's one HTTP port behind Envoy (docs/adr/0008-data-path-lanes.md):
  * - `/mcp/...`: the gateway lane — every MCP request the gateway answers itself (initialize,
  *   tools/list, ping, notifications, clients' answers, DELETE, GET streams);
  * - `/check/mcp/...`: the call lane's session check (Envoy's ext_authz over HTTP);
- * - `/internal/backend-session-lost`: the call script's report of a backend that lost a session.
+ * - `/internal/backend-session-lost`: the call script's report of a backend that lost a session;
+ * - `/internal/approval-check`: the call script's question whether a call has its approval, and
+ *   `/approvals/...`: the approval pages (control-plane/approval/, through Envoy).
  */
 
 /** Where the call script reports a lost backend session (control-plane/xds/lua/call-lane.lua). */
@@ -57,7 +62,13 @@ function send(res: http.ServerResponse, status: number, headers: Record<string, 
 
 export interface GatewayServerOptions {
   maxRequestBodyBytes: number;
+  /** The approval check and pages, when configured (docs/approval-and-audit.md). */
+  approvals?: { check: ApprovalCheck; pages: http.RequestListener };
 }
+
+/** The check's request carries the call's arguments and a few fields around them. */
+const APPROVAL_CHECK_OVERHEAD_BYTES = 64 * 1024;
+const APPROVALS_PREFIX = '/approvals/';
 
 export class GatewayServer {
   private readonly statelessSessions: StatelessCallSessions;
@@ -69,6 +80,7 @@ export class GatewayServer {
     private readonly listens: ListenStreams,
     private readonly options: GatewayServerOptions,
     private readonly observer: SidecarObserver,
+    private readonly tracing: Tracing = Tracing.off,
   ) {
     this.statelessSessions = new StatelessCallSessions(context);
   }
@@ -79,7 +91,11 @@ export class GatewayServer {
       ? this.check(req, res, path.slice(SESSION_CHECK_PATH.length))
       : path === LOST_SESSION_PATH
         ? this.lostSession(req, res)
-        : this.gatewayLane(req, res, path);
+        : path === APPROVAL_CHECK_PATH
+          ? this.approvalCheck(req, res)
+          : path.startsWith(APPROVALS_PREFIX)
+            ? this.approvalPages(req, res)
+            : this.gatewayLane(req, res, path);
     work.catch((error: Error) => {
       this.context.log.error('sidecar request failed', { error: error.stack, path });
       if (res.headersSent) {
@@ -94,7 +110,8 @@ export class GatewayServer {
 
   private async check(req: http.IncomingMessage, res: http.ServerResponse, path: string): Promise<void> {
     req.resume();
-    const answer = await checkCall(headOf(req, path), this.context, this.statelessSessions);
+    const head = headOf(req, path);
+    const answer = await tracedCheck(this.tracing, head, () => checkCall(head, this.context, this.statelessSessions));
     send(res, answer.status, answer.headers, answer.body);
   }
 
@@ -110,9 +127,41 @@ export class GatewayServer {
       send(res, 400, { 'content-type': 'text/plain' }, 'expected {route, backend, backendSessionId, gatewaySessionId}');
       return;
     }
-    await forgetLostSession(parsed.data, this.context, this.statelessSessions);
+    const { route, backend } = parsed.data;
+    await this.tracing.inSpan(
+      SIDECAR_SPANS.lostBackendSession,
+      { kind: SpanKind.SERVER, parentHeaders: headOf(req, LOST_SESSION_PATH).headers, attributes: { 'mcp.gateway.route': route, 'mcp.gateway.backend': backend } },
+      () => forgetLostSession(parsed.data, this.context, this.statelessSessions),
+    );
     this.context.log.info('a backend lost the session of a call; the next call opens a new one', { route: parsed.data.route, backend: parsed.data.backend });
     send(res, 204, {}, '');
+  }
+
+  private async approvalCheck(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    let request: unknown;
+    try {
+      request = JSON.parse((await readBody(req, this.options.maxRequestBodyBytes + APPROVAL_CHECK_OVERHEAD_BYTES)).toString('utf8'));
+    } catch {
+      request = undefined;
+    }
+    const parsed = approvalCheckRequestSchema.safeParse(request);
+    if (!parsed.success) {
+      // The call script fails the call closed on anything but an answer naming its outcome.
+      send(res, 400, { 'content-type': 'text/plain' }, `approval check: ${parsed.error.issues[0]?.message ?? 'not JSON'}`);
+      return;
+    }
+    const answer = this.options.approvals ? await this.options.approvals.check.check(parsed.data) : noApprovalPages(parsed.data);
+    const { status, headers, body } = approvalCheckResponse(answer);
+    send(res, status, headers, body);
+  }
+
+  private async approvalPages(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    if (!this.options.approvals) {
+      req.resume();
+      send(res, 404, { 'content-type': 'text/plain' }, 'approvals are not configured on this gateway');
+      return;
+    }
+    this.options.approvals.pages(req, res);
   }
 
   private async gatewayLane(req: http.IncomingMessage, res: http.ServerResponse, path: string): Promise<void> {

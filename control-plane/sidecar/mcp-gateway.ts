@@ -11,16 +11,18 @@ import {
   RequestHead,
   RequestMetadata,
   SESSION_HEADER,
+  callerOf,
   clientHeadersOf,
   respondBody,
   respondError,
   respondJson,
   sessionNotFound,
 } from './decision';
+import { ownerOf } from '../auth/caller-identity';
 import { JSON_RPC, JsonRpcId, jsonRpcResult } from './json-rpc';
 import { MODERN_META, MODERN_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSIONS, modernRequestProblem, modernVersionClaim } from './modern-era';
 import { setLevelForSession } from './logging-level';
-import { LIST_METHODS, ListMethod, RouteCatalogView } from './route-catalog';
+import { LIST_METHODS, ListMethod, RouteCatalogView, listOf } from './route-catalog';
 import { ClientFieldsTooLargeError, GatewaySession } from './sessions/session-store';
 import { answerUnplacedRequest, isPlacedMethod } from './surface-requests';
 import { honoredFilter, listenParamsSchema } from './subscriptions-listen';
@@ -109,8 +111,9 @@ async function sessionOf(head: RequestHead, view: RouteCatalogView, context: Gat
   const id = head.headers.get(SESSION_HEADER);
   if (id === undefined) return undefined;
   const session = await context.sessions.get(id);
-  // A session belongs to the route it was opened on.
-  return session && session.route === view.key ? session : false;
+  // A session belongs to the route it was opened on, and to the caller who opened it: to anyone
+  // else it does not exist (docs/auth.md).
+  return session && session.route === view.key && session.owner === ownerOf(callerOf(head, view)) ? session : false;
 }
 
 /**
@@ -190,15 +193,16 @@ async function decideOnMessage(message: JsonRpcMessage, head: RequestHead, view:
   }
   if (unsupportedVersionHeader(head)) return unsupportedVersion(head);
   const id = message.id;
-  if (message.method === 'initialize' && id !== undefined) return initializeSession(message, id, view, context);
+  if (message.method === 'initialize' && id !== undefined) return initializeSession(message, id, head, view, context);
   const session = await sessionOf(head, view, context);
   if (session === false) return sessionNotFound(id ?? null);
   if (typeof message.method !== 'string') return routeClientResponse(message, head, view, session, context);
   if (id === undefined) return relayNotification(message, head, view, session, context);
   if (isListMethod(message.method)) {
     if (!servesMethod(view, message.method)) return notServedOnRoute(message.method, id, view, 200);
-    // A request without a session declared nothing: it gets everything.
-    return answerListRequest(view, message.method, message.params, id, session ? sessionAudience(session) : {});
+    // A request without a session declared nothing: it gets everything its caller may call.
+    const caller = callerOf(head, view);
+    return answerListRequest(view, message.method, message.params, id, session ? { ...sessionAudience(session), caller } : { caller });
   }
   if (isPlacedMethod(message.method)) {
     return servesMethod(view, message.method) ? answerUnplacedRequest(message.method, message.params, id, view) : notServedOnRoute(message.method, id, view, 200);
@@ -304,7 +308,10 @@ function decideModern(message: JsonRpcMessage, head: RequestHead, view: RouteCat
     default:
       if (isListMethod(message.method)) {
         if (!servesMethod(view, message.method)) return notServedOnRoute(message.method, id, view, 404);
-        return answerListRequest(view, message.method, message.params, id, statelessAudience(message.params), { resultType: 'complete', ttlMs: LIST_TTL_MS, cacheScope: 'public' }, serverInfo);
+        // A list that depends on who asks must not be reused for anyone else (docs/auth.md).
+        const cacheScope = listOf(view, LIST_METHODS[message.method].kind).byCaller ? 'private' : 'public';
+        const audience = { ...statelessAudience(message.params), caller: callerOf(head, view) };
+        return answerListRequest(view, message.method, message.params, id, audience, { resultType: 'complete', ttlMs: LIST_TTL_MS, cacheScope }, serverInfo);
       }
       if (isPlacedMethod(message.method) && message.method !== 'resources/subscribe' && message.method !== 'resources/unsubscribe') {
         return servesMethod(view, message.method) ? answerUnplacedRequest(message.method, message.params, id, view) : notServedOnRoute(message.method, id, view, 404);
@@ -338,12 +345,14 @@ function statelessAudience(params: Record<string, unknown> | undefined): ListAud
 }
 
 /** The gateway is the client's MCP server: its own capabilities, and a session of its own. */
-async function initializeSession(message: JsonRpcMessage, id: JsonRpcId, view: RouteCatalogView, context: GatewayContext): Promise<Decision> {
+async function initializeSession(message: JsonRpcMessage, id: JsonRpcId, head: RequestHead, view: RouteCatalogView, context: GatewayContext): Promise<Decision> {
   const protocolVersion = negotiatedVersion(message.params?.protocolVersion);
+  const owner = ownerOf(callerOf(head, view));
   let session: GatewaySession;
   try {
     session = await context.sessions.create({
       route: view.key,
+      ...(owner !== undefined && { owner }),
       protocolVersion,
       clientInfo: (message.params?.clientInfo as Record<string, unknown>) ?? {},
       clientCapabilities: (message.params?.capabilities as Record<string, unknown>) ?? {},

@@ -1,5 +1,5 @@
 import { Prompt, ServerCapabilities, Tool } from '@modelcontextprotocol/sdk/types.js';
-import { BackendState, CatalogSnapshotMessage } from '../catalog/catalog-store';
+import { AccessRuleMessage, BackendState, CatalogSnapshotMessage } from '../catalog/catalog-store';
 import { ExposedResourceMessage } from '../catalog/surface-exposure';
 import { schemeNameOf } from '../catalog/resource-naming';
 import { BackendTls } from '../shared/backend-fetch';
@@ -48,6 +48,8 @@ export interface ListedItem {
   position: number;
   /** What it needs of a client (client-needs.ts): a client lacking it is not offered it. Empty: nothing. */
   needs: readonly string[];
+  /** Who may call it and see it listed (docs/auth.md; tools only); none: every caller the route admits. */
+  accessRule?: AccessRuleMessage;
 }
 
 /** One tool the route serves. */
@@ -64,6 +66,8 @@ export interface CatalogList<T extends ListedItem = ListedItem> {
   byKey: Map<string, T>;
   /** Some entry needs something of clients: what a client is offered depends on its capabilities. */
   conditional: boolean;
+  /** Some entry has an access rule: what a client is offered depends on its caller (docs/auth.md). */
+  byCaller: boolean;
 }
 
 /** What the sidecar needs to answer for one route, computed once per catalog update. */
@@ -85,6 +89,10 @@ export interface RouteCatalogView {
   backendsBySchemeName: Map<string, BackendView>;
   /** What the route can serve, from its backends' capabilities: what initialize and server/discover declare. */
   capabilities: ServerCapabilities;
+  /** Where callers' groups are in the route's tokens; undefined when the route takes no token (open). */
+  groupsClaim?: string[];
+  /** Some tool has an access rule: what tools/list shows depends on the caller. */
+  listVariesByCaller: boolean;
 }
 
 /** The lists of a route a client can ask for, by their list method. */
@@ -148,7 +156,7 @@ function buildList(
     items.push(item);
     byKey.set(entry.key, item);
   }
-  return { items, byKey, conditional: items.some((item) => item.needs.length > 0) };
+  return { items, byKey, conditional: items.some((item) => item.needs.length > 0), byCaller: false };
 }
 
 const resourceEntries = (entries: ExposedResourceMessage[]) => entries.map((entry) => ({ key: entry.uri, backend: entry.backend, index: entry.index }));
@@ -191,6 +199,7 @@ export function buildRouteViews(snapshot: CatalogSnapshotMessage): Map<string, R
       if (!backend || json === undefined) continue;
       const own = JSON.parse(json) as Tool;
       const tool = { ...own, name: exposed.name };
+      const accessRule = exposed.access_rule > 0 ? route.access_rules[exposed.access_rule - 1] : undefined;
       const view = {
         key: exposed.name,
         tool,
@@ -200,6 +209,7 @@ export function buildRouteViews(snapshot: CatalogSnapshotMessage): Map<string, R
         index: exposed.tool_index,
         position: tools.length,
         needs: needsOf(exposed.backend, `tool:${own.name}`),
+        ...(accessRule && { accessRule }),
       };
       backend.toolNames.add(own.name);
       tools.push(view);
@@ -210,7 +220,12 @@ export function buildRouteViews(snapshot: CatalogSnapshotMessage): Map<string, R
       backends,
       tools,
       toolsByName,
-      toolList: { items: tools, byKey: toolsByName, conditional: tools.some((exposed) => exposed.needs.length > 0) },
+      toolList: {
+        items: tools,
+        byKey: toolsByName,
+        conditional: tools.some((exposed) => exposed.needs.length > 0),
+        byCaller: tools.some((exposed) => exposed.accessRule !== undefined),
+      },
       toolNameSeparator: snapshot.tool_name_separator,
       toolsListPageSize: snapshot.tools_list_page_size,
       prompts: buildList(
@@ -230,6 +245,8 @@ export function buildRouteViews(snapshot: CatalogSnapshotMessage): Map<string, R
       ),
       backendsBySchemeName: new Map([...backends.values()].map((backend) => [backend.schemeName, backend])),
       capabilities: routeCapabilities([...backends.values()]),
+      ...(route.groups_claim.length > 0 && { groupsClaim: route.groups_claim }),
+      listVariesByCaller: tools.some((exposed) => exposed.accessRule !== undefined),
     });
   }
   return views;

@@ -1,7 +1,8 @@
 import { z } from 'zod';
 import { CHECK_HEADERS, CHECK_STATUS } from '../xds/translate/settings';
 import { failedOutcome } from './call-response';
-import { GATEWAY_SERVER_INFO, GatewayContext, RequestHead, SESSION_HEADER, clientHeadersOf, sessionNotFound } from './decision';
+import { ownerOf } from '../auth/caller-identity';
+import { GATEWAY_SERVER_INFO, GatewayContext, RequestHead, SESSION_HEADER, callerOf, clientHeadersOf, sessionNotFound } from './decision';
 import { JSON_RPC, JsonRpcId, jsonRpcError } from './json-rpc';
 import { BACKEND_UNAVAILABLE_CODE } from '../xds/translate/local-replies';
 import { MODERN_PROTOCOL_VERSION } from './modern-era';
@@ -83,17 +84,22 @@ export const POOLED_SESSION_VERSION = '2025-06-18';
 
 /**
  * Backend sessions for calls of stateless (2026-07-28) clients to backends of a session-based
- * revision: one per backend on this replica, opened on first use with the gateway's own client info
- * and no capabilities (requests from the backend to such a client cannot be carried), and replaced
- * when the backend loses it.
+ * revision: one per backend and caller on this replica (callers never share a backend session: what a
+ * backend keeps in one is that caller's), opened on first use with the gateway's own client info and
+ * no capabilities (requests from the backend to such a client cannot be carried), and replaced when
+ * the backend loses it.
  */
 export class StatelessCallSessions {
   private readonly byBackend = new Map<string, Promise<string>>();
 
   constructor(private readonly context: Pick<GatewayContext, 'backendSessions'>) {}
 
-  get(backend: BackendView, clientHeaders: Record<string, string>): Promise<string> {
-    const key = `${backend.toolService} ${backend.url}`;
+  private keyOf(backend: BackendView, owner: string | undefined): string {
+    return `${backend.toolService} ${backend.url} ${owner ?? ''}`;
+  }
+
+  get(backend: BackendView, owner: string | undefined, clientHeaders: Record<string, string>): Promise<string> {
+    const key = this.keyOf(backend, owner);
     let session = this.byBackend.get(key);
     if (!session) {
       session = this.context.backendSessions.open(backend, { protocolVersion: POOLED_SESSION_VERSION, clientInfo: GATEWAY_SERVER_INFO, clientCapabilities: {} }, clientHeaders);
@@ -105,9 +111,10 @@ export class StatelessCallSessions {
 
   /** The backend no longer knows this session: the next call opens another. */
   async lost(backend: BackendView, backendSessionId: string): Promise<void> {
-    const key = `${backend.toolService} ${backend.url}`;
-    const current = this.byBackend.get(key);
-    if (current && (await current.catch(() => undefined)) === backendSessionId) this.byBackend.delete(key);
+    const prefix = this.keyOf(backend, '');
+    for (const [key, current] of this.byBackend) {
+      if (key.startsWith(prefix) && (await current.catch(() => undefined)) === backendSessionId) this.byBackend.delete(key);
+    }
   }
 }
 
@@ -129,18 +136,20 @@ export async function checkCall(head: RequestHead, context: GatewayContext, stat
   const request = checkRequestOf(head);
   if (typeof request === 'string') return answer(400, jsonRpcError(null, JSON_RPC.INVALID_REQUEST, `session check: ${request}`));
   const { rpcId: id, backend: backendName, tool, route } = request;
-  const backend = context.lookup(route)?.backends.get(backendName);
-  if (!backend) {
+  const view = context.lookup(route);
+  const backend = view?.backends.get(backendName);
+  if (!view || !backend) {
     // Envoy was told of this backend before this sidecar's catalog was: a moment, at most.
     return answer(CHECK_STATUS.JSON_RPC_ERROR, jsonRpcError(id, JSON_RPC.INTERNAL_ERROR, `backend "${backendName}" is being added to the gateway: call again`));
   }
   const statelessBackend = backend.protocolVersion === MODERN_PROTOCOL_VERSION;
   const sessionId = head.headers.get(SESSION_HEADER);
+  const owner = ownerOf(callerOf(head, view));
   try {
     if (sessionId === undefined) {
       // A stateless client: the call script asks only when the backend needs a session.
       if (statelessBackend) return ALLOW_UNCHANGED;
-      const pooled = await statelessSessions.get(backend, clientHeadersOf(head));
+      const pooled = await statelessSessions.get(backend, owner, clientHeadersOf(head));
       return pooled ? allowInBackendSession(pooled, '') : ALLOW_UNCHANGED;
     }
     const session = await context.sessions.get(sessionId);
@@ -148,7 +157,8 @@ export async function checkCall(head: RequestHead, context: GatewayContext, stat
       const { status, headers, body } = sessionNotFound(id);
       return { status, headers, body };
     };
-    if (!session || session.route !== route) return notFound();
+    // Another route's session, or another caller's (or a session with an owner presented without a token): unknown here.
+    if (!session || session.route !== route || session.owner !== owner) return notFound();
     if (statelessBackend) return allowWithoutSession(session.id);
     const backendSessionId = await backendSessionFor(session, backend, head, context);
     if (backendSessionId === undefined) return notFound();

@@ -1,10 +1,14 @@
 import * as http from 'node:http';
+import { ApprovalCheck } from '../approval/approval-check';
+import { approvalPages } from '../approval/approval-pages';
+import { APPROVAL_STORE_DEFAULTS, ApprovalStore } from '../approval/approval-store';
+import { ApproverSignIn, SignInSettings } from '../approval/approver-sign-in';
 import { CatalogSnapshotMessage } from '../catalog/catalog-store';
 import { closeServer, listenAt } from '../shared/http-listen';
 import { Logger } from '../shared/log';
 import { CatalogSubscriber } from './catalog-subscriber';
 import { GatewayContext } from './decision';
-import { GatewayServer } from './gateway-server';
+import { GatewayServer, GatewayServerOptions } from './gateway-server';
 import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient, describeRedisAddress } from '../shared/redis-client';
 import { ListChangedStreams, changedLists } from './list-changed-streams';
 import { BACKEND_STREAM_DEFAULTS, BackendStreamLimits, BackendStreams } from './backend-streams';
@@ -15,6 +19,8 @@ import { CachedSessionStore, SESSION_CACHE_DEFAULTS, redisSessionEndings } from 
 import { MemorySessionStore, RedisSessionStore, SessionLimits, SessionStore } from './sessions/session-store';
 import { SidecarMetrics, startSidecarAdmin } from './sidecar-metrics';
 import { redisUpGauge } from '../shared/state-gauge';
+import { Tracing } from '../shared/tracing';
+import { tracedBackendSessions } from './sidecar-tracing';
 
 export interface SidecarOptions {
   /** host:port of the sidecar's HTTP port behind Envoy: the gateway lane and the call lane's session check. */
@@ -42,10 +48,24 @@ export interface SidecarOptions {
   backendStreams?: BackendStreamLimits;
   /** On stop, how long requests in flight may take to finish. */
   drainTimeoutMs: number;
+  /** Approval pages and the approval check (docs/approval-and-audit.md); they need Redis. */
+  approvals?: ApprovalOptions;
+  /** Spans of the session check and of the sidecar's requests to backends; off unless given. */
+  tracing?: Tracing;
   log: Logger;
 }
 
 const REDIS_CONNECT_WAIT_MS = 5000;
+
+export interface ApprovalOptions {
+  /** The gateway's public origin: approval links are <publicUrl>/approvals/<id>. */
+  publicUrl: string;
+  /** How long a person has to decide. */
+  ttlMs: number;
+  /** The key grants are signed with: the same on every replica, at least 32 bytes. */
+  key: Buffer;
+  signIn: SignInSettings;
+}
 
 export interface RunningSidecar {
   port: number;
@@ -109,14 +129,18 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     sessions = new MemorySessionStore(options.sessionIdleTtlSeconds, options.sessionLimits);
     log.warn('no --redis: sessions live in this process only (lost on restart, not shared with other replicas)');
   }
+  const tracing = options.tracing ?? Tracing.off;
   const context: GatewayContext = {
     lookup: (key) => routes.get(key),
     sessions,
-    backendSessions: {
-      open: (backend, session, clientHeaders) => openBackendSession(backend, session, clientHeaders, options.backendSessionTimeoutMs),
-      close: (backend, onBehalf) => closeBackendSession(backend, onBehalf, options.backendSessionTimeoutMs),
-      post: (backend, onBehalf, message) => postToBackendSession(backend, onBehalf, message, options.backendSessionTimeoutMs),
-    },
+    backendSessions: tracedBackendSessions(
+      {
+        open: (backend, session, clientHeaders) => openBackendSession(backend, session, clientHeaders, options.backendSessionTimeoutMs),
+        close: (backend, onBehalf) => closeBackendSession(backend, onBehalf, options.backendSessionTimeoutMs),
+        post: (backend, onBehalf, message) => postToBackendSession(backend, onBehalf, message, options.backendSessionTimeoutMs),
+      },
+      tracing,
+    ),
     log,
   };
 
@@ -127,8 +151,22 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   const streams = new ListChangedStreams(options.maxStreamsPerSession, log, backendStreams);
   const listens = new ListenStreams(context, backendStreams, log);
 
+  let approvalStore: ApprovalStore | undefined;
+  let approvals: GatewayServerOptions['approvals'];
+  if (options.approvals) {
+    if (!options.redis) throw new Error('approvals need --redis: every replica must find the approvals the others asked for and decided');
+    const timeouts = { ...REDIS_TIMEOUT_DEFAULTS, ...options.redis.timeouts };
+    const store = new ApprovalStore(createRedisClient(options.redis.url, timeouts), { prefix: options.redis.prefix, key: options.approvals.key, ...APPROVAL_STORE_DEFAULTS });
+    const settings = { publicUrl: options.approvals.publicUrl, ttlMs: options.approvals.ttlMs };
+    approvalStore = store;
+    approvals = {
+      check: new ApprovalCheck(store, settings, context),
+      pages: approvalPages({ store, signIn: new ApproverSignIn(options.approvals.signIn), publicUrl: settings.publicUrl, log }),
+    };
+  }
+
   const admin = options.adminAddress ? await startSidecarAdmin(options.adminAddress, metrics, () => version) : undefined;
-  const gateway = new GatewayServer(context, streams, backendStreams, listens, { maxRequestBodyBytes: options.maxRequestBodyBytes }, metrics);
+  const gateway = new GatewayServer(context, streams, backendStreams, listens, { maxRequestBodyBytes: options.maxRequestBodyBytes, approvals }, metrics, tracing);
   const server: http.Server = await listenAt(gateway.handle, options.address);
   // Envoy keeps its connections to the sidecar open between requests: longer than Envoy's own idle timeout (1 h by default) would be pointless.
   server.keepAliveTimeout = 300_000;
@@ -149,6 +187,8 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       ]);
       server.closeAllConnections();
       await sessions.close();
+      approvalStore?.close();
+      await tracing.shutdown();
     },
   };
 }

@@ -1,5 +1,7 @@
 import { z } from 'zod';
 import { ClientNeed, allows } from '../catalog/client-needs';
+import { accessDecision } from '../auth/access-rules';
+import { CallerIdentity } from '../auth/caller-identity';
 import { compareBackendNames } from '../catalog/tool-exposure';
 import { JsonRpcId } from './json-rpc';
 import { BackendView, CatalogList, LIST_METHODS, ListKind, ListMethod, ListedItem, RouteCatalogView, listOf } from './route-catalog';
@@ -47,6 +49,8 @@ export type ToolsListAnswer = CatalogListAnswer;
 export interface ListAudience {
   /** What the client's declared capabilities offer to each backend; undefined: everything (no filter). */
   offeredBy?: (backend: BackendView) => ReadonlySet<ClientNeed>;
+  /** Who asks (docs/auth.md): tools with an access rule are listed only to callers it admits. */
+  caller?: CallerIdentity;
 }
 
 const paramsSchema = z.looseObject({ cursor: z.string().optional() }).optional();
@@ -144,15 +148,18 @@ export const toolsListBody = (id: JsonRpcId, result: CatalogListResult, fields?:
 
 /**
  * The entries from `start` on this audience may use, at most `count` of them (and whether more
- * follow): a list whose entries need nothing of clients is a slice of the list serialized once.
+ * follow): what its declared capabilities allow, and what its caller may call (docs/auth.md). A list
+ * whose entries depend on neither is a slice of the list serialized once.
  */
 function pageFor(list: CatalogList, audience: ListAudience, start: number, count: number): { page: ListedItem[]; more: boolean } {
-  const { offeredBy } = audience;
-  if (offeredBy === undefined || !list.conditional) return { page: list.items.slice(start, start + count), more: start + count < list.items.length };
+  const { offeredBy, caller } = audience;
+  const byCapabilities = offeredBy !== undefined && list.conditional;
+  if (!byCapabilities && !list.byCaller) return { page: list.items.slice(start, start + count), more: start + count < list.items.length };
   const page: ListedItem[] = [];
   for (let index = start; index < list.items.length; index++) {
     const item = list.items[index];
-    if (item.needs.length > 0 && !allows(offeredBy(item.backend), item.needs)) continue;
+    if (byCapabilities && item.needs.length > 0 && !allows(offeredBy(item.backend), item.needs)) continue;
+    if (item.accessRule && !accessDecision(item.accessRule, caller).allowed) continue;
     if (page.length === count) return { page, more: true };
     page.push(item);
   }

@@ -1,5 +1,6 @@
 import type Redis from 'ioredis';
 import { z } from 'zod';
+import { SavedSigningKeys, SigningKeyPersistence, savedSigningKeysSchema } from '../auth/signing-keys';
 import { Route, routeSchema } from '../registry/model';
 import { Logger } from '../shared/log';
 import { REDIS_TIMEOUT_DEFAULTS, RedisTimeouts, createRedisClient, redisAnswers } from '../shared/redis-client';
@@ -47,7 +48,7 @@ type PendingWrite = { mapping?: string; catalog?: string } | 'remove';
  *   holding the queue for ever;
  * - a failure is logged once when Redis becomes unavailable and once when it is back.
  */
-export class LastGoodStore {
+export class LastGoodStore implements SigningKeyPersistence {
   private readonly redis: Redis;
   private readonly pending = new Map<string, PendingWrite>();
   private draining?: Promise<void>;
@@ -68,6 +69,26 @@ export class LastGoodStore {
 
   private get indexKey(): string {
     return `${this.prefix}routes`;
+  }
+
+  /** Every issuer's last signing keys, one field per key source (docs/adr/0011-caller-identity.md). */
+  private get signingKeysKey(): string {
+    return `${this.prefix}signing-keys`;
+  }
+
+  /** Not awaited: keys change rarely, and a hung Redis must hold up nothing. */
+  save(source: string, saved: SavedSigningKeys): void {
+    void this.attempt('save signing keys', () => this.redis.hset(this.signingKeysKey, source, JSON.stringify(saved)));
+  }
+
+  async load(): Promise<Map<string, SavedSigningKeys>> {
+    const fields = (await this.attempt('load signing keys', () => this.redis.hgetall(this.signingKeysKey))) ?? {};
+    const loaded = new Map<string, SavedSigningKeys>();
+    for (const [source, json] of Object.entries(fields)) {
+      const saved = this.parseField(source, 'signing-keys', json, savedSigningKeysSchema);
+      if (saved) loaded.set(source, saved);
+    }
+    return loaded;
   }
 
   /** Whether Redis answers now (mcpgw_redis_up). */

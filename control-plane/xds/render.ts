@@ -12,6 +12,7 @@ const SHORT_TYPE_NAMES: Record<string, string> = {
   [TYPE_URL.cluster]: 'clusters',
   [TYPE_URL.listener]: 'listeners',
   [TYPE_URL.routeConfiguration]: 'route_configurations',
+  [TYPE_URL.typedExtensionConfig]: 'extension_configs',
 };
 
 function withoutType({ '@type': _type, ...rest }: TypedJson): Record<string, unknown> {
@@ -20,17 +21,23 @@ function withoutType({ '@type': _type, ...rest }: TypedJson): Record<string, unk
 
 /**
  * The same resources as one static bootstrap: the RDS reference of the listener is replaced by the
- * route configuration it names, since a static bootstrap has no ADS to ask.
+ * route configuration it names, and a filter whose configuration comes by ECDS by that
+ * configuration, since a static bootstrap has no ADS to ask.
  */
 export function asStaticBootstrap(resources: XdsResources): Record<string, unknown> {
   const routeConfigs = new Map(resources[TYPE_URL.routeConfiguration].map((config) => [config.name as string, withoutType(config)]));
+  const filterConfigs = new Map((resources[TYPE_URL.typedExtensionConfig] ?? []).map((config) => [config.name as string, config.typed_config]));
   const inlineRoutes = (value: unknown): unknown => {
     if (Array.isArray(value)) return value.map(inlineRoutes);
     if (typeof value !== 'object' || value === null) return value;
     const object = value as Record<string, unknown>;
     if (object['@type'] === TYPE_URL.httpConnectionManager && object.rds) {
       const { rds, ...rest } = object;
-      return { ...rest, route_config: routeConfigs.get((rds as { route_config_name: string }).route_config_name) };
+      return inlineRoutes({ ...rest, route_config: routeConfigs.get((rds as { route_config_name: string }).route_config_name) });
+    }
+    if (object.config_discovery && typeof object.name === 'string') {
+      const { config_discovery: _discovery, ...rest } = object;
+      return { ...rest, typed_config: filterConfigs.get(object.name) };
     }
     return Object.fromEntries(Object.entries(object).map(([key, inner]) => [key, inlineRoutes(inner)]));
   };

@@ -36,7 +36,13 @@ describe('mcpgw help and usage', () => {
     expect(up).toContain('--registry <file> the registry (routes → Tool Services), YAML or JSON (default: registry/default.yaml, env: MCPGW_REGISTRY)');
     expect(up).toMatch(/--log-level <level> .* default: "info", env: MCPGW_LOG_LEVEL\)/);
     expect(helpOf('sidecar', '-h')).toContain('--drain-timeout-ms <ms> on SIGTERM, how long requests in flight keep the sidecar (default: 10000)');
-    expect(helpOf('control-plane', '--help')).toContain('--portal-token <token> bearer token for the Portal (env: MCPGW_PORTAL_TOKEN)');
+    const controlPlane = helpOf('control-plane', '--help');
+    expect(controlPlane).toContain('--portal-token <token> bearer token for the Portal (env: MCPGW_PORTAL_TOKEN)');
+    // Tracing (docs/observability.md#traces): off unless an endpoint is given.
+    expect(controlPlane).toMatch(/--otlp-endpoint <url> .* tracing is off without it \(env: MCPGW_OTLP_ENDPOINT\)/);
+    expect(controlPlane).toMatch(/--trace-sampling <ratio> .* \(default: 1, env: MCPGW_TRACE_SAMPLING\)/);
+    expect(controlPlane).toMatch(/--envoy-trace-service-name <name> .* \(default: "mcpgw-envoy"\)/);
+    expect(helpOf('sidecar', '--help')).toMatch(/--trace-service-name <name> .* \(default: "mcpgw-sidecar"\)/);
   });
 
   it('lists the bounds and Redis timeouts (docs/hardening.md) with their defaults', () => {
@@ -66,6 +72,8 @@ describe('mcpgw help and usage', () => {
     [['envoy-bootstrap', '--node-id', 'n', '--admin', '127.0.0.1:1', '--xds', '127.0.0.1:2', '--ads', 'REST'], "mcpgw envoy-bootstrap: option '--ads <type>' argument 'REST' is invalid. Allowed choices are GRPC, DELTA_GRPC. (see 'mcpgw envoy-bootstrap --help')"],
     [['sidecar', '--listen', '127.0.0.1:1', '--control-plane', '127.0.0.1:2', '--redis-command-timeout-ms', '0'], "mcpgw sidecar: option '--redis-command-timeout-ms <ms>' argument '0' is invalid. must be a whole number above 0 (see 'mcpgw sidecar --help')"],
     [['lift-off'], "mcpgw: unknown command 'lift-off' (see 'mcpgw --help')"],
+    [['up', '--trace-sampling', '5'], "mcpgw up: option '--trace-sampling <ratio>' argument '5' is invalid. must be a number from 0 to 1, e.g. 0.01 for 1 % (see 'mcpgw up --help')"],
+    [['sidecar', '--listen', '127.0.0.1:1', '--control-plane', '127.0.0.1:2', '--otlp-endpoint', 'grpc://127.0.0.1:4317'], "mcpgw sidecar: option '--otlp-endpoint <url>' argument 'grpc://127.0.0.1:4317' is invalid. must be an http:// or https:// URL (OTLP over HTTP) (see 'mcpgw sidecar --help')"],
   ])('answers a usage error (%j) with one line naming it, exit 2', (args, line) => {
     expect(mcpgw(...args)).toEqual({ code: 2, stdout: '', stderr: `${line}\n` });
   });

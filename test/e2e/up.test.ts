@@ -151,6 +151,8 @@ describe('mcpgw up tells the truth', () => {
     await run.untilOutput(/MCP federation gateway is up/);
     const url = `http://127.0.0.1:${setup.listener}/mcp/demo`;
     expect(run.stdout).toContain(`route demo: ${url} (5 tools)`);
+    // The embedded default takes no token, and says so (docs/auth.md).
+    expect(run.stdout).toContain(`authentication: off on every route: anyone who reaches 127.0.0.1:${setup.listener} can call every tool`);
     expect(await listedTools(url)).toHaveLength(5);
 
     const sidecar = descendantsOf(run.child.pid!).find((pid) => / sidecar /.test(commandLineOf(pid)));

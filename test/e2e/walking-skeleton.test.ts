@@ -130,6 +130,7 @@ describe('walking skeleton (real Envoy, sidecar, control plane, MCP SDK peers)',
       'solo/end',
       'solo/gateway',
       'unknown_route',
+      'approval_pages',
       'not_found',
     ]);
 

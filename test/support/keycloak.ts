@@ -81,6 +81,16 @@ export interface Keycloak {
   tokenFor(who: TestUser | TestClient, options?: { scopes?: ToolScope[] }): Promise<string>;
   /** An access token for a user by authorization code with PKCE (S256) through the login page, as agent-cli. */
   authorizationCodeToken(user: TestUser, options?: { scopes?: ToolScope[] }): Promise<string>;
+  /**
+   * Signs a user in on an authorization URL a client built (as a browser would: the login form, posted
+   * with the user's password) and returns where Keycloak redirects: the client's redirect URI with the
+   * code and state.
+   */
+  signIn(authorizationUrl: URL, user: TestUser): Promise<URL>;
+  /** A client-credentials token of the demo route's audience that expires `lifespanSeconds` after it is issued (client agent-short-lived, made on first use). */
+  shortLivedToken(lifespanSeconds: number): Promise<string>;
+  /** A token of the master realm's administrator: another issuer than the test realm. */
+  masterRealmToken(): Promise<string>;
   /** Standard token exchange (RFC 8693) by mcp-gateway: `subjectToken` for a token for a Tool Service. */
   exchange(subjectToken: string, options: { audience: ToolAudience; scopes?: ToolScope[] }): Promise<string>;
   /** Stops Keycloak (an IdP outage); the realm, users and signing keys survive a start. */
@@ -95,13 +105,13 @@ function realm(): z.infer<typeof RealmFixture> {
   return realmFixture;
 }
 
-function passwordOf(username: TestUser): string {
+export function passwordOf(username: TestUser): string {
   const password = realm().users.find((user) => user.username === username)?.credentials?.[0]?.value;
   if (!password) throw new Error(`${REALM_FILE} has no password for user ${username}`);
   return password;
 }
 
-function secretOf(clientId: string): string {
+export function secretOf(clientId: string): string {
   const secret = realm().clients.find((client) => client.clientId === clientId)?.secret;
   if (!secret) throw new Error(`${REALM_FILE} has no secret for client ${clientId}`);
   return secret;
@@ -141,6 +151,58 @@ function cookiesOf(response: Response): string {
     .join('; ');
 }
 
+async function signIn(authorize: URL, user: TestUser): Promise<URL> {
+  const redirectUri = authorize.searchParams.get('redirect_uri') ?? '';
+  const loginPage = await fetch(authorize, { redirect: 'manual' });
+  const html = await loginPage.text();
+  const action = /<form[^>]*id="kc-form-login"[^>]*action="([^"]+)"/.exec(html)?.[1];
+  if (!action) throw new Error(`no login form on Keycloak's authorization page (${loginPage.status})`);
+  const login = await fetch(action.replaceAll('&amp;', '&'), {
+    method: 'POST',
+    redirect: 'manual',
+    headers: { cookie: cookiesOf(loginPage) },
+    body: new URLSearchParams({ username: user, password: passwordOf(user), credentialId: '' }),
+  });
+  const location = login.headers.get('location');
+  if (login.status !== 302 || !location?.startsWith(redirectUri)) {
+    throw new Error(`login as ${user} did not redirect to ${redirectUri}: ${login.status} ${location ?? ''}`);
+  }
+  return new URL(location);
+}
+
+const SHORT_LIVED_CLIENT = { clientId: 'agent-short-lived', secret: 'short-lived-secret' };
+
+/** The master realm administrator's token (admin-cli, password grant). */
+async function masterRealmToken(run: KeycloakRun): Promise<string> {
+  return tokenRequest(`${run.baseUrl}/realms/master/protocol/openid-connect/token`, {
+    grant_type: 'password',
+    client_id: 'admin-cli',
+    username: run.adminUser,
+    password: run.adminPassword,
+  });
+}
+
+/** Makes (or updates) the confidential client agent-short-lived, whose tokens live `lifespanSeconds`, and gets one of its tokens. */
+async function shortLivedToken(run: KeycloakRun, tokenEndpoint: string, lifespanSeconds: number): Promise<string> {
+  const admin = { authorization: `Bearer ${await masterRealmToken(run)}`, 'content-type': 'application/json' };
+  const clients = `${run.baseUrl}/admin/realms/${realm().realm}/clients`;
+  const client = {
+    ...SHORT_LIVED_CLIENT,
+    publicClient: false,
+    serviceAccountsEnabled: true,
+    standardFlowEnabled: false,
+    directAccessGrantsEnabled: false,
+    attributes: { 'access.token.lifespan': String(lifespanSeconds) },
+    defaultClientScopes: ['basic', 'profile', 'groups', 'route-demo'],
+  };
+  const existing = (await (await fetch(`${clients}?clientId=${SHORT_LIVED_CLIENT.clientId}`, { headers: admin })).json()) as { id: string }[];
+  const response = existing[0]
+    ? await fetch(`${clients}/${existing[0].id}`, { method: 'PUT', headers: admin, body: JSON.stringify(client) })
+    : await fetch(clients, { method: 'POST', headers: admin, body: JSON.stringify(client) });
+  if (!response.ok) throw new Error(`Keycloak admin: client ${SHORT_LIVED_CLIENT.clientId} answered ${response.status}: ${await response.text()}`);
+  return tokenRequest(tokenEndpoint, { grant_type: 'client_credentials', client_id: SHORT_LIVED_CLIENT.clientId, client_secret: SHORT_LIVED_CLIENT.secret, scope: 'openid' });
+}
+
 async function authorizationCodeFlow(discovery: z.infer<typeof Discovery>, user: TestUser, scopes?: ToolScope[]): Promise<string> {
   const verifier = randomBytes(32).toString('base64url');
   const state = randomBytes(8).toString('hex');
@@ -156,23 +218,9 @@ async function authorizationCodeFlow(discovery: z.infer<typeof Discovery>, user:
     code_challenge: createHash('sha256').update(verifier).digest('base64url'),
     code_challenge_method: 'S256',
   }).toString();
-  const loginPage = await fetch(authorize, { redirect: 'manual' });
-  const html = await loginPage.text();
-  const action = /<form[^>]*id="kc-form-login"[^>]*action="([^"]+)"/.exec(html)?.[1];
-  if (!action) throw new Error(`no login form on Keycloak's authorization page (${loginPage.status})`);
-  const login = await fetch(action.replaceAll('&amp;', '&'), {
-    method: 'POST',
-    redirect: 'manual',
-    headers: { cookie: cookiesOf(loginPage) },
-    body: new URLSearchParams({ username: user, password: passwordOf(user), credentialId: '' }),
-  });
-  const location = login.headers.get('location');
-  if (login.status !== 302 || !location?.startsWith(redirectUri)) {
-    throw new Error(`login as ${user} did not redirect to ${redirectUri}: ${login.status} ${location ?? ''}`);
-  }
-  const callback = new URL(location).searchParams;
-  const code = callback.get('code');
-  if (callback.get('state') !== state || !code) throw new Error(`unexpected authorization response: ${location}`);
+  const redirected = await signIn(authorize, user);
+  const code = redirected.searchParams.get('code');
+  if (redirected.searchParams.get('state') !== state || !code) throw new Error(`unexpected authorization response: ${redirected.href}`);
   return tokenRequest(discovery.token_endpoint, {
     grant_type: 'authorization_code',
     client_id: 'agent-cli',
@@ -249,6 +297,9 @@ async function connect(): Promise<Keycloak> {
           : { grant_type: 'password', client_id: 'agent-cli', username: who, password: passwordOf(who), scope: scopeParameter(scopes) },
       ),
     authorizationCodeToken: (user, { scopes } = {}) => authorizationCodeFlow(discovery, user, scopes),
+    signIn,
+    shortLivedToken: (lifespanSeconds) => shortLivedToken(run, discovery.token_endpoint, lifespanSeconds),
+    masterRealmToken: () => masterRealmToken(run),
     exchange: (subjectToken, { audience, scopes }) =>
       tokenRequest(discovery.token_endpoint, {
         grant_type: 'urn:ietf:params:oauth:grant-type:token-exchange',

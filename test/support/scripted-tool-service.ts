@@ -30,6 +30,8 @@ export class ScriptedToolService extends LoopbackMcpService {
   }
 
   private descriptionBytes = 0;
+  /** The names of the tools called so far, in order: what reached this backend. */
+  readonly calls: string[] = [];
 
   /** What the next tools/list declares. */
   setTools(toolNames: string[]): void {
@@ -55,7 +57,10 @@ export class ScriptedToolService extends LoopbackMcpService {
         ...(end < this.toolNames.length && { nextCursor: String(end) }),
       };
     });
-    server.setRequestHandler(CallToolRequestSchema, async (request) => ({ content: [{ type: 'text', text: `called ${request.params.name}` }] }));
+    server.setRequestHandler(CallToolRequestSchema, async (request) => {
+      this.calls.push(request.params.name);
+      return { content: [{ type: 'text', text: `called ${request.params.name}` }] };
+    });
     return server;
   }
 }

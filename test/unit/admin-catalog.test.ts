@@ -50,6 +50,7 @@ describe('control plane admin: catalog status and on-demand refresh', () => {
       },
       xdsResources: () => ({}),
       nodes: () => [],
+      signingKeys: () => [],
       rejectingNodes: () => 0,
       callHistory: () => new CallHistory().view(),
       registry: () => ({ source: 'test', rejectedRoutes: [], origin: 'source' }),

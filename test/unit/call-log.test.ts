@@ -120,7 +120,7 @@ describe('the call log', () => {
       version: '1',
       tool_name_separator: '__',
       tools_list_page_size: 0,
-      routes: [{ route_key: 'demo', tools: [], prompts: [], resources: [], resource_templates: [], backends: [{ name: 'jobs' } as never] }],
+      routes: [{ route_key: 'demo', tools: [], prompts: [], resources: [], resource_templates: [], backends: [{ name: 'jobs' } as never], access_rules: [], groups_claim: [] }],
     });
     new CallLog([metrics]).add(entry({ ours: { tool: 'echo', outcome: 'failed' }, flags: { upstream_connection_failure: true } }));
     const text = await registry.metrics();

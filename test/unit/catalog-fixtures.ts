@@ -1,4 +1,4 @@
-import { BackendCatalogMessage, CATALOG_DEFAULTS, CatalogSettings, CatalogSnapshotMessage } from '../../control-plane/catalog/catalog-store';
+import { AccessRuleMessage, BackendCatalogMessage, CATALOG_DEFAULTS, CatalogSettings, CatalogSnapshotMessage } from '../../control-plane/catalog/catalog-store';
 import { exposeRoutePrompts, exposeRouteResources } from '../../control-plane/catalog/surface-exposure';
 import { exposeRouteTools } from '../../control-plane/catalog/tool-exposure';
 
@@ -18,6 +18,7 @@ export function backendCatalog(name: string, toolNames: string[], overrides: Par
     tls_ca_file: '',
     tls_sni: '',
     denied_tools: [],
+    approval_tools: [],
     protocol_version: '2025-11-25',
     sessionful: true,
     also_modern: false,
@@ -35,15 +36,22 @@ export function backendCatalog(name: string, toolNames: string[], overrides: Par
  * rules, as a sidecar receives them.
  */
 export function catalogSnapshot(
-  routes: { route_key: string; backends: BackendCatalogMessage[] }[],
+  routes: {
+    route_key: string;
+    backends: BackendCatalogMessage[];
+    /** The route's access rules, and the 1-based rule of a backend's tool (0: none). */
+    access?: { rules: AccessRuleMessage[]; ruleOf: (backend: string, toolIndex: number) => number; groupsClaim?: string[] };
+  }[],
   settings: CatalogSettings = CATALOG_DEFAULTS,
 ): CatalogSnapshotMessage {
   return {
     version: 'v1',
     tool_name_separator: settings.toolNameSeparator,
     tools_list_page_size: settings.toolsListPageSize,
-    routes: routes.map((route) => ({
+    routes: routes.map(({ access, ...route }) => ({
       ...route,
+      access_rules: access?.rules ?? [],
+      groups_claim: access ? (access.groupsClaim ?? ['groups']) : [],
       tools: exposeRouteTools(
         route.backends.map((backend) => ({
           backend: backend.name,
@@ -55,7 +63,10 @@ export function catalogSnapshot(
           ),
         })),
         settings,
-      ).tools,
+      ).tools.map((exposed) => ({
+        ...exposed,
+        access_rule: access?.ruleOf(exposed.backend, exposed.tool_index) ?? 0,
+      })),
       prompts: exposeRoutePrompts(itemsOf(route.backends, 'prompts_json', 'name'), settings.toolNameSeparator).prompts,
       resources: exposeRouteResources(itemsOf(route.backends, 'resources_json', 'uri'), 'resource').resources,
       resource_templates: exposeRouteResources(itemsOf(route.backends, 'resource_templates_json', 'uriTemplate'), 'resource-template').resources,

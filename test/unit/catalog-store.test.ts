@@ -41,6 +41,55 @@ function storeWith(lists: Record<string, Tool[]>, settings: Partial<CatalogSetti
 const route = (snapshot: CatalogSnapshotMessage, key: string) => snapshot.routes.find((candidate) => candidate.route_key === key)!;
 
 describe('catalog store: the route catalog sidecars serve', () => {
+  it("points each served tool at its access rule: the first of its backend's rules whose pattern matches (docs/auth.md)", async () => {
+    const guarded = buildGatewayIR({
+      routes: [
+        {
+          key: 'guarded',
+          auth: { issuer: 'https://idp.example', groupsClaim: ['realm_access', 'roles'] },
+          toolServices: [
+            {
+              id: 'weather',
+              name: 'weather',
+              url: url('weather'),
+              policy: {
+                rules: [
+                  { tools: ['get_*'], requiredScopes: ['tools:read'] },
+                  { tools: ['*'], allowGroups: ['engineering'] },
+                ],
+              },
+            },
+            { id: 'jobs', name: 'jobs', url: url('jobs'), policy: { rules: [{ tools: ['run_*'], allowSubjects: ['alice'], allowClients: ['agent-cli'] }] } },
+          ],
+        },
+      ],
+    });
+    const store = new CatalogStore(
+      async ({ url: target }) => ({
+        tools: target === url('weather') ? [tool('get_forecast'), tool('delete_city')] : [tool('run_job'), tool('echo')],
+        protocolVersion: '2025-11-25',
+        sessionful: true,
+      }),
+      CATALOG_DEFAULTS,
+      quiet,
+    );
+    store.setGateway(guarded);
+    await store.refresh();
+    const catalog = route(store.current(), 'guarded');
+    expect(catalog.groups_claim).toEqual(['realm_access', 'roles']);
+    expect(catalog.access_rules).toEqual([
+      { required_scopes: [], allow_subjects: ['alice'], allow_groups: [], allow_clients: ['agent-cli'] },
+      { required_scopes: ['tools:read'], allow_subjects: [], allow_groups: [], allow_clients: [] },
+      { required_scopes: [], allow_subjects: [], allow_groups: ['engineering'], allow_clients: [] },
+    ]);
+    expect(catalog.tools.map((exposed) => [exposed.name, exposed.access_rule])).toEqual([
+      ['jobs__run_job', 1],
+      ['jobs__echo', 0],
+      ['weather__get_forecast', 2],
+      ['weather__delete_city', 3],
+    ]);
+  });
+
   it('carries the separator, the page size and each route\'s served tools, decided once for every sidecar', async () => {
     const { store } = storeWith(
       { [url('weather')]: [tool('get_forecast'), tool('bad name')], [url('jobs')]: [tool('echo'), tool('echo')], [url('solo')]: [tool('ping')] },
@@ -56,9 +105,11 @@ describe('catalog store: the route catalog sidecars serve', () => {
       ['weather', 2],
     ]);
     expect(demo.tools).toEqual([
-      { name: 'jobs.echo', backend: 'jobs', tool_index: 0 },
-      { name: 'weather.get_forecast', backend: 'weather', tool_index: 0 },
+      { name: 'jobs.echo', backend: 'jobs', tool_index: 0, access_rule: 0 },
+      { name: 'weather.get_forecast', backend: 'weather', tool_index: 0, access_rule: 0 },
     ]);
+    expect(demo.access_rules).toEqual([]);
+    expect(demo.groups_claim).toEqual([]);
     expect(store.toolFindings('demo').map(({ tool: name, rule, action }) => [name, rule, action])).toEqual([
       ['jobs.echo', 'client-tool-name', 'kept'],
       ['jobs.echo', 'duplicate-name', 'dropped'],

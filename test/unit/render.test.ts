@@ -11,10 +11,20 @@ import { asStaticBootstrap, diffXds, formatDifferences } from '../../control-pla
 import { translate } from '../../control-plane/xds/translate';
 import { EMPTY_CALL_LANE_CATALOG } from '../../control-plane/xds/translate/call-lane';
 import { GATEWAY_DEFAULTS } from '../../control-plane/xds/translate/settings';
+import { defaultAccess } from '../../control-plane/xds/translate/access';
+import { fixtureKeysFor } from '../support/signing-keys';
 
-const settings = { ...GATEWAY_DEFAULTS, listener: { address: '127.0.0.1', port: 10000 }, sidecars: [{ address: '127.0.0.1', port: 18080 }] };
+const settings = {
+  ...GATEWAY_DEFAULTS,
+  listener: { address: '127.0.0.1', port: 10000 },
+  sidecars: [{ address: '127.0.0.1', port: 18080 }],
+  access: defaultAccess({ address: '127.0.0.1', port: 10000 }),
+};
 const FIXTURES = projectPath('test', 'fixtures', 'registries');
-const xdsOf = (file: string) => translate(buildGatewayIR(loadRegistryFile(path.join(FIXTURES, file))), EMPTY_CALL_LANE_CATALOG, settings);
+const xdsOf = (file: string) => {
+  const ir = buildGatewayIR(loadRegistryFile(path.join(FIXTURES, file)));
+  return translate(ir, EMPTY_CALL_LANE_CATALOG, settings, fixtureKeysFor(ir));
+};
 const CLI = projectPath('dist', 'control-plane', 'cli', 'mcpgw.js');
 /** The Envoy cluster a Tool Service of a fixture registry goes to (named after its upstream). */
 const clusterOf = (file: string, toolServiceId: string) =>

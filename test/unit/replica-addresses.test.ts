@@ -10,6 +10,8 @@ import { projectPath } from '../../control-plane/shared/paths';
 import { translate } from '../../control-plane/xds/translate';
 import { EMPTY_CALL_LANE_CATALOG } from '../../control-plane/xds/translate/call-lane';
 import { TYPE_URL } from '../../control-plane/xds/translate/type-urls';
+import { defaultAccess } from '../../control-plane/xds/translate/access';
+import { NO_SIGNING_KEYS } from '../../control-plane/xds/translate/auth';
 import { GATEWAY_DEFAULTS, SIDECAR_CHECK_CLUSTER_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from '../../control-plane/xds/translate/settings';
 
 /** Replicas of the sidecar and the control plane as addresses: the sidecar clusters' endpoints and the ADS cluster's (docs/adr/0010-deployment.md). */
@@ -19,7 +21,14 @@ const mcpgw = (...args: string[]) => spawnSync(process.execPath, [CLI, ...args],
 
 type Cluster = { name: string; type: string; load_assignment: { endpoints: { lb_endpoints: { endpoint: { address: { socket_address: { address: string; port_value: number } } } }[] }[] } };
 const sidecarClusters = (sidecars: { address: string; port: number }[]) =>
-  (translate(buildGatewayIR(loadRegistryFile(REGISTRY)), EMPTY_CALL_LANE_CATALOG, { ...GATEWAY_DEFAULTS, listener: { address: '127.0.0.1', port: 10000 }, sidecars })[TYPE_URL.cluster] as unknown as Cluster[]).filter(
+  (
+    translate(buildGatewayIR(loadRegistryFile(REGISTRY)), EMPTY_CALL_LANE_CATALOG, {
+      ...GATEWAY_DEFAULTS,
+      listener: { address: '127.0.0.1', port: 10000 },
+      sidecars,
+      access: defaultAccess({ address: '127.0.0.1', port: 10000 }),
+    }, NO_SIGNING_KEYS)[TYPE_URL.cluster] as unknown as Cluster[]
+  ).filter(
     (cluster) => [SIDECAR_CLUSTER_NAME, SIDECAR_CHECK_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME].includes(cluster.name),
   );
 const endpointsOf = (cluster: Cluster) =>

@@ -2,6 +2,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { GatewayIR, buildGatewayIR } from '../../control-plane/ir/gateway-ir';
 import { backendCatalog, catalogSnapshot } from './catalog-fixtures';
+import { accessRulesOf } from '../../control-plane/catalog/catalog-store';
 import { loadRegistryFile } from '../../control-plane/registry/static-file';
 import { projectPath } from '../../control-plane/shared/paths';
 import { buildSnapshot } from '../../control-plane/xds/server/snapshot';
@@ -9,6 +10,9 @@ import { translate } from '../../control-plane/xds/translate';
 import { GATEWAY_DEFAULTS, GatewaySettings } from '../../control-plane/xds/translate/settings';
 import { CallLaneCatalog, callLaneCatalogOf } from '../../control-plane/xds/translate/call-lane';
 import { TYPE_URL } from '../../control-plane/xds/translate/type-urls';
+import { defaultAccess } from '../../control-plane/xds/translate/access';
+import { NO_SIGNING_KEYS } from '../../control-plane/xds/translate/auth';
+import { fixtureKeysFor } from '../support/signing-keys';
 
 /**
  * Golden files of the generated xDS. After an intended change, review the diff of
@@ -18,6 +22,7 @@ const settings: GatewaySettings = {
   ...GATEWAY_DEFAULTS,
   listener: { address: '127.0.0.1', port: 10000 },
   sidecars: [{ address: '127.0.0.1', port: 18080 }],
+  access: defaultAccess({ address: '127.0.0.1', port: 10000 }),
 };
 const FIXTURES = projectPath('test', 'fixtures', 'registries');
 const GOLDEN = projectPath('test', 'golden');
@@ -29,7 +34,8 @@ const GOLDEN = projectPath('test', 'golden');
  * prompt, resources with subscriptions and completions, which give it routes of their own (ADR-0015).
  */
 function catalogFor(ir: GatewayIR): CallLaneCatalog {
-  const tool = (name: string, extra: Record<string, unknown> = {}) => JSON.stringify({ name, inputSchema: { type: 'object' }, ...extra });
+  const tool = (name: string, extra: Record<string, unknown> = {}) => ({ name, inputSchema: { type: 'object' as const }, ...extra });
+  const tools = [tool('get_status', { annotations: { readOnlyHint: true } }), tool('run_task', { _meta: { 'mcpgw/timeoutMs': 30000 } }), tool('delete_all')];
   return callLaneCatalogOf(
     catalogSnapshot(
       ir.routes.map((route) => ({
@@ -37,7 +43,7 @@ function catalogFor(ir: GatewayIR): CallLaneCatalog {
         backends: route.backends.map((backend, index) =>
           backendCatalog(backend.name, [], {
             tool_service: backend.catalogKey,
-            tools_json: [tool('get_status', { annotations: { readOnlyHint: true } }), tool('run_task', { _meta: { 'mcpgw/timeoutMs': 30000 } }), tool('delete_all')],
+            tools_json: tools.map((declared) => JSON.stringify(declared)),
             denied_tools: [{ tool: 'delete_all', rule: 'denyTools: delete_*' }],
             ...(index === 0 && {
               capabilities_json: JSON.stringify({ tools: {}, prompts: {}, resources: { subscribe: true }, completions: {} }),
@@ -45,27 +51,49 @@ function catalogFor(ir: GatewayIR): CallLaneCatalog {
             }),
           }),
         ),
+        ...(route.auth && {
+          access: {
+            ...accessRulesOf(route.backends.map((backend) => ({ backend: backend.name, rules: backend.policy?.rules, tools }))),
+            groupsClaim: route.auth.groupsClaim,
+          },
+        }),
       })),
     ),
   );
 }
 
-const resourcesOf = (registry: ReturnType<typeof loadRegistryFile>) => {
+const resourcesOf = (registry: ReturnType<typeof loadRegistryFile>, gateway: GatewaySettings = settings) => {
   const ir = buildGatewayIR(registry);
-  return translate(ir, catalogFor(ir), settings);
+  return translate(ir, catalogFor(ir), gateway, fixtureKeysFor(ir));
 };
+
+/** The call script is tested on its own (call-lane-lua.test.ts): golden files name it rather than repeat it. */
+function rendered(resources: ReturnType<typeof resourcesOf>): string {
+  const script = fs.readFileSync(projectPath('control-plane', 'xds', 'lua', 'call-lane.lua'), 'utf8');
+  return `${JSON.stringify(resources, (_key, value) => (value === script ? '<control-plane/xds/lua/call-lane.lua>' : value), 2)}\n`;
+}
+
+function expectGolden(resources: ReturnType<typeof resourcesOf>, file: string): void {
+  const golden = path.join(GOLDEN, file);
+  if (process.env.UPDATE_GOLDEN) fs.writeFileSync(golden, rendered(resources));
+  expect(rendered(resources)).toBe(fs.readFileSync(golden, 'utf8'));
+  // Every resource must also encode against Envoy's protos.
+  expect(() => buildSnapshot(resources)).not.toThrow();
+}
 
 describe('registry → IR → xDS golden files', () => {
   it.each(fs.readdirSync(FIXTURES).filter((file) => file.endsWith('.yaml')))('%s', (file) => {
-    const resources = resourcesOf(loadRegistryFile(path.join(FIXTURES, file)));
-    // The call script is tested on its own (call-lane-lua.test.ts): golden files name it rather than repeat it.
-    const script = fs.readFileSync(projectPath('control-plane', 'xds', 'lua', 'call-lane.lua'), 'utf8');
-    const rendered = `${JSON.stringify(resources, (_key, value) => (value === script ? '<control-plane/xds/lua/call-lane.lua>' : value), 2)}\n`;
-    const golden = path.join(GOLDEN, file.replace(/\.yaml$/, '.xds.json'));
-    if (process.env.UPDATE_GOLDEN) fs.writeFileSync(golden, rendered);
-    expect(rendered).toBe(fs.readFileSync(golden, 'utf8'));
-    // Every resource must also encode against Envoy's protos.
-    expect(() => buildSnapshot(resources)).not.toThrow();
+    expectGolden(resourcesOf(loadRegistryFile(path.join(FIXTURES, file))), file.replace(/\.yaml$/, '.xds.json'));
+  });
+
+  it('two-routes.yaml with tracing settings: the tracer, its collector cluster, span names and attributes', () => {
+    const tracing = { otlpEndpoint: 'http://otel-collector:4318', samplingRatio: 0.01, serviceName: 'mcpgw-envoy' };
+    expectGolden(resourcesOf(loadRegistryFile(path.join(FIXTURES, 'two-routes.yaml')), { ...settings, tracing }), 'two-routes.tracing.xds.json');
+  });
+
+  it('has nothing of tracing without tracing settings: no tracer, collector cluster, span ids filter, span names or attributes', () => {
+    const off = JSON.stringify(resourcesOf(loadRegistryFile(path.join(FIXTURES, 'two-routes.yaml'))));
+    for (const piece of ['envoy.tracers.opentelemetry', 'otel_collector', 'header_mutation', '"decorator"', '"custom_tags"']) expect(off).not.toContain(piece);
   });
 
   it('is unchanged when the registry lists routes and Tool Services in another order', () => {
@@ -93,7 +121,7 @@ describe('Tool Services that share an upstream', () => {
         { key: 'hasty', toolServices: [{ id: 'jobs-hasty', name: 'jobs', url: 'http://127.0.0.1:18102/mcp', transport: { requestTimeoutMs: 500 } }] },
       ],
     });
-    const resources = translate(ir, catalogFor(ir), settings);
+    const resources = translate(ir, catalogFor(ir), settings, NO_SIGNING_KEYS);
     expect(resources[TYPE_URL.cluster].filter((cluster) => String(cluster.name).startsWith('backend_'))).toHaveLength(1);
     const routes = (resources[TYPE_URL.routeConfiguration][0] as unknown as { virtual_hosts: { routes: { name: string; route?: { timeout?: string } }[] }[] })
       .virtual_hosts[0].routes;

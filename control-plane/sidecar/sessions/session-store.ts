@@ -19,6 +19,11 @@ export interface GatewaySession {
   backends: Record<string, string>;
   /** The level the client set with logging/setLevel; every backend session opened later gets it too. */
   logLevel?: string;
+  /**
+   * The caller that opened it (issuer and subject of its token, docs/auth.md); absent for a session
+   * opened without a token. Only the same owner may use it: anyone else gets 404, as for an unknown id.
+   */
+  owner?: string;
 }
 
 export interface SessionStore {
@@ -93,6 +98,7 @@ const SESSION_ID_PATTERN = /^[A-Za-z0-9_-]{32}$/;
 const storedSessionSchema = z.object({
   route: z.string(),
   protocolVersion: z.string(),
+  owner: z.string().optional(),
   clientInfo: z.string().transform((json) => JSON.parse(json) as Record<string, unknown>),
   clientCapabilities: z.string().transform((json) => JSON.parse(json) as Record<string, unknown>),
   logLevel: z.string().optional(),
@@ -224,7 +230,7 @@ export class RedisSessionStore implements SessionStore {
       const session: GatewaySession = { ...fields, id: newSessionId(), backends: {} };
       await this.writer
         .multi()
-        .hset(this.key(session.id), { route: session.route, protocolVersion: session.protocolVersion, ...stored })
+        .hset(this.key(session.id), { route: session.route, protocolVersion: session.protocolVersion, ...(session.owner !== undefined && { owner: session.owner }), ...stored })
         .expire(this.key(session.id), this.idleTtlSeconds)
         .exec();
       await this.untilReplicated();

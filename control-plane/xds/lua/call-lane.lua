@@ -7,8 +7,19 @@
 --   sessionful                    true when the backend hands out sessions (a stateless client's call needs one)
 --   annotate                      true: the final message of the answer gets the call's outcome
 --   fallback                      degraded answer text for read-only tools, if the Tool Service has one
---   ["tool:<own name>"]           a served tool: "" or flags "t=<deadline ms>;r;f" (retry safe, fallback)
+--   audit_arguments               true: the call's arguments (raw JSON) go to the access log's metadata,
+--                                 from which the control plane hashes them for the audit event
+--   ["tool:<own name>"]           a served tool: "" or flags "t=<deadline ms>;r;f;a=<n>;ap" (retry safe,
+--                                 fallback, the access rule n that decides who may call it, approval)
+--   ["approval:<own name>"]       for a tool flagged "ap": its approval rule as JSON ({"risk", "approvers"})
+--   approval_cluster              the sidecars' cluster that decides approvals (when a tool needs one)
 --   ["deny:<own name>"]           a tool the route's policy denies, with the rule that does
+--   ["access:<n>"]                an access rule (docs/auth.md): scopes = {required scope, ...},
+--                                 subjects / groups / clients = {[allowed value] = true} (absent: no condition)
+--   auth                          true when the route takes tokens (Envoy's jwt_authn validated this one)
+--   groups_claim                  where the caller's groups are in the token: {name, ...}
+--   auth_scopes                   {[scope] = true}: the route's scopes, kept in a scope challenge
+--   resource_metadata             the route's protected-resource metadata URL (RFC 9728)
 --   scheme                        the backend's name as its resources' URI scheme prefix ("_" written "-")
 -- Routes of the backend's prompts and resources (docs/adr/0015-federated-resources-and-prompts.md)
 -- run the same script for prompts/get, completion/complete, resources/read, resources/subscribe and
@@ -19,6 +30,8 @@
 -- session check read in dynamic metadata (namespace mcpgw). The response side scopes the ids of
 -- requests the backend sends its client, puts the outcome into the final message, and turns a
 -- backend's non-JSON failure or a lost backend session into a JSON-RPC error.
+-- With tracing on (an x-mcpgw-span header names Envoy's span of the call), it also names that span in
+-- params._meta.traceparent, and leaves the attributes of the span in metadata (docs/observability.md#traces).
 --
 -- No JSON or SSE library exists inside Envoy's Lua: the scanning below only finds the members of an
 -- object and the end of an event; it never builds values. Requests reaching it were parsed and
@@ -46,12 +59,19 @@ local MAX_HELD_JSON_BYTES = 1024 * 1024
 local AUTHZ_NS = "envoy.filters.http.ext_authz"
 local CHECK_BACKEND_SESSION = "x-mcpgw-backend-session"
 local CHECK_GATEWAY_SESSION = "x-mcpgw-gateway-session"
+local SPAN_IDS_HEADER = "x-mcpgw-span"
+
+local JWT_NS = "envoy.filters.http.jwt_authn"
+local JWT_PAYLOAD = "jwt_payload"
 
 local TOOL_DENIED = -32003
+local INSUFFICIENT_SCOPE = -32031
 local INVALID_PARAMS = -32602
 local INVALID_REQUEST = -32600
 local METHOD_NOT_FOUND = -32601
 local BACKEND_UNAVAILABLE = -32004
+-- The approval check answers from Redis: well inside this, or the call fails closed.
+local APPROVAL_CHECK_TIMEOUT_MS = 5000
 
 ---------------------------------------------------------------------------------------------------
 -- JSON scanning: positions only
@@ -61,13 +81,18 @@ local function skip_ws(s, i)
   return e + 1
 end
 
--- i at an opening quote; the index of the closing one, or nil.
+-- i at an opening quote; the index of the closing one, or nil. A quote closes the string when an even
+-- number of backslashes stands before it. Plain finds (memchr) only: a character-class pattern walks
+-- the string byte by byte in Lua, some 200 MB/s, and a resource's text can be megabytes.
 local function string_end(s, i)
   local j = i + 1
   while true do
-    local p = find(s, '["\\]', j)
+    local p = find(s, '"', j, true)
     if not p then return nil end
-    if byte(s, p) == 92 then j = p + 2 else return p end
+    local before = p - 1
+    while byte(s, before) == 92 do before = before - 1 end
+    if (p - 1 - before) % 2 == 0 then return p end
+    j = p + 1
   end
 end
 
@@ -354,11 +379,12 @@ end
 
 -- The session check (ext_authz, enabled by this flag): a request in a session, or a stateless
 -- client's request for a backend that needs one; a request in a session the check passed a moment
--- ago on this worker takes its answer from the worker's memory instead.
-local function ask_session_check(h, headers, route, backend, modern_client, sessionful)
+-- ago on this worker, for the same caller (`owner`, "" without a token), takes its answer from the
+-- worker's memory instead.
+local function ask_session_check(h, headers, route, backend, modern_client, sessionful, owner)
   local session_id = headers:get("mcp-session-id")
   if session_id ~= nil then
-    local key = M.checked_key(session_id, route, backend)
+    local key = M.checked_key(session_id, owner, route, backend)
     local checked = M.checked_lookup(key, h:timestamp())
     if checked then
       headers:remove("mcp-session-id")
@@ -371,14 +397,51 @@ local function ask_session_check(h, headers, route, backend, modern_client, sess
   end
 end
 
--- "t=30000;r;f" → { deadline_ms = 30000, retry = true, fallback = true }
+-- The traceparent of Envoy's span of this call: its ids ("<trace id>-<span id>", from SPAN_IDS_HEADER)
+-- with the sampled flag of the caller's traceparent, whose trace it continues. nil when Envoy's span is
+-- not in the caller's trace (no or an unreadable traceparent: Envoy started a trace of its own).
+function M.gateway_traceparent(span_ids, callers)
+  if not span_ids or not callers then return nil end
+  local trace_id, span_id = string.match(span_ids, "^(%x+)%-(%x+)$")
+  local callers_trace, flags = string.match(callers, "^%x%x%-(%x+)%-%x+%-(%x%x)")
+  if not trace_id or #trace_id ~= 32 or #span_id ~= 16 or callers_trace ~= trace_id then return nil end
+  return "00-" .. trace_id .. "-" .. span_id .. "-" .. flags
+end
+
+-- The span of the string params._meta.traceparent (trace context in the request itself, as the
+-- 2026-07-28 revision carries it), from the members of params (tool_name_span's third value); nil when
+-- there is none. Only _meta is scanned: params was, once, already.
+function M.meta_traceparent_span(body, params_members)
+  local meta = params_members and params_members._meta
+  local fields = meta and byte(body, meta[1]) == 123 and members(body, meta[1])
+  local value = fields and fields.traceparent
+  if not value or byte(body, value[1]) ~= 34 then return nil end
+  return value
+end
+
+-- s with each { first, last, text } of `edits` (in order, not overlapping) replacing s[first..last].
+function M.substitute(s, edits)
+  local out, position = {}, 1
+  for _, edit in ipairs(edits) do
+    out[#out + 1] = sub(s, position, edit[1] - 1)
+    out[#out + 1] = edit[3]
+    position = edit[2] + 1
+  end
+  out[#out + 1] = sub(s, position)
+  return concat(out)
+end
+
+-- "t=30000;r;f;a=2" → { deadline_ms = 30000, retry = true, fallback = true, access = "2" }
 function M.tool_flags(flags)
   local parsed = {}
   for flag in string.gmatch(flags, "[^;]+") do
     local deadline = string.match(flag, "^t=(%d+)$")
+    local access = string.match(flag, "^a=(%d+)$")
     if deadline then parsed.deadline_ms = deadline
+    elseif access then parsed.access = access
     elseif flag == "r" then parsed.retry = true
-    elseif flag == "f" then parsed.fallback = true end
+    elseif flag == "f" then parsed.fallback = true
+    elseif flag == "ap" then parsed.approval = true end
   end
   return parsed
 end
@@ -399,10 +462,91 @@ local function error_reply(h, id, code, message, data, status)
   h:respond({ [":status"] = status or "200", ["content-type"] = "application/json" }, body)
 end
 
+---------------------------------------------------------------------------------------------------
+-- Access rules (docs/auth.md; the sidecar decides the same for tools/list: control-plane/auth/access-rules.ts)
+
+local function words_into(set, claim)
+  if type(claim) == "string" then
+    for word in string.gmatch(claim, "%S+") do set[word] = true end
+  elseif type(claim) == "table" then
+    for _, word in ipairs(claim) do
+      if type(word) == "string" then set[word] = true end
+    end
+  end
+end
+
+-- The caller as jwt_authn validated it: the payload (Envoy normalized `scope` into a list) and the
+-- route's groups claim path. nil without a payload with iss and sub.
+function M.caller_of(payload, groups_claim)
+  if type(payload) ~= "table" or type(payload.iss) ~= "string" or type(payload.sub) ~= "string" then return nil end
+  local scopes = {}
+  words_into(scopes, payload.scope)
+  words_into(scopes, payload.scp)
+  local node = payload
+  for _, name in ipairs(groups_claim or { "groups" }) do
+    node = type(node) == "table" and node[name] or nil
+  end
+  local groups = {}
+  if type(node) == "string" then groups[1] = node
+  elseif type(node) == "table" then
+    for _, group in ipairs(node) do
+      if type(group) == "string" then groups[#groups + 1] = group end
+    end
+  end
+  local client = payload.client_id
+  if type(client) ~= "string" then client = payload.azp end
+  return {
+    owner = payload.iss .. " " .. payload.sub,
+    subject = payload.sub,
+    client = type(client) == "string" and client or nil,
+    scopes = scopes,
+    groups = groups,
+  }
+end
+
+-- "allow"; "denied" and the condition the caller fails (no other token of theirs would do); or
+-- "insufficient_scope" and the scopes missing (a token with more scopes would do).
+function M.access_decision(rule, caller)
+  if not caller then return "denied", "a token" end
+  if rule.subjects and not rule.subjects[caller.subject] then return "denied", "allowSubjects" end
+  if rule.groups then
+    local member = false
+    for _, group in ipairs(caller.groups) do
+      if rule.groups[group] then member = true break end
+    end
+    if not member then return "denied", "allowGroups" end
+  end
+  if rule.clients and not (caller.client and rule.clients[caller.client]) then return "denied", "allowClients" end
+  local missing = {}
+  for _, scope in ipairs(rule.scopes or {}) do
+    if not caller.scopes[scope] then missing[#missing + 1] = scope end
+  end
+  if #missing > 0 then return "insufficient_scope", missing end
+  return "allow"
+end
+
+-- The scopes a step-up should ask for (MCP 2025-11-25, scope challenge): the tool's own and those of
+-- the route the caller already holds, so that a new token loses nothing the caller uses here.
+function M.challenge_scopes(rule, caller, route_scopes)
+  local seen, out = {}, {}
+  local function add(scope)
+    if not seen[scope] then seen[scope] = true out[#out + 1] = scope end
+  end
+  for _, scope in ipairs(rule.scopes or {}) do add(scope) end
+  local held = {}
+  for scope in pairs(caller.scopes) do
+    if route_scopes and route_scopes[scope] then held[#held + 1] = scope end
+  end
+  table.sort(held)
+  for _, scope in ipairs(held) do add(scope) end
+  return concat(out, " ")
+end
+
 local function outcome_json(o)
   return '{"outcome":' .. json_string(o.outcome) .. ',"backend":' .. json_string(o.backend) .. ',"tool":' .. json_string(o.tool)
     .. ',"attempts":' .. o.attempts .. ',"elapsed_ms":' .. o.elapsed_ms .. ',"fallback_used":false'
     .. (o.rule and (',"rule":' .. json_string(o.rule)) or "")
+    .. (o.reason and (',"reason":' .. json_string(o.reason)) or "")
     .. (o.last_error and (',"last_error":' .. o.last_error) or "") .. "}"
 end
 M.outcome_json = outcome_json
@@ -449,6 +593,8 @@ local function forward_request(h, request)
   local own
   if is_prompt then own = sub(exposed, #backend + #separator + 1) else own = M.own_uri(exposed, scheme) end
   local modern_client = params._meta ~= nil and params._meta["io.modelcontextprotocol/protocolVersion"] ~= nil
+  -- The caller (routes with auth), read before the body: the session check's memory is per caller.
+  local caller = context:get("auth") and M.caller_of((h:streamInfo():dynamicMetadata():get(JWT_NS) or {})[JWT_PAYLOAD], context:get("groups_claim")) or nil
   era, sessionful = M.era_for(era, sessionful, modern_client)
   if modern_client and (method == "resources/subscribe" or method == "resources/unsubscribe") then
     -- The stateless revision subscribes with subscriptions/listen; as the sidecar answers removed methods.
@@ -484,7 +630,26 @@ local function forward_request(h, request)
   -- None of these changes anything at the backend but its subscriptions, which are idempotent: safe to send again.
   headers:replace("x-envoy-retry-on", "5xx,reset,connect-failure,reset-before-request")
   headers:replace("x-envoy-max-retries", "2")
-  ask_session_check(h, headers, route, backend, modern_client, sessionful)
+  ask_session_check(h, headers, route, backend, modern_client, sessionful, caller and caller.owner or "")
+end
+
+-- A tools/call whose token lacks a scope the tool's rule requires: the 403 scope challenge of the MCP
+-- authorization spec (RFC 6750 §3.1), so that the client can ask for a token with those scopes.
+-- Nothing is sent on.
+function M.scope_challenge(h, id, exposed, missing, scopes, resource_metadata)
+  local metadata = h:streamInfo():dynamicMetadata()
+  metadata:set(NS, "answered", true)
+  metadata:set(NS, "outcome", "denied")
+  metadata:set(NS, "reason", "insufficient_scope")
+  local description = "tools/call " .. exposed .. " needs scope " .. concat(missing, " ")
+  local challenge = 'Bearer error="insufficient_scope", scope="' .. scopes .. '"'
+    .. (resource_metadata and (', resource_metadata="' .. resource_metadata .. '"') or "")
+    .. ', error_description="' .. description .. '"'
+  local required = {}
+  for index, scope in ipairs(missing) do required[index] = json_string(scope) end
+  local body = '{"jsonrpc":"2.0","id":' .. id_json(id) .. ',"error":{"code":' .. INSUFFICIENT_SCOPE .. ',"message":' .. json_string(description)
+    .. ',"data":{"missing_scopes":[' .. concat(required, ",") .. '],"scope":' .. json_string(scopes) .. "}}}"
+  h:respond({ [":status"] = "403", ["content-type"] = "application/json", ["www-authenticate"] = challenge }, body)
 end
 
 -- Envoy's handle objects (headers, metadata, filter context) are valid only until the script
@@ -511,6 +676,9 @@ function envoy_on_request(h)
   local modern_client = request.params._meta ~= nil and request.params._meta["io.modelcontextprotocol/protocolVersion"] ~= nil
   era, sessionful = M.era_for(era, sessionful, modern_client)
 
+  local audit_arguments = context:get("audit_arguments")
+  local approval_rule, approval_cluster = context:get("approval:" .. own), context:get("approval_cluster")
+
   local metadata = h:streamInfo():dynamicMetadata()
   metadata:set(NS, "route", route)
   metadata:set(NS, "method", "tools/call")
@@ -518,36 +686,168 @@ function envoy_on_request(h)
   metadata:set(NS, "tool", own)
   if id ~= nil then metadata:set(NS, "rpc_id", id) end
   metadata:set(NS, "rpc_id_json", id_json(id))
-  if flags == nil then
+  local tool = flags and M.tool_flags(flags)
+
+  -- A tool the route does not serve: refused before anything reaches the backend.
+  local function refuse()
     if rule then
-      metadata:set(NS, "outcome", "denied")
+      local denied = h:streamInfo():dynamicMetadata()
+      denied:set(NS, "outcome", "denied")
+      denied:set(NS, "reason", "policy")
+      denied:set(NS, "rule", rule)
       local outcome = outcome_json({ outcome = "denied", backend = backend, tool = own, attempts = 0, elapsed_ms = 0, rule = rule })
       return error_reply(h, id, TOOL_DENIED, 'tool "' .. exposed .. '" is denied on route "' .. route .. '" by policy (' .. rule .. ")", outcome)
     end
     return error_reply(h, id, INVALID_PARAMS, 'backend "' .. backend .. '" has no tool "' .. own .. '" on route "' .. route .. '"')
   end
-  local tool = M.tool_flags(flags)
-  if tool.fallback then metadata:set(NS, "fallback", fallback) end
-  metadata:set(NS, "started_ms", h:timestamp())
+  if flags == nil and not audit_arguments then return refuse() end
+  -- What the access rule needs, read before the body (reading it yields, and handles end there).
+  local caller = context:get("auth") and M.caller_of((metadata:get(JWT_NS) or {})[JWT_PAYLOAD], context:get("groups_claim")) or nil
+  local access_rule = tool and tool.access and (context:get("access:" .. tool.access) or {})
+  local auth_scopes, resource_metadata = context:get("auth_scopes"), context:get("resource_metadata")
+  -- With tracing on, Envoy's span ids (a filter before this script overwrites any client's value);
+  -- with it off, a client's own header could only make the script write into _meta a traceparent the
+  -- client could have written there itself.
+  local request_headers = h:headers()
+  local span_ids = request_headers:get(SPAN_IDS_HEADER)
+  local gateway_traceparent
+  if span_ids then
+    metadata:set(NS, "traced", true)
+    metadata:set(NS, "session_present", request_headers:get("mcp-session-id") ~= nil)
+    gateway_traceparent = M.gateway_traceparent(span_ids, request_headers:get("traceparent"))
+  end
 
+  -- The body was read whole by the mcp filter already: this only hands it over (and yields).
   local body = h:body()
   local text = body:getBytes(0, body:length())
-  local first, last = M.tool_name_span(text)
+  local first, last, inner, params = M.tool_name_span(text)
+  metadata = h:streamInfo():dynamicMetadata()
+  if audit_arguments and inner then
+    -- Raw JSON, for the control plane to hash (docs/approval-and-audit.md); never written anywhere.
+    metadata:set(NS, "arguments", inner.arguments and text_of(text, inner.arguments) or "{}")
+  end
+  if flags == nil then return refuse() end
+  if access_rule then
+    local verdict, detail = M.access_decision(access_rule, caller)
+    if verdict == "denied" then
+      metadata:set(NS, "outcome", "denied")
+      metadata:set(NS, "reason", "policy")
+      metadata:set(NS, "rule", "the caller is not in " .. detail)
+      local outcome = outcome_json({ outcome = "denied", backend = backend, tool = own, attempts = 0, elapsed_ms = 0, rule = detail, reason = "policy" })
+      return error_reply(h, id, TOOL_DENIED, 'tool "' .. exposed .. '" is denied on route "' .. route .. '" by policy (the caller is not in ' .. detail .. ")", outcome)
+    end
+    if verdict == "insufficient_scope" then
+      return M.scope_challenge(h, id, exposed, detail, M.challenge_scopes(access_rule, caller, auth_scopes), resource_metadata)
+    end
+  end
+  if tool.fallback then metadata:set(NS, "fallback", fallback) end
+  metadata:set(NS, "started_ms", h:timestamp())
   if not first or sub(text, first + 1, last - 1) ~= exposed then
     return error_reply(h, id, INVALID_REQUEST, "tools/call params.name must be a plain JSON string", nil, "400")
   end
-  text = sub(text, 1, first) .. own .. sub(text, last)
+  if tool.approval then
+    local verdict = M.approval_request(h, {
+      route = route, backend = backend, tool = own, exposed = exposed, id = id, rule = approval_rule,
+      arguments = inner.arguments and text_of(text, inner.arguments) or "{}",
+      modern = modern_client, capabilities = modern_client and M.modern_capabilities(text, inner) or nil,
+    })
+    local answer_headers, answer_body = h:httpCall(approval_cluster, {
+      [":method"] = "POST", [":path"] = "/internal/approval-check", [":authority"] = "mcpgw-sidecar",
+      ["content-type"] = "application/json",
+    }, verdict, APPROVAL_CHECK_TIMEOUT_MS)
+    if M.approval_answered(h, id, answer_headers, answer_body) then return end
+    -- The check yielded: the body handle is taken anew.
+    body = h:body()
+  end
+  -- One pass over the body: the prefix stripped from the name and, with tracing on, the gateway's span
+  -- named in params._meta.traceparent, wherever each of them stands.
+  local edits = { { first + 1, last - 1, own } }
+  local traced_meta = gateway_traceparent and find(text, '"traceparent"', 1, true) and M.meta_traceparent_span(text, inner)
+  if traced_meta then
+    local edit = { traced_meta[1], traced_meta[2], json_string(gateway_traceparent) }
+    if traced_meta[1] < first then table.insert(edits, 1, edit) else edits[2] = edit end
+  end
+  text = M.substitute(text, edits)
   local headers = h:headers()
   remove_owned_headers(headers)
   text = adapt_to_era(h, headers, text, era, modern_client, "tools/call", own)
   body:setBytes(text)
+  h:streamInfo():dynamicMetadata():set(NS, "credential", M.credential_mode(headers:get("authorization") ~= nil, h:streamInfo():dynamicMetadata():get(JWT_NS)))
   if tool.deadline_ms then headers:replace("x-envoy-upstream-rq-timeout-ms", tool.deadline_ms) end
   if tool.retry then
     -- Read-only and idempotent tools only: running a side-effecting tool twice is worse than failing once.
     headers:replace("x-envoy-retry-on", "5xx,reset,connect-failure,reset-before-request")
     headers:replace("x-envoy-max-retries", "2")
   end
-  ask_session_check(h, headers, route, backend, modern_client, sessionful)
+  ask_session_check(h, headers, route, backend, modern_client, sessionful, caller and caller.owner or "")
+end
+
+-- What the call carries to the backend as a credential, for the audit: the caller's own token when
+-- one is left in Authorization (nothing removed it), none when jwt_authn validated and removed it
+-- ("stripped") or there was none. Backend credentials of the gateway's own come with issue 12.
+function M.credential_mode(has_authorization, jwt_metadata)
+  if has_authorization then return "caller-token-passthrough" end
+  if jwt_metadata and jwt_metadata.jwt_payload then return "caller-token-stripped" end
+  return "none"
+end
+
+-- A stateless (2026-07-28) client's capabilities, as it sent them in params._meta: raw JSON, or nil.
+function M.modern_capabilities(text, inner)
+  local meta = inner._meta and byte(text, inner._meta[1]) == 123 and members(text, inner._meta[1])
+  local capabilities = meta and meta["io.modelcontextprotocol/clientCapabilities"]
+  return capabilities and text_of(text, capabilities) or nil
+end
+
+local function optional_string(value)
+  return type(value) == "string" and json_string(value) or "null"
+end
+
+-- The approval check's request (control-plane/approval/approval-check.ts): the call, its raw arguments,
+-- the client's session or capabilities, and the caller as jwt_authn validated it.
+function M.approval_request(h, call)
+  local jwt = h:streamInfo():dynamicMetadata():get(JWT_NS)
+  local claims = jwt and jwt.jwt_payload
+  local caller = "null"
+  if claims and type(claims.iss) == "string" and type(claims.sub) == "string" then
+    caller = '{"iss":' .. json_string(claims.iss) .. ',"sub":' .. json_string(claims.sub)
+      .. ',"client_id":' .. optional_string(claims.client_id) .. ',"azp":' .. optional_string(claims.azp)
+      .. ',"preferred_username":' .. optional_string(claims.preferred_username) .. "}"
+  end
+  return '{"route":' .. json_string(call.route) .. ',"backend":' .. json_string(call.backend) .. ',"tool":' .. json_string(call.tool)
+    .. ',"exposed":' .. json_string(call.exposed) .. ',"id":' .. id_json(call.id) .. ',"rule":' .. (call.rule or "null")
+    .. ',"modern":' .. (call.modern and "true" or "false")
+    .. ',"session":' .. optional_string(h:headers():get("mcp-session-id")) .. ',"caller":' .. caller
+    .. ',"capabilities":' .. (call.capabilities or "null") .. ',"arguments":' .. call.arguments .. "}"
+end
+
+-- The approval check's answer: 204 lets the call go (approved, the approval used up); an answer naming
+-- its outcome (x-mcpgw-outcome) is the client's (an elicitation, or a refusal); anything else fails
+-- closed. True when answered here.
+function M.approval_answered(h, id, headers, body)
+  local status = headers and headers[":status"]
+  local metadata = h:streamInfo():dynamicMetadata()
+  if status == "204" then
+    metadata:set(NS, "approval", "granted")
+    for key, name in pairs({ approval_id = "x-mcpgw-approval-id", approver_iss = "x-mcpgw-approver-iss", approver_sub = "x-mcpgw-approver-sub" }) do
+      if headers[name] then metadata:set(NS, key, headers[name]) end
+    end
+    return false
+  end
+  metadata:set(NS, "answered", true)
+  if headers and headers["x-mcpgw-outcome"] and body then
+    metadata:set(NS, "approval", headers["x-mcpgw-approval"] or "required")
+    metadata:set(NS, "outcome", headers["x-mcpgw-outcome"])
+    if headers["x-mcpgw-reason"] then metadata:set(NS, "reason", headers["x-mcpgw-reason"]) end
+    if headers["x-mcpgw-approval-id"] then metadata:set(NS, "approval_id", headers["x-mcpgw-approval-id"]) end
+    h:respond({ [":status"] = status, ["content-type"] = "application/json" }, body)
+    return true
+  end
+  metadata:set(NS, "approval", "required")
+  metadata:set(NS, "outcome", "failed")
+  metadata:set(NS, "reason", "approval check unavailable")
+  h:respond({ [":status"] = "503", ["content-type"] = "application/json" },
+    '{"jsonrpc":"2.0","id":' .. id_json(id) .. ',"error":{"code":-32603,"message":"gateway error: the approval check did not answer (' .. tostring(status) .. '); nothing was sent to the backend"}}')
+  return true
 end
 
 -- Each Envoy worker remembers, for SESSION_CHECK_MEMORY_MS, that the session check let a session's
@@ -559,8 +859,10 @@ local SESSION_CHECK_MEMORY_MS = 1000
 local SESSION_CHECK_MEMORY_MAX = 10000
 local checked_sessions, checked_count = {}, 0
 
-function M.checked_key(session_id, route, backend)
-  return session_id .. "\n" .. route .. "\n" .. backend
+-- The session's owner is part of the key: another caller presenting the same session id is checked
+-- (and refused) by the sidecar, never let through from this memory.
+function M.checked_key(session_id, owner, route, backend)
+  return session_id .. "\n" .. owner .. "\n" .. route .. "\n" .. backend
 end
 
 function M.checked_lookup(key, now_ms)
@@ -669,8 +971,9 @@ function M.rewrite_message(s, call)
   return nil
 end
 
--- The outcome an answer already carries: Envoy's own failure replies (docs/errors.md) put theirs at the
--- top of error.data, a degraded (fallback) result in result._meta. nil for any other message.
+-- The outcome an answer already carries, and the HTTP status of a failure: Envoy's own failure replies
+-- (docs/errors.md) put theirs at the top of error.data, a degraded (fallback) result in result._meta.
+-- nil for any other message.
 function M.carried_outcome(s)
   local top = members(s, skip_ws(s, 1))
   if not top then return nil end
@@ -685,7 +988,9 @@ function M.carried_outcome(s)
   end
   local fields = holder and byte(s, holder[1]) == 123 and members(s, holder[1])
   local outcome = fields and fields.outcome and text_of(s, fields.outcome)
-  return outcome and string.match(outcome, '^"([a-z_]+)"$') or nil
+  outcome = outcome and string.match(outcome, '^"([a-z_]+)"$')
+  if not outcome then return nil end
+  return outcome, fields.http_status and tonumber(text_of(s, fields.http_status)) or nil
 end
 
 -- A 400 of servers built on the MCP SDK's examples ("No valid session ID", "Server not initialized")
@@ -709,11 +1014,27 @@ function M.client_event_id(value, call)
 end
 
 -- One SSE event (without its terminator), rewritten, or nil to leave it as it is.
+-- The lines of one event (LF, CRLF or CR between them), found with plain finds: a data line can be
+-- megabytes long, and a pattern walks it byte by byte.
+local function event_lines(event)
+  local lines, position, lf, cr = {}, 1, nil, nil
+  while position <= #event do
+    if lf ~= false and (lf == nil or lf < position) then lf = find(event, "\n", position, true) or false end
+    if cr ~= false and (cr == nil or cr < position) then cr = find(event, "\r", position, true) or false end
+    local stop = lf
+    if cr and (not stop or cr < stop) then stop = cr end
+    if not stop then
+      lines[#lines + 1] = sub(event, position)
+      break
+    end
+    lines[#lines + 1] = sub(event, position, stop - 1)
+    position = (stop == cr and lf == stop + 1) and stop + 2 or stop + 1
+  end
+  return lines
+end
+
 function M.rewrite_event(event, call)
-  local lines, data = {}, {}
-  for line in string.gmatch(event .. "\n", "([^\r\n]*)\r?\n?") do lines[#lines + 1] = line end
-  -- gmatch yields one empty match at the very end
-  if lines[#lines] == "" then lines[#lines] = nil end
+  local lines, data = event_lines(event), {}
   local first_data, ids = nil, false
   for index, line in ipairs(lines) do
     if sub(line, 1, 5) == "data:" then
@@ -725,9 +1046,11 @@ function M.rewrite_event(event, call)
   end
   local rewritten = first_data and M.rewrite_message(concat(data, "\n"), call)
   if not rewritten and not ids then return nil end
+  -- Line breaks (only ever between JSON tokens) would end the data line; most messages have none.
+  if rewritten and (find(rewritten, "\n", 1, true) or find(rewritten, "\r", 1, true)) then rewritten = gsub(rewritten, "[\r\n]", " ") end
   local out = {}
   for index, line in ipairs(lines) do
-    if index == first_data and rewritten then out[#out + 1] = "data: " .. gsub(rewritten, "[\r\n]", " ")
+    if index == first_data and rewritten then out[#out + 1] = "data: " .. rewritten
     elseif sub(line, 1, 3) == "id:" then
       local id = M.client_event_id(sub(line, byte(line, 4) == 32 and 5 or 4), call)
       if id then out[#out + 1] = "id: " .. id end
@@ -738,20 +1061,69 @@ function M.rewrite_event(event, call)
   return concat(out, "\n")
 end
 
+-- The blank lines that end an SSE event (two line ends: LF, CRLF or CR), as plain texts.
+local EVENT_ENDS = { "\n\n", "\r\n\n", "\n\r\n", "\r\n\r\n", "\r\r" }
+
 -- Splits the complete events off `pending`: the text to send now (rewritten) and what stays held.
+-- Each ending is looked for with a plain find, and where one is absent it is not looked for again
+-- in this text, so many events cost one pass, not one pass each.
 function M.take_events(pending, call)
   local out, position = {}, 1
+  local next_at = {}
   while true do
-    local s, e = find(pending, "\r?\n\r?\n", position)
-    local s2, e2 = find(pending, "\r\r", position)
-    if s2 and (not s or s2 < s) then s, e = s2, e2 end
+    local s, e
+    for index, ending in ipairs(EVENT_ENDS) do
+      local at = next_at[index]
+      if at ~= false and (at == nil or at < position) then
+        at = find(pending, ending, position, true) or false
+        next_at[index] = at
+      end
+      -- The earliest ending (no two of them can start at one place).
+      if at and (not s or at < s) then s, e = at, at + #ending - 1 end
+    end
     if not s then break end
     local event = sub(pending, position, s - 1)
     local rewritten = M.rewrite_event(event, call)
-    out[#out + 1] = (rewritten or event) .. sub(pending, s, e)
+    out[#out + 1] = rewritten or event
+    out[#out + 1] = sub(pending, s, e)
     position = e + 1
   end
   return concat(out), sub(pending, position)
+end
+
+-- Reads an SSE answer chunk by chunk: push(bytes) gives the text to send now (the events completed,
+-- rewritten) and how many bytes stay held; release() gives what is held, as it came. A chunk that
+-- ends no event is only kept (no pass over what is held, no copy of it), so a large event costs
+-- about one pass however it was cut.
+function M.event_reader(call)
+  local pieces, held, tail = {}, 0, ""
+  local function release()
+    local text = concat(pieces)
+    pieces, held, tail = {}, 0, ""
+    return text
+  end
+  local function push(bytes)
+    -- An ending may straddle the chunks: the last three bytes held are looked at with the new ones.
+    local window = tail .. bytes
+    local ends = false
+    -- Most chunks of a large event hold no line end at all: two finds tell.
+    if find(window, "\n", 1, true) or find(window, "\r", 1, true) then
+      for _, ending in ipairs(EVENT_ENDS) do
+        if find(window, ending, 1, true) then ends = true break end
+      end
+    end
+    if not ends then
+      pieces[#pieces + 1] = bytes
+      held = held + #bytes
+      tail = sub(window, -3)
+      return "", held
+    end
+    pieces[#pieces + 1] = bytes
+    local out, rest = M.take_events(concat(pieces), call)
+    pieces, held, tail = { rest }, #rest, sub(rest, -3)
+    return out, held
+  end
+  return push, release
 end
 
 -- What the response side needs of the call, read before the body (see envoy_on_request).
@@ -782,9 +1154,11 @@ local function call_of(h)
     scheme = h:filterContext():get("scheme"),
     annotate = h:filterContext():get("annotate"),
     sidecar = h:filterContext():get("sidecar_cluster"),
+    traced = ours.traced,
   }
   -- What the answer is to, for the errors that name it.
   call.what = call.method .. " " .. (call.tool or "")
+  if call.traced then metadata:set(NS, "attempts", attempts) end
   -- The check let this call go to a backend that needs no session of its own: remember that for the
   -- session's next calls on this worker. (A backend session is never remembered: the backend may lose
   -- it, and every worker must learn that at once.)
@@ -806,8 +1180,16 @@ local function call_of(h)
   return call
 end
 
-local function record_outcome(h, outcome)
-  if outcome then h:streamInfo():dynamicMetadata():set(NS, "outcome", outcome) end
+-- The call's outcome, for the access log and the call's span; a failed call's span gets the HTTP status
+-- the call failed with (Envoy's tracer marks a span failed only by a 5xx status, and the client's answer
+-- is a 200): the backend's own 5xx, Envoy's failure reply's, or 502 for any other failure of the backend.
+local function record_outcome(h, call, outcome, http_status)
+  if not outcome then return end
+  local metadata = h:streamInfo():dynamicMetadata()
+  metadata:set(NS, "outcome", outcome)
+  if call.traced and outcome == "failed" then
+    metadata:set(NS, "failure_status", tostring(http_status and http_status >= 500 and http_status or 502))
+  end
 end
 
 -- The whole answer replaced by one JSON-RPC error naming the backend (status 200: MCP clients read
@@ -819,7 +1201,7 @@ local function replace_with_error(h, call, message, http_status, buffered)
   headers:replace(":status", "200")
   headers:replace("content-type", "application/json")
   headers:remove("mcp-session-id")
-  record_outcome(h, "failed")
+  record_outcome(h, call, "failed", http_status)
   local data = '{"outcome":"failed","backend":' .. json_string(call.backend) .. ',"tool":' .. json_string(call.tool)
     .. ',"attempts":' .. call.attempts .. ',"fallback_used":false,"http_status":' .. http_status .. "}"
   local body = '{"jsonrpc":"2.0","id":' .. call.id_json .. ',"error":{"code":' .. BACKEND_UNAVAILABLE .. ',"message":'
@@ -864,7 +1246,7 @@ function envoy_on_response(h)
     local rewritten = call.rewrites and M.rewrite_message(text, call)
     if rewritten then
       body:setBytes(rewritten)
-      record_outcome(h, call.final)
+      record_outcome(h, call, call.final)
     end
     return
   end
@@ -889,7 +1271,8 @@ function envoy_on_response(h)
           local message = last and sub(held, 1, last)
           local rewritten = message and M.rewrite_message(message, call)
           chunk:setBytes(rewritten and (rewritten .. sub(held, last + 1)) or held)
-          record_outcome(h, call.final or (message and M.carried_outcome(message)))
+          if call.final then record_outcome(h, call, call.final)
+          elseif message then record_outcome(h, call, M.carried_outcome(message)) end
         else
           chunk:setBytes("")
         end
@@ -897,17 +1280,17 @@ function envoy_on_response(h)
     end
     return
   end
-  local pending, passing = "", false
+  local push, release = M.event_reader(call)
+  local passing = false
   for chunk in h:bodyChunks() do
     if not passing then
-      pending = pending .. chunk:getBytes(0, chunk:length())
-      local out
-      out, pending = M.take_events(pending, call)
-      if #pending > MAX_HELD_BYTES then
-        out, pending, passing = out .. pending, "", true
+      local out, held = push(chunk:getBytes(0, chunk:length()))
+      if held > MAX_HELD_BYTES then
+        -- What is held goes as it came, and the rest of the answer too.
+        out, passing = out .. release(), true
       end
       chunk:setBytes(out)
-      record_outcome(h, call.final)
+      record_outcome(h, call, call.final)
       call.final = nil
     end
   end

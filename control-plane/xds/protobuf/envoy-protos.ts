@@ -22,10 +22,17 @@ const RESOURCE_PROTO_FILES = [
   'envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.proto',
   'envoy/extensions/filters/http/ext_authz/v3/ext_authz.proto',
   'envoy/extensions/filters/http/router/v3/router.proto',
+  'envoy/extensions/filters/http/jwt_authn/v3/config.proto',
+  'envoy/extensions/filters/http/cors/v3/cors.proto',
+  'envoy/extensions/filters/http/rbac/v3/rbac.proto',
+  'envoy/extensions/access_loggers/filters/cel/v3/cel.proto',
+  'envoy/config/core/v3/extension.proto',
   'envoy/extensions/upstreams/http/v3/http_protocol_options.proto',
   'envoy/extensions/transport_sockets/tls/v3/tls.proto',
   'envoy/extensions/access_loggers/stream/v3/stream.proto',
   'envoy/extensions/access_loggers/grpc/v3/als.proto',
+  'envoy/config/trace/v3/opentelemetry.proto',
+  'envoy/extensions/filters/http/header_mutation/v3/header_mutation.proto',
   'xds/type/v3/typed_struct.proto',
 ];
 
@@ -38,6 +45,18 @@ function resolveInIncludeDirs(_origin: string, target: string): string {
   return target;
 }
 
+/**
+ * Fields of Envoy 1.40 the shipped protos lack, declared here with Envoy's own numbers so that they
+ * encode as typed config: CustomTag.value, a span attribute from a substitution format string (a
+ * member of its `type` oneof), which the tracing settings use to bound client-chosen values.
+ */
+function addNewerFields(root: protobuf.Root): void {
+  const customTag = root.lookupType('envoy.type.tracing.v3.CustomTag');
+  const value = new protobuf.Field('value', 6, 'string');
+  customTag.add(value);
+  customTag.oneofs.type.add(value);
+}
+
 let cachedRoot: protobuf.Root | undefined;
 
 /** The protobufjs root with every Envoy type the translator uses, field names kept as in the .proto. */
@@ -46,6 +65,7 @@ export function envoyProtoRoot(): protobuf.Root {
     const root = new protobuf.Root();
     root.resolvePath = resolveInIncludeDirs;
     root.loadSync(RESOURCE_PROTO_FILES, { keepCase: true });
+    addNewerFields(root);
     root.resolveAll();
     cachedRoot = root;
   }

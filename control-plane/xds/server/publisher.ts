@@ -1,5 +1,6 @@
 import { XdsResources } from '../translate';
 import { TYPE_URL } from '../translate/type-urls';
+import { jwtAuthnKeepingRemoved } from '../translate/auth';
 import { EncodingMemo, buildSnapshot } from './snapshot';
 import { SnapshotCache } from './snapshot-cache';
 
@@ -9,10 +10,11 @@ export interface AnswerWaiter {
 }
 
 /**
- * Publishes new xDS so that no request is sent to a cluster Envoy does not have. Additions are safe
- * in one step (the ADS stream sends clusters before routes). Removals take two: first the new routes
- * with the old clusters still present, then — once every Envoy has answered those routes — the
- * clusters without the removed ones.
+ * Publishes new xDS so that no request is sent to a cluster Envoy does not have, nor validated with a
+ * jwt_authn requirement it does not have. Additions are safe in one step (the ADS stream sends clusters
+ * and jwt_authn's configuration before routes). Removals take two: first the new routes with the old
+ * clusters and requirements still present, then — once every Envoy has answered those routes — the
+ * clusters and requirements without the removed ones.
  */
 export class XdsPublisher {
   private previous: XdsResources = {};
@@ -38,8 +40,17 @@ export class XdsPublisher {
     const names = (list = resources[TYPE_URL.cluster]) => new Set(list.map((cluster) => cluster.name));
     const kept = names();
     const removed = (this.previous[TYPE_URL.cluster] ?? []).filter((cluster) => !kept.has(cluster.name));
-    if (removed.length > 0) {
-      const interim = buildSnapshot({ ...resources, [TYPE_URL.cluster]: [...resources[TYPE_URL.cluster], ...removed] }, this.memo);
+    const [jwtAuthn] = resources[TYPE_URL.typedExtensionConfig] ?? [];
+    const keptJwtAuthn = jwtAuthn && jwtAuthnKeepingRemoved(this.previous[TYPE_URL.typedExtensionConfig]?.[0], jwtAuthn);
+    if (removed.length > 0 || keptJwtAuthn) {
+      const interim = buildSnapshot(
+        {
+          ...resources,
+          [TYPE_URL.cluster]: [...resources[TYPE_URL.cluster], ...removed],
+          ...(keptJwtAuthn && { [TYPE_URL.typedExtensionConfig]: [keptJwtAuthn] }),
+        },
+        this.memo,
+      );
       this.cache.set(interim);
       await this.envoys.waitForAnswers(TYPE_URL.routeConfiguration, interim.get(TYPE_URL.routeConfiguration)!.version, this.drainTimeoutMs);
     }

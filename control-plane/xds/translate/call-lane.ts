@@ -1,6 +1,8 @@
 import * as fs from 'node:fs';
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
-import { CatalogSnapshotMessage } from '../../catalog/catalog-store';
+import { AccessRuleMessage, CatalogSnapshotMessage } from '../../catalog/catalog-store';
+import { RouteAuthIR } from '../../ir/gateway-ir';
+import { CALLER_PAYLOAD_HEADER, JWT_METADATA } from '../../auth/caller-identity';
 import { MODERN_PROTOCOL_VERSION } from '../../sidecar/modern-era';
 import { schemeNameOf } from '../../catalog/resource-naming';
 import { projectPath } from '../../shared/paths';
@@ -38,6 +40,8 @@ export interface CallLaneBackend {
   tools: Map<string, string>;
   /** Its own names of tools the route's policy denies, with the rule. */
   denied: Map<string, string>;
+  /** Its own names of tools whose calls wait for an approval, with their risk and approvers' group ("": the caller). */
+  approvals: Map<string, { risk: string; approvers: string }>;
   fallbackText: string;
   /** Its own names of the prompts the route serves. */
   prompts: Set<string>;
@@ -45,10 +49,16 @@ export interface CallLaneBackend {
   serves: { prompts: boolean; resources: boolean; subscriptions: boolean; completions: boolean };
 }
 
-/** What the call lane needs of the catalog: the tool-name separator, and route key → backend name → its rules. */
+/** What the call lane needs of one route: its backends by name, and the access rules their tools' flags point into (`a=<n>`, 1-based). */
+export interface CallLaneRoute {
+  backends: Map<string, CallLaneBackend>;
+  accessRules: AccessRuleMessage[];
+}
+
+/** What the call lane needs of the catalog: the tool-name separator, and route key → its backends' rules. */
 export interface CallLaneCatalog {
   separator: string;
-  routes: Map<string, Map<string, CallLaneBackend>>;
+  routes: Map<string, CallLaneRoute>;
 }
 
 /** Before any catalog: no tool is served yet, so every call is answered "unknown tool". */
@@ -60,28 +70,34 @@ export const EMPTY_CALL_LANE_CATALOG: CallLaneCatalog = { separator: '__', route
  * side-effecting tool twice is worse than failing once), and the degraded fallback (`f`, read-only tools
  * of a Tool Service that has one).
  */
-export function toolFlags(tool: Tool, hasFallback: boolean): string {
+export function toolFlags(tool: Tool, hasFallback: boolean, access: { accessRule?: number; needsApproval?: boolean } = {}): string {
   const flags: string[] = [];
   const requested = tool._meta?.[TOOL_TIMEOUT_META_KEY];
   if (typeof requested === 'number' && Number.isInteger(requested) && requested > 0) flags.push(`t=${requested}`);
   const readOnly = tool.annotations?.readOnlyHint === true;
   if (readOnly || tool.annotations?.idempotentHint === true) flags.push('r');
   if (readOnly && hasFallback) flags.push('f');
+  // Who may call it (docs/auth.md): the route's access rule n, in the call route's context as access:<n>.
+  if (access.accessRule) flags.push(`a=${access.accessRule}`);
+  // Its calls go through the approval check first (control-plane/approval/).
+  if (access.needsApproval) flags.push('ap');
   return flags.join(';');
 }
 
 export function callLaneCatalogOf(snapshot: CatalogSnapshotMessage): CallLaneCatalog {
-  const routes = new Map<string, Map<string, CallLaneBackend>>();
+  const routes = new Map<string, CallLaneRoute>();
   for (const route of snapshot.routes) {
     const backends = new Map<string, CallLaneBackend>();
-    const served = new Set(route.tools.map((exposed) => `${exposed.backend}\n${exposed.tool_index}`));
+    const served = new Map(route.tools.map((exposed) => [`${exposed.backend}\n${exposed.tool_index}`, exposed.access_rule]));
     const servedPrompts = new Set(route.prompts.map((exposed) => `${exposed.backend}\n${exposed.index}`));
     for (const backend of route.backends) {
       const tools = new Map<string, string>();
+      const approvals = new Map((backend.approval_tools ?? []).map((approval) => [approval.tool, { risk: approval.risk, approvers: approval.approvers }]));
       backend.tools_json.forEach((json, index) => {
-        if (!served.has(`${backend.name}\n${index}`)) return;
+        const accessRule = served.get(`${backend.name}\n${index}`);
+        if (accessRule === undefined) return;
         const tool = JSON.parse(json) as Tool;
-        tools.set(tool.name, toolFlags(tool, backend.fallback_text !== ''));
+        tools.set(tool.name, toolFlags(tool, backend.fallback_text !== '', { accessRule, needsApproval: approvals.has(tool.name) }));
       });
       const prompts = new Set(
         backend.prompts_json.flatMap((json, index) => (servedPrompts.has(`${backend.name}\n${index}`) ? [(JSON.parse(json) as { name: string }).name] : [])),
@@ -93,6 +109,7 @@ export function callLaneCatalogOf(snapshot: CatalogSnapshotMessage): CallLaneCat
         sessionful: backend.sessionful,
         tools,
         denied: new Map(backend.denied_tools.map((denied) => [denied.tool, denied.rule])),
+        approvals,
         fallbackText: backend.fallback_text,
         prompts,
         serves: {
@@ -104,7 +121,7 @@ export function callLaneCatalogOf(snapshot: CatalogSnapshotMessage): CallLaneCat
         },
       });
     }
-    routes.set(route.route_key, backends);
+    routes.set(route.route_key, { backends, accessRules: route.access_rules });
   }
   return { separator: snapshot.tool_name_separator, routes };
 }
@@ -205,6 +222,9 @@ export function sessionCheckFilter(timeoutMs: number): HttpFilter {
             { key: CHECK_HEADERS.backend, value: formatterOf('backend') },
             { key: CHECK_HEADERS.tool, value: formatterOf('tool') },
             { key: CHECK_HEADERS.rpcId, value: formatterOf('rpc_id_json') },
+            // The caller as jwt_authn validated it (absent on open routes): a client's own header of
+            // this name is not among the headers the check is sent (allowed_headers).
+            { key: CALLER_PAYLOAD_HEADER, value: `%DYNAMIC_METADATA(${JWT_METADATA.namespace}:${JWT_METADATA.payloadKey})%` },
           ],
         },
         authorization_response: {
@@ -248,23 +268,66 @@ function backendContext(routeKey: string, backendName: string, separator: string
   };
 }
 
+/** A set as the script reads it fastest: { [value] = true }. */
+const asSet = (values: readonly string[]) => Object.fromEntries(values.map((value) => [value, true]));
+
+/** An access rule as the call script reads it (control-plane/xds/lua/call-lane.lua): a list present is a condition. */
+function accessRuleContext(rule: AccessRuleMessage) {
+  return {
+    ...(rule.required_scopes.length > 0 && { scopes: rule.required_scopes }),
+    ...(rule.allow_subjects.length > 0 && { subjects: asSet(rule.allow_subjects) }),
+    ...(rule.allow_groups.length > 0 && { groups: asSet(rule.allow_groups) }),
+    ...(rule.allow_clients.length > 0 && { clients: asSet(rule.allow_clients) }),
+  };
+}
+
+/** What the script needs of the route's auth to decide access rules and answer a scope challenge. */
+function authContext(auth: RouteAuthIR) {
+  return {
+    auth: true,
+    groups_claim: auth.groupsClaim,
+    auth_scopes: asSet(auth.scopesSupported),
+    resource_metadata: auth.metadataUrl,
+  };
+}
+
 /** A call route's rules for the script. */
-export function callRouteFilters(routeKey: string, backendName: string, separator: string, backend: CallLaneBackend | undefined, annotate: boolean) {
+export function callRouteFilters(
+  routeKey: string,
+  backendName: string,
+  separator: string,
+  route: CallLaneRoute | undefined,
+  auth: RouteAuthIR | undefined,
+  options: { annotate: boolean; auditArguments: boolean },
+) {
+  const backend = route?.backends.get(backendName);
   const context: Record<string, unknown> = {
     ...backendContext(routeKey, backendName, separator, backend),
-    annotate,
+    annotate: options.annotate,
     fallback: backend?.fallbackText ?? '',
+    ...(auth && authContext(auth)),
   };
-  for (const [tool, flags] of backend?.tools ?? []) context[`tool:${tool}`] = flags;
+  if (options.auditArguments) context.audit_arguments = true;
+  for (const [tool, flags] of backend?.tools ?? []) {
+    context[`tool:${tool}`] = flags;
+    const rule = /(?:^|;)a=(\d+)/.exec(flags)?.[1];
+    const accessRule = rule && route?.accessRules[Number(rule) - 1];
+    if (accessRule) context[`access:${rule}`] = accessRuleContext(accessRule);
+  }
   for (const [tool, rule] of backend?.denied ?? []) context[`deny:${tool}`] = rule;
+  for (const [tool, approval] of backend?.approvals ?? []) {
+    // As JSON the call script hands on to the approval check unread.
+    context[`approval:${tool}`] = JSON.stringify({ risk: approval.risk, ...(approval.approvers ? { approvers: approval.approvers } : {}) });
+  }
+  if (backend?.approvals.size) context.approval_cluster = SIDECAR_CHECK_CLUSTER_NAME;
   return {
     'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: context }),
   };
 }
 
-/** The rules of a route of a backend's prompts or resources: which prompts it serves. */
-export function surfaceRouteFilters(routeKey: string, backendName: string, separator: string, backend: CallLaneBackend | undefined) {
-  const context = backendContext(routeKey, backendName, separator, backend);
+/** The rules of a route of a backend's prompts or resources: which prompts it serves, and the route's auth (whose caller the session check's memory names). */
+export function surfaceRouteFilters(routeKey: string, backendName: string, separator: string, backend: CallLaneBackend | undefined, auth: RouteAuthIR | undefined) {
+  const context: Record<string, unknown> = { ...backendContext(routeKey, backendName, separator, backend), ...(auth && authContext(auth)) };
   for (const prompt of backend?.prompts ?? []) context[`prompt:${prompt}`] = '';
   return {
     'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: context }),

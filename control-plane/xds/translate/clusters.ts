@@ -22,15 +22,15 @@ export const CLUSTER_DEFAULTS = {
   circuitBreakers: { max_connections: 1024, max_pending_requests: 1024, max_requests: 1024, max_retries: 3 },
 };
 
-interface Endpoint {
+export interface Endpoint {
   address: string;
   port: number;
 }
 
 /** STATIC when every endpoint is an IP address; STRICT_DNS (each record of each name an endpoint) otherwise. */
-const discoveryTypeFor = (endpoints: Endpoint[]) => (endpoints.every((endpoint) => isIP(endpoint.address)) ? 'STATIC' : 'STRICT_DNS');
+export const discoveryTypeFor = (endpoints: Endpoint[]) => (endpoints.every((endpoint) => isIP(endpoint.address)) ? 'STATIC' : 'STRICT_DNS');
 
-function loadAssignment(clusterName: string, endpoints: Endpoint[]) {
+export function loadAssignment(clusterName: string, endpoints: Endpoint[]) {
   return {
     cluster_name: clusterName,
     endpoints: [{ lb_endpoints: endpoints.map(({ address, port }) => ({ endpoint: { address: { socket_address: { address, port_value: port } } } })) }],
@@ -57,21 +57,24 @@ function toolServiceCluster(service: ToolServiceIR): TypedJson {
     health_checks: [healthCheck(service)],
     outlier_detection: CLUSTER_DEFAULTS.outlierDetection,
     circuit_breakers: { thresholds: [{ priority: 'DEFAULT', ...CLUSTER_DEFAULTS.circuitBreakers }] },
-    ...(tls && {
-      transport_socket: {
-        name: 'envoy.transport_sockets.tls',
-        typed_config: {
-          '@type': TYPE_URL.upstreamTls,
-          sni: tls.sni,
-          common_tls_context: {
-            validation_context: {
-              trusted_ca: { filename: tls.caFile },
-              match_typed_subject_alt_names: [{ san_type: 'DNS', matcher: { exact: tls.sni } }],
-            },
-          },
+    ...(tls && { transport_socket: upstreamTls(tls) }),
+  };
+}
+
+/** TLS to an upstream: its certificate must chain to `caFile` and name `sni`. */
+export function upstreamTls(tls: { sni: string; caFile: string }) {
+  return {
+    name: 'envoy.transport_sockets.tls',
+    typed_config: {
+      '@type': TYPE_URL.upstreamTls,
+      sni: tls.sni,
+      common_tls_context: {
+        validation_context: {
+          trusted_ca: { filename: tls.caFile },
+          match_typed_subject_alt_names: [{ san_type: 'DNS', matcher: { exact: tls.sni } }],
         },
       },
-    }),
+    },
   };
 }
 

@@ -1,20 +1,27 @@
 import { GatewayIR } from '../../ir/gateway-ir';
 import { TypedJson } from '../protobuf/proto-json';
+import { SigningKeys, jwtAuthnConfig } from './auth';
 import { CallLaneCatalog } from './call-lane';
 import { buildClusters } from './clusters';
 import { buildListener } from './listener';
 import { buildRouteConfiguration } from './route-configuration';
 import { GatewaySettings } from './settings';
+import { collectorCluster } from './tracing';
 import { TYPE_URL } from './type-urls';
 
 /** The Envoy resources for one IR, by xDS type URL, in proto3 JSON form (what golden files hold). */
 export type XdsResources = Record<string, TypedJson[]>;
 
-/** The registry (IR) makes listener, routes and clusters; the catalog adds the call lane's per-backend rules to the routes. */
-export function translate(ir: GatewayIR, catalog: CallLaneCatalog, settings: GatewaySettings): XdsResources {
+/**
+ * The registry (IR) makes listener, routes, clusters and jwt_authn's configuration (ECDS); the catalog
+ * adds the call lane's per-backend rules to the routes; the signing keys the control plane fetched
+ * decide which routes with auth Envoy can validate (docs/auth.md).
+ */
+export function translate(ir: GatewayIR, catalog: CallLaneCatalog, settings: GatewaySettings, keys: SigningKeys): XdsResources {
   return {
-    [TYPE_URL.cluster]: buildClusters(ir, settings),
+    [TYPE_URL.cluster]: [...buildClusters(ir, settings), ...(settings.tracing ? [collectorCluster(settings.tracing)] : [])],
     [TYPE_URL.listener]: [buildListener(settings)],
-    [TYPE_URL.routeConfiguration]: [buildRouteConfiguration(ir, catalog)],
+    [TYPE_URL.typedExtensionConfig]: [jwtAuthnConfig(ir, keys)],
+    [TYPE_URL.routeConfiguration]: [buildRouteConfiguration(ir, catalog, settings, keys)],
   };
 }

@@ -1,8 +1,23 @@
 import { TypedJson } from '../protobuf/proto-json';
+import { originCheckFilter } from './access';
+import { jwtAuthnFilter } from './auth';
 import { callScriptFilter, mcpFilter, sessionCheckFilter } from './call-lane';
 import { localReplyConfig } from './local-replies';
-import { CONTROL_PLANE_CLUSTER_NAME, GatewaySettings, LISTENER_NAME, MCP_METADATA_NAMESPACE, METADATA_NAMESPACE, ROUTE_CONFIG_NAME } from './settings';
+import {
+  CONTROL_PLANE_CLUSTER_NAME,
+  GatewaySettings,
+  JWT_METADATA_NAMESPACE,
+  JWT_PAYLOAD_KEY,
+  LISTENER_NAME,
+  MCP_METADATA_NAMESPACE,
+  METADATA_NAMESPACE,
+  ROUTE_CONFIG_NAME,
+} from './settings';
+import { connectionManagerTracing, spanIdsFilter } from './tracing';
 import { TYPE_URL } from './type-urls';
+
+/** A claim of the caller's validated token (jwt_authn), cut to a bounded length: the token's issuer chose it. */
+const claimOf = (claim: string) => `%DYNAMIC_METADATA(${JWT_METADATA_NAMESPACE}:${JWT_PAYLOAD_KEY}:${claim}):256%`;
 
 const accessLog = {
   name: 'envoy.access_loggers.stdout',
@@ -31,19 +46,42 @@ const accessLog = {
         tool: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:tool):128%`,
         // Set by the call script when it knows the call's outcome: ok, failed, degraded or denied.
         outcome: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:outcome)%`,
+        // Who called (docs/approval-and-audit.md): absent on open routes. Keycloak names the client in
+        // `azp`; RFC 9068 tokens in `client_id`.
+        caller_iss: claimOf('iss'),
+        caller_sub: claimOf('sub'),
+        caller_client_id: claimOf('client_id'),
+        caller_azp: claimOf('azp'),
       },
     },
   },
 };
 
+/** 401 (no or invalid token) to 403 (scope, audience, origin): a request the gateway refused to its caller. */
+const DENIED_STATUSES = { min: 401, max: 403 };
+const statusIs = (op: 'GE' | 'LE', value: number) => ({
+  status_code_filter: { comparison: { op, value: { default_value: value, runtime_key: `mcpgw.call_log.denied_status_${op === 'GE' ? 'min' : 'max'}` } } },
+});
+
 /**
- * Every call of the call lane, streamed to the control plane (control-plane/admin/call-log.ts), which
- * counts outcomes and durations by route, backend and tool: batched, off the request path.
+ * Every tools/call (either lane) and every request refused with 401 to 403, streamed to the control
+ * plane (control-plane/admin/call-log.ts), which counts outcomes and durations by route, backend and
+ * tool, and writes the audit (control-plane/audit/): batched, off the request path.
  */
 const callLog = {
   name: 'envoy.access_loggers.http_grpc',
   filter: {
-    metadata_filter: { matcher: { filter: METADATA_NAMESPACE, path: [{ key: 'backend' }], value: { present_match: true } }, match_if_key_not_found: false },
+    or_filter: {
+      filters: [
+        {
+          metadata_filter: {
+            matcher: { filter: MCP_METADATA_NAMESPACE, path: [{ key: 'method' }], value: { string_match: { exact: 'tools/call' } } },
+            match_if_key_not_found: false,
+          },
+        },
+        { and_filter: { filters: [statusIs('GE', DENIED_STATUSES.min), statusIs('LE', DENIED_STATUSES.max)] } },
+      ],
+    },
   },
   typed_config: {
     '@type': TYPE_URL.grpcAccessLog,
@@ -81,10 +119,18 @@ export function buildListener(settings: GatewaySettings): TypedJson {
               request_timeout: '0s',
               access_log: [accessLog, callLog],
               local_reply_config: localReplyConfig(),
-              // The two lanes (docs/adr/0008-data-path-lanes.md): the mcp filter parses every request; a
+              ...(settings.tracing && { tracing: connectionManagerTracing(settings.tracing) }),
+              // CORS answers the preflights of browser pages on allowed origins (they carry no token), the
+              // origin check refuses any other origin, jwt_authn validates the token of every request of a
+              // route with auth before anything reads its body (docs/auth.md). The two
+              // lanes (docs/adr/0008-data-path-lanes.md): the mcp filter parses every request; a
               // tools/call route turns on the call script and the session check with its own rules.
               http_filters: [
+                { name: 'envoy.filters.http.cors', typed_config: { '@type': TYPE_URL.cors } },
+                originCheckFilter(settings.access.allowedOrigins),
+                jwtAuthnFilter(),
                 mcpFilter(settings.maxRequestBodyBytes),
+                ...(settings.tracing ? [spanIdsFilter()] : []),
                 callScriptFilter(),
                 sessionCheckFilter(settings.sessionCheckTimeoutMs),
                 { name: 'envoy.filters.http.router', typed_config: { '@type': TYPE_URL.router } },

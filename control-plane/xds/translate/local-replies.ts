@@ -1,5 +1,8 @@
 import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
+import { ORIGIN_POLICY } from './access';
+import { AUTH_ROUTE_METADATA } from './auth';
 import { CHECK_STATUS, MCP_METADATA_NAMESPACE, METADATA_NAMESPACE } from './settings';
+import { TYPE_URL } from './type-urls';
 
 /**
  * Envoy's own replies in JSON-RPC form (docs/errors.md). When a tools/call fails in Envoy — no healthy
@@ -24,6 +27,8 @@ const FAILURE_CLASSES = [
 const ALL_FAILURE_FLAGS = FAILURE_CLASSES.flatMap((failure) => failure.flags);
 
 export const BACKEND_UNAVAILABLE_CODE = -32004;
+/** No valid token on a route with auth (HTTP 401, docs/errors.md). */
+export const UNAUTHORIZED_CODE = -32030;
 export const GATEWAY_INTERNAL_CODE = -32603;
 /** The session check could not be asked (its sidecars out of reach): Envoy's own status for it, rewritten to 503 here. */
 export const SESSION_CHECK_ERROR_STATUS = 502;
@@ -80,12 +85,58 @@ const AS_IT_IS = { text_format_source: { inline_string: '%LOCAL_REPLY_BODY%' }, 
 const rpcError = (id: string | null, code: number, message: string, data?: Record<string, unknown>) =>
   jsonBody({ jsonrpc: '2.0', id, error: { code, message, ...(data && { data }) } });
 
+/** A CEL condition on the reply (Envoy's CEL access-log filter): used where no other filter can tell replies apart. */
+const cel = (expression: string) => ({
+  extension_filter: { name: 'envoy.access_loggers.extension_filters.cel', typed_config: { '@type': TYPE_URL.celFilter, expression } },
+});
+
+/** jwt_authn's verdict on a token, as Envoy's details name it (`jwt_authn_access_denied{Jwt_is_expired}`). */
+const jwtRefused = (verdict?: string) =>
+  cel(verdict ? `response.code_details == 'jwt_authn_access_denied{${verdict}}'` : `response.code_details.startsWith('jwt_authn_access_denied')`);
+
+/** The route's challenge parameters (resource_metadata, scope), from its metadata (auth.ts). */
+const ROUTE_CHALLENGE = `%METADATA(ROUTE:${AUTH_ROUTE_METADATA}:challenge)%`;
+
+/**
+ * jwt_authn's refusals as the MCP authorization spec has them (RFC 6750 §3, RFC 9728 §5.1): 401 with
+ * `WWW-Authenticate: Bearer resource_metadata="…"` naming the route's metadata document — without an
+ * error code when the request carried no token, with `error="invalid_token"` and a description when its
+ * token is not good here (expired, another issuer or audience, a bad signature, not a JWT). jwt_authn's
+ * own 403 for an audience it does not accept becomes 401 too: the token is invalid for this resource.
+ */
+function tokenRefusals() {
+  const refusal = (filter: unknown, challenge: string, message: string) => ({
+    filter,
+    status_code: 401,
+    headers_to_add: [{ header: { key: 'www-authenticate', value: `Bearer ${challenge}` }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' }],
+    body_format_override: rpcError(null, UNAUTHORIZED_CODE, message, ENVOY_DETAILS),
+  });
+  const invalid = (description: string) => `error="invalid_token", error_description="${description}", ${ROUTE_CHALLENGE}`;
+  return [
+    refusal(jwtRefused('Jwt_is_missing'), ROUTE_CHALLENGE, 'unauthorized: this route needs a bearer token (see WWW-Authenticate)'),
+    refusal(jwtRefused('Jwt_is_expired'), invalid('the access token expired'), 'unauthorized: the access token expired'),
+    refusal(
+      jwtRefused('Audiences_in_Jwt_are_not_allowed'),
+      invalid('the access token is not for this resource (audience)'),
+      'unauthorized: the access token is not for this resource (audience)',
+    ),
+    refusal(jwtRefused('Jwt_issuer_is_not_configured'), invalid('the access token is from an issuer this route does not accept'), 'unauthorized: the access token is from an issuer this route does not accept'),
+    refusal(jwtRefused(), invalid('the access token is invalid'), 'unauthorized: the access token is invalid (%LOCAL_REPLY_BODY%)'),
+  ];
+}
+
 export function localReplyConfig() {
   const callLane = metadataPresent(METADATA_NAMESPACE, 'backend');
   return {
     mappers: [
-      // The call script's own answers (unknown or denied tool, …) are JSON-RPC already.
+      // The call script's own answers (unknown or denied tool, the scope challenge, …) are JSON-RPC already.
       { filter: metadataPresent(METADATA_NAMESPACE, 'answered'), body_format_override: AS_IT_IS },
+      ...tokenRefusals(),
+      {
+        // The listener's origin check (access.ts): a browser page of an origin that is not allowed.
+        filter: cel(`response.code_details == 'rbac_access_denied_matched_policy[${ORIGIN_POLICY}]'`),
+        body_format_override: rpcError(null, -32600, 'Origin not allowed: this gateway serves browser pages of its allowed origins only (settings: --allowed-origins)', ENVOY_DETAILS),
+      },
       {
         // Read-only tool with a fallback: the agent gets a degraded result instead of an error.
         filter: all(failedWith(ALL_FAILURE_FLAGS), metadataPresent(METADATA_NAMESPACE, 'fallback')),

@@ -1,20 +1,37 @@
 import { GatewayIR, RouteBackendIR, RouteIR, ToolServiceIR } from '../../ir/gateway-ir';
 import { TypedJson } from '../protobuf/proto-json';
+import { corsPolicy, hostDeniedVirtualHost, servedDomains } from './access';
+import { CALLER_HEADER_REMOVED, CALLER_HEADER_SET, SigningKeys, authenticatedRouteParts, keysUnavailableRoute, metadataDocumentRoute } from './auth';
 import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, callRouteFilters, surfaceMatches, surfaceRouteFilters } from './call-lane';
 import { duration } from './duration';
-import { MCP_METADATA_NAMESPACE, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
+import { GatewaySettings, MCP_METADATA_NAMESPACE, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
+import { GATEWAY_SPANS, routeTracing } from './tracing';
 import { TYPE_URL, typedStruct } from './type-urls';
+
+/** Where the sidecars serve the approval pages. */
+export const APPROVAL_PAGES_PATH = '/approvals';
+
+/** The approval pages are a browser's: the mcp filter lets them pass unparsed; no call script, no session check. */
+const APPROVAL_PAGE_FILTERS = {
+  ...GATEWAY_LANE_FILTERS,
+  'envoy.filters.http.mcp': typedStruct(TYPE_URL.mcpOverride, { traffic_mode: 'PASS_THROUGH' }),
+};
 
 /** How long the gateway lane may take: it answers from memory, or ends and notifies backend sessions (bounded there). */
 const GATEWAY_LANE_TIMEOUT = '30s';
 /** A client's GET stream is kept alive by the sidecar's keepalive comments (every 30 s). */
 const STREAM_IDLE_TIMEOUT = '120s';
 
+/** What the routes take of the gateway's settings: the audit's copy of call arguments, Envoy's tracer. */
+type RouteSettings = Pick<GatewaySettings, 'auditArguments' | 'tracing'>;
+
 /** The call lane: a tools/call named with this backend's prefix, to its Tool Service, under the call script's rules. */
-function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolServiceIR, catalog: CallLaneCatalog) {
+function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolServiceIR, catalog: CallLaneCatalog, settings: RouteSettings) {
   const { host, port, path } = service.endpoint;
   return {
+    ...CALLER_HEADER_REMOVED,
     name: `${route.key}/call/${backend.name}`,
+    ...(settings.tracing && routeTracing(GATEWAY_SPANS.forward, route.key, backend.name)),
     match: callMatch(route.path, backend.name, catalog.separator),
     route: {
       cluster: backend.clusterName,
@@ -31,7 +48,10 @@ function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolService
         retry_back_off: { base_interval: '0.025s', max_interval: '0.250s' },
       },
     },
-    typed_per_filter_config: callRouteFilters(route.key, backend.name, catalog.separator, catalog.routes.get(route.key)?.get(backend.name), true),
+    typed_per_filter_config: callRouteFilters(route.key, backend.name, catalog.separator, catalog.routes.get(route.key), route.auth, {
+      annotate: true,
+      auditArguments: settings.auditArguments,
+    }),
     // A backend's own session id must not reach the client, whose session is the gateway's (ADR-0004).
     response_headers_to_remove: ['mcp-session-id'],
   };
@@ -42,11 +62,11 @@ function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolService
  * prompts/get, completion/complete and resources/* naming this backend go to its Tool Service like a
  * call, under the same script, session check and upstream settings, for what it serves.
  */
-function surfaceRoutes(route: RouteIR, backend: RouteBackendIR, service: ToolServiceIR, catalog: CallLaneCatalog) {
-  const rules = catalog.routes.get(route.key)?.get(backend.name);
+function surfaceRoutes(route: RouteIR, backend: RouteBackendIR, service: ToolServiceIR, catalog: CallLaneCatalog, settings: RouteSettings) {
+  const rules = catalog.routes.get(route.key)?.backends.get(backend.name);
   if (!rules) return [];
-  const call = callRoute(route, backend, service, catalog);
-  const filters = surfaceRouteFilters(route.key, backend.name, catalog.separator, rules);
+  const call = callRoute(route, backend, service, catalog, settings);
+  const filters = surfaceRouteFilters(route.key, backend.name, catalog.separator, rules, route.auth);
   return surfaceMatches(route.path, backend.name, catalog.separator, rules.serves).map(({ kind, match }) => ({
     ...call,
     name: `${route.key}/${kind}/${backend.name}`,
@@ -59,9 +79,11 @@ function surfaceRoutes(route: RouteIR, backend: RouteBackendIR, service: ToolSer
  * A stateless client's subscriptions/listen (MCP 2026-07-28): a POST whose answer is a stream the
  * sidecars hold for as long as the client listens, like a GET stream.
  */
-function listenRoute(route: RouteIR) {
+function listenRoute(route: RouteIR, traced: boolean) {
   return {
+    ...CALLER_HEADER_SET,
     name: `${route.key}/listen`,
+    ...(traced && routeTracing(GATEWAY_SPANS.stream, route.key)),
     match: {
       path_separated_prefix: route.path,
       dynamic_metadata: [{ filter: MCP_METADATA_NAMESPACE, path: [{ key: 'method' }], value: { string_match: { exact: 'subscriptions/listen' } } }],
@@ -72,9 +94,11 @@ function listenRoute(route: RouteIR) {
 }
 
 /** A client's standalone GET stream of the route: held by the sidecars for as long as the client keeps it. */
-function streamsRoute(route: RouteIR) {
+function streamsRoute(route: RouteIR, traced: boolean) {
   return {
+    ...CALLER_HEADER_SET,
     name: `${route.key}/streams`,
+    ...(traced && routeTracing(GATEWAY_SPANS.stream, route.key)),
     match: { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'GET' } }] },
     route: { cluster: SIDECAR_STREAMS_CLUSTER_NAME, timeout: '0s', idle_timeout: STREAM_IDLE_TIMEOUT, retry_policy: STREAMS_RETRY_POLICY },
     typed_per_filter_config: GATEWAY_LANE_FILTERS,
@@ -100,9 +124,16 @@ export const SIDECAR_RETRY_POLICY = {
 const STREAMS_RETRY_POLICY = { ...SIDECAR_RETRY_POLICY, retry_on: 'connect-failure,reset,refused-stream' };
 
 /** The gateway lane: everything the gateway answers itself (initialize, tools/list, DELETE, …) and calls no backend route took. */
-function gatewayRoute(name: string, match: Record<string, unknown>, filters: Record<string, unknown> = GATEWAY_LANE_FILTERS) {
+function gatewayRoute(
+  name: string,
+  match: Record<string, unknown>,
+  tracing: ReturnType<typeof routeTracing> | undefined,
+  filters: Record<string, unknown> = GATEWAY_LANE_FILTERS,
+) {
   return {
+    ...CALLER_HEADER_SET,
     name,
+    ...tracing,
     match,
     route: {
       cluster: SIDECAR_CLUSTER_NAME,
@@ -114,39 +145,69 @@ function gatewayRoute(name: string, match: Record<string, unknown>, filters: Rec
   };
 }
 
-/**
- * All routes live in one RouteConfiguration, so any registry or catalog change is a single RDS update.
- * Per route key: a call route per backend (longest prefix first, so a prefix that extends another wins),
- * the GET stream route, then the gateway lane.
- */
-export function buildRouteConfiguration(ir: GatewayIR, catalog: CallLaneCatalog): TypedJson {
-  // By Tool Service, not by cluster: Tool Services sharing a cluster may differ in their deadlines.
-  const services = new Map(ir.toolServices.map((service) => [service.catalogKey, service]));
-  const routes = ir.routes.flatMap((route) => [
+/** A route with auth validates every request of its lanes; its 401s name its metadata document. */
+function withAuth(route: RouteIR, lane: { typed_per_filter_config: Record<string, unknown> }) {
+  if (!route.auth) return lane;
+  const { metadata, filters } = authenticatedRouteParts(route);
+  return { ...lane, metadata, typed_per_filter_config: { ...lane.typed_per_filter_config, ...filters } };
+}
+
+/** Per route key: a call route per backend (longest prefix first, so a prefix that extends another wins), the GET stream route, then the gateway lane. */
+function routesOf(
+  route: RouteIR,
+  services: Map<string, ToolServiceIR>,
+  catalog: CallLaneCatalog,
+  keys: SigningKeys,
+  settings: RouteSettings,
+): Record<string, unknown>[] {
+  if (route.auth && !keys.has(route.auth.keys.name)) return [metadataDocumentRoute(route), keysUnavailableRoute(route)];
+  const answered = settings.tracing ? routeTracing(GATEWAY_SPANS.answer, route.key) : undefined;
+  const lanes = [
     ...[...route.backends]
       .sort((a, b) => b.name.length - a.name.length || a.name.localeCompare(b.name))
       .flatMap((backend) => [
-        callRoute(route, backend, services.get(backend.catalogKey)!, catalog),
-        ...surfaceRoutes(route, backend, services.get(backend.catalogKey)!, catalog),
+        callRoute(route, backend, services.get(backend.catalogKey)!, catalog, settings),
+        ...surfaceRoutes(route, backend, services.get(backend.catalogKey)!, catalog, settings),
       ]),
-    streamsRoute(route),
-    listenRoute(route),
-    gatewayRoute(`${route.key}/end`, { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'DELETE' } }] }, SESSION_END_FILTERS),
-    gatewayRoute(`${route.key}/gateway`, { path_separated_prefix: route.path }),
-  ]);
+    streamsRoute(route, settings.tracing !== undefined),
+    listenRoute(route, settings.tracing !== undefined),
+    gatewayRoute(`${route.key}/end`, { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'DELETE' } }] }, answered, SESSION_END_FILTERS),
+    gatewayRoute(`${route.key}/gateway`, { path_separated_prefix: route.path }, answered),
+  ].map((lane) => withAuth(route, lane));
+  return route.auth ? [metadataDocumentRoute(route), ...lanes] : lanes;
+}
+
+/**
+ * All routes live in one RouteConfiguration, so any registry or catalog change is a single RDS update.
+ * The served hosts are one virtual host (any other Host meets host_denied), with the CORS policy of
+ * the allowed browser origins (the listener refuses any other origin: access.ts).
+ */
+export function buildRouteConfiguration(
+  ir: GatewayIR,
+  catalog: CallLaneCatalog,
+  settings: RouteSettings & Pick<GatewaySettings, 'access'>,
+  keys: SigningKeys,
+): TypedJson {
+  const { access } = settings;
+  // By Tool Service, not by cluster: Tool Services sharing a cluster may differ in their deadlines.
+  const services = new Map(ir.toolServices.map((service) => [service.catalogKey, service]));
+  const routes = ir.routes.flatMap((route) => routesOf(route, services, catalog, keys, settings));
   return {
     '@type': TYPE_URL.routeConfiguration,
     name: ROUTE_CONFIG_NAME,
     virtual_hosts: [
       {
         name: 'mcp',
-        domains: ['*'],
+        domains: servedDomains(access.allowedHosts, ir.routes.flatMap((route) => (route.auth ? [new URL(route.auth.resource).host] : []))),
         // Callers see x-envoy-attempt-count on every proxied response.
         include_attempt_count_in_response: true,
+        typed_per_filter_config: { 'envoy.filters.http.cors': corsPolicy(access.allowedOrigins) },
         routes: [
           ...routes,
           // /mcp without a key, or a key no route has: the sidecar says which.
-          gatewayRoute('unknown_route', { path_separated_prefix: '/mcp' }),
+          gatewayRoute('unknown_route', { path_separated_prefix: '/mcp' }, undefined),
+          // The approval pages people open in a browser (docs/approval-and-audit.md): HTML and forms, not MCP.
+          gatewayRoute('approval_pages', { path_separated_prefix: APPROVAL_PAGES_PATH }, undefined, APPROVAL_PAGE_FILTERS),
           {
             name: 'not_found',
             match: { prefix: '/' },
@@ -155,6 +216,7 @@ export function buildRouteConfiguration(ir: GatewayIR, catalog: CallLaneCatalog)
           },
         ],
       },
+      ...hostDeniedVirtualHost(access.allowedHosts),
     ],
   };
 }

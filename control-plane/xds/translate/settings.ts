@@ -12,12 +12,48 @@ export interface GatewaySettings {
   maxRequestBodyBytes: number;
   /** How long Envoy waits for the session check, which may open a backend's session (its own deadline is shorter). */
   sessionCheckTimeoutMs: number;
+  /** Who may reach the gateway: its public URL, and the Host and Origin values it serves (docs/auth.md). */
+  access: AccessSettings;
+  /**
+   * The call script hands each call's arguments (raw JSON) to the call log, for the audit's arguments
+   * hash (control-plane/audit/). Off when the control plane writes no audit: then nothing is copied.
+   */
+  auditArguments: boolean;
+  /** Envoy's spans (docs/observability.md#traces); absent, no tracer is configured at all. */
+  tracing?: GatewayTracing;
+}
+
+/** `*`: any value. */
+export type AllowList = readonly string[] | '*';
+
+export interface AccessSettings {
+  /** The gateway's public origin, scheme://host[:port]: resource URLs are <publicUrl>/mcp/<key> (docs/auth.md). */
+  publicUrl: string;
+  /** Host header values served (Envoy virtual-host domains, `*.example.com` allowed); any other Host gets 403 (DNS rebinding). */
+  allowedHosts: AllowList;
+  /**
+   * Origin header values served and answered with CORS (exact origins; `*` inside one matches any
+   * characters of a host or port, e.g. `http://localhost:*`); any other Origin gets 403 (MCP transport
+   * MUST). A request without Origin (not from a browser) is not affected.
+   */
+  allowedOrigins: AllowList;
+}
+
+/** Envoy's OpenTelemetry tracer: a gateway setting, so it changes the listener only when it changes. */
+export interface GatewayTracing {
+  /** OTLP/HTTP base URL of the collector, e.g. http://collector:4318: Envoy posts spans to `<url>/v1/traces`. */
+  otlpEndpoint: string;
+  /** Share of the traces Envoy starts that are kept (0…1); a caller's sampled flag is followed. */
+  samplingRatio: number;
+  /** `service.name` of Envoy's spans. */
+  serviceName: string;
 }
 
 /** Defaults of the settings above that are not addresses (docs/xds.md says why). */
 export const GATEWAY_DEFAULTS = {
   maxRequestBodyBytes: 1024 * 1024,
   sessionCheckTimeoutMs: 6_000,
+  auditArguments: false,
 };
 
 export const LISTENER_NAME = 'mcp_gateway';
@@ -30,12 +66,17 @@ export const SIDECAR_CLUSTER_NAME = 'mcp_sidecar';
 export const SIDECAR_STREAMS_CLUSTER_NAME = 'mcp_sidecar_streams';
 /** The same sidecars, for the call lane's session check (ext_authz over HTTP). */
 export const SIDECAR_CHECK_CLUSTER_NAME = 'mcp_sidecar_check';
+/** The OTLP collector, for Envoy's spans (only with tracing settings). */
+export const OTEL_COLLECTOR_CLUSTER_NAME = 'otel_collector';
 /** Where the sidecar serves the session check; Envoy prefixes the call's own path with it. */
 export const SESSION_CHECK_PATH = '/check';
 /** Dynamic-metadata namespace the call lane writes (route, backend, tool, JSON-RPC id, fallback, outcome) for Envoy's formatters. */
 export const METADATA_NAMESPACE = 'mcpgw';
 /** The mcp filter's own dynamic-metadata namespace (method, id, params.name). */
 export const MCP_METADATA_NAMESPACE = 'envoy.filters.http.mcp';
+/** jwt_authn's namespace: the validated token's claims under `jwt_payload` (docs/auth.md). */
+export const JWT_METADATA_NAMESPACE = 'envoy.filters.http.jwt_authn';
+export const JWT_PAYLOAD_KEY = 'jwt_payload';
 /** Headers the session check receives from the call script's metadata and may send back. */
 export const CHECK_HEADERS = {
   route: 'x-mcpgw-route',
@@ -46,6 +87,12 @@ export const CHECK_HEADERS = {
   backendSession: 'x-mcpgw-backend-session',
   gatewaySession: 'x-mcpgw-gateway-session',
 } as const;
+
+/**
+ * With tracing on, the call script learns the ids of Envoy's span of the call from this header
+ * (`<trace id>-<span id>`, added before the script runs), to write them into params._meta.
+ */
+export const SPAN_IDS_HEADER = 'x-mcpgw-span';
 
 /** Envoy's answer statuses (ext_authz): 200 lets the call go; anything else is the client's answer. */
 export const CHECK_STATUS = {

@@ -16,10 +16,22 @@ export const TYPE_URL = {
   stdoutAccessLog: `${prefix}envoy.extensions.access_loggers.stream.v3.StdoutAccessLog`,
   grpcAccessLog: `${prefix}envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig`,
   typedStruct: `${prefix}xds.type.v3.TypedStruct`,
+  typedExtensionConfig: `${prefix}envoy.config.core.v3.TypedExtensionConfig`,
+  jwtAuthn: `${prefix}envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication`,
+  jwtAuthnPerRoute: `${prefix}envoy.extensions.filters.http.jwt_authn.v3.PerRouteConfig`,
+  cors: `${prefix}envoy.extensions.filters.http.cors.v3.Cors`,
+  corsPolicy: `${prefix}envoy.extensions.filters.http.cors.v3.CorsPolicy`,
+  rbac: `${prefix}envoy.extensions.filters.http.rbac.v3.RBAC`,
+  celFilter: `${prefix}envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter`,
+  openTelemetryConfig: `${prefix}envoy.config.trace.v3.OpenTelemetryConfig`,
+  headerMutation: `${prefix}envoy.extensions.filters.http.header_mutation.v3.HeaderMutation`,
   // Newer than the protos the project ships (ADR-0002): these travel as TypedStruct.
   mcp: `${prefix}envoy.extensions.filters.http.mcp.v3.Mcp`,
+  mcpOverride: `${prefix}envoy.extensions.filters.http.mcp.v3.McpOverride`,
   lua: `${prefix}envoy.extensions.filters.http.lua.v3.Lua`,
   luaPerRoute: `${prefix}envoy.extensions.filters.http.lua.v3.LuaPerRoute`,
+  parentBasedSampler: `${prefix}envoy.extensions.tracers.opentelemetry.samplers.v3.ParentBasedSamplerConfig`,
+  traceIdRatioSampler: `${prefix}envoy.extensions.tracers.opentelemetry.samplers.v3.TraceIdRatioBasedSamplerConfig`,
   previousHostsPredicate: `${prefix}envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate`,
 } as const;
 

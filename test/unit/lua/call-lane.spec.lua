@@ -38,12 +38,42 @@ _, _, inner, params = M.tool_name_span(body)
 check("envelope merged into _meta", M.with_modern_envelope(body, params, inner),
   '{"params":{"name":"get","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"mcp-federation-gateway","version":"0.1.0"},"progressToken":3}}}')
 
+-- trace context: the gateway's span, in the caller's trace, also named in params._meta
+local span_ids = "0af7651916cd43dd8448eb211c80319c-c88cfa8db470da01"
+check("gateway traceparent keeps the caller's sampled flag",
+  M.gateway_traceparent(span_ids, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"), "00-0af7651916cd43dd8448eb211c80319c-c88cfa8db470da01-01")
+check("gateway traceparent of an unsampled caller",
+  M.gateway_traceparent(span_ids, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"), "00-0af7651916cd43dd8448eb211c80319c-c88cfa8db470da01-00")
+check("no gateway traceparent outside the caller's trace",
+  M.gateway_traceparent(span_ids, "00-11111111111111111111111111111111-b7ad6b7169203331-01"), nil)
+check("no gateway traceparent without a caller's", M.gateway_traceparent(span_ids, nil), nil)
+check("no gateway traceparent for unreadable ids", M.gateway_traceparent("-", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"), nil)
+local function traceparent_in_meta(body)
+  local _, _, inner = M.tool_name_span(body)
+  local span = M.meta_traceparent_span(body, inner)
+  return span and body:sub(span[1], span[2])
+end
+check("_meta traceparent found", traceparent_in_meta('{"params":{"name":"get","_meta":{"tracestate":"v=1","traceparent":"00-ab-cd-01"}}}'), '"00-ab-cd-01"')
+check("a traceparent in the arguments is the tool's", traceparent_in_meta('{"params":{"name":"get","arguments":{"traceparent":"x"},"_meta":{"progressToken":1}}}'), nil)
+check("no _meta, no traceparent", traceparent_in_meta('{"params":{"name":"get"}}'), nil)
+check("a _meta traceparent that is not a string is left", traceparent_in_meta('{"params":{"name":"get","_meta":{"traceparent":5}}}'), nil)
+check("edits in one pass", M.substitute("abcdefgh", { { 2, 3, "XY" }, { 6, 6, "" } }), "aXYdegh")
+check("no edits", M.substitute("abc", {}), "abc")
+
 -- flags
 local flags = M.tool_flags("t=30000;r;f")
 check("flag deadline", flags.deadline_ms, "30000")
 check("flag retry", flags.retry, true)
 check("flag fallback", flags.fallback, true)
 check("no flags", M.tool_flags("").retry, nil)
+check("flag approval", M.tool_flags("r;ap").approval, true)
+check("flag approval is not access", M.tool_flags("a=2").approval, nil)
+
+-- the credential a call carries to its backend (the audit's credential_mode)
+check("credential: caller token left in Authorization", M.credential_mode(true, nil), "caller-token-passthrough")
+check("credential: token validated and removed", M.credential_mode(false, { jwt_payload = { sub = "alice" } }), "caller-token-stripped")
+check("credential: none on an open route", M.credential_mode(false, nil), "none")
+check("credential: jwt metadata without a payload", M.credential_mode(false, {}), "none")
 
 -- ids
 check("id number", M.id_json(7), "7")
@@ -109,6 +139,33 @@ for split = 1, #stream - 1 do
   if a .. b ~= whole or rest ~= "" then all_same = false; print("# split at " .. split .. " gave " .. a .. b) end
 end
 check("any split gives the same events", all_same, true)
+
+-- the reader the response loop uses: any two cuts of a stream (LF, CRLF and CR endings, an ending cut
+-- through) give the same text as the whole, and nothing stays held
+local mixed = 'event: message\r\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}\r\n\r\n'
+  .. ': keepalive\r\r' .. 'data: {"jsonrpc":"2.0","id":7,"result":{"content":[]}}\n\r\n'
+local mixed_whole = M.take_events(mixed, call)
+local reader_same = true
+for first = 1, #mixed - 2, 3 do
+  for second = first + 1, #mixed - 1, 5 do
+    local push = M.event_reader(call)
+    local a = push(mixed:sub(1, first))
+    local b = push(mixed:sub(first + 1, second))
+    local c, held = push(mixed:sub(second + 1))
+    if a .. b .. c ~= mixed_whole or held ~= 0 then reader_same = false; print("# cuts at " .. first .. ", " .. second .. " gave " .. a .. b .. c) end
+  end
+end
+check("reader: any two cuts give the same events", reader_same, true)
+local push, release = M.event_reader(call)
+local sent, held = push('data: {"jsonrpc":"2.0",')
+check("reader: an unended event is held", sent .. "|" .. held, "|" .. #'data: {"jsonrpc":"2.0",')
+check("reader: release gives it as it came", release(), 'data: {"jsonrpc":"2.0",')
+check("reader: nothing held after release", select(2, push("")), 0)
+
+-- a string ends at a quote after an even number of backslashes
+check("escaped backslash before the closing quote", M.members('{"a":"x\\\\","b":1}', 1).b[1], 16)
+check("escaped quote inside", M.members('{"a":"x\\"y","b":2}', 1).b[1], 17)
+check("three backslashes then a quote: escaped", M.members('{"a":"\\\\\\"","b":3}', 1).b[1], 17)
 out = M.take_events('data: not json\n\n', call)
 check("data that is not JSON untouched", out, 'data: not json\n\n')
 check("session unknown 400", M.says_session_unknown('{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}'), true)
@@ -119,19 +176,61 @@ check("json end: partial", M.json_end('{"jsonrpc":"2.0","result":{"a":"}'), nil)
 check("json end: whole", M.json_end(' {"a":{"b":"}"}} \n'), 16)
 check("json end: empty", M.json_end('  '), nil)
 check("carried outcome of a failure reply", M.carried_outcome('{"jsonrpc":"2.0","id":1,"error":{"code":-32004,"message":"x","data":{"outcome":"failed","backend":"b"}}}'), "failed")
+check("carried HTTP status of a failure reply",
+  select(2, M.carried_outcome('{"jsonrpc":"2.0","id":1,"error":{"code":-32004,"message":"x","data":{"outcome":"failed","http_status":503}}}')), 503)
 check("carried outcome of a degraded result", M.carried_outcome('{"jsonrpc":"2.0","id":1,"result":{"content":[],"_meta":{"mcpgw/outcome":{"outcome":"degraded"}}}}'), "degraded")
 check("no carried outcome", M.carried_outcome('{"jsonrpc":"2.0","id":1,"result":{"content":[]}}'), nil)
 
 -- the per-worker memory of session checks
-local key = M.checked_key("s1", "demo", "jobs")
+local key = M.checked_key("s1", "", "demo", "jobs")
 M.checked_remember(key, 1000)
 check("remembered while fresh", M.checked_lookup(key, 1500) ~= nil, true)
 check("forgotten once stale", M.checked_lookup(key, 2001), nil)
-M.checked_remember(M.checked_key("s1", "demo", "weather"), 5000)
-M.checked_remember(M.checked_key("s2", "demo", "jobs"), 5000)
+M.checked_remember(M.checked_key("s1", "", "demo", "weather"), 5000)
+M.checked_remember(M.checked_key("s2", "", "demo", "jobs"), 5000)
 M.checked_forget("s1\n")
-check("an ended session is forgotten for every backend", M.checked_lookup(M.checked_key("s1", "demo", "weather"), 5001), nil)
-check("other sessions are kept", M.checked_lookup(M.checked_key("s2", "demo", "jobs"), 5001) ~= nil, true)
+check("an ended session is forgotten for every backend", M.checked_lookup(M.checked_key("s1", "", "demo", "weather"), 5001), nil)
+check("other sessions are kept", M.checked_lookup(M.checked_key("s2", "", "demo", "jobs"), 5001) ~= nil, true)
+M.checked_remember(M.checked_key("s3", "https://idp alice", "demo", "jobs"), 5000)
+check("the owner's check is remembered", M.checked_lookup(M.checked_key("s3", "https://idp alice", "demo", "jobs"), 5001) ~= nil, true)
+check("another caller's is not", M.checked_lookup(M.checked_key("s3", "https://idp bob", "demo", "jobs"), 5001), nil)
+check("nor a caller without a token", M.checked_lookup(M.checked_key("s3", "", "demo", "jobs"), 5001), nil)
+M.checked_forget("s3\n")
+check("an ended session is forgotten for its owner too", M.checked_lookup(M.checked_key("s3", "https://idp alice", "demo", "jobs"), 5001), nil)
+
+-- access rules (the payload as Envoy's jwt_authn leaves it: scope normalized into a list)
+check("flag access rule", M.tool_flags("t=5;a=12;r").access, "12")
+local alice = M.caller_of({ iss = "https://idp", sub = "alice", azp = "agent-cli", scope = { "openid", "tools:read" }, groups = { "engineering", "oncall" } })
+check("caller owner", alice.owner, "https://idp alice")
+check("caller scope from list", alice.scopes["tools:read"], true)
+check("caller client from azp", alice.client, "agent-cli")
+check("caller groups", alice.groups[2], "oncall")
+check("client_id wins over azp", M.caller_of({ iss = "i", sub = "s", client_id = "c1", azp = "c2" }).client, "c1")
+check("scope as a string and scp", M.caller_of({ iss = "i", sub = "s", scope = "a b", scp = { "c" } }).scopes.c, true)
+check("scope string split", M.caller_of({ iss = "i", sub = "s", scope = "a b" }).scopes.b, true)
+check("nested groups claim", M.caller_of({ iss = "i", sub = "s", realm_access = { roles = { "admin" } } }, { "realm_access", "roles" }).groups[1], "admin")
+check("single group string", M.caller_of({ iss = "i", sub = "s", team = "blue" }, { "team" }).groups[1], "blue")
+check("groups claim missing", #M.caller_of({ iss = "i", sub = "s" }, { "realm_access", "roles" }).groups, 0)
+check("no payload no caller", M.caller_of(nil), nil)
+check("payload without sub no caller", M.caller_of({ iss = "i" }), nil)
+
+local function decide(rule, caller)
+  local verdict, detail = M.access_decision(rule, caller)
+  return verdict .. ":" .. (type(detail) == "table" and table.concat(detail, " ") or tostring(detail))
+end
+check("scope rule met", decide({ scopes = { "tools:read" } }, alice), "allow:nil")
+check("scope missing", decide({ scopes = { "tools:read", "tools:call", "tools:admin" } }, alice), "insufficient_scope:tools:call tools:admin")
+check("subject allowed", decide({ subjects = { alice = true } }, alice), "allow:nil")
+check("subject not allowed", decide({ subjects = { bob = true } }, alice), "denied:allowSubjects")
+check("group allowed", decide({ groups = { oncall = true } }, alice), "allow:nil")
+check("group not allowed", decide({ groups = { support = true } }, alice), "denied:allowGroups")
+check("client allowed", decide({ clients = { ["agent-cli"] = true } }, alice), "allow:nil")
+check("client not allowed", decide({ clients = { ["agent-batch"] = true } }, alice), "denied:allowClients")
+check("who before what: denied wins over a missing scope", decide({ groups = { support = true }, scopes = { "tools:admin" } }, alice), "denied:allowGroups")
+check("no token denied", decide({ scopes = { "tools:read" } }, nil), "denied:a token")
+check("challenge keeps the route's scopes the caller holds",
+  M.challenge_scopes({ scopes = { "tools:call" } }, alice, { ["tools:read"] = true, ["tools:call"] = true }), "tools:call tools:read")
+check("challenge leaves out scopes of other routes", M.challenge_scopes({ scopes = { "tools:call" } }, alice, { ["tools:call"] = true }), "tools:call")
 
 -- resource URIs (docs/adr/0015-federated-resources-and-prompts.md)
 check("uri exposed", M.exposed_uri_json('"file:///a/b?x=1#f"', "my-docs"), '"my-docs+file:///a/b?x=1#f"')

@@ -1,0 +1,139 @@
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { stringify } from 'yaml';
+import { GatewayStack } from '../../control-plane/devstack/stack';
+import { startJaeger } from '../../test/support/jaeger';
+import { runClosedLoop, runFixedRate } from '../load/load-runner';
+import { BenchSettings } from '../settings';
+import { ProcessGroup } from '../systems/process-group';
+import { inRotation } from '../systems/systems';
+import { Topology } from '../systems/topology';
+import { cpuSecondsOf } from './cpu-time';
+import { AttributeCostRun, runAttributeCosts } from './tracing-attributes';
+import { MeasuredRun, SATURATION, callDriver, measuredRun, runLine, waitUntilCallsAnswer } from './tool-call';
+
+/**
+ * Scenario 5 (issue 15): tools/call through gateways that differ only in their tracing settings — off,
+ * and each sampling ratio, every span exported over OTLP/HTTP to a real Jaeger — measured in the same
+ * run, interleaved, at a fixed rate and at saturation. The load sends no traceparent, so the ratio
+ * decides which calls are traced. Jaeger runs on the load generator's core: the cost measured is the
+ * gateway's own (tracer, attributes, export), not the collector's.
+ */
+
+export interface TracingVariant {
+  /** "off", or the sampling ratio in per cent ("1 %", "100 %"). */
+  id: string;
+  samplingRatio: number | null;
+}
+
+export interface TracingRun extends MeasuredRun {
+  variant: string;
+  /**
+   * CPU time the gateway's own processes spent per correct answer during the run (µs), by process:
+   * the cost of tracing wherever the collector runs and whatever else shares the machine.
+   */
+  cpuMicrosPerCall: Record<string, number>;
+}
+
+export interface TracingResults {
+  variants: TracingVariant[];
+  runs: TracingRun[];
+  /** Spans each variant's Envoy exported over the scenario (its `tracing.opentelemetry.spans_sent`). */
+  envoySpansSent: Record<string, number>;
+  /** What each piece of Envoy's tracing costs by itself (tracing-attributes.ts). */
+  attributeCosts: AttributeCostRun[];
+  setup: string;
+}
+
+const READY_TIMEOUT_MS = 60_000;
+/** The gateway's processes whose CPU time is counted (GatewayStack process names). */
+const COUNTED_PROCESSES = ['envoy', 'sidecar', 'control-plane'];
+
+/** Runs `measure` and tells the CPU each counted process of `stack` spent meanwhile, per correct answer. */
+async function withCpuPerCall(stack: GatewayStack, measure: () => Promise<MeasuredRun>): Promise<MeasuredRun & { cpuMicrosPerCall: Record<string, number> }> {
+  const pids = COUNTED_PROCESSES.map((name) => [name, stack.processes.get(name)!.child.pid!] as const);
+  const before = pids.map(([, pid]) => cpuSecondsOf(pid));
+  const run = await measure();
+  const cpuMicrosPerCall = Object.fromEntries(pids.map(([name, pid], index) => [name, ((cpuSecondsOf(pid) - before[index]) * 1e6) / Math.max(1, run.ok)]));
+  return { ...run, cpuMicrosPerCall };
+}
+
+const variantId = (ratio: number | null) => (ratio === null ? 'off' : `${+(ratio * 100).toFixed(2)} %`);
+
+async function envoySpansSent(stack: GatewayStack): Promise<number> {
+  const stats = (await (await fetch(`${stack.envoyAdminUrl}/stats?format=json&filter=${encodeURIComponent('^tracing\\.opentelemetry\\.spans_sent$')}`)).json()) as {
+    stats: { name: string; value: number }[];
+  };
+  return stats.stats[0]?.value ?? 0;
+}
+
+export async function runTracingScenario(group: ProcessGroup, topology: Topology, settings: BenchSettings, log: (line: string) => void): Promise<TracingResults> {
+  const dir = path.join(group.logDir, 'tracing');
+  const jaeger = await startJaeger(path.join(dir, 'jaeger'));
+  group.adoptBeside('jaeger', jaeger.pid, () => jaeger.stop());
+  // The call route alone: no tools/list fleet whose catalog refresh would run during the measurement.
+  const registryFile = path.join(dir, 'registry.yaml');
+  const call = topology.callRoute;
+  fs.writeFileSync(
+    registryFile,
+    stringify({ routes: [{ key: call.key, toolServices: call.backends.map((backend) => ({ id: backend.endpoint.id, name: backend.name, url: backend.endpoint.url })) }] }),
+  );
+  const variants: TracingVariant[] = [null, ...settings.tracing.samplingRatios].map((samplingRatio) => ({ id: variantId(samplingRatio), samplingRatio }));
+  const stacks = new Map<string, GatewayStack>();
+  for (const variant of variants) {
+    const logDir = path.join(dir, `gateway-${variant.id.replace(/\W+/g, '')}`);
+    const tracing = variant.samplingRatio === null ? undefined : { otlpEndpoint: jaeger.otlpHttpUrl, samplingRatio: variant.samplingRatio };
+    stacks.set(variant.id, await group.startGateway(`gateway-tracing-${variant.id}`, { registryFile, logDir, tracing }));
+  }
+  const paths = variants.map((variant) => ({
+    variant: variant.id,
+    name: `gateway, tracing ${variant.id}`,
+    callUrl: stacks.get(variant.id)!.gatewayUrl(call.key),
+    toolPrefix: `${call.backends[0].name}__`,
+  }));
+  await waitUntilCallsAnswer(paths, settings, READY_TIMEOUT_MS);
+
+  const { toolCall, tracing } = settings;
+  const drivers = new Map<string, Awaited<ReturnType<typeof callDriver>>>();
+  const runs: TracingRun[] = [];
+  const record = (variant: string, run: MeasuredRun & { cpuMicrosPerCall: Record<string, number> }) => {
+    runs.push({ variant, ...run });
+    const cpu = Object.entries(run.cpuMicrosPerCall).map(([name, micros]) => `${name} ${micros.toFixed(0)}`).join(', ');
+    log(`${runLine(`tracing ${variant}`, run)}; CPU µs per call: ${cpu}`);
+  };
+  try {
+    for (const entry of paths) {
+      const driver = await callDriver(entry, settings);
+      drivers.set(entry.variant, driver);
+      await runFixedRate(driver.issue, { ...toolCall.initialWarmup, maxInFlight: settings.maxInFlight });
+    }
+    for (let repetition = 1; repetition <= settings.repetitions; repetition++) {
+      const order = inRotation(paths, repetition);
+      for (const { variant } of order) {
+        const { issue } = drivers.get(variant)!;
+        const rate = tracing.ratePerSecond;
+        await runFixedRate(issue, { rate, durationMs: toolCall.warmupMs, maxInFlight: settings.maxInFlight });
+        const stack = stacks.get(variant)!;
+        record(variant, await withCpuPerCall(stack, async () => measuredRun(String(rate), repetition, await runFixedRate(issue, { rate, durationMs: toolCall.measureMs, maxInFlight: settings.maxInFlight }))));
+      }
+      for (const { variant } of order) {
+        const { issue } = drivers.get(variant)!;
+        const { concurrency, warmupMs, measureMs } = toolCall.saturation;
+        await runClosedLoop(issue, { concurrency, durationMs: warmupMs });
+        record(variant, await withCpuPerCall(stacks.get(variant)!, async () => measuredRun(SATURATION, repetition, await runClosedLoop(issue, { concurrency, durationMs: measureMs }))));
+      }
+    }
+  } finally {
+    for (const driver of drivers.values()) driver.close();
+  }
+  const envoySpans: Record<string, number> = {};
+  for (const variant of variants) envoySpans[variant.id] = await envoySpansSent(stacks.get(variant.id)!);
+  const attributeCosts = await runAttributeCosts(group, jaeger.otlpHttpUrl, settings, log);
+  return {
+    variants,
+    runs,
+    envoySpansSent: envoySpans,
+    attributeCosts,
+    setup: `three GatewayStacks with only the call route (${call.key}), the same bench backend; tracing off, or --otlp-endpoint to Jaeger v1.76.0 (OTLP/HTTP, in-memory store, pinned to the load generator's CPU) with --trace-sampling as named; the load sends no traceparent`,
+  };
+}

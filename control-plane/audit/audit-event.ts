@@ -1,0 +1,142 @@
+import { z } from 'zod';
+import { CALL_OUTCOMES, LogEntry, fromStruct, outcomeOf, secondsOf } from '../admin/call-log';
+import { JWT_METADATA_NAMESPACE, JWT_PAYLOAD_KEY, MCP_METADATA_NAMESPACE, METADATA_NAMESPACE } from '../xds/translate/settings';
+import { argumentsHash } from './arguments-hash';
+
+/**
+ * One audit event per tools/call and per request the gateway refused to its caller (401 to 403),
+ * built from the call log Envoy streams to the control plane (control-plane/admin/call-log.ts). The
+ * schema below is the contract: docs/audit-event.schema.json is generated from it, and
+ * docs/approval-and-audit.md describes every field. Argument values never appear, only their hash.
+ */
+
+export const AUDIT_SCHEMA_VERSION = 1;
+
+/** The calls' outcome vocabulary (docs/observability.md), the same in metrics and audit. */
+export const AUDIT_OUTCOMES = CALL_OUTCOMES;
+
+/** How the call reached its backend, as far as the caller's credential goes; issue 12 adds the gateway's own. */
+export const CREDENTIAL_MODES = ['none', 'caller-token-stripped', 'caller-token-passthrough'] as const;
+
+export const APPROVAL_DECISIONS = ['not_required', 'required', 'granted', 'declined', 'expired'] as const;
+
+const identity = z
+  .object({
+    issuer: z.string().describe('`iss` of the validated token'),
+    subject: z.string().describe('`sub` of the validated token'),
+    client_id: z.string().optional().describe('The OAuth client: `client_id` (RFC 9068), else `azp`'),
+  })
+  .strict();
+
+export const auditEventSchema = z
+  .object({
+    audit_version: z.literal(AUDIT_SCHEMA_VERSION),
+    time: z.iso.datetime().describe('When Envoy received the request (UTC)'),
+    request_id: z.string().optional().describe("Envoy's x-request-id: the same request in Envoy's access log"),
+    kind: z.enum(['tools/call', 'denied_request']).describe('A tools/call (whatever its outcome), or another request refused with 401 to 403'),
+    method: z.string().optional().describe('The JSON-RPC method, when the request got as far as being parsed'),
+    caller: identity.optional().describe("The caller's validated token; absent on routes without authentication"),
+    route: z.string().optional().describe('The route key, when the path named a route'),
+    backend: z.string().optional().describe('The Tool Service (its prefix name) the call was placed on'),
+    tool: z.string().optional().describe("The tool's own name at its backend; the name as called when no backend took it"),
+    arguments_sha256: z
+      .string()
+      .regex(/^[0-9a-f]{64}$/)
+      .optional()
+      .describe('SHA-256 (hex) of the arguments as canonical JSON (RFC 8785; absent arguments are {}); never the values'),
+    outcome: z.enum(AUDIT_OUTCOMES),
+    reason: z.string().optional().describe('Why a request was denied or failed: "policy", "approval declined", "approval expired", or what Envoy says of a 401/403'),
+    rule: z.string().optional().describe('The policy rule that denied the call'),
+    http_status: z.number().int(),
+    attempts: z.number().int().min(0).describe('Requests Envoy sent to the backend (0: nothing was forwarded)'),
+    elapsed_ms: z.number().int().min(0).describe('From the request to the last byte of the answer'),
+    approval: z
+      .object({
+        decision: z.enum(APPROVAL_DECISIONS),
+        id: z.string().optional().describe('The approval request, as its page names it'),
+        approver: identity.omit({ client_id: true }).optional().describe('Who decided'),
+      })
+      .strict(),
+    credential_mode: z.enum(CREDENTIAL_MODES).describe("What the call carried to the backend of the caller's credential"),
+  })
+  .strict();
+
+export type AuditEvent = z.output<typeof auditEventSchema>;
+
+const str = (value: unknown) => (typeof value === 'string' && value !== '' ? value : undefined);
+const pick = <T extends string>(values: readonly T[], value: unknown, fallback: T): T =>
+  typeof value === 'string' && (values as readonly string[]).includes(value) ? (value as T) : fallback;
+
+/** The route key of a path /mcp/{key}[/...]; Envoy's route names are `<key>/<lane>`. */
+function routeOf(routeName: string | undefined, path: string | undefined): string | undefined {
+  const named = routeName?.includes('/') ? routeName.slice(0, routeName.indexOf('/')) : undefined;
+  return named ?? /^\/mcp\/([^/?#]+)/.exec(path ?? '')?.[1];
+}
+
+function callerOf(claims: Record<string, unknown>): AuditEvent['caller'] {
+  const issuer = str(claims.iss);
+  const subject = str(claims.sub);
+  if (!issuer || !subject) return undefined;
+  const clientId = str(claims.client_id) ?? str(claims.azp);
+  return { issuer, subject, ...(clientId ? { client_id: clientId } : {}) };
+}
+
+/** The audit event of one call-log entry, or undefined for an entry that is neither a tools/call nor refused. */
+export function auditEventOf(entry: LogEntry): AuditEvent | undefined {
+  const common = entry.common_properties ?? {};
+  const metadata = common.metadata?.filter_metadata ?? {};
+  const ours = fromStruct(metadata[METADATA_NAMESPACE]);
+  const parsed = fromStruct(metadata[MCP_METADATA_NAMESPACE]);
+  const jwt = fromStruct(metadata[JWT_METADATA_NAMESPACE])[JWT_PAYLOAD_KEY];
+  const status = entry.response?.response_code?.value ?? 0;
+  const method = str(parsed.method) ?? str(ours.method);
+  const refused = status >= 401 && status <= 403;
+  if (method !== 'tools/call' && !refused) return undefined;
+
+  const backend = str(ours.backend);
+  const params = (parsed.params ?? {}) as Record<string, unknown>;
+  let outcome: AuditEvent['outcome'];
+  let reason = str(ours.reason);
+  if (refused) {
+    outcome = 'denied';
+    reason ??= str(entry.response?.response_code_details) ?? `HTTP ${status}`;
+  } else if (!backend) {
+    // The gateway lane answered a call no backend route took (an unknown prefix): refused as the client's mistake.
+    outcome = 'invalid';
+    reason ??= 'no backend of the route has this tool name';
+  } else {
+    outcome = outcomeOf(ours, entry);
+  }
+  const attempts = common.upstream_request_attempt_count ?? 0;
+  const hash = typeof ours.arguments === 'string' ? argumentsHash(ours.arguments) : undefined;
+  const caller = jwt && typeof jwt === 'object' ? callerOf(jwt as Record<string, unknown>) : undefined;
+  const route = str(ours.route) ?? routeOf(common.route_name, entry.request?.original_path || entry.request?.path);
+  const approver = callerOf({ iss: ours.approver_iss, sub: ours.approver_sub });
+  const approvalId = str(ours.approval_id);
+  const tool = str(ours.tool) ?? str(params.name);
+  return {
+    audit_version: AUDIT_SCHEMA_VERSION,
+    time: new Date(secondsOf(common.start_time) * 1000).toISOString(),
+    ...(str(entry.request?.request_id) ? { request_id: entry.request!.request_id } : {}),
+    kind: method === 'tools/call' ? 'tools/call' : 'denied_request',
+    ...(method ? { method } : {}),
+    ...(caller ? { caller } : {}),
+    ...(route ? { route } : {}),
+    ...(backend ? { backend } : {}),
+    ...(tool ? { tool } : {}),
+    ...(hash ? { arguments_sha256: hash } : {}),
+    outcome,
+    ...(reason ? { reason } : {}),
+    ...(str(ours.rule) ? { rule: str(ours.rule) } : {}),
+    http_status: status,
+    attempts,
+    elapsed_ms: Math.round(secondsOf(common.time_to_last_downstream_tx_byte) * 1000),
+    approval: {
+      decision: pick(APPROVAL_DECISIONS, ours.approval, 'not_required'),
+      ...(approvalId ? { id: approvalId } : {}),
+      ...(approver ? { approver: { issuer: approver.issuer, subject: approver.subject } } : {}),
+    },
+    // Nothing reached a backend, nothing was carried.
+    credential_mode: attempts === 0 ? 'none' : pick(CREDENTIAL_MODES, ours.credential, 'none'),
+  };
+}

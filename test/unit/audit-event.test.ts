@@ -1,0 +1,209 @@
+import { createHash } from 'node:crypto';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import * as zlib from 'node:zlib';
+import Ajv2020 from 'ajv/dist/2020';
+import addFormats from 'ajv-formats';
+import * as client from 'prom-client';
+import { z } from 'zod';
+import { LogEntry } from '../../control-plane/admin/call-log';
+import { argumentsHash, canonicalJson } from '../../control-plane/audit/arguments-hash';
+import { auditEventOf, auditEventSchema } from '../../control-plane/audit/audit-event';
+import { AuditLog } from '../../control-plane/audit/audit-log';
+import { projectPath } from '../../control-plane/shared/paths';
+import { quietLogger } from '../support/quiet-logger';
+
+/** A JSON value as @grpc/proto-loader decodes a google.protobuf.Value (the call log's metadata). */
+function protoValue(value: unknown): unknown {
+  if (typeof value === 'string') return { kind: 'stringValue', stringValue: value };
+  if (typeof value === 'number') return { kind: 'numberValue', numberValue: value };
+  if (typeof value === 'boolean') return { kind: 'boolValue', boolValue: value };
+  if (Array.isArray(value)) return { kind: 'listValue', listValue: { values: value.map(protoValue) } };
+  if (value && typeof value === 'object') return { kind: 'structValue', structValue: protoStruct(value as Record<string, unknown>) };
+  return { kind: 'nullValue' };
+}
+const protoStruct = (object: Record<string, unknown>) => ({ fields: Object.fromEntries(Object.entries(object).map(([key, value]) => [key, protoValue(value)])) });
+
+interface EntryShape {
+  status: number;
+  ours?: Record<string, unknown>;
+  mcp?: Record<string, unknown>;
+  jwt?: Record<string, unknown>;
+  routeName?: string;
+  path?: string;
+  attempts?: number;
+  details?: string;
+  flags?: Record<string, unknown>;
+}
+
+function entry(shape: EntryShape): LogEntry {
+  const filterMetadata: Record<string, unknown> = {};
+  if (shape.ours) filterMetadata.mcpgw = protoStruct(shape.ours);
+  if (shape.mcp) filterMetadata['envoy.filters.http.mcp'] = protoStruct(shape.mcp);
+  if (shape.jwt) filterMetadata['envoy.filters.http.jwt_authn'] = protoStruct({ jwt_payload: shape.jwt });
+  return {
+    common_properties: {
+      start_time: { seconds: '1767225600', nanos: 250_000_000 },
+      time_to_last_downstream_tx_byte: { seconds: '0', nanos: 42_400_000 },
+      response_flags: shape.flags ?? {},
+      metadata: { filter_metadata: filterMetadata } as never,
+      route_name: shape.routeName ?? '',
+      upstream_request_attempt_count: shape.attempts ?? 0,
+    },
+    request: { path: shape.path ?? '/mcp/demo', original_path: '', request_id: 'req-1' },
+    response: { response_code: { value: shape.status }, response_code_details: shape.details ?? 'via_upstream' },
+  };
+}
+
+const ALICE = { iss: 'http://idp/realms/mcpgw', sub: 'a1', azp: 'agent-cli', scope: 'tools:call', groups: ['engineering'] };
+const call = (extra: Partial<EntryShape> = {}): EntryShape => ({
+  status: 200,
+  routeName: 'demo/call/jobs',
+  mcp: { method: 'tools/call', id: 3, params: { name: 'jobs__run_job' } },
+  ours: { route: 'demo', backend: 'jobs', tool: 'run_job', outcome: 'ok', arguments: '{"steps": 2, "label":"x"}', credential: 'caller-token-stripped' },
+  attempts: 1,
+  ...extra,
+});
+
+describe('arguments hash: SHA-256 of RFC 8785 canonical JSON', () => {
+  it('writes members sorted by UTF-16 code units, without whitespace, numbers as ECMAScript does', () => {
+    // RFC 8785 §3.2.3's sorting example, and its number forms.
+    expect(canonicalJson({ '\u20ac': 'Euro Sign', '\r': 'Carriage Return', '\ufb33': 'Hebrew Letter Dalet With Dagesh', '1': 'One', '\ud83d\ude00': 'Emoji: Grinning Face', '\u0080': 'Control', '\u00f6': 'Latin Small Letter O With Diaeresis' })).toBe(
+      '{"\\r":"Carriage Return","1":"One","\u0080":"Control","\u00f6":"Latin Small Letter O With Diaeresis","\u20ac":"Euro Sign","\ud83d\ude00":"Emoji: Grinning Face","\ufb33":"Hebrew Letter Dalet With Dagesh"}',
+    );
+    expect(canonicalJson(JSON.parse('[1E30, 4.50, 0.002, 1e-27, -0, 333333333.33333329]'))).toBe('[1e+30,4.5,0.002,1e-27,0,333333333.3333333]');
+    expect(canonicalJson({ b: [true, null, { d: 1, c: 'é' }], a: '' })).toBe('{"a":"","b":[true,null,{"c":"é","d":1}]}');
+  });
+
+  it('names the same arguments alike however they were written, and different arguments differently', () => {
+    const hash = argumentsHash('{"b": 1, "a": [1, 2]}');
+    expect(hash).toBe(createHash('sha256').update('{"a":[1,2],"b":1}').digest('hex'));
+    expect(argumentsHash('{"a":[1,2.0],"b":1}')).toBe(hash);
+    expect(argumentsHash('{"a":[2,1],"b":1}')).not.toBe(hash);
+    expect(argumentsHash(undefined)).toBe(argumentsHash('{}'));
+    expect(argumentsHash('{"a":')).toBeUndefined();
+  });
+});
+
+describe('an audit event from a call-log entry', () => {
+  it('a call: caller, route, backend, tool, hash, outcome, attempts, time, credential', () => {
+    const event = auditEventOf(entry(call({ jwt: ALICE })));
+    expect(event).toEqual({
+      audit_version: 1,
+      time: '2026-01-01T00:00:00.250Z',
+      request_id: 'req-1',
+      kind: 'tools/call',
+      method: 'tools/call',
+      caller: { issuer: ALICE.iss, subject: 'a1', client_id: 'agent-cli' },
+      route: 'demo',
+      backend: 'jobs',
+      tool: 'run_job',
+      arguments_sha256: argumentsHash('{"label":"x","steps":2}'),
+      outcome: 'ok',
+      http_status: 200,
+      attempts: 1,
+      elapsed_ms: 42,
+      approval: { decision: 'not_required' },
+      credential_mode: 'caller-token-stripped',
+    });
+    expect(JSON.stringify(event)).not.toContain('"x"');
+  });
+
+  it('prefers the RFC 9068 client_id claim to azp', () => {
+    expect(auditEventOf(entry(call({ jwt: { ...ALICE, client_id: 'agent-batch' } })))?.caller?.client_id).toBe('agent-batch');
+  });
+
+  it('no caller on an open route', () => {
+    const event = auditEventOf(entry(call()));
+    expect(event?.caller).toBeUndefined();
+  });
+
+  it('a call refused by policy: denied, nothing forwarded, no credential carried', () => {
+    const event = auditEventOf(
+      entry(call({ ours: { route: 'demo', backend: 'jobs', tool: 'wipe', outcome: 'denied', reason: 'policy', rule: 'denyTools "w*"', arguments: '{}' }, attempts: 0 })),
+    );
+    expect(event).toMatchObject({ outcome: 'denied', reason: 'policy', rule: 'denyTools "w*"', attempts: 0, credential_mode: 'none', tool: 'wipe' });
+  });
+
+  it('a call that needed an approval, and one that had it', () => {
+    const required = auditEventOf(entry(call({ ours: { route: 'demo', backend: 'jobs', tool: 'wipe', outcome: 'approval_required', approval: 'required' }, attempts: 0 })));
+    expect(required).toMatchObject({ outcome: 'approval_required', approval: { decision: 'required' } });
+    const granted = auditEventOf(
+      entry(call({ ours: { ...call().ours, approval: 'granted', approval_id: 'ap1', approver_iss: ALICE.iss, approver_sub: 'c3' } })),
+    );
+    expect(granted?.approval).toEqual({ decision: 'granted', id: 'ap1', approver: { issuer: ALICE.iss, subject: 'c3' } });
+  });
+
+  it('a failed call: Envoy flags without a recorded outcome', () => {
+    const event = auditEventOf(entry(call({ status: 503, ours: { route: 'demo', backend: 'jobs', tool: 'run_job' }, flags: { upstream_connection_failure: true }, attempts: 3 })));
+    expect(event).toMatchObject({ outcome: 'failed', attempts: 3, http_status: 503 });
+  });
+
+  it('a call no backend route took (answered by the gateway lane)', () => {
+    const event = auditEventOf(entry({ status: 200, routeName: 'demo/gateway', mcp: { method: 'tools/call', id: 1, params: { name: 'nobody__x' } } }));
+    expect(event).toMatchObject({ kind: 'tools/call', route: 'demo', tool: 'nobody__x', outcome: 'invalid' });
+    expect(event?.backend).toBeUndefined();
+  });
+
+  it('a request refused before it was parsed (no token): a denied request, route from its path', () => {
+    const event = auditEventOf(entry({ status: 401, path: '/mcp/demo', details: 'jwt_authn_access_denied{Jwt_is_missing}' }));
+    expect(event).toMatchObject({ kind: 'denied_request', route: 'demo', outcome: 'denied', reason: 'jwt_authn_access_denied{Jwt_is_missing}', http_status: 401, attempts: 0 });
+    expect(event?.method).toBeUndefined();
+  });
+
+  it('no event for other requests', () => {
+    expect(auditEventOf(entry({ status: 200, routeName: 'demo/gateway', mcp: { method: 'tools/list', id: 1 } }))).toBeUndefined();
+  });
+});
+
+describe('docs/audit-event.schema.json', () => {
+  const file = projectPath('docs', 'audit-event.schema.json');
+
+  it('is generated from the event schema (UPDATE_GOLDEN=1 regenerates it)', () => {
+    const schema = { ...z.toJSONSchema(auditEventSchema), title: 'MCP federation gateway audit event' };
+    const rendered = `${JSON.stringify(schema, null, 2)}\n`;
+    if (process.env.UPDATE_GOLDEN) fs.writeFileSync(file, rendered);
+    expect(rendered).toBe(fs.readFileSync(file, 'utf8'));
+  });
+
+  it('accepts every event above and refuses one carrying argument values', () => {
+    const ajv = new Ajv2020({ strict: true });
+    addFormats(ajv);
+    const validate = ajv.compile(JSON.parse(fs.readFileSync(file, 'utf8')));
+    for (const shape of [call({ jwt: ALICE }), call(), { status: 401, path: '/mcp/demo' }]) {
+      const event = auditEventOf(entry(shape));
+      expect(validate(event)).toBe(true);
+    }
+    expect(validate({ ...auditEventOf(entry(call())), arguments: { steps: 2 } })).toBe(false);
+  });
+});
+
+describe('the audit log file', () => {
+  it('holds one JSON line per event, rotates by size into gzipped files, and counts events by outcome', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcpgw-audit-'));
+    const registry = new client.Registry();
+    const audit = new AuditLog({ kind: 'file', file: path.join(dir, 'audit.jsonl'), rotateSize: '2K', maxFiles: 3 }, registry, quietLogger);
+    const events = 40;
+    for (let index = 0; index < events; index += 1) {
+      audit.add(entry(call({ jwt: ALICE })));
+      // rotating-file-stream checks the size as writes complete
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    audit.add(entry({ status: 401, path: '/mcp/demo' }));
+    await audit.close();
+    const files = fs.readdirSync(dir).sort();
+    expect(files).toContain('audit.jsonl');
+    expect(files).toContain('audit.jsonl.1.gz');
+    expect(files.length).toBeLessThanOrEqual(4);
+    const lines = files.flatMap((name) => {
+      const bytes = fs.readFileSync(path.join(dir, name));
+      return (name.endsWith('.gz') ? zlib.gunzipSync(bytes) : bytes).toString('utf8').split('\n').filter(Boolean);
+    });
+    for (const line of lines) expect(auditEventSchema.safeParse(JSON.parse(line)).success).toBe(true);
+    const counted = (await registry.getSingleMetric('mcpgw_audit_events_total')!.get()).values;
+    expect(counted.find((value) => value.labels.outcome === 'ok')?.value).toBe(events);
+    expect(counted.find((value) => value.labels.kind === 'denied_request')?.value).toBe(1);
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+});

@@ -1,0 +1,171 @@
+import { AccessRuleMessage } from '../../control-plane/catalog/catalog-store';
+import { accessDecision } from '../../control-plane/auth/access-rules';
+import { CALLER_PAYLOAD_HEADER, CallerIdentity, callerIdentityOf, ownerOf } from '../../control-plane/auth/caller-identity';
+import { RequestHead } from '../../control-plane/sidecar/decision';
+import { decideOnBody } from '../../control-plane/sidecar/mcp-gateway';
+import { buildRouteViews } from '../../control-plane/sidecar/route-catalog';
+import { StatelessCallSessions, checkCall } from '../../control-plane/sidecar/session-check';
+import { answerToolsList, toolsListBody } from '../../control-plane/sidecar/tools-list';
+import { CHECK_STATUS } from '../../control-plane/xds/translate/settings';
+import { sidecarContext } from '../support/sidecar-context';
+import { backendCatalog, catalogSnapshot } from './catalog-fixtures';
+
+/**
+ * The caller as the sidecar sees it (docs/auth.md): the payload Envoy's jwt_authn validated, in the
+ * header Envoy sets; the access rules the sidecar applies to tools/list (the call script applies the
+ * same to calls: test/unit/lua/call-lane.spec.lua); sessions bound to issuer and subject.
+ */
+
+const payload = (claims: Record<string, unknown>) => Buffer.from(JSON.stringify(claims), 'utf8').toString('latin1');
+const ALICE = { iss: 'https://idp.example', sub: 'alice-id', azp: 'agent-cli', scope: ['openid', 'tools:read'], groups: ['engineering'] };
+const BOB = { iss: 'https://idp.example', sub: 'bob-id', azp: 'agent-cli', scope: 'tools:read tools:call', groups: ['support'] };
+
+describe('the caller from the payload Envoy forwards', () => {
+  it.each<[string, Record<string, unknown>, string[], Partial<CallerIdentity> | undefined]>([
+    ['scope as Envoy normalizes it (a list)', ALICE, ['groups'], { subject: 'alice-id', clientId: 'agent-cli', scopes: ['openid', 'tools:read'], groups: ['engineering'] }],
+    ['scope as a space-delimited string, and scp', { iss: 'i', sub: 's', scope: 'a b', scp: ['c', 'a'] }, ['groups'], { scopes: ['a', 'b', 'c'], groups: [] }],
+    ['client_id before azp', { iss: 'i', sub: 's', client_id: 'c1', azp: 'c2' }, ['groups'], { clientId: 'c1' }],
+    ['groups at a nested claim', { iss: 'i', sub: 's', realm_access: { roles: ['admin', 7] } }, ['realm_access', 'roles'], { groups: ['admin'] }],
+    ['one group as a string', { iss: 'i', sub: 's', team: 'blue' }, ['team'], { groups: ['blue'] }],
+    ['non-ASCII claims (UTF-8 bytes)', { iss: 'i', sub: 'Åsa' }, ['groups'], { subject: 'Åsa' }],
+    ['no sub', { iss: 'i' }, ['groups'], undefined],
+  ])('reads %s', (_case, claims, groupsClaim, expected) => {
+    const caller = callerIdentityOf(payload(claims), groupsClaim);
+    if (expected === undefined) expect(caller).toBeUndefined();
+    else expect(caller).toMatchObject(expected);
+  });
+
+  it('has no caller without the header, or with a header that is not JSON', () => {
+    expect(callerIdentityOf(undefined, ['groups'])).toBeUndefined();
+    expect(callerIdentityOf('', ['groups'])).toBeUndefined();
+    expect(callerIdentityOf('{not json', ['groups'])).toBeUndefined();
+  });
+
+  it('binds to issuer and subject', () => {
+    expect(ownerOf(callerIdentityOf(payload(ALICE), ['groups']))).toBe('https://idp.example alice-id');
+    expect(ownerOf(undefined)).toBeUndefined();
+  });
+});
+
+describe('access rules', () => {
+  const rule = (fields: Partial<AccessRuleMessage>): AccessRuleMessage => ({ required_scopes: [], allow_subjects: [], allow_groups: [], allow_clients: [], ...fields });
+  const alice = callerIdentityOf(payload(ALICE), ['groups'])!;
+
+  it.each<[string, AccessRuleMessage | undefined, ReturnType<typeof accessDecision>]>([
+    ['no rule', undefined, { allowed: true }],
+    ['a scope held', rule({ required_scopes: ['tools:read'] }), { allowed: true }],
+    ['a scope missing', rule({ required_scopes: ['tools:read', 'tools:call'] }), { allowed: false, reason: 'insufficient_scope', missingScopes: ['tools:call'] }],
+    ['another subject', rule({ allow_subjects: ['bob-id'] }), { allowed: false, reason: 'policy', missingScopes: [] }],
+    ['a group held', rule({ allow_groups: ['engineering', 'ops'] }), { allowed: true }],
+    ['no group held', rule({ allow_groups: ['support'] }), { allowed: false, reason: 'policy', missingScopes: [] }],
+    ['another client', rule({ allow_clients: ['agent-batch'] }), { allowed: false, reason: 'policy', missingScopes: [] }],
+    ['who before what', rule({ allow_groups: ['support'], required_scopes: ['tools:admin'] }), { allowed: false, reason: 'policy', missingScopes: [] }],
+  ])('decides %s', (_case, given, decision) => {
+    expect(accessDecision(given, alice)).toEqual(decision);
+  });
+
+  it('denies any rule to a caller without a token', () => {
+    expect(accessDecision(rule({ required_scopes: ['tools:read'] }), undefined)).toMatchObject({ allowed: false, reason: 'policy' });
+  });
+});
+
+describe('the sidecar on a route with auth', () => {
+  const rules = [
+    { required_scopes: ['tools:call'], allow_subjects: [], allow_groups: [], allow_clients: [] },
+    { required_scopes: [], allow_subjects: [], allow_groups: ['support'], allow_clients: [] },
+  ];
+  const ruleOfTool: Record<string, number> = { run: 1, support_only: 2 };
+  const views = buildRouteViews(
+    catalogSnapshot([
+      {
+        route_key: 'guarded',
+        backends: [backendCatalog('jobs', ['open', 'run', 'support_only', 'open2']), backendCatalog('pooled', ['echo'])],
+        access: { rules, ruleOf: (backend, toolIndex) => (backend === 'jobs' ? (ruleOfTool[['open', 'run', 'support_only', 'open2'][toolIndex]] ?? 0) : 0) },
+      },
+      { route_key: 'open', backends: [backendCatalog('jobs', ['open'])] },
+    ]),
+  );
+  const guarded = views.get('guarded')!;
+  const head = (route: string, claims?: Record<string, unknown>, extra: Record<string, string> = {}): RequestHead => ({
+    method: 'POST',
+    path: `/mcp/${route}`,
+    headers: new Map(
+      Object.entries({ 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...(claims && { [CALLER_PAYLOAD_HEADER]: payload(claims) }), ...extra }),
+    ),
+  });
+  const listNames = (claims: Record<string, unknown> | undefined, cursor?: string) => {
+    const answer = answerToolsList(guarded, cursor === undefined ? undefined : { cursor }, { caller: claims && callerIdentityOf(payload(claims), ['groups']) });
+    if (!answer.ok) throw new Error(answer.message);
+    return { names: JSON.parse(toolsListBody(1, answer.result)).result.tools.map((tool: { name: string }) => tool.name), next: answer.result.nextCursor };
+  };
+
+  it('lists to each caller the tools its rules let it call, and pages through that list', () => {
+    expect(listNames(ALICE).names).toEqual(['jobs__open', 'jobs__open2', 'pooled__echo']);
+    expect(listNames(BOB).names).toEqual(['jobs__open', 'jobs__run', 'jobs__support_only', 'jobs__open2', 'pooled__echo']);
+    expect(guarded.listVariesByCaller).toBe(true);
+    expect(views.get('open')!.listVariesByCaller).toBe(false);
+    const paged = buildRouteViews(
+      catalogSnapshot(
+        [{ route_key: 'guarded', backends: [backendCatalog('jobs', ['open', 'run', 'support_only', 'open2'])], access: { rules, ruleOf: (_b, index) => (index === 1 ? 1 : index === 2 ? 2 : 0) } }],
+        { toolNameSeparator: '__', toolNamePolicy: 'drop', maxToolsPerRoute: 5000, toolsListPageSize: 1 },
+      ),
+    ).get('guarded')!;
+    const pages: string[][] = [];
+    let cursor: string | undefined;
+    do {
+      const answer = answerToolsList(paged, cursor === undefined ? undefined : { cursor }, { caller: callerIdentityOf(payload(ALICE), ['groups']) });
+      if (!answer.ok) throw new Error(answer.message);
+      pages.push(JSON.parse(toolsListBody(1, answer.result)).result.tools.map((tool: { name: string }) => tool.name));
+      cursor = answer.result.nextCursor;
+    } while (cursor);
+    expect(pages).toEqual([['jobs__open'], ['jobs__open2']]);
+  });
+
+  it('ignores the header on an open route: no caller there, whatever a client sends', async () => {
+    const { context } = sidecarContext(views);
+    const initialize = { jsonrpc: '2.0', id: 0, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'a', version: '1' } } };
+    const opened = await decideOnBody(head('open', ALICE), Buffer.from(JSON.stringify(initialize)), context);
+    if (opened.kind !== 'respond') throw new Error('not answered');
+    const session = await context.sessions.get(opened.headers['mcp-session-id']);
+    expect(session?.owner).toBeUndefined();
+  });
+
+  it('binds a session to its opener: another caller, or none, is told it does not exist; the session check likewise', async () => {
+    const { context } = sidecarContext(views);
+    const initialize = { jsonrpc: '2.0', id: 0, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'a', version: '1' } } };
+    const opened = await decideOnBody(head('guarded', ALICE), Buffer.from(JSON.stringify(initialize)), context);
+    if (opened.kind !== 'respond') throw new Error('not answered');
+    const sessionId = opened.headers['mcp-session-id'];
+    expect((await context.sessions.get(sessionId))?.owner).toBe('https://idp.example alice-id');
+    const list = Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }));
+    const statusOf = async (claims?: Record<string, unknown>) => {
+      const decision = await decideOnBody(head('guarded', claims, { 'mcp-session-id': sessionId }), list, context);
+      return decision.kind === 'respond' ? decision.status : decision.kind;
+    };
+    expect(await statusOf(ALICE)).toBe(200);
+    expect(await statusOf(BOB)).toBe(404);
+    expect(await statusOf(undefined)).toBe(404);
+    const pool = new StatelessCallSessions(context);
+    const check = (claims?: Record<string, unknown>) =>
+      checkCall(
+        head('guarded', claims, { 'x-mcpgw-route': 'guarded', 'x-mcpgw-backend': 'jobs', 'x-mcpgw-tool': 'open', 'x-mcpgw-rpc-id': '3', 'mcp-session-id': sessionId }),
+        context,
+        pool,
+      );
+    expect((await check(ALICE)).status).toBe(CHECK_STATUS.ALLOW);
+    expect((await check(BOB)).status).toBe(404);
+    expect((await check(undefined)).status).toBe(404);
+  });
+
+  it("keeps stateless clients' pooled backend sessions apart per caller", async () => {
+    let opened = 0;
+    const { context } = sidecarContext(views, async () => `backend-session-${++opened}`);
+    const pool = new StatelessCallSessions(context);
+    const check = async (claims: Record<string, unknown>) =>
+      (await checkCall(head('guarded', claims, { 'x-mcpgw-route': 'guarded', 'x-mcpgw-backend': 'pooled', 'x-mcpgw-tool': 'echo', 'x-mcpgw-rpc-id': '3' }), context, pool))
+        .headers['mcp-session-id'];
+    expect(await check(ALICE)).toBe('backend-session-1');
+    expect(await check(BOB)).toBe('backend-session-2');
+    expect(await check(ALICE)).toBe('backend-session-1');
+  });
+});
