@@ -85,11 +85,13 @@ describe('streams through the gateway: backend requests outside calls, resumable
     const client = await answeringClient(stack.gatewayUrl('asks'));
     try {
       // The client holds its GET stream (the SDK opens it after initialize); the sidecar holding it
-      // listens on the backend's. Each round's answer is a POST that either replica may take.
+      // listens on the backend's once a request opened the client's session with it (within about a
+      // second, on any replica: the first round asks later than that). Each round's answer is a POST
+      // that either replica may take.
       const kinds = ['sampling', 'elicitation', 'roots', 'sampling', 'elicitation', 'roots'] as const;
       for (const [round, kind] of kinds.entries()) {
         const before = asker.answers.length;
-        expect(textOf(await client.callTool({ name: 'asker__ask_later', arguments: { kind, delay_ms: round === 0 ? 1000 : 50 } }))).toBe(`will ask for ${kind}`);
+        expect(textOf(await client.callTool({ name: 'asker__ask_later', arguments: { kind, delay_ms: round === 0 ? 2500 : 50 } }))).toBe(`will ask for ${kind}`);
         await waitFor(`the client's answer to ${kind} at the backend`, async () => (asker.answers.length > before ? true : undefined), { timeoutMs: 10_000 });
         expect(asker.answers[before]).toEqual({
           kind,

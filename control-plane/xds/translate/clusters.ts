@@ -81,12 +81,14 @@ export function upstreamTls(tls: { sni: string; caFile: string }) {
 /**
  * The sidecars, over plain HTTP/1.1, as three clusters with limits of their own (docs/adr/0008): the
  * gateway lane's short requests, the call lane's session checks, and clients' long-lived GET streams —
- * so that streams held open can never take the slots of checks or answers.
+ * so that streams held open can never take the slots of checks or answers. A stream a dead replica
+ * reset before answering is sent to another (docs/adr/0018-stream-relaying.md): a few such retries at
+ * once, as for the other two.
  */
 export const SIDECAR_LIMITS = {
   [SIDECAR_CLUSTER_NAME]: { max_connections: 1024, max_pending_requests: 1024, max_requests: 1024, max_retries: 3 },
   [SIDECAR_CHECK_CLUSTER_NAME]: { max_connections: 1024, max_pending_requests: 1024, max_requests: 1024, max_retries: 3 },
-  [SIDECAR_STREAMS_CLUSTER_NAME]: { max_connections: 4096, max_pending_requests: 256, max_requests: 4096, max_retries: 0 },
+  [SIDECAR_STREAMS_CLUSTER_NAME]: { max_connections: 4096, max_pending_requests: 256, max_requests: 4096, max_retries: 3 },
 };
 
 /**
