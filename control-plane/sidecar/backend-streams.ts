@@ -2,7 +2,7 @@ import * as http from 'node:http';
 import { EventSourceMessage } from 'eventsource-parser';
 import { describeListingFailure } from '../catalog/tool-fetcher';
 import { backendFetch } from '../shared/backend-fetch';
-import { RelayedMessage, relayBackendMessage } from './backend-messages';
+import { RelayedMessage, exposeResultUris, relayBackendMessage } from './backend-messages';
 import { GatewayContext, RequestHead, clientHeadersOf, respondError } from './decision';
 import { JSON_RPC, JsonObject, isObject } from './json-rpc';
 import { MODERN_PROTOCOL_VERSION } from './modern-era';
@@ -285,8 +285,8 @@ export class BackendStreams {
 
   /**
    * One event of a resumed stream, as the call script would have passed it: the event id named for the
-   * gateway, a backend's request under a scoped id, its notifications named (backend-messages.ts); the
-   * call's result as it is.
+   * gateway, a backend's request under a scoped id, its notifications named (backend-messages.ts), the
+   * resource URIs of the call's result named; the result carries no outcome (the call script's).
    */
   private resumedEvent(event: EventSourceMessage, backend: BackendView, route: string): string {
     let message: unknown;
@@ -297,7 +297,7 @@ export class BackendStreams {
     }
     let data = '';
     if (isObject(message) && typeof message.method !== 'string') {
-      data = JSON.stringify(message);
+      data = JSON.stringify(isObject(message.result) ? { ...message, result: exposeResultUris(message.result, backend.name) } : message);
     } else if (message !== undefined) {
       const relayed = relayBackendMessage(message, backend);
       if (relayed.kind === 'deliver') data = JSON.stringify(relayed.message);
