@@ -14,7 +14,7 @@ import { createParser } from 'eventsource-parser';
 import { ManagedProcess, freePort, waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { startEverythingServer } from '../support/everything-server';
-import { MCP_POST_HEADERS, listedTools, postJsonRpc, startGateway, testDir } from '../support/gateway-fixture';
+import { MCP_POST_HEADERS, listedTools, metricValue, postJsonRpc, startGateway, testDir } from '../support/gateway-fixture';
 import { ModernToolService } from '../support/modern-tool-service';
 import { ServerRequestsService } from '../support/server-requests-service';
 
@@ -83,6 +83,9 @@ describe('streams through the gateway: backend requests outside calls, resumable
 
   it('finding 1: sampling, elicitation and roots/list a backend sends on its standalone stream reach the client, and the answers reach the backend through either sidecar', async () => {
     const client = await answeringClient(stack.gatewayUrl('asks'));
+    const relayedBy = () =>
+      Promise.all(stack.sidecarPorts.map(({ admin }) => metricValue(stack, 'mcpgw_sidecar_decisions_total', { route: 'asks', decision: 'relay' }, `http://127.0.0.1:${admin}`)));
+    const relayedBefore = await relayedBy();
     try {
       // The client holds its GET stream (the SDK opens it after initialize); the sidecar holding it
       // listens on the backend's once a request opened the client's session with it (within about a
@@ -99,6 +102,9 @@ describe('streams through the gateway: backend requests outside calls, resumable
             kind === 'sampling' ? SAMPLED : kind === 'elicitation' ? { action: 'accept', content: { name: 'Ada' } } : { roots: [{ uri: 'file:///work', name: 'work' }] },
         });
       }
+      // Each replica relayed some of the answers: the one holding the stream, and the other.
+      const relayed = (await relayedBy()).map((count, replica) => count - relayedBefore[replica]);
+      expect(relayed.every((count) => count > 0)).toBe(true);
     } finally {
       await client.close();
     }
