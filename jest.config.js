@@ -3,7 +3,8 @@
  * Two projects: tests that need the run's shared Keycloak (test/e2e/auth-*.test.ts and
  * test/e2e/real-parts.test.ts) are the "keycloak" project, whose global setup starts Keycloak in the
  * background; jest runs a project's global setup only when the run includes one of its tests, so
- * `scripts/test.sh test/unit` never starts it.
+ * `scripts/test.sh test/unit` never starts it. Its tests run last (keycloak-last-sequencer.js), so that
+ * Keycloak starts while the others run.
  */
 const KEYCLOAK_TESTS = '/test/e2e/(auth-[^/]*|real-parts)\\.test\\.ts$';
 
@@ -15,6 +16,7 @@ const shared = {
 
 module.exports = {
   testTimeout: 60000,
+  testSequencer: '<rootDir>/test/support/keycloak-last-sequencer.js',
   reporters: ['default', '<rootDir>/test/support/closing-line-reporter.js'],
   projects: [
     { ...shared, displayName: 'gateway', testMatch: ['**/*.test.ts'], testPathIgnorePatterns: ['/node_modules/', KEYCLOAK_TESTS] },

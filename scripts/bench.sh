@@ -5,6 +5,9 @@
 # Writes bench/results/latest.{json,md} and latest-latency.png (a --quick smoke run writes quick.*
 # instead, so it never replaces the numbers the repository carries). About 15 minutes on 2 cores.
 #   scripts/bench.sh [--quick] [--only tool-list]   (tool-list: scenario 3 alone, into bench/results/tool-list.*)
+# The isolation bench (issue 9: one route under load while another's backend holds 2,000 calls, and
+# during a 5,000-connection slow-header flood) runs on its own and writes bench/results/isolation.*:
+#   scripts/bench.sh isolation [--quick]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +28,10 @@ if ! .venv/bin/python -c 'import matplotlib' 2>/dev/null; then
   .venv/bin/pip install --quiet --disable-pip-version-check "$CHART_PACKAGE"
 fi
 
+if [ "${1:-}" = isolation ]; then
+  shift
+  exec node dist/bench/isolation.js "$@"
+fi
 # scripts/bench.sh auth [--quick]: tools/call with and without caller identity (docs/adr/0011-caller-identity.md).
 if [ "${1:-}" = auth ]; then
   shift

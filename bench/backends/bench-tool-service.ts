@@ -26,6 +26,7 @@ import {
  * - `stream_progress`: N progress notifications M ms apart, each stamped with the monotonic clock
  *   (process.hrtime: one CLOCK_MONOTONIC for every process on the machine) just before it is sent,
  *   so a client can tell how long each frame spent on the way;
+ * - `hang`: never answers (until its client goes away): the stuck backend of the isolation bench;
  * - filler tools, so that a backend lists e.g. 100 tools;
  * - a delay on tools/list: the slow backend of the tools/list scenario;
  * - prompts and resources, for the prompts/list and resources/list of the same scenario; a read of
@@ -50,8 +51,9 @@ export interface BenchToolServiceSpec {
 
 export const ECHO_TOOL = 'echo';
 export const STREAM_TOOL = 'stream_progress';
+export const HANG_TOOL = 'hang';
 /** Tools every bench backend has besides its fillers. */
-export const BASE_TOOL_COUNT = 2;
+export const BASE_TOOL_COUNT = 3;
 /** Prefix of the progress message; the rest is the send time in nanoseconds of process.hrtime. */
 export const SENT_AT_PREFIX = 'sent_at_ns=';
 
@@ -96,6 +98,7 @@ function benchTools(spec: BenchToolServiceSpec): Map<string, BenchTool> {
         return text(`sent ${count} notifications`);
       },
     ),
+    tool(HANG_TOOL, 'Never answers.', z.object({}), () => new Promise<CallToolResult>(() => undefined)),
   ];
   const fillerInput = z.object({
     query: z.string().describe('What to look up'),

@@ -38,7 +38,8 @@ export class SseDataReader {
         .split(/\r?\n/)
         .filter((line) => line.startsWith('data:'))
         .map((line) => line.slice(line.startsWith('data: ') ? 6 : 5));
-      if (data.length > 0) payloads.push(data.join('\n'));
+      // An event with an empty data field primes the client for resumption (MCP 2025-11-25): no message.
+      if (data.length > 0 && data.join('\n') !== '') payloads.push(data.join('\n'));
     }
     return payloads;
   }

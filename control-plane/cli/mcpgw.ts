@@ -10,12 +10,12 @@ import { AUDIT_DEFAULTS, AuditTarget, ROTATE_INTERVAL_PATTERN, ROTATE_SIZE_PATTE
 import { CATALOG_DEFAULTS, RELIST_DEFAULTS } from '../catalog/catalog-store';
 import { TOOL_LIST_DEFAULTS } from '../catalog/tool-fetcher';
 import { TOOL_NAME_POLICIES, separatorProblem } from '../catalog/tool-exposure';
-import { renderBootstrap } from '../devstack/envoy';
+import { OVERLOAD_DEFAULTS, renderBootstrap } from '../devstack/envoy';
 import { buildGatewayIR } from '../ir/gateway-ir';
 import { asStaticBootstrap, diffXds, formatDifferences } from '../xds/render';
 import { XdsResources, translate } from '../xds/translate';
 import { EMPTY_CALL_LANE_CATALOG } from '../xds/translate/call-lane';
-import { AccessSettings, AllowList, GATEWAY_DEFAULTS } from '../xds/translate/settings';
+import { AccessSettings, AllowList, GATEWAY_DEFAULTS, SESSION_CHECK_MARGIN_MS } from '../xds/translate/settings';
 import { defaultAccess, defaultPublicUrl } from '../xds/translate/access';
 import { NO_SIGNING_KEYS } from '../xds/translate/auth';
 import { SIGNING_KEY_DEFAULTS } from '../auth/signing-keys';
@@ -81,6 +81,7 @@ const hostPortList = z.string().transform((value, ctx): HostPort[] => {
   return addresses;
 });
 const positiveInt = z.coerce.number({ message: 'must be a whole number above 0' }).int('must be a whole number above 0').positive('must be a whole number above 0');
+const nonNegativeInt = z.coerce.number({ message: 'must be a whole number, 0 or more' }).int('must be a whole number, 0 or more').min(0, 'must be a whole number, 0 or more');
 const url = (what: string) => z.string().url(`must be ${what}`);
 const redisAddress = z.string().superRefine((value, ctx) => {
   try {
@@ -146,6 +147,9 @@ const accessOptions = () =>
 const hostPortOption = <Flags extends string>(flags: Flags, description: string) => new Option(flags, description).argParser(parsedBy(hostPort));
 const positiveIntOption = <Flags extends string>(flags: Flags, description: string, fallback: number) =>
   new Option(flags, description).argParser(parsedBy(positiveInt)).default(fallback);
+const nonNegativeIntOption = <Flags extends string>(flags: Flags, description: string, fallback: number) =>
+  new Option(flags, description).argParser(parsedBy(nonNegativeInt)).default(fallback);
+const EDGE = GATEWAY_DEFAULTS.edge;
 const redisConnectTimeoutOption = () =>
   positiveIntOption('--redis-connect-timeout-ms <ms>', 'limit for connecting to Redis; reconnects are tried again with backoff', REDIS_TIMEOUT_DEFAULTS.connectTimeoutMs);
 const redisCommandTimeoutOption = () =>
@@ -297,7 +301,24 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
       .makeOptionMandatory(),
   )
   .addOption(positiveIntOption('--max-request-body-bytes <bytes>', 'largest JSON-RPC request body, on every HTTP version (413 past it)', GATEWAY_DEFAULTS.maxRequestBodyBytes))
-  .addOption(positiveIntOption('--session-check-timeout-ms <ms>', "how long Envoy waits for the session check (above the sidecar's --backend-session-timeout-ms)", GATEWAY_DEFAULTS.sessionCheckTimeoutMs))
+  .addOption(
+    new Option('--session-check-timeout-ms <ms>', `how long Envoy waits for the session check; the check answers ${SESSION_CHECK_MARGIN_MS} ms before, naming a backend too slow to open its session (-32004)`)
+      .argParser(parsedBy(positiveInt.refine((ms) => ms > SESSION_CHECK_MARGIN_MS, `must be above ${SESSION_CHECK_MARGIN_MS}`)))
+      .default(GATEWAY_DEFAULTS.sessionCheckTimeoutMs),
+  )
+  .addOption(positiveIntOption('--per-connection-buffer-limit-bytes <bytes>', "a client connection's buffers before back-pressure", EDGE.perConnectionBufferLimitBytes))
+  .addOption(positiveIntOption('--request-headers-timeout-ms <ms>', "from a request's first byte to the end of its headers (408, or the connection closed, past it)", EDGE.requestHeadersTimeoutMs))
+  .addOption(positiveIntOption('--request-timeout-ms <ms>', "from a request's first byte to the end of its body; never cuts a response (408 past it)", EDGE.requestTimeoutMs))
+  .addOption(positiveIntOption('--stream-idle-timeout-ms <ms>', 'a request with no bytes either way, where its route sets no idle limit of its own', EDGE.streamIdleTimeoutMs))
+  .addOption(positiveIntOption('--connection-idle-timeout-ms <ms>', 'a client connection with no request in flight (shortened under connection or memory pressure)', EDGE.connectionIdleTimeoutMs))
+  .addOption(positiveIntOption('--max-request-headers-kb <kb>', "one request's headers, in KiB (431 past it)", EDGE.maxRequestHeadersKb))
+  .addOption(positiveIntOption('--max-headers-count <n>', "one request's headers, counted (431 past it)", EDGE.maxHeadersCount))
+  .addOption(nonNegativeIntOption('--xff-num-trusted-hops <n>', 'load balancers in front whose X-Forwarded-For entries are trusted (0: the gateway is the edge)', EDGE.xffNumTrustedHops))
+  .addOption(positiveIntOption('--http2-max-concurrent-streams <n>', 'streams at once on one HTTP/2 client connection', EDGE.http2MaxConcurrentStreams))
+  .addOption(positiveIntOption('--http2-initial-stream-window-bytes <bytes>', 'HTTP/2 flow-control window of one stream', EDGE.http2InitialStreamWindowBytes))
+  .addOption(positiveIntOption('--http2-initial-connection-window-bytes <bytes>', 'HTTP/2 flow-control window of one connection', EDGE.http2InitialConnectionWindowBytes))
+  .addOption(positiveIntOption('--tool-service-max-requests <n>', 'calls in flight to one Tool Service; past it its calls wait for a connection (--tool-service-max-pending)', GATEWAY_DEFAULTS.toolServiceLimits.maxRequests))
+  .addOption(positiveIntOption('--tool-service-max-pending <n>', 'calls waiting for a connection to one Tool Service; past it they fail at once (-32004)', GATEWAY_DEFAULTS.toolServiceLimits.maxPendingRequests))
   .addOption(positiveIntOption('--registry-refresh-ms <ms>', 'registry poll interval (long-poll wait for a Portal)', 30000))
   .addOption(positiveIntOption('--catalog-refresh-ms <ms>', "how often every Tool Service's tools/list is fetched", 30000))
   .addOption(positiveIntOption('--tool-list-timeout-ms <ms>', 'deadline of one tools/list fetch', 5000))
@@ -352,6 +373,10 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
   .addOption(new Option('--envoy-trace-service-name <name>', "service.name of Envoy's spans (with --otlp-endpoint)").default('mcpgw-envoy'))
   .action(async (options, command) => {
     if (!options.registry && !options.portal) command.error('give one registry source: --registry FILE or --portal URL', { exitCode: USAGE_ERROR });
+    if (options.requestTimeoutMs <= options.sessionCheckTimeoutMs) {
+      // Envoy's request timeout runs until the request goes upstream, the session check included.
+      command.error(`--request-timeout-ms (${options.requestTimeoutMs}) must be above --session-check-timeout-ms (${options.sessionCheckTimeoutMs})`, { exitCode: USAGE_ERROR });
+    }
     const audit: AuditTarget | undefined =
       options.auditLog === undefined
         ? undefined
@@ -380,6 +405,20 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
           sidecars: options.sidecar.map(endpointOf),
           maxRequestBodyBytes: options.maxRequestBodyBytes,
           sessionCheckTimeoutMs: options.sessionCheckTimeoutMs,
+          edge: {
+            perConnectionBufferLimitBytes: options.perConnectionBufferLimitBytes,
+            requestHeadersTimeoutMs: options.requestHeadersTimeoutMs,
+            requestTimeoutMs: options.requestTimeoutMs,
+            streamIdleTimeoutMs: options.streamIdleTimeoutMs,
+            connectionIdleTimeoutMs: options.connectionIdleTimeoutMs,
+            maxRequestHeadersKb: options.maxRequestHeadersKb,
+            maxHeadersCount: options.maxHeadersCount,
+            xffNumTrustedHops: options.xffNumTrustedHops,
+            http2MaxConcurrentStreams: options.http2MaxConcurrentStreams,
+            http2InitialStreamWindowBytes: options.http2InitialStreamWindowBytes,
+            http2InitialConnectionWindowBytes: options.http2InitialConnectionWindowBytes,
+          },
+          toolServiceLimits: { maxRequests: options.toolServiceMaxRequests, maxPendingRequests: options.toolServiceMaxPending },
           access: accessOf(options.listener, options),
           auditArguments: audit !== undefined,
           ...(options.otlpEndpoint && {
@@ -456,7 +495,7 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
   )
   .addOption(new Option('--redis-prefix <prefix>', 'prefix of every Redis key').default('mcpgw:'))
   .addOption(positiveIntOption('--session-ttl-s <s>', 'idle gateway sessions expire after this', 3600))
-  .addOption(positiveIntOption('--backend-session-timeout-ms <ms>', "limit for opening or ending a backend's session", 5000))
+  .addOption(positiveIntOption('--backend-session-timeout-ms <ms>', "limit for opening or ending a backend's session (a call's check answers by the control plane's --session-check-timeout-ms in any case)", 5000))
   .addOption(hostPortOption('--admin <host:port>', 'GET /metrics and /healthz'))
   .addOption(positiveIntOption('--drain-timeout-ms <ms>', 'on SIGTERM, how long requests in flight keep the sidecar', 10_000))
   .addOption(positiveIntOption('--max-request-body-bytes <bytes>', 'largest request body the gateway lane reads', GATEWAY_DEFAULTS.maxRequestBodyBytes))
@@ -574,6 +613,8 @@ subcommand('envoy-bootstrap', 'print envoy/bootstrap.yaml filled in')
   .addOption(hostPortOption('--admin <host:port>', "Envoy's admin interface").makeOptionMandatory())
   .addOption(new Option('--xds <host:port,...>', "the control planes' --grpc addresses, one per replica (or a DNS name)").argParser(parsedBy(hostPortList)).makeOptionMandatory())
   .addOption(new Option('--ads <type>', 'state of the world (GRPC) or incremental (DELTA_GRPC)').choices(['GRPC', 'DELTA_GRPC'] as const).default('GRPC' as const))
+  .addOption(positiveIntOption('--max-heap-bytes <bytes>', "Envoy's heap its overload actions are measured against (set below its memory limit)", OVERLOAD_DEFAULTS.maxHeapBytes))
+  .addOption(positiveIntOption('--max-downstream-connections <n>', "client connections at once; at most half of Envoy's file-descriptor limit", OVERLOAD_DEFAULTS.maxDownstreamConnections))
   .action((options) => {
     process.stdout.write(
       renderBootstrap({
@@ -582,6 +623,7 @@ subcommand('envoy-bootstrap', 'print envoy/bootstrap.yaml filled in')
         adminAddress: options.admin.host,
         adminPort: options.admin.port,
         xds: options.xds,
+        overload: { maxHeapBytes: options.maxHeapBytes, maxDownstreamConnections: options.maxDownstreamConnections },
       }),
     );
   });

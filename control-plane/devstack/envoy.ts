@@ -17,6 +17,35 @@ export interface BootstrapValues {
    * stream; when its control plane goes away it reconnects to another (docs/adr/0010-deployment.md).
    */
   xds: { host: string; port: number }[];
+  overload: OverloadSettings;
+}
+
+/** The overload manager's limits (docs/adr/0009-edge-hardening.md), flags of `mcpgw envoy-bootstrap`. */
+export interface OverloadSettings {
+  /** Envoy's heap the memory actions are measured against: set it below the memory the process may use. */
+  maxHeapBytes: number;
+  /**
+   * Client connections at once, on every listener but the admin one; a new one past it is closed at
+   * once. Keep it at most half of Envoy's file-descriptor limit: calls in flight hold upstream
+   * connections too.
+   */
+  maxDownstreamConnections: number;
+}
+
+export const OVERLOAD_DEFAULTS: OverloadSettings = {
+  maxHeapBytes: 1024 * 1024 * 1024,
+  maxDownstreamConnections: 10_000,
+};
+
+/**
+ * For an Envoy this process starts (it inherits this process's file-descriptor limit): the default
+ * connection limit, or half the limit when that is lower, so that Envoy can never run out of them.
+ */
+export function overloadForThisHost(): OverloadSettings {
+  const limits = fs.readFileSync('/proc/self/limits', 'utf8');
+  const openFiles = /^Max open files\s+(\d+)/m.exec(limits);
+  const half = openFiles ? Math.floor(Number(openFiles[1]) / 2) : OVERLOAD_DEFAULTS.maxDownstreamConnections;
+  return { ...OVERLOAD_DEFAULTS, maxDownstreamConnections: Math.min(OVERLOAD_DEFAULTS.maxDownstreamConnections, half) };
 }
 
 /** The ADS cluster's lb_endpoints as one YAML flow sequence. */
@@ -35,6 +64,8 @@ export function renderBootstrap(values: BootstrapValues): string {
     ADMIN_ADDRESS: values.adminAddress,
     ADMIN_PORT: String(values.adminPort),
     XDS_ENDPOINTS: xdsEndpoints(values.xds),
+    MAX_HEAP_BYTES: String(values.overload.maxHeapBytes),
+    MAX_DOWNSTREAM_CONNECTIONS: String(values.overload.maxDownstreamConnections),
   };
   const template = fs.readFileSync(projectPath('envoy', 'bootstrap.yaml'), 'utf8');
   const rendered = template.replace(/\{\{([A-Z_]+)\}\}/g, (placeholder, name: string) => {

@@ -2,7 +2,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { projectPath } from '../shared/paths';
 import { LogLevel } from '../shared/log';
-import { BASE_ID_TAKEN, ENVOY_JSON_LOG_FORMAT, XdsApiType, envoyBinary, writeBootstrap } from './envoy';
+import { BASE_ID_TAKEN, ENVOY_JSON_LOG_FORMAT, OverloadSettings, XdsApiType, envoyBinary, overloadForThisHost, writeBootstrap } from './envoy';
 import { listensOn } from './port-owner';
 import { ManagedProcess, ProcessOptions, freePorts, portAccepts } from './processes';
 
@@ -55,6 +55,8 @@ export interface StackOptions {
    * it Envoy always gets a dynamic base id, as several stacks on one host need.
    */
   envoyBaseId?: number;
+  /** Envoy's overload limits, where they differ from the defaults for this host (overloadForThisHost). */
+  envoyOverload?: Partial<OverloadSettings>;
   /** The control plane writes its audit to `auditFile` (true by default; false: no audit, as a control plane without --audit-log). */
   audit?: boolean;
   /** More options for the control plane and the sidecar (e.g. `--audit-log FILE`), after the stack's own. */
@@ -414,6 +416,7 @@ export class GatewayStack {
           adminAddress: HOST,
           adminPort,
           xds: this.controlPlanePorts.map(({ main }) => ({ host: HOST, port: main })),
+          overload: { ...overloadForThisHost(), ...this.options.envoyOverload },
         },
         this.options.logDir,
       );

@@ -16,10 +16,14 @@ export interface UpstreamEndpoint {
   tls?: { sni: string; caFile: string };
 }
 
-/** Defaults suited to MCP: a tools/call may stream progress for minutes. */
+/**
+ * Defaults suited to MCP (docs/adr/0009-edge-hardening.md): a tools/call may stream progress for
+ * minutes, or wait minutes for a person's answer to an elicitation, but never for ever: a backend that
+ * never answers frees the call after the idle limit, one that only trickles after the deadline.
+ */
 export const TRANSPORT_DEFAULTS = {
   connectTimeoutMs: 2_000,
-  requestTimeoutMs: 0,
+  requestTimeoutMs: 600_000,
   idleTimeoutMs: 300_000,
 };
 /** Debian's CA bundle; a Tool Service may name its own with transport.tls.caFile. */

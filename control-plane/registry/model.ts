@@ -26,7 +26,7 @@ const DAY_MS = 86_400_000;
 export const transportSchema = z
   .object({
     connectTimeoutMs: z.number().int().min(1).max(60_000).optional(),
-    /** Deadline for the whole response; 0 means none, the default, since tools/call may stream for long. */
+    /** Deadline for the whole response (default 10 minutes); 0 means none. */
     requestTimeoutMs: z.number().int().min(0).max(DAY_MS).optional(),
     /** How long a response stream may stay silent. */
     idleTimeoutMs: z.number().int().min(1).max(DAY_MS).optional(),

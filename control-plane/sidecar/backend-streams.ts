@@ -9,6 +9,7 @@ import { MODERN_PROTOCOL_VERSION } from './modern-era';
 import { BackendView, ListKind } from './route-catalog';
 import { readEvents } from './sessions/backend-sessions';
 import { GatewaySession } from './sessions/session-store';
+import { RESUME_DONE } from './tool-call';
 
 /**
  * Streams the gateway holds to backends on clients' behalf (docs/adr/0015-federated-resources-and-prompts.md):
@@ -226,8 +227,10 @@ export class BackendStreams {
         await this.context.sessions.forgetBackend(session.id, name, backendSessionId);
         return 'done';
       }
-      await this.relayAll(response, backend, session.route, streamSignal, (relayed) => {
-        if (relayed.kind === 'deliver') deliver(relayed.message);
+      await this.relayAll(response, backend, session.route, streamSignal, (relayed, message) => {
+        if (relayed.kind !== 'deliver') return;
+        this.expectAnswer(session.id, backend, message);
+        deliver(relayed.message);
       });
       return 'opened';
     });
@@ -273,7 +276,7 @@ export class BackendStreams {
         }
         res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
         res.flushHeaders();
-        await readEvents(response.body, (event) => res.write(this.resumedEvent(event, backend, session.route)));
+        await readEvents(response.body, (event) => res.write(this.resumedEvent(event, session.id, backend, session.route)));
       });
     } catch (error) {
       if (!res.headersSent) refuse(502, `backend ${backend.name} could not resume the stream: ${(error as Error).message}`);
@@ -288,7 +291,19 @@ export class BackendStreams {
    * gateway, a backend's request under a scoped id, its notifications named (backend-messages.ts), the
    * resource URIs of the call's result named; the result carries no outcome (the call script's).
    */
-  private resumedEvent(event: EventSourceMessage, backend: BackendView, route: string): string {
+  /**
+   * A backend's request passed on to the client: its answer is awaited in the client's session (only
+   * an outstanding request's answer goes on, docs/adr/0009-edge-hardening.md). The client may answer
+   * before the record lands; the answer waits for it a moment (ANSWER_RECORD_GRACE_MS).
+   */
+  private expectAnswer(gatewaySessionId: string, backend: BackendView, message: unknown): void {
+    if (!isObject(message) || typeof message.method !== 'string' || (typeof message.id !== 'string' && typeof message.id !== 'number')) return;
+    this.context.sessions
+      .expectAnswer(gatewaySessionId, backend.name, JSON.stringify(message.id))
+      .catch((error: Error) => this.context.log.warn("could not record a backend's request to its client; the client's answer will be refused", { backend: backend.name, error: error.message }));
+  }
+
+  private resumedEvent(event: EventSourceMessage, gatewaySessionId: string, backend: BackendView, route: string): string {
     let message: unknown;
     try {
       message = event.data.trim() === '' ? undefined : JSON.parse(event.data);
@@ -296,14 +311,18 @@ export class BackendStreams {
       message = undefined;
     }
     let data = '';
-    if (isObject(message) && typeof message.method !== 'string') {
+    const answer = isObject(message) && typeof message.method !== 'string';
+    if (isObject(message) && answer) {
       data = JSON.stringify(isObject(message.result) ? { ...message, result: exposeResultUris(message.result, backend.name) } : message);
     } else if (message !== undefined) {
       const relayed = relayBackendMessage(message, backend);
-      if (relayed.kind === 'deliver') data = JSON.stringify(relayed.message);
-      else if (relayed.kind === 'list-changed') this.reports.listChanged(backend, relayed.list, route);
+      if (relayed.kind === 'deliver') {
+        this.expectAnswer(gatewaySessionId, backend, message);
+        data = JSON.stringify(relayed.message);
+      } else if (relayed.kind === 'list-changed') this.reports.listChanged(backend, relayed.list, route);
     }
-    const id = event.id ? `id: ${clientEventId(backend.name, event.id)}\n` : '';
+    // The answer's event is marked done, as the call script marks it: a resume after it has nothing to get.
+    const id = answer ? `id: ${RESUME_DONE}\n` : event.id ? `id: ${clientEventId(backend.name, event.id)}\n` : '';
     return `event: ${event.event ?? 'message'}\n${id}data: ${data}\n\n`;
   }
 

@@ -23,16 +23,16 @@ export interface CallOutcome {
 
 /**
  * The backend and its own id behind an id the call script gave a request a backend sent its client
- * (sampling, elicitation, roots) inside a tools/call stream: `mcpgw:<backend>:<its own id as JSON>`.
- * undefined for an id the gateway did not hand out.
+ * (sampling, elicitation, roots) inside a tools/call stream: `mcpgw:<backend>:<its own id as JSON>`
+ * (`rawId`, as the script recorded it). undefined for an id the gateway did not hand out.
  */
-export function parseServerRequestId(id: unknown): { backend: string; id: string | number } | undefined {
+export function parseServerRequestId(id: unknown): { backend: string; id: string | number; rawId: string } | undefined {
   if (typeof id !== 'string') return undefined;
   const match = /^mcpgw:([a-z0-9_]+):(.+)$/s.exec(id);
   if (!match) return undefined;
   try {
     const own = JSON.parse(match[2]) as unknown;
-    return typeof own === 'string' || typeof own === 'number' ? { backend: match[1], id: own } : undefined;
+    return typeof own === 'string' || typeof own === 'number' ? { backend: match[1], id: own, rawId: match[2] } : undefined;
   } catch {
     return undefined;
   }

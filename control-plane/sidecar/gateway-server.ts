@@ -1,4 +1,5 @@
 import * as http from 'node:http';
+import { z } from 'zod';
 import { APPROVAL_CHECK_PATH, ApprovalCheck, approvalCheckRequestSchema, approvalCheckResponse, noApprovalPages } from '../approval/approval-check';
 import { SESSION_CHECK_PATH } from '../xds/translate/settings';
 import { Decision, GatewayContext, RequestHead, respondError } from './decision';
@@ -18,12 +19,17 @@ import { SpanKind, Tracing } from '../shared/tracing';
  *   tools/list, ping, notifications, clients' answers, DELETE, GET streams);
  * - `/check/mcp/...`: the call lane's session check (Envoy's ext_authz over HTTP);
  * - `/internal/backend-session-lost`: the call script's report of a backend that lost a session;
+ * - `/internal/server-request`: the call script's record of a request a backend sends its client.
  * - `/internal/approval-check`: the call script's question whether a call has its approval, and
  *   `/approvals/...`: the approval pages (control-plane/approval/, through Envoy).
  */
 
 /** Where the call script reports a lost backend session (control-plane/xds/lua/call-lane.lua). */
 export const LOST_SESSION_PATH = '/internal/backend-session-lost';
+/** Where the call script records a request a backend sends its client, before the client sees it. */
+export const SERVER_REQUEST_PATH = '/internal/server-request';
+
+const serverRequestSchema = z.object({ gatewaySessionId: z.string().min(1), backend: z.string().min(1), requestId: z.string().min(1) });
 /** The call script's report is a few ids. */
 const MAX_REPORT_BYTES = 4096;
 
@@ -45,6 +51,15 @@ function readBody(req: http.IncomingMessage, maxBytes: number): Promise<Buffer> 
     req.on('end', () => resolve(Buffer.concat(chunks)));
     req.on('error', reject);
   });
+}
+
+/** A report of the call script: a few ids as JSON; undefined when it is not JSON at all. */
+async function readReport(req: http.IncomingMessage): Promise<unknown> {
+  try {
+    return JSON.parse((await readBody(req, MAX_REPORT_BYTES)).toString('utf8'));
+  } catch {
+    return undefined;
+  }
 }
 
 function headOf(req: http.IncomingMessage, path: string): RequestHead {
@@ -91,11 +106,13 @@ export class GatewayServer {
       ? this.check(req, res, path.slice(SESSION_CHECK_PATH.length))
       : path === LOST_SESSION_PATH
         ? this.lostSession(req, res)
-        : path === APPROVAL_CHECK_PATH
-          ? this.approvalCheck(req, res)
-          : path.startsWith(APPROVALS_PREFIX)
-            ? this.approvalPages(req, res)
-            : this.gatewayLane(req, res, path);
+        : path === SERVER_REQUEST_PATH
+          ? this.serverRequest(req, res)
+          : path === APPROVAL_CHECK_PATH
+            ? this.approvalCheck(req, res)
+            : path.startsWith(APPROVALS_PREFIX)
+              ? this.approvalPages(req, res)
+              : this.gatewayLane(req, res, path);
     work.catch((error: Error) => {
       this.context.log.error('sidecar request failed', { error: error.stack, path });
       if (res.headersSent) {
@@ -115,14 +132,18 @@ export class GatewayServer {
     send(res, answer.status, answer.headers, answer.body);
   }
 
-  private async lostSession(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
-    let report: unknown;
-    try {
-      report = JSON.parse((await readBody(req, MAX_REPORT_BYTES)).toString('utf8'));
-    } catch {
-      report = undefined;
+  private async serverRequest(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const parsed = serverRequestSchema.safeParse(await readReport(req));
+    if (!parsed.success) {
+      send(res, 400, { 'content-type': 'text/plain' }, 'expected {gatewaySessionId, backend, requestId}');
+      return;
     }
-    const parsed = lostSessionSchema.safeParse(report);
+    await this.context.sessions.expectAnswer(parsed.data.gatewaySessionId, parsed.data.backend, parsed.data.requestId);
+    send(res, 204, {}, '');
+  }
+
+  private async lostSession(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const parsed = lostSessionSchema.safeParse(await readReport(req));
     if (!parsed.success) {
       send(res, 400, { 'content-type': 'text/plain' }, 'expected {route, backend, backendSessionId, gatewaySessionId}');
       return;

@@ -19,14 +19,14 @@ import {
   sessionNotFound,
 } from './decision';
 import { ownerOf } from '../auth/caller-identity';
-import { JSON_RPC, JsonRpcId, jsonRpcResult } from './json-rpc';
+import { JSON_RPC, JsonRpcId, MAX_JSON_DEPTH, idProblem, jsonRpcResult, nestsDeeperThan } from './json-rpc';
 import { MODERN_META, MODERN_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSIONS, modernRequestProblem, modernVersionClaim } from './modern-era';
 import { setLevelForSession } from './logging-level';
 import { LIST_METHODS, ListMethod, RouteCatalogView, listOf } from './route-catalog';
 import { ClientFieldsTooLargeError, GatewaySession } from './sessions/session-store';
 import { answerUnplacedRequest, isPlacedMethod } from './surface-requests';
 import { honoredFilter, listenParamsSchema } from './subscriptions-listen';
-import { answerUnplacedCall } from './tool-call';
+import { answerResumedCall, answerUnplacedCall } from './tool-call';
 import { ListAudience, answerList, listBody } from './tools-list';
 
 /** The sidecar's decisions on requests: answered here, or sent on to exactly one backend (tool-call.ts). */
@@ -78,6 +78,10 @@ export async function decideOnHead(head: RequestHead, context: GatewayContext): 
   // A POST's body says which era it is from, and so how an unknown version is answered (decideOnMessage).
   if (head.method !== 'POST' && unsupportedVersionHeader(head)) return unsupportedVersion(head);
   if (head.method === 'DELETE') return endSession(head, view, context);
+  if (head.method === 'GET') {
+    const resumed = answerResumedCall(head.headers.get('last-event-id'));
+    if (resumed) return resumed;
+  }
   if (head.method === 'GET' && head.headers.has(SESSION_HEADER)) return openStream(head, view, context);
   if (head.method !== 'POST') {
     // Without a session no standalone SSE stream is offered: the spec lets a server answer 405.
@@ -164,9 +168,13 @@ async function endSession(head: RequestHead, view: RouteCatalogView, context: Ga
 export async function decideOnBody(head: RequestHead, body: Buffer, context: GatewayContext): Promise<Decision> {
   const view = context.lookup(routeKeyOf(head.path).key!);
   if (!view) return decideOnHead(head, context);
+  const text = body.toString('utf8');
+  if (nestsDeeperThan(text, MAX_JSON_DEPTH)) {
+    return respondError(400, null, JSON_RPC.PARSE_ERROR, `Parse error: JSON nested more than ${MAX_JSON_DEPTH} levels deep`, 'parse_error');
+  }
   let message: JsonRpcMessage;
   try {
-    message = JSON.parse(body.toString('utf8')) as JsonRpcMessage;
+    message = JSON.parse(text) as JsonRpcMessage;
   } catch (error) {
     return respondError(400, null, JSON_RPC.PARSE_ERROR, `Parse error: ${(error as Error).message}`, 'parse_error');
   }
@@ -176,6 +184,9 @@ export async function decideOnBody(head: RequestHead, body: Buffer, context: Gat
   if (typeof message !== 'object' || message === null || message.jsonrpc !== '2.0') {
     return respondError(400, null, JSON_RPC.INVALID_REQUEST, 'not a JSON-RPC 2.0 message', 'invalid_request');
   }
+  // A request's id is the client's to choose, within JSON-RPC's rule (an answer's is the gateway's own: routeClientResponse).
+  const badId = typeof message.method === 'string' ? idProblem(message.id) : undefined;
+  if (badId) return respondError(400, null, JSON_RPC.INVALID_REQUEST, badId, 'invalid_id');
   const metadata: RequestMetadata = {
     route: view.key,
     ...(typeof message.method === 'string' && { method: message.method }),
@@ -377,16 +388,41 @@ async function initializeSession(message: JsonRpcMessage, id: JsonRpcId, head: R
 const ACCEPTED: Decision = { kind: 'respond', status: 202, headers: {}, body: '', reason: 'accepted' };
 
 /**
- * A client's answer to a request a backend sent it through the gateway (sampling, elicitation,
- * roots): back to that backend, in that backend's session, under the backend's own id.
+ * The call script records a backend's request to the client as it sends it on (not before: it cannot),
+ * so a quick client's answer may arrive a moment before the record does.
  */
-async function routeClientResponse(message: JsonRpcMessage, head: RequestHead, view: RouteCatalogView, cached: GatewaySession | undefined, context: GatewayContext): Promise<Decision> {
+export const ANSWER_RECORD_GRACE_MS = 200;
+const RECORD_POLL_MS = 20;
+
+async function takeRecordedAnswer(context: GatewayContext, sessionId: string, backend: string, rawId: string): Promise<boolean> {
+  const giveUpAt = performance.now() + ANSWER_RECORD_GRACE_MS;
+  for (;;) {
+    if (await context.sessions.takeAnswer(sessionId, backend, rawId)) return true;
+    if (performance.now() >= giveUpAt) return false;
+    await new Promise((resolve) => setTimeout(resolve, RECORD_POLL_MS));
+  }
+}
+
+/**
+ * A client's answer to a request a backend sent it through the gateway (sampling, elicitation,
+ * roots): back to that backend, in that backend's session, under the backend's own id. Only an answer
+ * to a request still outstanding in the client's session goes on (the call script recorded it as it
+ * passed, control-plane/xds/lua/call-lane.lua), and only once.
+ */
+async function routeClientResponse(
+  message: JsonRpcMessage,
+  head: RequestHead,
+  view: RouteCatalogView,
+  cached: GatewaySession | undefined,
+  context: GatewayContext,
+): Promise<Decision> {
   if (!('result' in message) && !('error' in message)) {
     return respondError(400, null, JSON_RPC.INVALID_REQUEST, 'not a JSON-RPC request, notification or response', 'invalid_request');
   }
   const target = parseServerRequestId(message.id);
   const backend = target && view.backends.get(target.backend);
-  if (!target || !backend) {
+  const outstanding = target && backend && cached && (await takeRecordedAnswer(context, cached.id, backend.name, target.rawId));
+  if (!target || !backend || !outstanding) {
     return respondError(400, null, JSON_RPC.INVALID_REQUEST, `response to id ${JSON.stringify(message.id)}, which no backend of route "${view.key}" sent through this gateway`, 'unknown_response');
   }
   // The request may have come on a backend stream another replica opened, in a backend session this

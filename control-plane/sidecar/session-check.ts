@@ -6,7 +6,7 @@ import { GATEWAY_SERVER_INFO, GatewayContext, RequestHead, SESSION_HEADER, calle
 import { JSON_RPC, JsonRpcId, jsonRpcError } from './json-rpc';
 import { BACKEND_UNAVAILABLE_CODE } from '../xds/translate/local-replies';
 import { MODERN_PROTOCOL_VERSION } from './modern-era';
-import { BackendView } from './route-catalog';
+import { BackendView, RouteCatalogView } from './route-catalog';
 import { claimOpenedBackendSession } from './sessions/backend-session-claim';
 import { GatewaySession } from './sessions/session-store';
 
@@ -33,6 +33,8 @@ interface CheckRequest {
   backend: string;
   tool: string;
   rpcId: JsonRpcId;
+  /** By when the check must have answered (ms), before Envoy gives up on it. */
+  deadlineMs?: number;
 }
 
 function checkRequestOf(head: RequestHead): CheckRequest | string {
@@ -49,7 +51,10 @@ function checkRequestOf(head: RequestHead): CheckRequest | string {
     rpcId = undefined;
   }
   if (typeof rpcId !== 'string' && typeof rpcId !== 'number' && rpcId !== null) return `${CHECK_HEADERS.rpcId} is not a JSON-RPC id`;
-  return { route: route!, backend: backend!, tool, rpcId };
+  const deadline = head.headers.get(CHECK_HEADERS.deadline);
+  const deadlineMs = deadline === undefined ? undefined : Number(deadline);
+  if (deadlineMs !== undefined && !(Number.isInteger(deadlineMs) && deadlineMs > 0)) return `${CHECK_HEADERS.deadline} is not a number of ms`;
+  return { route: route!, backend: backend!, tool, rpcId, deadlineMs };
 }
 
 const ALLOW_UNCHANGED: CheckAnswer = { status: CHECK_STATUS.ALLOW, headers: {}, body: '' };
@@ -135,13 +140,42 @@ export async function checkCall(head: RequestHead, context: GatewayContext, stat
   const startedAt = performance.now();
   const request = checkRequestOf(head);
   if (typeof request === 'string') return answer(400, jsonRpcError(null, JSON_RPC.INVALID_REQUEST, `session check: ${request}`));
-  const { rpcId: id, backend: backendName, tool, route } = request;
+  const { rpcId: id, backend: backendName, tool, route, deadlineMs } = request;
   const view = context.lookup(route);
   const backend = view?.backends.get(backendName);
   if (!view || !backend) {
     // Envoy was told of this backend before this sidecar's catalog was: a moment, at most.
     return answer(CHECK_STATUS.JSON_RPC_ERROR, jsonRpcError(id, JSON_RPC.INTERNAL_ERROR, `backend "${backendName}" is being added to the gateway: call again`));
   }
+  const decided = decideCall(head, request, view, backend, context, statelessSessions, startedAt);
+  if (deadlineMs === undefined) return decided;
+  // Envoy gives up on the check at its timeout: answered before it, a backend too slow to open its
+  // session is named as such (-32004), never taken for the sidecar being away. The session still
+  // opening is kept for the next call once it is open (or ended at the backend, claimOpenedBackendSession).
+  let timer: NodeJS.Timeout | undefined;
+  const tooSlow = new Promise<CheckAnswer>((resolve) => {
+    timer = setTimeout(() => {
+      const reason = `its session was not open after ${deadlineMs} ms`;
+      const message = `backend ${backend.name} could not open a session in time: tools/call ${tool} failed (${reason})`;
+      resolve(answer(CHECK_STATUS.JSON_RPC_ERROR, jsonRpcError(id, BACKEND_UNAVAILABLE_CODE, message, failedOutcome(backend.name, tool, startedAt, reason))));
+    }, deadlineMs);
+  });
+  try {
+    return await Promise.race([decided, tooSlow]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+async function decideCall(
+  head: RequestHead,
+  { rpcId: id, tool, route }: CheckRequest,
+  view: RouteCatalogView,
+  backend: BackendView,
+  context: GatewayContext,
+  statelessSessions: StatelessCallSessions,
+  startedAt: number,
+): Promise<CheckAnswer> {
   const statelessBackend = backend.protocolVersion === MODERN_PROTOCOL_VERSION;
   const sessionId = head.headers.get(SESSION_HEADER);
   const owner = ownerOf(callerOf(head, view));

@@ -3,7 +3,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { freePort, waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
-import { MCP_POST_HEADERS, SampleBackends, callToolContent, connectClient, listedTools, postJsonRpc, startGateway } from '../support/gateway-fixture';
+import { MCP_POST_HEADERS, SampleBackends, callToolContent, connectClient, listedTools, postJsonRpc, startGateway, listedToolsOnceServed } from '../support/gateway-fixture';
 
 /**
  * What an agent sees when the path behind the gateway fails: JSON-RPC errors naming the backend,
@@ -175,7 +175,7 @@ describe('backend failures through the real Envoy', () => {
     } finally {
       await client.close();
     }
-    await waitFor('the restarted sidecar to have the catalog', () => listedTools(stack.gatewayUrl('demo')));
+    await waitFor('the restarted sidecar to have the catalog', () => listedToolsOnceServed(stack.gatewayUrl('demo')));
   });
 
   it('fails closed in JSON-RPC form when the sidecar is down', async () => {

@@ -1,7 +1,7 @@
 import Redis from 'ioredis';
 import { waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
-import { SampleBackends, callToolContent, controlPlaneStatus, listedTools, startGateway } from '../support/gateway-fixture';
+import { SampleBackends, callToolContent, controlPlaneStatus, startGateway, listedToolsOnceServed } from '../support/gateway-fixture';
 
 /** docs/adr/0000-portal-registry-decisions.md §7: a cold start with the Portal and a backend down serves the routes and tools Redis kept. */
 describe('cold start from Redis last-good (real Redis, Envoy, Portal client)', () => {
@@ -38,7 +38,7 @@ describe('cold start from Redis last-good (real Redis, Envoy, Portal client)', (
     const status = await controlPlaneStatus(stack);
     expect(status.registry.origin).toBe('redis-last-good');
     expect(status.registry.lastError.message).toMatch(/Portal unreachable/);
-    const tools = await waitFor('the restored tools through Envoy', () => listedTools(stack.gatewayUrl('demo')), { timeoutMs: 5000 });
+    const tools = await waitFor('the restored tools through Envoy', () => listedToolsOnceServed(stack.gatewayUrl('demo')), { timeoutMs: 5000 });
     expect(tools).toEqual(['jobs__run_job', 'jobs__echo', 'jobs__whoami', 'weather__get_forecast', 'weather__get_alerts']);
 
     const weather = await waitFor('the weather backend to be reported', async () => {

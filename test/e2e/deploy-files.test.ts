@@ -208,7 +208,12 @@ describe('the Helm chart', () => {
     const result = spawnSync('sh', ['-c', script.replaceAll('/bootstrap/', `${bootstrapDir}/`)], { cwd: projectPath(), encoding: 'utf8', env: { ...process.env, POD_NAME: 'mcpgw-envoy-abc12' } });
     expect(result.stderr).toBe('');
     const file = path.join(bootstrapDir, 'envoy.yaml');
-    expect(parse(fs.readFileSync(file, 'utf8')).node.id).toBe('mcpgw-envoy-abc12');
+    const bootstrap = parse(fs.readFileSync(file, 'utf8')) as { node: { id: string }; overload_manager: { resource_monitors: { typed_config: { max_heap_size_bytes?: number } }[] } };
+    expect(bootstrap.node.id).toBe('mcpgw-envoy-abc12');
+    // The overload manager's heap is below the container's memory limit, so its actions come before the kernel's.
+    const heap = bootstrap.overload_manager.resource_monitors.map((monitor) => monitor.typed_config.max_heap_size_bytes).find(Boolean)!;
+    const limit = containerOf(named(manifests, 'Deployment', 'envoy'), 'envoy').resources.limits.memory as string;
+    expect(heap).toBeLessThan(Number(/^(\d+)Mi$/.exec(limit)![1]) * 1024 * 1024);
     const validated = spawnSync(envoyBinary(), ['--mode', 'validate', '-c', file, '--log-level', 'error'], { encoding: 'utf8' });
     expect(`${validated.stdout}${validated.stderr}`).toContain('OK');
   });

@@ -3,7 +3,7 @@ import * as path from 'node:path';
 import { stringify } from 'yaml';
 import { waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
-import { SampleBackends, listedTools, startGateway } from '../support/gateway-fixture';
+import { SampleBackends, startGateway, listedToolsOnceServed } from '../support/gateway-fixture';
 
 /** `mcpgw up`'s default path: the dev Portal serves the registry file; its revisions must survive its restart. */
 describe('dev Portal restart (real Envoy, control plane Portal client)', () => {
@@ -24,7 +24,7 @@ describe('dev Portal restart (real Envoy, control plane Portal client)', () => {
   });
 
   it('brings an edit made while the dev Portal was down to Envoy once it is back', async () => {
-    expect(await waitFor('the first route', () => listedTools(stack.gatewayUrl('demo')))).toEqual(['weather__get_forecast', 'weather__get_alerts']);
+    expect(await waitFor('the first route', () => listedToolsOnceServed(stack.gatewayUrl('demo')))).toEqual(['weather__get_forecast', 'weather__get_alerts']);
     await stack.stopProcess('portal');
     fs.writeFileSync(
       file,
@@ -36,7 +36,7 @@ describe('dev Portal restart (real Envoy, control plane Portal client)', () => {
       }),
     );
     await stack.startPortal();
-    expect(await waitFor('the route added while the Portal was down', () => listedTools(stack.gatewayUrl('added-while-down')), { timeoutMs: 15_000 })).toEqual([
+    expect(await waitFor('the route added while the Portal was down', () => listedToolsOnceServed(stack.gatewayUrl('added-while-down')), { timeoutMs: 15_000 })).toEqual([
       'jobs__run_job',
       'jobs__echo',
       'jobs__whoami',

@@ -1,7 +1,7 @@
 import Redis from 'ioredis';
 import { waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
-import { SampleBackends, listedTools, postJsonRpc, startGateway } from '../support/gateway-fixture';
+import { SampleBackends, listedTools, postJsonRpc, startGateway, listedToolsOnceServed } from '../support/gateway-fixture';
 
 /**
  * A Redis that hangs (SIGSTOP: its port still accepts connections, nothing is answered) costs a
@@ -17,7 +17,7 @@ describe('a frozen Redis (SIGSTOP)', () => {
     ({ stack, backends } = await startGateway('redis-frozen', (b) => ({
       routes: [{ key: 'demo', toolServices: [{ name: 'weather', url: b.weather }, { name: 'jobs', url: b.jobs }] }],
     })));
-    await waitFor('the route', () => listedTools(stack.gatewayUrl('demo')));
+    await waitFor('the route', () => listedToolsOnceServed(stack.gatewayUrl('demo')));
   });
 
   afterAll(async () => {
@@ -63,7 +63,7 @@ describe('a frozen Redis (SIGSTOP)', () => {
       ],
     });
     // Well inside the catalog refresh interval (30 s): the new route's tools come from the update itself.
-    expect(await waitFor('the new route', () => listedTools(stack.gatewayUrl('late')), { timeoutMs: 10_000 })).toEqual(['jobs__run_job', 'jobs__echo', 'jobs__whoami']);
+    expect(await waitFor('the new route', () => listedToolsOnceServed(stack.gatewayUrl('late')), { timeoutMs: 10_000 })).toEqual(['jobs__run_job', 'jobs__echo', 'jobs__whoami']);
     await stack.setPortalRegistry({ routes: [{ key: 'late', toolServices: [{ name: 'weather', url: backends.weather }] }] });
     await waitFor('the second change', async () => ((await listedTools(stack.gatewayUrl('demo'))) === undefined ? true : undefined), { timeoutMs: 10_000 });
     expect(await waitFor('the changed route', async () => {

@@ -14,6 +14,7 @@ import {
   postJsonRpc,
   startGateway,
   clusterOf,
+  listedToolsOnceServed,
 } from '../support/gateway-fixture';
 
 /**
@@ -74,7 +75,7 @@ describe.each<XdsApiType>(['GRPC', 'DELTA_GRPC'])('registry changes through the 
         },
       ],
     });
-    const tools = await waitFor('the new route to list its tools', () => listedTools(stack.gatewayUrl('late')), { timeoutMs: 5000, intervalMs: 20 });
+    const tools = await waitFor('the new route to list its tools', () => listedToolsOnceServed(stack.gatewayUrl('late')), { timeoutMs: 5000, intervalMs: 20 });
     expect(tools).toEqual(['jobs__run_job', 'jobs__echo', 'jobs__whoami', 'weather_eu__get_forecast', 'weather_eu__get_alerts']);
     const late = await connectClient(stack.gatewayUrl('late'));
     try {
@@ -113,7 +114,7 @@ describe.each<XdsApiType>(['GRPC', 'DELTA_GRPC'])('registry changes through the 
         { key: 'extra', toolServices: [{ name: 'jobs', url: backends.jobs }] },
       ],
     });
-    await waitFor('the valid new route', () => listedTools(stack.gatewayUrl('extra')));
+    await waitFor('the valid new route', () => listedToolsOnceServed(stack.gatewayUrl('extra')));
     expect(await listedTools(stack.gatewayUrl('demo'))).toEqual(['weather__get_forecast', 'weather__get_alerts']);
     const status = await controlPlaneStatus(stack);
     expect(status.registry.rejectedRoutes).toEqual([

@@ -7,7 +7,7 @@ import { ManagedProcess, freePort, waitFor } from '../../control-plane/devstack/
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { CancellableToolService } from '../support/cancellable-tool-service';
 import { startEverythingServer } from '../support/everything-server';
-import { listedTools, postJsonRpc, startGateway, testDir } from '../support/gateway-fixture';
+import { listedTools, postJsonRpc, startGateway, testDir, listedToolsOnceServed } from '../support/gateway-fixture';
 
 /**
  * Sessions across the gateway with a real stateful backend (@modelcontextprotocol/server-everything):
@@ -97,7 +97,7 @@ describe('sessions through the gateway (server-everything, real Envoy and Redis)
     const before = await toggle(client);
     await stack.stopProcess('sidecar');
     await stack.startSidecar();
-    await waitFor('the restarted sidecar to have the catalog', () => listedTools(stack.gatewayUrl('stateful')));
+    await waitFor('the restarted sidecar to have the catalog', () => listedToolsOnceServed(stack.gatewayUrl('stateful')));
     const after = await toggle(client);
     expect(after).toEqual({ started: false, session: before.session });
     expect((await client.listTools()).tools.map((tool) => tool.name)).toContain('everything__get-sum');
@@ -151,6 +151,19 @@ describe('sessions through the gateway (server-everything, real Envoy and Redis)
     const elicited = await client.callTool({ name: 'everything__trigger-elicitation-request', arguments: {} });
     expect(JSON.stringify(elicited.content)).toContain('- Name: Ada Lovelace');
     expect(asked).toEqual(['sampling/createMessage', 'elicitation/create']);
+  });
+
+  it("refuses a client's \"answer\" to a request no backend of its session sent it (400), without passing it on", async () => {
+    const { client, transport } = await connect('stateful');
+    // The backend session exists (a call went in it), so a forged answer would have somewhere to go.
+    await toggle(client);
+    const forged = await postJsonRpc(
+      stack.gatewayUrl('stateful'),
+      { jsonrpc: '2.0', id: 'mcpgw:everything:0', result: { action: 'accept', content: { name: 'Mallory' } } },
+      { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-session-id': transport.sessionId!, 'mcp-protocol-version': '2025-11-25' },
+    );
+    expect(forged.status).toBe(400);
+    expect(forged.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32600, message: expect.stringContaining('which no backend of route "stateful" sent') } });
   });
 
   it("passes the client's cancellation to the backend session running the call, and only there", async () => {

@@ -3,7 +3,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { freePort, waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
-import { callToolContent, controlPlaneStatus, listedTools, postJsonRpc, startGateway } from '../support/gateway-fixture';
+import { callToolContent, controlPlaneStatus, postJsonRpc, startGateway, listedToolsOnceServed } from '../support/gateway-fixture';
 import { makeTestPki } from '../support/test-pki';
 
 /**
@@ -36,7 +36,7 @@ describe('https Tool Service with a private CA (real Envoy TLS)', () => {
   });
 
   it('lists and calls the tools of a Tool Service verified by its own CA and server name', async () => {
-    expect(await waitFor('the https catalog', () => listedTools(stack.gatewayUrl('secure')))).toEqual(['vault__get_forecast', 'vault__get_alerts']);
+    expect(await waitFor('the https catalog', () => listedToolsOnceServed(stack.gatewayUrl('secure')))).toEqual(['vault__get_forecast', 'vault__get_alerts']);
     expect(await callToolContent(stack.gatewayUrl('secure'), 'vault__get_forecast', { city: 'Bern' })).toEqual([
       { type: 'text', text: 'Forecast for Bern: sunny, 14°C' },
     ]);

@@ -5,7 +5,7 @@ import { ChildProcess, spawn } from 'node:child_process';
 import { freePorts, listenOn, waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { projectPath } from '../../control-plane/shared/paths';
-import { listedTools, testDir, writeRegistry } from '../support/gateway-fixture';
+import { listedTools, testDir, writeRegistry, listedToolsOnceServed } from '../support/gateway-fixture';
 import { commandLineOf, descendantsOf, isAlive } from '../support/process-tree';
 
 /**
@@ -159,7 +159,7 @@ describe('mcpgw up tells the truth', () => {
     expect(sidecar).toBeDefined();
     process.kill(sidecar!, 'SIGKILL');
     expect(await run.untilOutput(/sidecar exited \(signal SIGKILL\) and was restarted; serving again after [\d.]+ s \(restart 1\)/)).toBeTruthy();
-    expect(await waitFor('tools/list through the gateway again', () => listedTools(url))).toHaveLength(5);
+    expect(await waitFor('tools/list through the gateway again', () => listedToolsOnceServed(url))).toHaveLength(5);
 
     const logDir = path.join(setup.dir, 'logs');
     const logFiles = fs.readdirSync(logDir).filter((file) => file.endsWith('.log'));

@@ -2,7 +2,7 @@ import { XdsApiType } from '../../control-plane/devstack/envoy';
 import { waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { TYPE_URL } from '../../control-plane/xds/translate/type-urls';
-import { SampleBackends, callToolContent, connectClient, controlPlaneStatus, listedTools, metricValue, startGateway } from '../support/gateway-fixture';
+import { SampleBackends, callToolContent, connectClient, controlPlaneStatus, listedTools, metricValue, startGateway, listedToolsOnceServed } from '../support/gateway-fixture';
 
 /** What Envoy rejects, and Envoy or control-plane restarts, never take the gateway down. */
 describe.each<XdsApiType>(['GRPC', 'DELTA_GRPC'])('xDS resilience (ADS %s, real Envoy 1.40)', (xdsApiType) => {
@@ -47,7 +47,7 @@ describe.each<XdsApiType>(['GRPC', 'DELTA_GRPC'])('xDS resilience (ADS %s, real 
   it('resumes with the current config after Envoy restarts', async () => {
     await stack.stopProcess('envoy');
     await stack.startEnvoy();
-    expect(await waitFor('routes after the restart', () => listedTools(stack.gatewayUrl('demo')))).toContain('jobs__echo');
+    expect(await waitFor('routes after the restart', () => listedToolsOnceServed(stack.gatewayUrl('demo')))).toContain('jobs__echo');
     expect(await echoThroughEnvoy('after envoy restart')).toEqual([{ type: 'text', text: 'after envoy restart' }]);
   });
 
@@ -58,7 +58,7 @@ describe.each<XdsApiType>(['GRPC', 'DELTA_GRPC'])('xDS resilience (ADS %s, real 
 
     await stack.startControlPlane();
     await stack.setPortalRegistry({ routes: [demo(), { key: 'after', toolServices: [{ name: 'jobs', url: backends.jobs }] }] });
-    expect(await waitFor('the new route through the reconnected Envoy and sidecar', () => listedTools(stack.gatewayUrl('after')))).toEqual([
+    expect(await waitFor('the new route through the reconnected Envoy and sidecar', () => listedToolsOnceServed(stack.gatewayUrl('after')))).toEqual([
       'jobs__run_job',
       'jobs__echo',
       'jobs__whoami',

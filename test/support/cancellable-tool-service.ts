@@ -3,7 +3,7 @@ import { createMcpExpressApp } from '@modelcontextprotocol/sdk/server/express.js
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { freePort } from '../../control-plane/devstack/processes';
 import { LOOPBACK, LoopbackMcpService } from './loopback-mcp-service';
-import { serveSessions } from './session-mcp';
+import { mountStatefulMcp } from './stateful-mcp';
 
 /**
  * A real stateful MCP SDK Tool Service in the test's own process. Its tool `wait` runs until its
@@ -19,7 +19,7 @@ export class CancellableToolService extends LoopbackMcpService {
   /** Sessions ended by a client's DELETE. */
   readonly closedSessions: string[] = [];
 
-  private transports = new Map<string, StreamableHTTPServerTransport>();
+  private readonly transports = new Map<string, StreamableHTTPServerTransport>();
 
   /** Requests refused for a missing or wrong bearer token. */
   unauthorized = 0;
@@ -28,8 +28,7 @@ export class CancellableToolService extends LoopbackMcpService {
     const port = await freePort();
     const app = createMcpExpressApp({ host: LOOPBACK });
     const service = new CancellableToolService(port);
-    service.transports = serveSessions(app, {
-      newServer: () => service.mcpServer(),
+    mountStatefulMcp(app, service.transports, () => service.mcpServer(), {
       admit: (req, res) => {
         if (acceptedTokens.some((token) => req.headers.authorization === `Bearer ${token}`)) return true;
         service.unauthorized++;

@@ -96,6 +96,12 @@ export async function listedTools(url: string): Promise<string[] | undefined> {
   return (response.json().result.tools as { name: string }[]).map((tool) => tool.name);
 }
 
+/** The route's tools once it lists any (for waitFor: an empty list is a catalog not there yet). */
+export async function listedToolsOnceServed(url: string): Promise<string[] | undefined> {
+  const tools = await listedTools(url);
+  return tools?.length ? tools : undefined;
+}
+
 /** The control plane's /status document. */
 export async function controlPlaneStatus(stack: GatewayStack): Promise<any> {
   return (await fetch(`${stack.controlPlaneAdminUrl}/status`)).json();

@@ -4,7 +4,7 @@ import { InMemoryEventStore } from '@modelcontextprotocol/sdk/examples/shared/in
 import { z } from 'zod';
 import { freePort } from '../../control-plane/devstack/processes';
 import { LOOPBACK, LoopbackMcpService } from './loopback-mcp-service';
-import { serveSessions } from './session-mcp';
+import { mountStatefulMcp } from './stateful-mcp';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -38,8 +38,7 @@ export class ServerRequestsService extends LoopbackMcpService {
   static async start(): Promise<ServerRequestsService> {
     const service = new ServerRequestsService(await freePort());
     const app = createMcpExpressApp({ host: LOOPBACK });
-    serveSessions(app, {
-      newServer: () => service.mcpServer(),
+    mountStatefulMcp(app, new Map(), () => service.mcpServer(), {
       transportOptions: () => ({ eventStore: new InMemoryEventStore(), retryInterval: 200 }),
       admit: (req) => {
         const lastEventId = req.headers['last-event-id'];

@@ -3,7 +3,7 @@ import { createMcpExpressApp } from '@modelcontextprotocol/sdk/server/express.js
 import { SubscribeRequestSchema, UnsubscribeRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import { freePort } from '../../control-plane/devstack/processes';
 import { LOOPBACK, LoopbackMcpService } from './loopback-mcp-service';
-import { serveSessions } from './session-mcp';
+import { mountStatefulMcp } from './stateful-mcp';
 
 /**
  * A real stateful MCP SDK v1 Tool Service whose resources (`note://<name>`) take subscriptions: the
@@ -19,8 +19,7 @@ export class SubscribableToolService extends LoopbackMcpService {
     const port = await freePort();
     const app = createMcpExpressApp({ host: LOOPBACK });
     const service = new SubscribableToolService(port);
-    serveSessions(app, {
-      newServer: () => service.mcpServer(notes),
+    mountStatefulMcp(app, new Map(), () => service.mcpServer(notes), {
       opened: (id, server) => void service.servers.set(id, server),
       closed: (id) => {
         service.servers.delete(id);

@@ -1,6 +1,7 @@
 import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
 import { CatalogSnapshotMessage } from '../../control-plane/catalog/catalog-store';
 import { Decision, RequestHead } from '../../control-plane/sidecar/decision';
+import { nestsDeeperThan } from '../../control-plane/sidecar/json-rpc';
 import { decideOnBody, decideOnHead } from '../../control-plane/sidecar/mcp-gateway';
 import { buildRouteViews } from '../../control-plane/sidecar/route-catalog';
 import { CachedSessionStore, SessionEndings } from '../../control-plane/sidecar/sessions/session-cache';
@@ -183,8 +184,10 @@ describe('sidecar sessions', () => {
     expect((await responded(decideOnBody(withSession(sessionId), body({ jsonrpc: '2.0', id: 5, method: 'ping' }), context))).status).toBe(404);
   });
 
-  it("routes the client's answer to a backend's request back to that backend, in its session, under the backend's own id", async () => {
+  it("routes the client's answer to a backend's request back to that backend, in its session, under the backend's own id, once", async () => {
     const { context, sessionId } = await withJobsSession();
+    // The call script records the request as it passes to the client.
+    await context.sessions.expectAnswer(sessionId, 'jobs', '0');
     const answer = { jsonrpc: '2.0', id: 'mcpgw:jobs:0', result: { role: 'assistant', content: { type: 'text', text: 'hi' } } };
     expect(await decideOnBody(withSession(sessionId), body(answer), context)).toMatchObject({
       kind: 'relay',
@@ -192,6 +195,7 @@ describe('sidecar sessions', () => {
       onBehalf: { backendSessionId: 'backend-session-1', protocolVersion: '2025-06-18' },
       body: JSON.stringify({ ...answer, id: 0 }),
     });
+    expect((await responded(decideOnBody(withSession(sessionId), body(answer), context))).status).toBe(400);
   });
 
   it('routes the answer in the backend session another replica opened, though this replica’s copy of the session predates it (ADR-0018)', async () => {
@@ -203,6 +207,7 @@ describe('sidecar sessions', () => {
     const { sessionId } = await open(here);
     // The replica holding the client's GET stream opened the session with jobs: this one's copy lacks it.
     await replica().claimBackend(sessionId, 'jobs', 'opened-elsewhere');
+    await shared.expectAnswer(sessionId, 'jobs', '0');
     const answer = { jsonrpc: '2.0', id: 'mcpgw:jobs:0', result: { roots: [] } };
     expect(await decideOnBody(withSession(sessionId), body(answer), here.context)).toMatchObject({ kind: 'relay', onBehalf: { backendSessionId: 'opened-elsewhere' } });
   });
@@ -221,11 +226,19 @@ describe('sidecar sessions', () => {
   it.each([
     ['an id the gateway never handed out', 7],
     ['a scoped id of a backend the route does not have', 'mcpgw:ghost:1'],
+    ['a request the backend never sent (a forged answer)', 'mcpgw:jobs:5'],
   ])('rejects an answer to %s with 400', async (_case, id) => {
-    const { context, sessionId } = await open();
+    const { context, sessionId } = await withJobsSession();
+    await context.sessions.expectAnswer(sessionId, 'jobs', '0');
     const { status, message } = await responded(decideOnBody(withSession(sessionId), body({ jsonrpc: '2.0', id, result: {} }), context));
     expect(status).toBe(400);
     expect(message.error).toMatchObject({ code: -32600, message: expect.stringContaining('which no backend of route "demo" sent') });
+  });
+
+  it('rejects an answer outside any session with 400 (there is nowhere it was asked)', async () => {
+    const { context } = await withJobsSession();
+    const { status } = await responded(decideOnBody(head(), body({ jsonrpc: '2.0', id: 'mcpgw:jobs:0', result: {} }), context));
+    expect(status).toBe(400);
   });
 
   it('passes client notifications to every backend session of the gateway session, but keeps initialized', async () => {
@@ -296,5 +309,69 @@ describe('sidecar decisions for MCP 2026-07-28 (stateless)', () => {
     const { status, message } = await responded(decideOnBody(modernHead('tools/list'), claimed, context));
     expect(status).toBe(400);
     expect(message.error).toMatchObject({ code: -32022, data: { supported: ['2026-07-28'], requested: '2027-01-01' } });
+  });
+});
+
+describe('request bounds of the gateway lane', () => {
+  it.each([
+    ['an object', { a: 1 }],
+    ['an array', [1]],
+    ['a fraction', 1.5],
+    ['true', true],
+    ['a number JSON cannot keep exactly', 2 ** 53],
+    ['a string over 256 bytes', 'x'.repeat(257)],
+  ])('refuses a request whose id is %s with 400 and -32600', async (_case, id) => {
+    const { status, message } = await responded(decideOnBody(head(), body({ jsonrpc: '2.0', id, method: 'tools/list' }), context));
+    expect(status).toBe(400);
+    expect(message).toMatchObject({ id: null, error: { code: -32600, message: 'id must be a string of at most 256 bytes or an integer' } });
+  });
+
+  it('refuses a 5,000-digit id with 400 and -32600', async () => {
+    const raw = Buffer.from(`{"jsonrpc":"2.0","id":${'9'.repeat(5000)},"method":"tools/list"}`);
+    expect((await responded(decideOnBody(head(), raw, context))).message.error.code).toBe(-32600);
+  });
+
+  it.each([['an integer', 12], ['a string', 'req-1'], ['a negative integer', -3]])('takes %s as an id', async (_case, id) => {
+    const { status, message } = await responded(decideOnBody(head(), body({ jsonrpc: '2.0', id, method: 'ping' }), context));
+    expect(status).toBe(200);
+    expect(message.id).toBe(id);
+  });
+
+  it('refuses JSON nested deeper than Envoy parses (100 levels) with 400 and -32700, without running out of stack', async () => {
+    const deep = Buffer.from(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"clientInfo":${'['.repeat(100_000)}${']'.repeat(100_000)}}}`);
+    const { status, message } = await responded(decideOnBody(head(), deep, context));
+    expect(status).toBe(400);
+    expect(message.error).toMatchObject({ code: -32700, message: 'Parse error: JSON nested more than 100 levels deep' });
+  });
+
+  it('counts brackets inside strings as text, not nesting', () => {
+    expect(nestsDeeperThan(`{"a":"${'['.repeat(200)}"}`, 100)).toBe(false);
+    expect(nestsDeeperThan(`{"a":"\\"${'['.repeat(200)}"}`, 100)).toBe(false);
+    expect(nestsDeeperThan(`${'['.repeat(101)}${']'.repeat(101)}`, 100)).toBe(true);
+  });
+});
+
+describe('a client resuming the stream of a call (Last-Event-ID)', () => {
+  const resumeId = (token: unknown) => `mcpgw-call.${Buffer.from(JSON.stringify(token)).toString('base64')}`;
+  const get = (lastEventId: string) => head('GET', '/mcp/demo', { accept: 'text/event-stream', 'last-event-id': lastEventId });
+
+  it('answers the call with the JSON-RPC error its broken stream could not carry, then marks the stream done', async () => {
+    const decision = await decideOnHead(get(resumeId({ b: 'jobs', t: 'run_job', i: 7 })), context);
+    expect(decision).toMatchObject({ kind: 'respond', status: 200, headers: { 'content-type': 'text/event-stream' } });
+    const body = (decision as { body: string }).body;
+    expect(body.startsWith('id: mcpgw-done\nevent: message\ndata: ')).toBe(true);
+    expect(JSON.parse(body.split('\n')[2].slice('data: '.length))).toMatchObject({
+      jsonrpc: '2.0',
+      id: 7,
+      error: { code: -32004, message: 'backend jobs ended the stream of tools/call run_job before its answer: the call may or may not have run', data: { outcome: 'failed', backend: 'jobs', tool: 'run_job' } },
+    });
+  });
+
+  it('answers a resumption after the final answer with 405, which ends it', async () => {
+    expect((await responded(decideOnHead(get('mcpgw-done'), context))).status).toBe(405);
+  });
+
+  it('treats any other Last-Event-ID as none', async () => {
+    expect((await responded(decideOnHead(get('mcpgw-call.not-base64-json'), context))).status).toBe(405);
   });
 });

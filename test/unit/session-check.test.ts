@@ -131,3 +131,28 @@ describe('the session check of the call lane', () => {
     expect(JSON.parse(answer.body).error.message).toMatch(/session check: x-mcpgw-route/);
   });
 });
+
+describe("the session check's deadline (Envoy's --session-check-timeout-ms less the margin)", () => {
+  it('names a backend too slow to open its session, before Envoy would give up on the check', async () => {
+    const slow = sidecarContext(views, () => new Promise((resolve) => setTimeout(() => resolve('late-session'), 300)));
+    const { context, pool, sessionId } = await session(slow);
+    const startedAt = performance.now();
+    const answer = await checkCall(checkHead('jobs', { 'mcp-session-id': sessionId, 'x-mcpgw-check-deadline-ms': '100' }), context, pool);
+    expect(performance.now() - startedAt).toBeLessThan(280);
+    expect(answer.status).toBe(CHECK_STATUS.JSON_RPC_ERROR);
+    expect(JSON.parse(answer.body)).toMatchObject({
+      id: 5,
+      error: { code: -32004, message: expect.stringContaining('backend jobs could not open a session in time: tools/call echo failed'), data: { outcome: 'failed', backend: 'jobs' } },
+    });
+    // The session opened late is kept for the next call, not leaked.
+    await new Promise((resolve) => setTimeout(resolve, 350));
+    expect((await context.sessions.get(sessionId))?.backends.jobs).toBe('late-session');
+  });
+
+  it('lets a call through whose backend opens its session within the deadline', async () => {
+    const slowish = sidecarContext(views, () => new Promise((resolve) => setTimeout(() => resolve('session-in-time'), 50)));
+    const { context, pool, sessionId } = await session(slowish);
+    const answer = await checkCall(checkHead('jobs', { 'mcp-session-id': sessionId, 'x-mcpgw-check-deadline-ms': '1000' }), context, pool);
+    expect(answer).toMatchObject({ status: CHECK_STATUS.ALLOW, headers: { 'mcp-session-id': 'session-in-time' } });
+  });
+});

@@ -93,7 +93,7 @@ describe('registry → IR → xDS golden files', () => {
 
   it('has nothing of tracing without tracing settings: no tracer, collector cluster, span ids filter, span names or attributes', () => {
     const off = JSON.stringify(resourcesOf(loadRegistryFile(path.join(FIXTURES, 'two-routes.yaml'))));
-    for (const piece of ['envoy.tracers.opentelemetry', 'otel_collector', 'header_mutation', '"decorator"', '"custom_tags"']) expect(off).not.toContain(piece);
+    for (const piece of ['envoy.tracers.opentelemetry', 'otel_collector', 'envoy.filters.http.header_mutation', '"decorator"', '"custom_tags"']) expect(off).not.toContain(piece);
   });
 
   it('is unchanged when the registry lists routes and Tool Services in another order', () => {
@@ -125,7 +125,8 @@ describe('Tool Services that share an upstream', () => {
     expect(resources[TYPE_URL.cluster].filter((cluster) => String(cluster.name).startsWith('backend_'))).toHaveLength(1);
     const routes = (resources[TYPE_URL.routeConfiguration][0] as unknown as { virtual_hosts: { routes: { name: string; route?: { timeout?: string } }[] }[] })
       .virtual_hosts[0].routes;
-    expect(routes.find((route) => route.name === 'patient/call/jobs')?.route?.timeout).toBe('0s');
+    // The default whole-call deadline (TRANSPORT_DEFAULTS.requestTimeoutMs, 10 min).
+    expect(routes.find((route) => route.name === 'patient/call/jobs')?.route?.timeout).toBe('600s');
     expect(routes.find((route) => route.name === 'hasty/call/jobs')?.route?.timeout).toBe('0.500s');
   });
 });

@@ -123,6 +123,15 @@ export class CachedSessionStore implements SessionStore {
     if (entry) entry.session.logLevel = level;
   }
 
+  /** Outstanding requests are not cached: an answer is taken once, whichever replica it reaches. */
+  expectAnswer(id: string, backend: string, requestId: string): Promise<void> {
+    return this.inner.expectAnswer(id, backend, requestId);
+  }
+
+  takeAnswer(id: string, backend: string, requestId: string): Promise<boolean> {
+    return this.inner.takeAnswer(id, backend, requestId);
+  }
+
   async remove(id: string): Promise<void> {
     this.entries.delete(id);
     await this.inner.remove(id);

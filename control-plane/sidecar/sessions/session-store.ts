@@ -45,6 +45,13 @@ export interface SessionStore {
   forgetBackend(id: string, backend: string, staleBackendSessionId: string): Promise<void>;
   /** Records the client's logging/setLevel; nothing when the session ended meanwhile. */
   setLogLevel(id: string, level: string): Promise<void>;
+  /**
+   * Records a request a backend sent the client of this session (its own id as raw JSON), so that the
+   * client's answer to it is taken once; nothing when the session ended meanwhile.
+   */
+  expectAnswer(id: string, backend: string, requestId: string): Promise<void>;
+  /** Whether that request was outstanding; it is not any more. */
+  takeAnswer(id: string, backend: string, requestId: string): Promise<boolean>;
   remove(id: string): Promise<void>;
   close(): Promise<void>;
 }
@@ -105,6 +112,8 @@ const storedSessionSchema = z.object({
 });
 
 const BACKEND_FIELD = 'backend:';
+/** A request a backend sent the client, awaiting the client's answer: `answer:<backend>:<its own id as JSON>`. */
+const answerField = (backend: string, requestId: string) => `answer:${backend}:${requestId}`;
 
 /** Sets a field only while the session exists, so an ended session is not re-created without its TTL. */
 const SET_IF_SESSION_EXISTS = `if redis.call('HEXISTS', KEYS[1], 'route') == 1 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end return 0`;
@@ -122,6 +131,11 @@ if redis.call('HEXISTS', KEYS[1], 'route') == 0 then return false end
 redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 return redis.call('HGET', KEYS[1], ARGV[1])`;
+
+/** Records an outstanding request only while the session exists (as CLAIM_IF_SESSION_EXISTS does). */
+const EXPECT_IF_SESSION_EXISTS = `
+if redis.call('HEXISTS', KEYS[1], 'route') == 0 then return 0 end
+return redis.call('HSET', KEYS[1], ARGV[1], '1')`;
 
 export interface RedisSessionStoreOptions extends Partial<SessionLimits>, Partial<RedisTimeouts> {
   url: string;
@@ -284,6 +298,16 @@ export class RedisSessionStore implements SessionStore {
     });
   }
 
+  async expectAnswer(id: string, backend: string, requestId: string): Promise<void> {
+    return this.guarded(async () => {
+      await this.redis.eval(EXPECT_IF_SESSION_EXISTS, 1, this.key(id), answerField(backend, requestId));
+    });
+  }
+
+  async takeAnswer(id: string, backend: string, requestId: string): Promise<boolean> {
+    return this.guarded(async () => (await this.redis.hdel(this.key(id), answerField(backend, requestId))) === 1);
+  }
+
   async remove(id: string): Promise<void> {
     return this.guarded(async () => {
       await this.redis.del(this.key(id));
@@ -298,7 +322,7 @@ export class RedisSessionStore implements SessionStore {
 
 /** For a single sidecar without Redis: sessions live and die with the process. */
 export class MemorySessionStore implements SessionStore {
-  private readonly sessions = new Map<string, { session: GatewaySession; expiresAt: number }>();
+  private readonly sessions = new Map<string, { session: GatewaySession; expiresAt: number; awaitingAnswers: Set<string> }>();
 
   constructor(
     private readonly idleTtlSeconds: number,
@@ -308,7 +332,7 @@ export class MemorySessionStore implements SessionStore {
   async create(fields: Omit<GatewaySession, 'id' | 'backends'>): Promise<GatewaySession> {
     checkClientFields(fields, this.limits);
     const session: GatewaySession = { ...fields, id: newSessionId(), backends: {} };
-    this.sessions.set(session.id, { session, expiresAt: Date.now() + this.idleTtlSeconds * 1000 });
+    this.sessions.set(session.id, { session, expiresAt: Date.now() + this.idleTtlSeconds * 1000, awaitingAnswers: new Set() });
     return session;
   }
 
@@ -339,6 +363,14 @@ export class MemorySessionStore implements SessionStore {
   async setLogLevel(id: string, level: string): Promise<void> {
     const session = this.sessions.get(id)?.session;
     if (session) session.logLevel = level;
+  }
+
+  async expectAnswer(id: string, backend: string, requestId: string): Promise<void> {
+    this.sessions.get(id)?.awaitingAnswers.add(answerField(backend, requestId));
+  }
+
+  async takeAnswer(id: string, backend: string, requestId: string): Promise<boolean> {
+    return this.sessions.get(id)?.awaitingAnswers.delete(answerField(backend, requestId)) ?? false;
   }
 
   async remove(id: string): Promise<void> {

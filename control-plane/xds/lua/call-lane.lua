@@ -54,8 +54,22 @@ local MODERN_PROTOCOL_META = '"io.modelcontextprotocol/protocolVersion"'
 local GATEWAY_CLIENT_INFO = '{"name":"mcp-federation-gateway","version":"0.1.0"}'
 -- Past this, an event (or a JSON answer) is sent on as it is, and so is the rest of the answer.
 local MAX_HELD_BYTES = 16 * 1024 * 1024
--- A JSON answer is held whole only up to Envoy's buffer limit for one body (1 MiB by default).
+-- A JSON answer is held whole (in the script's own memory, not an Envoy buffer) up to this.
 local MAX_HELD_JSON_BYTES = 1024 * 1024
+-- An error answer of a backend is held whole (to be replaced) only up to this: far below Envoy's
+-- per-connection buffer limit, which a held body must fit in.
+local MAX_HELD_ERROR_BYTES = 16 * 1024
+-- JSON-RPC ids the gateway accepts (docs/adr/0009-edge-hardening.md): a string of at most this many
+-- bytes, or an integer a JSON number keeps exactly.
+local MAX_ID_BYTES = 256
+local MAX_SAFE_INTEGER = 9007199254740991
+local ID_RULE = "id must be a string of at most 256 bytes or an integer"
+-- The SSE event ids the gateway gives a call's stream (the backend's own are dropped): a client that
+-- loses the stream resumes with a GET carrying the call's one, and the sidecar answers the call with a
+-- JSON-RPC error; after the final answer, the other one (the sidecar answers that GET with 405).
+local RESUME_CALL_PREFIX = "mcpgw-call."
+local RESUME_DONE = "mcpgw-done"
+local SERVER_REQUEST_PATH = "/internal/server-request"
 local AUTHZ_NS = "envoy.filters.http.ext_authz"
 local CHECK_BACKEND_SESSION = "x-mcpgw-backend-session"
 local CHECK_GATEWAY_SESSION = "x-mcpgw-gateway-session"
@@ -189,9 +203,8 @@ local function elements(s, i)
 end
 M.elements = elements
 
--- s with each edit {first, last, text} (in order, not overlapping) replacing s[first..last].
-local function apply_edits(s, edits)
-  if #edits == 0 then return nil end
+-- s with each { first, last, text } of `edits` (in order, not overlapping) replacing s[first..last].
+function M.substitute(s, edits)
   local out, position = {}, 1
   for _, edit in ipairs(edits) do
     out[#out + 1] = sub(s, position, edit[1] - 1)
@@ -200,6 +213,12 @@ local function apply_edits(s, edits)
   end
   out[#out + 1] = sub(s, position)
   return concat(out)
+end
+
+-- The same, or nil when there is nothing to edit.
+local function apply_edits(s, edits)
+  if #edits == 0 then return nil end
+  return M.substitute(s, edits)
 end
 
 -- s with `insertion` (one or more members) put first into the object that starts at `open`.
@@ -340,6 +359,14 @@ local function remove_owned_headers(headers)
   for _, name in ipairs(owned) do headers:remove(name) end
 end
 
+-- The gateway's endpoint takes no query string: the backend sees the path the registry names on
+-- every request, as on the sidecar's own, and no parameter a client picked (docs/adr/0009).
+local function strip_query(headers)
+  local path = headers:get(":path")
+  local query = path and find(path, "?", 1, true)
+  if query then headers:replace(":path", sub(path, 1, query - 1)) end
+end
+
 -- A header value that is not plain printable ASCII travels as =?base64?…?= (MCP 2026-07-28).
 local function mcp_header_value(h, value)
   if find(value, "^[\32-\126]*$") and sub(value, 1, 2) ~= "=?" then return value end
@@ -419,18 +446,6 @@ function M.meta_traceparent_span(body, params_members)
   return value
 end
 
--- s with each { first, last, text } of `edits` (in order, not overlapping) replacing s[first..last].
-function M.substitute(s, edits)
-  local out, position = {}, 1
-  for _, edit in ipairs(edits) do
-    out[#out + 1] = sub(s, position, edit[1] - 1)
-    out[#out + 1] = edit[3]
-    position = edit[2] + 1
-  end
-  out[#out + 1] = sub(s, position)
-  return concat(out)
-end
-
 -- "t=30000;r;f;a=2" → { deadline_ms = 30000, retry = true, fallback = true, access = "2" }
 function M.tool_flags(flags)
   local parsed = {}
@@ -453,6 +468,22 @@ local function id_json(id)
   return format("%.17g", id)
 end
 M.id_json = id_json
+
+-- Why the body's top-level id is not one the gateway accepts (a fraction, a number past 2^53 that JSON
+-- cannot keep exactly, an over-long string), or nil. Its type was checked already (string or number);
+-- the same rule as the sidecar's for the gateway lane (control-plane/sidecar/json-rpc.ts).
+function M.id_problem(body)
+  local top = members(body, skip_ws(body, 1))
+  local span = top and top.id
+  if not span then return nil end
+  local raw = text_of(body, span)
+  if byte(raw, 1) == 34 then
+    return (#raw - 2 > MAX_ID_BYTES) and ID_RULE or nil
+  end
+  local value = tonumber(raw)
+  if value and value == math.floor(value) and math.abs(value) <= MAX_SAFE_INTEGER then return nil end
+  return ID_RULE
+end
 
 local function error_reply(h, id, code, message, data, status)
   -- Envoy's local-reply mappers leave an answer marked so as it is (it is JSON-RPC already).
@@ -583,6 +614,9 @@ local function forward_request(h, request)
   local backend, route, separator, scheme = context:get("backend"), context:get("route"), context:get("separator"), context:get("scheme")
   local era, sessionful = context:get("era"), context:get("sessionful")
   local method, id = request.method, request.id
+  if id ~= nil and type(id) ~= "string" and type(id) ~= "number" then
+    return error_reply(h, nil, INVALID_REQUEST, ID_RULE, nil, "400")
+  end
   local params = request.params or {}
   local ref = params.ref or {}
   local is_prompt = method == "prompts/get" or ref.type == "ref/prompt"
@@ -625,6 +659,7 @@ local function forward_request(h, request)
   text = sub(text, 1, first) .. own .. sub(text, last)
   local headers = h:headers()
   remove_owned_headers(headers)
+  strip_query(headers)
   text = adapt_to_era(h, headers, text, era, modern_client, method, NAMED_IN_HEADER[method] and own or nil)
   body:setBytes(text)
   -- None of these changes anything at the backend but its subscriptions, which are idempotent: safe to send again.
@@ -665,9 +700,12 @@ function envoy_on_request(h)
   local request = h:streamInfo():dynamicMetadata():get(MCP_NS)
   if request and FORWARDED[request.method] then return forward_request(h, request) end
   if not request or request.method ~= "tools/call" then return end
+  local id = request.id
+  if id ~= nil and type(id) ~= "string" and type(id) ~= "number" then
+    return error_reply(h, nil, INVALID_REQUEST, ID_RULE, nil, "400")
+  end
   local context = h:filterContext()
   local backend, route, separator = context:get("backend"), context:get("route"), context:get("separator")
-  local id = request.id
   local exposed = request.params and request.params.name
   local own = sub(exposed, #backend + #separator + 1)
   local flags = context:get("tool:" .. own)
@@ -720,6 +758,8 @@ function envoy_on_request(h)
   -- The body was read whole by the mcp filter already: this only hands it over (and yields).
   local body = h:body()
   local text = body:getBytes(0, body:length())
+  local id_problem = M.id_problem(text)
+  if id_problem then return error_reply(h, nil, INVALID_REQUEST, id_problem, nil, "400") end
   local first, last, inner, params = M.tool_name_span(text)
   metadata = h:streamInfo():dynamicMetadata()
   if audit_arguments and inner then
@@ -770,6 +810,7 @@ function envoy_on_request(h)
   text = M.substitute(text, edits)
   local headers = h:headers()
   remove_owned_headers(headers)
+  strip_query(headers)
   text = adapt_to_era(h, headers, text, era, modern_client, "tools/call", own)
   body:setBytes(text)
   h:streamInfo():dynamicMetadata():set(NS, "credential", M.credential_mode(headers:get("authorization") ~= nil, h:streamInfo():dynamicMetadata():get(JWT_NS)))
@@ -929,8 +970,11 @@ local function annotate_result(s, result, call)
   return insert_members(s, result, (added ~= "" and (added .. ",") or "") .. '"_meta":{"' .. OUTCOME_KEY .. '":' .. call.outcome(nil) .. "}")
 end
 
--- One JSON-RPC message of the answer, rewritten, or nil to leave it as it is.
+-- One JSON-RPC message of the answer: its rewritten text (nil to leave it as it is), and what it is:
+-- "request" (a request the backend sends its client, with its own id as raw JSON) or "final" (the
+-- answer to the call).
 -- call: { backend, id, modern, method, scheme, outcome = function(last_error_json) -> outcome JSON (tools/call only) }
+-- Only a tools/call's answer is "final": the answers of the other methods carry no resumption ids.
 function M.rewrite_message(s, call)
   local start = skip_ws(s, 1)
   local top = members(s, start)
@@ -941,34 +985,39 @@ function M.rewrite_message(s, call)
     if not id then return M.rewrite_notification(s, top, call) end
     local raw = text_of(s, id)
     local scoped = json_string("mcpgw:" .. call.backend .. ":" .. raw)
-    return sub(s, 1, id[1] - 1) .. scoped .. sub(s, id[2] + 1)
+    return sub(s, 1, id[1] - 1) .. scoped .. sub(s, id[2] + 1), "request", raw
   end
   if not top.id or not is_call_id(text_of(s, top.id), call.id) then return nil end
+  local final = (call.method or "tools/call") == "tools/call" and "final" or nil
   local result, error_ = top.result, top.error
   if result and byte(s, result[1]) == 123 then
+    local inner = members(s, result[1])
+    if not inner then return nil, final end
+    -- A stateless backend asking its client for input: the call is not over.
+    if inner.resultType and text_of(s, inner.resultType) == '"input_required"' then return nil end
     -- Resource URIs in the result are named for the gateway first, then the result is annotated.
     local renamed = call.scheme and M.expose_result_uris(s, result[1], call.method or "tools/call", call.scheme)
     if renamed then
       s = renamed
       result = members(s, skip_ws(s, 1)).result
     end
-    return annotate_result(s, result[1], call) or renamed
+    return annotate_result(s, result[1], call) or renamed, final
   end
   if error_ and byte(s, error_[1]) == 123 and call.outcome then
     local inner = members(s, error_[1])
-    if not inner then return nil end
+    if not inner then return nil, final end
     local last_error = inner.message and text_of(s, inner.message) or '"error"'
     local data = inner.data
     if not data then
-      return insert_members(s, error_[1], '"data":{"' .. OUTCOME_KEY .. '":' .. call.outcome(last_error) .. "}")
+      return insert_members(s, error_[1], '"data":{"' .. OUTCOME_KEY .. '":' .. call.outcome(last_error) .. "}"), final
     end
-    if byte(s, data[1]) ~= 123 then return nil end
+    if byte(s, data[1]) ~= 123 then return nil, final end
     local data_members = members(s, data[1])
     -- Envoy's own failure replies carry their outcome at the top of data (docs/errors.md).
-    if not data_members or data_members.outcome or data_members[OUTCOME_KEY] then return nil end
-    return insert_members(s, data[1], '"' .. OUTCOME_KEY .. '":' .. call.outcome(last_error))
+    if not data_members or data_members.outcome or data_members[OUTCOME_KEY] then return nil, final end
+    return insert_members(s, data[1], '"' .. OUTCOME_KEY .. '":' .. call.outcome(last_error)), final
   end
-  return nil
+  return nil, final
 end
 
 -- The outcome an answer already carries, and the HTTP status of a failure: Envoy's own failure replies
@@ -1013,7 +1062,6 @@ function M.client_event_id(value, call)
   return "mcpgw:" .. call.backend .. ":" .. value
 end
 
--- One SSE event (without its terminator), rewritten, or nil to leave it as it is.
 -- The lines of one event (LF, CRLF or CR between them), found with plain finds: a data line can be
 -- megabytes long, and a pattern walks it byte by byte.
 local function event_lines(event)
@@ -1033,42 +1081,52 @@ local function event_lines(event)
   return lines
 end
 
+-- One SSE event (without its terminator) as the client gets it: its message rewritten, the backend's
+-- own event id named for the gateway (client_event_id: a session client resumes there, at that
+-- backend; a stateless client gets none, nor retry hints), and the final answer marked done; nil to
+-- leave it as it is. Also what the message is, and a backend request's own id (rewrite_message).
 function M.rewrite_event(event, call)
   local lines, data = event_lines(event), {}
-  local first_data, ids = nil, false
+  local first_data, has_id = nil, false
   for index, line in ipairs(lines) do
     if sub(line, 1, 5) == "data:" then
       first_data = first_data or index
       data[#data + 1] = sub(line, byte(line, 6) == 32 and 7 or 6)
     elseif sub(line, 1, 3) == "id:" or (call.modern and sub(line, 1, 6) == "retry:") then
-      ids = true
+      has_id = true
     end
   end
-  local rewritten = first_data and M.rewrite_message(concat(data, "\n"), call)
-  if not rewritten and not ids then return nil end
+  local rewritten, role, request_id
+  if first_data then rewritten, role, request_id = M.rewrite_message(concat(data, "\n"), call) end
+  if not rewritten and not has_id and role ~= "final" then return nil, role, request_id end
   -- Line breaks (only ever between JSON tokens) would end the data line; most messages have none.
   if rewritten and (find(rewritten, "\n", 1, true) or find(rewritten, "\r", 1, true)) then rewritten = gsub(rewritten, "[\r\n]", " ") end
   local out = {}
+  -- MCP 2026-07-28 has no event ids: a stateless client is never handed one.
+  local done = role == "final" and not call.modern
+  if done then out[1] = "id: " .. RESUME_DONE end
   for index, line in ipairs(lines) do
     if index == first_data and rewritten then out[#out + 1] = "data: " .. rewritten
     elseif sub(line, 1, 3) == "id:" then
-      local id = M.client_event_id(sub(line, byte(line, 4) == 32 and 5 or 4), call)
+      -- The final answer's id is the gateway's own (done); any other names the backend's, to resume there.
+      local id = not done and M.client_event_id(sub(line, byte(line, 4) == 32 and 5 or 4), call)
       if id then out[#out + 1] = "id: " .. id end
     elseif call.modern and sub(line, 1, 6) == "retry:" then
       -- no retry hint for a client that cannot resume
     elseif not (rewritten and sub(line, 1, 5) == "data:") then out[#out + 1] = line end
   end
-  return concat(out, "\n")
+  return concat(out, "\n"), role, request_id
 end
 
 -- The blank lines that end an SSE event (two line ends: LF, CRLF or CR), as plain texts.
 local EVENT_ENDS = { "\n\n", "\r\n\n", "\n\r\n", "\r\n\r\n", "\r\r" }
 
--- Splits the complete events off `pending`: the text to send now (rewritten) and what stays held.
+-- Splits the complete events off `pending`: the text to send now (rewritten), what stays held, and
+-- the own ids of the requests the backend sent its client in these events.
 -- Each ending is looked for with a plain find, and where one is absent it is not looked for again
 -- in this text, so many events cost one pass, not one pass each.
 function M.take_events(pending, call)
-  local out, position = {}, 1
+  local out, position, requests = {}, 1, {}
   local next_at = {}
   while true do
     local s, e
@@ -1083,16 +1141,31 @@ function M.take_events(pending, call)
     end
     if not s then break end
     local event = sub(pending, position, s - 1)
-    local rewritten = M.rewrite_event(event, call)
+    local rewritten, role, request_id = M.rewrite_event(event, call)
+    if role == "request" then requests[#requests + 1] = request_id end
     out[#out + 1] = rewritten or event
     out[#out + 1] = sub(pending, s, e)
     position = e + 1
   end
-  return concat(out), sub(pending, position)
+  return concat(out), sub(pending, position), requests
 end
 
+-- The event a call's stream starts with: no data, only the id a client resumes the call with when the
+-- stream breaks before its answer (MCP's resumability: the SDK client sends it as Last-Event-ID).
+function M.priming_event(token)
+  return "id: " .. RESUME_CALL_PREFIX .. token .. "\ndata:\n\n"
+end
+
+-- What the sidecar needs to answer a resumed call in its place: the backend, the tool, the client's id.
+function M.resume_token_json(call)
+  return '{"b":' .. json_string(call.backend) .. ',"t":' .. json_string(call.tool) .. ',"i":' .. call.id_json .. "}"
+end
+
+local NO_REQUESTS = {}
+
 -- Reads an SSE answer chunk by chunk: push(bytes) gives the text to send now (the events completed,
--- rewritten) and how many bytes stay held; release() gives what is held, as it came. A chunk that
+-- rewritten), how many bytes stay held and the own ids of the backend's requests among those events;
+-- release() gives what is held, as it came. A chunk that
 -- ends no event is only kept (no pass over what is held, no copy of it), so a large event costs
 -- about one pass however it was cut.
 function M.event_reader(call)
@@ -1116,12 +1189,12 @@ function M.event_reader(call)
       pieces[#pieces + 1] = bytes
       held = held + #bytes
       tail = sub(window, -3)
-      return "", held
+      return "", held, NO_REQUESTS
     end
     pieces[#pieces + 1] = bytes
-    local out, rest = M.take_events(concat(pieces), call)
+    local out, rest, requests = M.take_events(concat(pieces), call)
     pieces, held, tail = { rest }, #rest, sub(rest, -3)
-    return out, held
+    return out, held, requests
   end
   return push, release
 end
@@ -1222,14 +1295,28 @@ end
 -- the client, whose own session with the gateway goes on. The sidecar forgets the backend session, so
 -- the next call opens a new one — before the client hears of it (the answer waits for the sidecar),
 -- or the client's next call could come in the lost session again.
-local function backend_session_lost(h, call)
+local function backend_session_lost(h, call, buffered)
   h:httpCall(call.sidecar, {
     [":method"] = "POST", [":path"] = "/internal/backend-session-lost", [":authority"] = "mcpgw-sidecar",
     ["content-type"] = "application/json",
   }, '{"route":' .. json_string(call.route) .. ',"backend":' .. json_string(call.backend)
     .. ',"backendSessionId":' .. json_string(call.backend_session) .. ',"gatewaySessionId":' .. json_string(call.gateway_session) .. "}",
     2000)
-  replace_with_error(h, call, "backend " .. call.backend .. " lost the session of this call and ran nothing: call again", call.status, true)
+  replace_with_error(h, call, "backend " .. call.backend .. " lost the session of this call and ran nothing: call again", call.status, buffered)
+end
+
+-- A request the backend sends its client in a gateway session: the sidecar records it, so that the
+-- client's answer is taken only for a request that is outstanding (a forged "answer" gets 400).
+-- Without a gateway session there is nowhere to answer to. The record is sent as the request goes to
+-- the client, not before: a chunk cannot be changed once the script has waited for anything, so the
+-- sidecar gives an answer that arrives first a moment for its record (ANSWER_RECORD_GRACE_MS).
+local function expect_answer(h, call, request_id)
+  if call.gateway_session == "" then return end
+  h:httpCall(call.sidecar, {
+    [":method"] = "POST", [":path"] = SERVER_REQUEST_PATH, [":authority"] = "mcpgw-sidecar",
+    ["content-type"] = "application/json",
+  }, '{"gatewaySessionId":' .. json_string(call.gateway_session) .. ',"backend":' .. json_string(call.backend)
+    .. ',"requestId":' .. json_string(request_id) .. "}", 1000, true)
 end
 
 function envoy_on_response(h)
@@ -1237,12 +1324,13 @@ function envoy_on_response(h)
   if not call then return end
   local is_sse = find(call.content_type, "^text/event%-stream") ~= nil
   local is_json = find(call.content_type, "^application/json") ~= nil
-  if call.backend_session and (call.status == 404 or (call.status == 400 and is_json)) then
-    -- A short error answer, held whole with its headers (h:body(true): even one without a body), so
-    -- that a lost session can still become another answer.
-    local body = h:body(true)
-    local text = body:getBytes(0, body:length())
-    if call.status == 404 or M.says_session_unknown(text) then return backend_session_lost(h, call) end
+  -- A short error answer is held whole with its headers (h:body(true): even one without a body), so
+  -- that it can still become another answer; a longer one is replaced as it streams.
+  local short = call.length ~= nil and call.length <= MAX_HELD_ERROR_BYTES
+  if call.backend_session and (call.status == 404 or (call.status == 400 and is_json and short)) then
+    local body = short and h:body(true) or nil
+    local text = body and body:getBytes(0, body:length()) or ""
+    if call.status == 404 or M.says_session_unknown(text) then return backend_session_lost(h, call, short) end
     local rewritten = call.rewrites and M.rewrite_message(text, call)
     if rewritten then
       body:setBytes(rewritten)
@@ -1252,8 +1340,7 @@ function envoy_on_response(h)
   end
   if call.status >= 400 and not is_json and not is_sse then
     -- A backend's own error page (HTML, text, a stack trace) never reaches the agent: only its status.
-    local buffered = call.length ~= nil and call.length <= MAX_HELD_JSON_BYTES
-    return replace_with_error(h, call, "backend " .. call.backend .. " answered HTTP " .. call.status .. ": " .. call.what .. " failed", call.status, buffered)
+    return replace_with_error(h, call, "backend " .. call.backend .. " answered HTTP " .. call.status .. ": " .. call.what .. " failed", call.status, short)
   end
   -- An event stream is always read: its event ids are the gateway's to give (docs/adr/0018-stream-relaying.md).
   if not is_sse and not (is_json and call.rewrites) then return end
@@ -1280,15 +1367,22 @@ function envoy_on_response(h)
     end
     return
   end
+  -- A call's stream opens with the id a client resumes the call with if it breaks (M.priming_event):
+  -- an answer cannot follow a backend's reset, Envoy resets the client's stream too. The answers of
+  -- the other methods get none (nothing would resume them), nor does a stateless client (its revision
+  -- has no event ids).
+  local priming = call.method == "tools/call" and not call.modern and M.priming_event(h:base64Escape(M.resume_token_json(call))) or ""
   local push, release = M.event_reader(call)
   local passing = false
   for chunk in h:bodyChunks() do
     if not passing then
-      local out, held = push(chunk:getBytes(0, chunk:length()))
+      local out, held, requests = push(chunk:getBytes(0, chunk:length()))
       if held > MAX_HELD_BYTES then
         -- What is held goes as it came, and the rest of the answer too.
         out, passing = out .. release(), true
       end
+      out, priming = priming .. out, ""
+      for _, request_id in ipairs(requests) do expect_answer(h, call, request_id) end
       chunk:setBytes(out)
       record_outcome(h, call, call.final)
       call.final = nil

@@ -12,6 +12,7 @@ import {
   CHECK_HEADERS,
   MCP_METADATA_NAMESPACE,
   METADATA_NAMESPACE,
+  SESSION_CHECK_MARGIN_MS,
   SESSION_CHECK_PATH,
   SIDECAR_CHECK_CLUSTER_NAME,
   SIDECAR_CLUSTER_NAME,
@@ -222,6 +223,7 @@ export function sessionCheckFilter(timeoutMs: number): HttpFilter {
             { key: CHECK_HEADERS.backend, value: formatterOf('backend') },
             { key: CHECK_HEADERS.tool, value: formatterOf('tool') },
             { key: CHECK_HEADERS.rpcId, value: formatterOf('rpc_id_json') },
+            { key: CHECK_HEADERS.deadline, value: String(timeoutMs - SESSION_CHECK_MARGIN_MS) },
             // The caller as jwt_authn validated it (absent on open routes): a client's own header of
             // this name is not among the headers the check is sent (allowed_headers).
             { key: CALLER_PAYLOAD_HEADER, value: `%DYNAMIC_METADATA(${JWT_METADATA.namespace}:${JWT_METADATA.payloadKey})%` },

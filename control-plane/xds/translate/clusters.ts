@@ -2,13 +2,15 @@ import { isIP } from 'node:net';
 import { GatewayIR, ToolServiceIR } from '../../ir/gateway-ir';
 import { TypedJson } from '../protobuf/proto-json';
 import { duration } from './duration';
-import { GatewaySettings, SIDECAR_CHECK_CLUSTER_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
+import { GatewaySettings, SIDECAR_CHECK_CLUSTER_NAME, ToolServiceLimits, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { TYPE_URL } from './type-urls';
 
 /**
  * Cluster defaults (docs/xds.md explains each): a Tool Service that stops accepting connections is
  * taken out by the health check within ~10 s, one that keeps failing by outlier detection, and no
- * single backend can hold more than the circuit-breaker limits of Envoy's connections and requests.
+ * single backend can hold more than its circuit-breaker limits (--tool-service-max-requests,
+ * --tool-service-max-pending) of Envoy's connections and requests: past them its own calls fail at once,
+ * the other backends' are untouched (docs/adr/0009-edge-hardening.md).
  */
 export const CLUSTER_DEFAULTS = {
   healthCheck: { interval: '5s', timeout: '1s', unhealthy_threshold: 2, healthy_threshold: 1 },
@@ -19,8 +21,26 @@ export const CLUSTER_DEFAULTS = {
     base_ejection_time: '30s',
     max_ejection_percent: 100,
   },
-  circuitBreakers: { max_connections: 1024, max_pending_requests: 1024, max_requests: 1024, max_retries: 3 },
+  /** Retries in flight to one backend at once; calls are limited by GatewaySettings.toolServiceLimits. */
+  maxRetries: 3,
+  /** A connection's buffers towards a backend before back-pressure (Envoy's edge recommendation). */
+  perConnectionBufferLimitBytes: 32 * 1024,
 };
+
+/** HTTP/1.1 to a backend: one call per connection, so calls in flight and connections share one limit. */
+function toolServiceCircuitBreakers(limits: ToolServiceLimits) {
+  return {
+    thresholds: [
+      {
+        priority: 'DEFAULT',
+        max_connections: limits.maxRequests,
+        max_requests: limits.maxRequests,
+        max_pending_requests: limits.maxPendingRequests,
+        max_retries: CLUSTER_DEFAULTS.maxRetries,
+      },
+    ],
+  };
+}
 
 export interface Endpoint {
   address: string;
@@ -44,7 +64,7 @@ function healthCheck(service: ToolServiceIR) {
   return { ...CLUSTER_DEFAULTS.healthCheck, ...check };
 }
 
-function toolServiceCluster(service: ToolServiceIR): TypedJson {
+function toolServiceCluster(service: ToolServiceIR, limits: ToolServiceLimits): TypedJson {
   const { host, port, tls } = service.endpoint;
   const endpoints = [{ address: host, port }];
   return {
@@ -56,7 +76,8 @@ function toolServiceCluster(service: ToolServiceIR): TypedJson {
     load_assignment: loadAssignment(service.clusterName, endpoints),
     health_checks: [healthCheck(service)],
     outlier_detection: CLUSTER_DEFAULTS.outlierDetection,
-    circuit_breakers: { thresholds: [{ priority: 'DEFAULT', ...CLUSTER_DEFAULTS.circuitBreakers }] },
+    circuit_breakers: toolServiceCircuitBreakers(limits),
+    per_connection_buffer_limit_bytes: CLUSTER_DEFAULTS.perConnectionBufferLimitBytes,
     ...(tls && { transport_socket: upstreamTls(tls) }),
   };
 }
@@ -81,13 +102,14 @@ export function upstreamTls(tls: { sni: string; caFile: string }) {
 /**
  * The sidecars, over plain HTTP/1.1, as three clusters with limits of their own (docs/adr/0008): the
  * gateway lane's short requests, the call lane's session checks, and clients' long-lived GET streams —
- * so that streams held open can never take the slots of checks or answers. A stream a dead replica
- * reset before answering is sent to another (docs/adr/0018-stream-relaying.md): a few such retries at
- * once, as for the other two.
+ * so that streams held open can never take the slots of checks or answers. The short requests share
+ * a few kept-alive connections and wait for one in Envoy's queue: a burst of new connections past the
+ * sidecar's accept backlog (Node's 511) would be dropped by the kernel and fail the calls it carried
+ * after the 1 s connect timeout (measured: 1,100 calls in one session at once, 511 of them failed).
  */
 export const SIDECAR_LIMITS = {
-  [SIDECAR_CLUSTER_NAME]: { max_connections: 1024, max_pending_requests: 1024, max_requests: 1024, max_retries: 3 },
-  [SIDECAR_CHECK_CLUSTER_NAME]: { max_connections: 1024, max_pending_requests: 1024, max_requests: 1024, max_retries: 3 },
+  [SIDECAR_CLUSTER_NAME]: { max_connections: 256, max_pending_requests: 4096, max_requests: 4096, max_retries: 3 },
+  [SIDECAR_CHECK_CLUSTER_NAME]: { max_connections: 256, max_pending_requests: 4096, max_requests: 4096, max_retries: 3 },
   [SIDECAR_STREAMS_CLUSTER_NAME]: { max_connections: 4096, max_pending_requests: 256, max_requests: 4096, max_retries: 3 },
 };
 
@@ -125,6 +147,6 @@ export function buildClusters(ir: GatewayIR, settings: GatewaySettings): TypedJs
     sidecarCluster(SIDECAR_CLUSTER_NAME, settings),
     sidecarCluster(SIDECAR_CHECK_CLUSTER_NAME, settings),
     sidecarCluster(SIDECAR_STREAMS_CLUSTER_NAME, settings),
-    ...ir.clusters.map(toolServiceCluster),
+    ...ir.clusters.map((cluster) => toolServiceCluster(cluster, settings.toolServiceLimits)),
   ];
 }

@@ -3,8 +3,10 @@ import { originCheckFilter } from './access';
 import { jwtAuthnFilter } from './auth';
 import { callScriptFilter, mcpFilter, sessionCheckFilter } from './call-lane';
 import { localReplyConfig } from './local-replies';
+import { duration } from './duration';
 import {
   CONTROL_PLANE_CLUSTER_NAME,
+  EdgeSettings,
   GatewaySettings,
   JWT_METADATA_NAMESPACE,
   JWT_PAYLOAD_KEY,
@@ -14,7 +16,7 @@ import {
   ROUTE_CONFIG_NAME,
 } from './settings';
 import { connectionManagerTracing, spanIdsFilter } from './tracing';
-import { TYPE_URL } from './type-urls';
+import { TYPE_URL, typedStruct } from './type-urls';
 
 /** A claim of the caller's validated token (jwt_authn), cut to a bounded length: the token's issuer chose it. */
 const claimOf = (claim: string) => `%DYNAMIC_METADATA(${JWT_METADATA_NAMESPACE}:${JWT_PAYLOAD_KEY}:${claim}):256%`;
@@ -96,6 +98,58 @@ const callLog = {
 };
 
 /**
+ * Before Envoy reads a request's headers: a client's own Forwarded, and its own X-Forwarded-For unless
+ * a trusted load balancer in front writes it, are dropped, so that the X-Forwarded-For a backend gets
+ * holds the address Envoy saw (use_remote_address appends it) and nothing a client made up.
+ */
+function clientAddressHeadersDropped(xffNumTrustedHops: number) {
+  const dropped = xffNumTrustedHops === 0 ? ['forwarded', 'x-forwarded-for'] : ['forwarded'];
+  return {
+    name: 'envoy.http.early_header_mutation.header_mutation',
+    typed_config: typedStruct(TYPE_URL.earlyHeaderMutation, { mutations: dropped.map((remove) => ({ remove })) }),
+  };
+}
+
+/**
+ * The HCM's edge settings (Envoy's "Configuring Envoy as an edge proxy"; each value is a setting,
+ * docs/adr/0009-edge-hardening.md): slow or silent clients are timed out, headers and HTTP/2 streams
+ * are bounded, and the client's address is the one Envoy saw.
+ */
+function edgeConnectionManagerSettings(edge: EdgeSettings) {
+  return {
+    // A call or a GET stream may last for minutes: the request timeout covers receiving the request
+    // only (Envoy stops it once the response has begun), and routes set their own idle limits.
+    request_headers_timeout: duration(edge.requestHeadersTimeoutMs),
+    request_timeout: duration(edge.requestTimeoutMs),
+    stream_idle_timeout: duration(edge.streamIdleTimeoutMs),
+    max_request_headers_kb: edge.maxRequestHeadersKb,
+    common_http_protocol_options: {
+      idle_timeout: duration(edge.connectionIdleTimeoutMs),
+      max_headers_count: edge.maxHeadersCount,
+      // Application headers reach the backend unchanged, underscores included (seed 002: the gateway
+      // strips only Mcp-Session-Id and Authorization). Envoy itself never folds "_" into "-".
+      headers_with_underscores_action: 'ALLOW',
+    },
+    http2_protocol_options: {
+      max_concurrent_streams: edge.http2MaxConcurrentStreams,
+      initial_stream_window_size: edge.http2InitialStreamWindowBytes,
+      initial_connection_window_size: edge.http2InitialConnectionWindowBytes,
+    },
+    // The client's address is the peer's (or the one a trusted load balancer put in front of it):
+    // a client's own X-Forwarded-For is replaced, never believed, and Envoy's own x-envoy-* request
+    // headers (retries, timeouts) are not taken from an external client.
+    use_remote_address: true,
+    xff_num_trusted_hops: edge.xffNumTrustedHops,
+    early_header_mutation_extensions: [clientAddressHeadersDropped(edge.xffNumTrustedHops)],
+    // One spelling per path: dot segments resolved, slashes merged; an escaped slash is refused (no
+    // route key has one: ROUTE_KEY_PATTERN).
+    normalize_path: true,
+    merge_slashes: true,
+    path_with_escaped_slashes_action: 'REJECT_REQUEST',
+  };
+}
+
+/**
  * The one listener. It depends on gateway settings only, never on the registry: Envoy drains a
  * listener on every LDS change, which would cut streams in flight, so registry changes stay in RDS/CDS.
  */
@@ -104,6 +158,7 @@ export function buildListener(settings: GatewaySettings): TypedJson {
     '@type': TYPE_URL.listener,
     name: LISTENER_NAME,
     address: { socket_address: { address: settings.listener.address, port_value: settings.listener.port } },
+    per_connection_buffer_limit_bytes: settings.edge.perConnectionBufferLimitBytes,
     filter_chains: [
       {
         filters: [
@@ -114,9 +169,7 @@ export function buildListener(settings: GatewaySettings): TypedJson {
               stat_prefix: 'mcp_gateway',
               codec_type: 'AUTO',
               rds: { route_config_name: ROUTE_CONFIG_NAME, config_source: { ads: {}, resource_api_version: 'V3' } },
-              // Long-lived SSE streams are normal here; idle limits are set per route.
-              stream_idle_timeout: '600s',
-              request_timeout: '0s',
+              ...edgeConnectionManagerSettings(settings.edge),
               access_log: [accessLog, callLog],
               local_reply_config: localReplyConfig(),
               ...(settings.tracing && { tracing: connectionManagerTracing(settings.tracing) }),

@@ -58,7 +58,11 @@ const statusIs = (op: 'EQ' | 'GE', value: number) => ({
   status_code_filter: { comparison: { op, value: { default_value: value, runtime_key: 'mcpgw.unused' } } },
 });
 const all = (...filters: unknown[]) => ({ and_filter: { filters } });
-/** The mcp filter's verdict on the request (mcp_ok, mcp_parse_error, mcp_body_too_large, …), in its own metadata. */
+/**
+ * The mcp filter's verdict on the request (mcp_ok, mcp_parse_error, mcp_body_too_large, …), in its own
+ * metadata. A reply to a request the filter never saw (an HTTP protocol error) has no verdict, and a
+ * metadata filter matches a missing key unless told otherwise.
+ */
 const mcpStatusIs = (status: string) => ({
   metadata_filter: {
     matcher: { filter: MCP_METADATA_NAMESPACE, path: [{ key: 'status' }], value: { string_match: { exact: status } } },
@@ -89,6 +93,9 @@ const rpcError = (id: string | null, code: number, message: string, data?: Recor
 const cel = (expression: string) => ({
   extension_filter: { name: 'envoy.access_loggers.extension_filters.cel', typed_config: { '@type': TYPE_URL.celFilter, expression } },
 });
+
+/** Replies of Envoy's own that only their details tell apart (no response flag, no status of their own). */
+const codeDetailsAre = (details: string) => cel(`response.code_details == ${JSON.stringify(details)}`);
 
 /** jwt_authn's verdict on a token, as Envoy's details name it (`jwt_authn_access_denied{Jwt_is_expired}`). */
 const jwtRefused = (verdict?: string) =>
@@ -193,6 +200,27 @@ export function localReplyConfig() {
         body_format_override: rpcError(null, -32600, 'request body too large for the gateway (settings: --max-request-body-bytes)', ENVOY_DETAILS),
       },
       {
+        // Over the header limits (size or count): Envoy's codec refuses the request before any filter.
+        filter: statusIs('EQ', 431),
+        body_format_override: rpcError(null, -32600, 'request headers too large for the gateway (settings: --max-request-headers-kb, --max-headers-count)', ENVOY_DETAILS),
+      },
+      {
+        // A client too slow to send its request's headers, or all of it (never a slow response).
+        filter: statusIs('EQ', 408),
+        body_format_override: rpcError(null, -32600, 'request not received in time (settings: --request-headers-timeout-ms, --request-timeout-ms)', ENVOY_DETAILS),
+      },
+      {
+        // A path Envoy refuses to normalize (an escaped slash): its own reply has no words.
+        filter: codeDetailsAre('path_normalization_failed'),
+        body_format_override: rpcError(null, -32600, 'path refused: an escaped slash or backslash is not allowed in gateway paths', ENVOY_DETAILS),
+      },
+      {
+        // Envoy's overload manager refuses new requests (memory near --max-heap-bytes, envoy/bootstrap.yaml):
+        // nothing was sent on. Such a reply carries no response flag, only its details.
+        filter: codeDetailsAre('overload'),
+        body_format_override: rpcError(null, GATEWAY_INTERNAL_CODE, 'gateway overloaded: try again shortly', ENVOY_DETAILS),
+      },
+      {
         // The mcp filter's checks of a request of the stateless revision or of an unknown one (headers
         // against the body, the request envelope, the version) answer in JSON-RPC already (-32020,
         // -32602, -32022).
@@ -214,7 +242,7 @@ export function localReplyConfig() {
         body_format_override: rpcError(null, GATEWAY_INTERNAL_CODE, 'gateway error: %LOCAL_REPLY_BODY%', ENVOY_DETAILS),
       },
       {
-        // The mcp filter's other refusals, and HTTP protocol errors (HTTP/1.0, conflicting lengths, header limits, …).
+        // The mcp filter's other refusals, and HTTP protocol errors (HTTP/1.0, conflicting lengths, …).
         filter: statusIs('GE', 400),
         body_format_override: rpcError(null, -32600, '%LOCAL_REPLY_BODY%', ENVOY_DETAILS),
       },

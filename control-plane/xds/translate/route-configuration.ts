@@ -75,35 +75,30 @@ function surfaceRoutes(route: RouteIR, backend: RouteBackendIR, service: ToolSer
   }));
 }
 
-/**
- * A stateless client's subscriptions/listen (MCP 2026-07-28): a POST whose answer is a stream the
- * sidecars hold for as long as the client listens, like a GET stream.
- */
-function listenRoute(route: RouteIR, traced: boolean) {
+/** A stream the sidecars hold for as long as the client keeps it: no deadline, only an idle limit; one a dead replica reset goes to another. */
+function sidecarStreamRoute(route: RouteIR, name: string, match: Record<string, unknown>, traced: boolean) {
   return {
     ...CALLER_HEADER_SET,
-    name: `${route.key}/listen`,
+    name: `${route.key}/${name}`,
     ...(traced && routeTracing(GATEWAY_SPANS.stream, route.key)),
-    match: {
-      path_separated_prefix: route.path,
-      dynamic_metadata: [{ filter: MCP_METADATA_NAMESPACE, path: [{ key: 'method' }], value: { string_match: { exact: 'subscriptions/listen' } } }],
-    },
+    match: { path_separated_prefix: route.path, ...match },
     route: { cluster: SIDECAR_STREAMS_CLUSTER_NAME, timeout: '0s', idle_timeout: STREAM_IDLE_TIMEOUT, retry_policy: STREAMS_RETRY_POLICY },
     typed_per_filter_config: GATEWAY_LANE_FILTERS,
   };
 }
 
-/** A client's standalone GET stream of the route: held by the sidecars for as long as the client keeps it. */
-function streamsRoute(route: RouteIR, traced: boolean) {
-  return {
-    ...CALLER_HEADER_SET,
-    name: `${route.key}/streams`,
-    ...(traced && routeTracing(GATEWAY_SPANS.stream, route.key)),
-    match: { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'GET' } }] },
-    route: { cluster: SIDECAR_STREAMS_CLUSTER_NAME, timeout: '0s', idle_timeout: STREAM_IDLE_TIMEOUT, retry_policy: STREAMS_RETRY_POLICY },
-    typed_per_filter_config: GATEWAY_LANE_FILTERS,
-  };
-}
+/** A client's standalone GET stream of the route. */
+const streamsRoute = (route: RouteIR, traced: boolean) =>
+  sidecarStreamRoute(route, 'streams', { headers: [{ name: ':method', string_match: { exact: 'GET' } }] }, traced);
+
+/** A stateless client's subscriptions/listen (MCP 2026-07-28): a POST whose answer is a stream, like a GET stream. */
+const listenRoute = (route: RouteIR, traced: boolean) =>
+  sidecarStreamRoute(
+    route,
+    'listen',
+    { dynamic_metadata: [{ filter: MCP_METADATA_NAMESPACE, path: [{ key: 'method' }], value: { string_match: { exact: 'subscriptions/listen' } } }] },
+    traced,
+  );
 
 /**
  * A request the sidecar never received (refused, reset before it was sent) is safe to send again, and

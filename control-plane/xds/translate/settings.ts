@@ -1,4 +1,4 @@
-/** Gateway-wide settings the translator needs besides the registry: where things listen. */
+/** Gateway-wide settings the translator needs besides the registry: where things listen, and the edge limits. */
 export interface GatewaySettings {
   listener: { address: string; port: number };
   /**
@@ -10,8 +10,16 @@ export interface GatewaySettings {
   sidecars: { address: string; port: number }[];
   /** Largest JSON-RPC request body, on every HTTP version (the mcp filter refuses larger ones). */
   maxRequestBodyBytes: number;
-  /** How long Envoy waits for the session check, which may open a backend's session (its own deadline is shorter). */
+  /**
+   * How long Envoy waits for the session check, which may open a backend's session. The check itself
+   * answers by this time less SESSION_CHECK_MARGIN_MS, naming the slow backend (the sidecar is told
+   * the limit with each check: CHECK_HEADERS.deadline).
+   */
   sessionCheckTimeoutMs: number;
+  /** The listener's edge limits (docs/adr/0009-edge-hardening.md). */
+  edge: EdgeSettings;
+  /** Circuit breakers of every Tool Service cluster: what one backend may hold of Envoy. */
+  toolServiceLimits: ToolServiceLimits;
   /** Who may reach the gateway: its public URL, and the Host and Origin values it serves (docs/auth.md). */
   access: AccessSettings;
   /**
@@ -39,6 +47,42 @@ export interface AccessSettings {
   allowedOrigins: AllowList;
 }
 
+/**
+ * Envoy's edge-proxy settings on the one listener (Envoy's "Configuring Envoy as an edge proxy"), each
+ * an `mcpgw control-plane` flag. They live in the listener, which never changes with the registry.
+ */
+export interface EdgeSettings {
+  /** A connection's read and write buffers before Envoy applies back-pressure (listener per_connection_buffer_limit_bytes). */
+  perConnectionBufferLimitBytes: number;
+  /** From a request's first byte to the end of its headers (slow-header clients). */
+  requestHeadersTimeoutMs: number;
+  /** From a request's first byte to the end of its body; stops once the response has begun, so it never cuts a streamed answer. */
+  requestTimeoutMs: number;
+  /** A stream with no bytes either way (routes set their own: calls, GET streams). */
+  streamIdleTimeoutMs: number;
+  /** A connection with no request in flight; shortened under connection or memory pressure. */
+  connectionIdleTimeoutMs: number;
+  /** Request headers of one request, in KiB (431 past it). */
+  maxRequestHeadersKb: number;
+  /** Request headers of one request, counted (431 past it). */
+  maxHeadersCount: number;
+  /** Load balancers in front whose X-Forwarded-For entries are trusted (0: the gateway is the edge). */
+  xffNumTrustedHops: number;
+  /** Streams at once on one HTTP/2 connection. */
+  http2MaxConcurrentStreams: number;
+  /** HTTP/2 flow-control windows: what a client may send ahead of Envoy reading it. */
+  http2InitialStreamWindowBytes: number;
+  http2InitialConnectionWindowBytes: number;
+}
+
+/** What one Tool Service may hold of Envoy (its cluster's circuit breakers; past them its calls fail at once, -32004). */
+export interface ToolServiceLimits {
+  /** Calls in flight to it (HTTP/1.1: one upstream connection each). */
+  maxRequests: number;
+  /** Calls waiting for a connection to it. */
+  maxPendingRequests: number;
+}
+
 /** Envoy's OpenTelemetry tracer: a gateway setting, so it changes the listener only when it changes. */
 export interface GatewayTracing {
   /** OTLP/HTTP base URL of the collector, e.g. http://collector:4318: Envoy posts spans to `<url>/v1/traces`. */
@@ -49,12 +93,32 @@ export interface GatewayTracing {
   serviceName: string;
 }
 
-/** Defaults of the settings above that are not addresses (docs/xds.md says why). */
+/** Defaults of the settings above that are not addresses (docs/xds.md and docs/adr/0009-edge-hardening.md say why). */
 export const GATEWAY_DEFAULTS = {
   maxRequestBodyBytes: 1024 * 1024,
   sessionCheckTimeoutMs: 6_000,
+  edge: {
+    perConnectionBufferLimitBytes: 32 * 1024,
+    requestHeadersTimeoutMs: 10_000,
+    requestTimeoutMs: 60_000,
+    streamIdleTimeoutMs: 300_000,
+    connectionIdleTimeoutMs: 300_000,
+    maxRequestHeadersKb: 64,
+    maxHeadersCount: 100,
+    xffNumTrustedHops: 0,
+    http2MaxConcurrentStreams: 100,
+    http2InitialStreamWindowBytes: 64 * 1024,
+    http2InitialConnectionWindowBytes: 1024 * 1024,
+  } satisfies EdgeSettings,
+  toolServiceLimits: { maxRequests: 1024, maxPendingRequests: 1024 } satisfies ToolServiceLimits,
   auditArguments: false,
 };
+
+/**
+ * The session check answers this long before Envoy's --session-check-timeout-ms: a backend whose
+ * session cannot be opened in time is named in a -32004, never reported as the sidecar being away.
+ */
+export const SESSION_CHECK_MARGIN_MS = 500;
 
 export const LISTENER_NAME = 'mcp_gateway';
 /** The control plane's cluster in Envoy's bootstrap (envoy/bootstrap.yaml): ADS, and the call log. */
@@ -83,6 +147,8 @@ export const CHECK_HEADERS = {
   backend: 'x-mcpgw-backend',
   tool: 'x-mcpgw-tool',
   rpcId: 'x-mcpgw-rpc-id',
+  /** By when (ms from the check's start) the check must have answered: Envoy's timeout less SESSION_CHECK_MARGIN_MS. */
+  deadline: 'x-mcpgw-check-deadline-ms',
   /** The backend session a call went in, and the gateway session it belongs to, kept for the response side (a lost session). */
   backendSession: 'x-mcpgw-backend-session',
   gatewaySession: 'x-mcpgw-gateway-session',

@@ -30,6 +30,7 @@ export const TYPE_URL = {
   mcpOverride: `${prefix}envoy.extensions.filters.http.mcp.v3.McpOverride`,
   lua: `${prefix}envoy.extensions.filters.http.lua.v3.Lua`,
   luaPerRoute: `${prefix}envoy.extensions.filters.http.lua.v3.LuaPerRoute`,
+  earlyHeaderMutation: `${prefix}envoy.extensions.http.early_header_mutation.header_mutation.v3.HeaderMutation`,
   parentBasedSampler: `${prefix}envoy.extensions.tracers.opentelemetry.samplers.v3.ParentBasedSamplerConfig`,
   traceIdRatioSampler: `${prefix}envoy.extensions.tracers.opentelemetry.samplers.v3.TraceIdRatioBasedSamplerConfig`,
   previousHostsPredicate: `${prefix}envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate`,

@@ -112,14 +112,47 @@ local out, rest = M.take_events('event: message\ndata: {"jsonrpc":"2.0","method"
 check("complete event passes, partial held", out, 'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n')
 check("partial held", rest, 'event: message\ndata: {"jsonrpc":"2.0","id":7,"res')
 out, rest = M.take_events(rest .. 'ult":{}}\n\n', call)
-check("final event annotated", out, 'event: message\ndata: {"jsonrpc":"2.0","id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\n\n')
+check("final event annotated and marked done", out, 'id: mcpgw-done\nevent: message\ndata: {"jsonrpc":"2.0","id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\n\n')
 check("nothing held", rest, "")
 out, rest = M.take_events('id: 5\r\ndata: {"jsonrpc":"2.0",\r\ndata: "id":7,"result":{}}\r\n\r\n', call)
-check("multi-line data, CRLF", out, 'id: mcpgw:jobs:5\ndata: {"jsonrpc":"2.0", "id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\r\n\r\n')
+check("multi-line data, CRLF, the backend's own event id replaced", out, 'id: mcpgw-done\ndata: {"jsonrpc":"2.0", "id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\r\n\r\n')
 out, rest = M.take_events(': keepalive\n\n', call)
 check("comment passes", out, ': keepalive\n\n')
 out, rest = M.take_events('data:{"jsonrpc":"2.0","id":7,"result":{}}\n\n', call)
-check("data without space", out, 'data: {"jsonrpc":"2.0","id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\n\n')
+check("data without space", out, 'id: mcpgw-done\ndata: {"jsonrpc":"2.0","id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\n\n')
+-- MCP 2026-07-28 has no event ids: a stateless client's answer carries none, the backend's dropped too
+out = M.take_events('id: 5\ndata: {"jsonrpc":"2.0","id":7,"result":{}}\n\n', modern)
+check("a stateless client's final event has no id", out, 'data: {"jsonrpc":"2.0","id":7,"result":{"resultType":"complete","_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\n\n')
+local modern_prompt = { backend = "b", id = 4, method = "prompts/get", scheme = "b" }
+out = M.take_events('id: 9\ndata: {"jsonrpc":"2.0","id":4,"result":{"messages":[]}}\n\n', modern_prompt)
+check("another method's answer is not marked done (its own id named, ADR-0018)", out, 'id: mcpgw:b:9\ndata: {"jsonrpc":"2.0","id":4,"result":{"messages":[]}}\n\n')
+
+out = M.take_events('id: 41\nevent: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n', call)
+check("a progress event's own id names its backend (ADR-0018)", out, 'id: mcpgw:jobs:41\nevent: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n')
+local requests
+out, rest, requests = M.take_events('data: {"jsonrpc":"2.0","id":3,"method":"elicitation/create"}\n\ndata: {"jsonrpc":"2.0","id":"x","method":"roots/list"}\n\n', call)
+check("backend requests scoped in the stream", out, 'data: {"jsonrpc":"2.0","id":"mcpgw:jobs:3","method":"elicitation/create"}\n\ndata: {"jsonrpc":"2.0","id":"mcpgw:jobs:\\"x\\"","method":"roots/list"}\n\n')
+check("backend requests' own ids reported", table.concat(requests, " "), '3 "x"')
+out = M.take_events('data: {"jsonrpc":"2.0","id":7,"error":{"code":-32004,"message":"x","data":{"outcome":"failed"}}}\n\n', call)
+check("a final answer left as it is is still marked done", out, 'id: mcpgw-done\ndata: {"jsonrpc":"2.0","id":7,"error":{"code":-32004,"message":"x","data":{"outcome":"failed"}}}\n\n')
+check("priming event", M.priming_event("e30="), "id: mcpgw-call.e30=\ndata:\n\n")
+check("resume token", M.resume_token_json({ backend = "jobs", tool = "run", id_json = '"a"' }), '{"b":"jobs","t":"run","i":"a"}')
+
+-- ids the gateway accepts
+local function id_problem(id) return M.id_problem('{"jsonrpc":"2.0","id":' .. id .. ',"method":"tools/call"}') end
+check("id integer", id_problem("12"), nil)
+check("id negative", id_problem("-3"), nil)
+check("id 2^53-1", id_problem("9007199254740991"), nil)
+check("id string", id_problem('"abc"'), nil)
+check("no id", M.id_problem('{"jsonrpc":"2.0","method":"tools/call"}'), nil)
+local rule = "id must be a string of at most 256 bytes or an integer"
+check("id 2^53 refused", id_problem("9007199254740992"), rule)
+check("id fraction refused", id_problem("1.5"), rule)
+check("id integer in exponent form", id_problem("1e3"), nil)
+check("id fraction in exponent form refused", id_problem("1e-3"), rule)
+check("id 5000 digits refused", id_problem(string.rep("9", 5000)), rule)
+check("id long string refused", id_problem('"' .. string.rep("a", 257) .. '"'), rule)
+check("id 256-byte string", id_problem('"' .. string.rep("a", 256) .. '"'), nil)
 
 -- event ids (ADR-0018): a session client's name the backend; a stateless client gets none, nor retry hints
 out = M.take_events('id: abc_1\nretry: 200\ndata: \n\n', call)

@@ -4,41 +4,42 @@ import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport, StreamableHTTPServerTransportOptions } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 
-/** How a stateful in-test Tool Service serves its sessions (serveSessions). */
-export interface SessionServing {
-  /** A new MCP server for a session being opened. */
-  newServer(): McpServer;
+/** What an in-test stateful Tool Service adds to the SDK's session handling. */
+export interface StatefulMcpHooks {
+  /** Before anything else: false when the request was refused (and answered) here. */
+  admit?(req: Request, res: Response): boolean;
+  /** Before an initialize is handled (a slow backend waits here). */
+  beforeInitialize?(): Promise<void>;
   /** More options for a new session's transport (an event store of its own, a retry hint). */
   transportOptions?(): Omit<StreamableHTTPServerTransportOptions, 'sessionIdGenerator' | 'onsessioninitialized' | 'onsessionclosed'>;
-  /** Runs first on every request: false when it answered the request itself (a 401, say). */
-  admit?(req: Request, res: Response): boolean;
   opened?(sessionId: string, server: McpServer): void;
+  /** A session ended by its client's DELETE. */
   closed?(sessionId: string): void;
 }
 
 /**
- * An MCP SDK v1 server per session at /mcp, as MCP 2025-11-25 has it: initialize opens a session, a
- * request of an unknown session is answered 404. Returns the open sessions' transports (a test may
- * forget them all, as a restart would).
+ * A stateful MCP endpoint at /mcp, as the SDK's examples build one: a server and transport per
+ * session, opened by initialize; an unknown session gets 404 (as the spec says). `transports` holds
+ * the open sessions, so that a test can make the service forget them.
  */
-export function serveSessions(app: Express, serving: SessionServing): Map<string, StreamableHTTPServerTransport> {
-  const transports = new Map<string, StreamableHTTPServerTransport>();
+export function mountStatefulMcp(app: Express, transports: Map<string, StreamableHTTPServerTransport>, newServer: () => McpServer, hooks: StatefulMcpHooks = {}): void {
   app.all('/mcp', async (req, res) => {
-    if (serving.admit && !serving.admit(req, res)) return;
+    if (hooks.admit && !hooks.admit(req, res)) return;
     const sessionId = req.headers['mcp-session-id'];
     let transport = typeof sessionId === 'string' ? transports.get(sessionId) : undefined;
     if (!transport && req.method === 'POST' && isInitializeRequest(req.body)) {
-      const server = serving.newServer();
+      await hooks.beforeInitialize?.();
+      const server = newServer();
       const created = new StreamableHTTPServerTransport({
-        ...serving.transportOptions?.(),
+        ...hooks.transportOptions?.(),
         sessionIdGenerator: randomUUID,
         onsessioninitialized: (id) => {
           transports.set(id, created);
-          serving.opened?.(id, server);
+          hooks.opened?.(id, server);
         },
         onsessionclosed: (id) => {
           transports.delete(id);
-          serving.closed?.(id);
+          hooks.closed?.(id);
         },
       });
       await server.connect(created);
@@ -50,5 +51,4 @@ export function serveSessions(app: Express, serving: SessionServing): Map<string
     }
     await transport.handleRequest(req, res, req.body);
   });
-  return transports;
 }
