@@ -36,8 +36,8 @@ interface Row {
 }
 
 /**
- * A finished call of `events` steps in a session of its own: the session, and the first event id of its
- * stream. Steps 2 ms apart: the SDK's InMemoryEventStore orders events by id, whose time part is in ms
+ * A finished call of `events` steps in a session of its own: the session, and the backend's first event
+ * id of its stream. Steps 2 ms apart: the SDK's InMemoryEventStore orders events by id, whose time part is in ms
  * (events of one ms replay in random order).
  */
 async function finishedCall(url: string, tool: string, events: number): Promise<{ sessionId: string; firstEventId: string; close: () => Promise<void> }> {
@@ -46,7 +46,8 @@ async function finishedCall(url: string, tool: string, events: number): Promise<
   await client.connect(transport);
   let firstEventId: string | undefined;
   await client.request({ method: 'tools/call', params: { name: tool, arguments: { steps: events, interval_ms: 2 } } }, CallToolResultSchema, {
-    onresumptiontoken: (token) => void (firstEventId ??= token),
+    // The backend's first event id (through the gateway, after the gateway's own priming id, which names the call, not the backend's events).
+    onresumptiontoken: (token) => void (token.startsWith('mcpgw-call.') || (firstEventId ??= token)),
     onprogress: () => undefined,
     timeout: 60_000,
   });
@@ -105,7 +106,7 @@ function markdown(rows: Row[], context: { measuredAt: string; loadAverage1m: num
     '# Replay cost of a resumed stream',
     '',
     `Measured ${context.measuredAt} on ${os.availableParallelism()} cores (load average ${context.loadAverage1m}, a machine shared with other work), by \`node dist/bench/stream-resume.js\`:`,
-    `a call of N progress steps ran to its end; a client then resumed its stream from the first event id ${context.resumes} times, one after another,`,
+    `a call of N progress steps ran to its end; a client then resumed its stream from the backend's first event id ${context.resumes} times, one after another,`,
     'each read until the result (N events replayed, then the result). Direct: a GET with Last-Event-ID at the backend (SDK v1,',
     'InMemoryEventStore). Gateway: the same GET through Envoy with the event id the gateway gave; a sidecar resumes the stream at the',
     'backend in the client’s session with it and names each event (docs/adr/0018-stream-relaying.md). Sidecar CPU per resume from /proc',
