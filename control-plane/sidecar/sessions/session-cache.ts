@@ -99,7 +99,7 @@ export class CachedSessionStore implements SessionStore {
     const counted = await this.inner.claimBackend(id, backend, backendSessionId);
     const entry = this.entries.get(id);
     if (entry) entry.session.backends[backend] = counted;
-    if (counted === backendSessionId) await this.tellReplicas(id);
+    if (counted === backendSessionId) this.tellReplicas(id);
     return counted;
   }
 
@@ -107,12 +107,16 @@ export class CachedSessionStore implements SessionStore {
     await this.inner.forgetBackend(id, backend, staleBackendSessionId);
     const entry = this.entries.get(id);
     if (entry?.session.backends[backend] === staleBackendSessionId) delete entry.session.backends[backend];
-    await this.tellReplicas(id);
+    this.tellReplicas(id);
   }
 
-  /** The other replicas drop their copy of a session whose backend sessions changed (this one too: it reads it again). */
-  private async tellReplicas(id: string): Promise<void> {
-    await this.endings.publish(id).catch((error: Error) =>
+  /**
+   * The other replicas drop their copy of a session whose backend sessions changed (this one too: it
+   * reads it again). Not awaited: the request that opened the backend session (a call's session check)
+   * does not wait for the message.
+   */
+  private tellReplicas(id: string): void {
+    void this.endings.publish(id).catch((error: Error) =>
       this.log.warn('could not tell the other replicas a session changed; their cached copies are read again on their own', { error: error.message }),
     );
   }
