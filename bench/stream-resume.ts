@@ -47,7 +47,7 @@ async function finishedCall(url: string, tool: string, events: number): Promise<
   let firstEventId: string | undefined;
   await client.request({ method: 'tools/call', params: { name: tool, arguments: { steps: events, interval_ms: 2 } } }, CallToolResultSchema, {
     // The backend's first event id (through the gateway, after the gateway's own priming id, which names the call, not the backend's events).
-    onresumptiontoken: (token) => void (token.startsWith('mcpgw-call.') || (firstEventId ??= token)),
+    onresumptiontoken: (token) => void (/^mcpgw-call\.[^.]*$/.test(token) || (firstEventId ??= token)),
     onprogress: () => undefined,
     timeout: 60_000,
   });

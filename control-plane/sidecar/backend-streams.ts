@@ -3,7 +3,7 @@ import { EventSourceMessage } from 'eventsource-parser';
 import { describeListingFailure } from '../catalog/tool-fetcher';
 import { backendFetch } from '../shared/backend-fetch';
 import { RelayedMessage, exposeResultUris, relayBackendMessage } from './backend-messages';
-import { GatewayContext, RequestHead, clientHeadersOf, respondError } from './decision';
+import { GatewayContext, RequestHead, Resumption, clientHeadersOf, respondError } from './decision';
 import { JSON_RPC, JsonObject, isObject } from './json-rpc';
 import { MODERN_PROTOCOL_VERSION } from './modern-era';
 import { BackendView, ListKind } from './route-catalog';
@@ -67,16 +67,12 @@ export type StreamEnd = 'done' | 'opened' | 'retry';
 export const hasStandaloneStream = (backend: BackendView) => backend.protocolVersion !== MODERN_PROTOCOL_VERSION && backend.sessionful;
 
 /**
- * The event id a session client is given for a backend's own (docs/adr/0018-stream-relaying.md): the
- * backend named, so that a GET with it as Last-Event-ID is resumed at that backend, which keeps the
- * events. The call script gives the events of a call's stream the same (client_event_id in call-lane.lua).
+ * The event id a session client is given for a backend's own in the stream of a method other than
+ * tools/call (a call's names the call: tool-call.ts resumeTargetOf): the backend named, so that a GET
+ * with it as Last-Event-ID is resumed at that backend, which keeps the events. The call script gives
+ * the same (client_event_id in call-lane.lua). docs/adr/0018-stream-relaying.md.
  */
 export const clientEventId = (backend: string, eventId: string) => `mcpgw:${backend}:${eventId}`;
-
-export function parseClientEventId(id: string): { backend: string; eventId: string } | undefined {
-  const match = /^mcpgw:([^:]+):(.+)$/s.exec(id);
-  return match ? { backend: match[1], eventId: match[2] } : undefined;
-}
 
 /** The messages of a backend's SSE stream, relayed (backend-messages.ts), until the stream ends. */
 export async function relayEvents(body: ReadableStream<Uint8Array>, backend: BackendView, onRelayed: (relayed: RelayedMessage, message: unknown) => void): Promise<void> {
@@ -243,9 +239,10 @@ export class BackendStreams {
    * ends it. The backend keeps the events (bounded by its own store); the gateway keeps none, so any
    * replica can resume any stream. Counts as one of this replica's backend streams while it lasts.
    */
-  async resume(gateway: GatewaySession, backend: BackendView, lastEventId: string, head: RequestHead, res: http.ServerResponse): Promise<void> {
+  async resume(gateway: GatewaySession, backend: BackendView, resumption: Resumption, head: RequestHead, res: http.ServerResponse): Promise<void> {
+    // A call's stream that cannot be resumed gets the call's error (tool-call.ts brokenCallAnswer); another, the HTTP error.
     const refuse = (status: number, message: string) => {
-      const refusal = respondError(status, null, JSON_RPC.INVALID_REQUEST, message, 'resume_refused');
+      const refusal = resumption.unresumable ?? respondError(status, null, JSON_RPC.INVALID_REQUEST, message, 'resume_refused');
       res.writeHead(refusal.status, refusal.headers);
       res.end(refusal.body);
     };
@@ -263,7 +260,7 @@ export class BackendStreams {
         accept: 'text/event-stream',
         'mcp-session-id': backendSessionId,
         'mcp-protocol-version': session.protocolVersion,
-        'last-event-id': lastEventId,
+        'last-event-id': resumption.lastEventId,
       },
     };
     this.held++;
@@ -276,7 +273,7 @@ export class BackendStreams {
         }
         res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
         res.flushHeaders();
-        await readEvents(response.body, (event) => res.write(this.resumedEvent(event, session.id, backend, session.route)));
+        await readEvents(response.body, (event) => res.write(this.resumedEvent(event, resumption, session.id, backend, session.route)));
       });
     } catch (error) {
       if (!res.headersSent) refuse(502, `backend ${backend.name} could not resume the stream: ${(error as Error).message}`);
@@ -303,7 +300,7 @@ export class BackendStreams {
       .catch((error: Error) => this.context.log.warn("could not record a backend's request to its client; the client's answer will be refused", { backend: backend.name, error: error.message }));
   }
 
-  private resumedEvent(event: EventSourceMessage, gatewaySessionId: string, backend: BackendView, route: string): string {
+  private resumedEvent(event: EventSourceMessage, resumption: Resumption, gatewaySessionId: string, backend: BackendView, route: string): string {
     let message: unknown;
     try {
       message = event.data.trim() === '' ? undefined : JSON.parse(event.data);
@@ -322,7 +319,7 @@ export class BackendStreams {
       } else if (relayed.kind === 'list-changed') this.reports.listChanged(backend, relayed.list, route);
     }
     // The answer's event is marked done, as the call script marks it: a resume after it has nothing to get.
-    const id = answer ? `id: ${RESUME_DONE}\n` : event.id ? `id: ${clientEventId(backend.name, event.id)}\n` : '';
+    const id = answer ? `id: ${RESUME_DONE}\n` : event.id ? `id: ${resumption.eventIdFor(event.id)}\n` : '';
     return `event: ${event.event ?? 'message'}\n${id}data: ${data}\n\n`;
   }
 

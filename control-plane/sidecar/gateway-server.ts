@@ -212,7 +212,7 @@ export class GatewayServer {
       case 'stream':
         return this.streams.hold(decision.session, decision.head, res);
       case 'resume':
-        return this.backendStreams.resume(decision.session, decision.backend, decision.lastEventId, decision.head, res);
+        return this.backendStreams.resume(decision.session, decision.backend, decision.resumption, decision.head, res);
       case 'listen':
         return this.listens.hold(decision.view, decision.id, decision.honored, decision.head, res);
       case 'relay': {

@@ -1,6 +1,6 @@
 import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS, ServerCapabilities } from '@modelcontextprotocol/sdk/types.js';
 import { offeredBy } from '../catalog/client-needs';
-import { hasStandaloneStream, parseClientEventId } from './backend-streams';
+import { clientEventId, hasStandaloneStream } from './backend-streams';
 import { parseServerRequestId } from './call-response';
 import {
   Decision,
@@ -26,7 +26,7 @@ import { LIST_METHODS, ListMethod, RouteCatalogView, listOf } from './route-cata
 import { ClientFieldsTooLargeError, GatewaySession } from './sessions/session-store';
 import { answerUnplacedRequest, isPlacedMethod } from './surface-requests';
 import { honoredFilter, listenParamsSchema } from './subscriptions-listen';
-import { answerResumedCall, answerUnplacedCall } from './tool-call';
+import { RESUME_CALL_PREFIX, answerResumedCall, answerUnplacedCall, brokenCallAnswer, resumeTargetOf } from './tool-call';
 import { ListAudience, answerList, listBody } from './tools-list';
 
 /** The sidecar's decisions on requests: answered here, or sent on to exactly one backend (tool-call.ts). */
@@ -132,13 +132,19 @@ async function openStream(head: RequestHead, view: RouteCatalogView, context: Ga
   if (!session) return sessionNotFound(null);
   const lastEventId = head.headers.get('last-event-id');
   if (lastEventId === undefined) return { kind: 'stream', session, head };
-  // A stream of a call resumed: at the backend that gave the event id, which keeps the events.
-  const given = parseClientEventId(lastEventId);
+  // A stream resumed at the backend that gave the event id, which keeps the events.
+  const target = resumeTargetOf(lastEventId);
+  const given =
+    target?.kind === 'call' && target.backendEventId !== undefined
+      ? { backend: target.call.b, backendEventId: target.backendEventId, eventIdFor: (id: string) => `${RESUME_CALL_PREFIX}${target.token}.${id}`, unresumable: brokenCallAnswer(target.call) }
+      : target?.kind === 'backend'
+        ? { backend: target.backend, backendEventId: target.backendEventId, eventIdFor: (id: string) => clientEventId(target.backend, id) }
+        : undefined;
   const backend = given && view.backends.get(given.backend);
   if (!given || !backend || !hasStandaloneStream(backend)) {
     return respondError(400, null, JSON_RPC.INVALID_REQUEST, `Last-Event-ID ${JSON.stringify(lastEventId)} names no stream this gateway can resume on route "${view.key}"`, 'unknown_event_id');
   }
-  return { kind: 'resume', session, backend, lastEventId: given.eventId, head };
+  return { kind: 'resume', session, backend, resumption: { lastEventId: given.backendEventId, eventIdFor: given.eventIdFor, unresumable: given.unresumable }, head };
 }
 
 /** DELETE: ends the backend sessions, then the gateway session. */

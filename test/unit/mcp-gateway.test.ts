@@ -215,7 +215,16 @@ describe('sidecar sessions', () => {
   it('resumes a stream at the backend an event id names, with the backend’s own id (ADR-0018)', async () => {
     const { context, sessionId } = await withJobsSession();
     const resume = (lastEventId: string) => decideOnHead(head('GET', '/mcp/demo', { accept: 'text/event-stream', 'mcp-session-id': sessionId, 'last-event-id': lastEventId }), context);
-    expect(await resume('mcpgw:jobs:stream-1_42')).toMatchObject({ kind: 'resume', backend: { name: 'jobs' }, lastEventId: 'stream-1_42' });
+    const other = await resume('mcpgw:jobs:stream-1_42');
+    expect(other).toMatchObject({ kind: 'resume', backend: { name: 'jobs' }, resumption: { lastEventId: 'stream-1_42' } });
+    expect(other.kind === 'resume' && other.resumption.eventIdFor('stream-1_43')).toBe('mcpgw:jobs:stream-1_43');
+    expect(other.kind === 'resume' && other.resumption.unresumable).toBeUndefined();
+    // A call's: named by the call's resume token; the call's error if the backend cannot resume.
+    const token = Buffer.from(JSON.stringify({ b: 'jobs', t: 'run_job', i: 5 })).toString('base64');
+    const call = await resume(`mcpgw-call.${token}.stream-2_7`);
+    expect(call).toMatchObject({ kind: 'resume', backend: { name: 'jobs' }, resumption: { lastEventId: 'stream-2_7' } });
+    expect(call.kind === 'resume' && call.resumption.eventIdFor('stream-2_8')).toBe(`mcpgw-call.${token}.stream-2_8`);
+    expect(call.kind === 'resume' && call.resumption.unresumable?.body).toMatch(/"id":5,"error":\{"code":-32004/);
     for (const foreign of ['stream-1_42', 'mcpgw:ghost:1']) {
       const { status, message } = await responded(resume(foreign));
       expect(status).toBe(400);

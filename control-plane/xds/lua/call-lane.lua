@@ -1054,11 +1054,15 @@ function M.says_session_unknown(s)
   return find(lower, "session", 1, true) ~= nil or find(lower, "not initialized", 1, true) ~= nil
 end
 
--- The event id the client gets for a backend's (docs/adr/0018-stream-relaying.md): the backend named,
--- so that a GET with this Last-Event-ID is resumed at that backend, which keeps the events. nil: a
--- client of the stateless revision, which gets no event ids (nor retry hints) at all.
+-- The event id the client gets for a backend's (docs/adr/0018-stream-relaying.md): the backend named
+-- (for a call, by the call's resume token), so that a GET with this Last-Event-ID is resumed at that
+-- backend, which keeps the events. nil: a client of the stateless revision, which gets no event ids
+-- (nor retry hints) at all.
 function M.client_event_id(value, call)
   if call.modern then return nil end
+  -- A call's: its resume token too, so that the sidecar can still answer the call if the backend
+  -- cannot resume (tool-call.ts resumeTargetOf). A token is base64: the first "." ends it.
+  if call.resume_token then return RESUME_CALL_PREFIX .. call.resume_token .. "." .. value end
   return "mcpgw:" .. call.backend .. ":" .. value
 end
 
@@ -1371,7 +1375,8 @@ function envoy_on_response(h)
   -- an answer cannot follow a backend's reset, Envoy resets the client's stream too. The answers of
   -- the other methods get none (nothing would resume them), nor does a stateless client (its revision
   -- has no event ids).
-  local priming = call.method == "tools/call" and not call.modern and M.priming_event(h:base64Escape(M.resume_token_json(call))) or ""
+  call.resume_token = call.method == "tools/call" and not call.modern and h:base64Escape(M.resume_token_json(call)) or nil
+  local priming = call.resume_token and M.priming_event(call.resume_token) or ""
   local push, release = M.event_reader(call)
   local passing = false
   for chunk in h:bodyChunks() do

@@ -157,8 +157,11 @@ check("id 256-byte string", id_problem('"' .. string.rep("a", 256) .. '"'), nil)
 -- event ids (ADR-0018): a session client's name the backend; a stateless client gets none, nor retry hints
 out = M.take_events('id: abc_1\nretry: 200\ndata: \n\n', call)
 check("priming event id scoped", out, 'id: mcpgw:jobs:abc_1\nretry: 200\ndata: \n\n')
-out = M.take_events('id:abc_2\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n', call)
-check("event id without space scoped", out, 'id: mcpgw:jobs:abc_2\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n')
+local out_without_space = M.take_events('id:abc_2\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n', call)
+local in_call = { backend = "jobs", id = 7, resume_token = "e30=" }
+out = M.take_events('id: abc_3\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n', in_call)
+check("a call's event id carries the call's resume token", out, 'id: mcpgw-call.e30=.abc_3\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n')
+check("event id without space scoped", out_without_space, 'id: mcpgw:jobs:abc_2\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n')
 out = M.take_events('id: abc_1\nretry: 200\ndata: \n\nid: abc_2\ndata: {"jsonrpc":"2.0","id":7,"result":{}}\n\n', modern)
 check("stateless client: no id, no retry", out, 'data: \n\ndata: {"jsonrpc":"2.0","id":7,"result":{"resultType":"complete","_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\n\n')
 
