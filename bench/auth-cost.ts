@@ -9,7 +9,7 @@ import { closeServer } from '../control-plane/shared/http-listen';
 import { projectPath } from '../control-plane/shared/paths';
 import { ECHO_TOOL } from './backends/bench-tool-service';
 import { RunResult, runClosedLoop, runFixedRate } from './load/load-runner';
-import { McpHttpClient, answerTo, openSession } from './load/mcp-client';
+import { McpHttpClient, echoOutcome, openSession } from './load/mcp-client';
 import { LatencySummary, spreadOf, summarize } from './load/stats';
 import { benchSettings } from './settings';
 import { allocatePort } from './systems/ports';
@@ -91,12 +91,7 @@ async function driver(url: string, token: string | undefined, sessions: number, 
     const id = client.newId();
     const body = JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name: `bench__${ECHO_TOOL}`, arguments: { text: 'bench' } } });
     const answer = await client.post(url, body, { headers: opened[turn++ % opened.length], timeoutMs });
-    try {
-      const result = answerTo(answer, id).result as { content?: { text?: string }[] };
-      return { endMs: answer.endMs, error: result.content?.[0]?.text === 'bench' ? undefined : 'wrong tool result' };
-    } catch (error) {
-      return { endMs: answer.endMs, error: (error as Error).message };
-    }
+    return echoOutcome(answer, id, 'bench');
   };
   return { issue, close: () => client.close() };
 }

@@ -1,5 +1,7 @@
 import { text as readText } from 'node:stream/consumers';
+import * as fs from 'node:fs';
 import * as http from 'node:http';
+import * as https from 'node:https';
 import { z } from 'zod';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
@@ -44,6 +46,8 @@ export interface BenchToolServiceSpec {
   fillerTools: number;
   /** How long tools/list waits before answering (0: at once). */
   listDelayMs: number;
+  /** Serves https, asking every client for a certificate issued by clientCaFile (mTLS). PEM files. */
+  tls?: { certFile: string; keyFile: string; clientCaFile: string };
   /** Prompts and resources it lists (0: it declares none). */
   prompts: number;
   resources: number;
@@ -156,7 +160,7 @@ function answerJson(res: http.ServerResponse, status: number, body: unknown): vo
   res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
 }
 
-/** Serves one bench backend at http://host:port/mcp until the returned server is closed. */
+/** Serves one bench backend at http(s)://host:port/mcp until the returned server is closed. */
 export function startBenchToolService(spec: BenchToolServiceSpec, host: string): Promise<http.Server> {
   const tools = benchTools(spec);
   const definitions = [...tools.values()].map((entry) => entry.definition);
@@ -184,7 +188,11 @@ export function startBenchToolService(spec: BenchToolServiceSpec, host: string):
     await server.connect(transport);
     await transport.handleRequest(req, res, message);
   };
-  const server = http.createServer((req, res) => {
+  const tls = spec.tls;
+  const server = tls
+    ? https.createServer({ cert: fs.readFileSync(tls.certFile), key: fs.readFileSync(tls.keyFile), ca: fs.readFileSync(tls.clientCaFile), requestCert: true, rejectUnauthorized: true })
+    : http.createServer();
+  server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
     handle(req, res).catch((error: Error) => {
       if (!res.headersSent) answerJson(res, 500, { jsonrpc: '2.0', error: { code: -32603, message: error.message }, id: null });
       else res.destroy(error);

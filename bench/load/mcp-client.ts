@@ -1,5 +1,6 @@
 import * as http from 'node:http';
 import { MCP_POST_HEADERS, MCP_PROTOCOL_VERSION, JsonRpcMessage, jsonRpcMessagesOf, responseTo } from '../mcp/streamable-http';
+import type { RequestOutcome } from './load-runner';
 
 /**
  * The load generator's MCP client: raw JSON-RPC over Streamable HTTP on node:http with kept-alive
@@ -75,6 +76,16 @@ export class McpHttpClient {
 }
 
 /** The JSON-RPC answer to `id` in an HTTP answer; throws a short reason when there is none. */
+/** A tools/call of the bench backend's echo tool as the load runner counts it: its end, and what went wrong if anything did. */
+export function echoOutcome(answer: HttpAnswer, id: number, text: string): RequestOutcome {
+  try {
+    const result = answerTo(answer, id).result as { content?: { text?: string }[] };
+    return { endMs: answer.endMs, error: result.content?.[0]?.text === text ? undefined : 'wrong tool result' };
+  } catch (error) {
+    return { endMs: answer.endMs, error: (error as Error).message };
+  }
+}
+
 export function answerTo(answer: HttpAnswer, id: number): JsonRpcMessage {
   if (answer.status !== 200) throw new Error(`HTTP ${answer.status}`);
   let message: JsonRpcMessage | undefined;

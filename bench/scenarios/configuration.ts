@@ -93,7 +93,13 @@ function registryDocument(routes: number, servicesPerRoute: number, backendUrls:
 
 function timeBuilds(document: unknown, repetitions: number): ConfigurationResults['snapshotBuildInProcessMs'] {
   const steps = { validate: [] as number[], ir: [] as number[], translate: [] as number[], encode: [] as number[], total: [] as number[] };
-  const gateway = { ...GATEWAY_DEFAULTS, listener: { address: HOST, port: 10000 }, sidecars: [{ address: HOST, port: 18080 }], access: defaultAccess({ address: HOST, port: 10000 }) };
+  const gateway = {
+    ...GATEWAY_DEFAULTS,
+    listener: { address: HOST, port: 10000 },
+    sidecars: [{ address: HOST, port: 18080 }],
+    egress: { address: HOST, port: 10001 },
+    access: defaultAccess({ address: HOST, port: 10000 }),
+  };
   for (let repetition = 0; repetition < repetitions; repetition++) {
     const t0 = performance.now();
     const { registry } = validateRegistry(document);

@@ -1,6 +1,6 @@
 import { ECHO_TOOL } from '../backends/bench-tool-service';
 import { IssueRequest, RunResult, runClosedLoop, runFixedRate } from '../load/load-runner';
-import { McpHttpClient, answerTo, openSession } from '../load/mcp-client';
+import { McpHttpClient, echoOutcome, openSession } from '../load/mcp-client';
 import { LatencySummary, percentileSpectrum, summarize } from '../load/stats';
 import { BenchSettings } from '../settings';
 import { SystemId, SystemUnderTest, inRotation } from '../systems/systems';
@@ -68,12 +68,7 @@ export async function callDriver(system: Pick<SystemUnderTest, 'callUrl' | 'tool
     const id = client.newId();
     const body = JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name: `${system.toolPrefix}${ECHO_TOOL}`, arguments: { text: ECHO_TEXT } } });
     const answer = await client.post(system.callUrl, body, { headers: sessions[turn++ % sessions.length], timeoutMs: settings.requestTimeoutMs });
-    try {
-      const result = answerTo(answer, id).result as { content?: { text?: string }[] };
-      return { endMs: answer.endMs, error: result.content?.[0]?.text === ECHO_TEXT ? undefined : 'wrong tool result' };
-    } catch (error) {
-      return { endMs: answer.endMs, error: (error as Error).message };
-    }
+    return echoOutcome(answer, id, ECHO_TEXT);
   };
   return { issue, sessionIds: sessions.some((headers) => 'mcp-session-id' in headers), close: () => client.close() };
 }

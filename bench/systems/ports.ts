@@ -20,7 +20,7 @@ export async function allocatePort(): Promise<number> {
 
 /** Every port of a gateway stack, from the same allocator, so none collides with a backend's. */
 export async function allocateStackPorts(): Promise<StackPorts> {
-  const names: (keyof StackPorts)[] = ['listener', 'envoyAdmin', 'grpc', 'controlPlaneAdmin', 'sidecar', 'redis', 'portal'];
+  const names: (keyof StackPorts)[] = ['listener', 'egress', 'envoyAdmin', 'grpc', 'controlPlaneAdmin', 'sidecar', 'redis', 'portal'];
   const ports = {} as StackPorts;
   for (const name of names) ports[name] = await allocatePort();
   return ports;

@@ -1,4 +1,5 @@
 import * as client from 'prom-client';
+import type { TokenCacheObserver } from '../credentials/token-cache';
 
 /** The control plane's Prometheus metrics, on a registry of its own (GET /metrics). */
 export class ControlPlaneMetrics {
@@ -36,6 +37,24 @@ export class ControlPlaneMetrics {
     labelNames: ['tool_service', 'cluster'] as const,
     registers: [this.registry],
   });
+  readonly catalogTokenLookups = new client.Counter({
+    name: `${this.prefix}catalog_token_lookups_total`,
+    help: "The gateway's own tokens (client credentials) for listing Tool Services with per-caller credentials: hit (cached) or miss (asked of the IdP)",
+    labelNames: ['result'] as const,
+    registers: [this.registry],
+  });
+  readonly catalogTokenRequests = new client.Histogram({
+    name: `${this.prefix}catalog_token_request_seconds`,
+    help: 'Client-credentials grants at the identity provider, by outcome: ok, refused or unavailable',
+    labelNames: ['outcome'] as const,
+    buckets: [0.005, 0.025, 0.1, 0.5, 1, 5],
+    registers: [this.registry],
+  });
+  /** The catalog's token cache reports here. */
+  readonly catalogTokens: TokenCacheObserver = {
+    lookup: (result) => this.catalogTokenLookups.inc({ result }),
+    issued: (outcome, seconds) => this.catalogTokenRequests.observe({ outcome }, seconds),
+  };
   readonly xdsConnectedNodes = new client.Gauge({
     name: `${this.prefix}xds_connected_nodes`,
     help: 'Envoy nodes with an open ADS stream',
@@ -105,6 +124,9 @@ export class ControlPlaneMetrics {
 
   constructor() {
     client.collectDefaultMetrics({ register: this.registry, prefix: `${this.prefix}control_plane_` });
+    // Every series from the start, so a rate over them is defined before the first token request.
+    for (const result of ['hit', 'miss'] as const) this.catalogTokenLookups.inc({ result }, 0);
+    for (const outcome of ['ok', 'refused', 'unavailable'] as const) this.catalogTokenRequests.zero({ outcome });
   }
 }
 

@@ -10,13 +10,18 @@ import { XdsStatusTracker } from '../admin/xds-status';
 import { registerStateMetrics } from '../admin/state-metrics';
 import { catalogServiceHandlers } from '../catalog/catalog-service';
 import { CatalogSettings, CatalogSnapshotMessage, CatalogStore, RelistSettings, ToolList } from '../catalog/catalog-store';
+import { directCatalogAccess } from '../catalog/catalog-access';
 import { ToolListLimits, fetchToolList } from '../catalog/tool-fetcher';
+import { CatalogCredentials } from '../credentials/catalog-credentials';
+import { IdpClient, IdpSettings } from '../credentials/idp-client';
+import { TOKEN_CACHE_DEFAULTS, TokenCache } from '../credentials/token-cache';
 import { TOOL_RULES, TOOL_RULE_ACTIONS } from '../catalog/tool-exposure';
 import { GatewayIR, ToolServiceIR, buildGatewayIR } from '../ir/gateway-ir';
 import { Registry } from '../registry/model';
 import { RegistryController, RegistryPollResult } from '../registry/registry-controller';
 import { RegistryMerge } from '../registry/registry-state';
 import { RegistrySource } from '../registry/source';
+import { RegistryPolicy } from '../registry/validate';
 import { grpcServices } from '../shared/grpc-packages';
 import { RedisTimeouts } from '../shared/redis-client';
 import { Logger } from '../shared/log';
@@ -43,6 +48,10 @@ export interface ControlPlaneOptions {
   toolList: ToolListLimits;
   /** How soon a failing Tool Service is listed again. */
   relist: RelistSettings;
+  /** The gateway's identity provider: client-credentials tokens for listing Tool Services with per-caller credentials. */
+  idp?: IdpSettings;
+  /** What this gateway allows a registry to ask for (token passthrough). */
+  registryPolicy?: RegistryPolicy;
 
   /** Most Tool Services whose tools/list is fetched at the same time. */
   catalogFetchConcurrency: number;
@@ -86,15 +95,17 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   // catalog stream. Ids that share an endpoint share one fetch.
   const catalogFetches = new ConcurrencyLimit(options.catalogFetchConcurrency);
   const fetchesByEndpoint = new Map<string, Promise<ToolList>>();
+  const catalogAccess = directCatalogAccess(new CatalogCredentials(options.idp && new IdpClient(options.idp), new TokenCache(TOKEN_CACHE_DEFAULTS, metrics.catalogTokens)));
   const tracing = options.tracing ?? Tracing.off;
   const listTools = (service: ToolServiceIR) =>
     tracing.inSpan(CONTROL_PLANE_SPANS.toolsList, { kind: SpanKind.CLIENT, attributes: { 'mcp.gateway.tool_service': service.id, 'url.full': service.url } }, async (span) => {
-      const list = await fetchToolList(service, options.toolList, tracing.headersFor({}));
+      const list = await fetchToolList(service, catalogAccess, options.toolList, tracing.headersFor({}));
       span.setAttribute('mcp.gateway.tools', list.tools.length);
       return list;
     });
   const fetchTools = (service: ToolServiceIR) => {
-    const endpoint = JSON.stringify([service.url, service.endpoint.tls, service.catalogBearerTokenFile]);
+    // The cluster carries the upstream with its TLS; the URL its path; the credentials what a listing authenticates with.
+    const endpoint = JSON.stringify([service.clusterName, service.url, service.credentials]);
     let pending = fetchesByEndpoint.get(endpoint);
     if (!pending) {
       pending = catalogFetches.run(() => listTools(service)).finally(() => fetchesByEndpoint.delete(endpoint));
@@ -106,7 +117,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const signingKeys = new SigningKeyStore(options.signingKeys ?? SIGNING_KEY_DEFAULTS, log, lastGood);
   const callMetrics = new CallMetrics(metrics.registry);
   const callHistory = new CallHistory();
-  const registry = new RegistryController(options.source, { refreshIntervalMs: options.registryRefreshMs }, log);
+  const registry = new RegistryController(options.source, { refreshIntervalMs: options.registryRefreshMs, policy: options.registryPolicy }, log);
   let resources: XdsResources = {};
   let ir: GatewayIR = { routes: [], toolServices: [], clusters: [] };
   let callLane = EMPTY_CALL_LANE_CATALOG;

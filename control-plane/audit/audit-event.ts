@@ -15,8 +15,11 @@ export const AUDIT_SCHEMA_VERSION = 1;
 /** The calls' outcome vocabulary (docs/observability.md), the same in metrics and audit. */
 export const AUDIT_OUTCOMES = CALL_OUTCOMES;
 
-/** How the call reached its backend, as far as the caller's credential goes; issue 12 adds the gateway's own. */
-export const CREDENTIAL_MODES = ['none', 'caller-token-stripped', 'caller-token-passthrough'] as const;
+/**
+ * What the call carried to its backend as a credential: its Tool Service's credentials mode
+ * (docs/auth.md, Backends); the caller's own token only with `passthrough`.
+ */
+export const CREDENTIAL_MODES = ['none', 'serviceAccount', 'tokenExchange', 'passthrough'] as const;
 
 export const APPROVAL_DECISIONS = ['not_required', 'required', 'granted', 'declined', 'expired'] as const;
 
@@ -57,7 +60,7 @@ export const auditEventSchema = z
         approver: identity.omit({ client_id: true }).optional().describe('Who decided'),
       })
       .strict(),
-    credential_mode: z.enum(CREDENTIAL_MODES).describe("What the call carried to the backend of the caller's credential"),
+    credential_mode: z.enum(CREDENTIAL_MODES).describe("What the call carried to the backend as a credential: its Tool Service's credentials mode (none when nothing reached it)"),
   })
   .strict();
 

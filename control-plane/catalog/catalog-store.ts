@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { Prompt, Resource, ResourceTemplate, ServerCapabilities, Tool } from '@modelcontextprotocol/sdk/types.js';
-import { GatewayIR, ToolServiceIR } from '../ir/gateway-ir';
+import { BackendCredentials, GatewayIR, ToolServiceIR } from '../ir/gateway-ir';
 import { Risk, ToolRule } from '../registry/model';
 import { Logger } from '../shared/log';
 import { SavedBackendCatalog, SavedRoute } from '../state/last-good-store';
@@ -47,9 +47,6 @@ export interface BackendCatalogMessage {
   url: string;
   /** Degraded answer for read-only tools when the backend cannot be reached; empty for none. */
   fallback_text: string;
-  /** For https Tool Services, how to verify them; empty otherwise. */
-  tls_ca_file: string;
-  tls_sni: string;
   /** The backend's tools the route's policy keeps from agents, and the rule that does. */
   denied_tools: DeniedToolMessage[];
   /** The protocol revision the backend speaks (its tools/list's); "" before it has answered. */
@@ -58,6 +55,8 @@ export interface BackendCatalogMessage {
   sessionful: boolean;
   /** Listed in a session-based revision, it answers the stateless one too: each client is spoken to in its own. */
   also_modern: boolean;
+  /** What the sidecar authenticates to it with on a caller's behalf. */
+  credentials: BackendCredentialsMessage;
   /** The backend's own last-good prompts, resources and resource templates, each as JSON; RouteCatalogMessage says which are served. */
   prompts_json: string[];
   resources_json: string[];
@@ -68,6 +67,23 @@ export interface BackendCatalogMessage {
   needs_json: string;
   /** Served tools whose calls wait for a person's approval (docs/approval-and-audit.md). */
   approval_tools: ApprovalToolMessage[];
+}
+
+export interface BackendCredentialsMessage {
+  mode: BackendCredentials['mode'];
+  audience: string;
+  resource: string;
+  scopes: string[];
+}
+
+/** The credentials as the catalog carries them to sidecars: no file paths (Envoy reads those). */
+export function credentialsMessageOf(credentials: BackendCredentials): BackendCredentialsMessage {
+  return {
+    mode: credentials.mode,
+    audience: 'audience' in credentials ? credentials.audience : '',
+    resource: credentials.mode === 'tokenExchange' ? (credentials.resource ?? '') : '',
+    scopes: credentials.mode === 'tokenExchange' ? (credentials.scopes ?? []) : [],
+  };
 }
 
 export interface ApprovalToolMessage {
@@ -542,12 +558,11 @@ export class CatalogStore extends EventEmitter {
           failing_since: catalog?.failingSince?.toISOString() ?? '',
           url: services.get(backend.catalogKey)?.url ?? '',
           fallback_text: services.get(backend.catalogKey)?.fallbackText ?? '',
-          tls_ca_file: services.get(backend.catalogKey)?.endpoint.tls?.caFile ?? '',
-          tls_sni: services.get(backend.catalogKey)?.endpoint.tls?.sni ?? '',
           denied_tools: denials.flatMap((rule, index) => (rule === undefined ? [] : [{ tool: catalog!.tools[index].name, rule }])),
           protocol_version: catalog?.protocolVersion ?? '',
           sessionful: catalog?.sessionful ?? true,
           also_modern: catalog?.alsoModern ?? false,
+          credentials: credentialsMessageOf(services.get(backend.catalogKey)?.credentials ?? { mode: 'none' }),
           ...surfaceMessage(catalog?.surface ?? NO_SURFACE),
           approval_tools: (catalog?.tools ?? []).flatMap((tool, index) => {
             const approval = denials[index] === undefined ? approvalOf(backend.policy, tool) : undefined;

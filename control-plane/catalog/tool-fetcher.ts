@@ -1,4 +1,3 @@
-import * as fs from 'node:fs/promises';
 import { Client as StatelessClient, StreamableHTTPClientTransport as StatelessTransport } from '@modelcontextprotocol/client';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -6,20 +5,10 @@ import { ErrorCode, LATEST_PROTOCOL_VERSION, Prompt, Resource, ResourceTemplate,
 import { ToolServiceIR } from '../ir/gateway-ir';
 import { MODERN_PROTOCOL_VERSION } from '../sidecar/modern-era';
 import { ToolList } from './catalog-store';
+import { CatalogAccess, CatalogConnection } from './catalog-access';
 import { ALL_OF, CLIENT_NEEDS, capabilitiesFor } from './client-needs';
-import { backendFetch } from '../shared/backend-fetch';
 
 export const GATEWAY_CLIENT_INFO = { name: 'mcp-federation-gateway', version: '0.1.0' };
-
-async function readToken(file: string): Promise<string> {
-  try {
-    const token = (await fs.readFile(file, 'utf8')).trim();
-    if (token) return token;
-    throw new Error('the file is empty');
-  } catch (error) {
-    throw new Error(`cannot read transport.catalogBearerTokenFile ${file}: ${(error as Error).message}`);
-  }
-}
 
 /** Bounds on one Tool Service's tools/list (docs/hardening.md); past them the backend is degraded and its last good copy served. */
 export interface ToolListLimits {
@@ -151,11 +140,10 @@ async function listEverything(session: ListingSession, budget: ListingBudget, sc
 }
 
 /** `traceHeaders`: the trace context of the listing's span, so that the Tool Service's spans hang under it. */
-async function transportOptions(service: ToolServiceIR, budget: ListingBudget, traceHeaders: Record<string, string>) {
-  const authorization = service.catalogBearerTokenFile && { authorization: `Bearer ${await readToken(service.catalogBearerTokenFile)}` };
+function transportOptions(connection: CatalogConnection, budget: ListingBudget, traceHeaders: Record<string, string>) {
   return {
-    fetch: budget.meter(backendFetch(service.endpoint.tls)),
-    requestInit: { headers: { ...traceHeaders, ...authorization } },
+    fetch: budget.meter(connection.fetch),
+    requestInit: { headers: { ...traceHeaders, ...(connection.authorization !== undefined && { authorization: connection.authorization }) } },
   };
 }
 
@@ -200,11 +188,12 @@ async function listAs(
   limits: ToolListLimits,
   capabilities: Record<string, unknown>,
   scope: 'all' | 'callables',
+  connection: CatalogConnection,
   traceHeaders: Record<string, string>,
 ): Promise<Listed> {
   const budget = new ListingBudget(limits);
   const options = requestOptions(limits, budget);
-  const transport = await transportOptions(service, budget, traceHeaders);
+  const transport = transportOptions(connection, budget, traceHeaders);
   if (era === 'session') {
     const client = new Client(GATEWAY_CLIENT_INFO, { capabilities });
     const sessionTransport = new StreamableHTTPClientTransport(new URL(service.url), transport);
@@ -265,12 +254,12 @@ const offeredNames = (listed: Listed) => [...listed.tools.map((tool) => `tool:${
  * capability is tried on its own: a tool offered with any one of them needs that one (any of them,
  * when several each bring it), and one offered only with all together needs all.
  */
-async function probeNeeds(era: Era, service: ToolServiceIR, limits: ToolListLimits, full: Listed, traceHeaders: Record<string, string>): Promise<Record<string, string[]>> {
-  const bare = new Set(offeredNames(await listAs(era, service, limits, {}, 'callables', traceHeaders)));
+async function probeNeeds(era: Era, service: ToolServiceIR, limits: ToolListLimits, full: Listed, connection: CatalogConnection, traceHeaders: Record<string, string>): Promise<Record<string, string[]>> {
+  const bare = new Set(offeredNames(await listAs(era, service, limits, {}, 'callables', connection, traceHeaders)));
   const conditional = offeredNames(full).filter((key) => !bare.has(key));
   if (conditional.length === 0) return {};
   // One listing per capability, side by side: each is a session of its own.
-  const offeredWith = await Promise.all(CLIENT_NEEDS.map(async (need) => new Set(offeredNames(await listAs(era, service, limits, capabilitiesFor([need]), 'callables', traceHeaders)))));
+  const offeredWith = await Promise.all(CLIENT_NEEDS.map(async (need) => new Set(offeredNames(await listAs(era, service, limits, capabilitiesFor([need]), 'callables', connection, traceHeaders)))));
   return Object.fromEntries(
     conditional.map((key) => {
       const broughtBy = CLIENT_NEEDS.filter((_need, index) => offeredWith[index].has(key));
@@ -280,9 +269,9 @@ async function probeNeeds(era: Era, service: ToolServiceIR, limits: ToolListLimi
 }
 
 /** A listing as a client that declares every capability, with what each tool and prompt needs of its clients. */
-async function fetchAs(era: Era, service: ToolServiceIR, limits: ToolListLimits, traceHeaders: Record<string, string>): Promise<ToolList> {
-  const full = await listAs(era, service, limits, capabilitiesFor(CLIENT_NEEDS), 'all', traceHeaders);
-  const needs = await probeNeeds(era, service, limits, full, traceHeaders);
+async function fetchAs(era: Era, service: ToolServiceIR, limits: ToolListLimits, connection: CatalogConnection, traceHeaders: Record<string, string>): Promise<ToolList> {
+  const full = await listAs(era, service, limits, capabilitiesFor(CLIENT_NEEDS), 'all', connection, traceHeaders);
+  const needs = await probeNeeds(era, service, limits, full, connection, traceHeaders);
   const needsOf = (kind: 'tool' | 'prompt') =>
     Object.fromEntries(Object.entries(needs).flatMap(([key, value]) => (key.startsWith(`${kind}:`) ? [[key.slice(kind.length + 1), value]] : [])));
   return { ...full, toolNeeds: needsOf('tool'), promptNeeds: needsOf('prompt') };
@@ -344,11 +333,11 @@ export function describeListingFailure(error: unknown, timeoutMs: number): strin
  * Whether a Tool Service listed in a session-based revision also answers the stateless one (the MCP
  * SDK v2 server does by default): one server/discover, in the stateless revision. Any failure: no.
  */
-async function answersModern(service: ToolServiceIR, limits: ToolListLimits, traceHeaders: Record<string, string>): Promise<boolean> {
+async function answersModern(service: ToolServiceIR, limits: ToolListLimits, connection: CatalogConnection, traceHeaders: Record<string, string>): Promise<boolean> {
   const budget = new ListingBudget(limits);
   const client = new StatelessClient(GATEWAY_CLIENT_INFO, { versionNegotiation: { mode: { pin: MODERN_PROTOCOL_VERSION } } });
   try {
-    await client.connect(new StatelessTransport(new URL(service.url), await transportOptions(service, budget, traceHeaders)), requestOptions(limits, budget));
+    await client.connect(new StatelessTransport(new URL(service.url), transportOptions(connection, budget, traceHeaders)), requestOptions(limits, budget));
     return client.getNegotiatedProtocolVersion() === MODERN_PROTOCOL_VERSION;
   } catch {
     return false;
@@ -363,19 +352,28 @@ async function answersModern(service: ToolServiceIR, limits: ToolListLimits, tra
  * `initialize`) is asked again in the stateless revision. If that fails too, the first error counts,
  * unless the second went past the listing's bounds. Fails with the cause named (describeListingFailure).
  */
-export async function fetchToolList(service: ToolServiceIR, limits: ToolListLimits = TOOL_LIST_DEFAULTS, traceHeaders: Record<string, string> = {}): Promise<ToolList> {
+export async function fetchToolList(
+  service: ToolServiceIR,
+  access: CatalogAccess,
+  limits: ToolListLimits = TOOL_LIST_DEFAULTS,
+  traceHeaders: Record<string, string> = {},
+): Promise<ToolList> {
+  let connection: CatalogConnection | undefined;
   try {
+    const opened = (connection = await access.connect(service));
     try {
-      const listed = await fetchAs('session', service, limits, traceHeaders);
-      return { ...listed, alsoModern: await answersModern(service, limits, traceHeaders) };
+      const listed = await fetchAs('session', service, limits, opened, traceHeaders);
+      return { ...listed, alsoModern: await answersModern(service, limits, opened, traceHeaders) };
     } catch (error) {
       const status = error instanceof StreamableHTTPError ? error.code : undefined;
       if (status === undefined || status < 400 || status >= 500) throw error;
-      return await fetchAs('stateless', service, limits, traceHeaders).catch((second: unknown) => {
+      return await fetchAs('stateless', service, limits, opened, traceHeaders).catch((second: unknown) => {
         throw second instanceof ToolListTooLargeError ? second : error;
       });
     }
   } catch (error) {
     throw new Error(describeListingFailure(error, limits.timeoutMs), { cause: error });
+  } finally {
+    await connection?.close();
   }
 }

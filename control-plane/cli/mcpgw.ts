@@ -2,7 +2,7 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { Command, CommanderError, InvalidArgumentError, Option } from '@commander-js/extra-typings';
+import { Command, CommanderError, InvalidArgumentError, Option, OptionValues } from '@commander-js/extra-typings';
 import { stringify as toYaml } from 'yaml';
 import { z } from 'zod';
 import { startControlPlane } from '../app/control-plane';
@@ -10,6 +10,8 @@ import { AUDIT_DEFAULTS, AuditTarget, ROTATE_INTERVAL_PATTERN, ROTATE_SIZE_PATTE
 import { CATALOG_DEFAULTS, RELIST_DEFAULTS } from '../catalog/catalog-store';
 import { TOOL_LIST_DEFAULTS } from '../catalog/tool-fetcher';
 import { TOOL_NAME_POLICIES, separatorProblem } from '../catalog/tool-exposure';
+import { IDP_DEFAULTS, IdpSettings } from '../credentials/idp-client';
+import { TOKEN_CACHE_DEFAULTS } from '../credentials/token-cache';
 import { OVERLOAD_DEFAULTS, renderBootstrap } from '../devstack/envoy';
 import { buildGatewayIR } from '../ir/gateway-ir';
 import { asStaticBootstrap, diffXds, formatDifferences } from '../xds/render';
@@ -215,12 +217,76 @@ function oneLineError(commandPath: string, text: string): string {
 }
 program.configureOutput({ outputError: (text, write) => write(oneLineError('mcpgw', text)) });
 
+const DEFAULT_EGRESS = { host: '127.0.0.1', port: 10001 };
+const egressOption = (description: string) => hostPortOption('--egress <host:port>', description).default(DEFAULT_EGRESS, '127.0.0.1:10001');
+const ENVOY_EGRESS_DESCRIPTION = "Envoy's egress listener, for the sidecars' own requests to Tool Services (backend sessions, notifications, DELETE): only the sidecars may reach it";
+
 const gatewayAddressOptions = [
   hostPortOption('--listener <host:port>', "Envoy's listener agents connect to").default({ host: '127.0.0.1', port: 10000 }, '127.0.0.1:10000'),
   new Option('--sidecar <host:port,...>', "the sidecars' --listen addresses").argParser(parsedBy(hostPortList)).default([{ host: '127.0.0.1', port: 18080 }], '127.0.0.1:18080'),
+  egressOption(ENVOY_EGRESS_DESCRIPTION),
 ] as const;
 
 const endpointOf = (value: HostPort) => ({ address: value.host, port: value.port });
+
+/** The gateway's identity provider (token exchange, client credentials): docs/auth.md, Backends. */
+const IDP_OPTIONS = {
+  tokenEndpoint: () =>
+    new Option('--idp-token-endpoint <url>', "the gateway's IdP token endpoint (RFC 8693 token exchange, client credentials)")
+      .env('MCPGW_IDP_TOKEN_ENDPOINT')
+      .argParser(parsedBy(url('an http(s) URL of a token endpoint'))),
+  clientId: () => new Option('--idp-client-id <id>', "the gateway's own client id at the IdP").env('MCPGW_IDP_CLIENT_ID'),
+  clientSecretFile: () =>
+    new Option('--idp-client-secret-file <file>', "a file holding that client's secret (read at every token request, so it can rotate)").env('MCPGW_IDP_CLIENT_SECRET_FILE'),
+  name: () => new Option('--idp-name <name>', "how errors name the IdP (default: the token endpoint's host)").env('MCPGW_IDP_NAME'),
+  timeout: () => positiveIntOption('--idp-timeout-ms <ms>', 'limit for one token request', IDP_DEFAULTS.timeoutMs),
+};
+
+/**
+ * Adds options to a command without adding them to its options' type: the control plane's command
+ * has so many options that more levels of inferred type are past what the type checker follows
+ * (TS2589). Their values are read back, checked by a schema (idpOptionsOf, credentialOptionsOf).
+ */
+function withOptions<C extends Command<unknown[], OptionValues, OptionValues>>(command: C, makers: readonly (() => Option<string, unknown, unknown, unknown, boolean, unknown>)[]): C {
+  for (const make of makers) command.addOption(make());
+  return command;
+}
+
+const withIdpOptions = <C extends Command<unknown[], OptionValues, OptionValues>>(command: C) => withOptions(command, Object.values(IDP_OPTIONS));
+
+/** The control plane's options of backend credentials and the agents' TLS (docs/auth.md). */
+const CREDENTIAL_OPTIONS = [
+  () => new Option('--listener-tls-cert <file>', "agents' listener: TLS with this certificate (PEM, on the Envoy host; Envoy follows its rotation)").env('MCPGW_LISTENER_TLS_CERT'),
+  () => new Option('--listener-tls-key <file>', "agents' listener: the certificate's private key (PEM, on the Envoy host)").env('MCPGW_LISTENER_TLS_KEY'),
+  () => new Option('--allow-token-passthrough', "let registries give Tool Services credentials.mode passthrough (the caller's own token, to a backend that is its audience)"),
+];
+const credentialOptionsSchema = z.object({ listenerTlsCert: z.string().optional(), listenerTlsKey: z.string().optional(), allowTokenPassthrough: z.boolean().optional() });
+const credentialOptionsOf = (command: { opts(): OptionValues }) => credentialOptionsSchema.parse(command.opts());
+
+const idpOptionsSchema = z.object({
+  idpTokenEndpoint: z.string().optional(),
+  idpClientId: z.string().optional(),
+  idpClientSecretFile: z.string().optional(),
+  idpName: z.string().optional(),
+  idpTimeoutMs: z.number(),
+});
+type IdpOptionValues = z.output<typeof idpOptionsSchema>;
+
+/** The IdP options a command parsed (withIdpOptions). */
+const idpOptionsOf = (command: { opts(): OptionValues }): IdpOptionValues => idpOptionsSchema.parse(command.opts());
+
+/** The IdP settings, or a usage error naming what is missing; none without --idp-token-endpoint. */
+function idpSettingsOf(options: IdpOptionValues, fail: (message: string) => never): IdpSettings | undefined {
+  if (!options.idpTokenEndpoint) return undefined;
+  if (!options.idpClientId || !options.idpClientSecretFile) fail('--idp-token-endpoint needs --idp-client-id and --idp-client-secret-file');
+  return {
+    name: options.idpName ?? new URL(options.idpTokenEndpoint).host,
+    tokenEndpoint: options.idpTokenEndpoint,
+    clientId: options.idpClientId!,
+    clientSecretFile: path.resolve(options.idpClientSecretFile!),
+    timeoutMs: options.idpTimeoutMs,
+  };
+}
 
 /**
  * The xDS a registry file makes. The call routes' per-tool rules come from the live catalog (the
@@ -228,14 +294,14 @@ const endpointOf = (value: HostPort) => ({ address: value.host, port: value.port
  */
 function xdsOf(
   registryFile: string,
-  settings: { listener: HostPort; sidecar: readonly HostPort[]; publicUrl?: string; allowedHosts?: AllowList; allowedOrigins?: AllowList },
+  settings: { listener: HostPort; sidecar: readonly HostPort[]; egress: HostPort; publicUrl?: string; allowedHosts?: AllowList; allowedOrigins?: AllowList },
 ): XdsResources {
   const access = accessOf(settings.listener, settings);
   // No identity provider is read here: routes with auth render as refusing until their keys are read (docs/auth.md).
   return translate(
-    buildGatewayIR(loadRegistryFile(registryFile), { publicUrl: access.publicUrl }),
+    buildGatewayIR(loadRegistryFile(registryFile, { allowTokenPassthrough: true }), { publicUrl: access.publicUrl }),
     EMPTY_CALL_LANE_CATALOG,
-    { ...GATEWAY_DEFAULTS, listener: endpointOf(settings.listener), sidecars: settings.sidecar.map(endpointOf), access },
+    { ...GATEWAY_DEFAULTS, listener: endpointOf(settings.listener), sidecars: settings.sidecar.map(endpointOf), egress: endpointOf(settings.egress), access },
     NO_SIGNING_KEYS,
   );
 }
@@ -286,7 +352,7 @@ subcommand('up', 'run the whole gateway on 127.0.0.1: Redis, two sample Tool Ser
     }
   });
 
-subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog stream for sidecars, admin HTTP)')
+withOptions(withIdpOptions(subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog stream for sidecars, admin HTTP)')), CREDENTIAL_OPTIONS)
   .addOption(new Option('--registry <file>', 'a static registry file (phase F1, docs/adr/0000-federation-decisions.md §10); or --portal').conflicts('portal'))
   .addOption(new Option('--portal <url>', 'the Portal base URL, e.g. http://portal:8080').argParser(parsedBy(url('the Portal base URL, e.g. http://portal:8080'))))
   .addOption(new Option('--portal-token <token>', 'bearer token for the Portal').env('MCPGW_PORTAL_TOKEN'))
@@ -300,6 +366,7 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
       .argParser(parsedBy(hostPortList))
       .makeOptionMandatory(),
   )
+  .addOption(egressOption(ENVOY_EGRESS_DESCRIPTION))
   .addOption(positiveIntOption('--max-request-body-bytes <bytes>', 'largest JSON-RPC request body, on every HTTP version (413 past it)', GATEWAY_DEFAULTS.maxRequestBodyBytes))
   .addOption(
     new Option('--session-check-timeout-ms <ms>', `how long Envoy waits for the session check; the check answers ${SESSION_CHECK_MARGIN_MS} ms before, naming a backend too slow to open its session (-32004)`)
@@ -372,10 +439,15 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
   .addOption(traceServiceNameOption('mcpgw-control-plane'))
   .addOption(new Option('--envoy-trace-service-name <name>', "service.name of Envoy's spans (with --otlp-endpoint)").default('mcpgw-envoy'))
   .action(async (options, command) => {
-    if (!options.registry && !options.portal) command.error('give one registry source: --registry FILE or --portal URL', { exitCode: USAGE_ERROR });
+    const usageError = (message: string): never => command.error(message, { exitCode: USAGE_ERROR });
+    if (!options.registry && !options.portal) usageError('give one registry source: --registry FILE or --portal URL');
+    const credentialOptions = credentialOptionsOf(command);
+    if (!credentialOptions.listenerTlsCert !== !credentialOptions.listenerTlsKey) usageError('--listener-tls-cert and --listener-tls-key go together');
+    const idp = idpSettingsOf(idpOptionsOf(command), usageError);
+    const registryPolicy = { allowTokenPassthrough: credentialOptions.allowTokenPassthrough === true };
     if (options.requestTimeoutMs <= options.sessionCheckTimeoutMs) {
       // Envoy's request timeout runs until the request goes upstream, the session check included.
-      command.error(`--request-timeout-ms (${options.requestTimeoutMs}) must be above --session-check-timeout-ms (${options.sessionCheckTimeoutMs})`, { exitCode: USAGE_ERROR });
+      usageError(`--request-timeout-ms (${options.requestTimeoutMs}) must be above --session-check-timeout-ms (${options.sessionCheckTimeoutMs})`);
     }
     const audit: AuditTarget | undefined =
       options.auditLog === undefined
@@ -392,7 +464,7 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
     const log = componentLogger('control-plane', options.logLevel);
     try {
       // A file is the operator's own: problems at start are fatal. Later edits are isolated per route.
-      if (options.registry) loadRegistryFile(options.registry);
+      if (options.registry) loadRegistryFile(options.registry, registryPolicy);
       const running = await startControlPlane({
         source: options.registry
           ? new FileRegistrySource(options.registry, options.registryFileSettleMs)
@@ -403,6 +475,10 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
         gateway: {
           listener: { address: options.listener.host, port: options.listener.port },
           sidecars: options.sidecar.map(endpointOf),
+          egress: endpointOf(options.egress),
+          ...(credentialOptions.listenerTlsCert && credentialOptions.listenerTlsKey && {
+            listenerTls: { certFile: path.resolve(credentialOptions.listenerTlsCert), keyFile: path.resolve(credentialOptions.listenerTlsKey) },
+          }),
           maxRequestBodyBytes: options.maxRequestBodyBytes,
           sessionCheckTimeoutMs: options.sessionCheckTimeoutMs,
           edge: {
@@ -425,6 +501,8 @@ subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog s
             tracing: { otlpEndpoint: options.otlpEndpoint, samplingRatio: options.traceSampling, serviceName: options.envoyTraceServiceName },
           }),
         },
+        idp,
+        registryPolicy,
         signingKeys: { ...SIGNING_KEY_DEFAULTS, refreshMs: options.signingKeysRefreshMs, timeoutMs: options.signingKeysTimeoutMs },
         audit,
         registryRefreshMs: options.registryRefreshMs,
@@ -484,7 +562,7 @@ function approvalOptionsOf(options: {
   };
 }
 
-subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway answers itself) and the call lane\'s session check, behind Envoy')
+withIdpOptions(subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway answers itself) and the call lane\'s session check, behind Envoy'))
   .addOption(hostPortOption('--listen <host:port>', 'the HTTP address Envoy sends the gateway lane and the session checks to').makeOptionMandatory())
   .addOption(hostPortOption('--control-plane <host:port>', "the control plane's --grpc (catalog stream)").makeOptionMandatory())
   .addOption(new Option('--id <name>', 'this replica in the control plane’s logs').default(`${os.hostname()}-${process.pid}`, 'HOSTNAME-PID'))
@@ -496,6 +574,9 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
   .addOption(new Option('--redis-prefix <prefix>', 'prefix of every Redis key').default('mcpgw:'))
   .addOption(positiveIntOption('--session-ttl-s <s>', 'idle gateway sessions expire after this', 3600))
   .addOption(positiveIntOption('--backend-session-timeout-ms <ms>', "limit for opening or ending a backend's session (a call's check answers by the control plane's --session-check-timeout-ms in any case)", 5000))
+  .addOption(egressOption("where the sidecar reaches Envoy's egress listener (the control plane's --egress) for its own requests to Tool Services"))
+  .addOption(positiveIntOption('--token-cache-max-entries <n>', 'exchanged tokens kept at most (least recently used out first)', TOKEN_CACHE_DEFAULTS.maxEntries))
+  .addOption(positiveIntOption('--token-renew-before-expiry-ms <ms>', 'an exchanged token is renewed this long before it expires (at most a tenth of its lifetime)', TOKEN_CACHE_DEFAULTS.renewBeforeExpiryMs))
   .addOption(hostPortOption('--admin <host:port>', 'GET /metrics and /healthz'))
   .addOption(positiveIntOption('--drain-timeout-ms <ms>', 'on SIGTERM, how long requests in flight keep the sidecar', 10_000))
   .addOption(positiveIntOption('--max-request-body-bytes <bytes>', 'largest request body the gateway lane reads', GATEWAY_DEFAULTS.maxRequestBodyBytes))
@@ -521,11 +602,15 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
   .addOption(traceSamplingOption())
   .addOption(traceServiceNameOption('mcpgw-sidecar'))
   .action(async (options, command) => {
+    const idp = idpSettingsOf(idpOptionsOf(command), (message) => command.error(message, { exitCode: USAGE_ERROR }));
     const approvals = approvalOptionsOf(options);
     if (typeof approvals === 'string') command.error(approvals, { exitCode: USAGE_ERROR });
     const log = componentLogger('sidecar', options.logLevel);
     try {
       const running = await startSidecar({
+        egressAddress: joined(options.egress),
+        idp,
+        tokenCache: { maxEntries: options.tokenCacheMaxEntries, renewBeforeExpiryMs: options.tokenRenewBeforeExpiryMs },
         drainTimeoutMs: options.drainTimeoutMs,
         adminAddress: options.admin && joined(options.admin),
         address: joined(options.listen),
@@ -557,8 +642,9 @@ subcommand('sidecar', 'run the MCP sidecar: the gateway lane (what the gateway a
 
 subcommand('validate', 'check a registry file (YAML or JSON): every problem with its line and column; exits 1 if there is any')
   .argument('<file>', 'the registry file')
-  .action((file) => {
-    const { registry, problems } = checkRegistryFile(file);
+  .addOption(new Option('--allow-token-passthrough', 'as the control plane with --allow-token-passthrough: credentials.mode passthrough is allowed'))
+  .action((file, options) => {
+    const { registry, problems } = checkRegistryFile(file, { allowTokenPassthrough: options.allowTokenPassthrough === true });
     if (problems.length > 0) {
       process.stderr.write(problems.map((problem) => `${formatFileProblem(file, problem)}\n`).join(''));
       process.stderr.write(`${file}: ${problems.length} problem${problems.length === 1 ? '' : 's'}\n`);
@@ -574,6 +660,7 @@ subcommand('render', 'print the xDS a registry produces')
   .addOption(new Option('--format <format>', 'bootstrap: a static Envoy bootstrap to check with `envoy --mode validate -c FILE`').choices(['json', 'yaml', 'bootstrap'] as const).default('json' as const))
   .addOption(gatewayAddressOptions[0])
   .addOption(gatewayAddressOptions[1])
+  .addOption(gatewayAddressOptions[2])
   .addOption(accessOptions()[0])
   .addOption(accessOptions()[1])
   .addOption(accessOptions()[2])
@@ -591,6 +678,7 @@ subcommand('diff', 'show what changes in Envoy between two registry files; exits
   .argument('<new>', 'the registry file as it would be')
   .addOption(gatewayAddressOptions[0])
   .addOption(gatewayAddressOptions[1])
+  .addOption(gatewayAddressOptions[2])
   .addOption(accessOptions()[0])
   .addOption(accessOptions()[1])
   .addOption(accessOptions()[2])

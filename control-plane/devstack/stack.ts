@@ -18,6 +18,8 @@ const DEV_PORTAL_MAIN = projectPath('dist', 'samples', 'dev-portal', 'main.js');
 
 export interface StackPorts {
   listener: number;
+  /** Envoy's egress listener: the sidecars' own requests to Tool Services. */
+  egress: number;
   envoyAdmin: number;
   grpc: number;
   controlPlaneAdmin: number;
@@ -55,11 +57,13 @@ export interface StackOptions {
    * it Envoy always gets a dynamic base id, as several stacks on one host need.
    */
   envoyBaseId?: number;
+  /** The agents' listener terminates TLS with these PEM files (gatewayUrl is then https). */
+  listenerTls?: { certFile: string; keyFile: string };
   /** Envoy's overload limits, where they differ from the defaults for this host (overloadForThisHost). */
   envoyOverload?: Partial<OverloadSettings>;
   /** The control plane writes its audit to `auditFile` (true by default; false: no audit, as a control plane without --audit-log). */
   audit?: boolean;
-  /** More options for the control plane and the sidecar (e.g. `--audit-log FILE`), after the stack's own. */
+  /** More options for the control plane and the sidecar (e.g. `--audit-log FILE`, the IdP of backend credentials), after the stack's own. */
   extraArgs?: { controlPlane?: string[]; sidecar?: string[] };
   /** Supervision (mcpgw up): every process that exits on its own is started again, and reported here. */
   onRestart?: (event: RestartEvent) => void;
@@ -109,7 +113,7 @@ const RESTART_BACKOFF = { firstMs: 250, maxMs: 10_000, stableAfterMs: 30_000 };
 const restartDelayMs = (streak: number) => Math.min(RESTART_BACKOFF.maxMs, RESTART_BACKOFF.firstMs * 2 ** streak);
 
 async function resolvePorts(requested: Partial<StackPorts> = {}): Promise<StackPorts> {
-  const names: (keyof StackPorts)[] = ['listener', 'envoyAdmin', 'grpc', 'controlPlaneAdmin', 'sidecar', 'sidecarAdmin', 'redis', 'portal'];
+  const names: (keyof StackPorts)[] = ['listener', 'egress', 'envoyAdmin', 'grpc', 'controlPlaneAdmin', 'sidecar', 'sidecarAdmin', 'redis', 'portal'];
   const fresh = await freePorts(names.length);
   return Object.fromEntries(names.map((name, index) => [name, requested[name] ?? fresh[index]])) as unknown as StackPorts;
 }
@@ -194,7 +198,7 @@ export class GatewayStack {
     }
   }
   gatewayUrl(routeKey: string): string {
-    return `http://${HOST}:${this.ports.listener}/mcp/${routeKey}`;
+    return `${this.options.listenerTls ? 'https' : 'http'}://${HOST}:${this.ports.listener}/mcp/${routeKey}`;
   }
 
   get envoyAdminUrl(): string {
@@ -343,6 +347,12 @@ export class GatewayStack {
     });
   }
 
+  /** The agents' listener's certificate, when it terminates TLS (docs/auth.md). */
+  private get listenerTlsArgs(): string[] {
+    const tls = this.options.listenerTls;
+    return tls ? ['--listener-tls-cert', tls.certFile, '--listener-tls-key', tls.keyFile] : [];
+  }
+
   private get logLevelArgs(): string[] {
     return this.options.logLevel ? ['--log-level', this.options.logLevel] : [];
   }
@@ -364,6 +374,8 @@ export class GatewayStack {
         '--admin', `${HOST}:${adminPort}`,
         '--listener', `${HOST}:${this.ports.listener}`,
         '--sidecar', this.sidecarPorts.map(({ main }) => `${HOST}:${main}`).join(','),
+        '--egress', `${HOST}:${this.ports.egress}`,
+        ...this.listenerTlsArgs,
         // The audit (docs/approval-and-audit.md) beside the logs, as a deployment would keep it.
         ...(this.options.audit === false ? [] : ['--audit-log', this.auditFile]),
         ...(this.options.catalogRefreshMs ? ['--catalog-refresh-ms', String(this.options.catalogRefreshMs)] : []),
@@ -389,6 +401,7 @@ export class GatewayStack {
     await this.launch(name, async () => {
       const sidecar = this.spawn(name, process.execPath, [
         CLI, 'sidecar', '--listen', `${HOST}:${port}`, '--control-plane', `${HOST}:${controlPlane.main}`, '--id', name,
+        '--egress', `${HOST}:${this.ports.egress}`,
         '--redis', this.redisUrl, '--admin', `${HOST}:${adminPort}`,
         // Below ManagedProcess's SIGKILL grace, so that a stop is always the sidecar's own.
         '--drain-timeout-ms', '2000',

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { Registry, RouteAuth, ToolPolicy, ToolService } from '../registry/model';
+import { Credentials, Registry, RouteAuth, ToolPolicy, ToolService } from '../registry/model';
 
 /**
  * The intermediate representation between a registry source and Envoy. Everything Envoy needs is
@@ -13,8 +13,26 @@ export interface UpstreamEndpoint {
   /** Path of the backend's MCP endpoint; the gateway path /mcp/{routeKey} is rewritten to it. */
   path: string;
   /** Present for https:// Tool Services. */
-  tls?: { sni: string; caFile: string };
+  tls?: UpstreamTls;
 }
+
+/** How Envoy verifies a Tool Service (and, for mTLS, proves itself to it): files Envoy reads and watches (SDS). */
+export interface UpstreamTls {
+  sni: string;
+  caFile: string;
+  /** The gateway's client certificate and key, PEM (mTLS). */
+  clientCert?: { certFile: string; keyFile: string };
+}
+
+/**
+ * What a call to the Tool Service carries (docs/auth.md, Backends). `serviceAccount` is Envoy's to inject
+ * (the cluster's credential injector); `tokenExchange` and `passthrough` are made per call by the
+ * sidecar from the caller's validated token (the call script asks for them, docs/adr/0013-backend-credentials.md).
+ */
+export type BackendCredentials = Credentials;
+
+/** Credentials taken from the caller's token on each request (the sidecar makes them). */
+export const perCallerCredentials = (credentials: BackendCredentials) => credentials.mode === 'tokenExchange' || credentials.mode === 'passthrough';
 
 /**
  * Defaults suited to MCP (docs/adr/0009-edge-hardening.md): a tools/call may stream progress for
@@ -45,8 +63,8 @@ export interface ToolServiceIR {
   healthCheckPath?: string;
   /** Answer for read-only tools when every attempt failed (a degraded result). */
   fallbackText?: string;
-  /** Where the token the control plane lists this Tool Service's tools with is kept; read at each listing, so it can rotate. */
-  catalogBearerTokenFile?: string;
+  /** What its calls, the sidecar's requests and the catalog's listings authenticate with. */
+  credentials: BackendCredentials;
 }
 
 export interface RouteBackendIR {
@@ -152,8 +170,13 @@ export const toolServiceIdOf = (catalogKey: string) => catalogKey.slice(CATALOG_
  * routes use it, and a change of any of its settings is another cluster. No dots: Envoy's stat tag
  * extraction would split the name (the name is the `envoy_cluster_name` label as it is).
  */
-function clusterNameOf(endpoint: UpstreamEndpoint, connectTimeoutMs: number, healthCheckPath: string | undefined): string {
-  const identity = JSON.stringify([endpoint.host, endpoint.port, endpoint.tls ?? null, connectTimeoutMs, healthCheckPath ?? null]);
+function clusterNameOf(endpoint: UpstreamEndpoint, connectTimeoutMs: number, healthCheckPath: string | undefined, credentials: BackendCredentials): string {
+  const parts: unknown[] = [endpoint.host, endpoint.port, endpoint.tls ?? null, connectTimeoutMs, healthCheckPath ?? null];
+  // The credential is part of the upstream: a service-account cluster injects its token, a per-caller
+  // one keeps the token the session check set. (Without credentials, the name is what it always was.)
+  if (credentials.mode === 'serviceAccount') parts.push(['serviceAccount', credentials.tokenFile]);
+  else if (perCallerCredentials(credentials)) parts.push('per-caller');
+  const identity = JSON.stringify(parts);
   const hash = createHash('sha256').update(identity).digest('hex').slice(0, 8);
   return `backend_${endpoint.host.replace(/[^A-Za-z0-9]+/g, '_')}_${endpoint.port}_${hash}`;
 }
@@ -162,23 +185,25 @@ function toolServiceIR(service: ToolService): ToolServiceIR {
   const parsed = new URL(service.url);
   const tls = parsed.protocol === 'https:';
   const host = parsed.hostname.replace(/^\[(.*)\]$/, '$1');
-  const { tls: tlsSettings, healthCheckPath, catalogBearerTokenFile, ...timeouts } = service.transport ?? {};
+  const { tls: tlsSettings, healthCheckPath, ...timeouts } = service.transport ?? {};
+  const clientCert = tlsSettings?.clientCertFile && tlsSettings.clientKeyFile ? { certFile: tlsSettings.clientCertFile, keyFile: tlsSettings.clientKeyFile } : undefined;
   const endpoint: UpstreamEndpoint = {
     host,
     port: parsed.port ? Number(parsed.port) : tls ? 443 : 80,
     path: parsed.pathname || '/',
-    ...(tls && { tls: { sni: tlsSettings?.sni ?? host, caFile: tlsSettings?.caFile ?? SYSTEM_CA_BUNDLE } }),
+    ...(tls && { tls: { sni: tlsSettings?.sni ?? host, caFile: tlsSettings?.caFile ?? SYSTEM_CA_BUNDLE, ...(clientCert && { clientCert }) } }),
   };
   const effectiveTimeouts = { ...TRANSPORT_DEFAULTS, ...timeouts };
+  const credentials = service.credentials ?? { mode: 'none' };
   return {
     id: service.id,
     catalogKey: catalogKeyFor(service.id),
-    clusterName: clusterNameOf(endpoint, effectiveTimeouts.connectTimeoutMs, healthCheckPath),
+    clusterName: clusterNameOf(endpoint, effectiveTimeouts.connectTimeoutMs, healthCheckPath, credentials),
     url: service.url,
     endpoint,
     timeouts: effectiveTimeouts,
+    credentials,
     ...(healthCheckPath && { healthCheckPath }),
-    ...(catalogBearerTokenFile && { catalogBearerTokenFile }),
     ...(service.fallback && { fallbackText: service.fallback.text }),
   };
 }

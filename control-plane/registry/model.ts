@@ -22,6 +22,44 @@ const endpointUrl = z
 
 const DAY_MS = 86_400_000;
 
+/** A file Envoy reads and watches (a mounted secret): absolute, since Envoy's working directory is nobody's business. */
+const absoluteFile = z.string().regex(/^\//, 'must be an absolute path to a file on the Envoy host (e.g. a mounted secret)');
+
+/** An OAuth scope token (RFC 6749 §3.3). */
+const scope = z.string().regex(/^[\x21\x23-\x5B\x5D-\x7E]+$/, 'must be one OAuth scope (printable ASCII, no spaces, quotes or backslashes)');
+
+/**
+ * What the gateway authenticates to a Tool Service with (docs/auth.md, Backends). The caller's own token
+ * never reaches a backend, except with `passthrough` for a backend that is the token's audience.
+ */
+export const credentialsSchema = z.discriminatedUnion(
+  'mode',
+  [
+    z.object({ mode: z.literal('none').describe('No Authorization reaches the Tool Service (the default).') }).strict(),
+    z
+      .object({
+        mode: z.literal('serviceAccount').describe("The gateway's own bearer for this Tool Service, from a file; Envoy injects it and follows its rotation."),
+        tokenFile: absoluteFile.describe('The bearer token (the whole file, surrounding whitespace ignored): a mounted secret, replaced atomically to rotate.'),
+      })
+      .strict(),
+    z
+      .object({
+        mode: z.literal('tokenExchange').describe("The caller's token exchanged at the gateway's IdP (RFC 8693) for one whose audience is this Tool Service."),
+        audience: z.string().min(1).describe('The audience asked for (RFC 8693 `audience`): the Tool Service as the IdP knows it, e.g. its client id.'),
+        resource: endpointUrl.optional().describe('RFC 8693 `resource`, when the IdP wants the Tool Service as a URI.'),
+        scopes: z.array(scope).min(1).optional().describe('Scopes asked for in the exchange (`scope`); none by default.'),
+      })
+      .strict(),
+    z
+      .object({
+        mode: z.literal('passthrough').describe("The caller's own token, unchanged: only for a Tool Service that is the token's audience (checked). Needs the control plane's --allow-token-passthrough."),
+        audience: z.string().min(1).describe("The audience the caller's token must carry for this Tool Service; a token without it is refused."),
+      })
+      .strict(),
+  ],
+  { error: (issue) => (issue.code === 'invalid_union' ? 'must be one of none, serviceAccount, tokenExchange, passthrough' : undefined) },
+);
+
 /** Optional per-Tool-Service transport settings; defaults in docs/registry.md. */
 export const transportSchema = z
   .object({
@@ -32,19 +70,23 @@ export const transportSchema = z
     idleTimeoutMs: z.number().int().min(1).max(DAY_MS).optional(),
     /** An HTTP GET health check on this path instead of the default TCP connect check. */
     healthCheckPath: z.string().regex(/^\/[^\s]*$/, 'must be an absolute path such as /healthz').optional(),
-    /**
-     * A file (on the control plane's machine) holding the bearer token the control plane sends when it
-     * lists this Tool Service's tools. Agents' calls carry the agents' own Authorization.
-     */
-    catalogBearerTokenFile: z.string().min(1).optional(),
     tls: z
       .object({
         /** PEM bundle to verify the backend with, instead of the system CA bundle. */
         caFile: z.string().min(1).optional(),
         /** Server name for SNI and certificate checks, instead of the URL's host. */
         sni: z.string().min(1).optional(),
+        /** The gateway's client certificate (mTLS), PEM; with clientKeyFile. Rotated by replacing the files (docs/auth.md). */
+        clientCertFile: absoluteFile.optional(),
+        clientKeyFile: absoluteFile.optional(),
       })
       .strict()
+      .superRefine((tls, ctx) => {
+        if ((tls.clientCertFile === undefined) !== (tls.clientKeyFile === undefined)) {
+          const missing = tls.clientCertFile === undefined ? 'clientCertFile' : 'clientKeyFile';
+          ctx.addIssue({ code: 'custom', path: [missing], message: 'a client certificate needs both clientCertFile and clientKeyFile' });
+        }
+      })
       .optional(),
   })
   .strict();
@@ -169,6 +211,7 @@ export const toolServiceSchema = z
       .optional()
       .describe('Degraded answer for read-only tools when every attempt to reach the Tool Service failed.'),
     policy: toolPolicySchema.optional().describe("Which of this Tool Service's tools the route serves (docs/registry.md)."),
+    credentials: credentialsSchema.optional().describe('What the gateway authenticates to the Tool Service with (docs/auth.md); default none.'),
   })
   .strict()
   .superRefine((service, ctx) => {
@@ -217,6 +260,7 @@ export const registryDocumentSchema = z
 export type ToolService = z.output<typeof toolServiceSchema>;
 export type Transport = z.output<typeof transportSchema>;
 export type ToolPolicy = z.output<typeof toolPolicySchema>;
+export type Credentials = z.output<typeof credentialsSchema>;
 export type ToolRule = z.output<typeof toolRuleSchema>;
 export type RouteAuth = z.output<typeof routeAuthSchema>;
 export type Route = z.output<typeof routeSchema>;

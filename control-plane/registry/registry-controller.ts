@@ -3,7 +3,7 @@ import { Logger } from '../shared/log';
 import { Registry } from './model';
 import { RegistryMerge, mergeRegistry } from './registry-state';
 import { DocumentRejectionReason, RegistryDocumentError, RegistrySource } from './source';
-import { RegistryProblem, describeProblem, validateRegistry } from './validate';
+import { DEFAULT_REGISTRY_POLICY, RegistryPolicy, RegistryProblem, describeProblem, validateRegistry } from './validate';
 
 export interface RegistryControllerOptions {
   /** How long one poll may wait for a change (the Portal's long-poll), and the refresh period. */
@@ -11,6 +11,8 @@ export interface RegistryControllerOptions {
   /** Gap after a failed poll, doubled up to maxBackoffMs while the source stays down. */
   minBackoffMs?: number;
   maxBackoffMs?: number;
+  /** What this gateway allows a registry to ask for (token passthrough); the defaults when absent. */
+  policy?: RegistryPolicy;
 }
 
 export interface RegistryStatus {
@@ -66,6 +68,10 @@ export class RegistryController extends EventEmitter {
     return this.registry;
   }
 
+  private get policy(): RegistryPolicy {
+    return this.options.policy ?? DEFAULT_REGISTRY_POLICY;
+  }
+
   currentStatus(): RegistryStatus {
     return { ...this.status };
   }
@@ -84,7 +90,7 @@ export class RegistryController extends EventEmitter {
         return finish('unchanged');
       }
       this.seenRevision = document.revision;
-      const validation = validateRegistry(document.body);
+      const validation = validateRegistry(document.body, this.policy);
       if (validation.documentRejected) {
         const problems = validation.problems.map(describeProblem).join('; ');
         const reason = document.body === null || document.body === undefined ? 'empty' : 'not-a-registry';
@@ -93,7 +99,7 @@ export class RegistryController extends EventEmitter {
       this.status.lastSuccessAt = new Date().toISOString();
       this.status.revision = document.revision;
       this.status.rejectedDocument = undefined;
-      this.apply(mergeRegistry(this.registry, validation), 'source');
+      this.apply(mergeRegistry(this.registry, validation, this.policy), 'source');
       return finish('changed');
     } catch (error) {
       if (this.abort.signal.aborted) return 'failed';
@@ -121,8 +127,8 @@ export class RegistryController extends EventEmitter {
   /** Cold start with the source down: serve the routes Redis kept, until the source answers. */
   restore(routes: Registry['routes']): void {
     if (this.status.origin !== 'none' || routes.length === 0) return;
-    const validation = validateRegistry({ routes });
-    this.apply(mergeRegistry(this.registry, validation), 'redis-last-good');
+    const validation = validateRegistry({ routes }, this.policy);
+    this.apply(mergeRegistry(this.registry, validation, this.policy), 'redis-last-good');
   }
 
   private apply(merge: RegistryMerge, origin: RegistryStatus['origin']): void {

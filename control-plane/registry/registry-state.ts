@@ -1,6 +1,6 @@
 import { isDeepStrictEqual } from 'node:util';
 import { Registry, Route } from './model';
-import { RegistryProblem, RegistryValidation, validateRegistry } from './validate';
+import { DEFAULT_REGISTRY_POLICY, RegistryPolicy, RegistryProblem, RegistryValidation, validateRegistry } from './validate';
 
 export interface RegistryMerge {
   registry: Registry;
@@ -17,7 +17,7 @@ export interface RegistryMerge {
  * - an invalid route keeps its previous good state;
  * - a route leaves only when the document no longer declares it (knownRoutes).
  */
-export function mergeRegistry(current: Registry, validation: RegistryValidation): RegistryMerge {
+export function mergeRegistry(current: Registry, validation: RegistryValidation, policy: RegistryPolicy = DEFAULT_REGISTRY_POLICY): RegistryMerge {
   const previous = new Map(current.routes.map((route) => [route.key, route]));
   const valid = new Map(validation.registry.routes.map((route) => [route.key, route]));
   const candidates: Route[] = [];
@@ -28,7 +28,7 @@ export function mergeRegistry(current: Registry, validation: RegistryValidation)
   // Kept-previous routes can clash with new ones (one Tool Service id, two URLs): validate the result
   // as a whole, and keep the previous state of any route that loses.
   candidates.sort((a, b) => a.key.localeCompare(b.key));
-  const combined = validateRegistry({ routes: candidates });
+  const combined = validateRegistry({ routes: candidates }, policy);
   const served = new Map(combined.registry.routes.map((route) => [route.key, route]));
   for (const problem of combined.problems) {
     const fallback = problem.route ? previous.get(problem.route) : undefined;

@@ -2,7 +2,7 @@ import * as fs from 'node:fs';
 import { Document, LineCounter, isMap, isScalar, isSeq, parseDocument } from 'yaml';
 import { RegistryFileError } from './file-source';
 import { Registry } from './model';
-import { DocumentPath, RegistryProblem, describeProblem, validateRegistry } from './validate';
+import { DEFAULT_REGISTRY_POLICY, DocumentPath, RegistryPolicy, RegistryProblem, describeProblem, validateRegistry } from './validate';
 
 export { RegistryFileError };
 
@@ -43,7 +43,7 @@ function offsetOf(document: Document, path: DocumentPath, atKey: boolean): numbe
  * Reads and validates a registry file, YAML or JSON (JSON goes through the same YAML parser, which
  * keeps every node's position), and places each problem at its line and column.
  */
-export function checkRegistryFile(file: string): { registry: Registry; problems: FileProblem[] } {
+export function checkRegistryFile(file: string, policy: RegistryPolicy = DEFAULT_REGISTRY_POLICY): { registry: Registry; problems: FileProblem[] } {
   let text: string;
   try {
     text = fs.readFileSync(file, 'utf8');
@@ -62,7 +62,7 @@ export function checkRegistryFile(file: string): { registry: Registry; problems:
       problems: document.errors.map((error) => ({ ...at(error.pos[0]), message: `not valid YAML: ${error.message.split('\n')[0]}` })),
     };
   }
-  const { registry, problems } = validateRegistry(document.toJS());
+  const { registry, problems } = validateRegistry(document.toJS(), policy);
   return {
     registry,
     problems: problems.map((problem: RegistryProblem) => ({
@@ -81,8 +81,8 @@ export function formatFileProblem(file: string, problem: FileProblem): string {
  * started on a file). There the person running the command owns the file, so any problem is fatal
  * and every problem is listed at once, each with its line and column.
  */
-export function loadRegistryFile(file: string): Registry {
-  const { registry, problems } = checkRegistryFile(file);
+export function loadRegistryFile(file: string, policy: RegistryPolicy = DEFAULT_REGISTRY_POLICY): Registry {
+  const { registry, problems } = checkRegistryFile(file, policy);
   if (problems.length > 0) {
     throw new RegistryFileError(`registry file ${file} is invalid:\n${problems.map((problem) => `  ${formatFileProblem(file, problem)}`).join('\n')}`);
   }

@@ -64,16 +64,29 @@ export function nearestKey(unknown: string, allowed: string[]): string | undefin
   return best && best.distance <= Math.max(2, Math.floor(unknown.length / 3)) ? best.key : undefined;
 }
 
-type JsonSchemaNode = { properties?: Record<string, JsonSchemaNode>; items?: JsonSchemaNode };
+type JsonSchemaNode = { properties?: Record<string, JsonSchemaNode>; items?: JsonSchemaNode; oneOf?: JsonSchemaNode[]; anyOf?: JsonSchemaNode[] };
 let registryJsonSchema: JsonSchemaNode | undefined;
 
 /** The keys the registry format allows in the object at `path` (read from the model's JSON schema). */
 function allowedKeysAt(path: DocumentPath): string[] {
   registryJsonSchema ??= z.toJSONSchema(registryDocumentSchema, { io: 'input' }) as JsonSchemaNode;
-  let node: JsonSchemaNode | undefined = registryJsonSchema;
-  for (const part of path) node = typeof part === 'number' ? node?.items : node?.properties?.[part];
-  return Object.keys(node?.properties ?? {});
+  let nodes: JsonSchemaNode[] = [registryJsonSchema];
+  // A union (credentials' modes) allows the keys of any of its members.
+  const members = (node: JsonSchemaNode): JsonSchemaNode[] => [node, ...[...(node.oneOf ?? []), ...(node.anyOf ?? [])].flatMap(members)];
+  for (const part of path) {
+    nodes = nodes.flatMap(members).flatMap((node) => {
+      const next = typeof part === 'number' ? node.items : node.properties?.[part];
+      return next ? [next] : [];
+    });
+  }
+  return [...new Set(nodes.flatMap(members).flatMap((node) => Object.keys(node.properties ?? {})))];
 }
+
+/** Keys that moved elsewhere in the format, and where to. */
+const MOVED_KEYS: Record<string, string> = {
+  catalogBearerTokenFile:
+    'moved: use credentials: { mode: serviceAccount, tokenFile: <file> } on the Tool Service (the token then authenticates its calls and the sidecar\'s requests too, injected by Envoy)',
+};
 
 /**
  * What an unknown key at `path` most likely meant: a near key of the same object, or the same key one
@@ -96,8 +109,10 @@ function problemsOf(issues: z.core.$ZodIssue[], base: DocumentPath, route: strin
     const path = [...base, ...(issue.path as DocumentPath)];
     if (issue.code !== 'unrecognized_keys') return [{ route, field: formatPath(path), path, message: issue.message }];
     return issue.keys.map((key) => {
-      const meant = meantKey(key, path);
       const keyPath = [...path, key];
+      const moved = MOVED_KEYS[key];
+      if (moved) return { route, field: formatPath(keyPath), path: keyPath, unknownKey: true, message: moved };
+      const meant = meantKey(key, path);
       return { route, field: formatPath(keyPath), path: keyPath, unknownKey: true, message: `unknown key${meant ? ` (did you mean "${meant}"?)` : ''}` };
     });
   });
@@ -108,11 +123,65 @@ function keyOf(raw: unknown): string | undefined {
   return typeof key === 'string' ? key : undefined;
 }
 
+/** What this gateway allows a registry to ask for, beyond the format itself. */
+export interface RegistryPolicy {
+  /**
+   * `credentials.mode: passthrough` (the caller's own token to a backend that is its audience): off
+   * unless the operator turns it on (the control plane's --allow-token-passthrough), so that no
+   * Portal entry alone can make the gateway forward callers' tokens (docs/auth.md).
+   */
+  allowTokenPassthrough: boolean;
+}
+
+export const DEFAULT_REGISTRY_POLICY: RegistryPolicy = { allowTokenPassthrough: false };
+
+/** Problems of a valid route that this gateway's policy refuses. */
+/**
+ * What decides on the caller's token needs the route's auth (jwt_authn validates the token first):
+ * access rules, and backend credentials made from the caller's token — an exchange's subject token,
+ * a passthrough's checked audience — which must be a token the gateway validated.
+ */
+function authProblems(route: Route, base: DocumentPath): RegistryProblem[] {
+  if (route.auth) return [];
+  const problem = (path: DocumentPath, message: string) => ({ route: route.key, field: formatPath(path), path, message });
+  const ruleWithoutAuth = route.toolServices.findIndex((service) => service.policy?.rules);
+  if (ruleWithoutAuth >= 0) {
+    return [problem([...base, 'toolServices', ruleWithoutAuth, 'policy', 'rules'], 'rules decide on the caller\'s token: give the route an auth (or the document a default auth)')];
+  }
+  const perCallerWithoutAuth = route.toolServices.findIndex((service) => service.credentials?.mode === 'tokenExchange' || service.credentials?.mode === 'passthrough');
+  if (perCallerWithoutAuth >= 0) {
+    const mode = route.toolServices[perCallerWithoutAuth].credentials!.mode;
+    return [
+      problem(
+        [...base, 'toolServices', perCallerWithoutAuth, 'credentials', 'mode'],
+        `${mode} makes the backend's credentials from the caller's token, which the gateway must validate first: give the route an auth (or the document a default auth)`,
+      ),
+    ];
+  }
+  return [];
+}
+
+function policyProblems(route: Route, base: DocumentPath, policy: RegistryPolicy): RegistryProblem[] {
+  if (policy.allowTokenPassthrough) return [];
+  return route.toolServices.flatMap((service, index) => {
+    if (service.credentials?.mode !== 'passthrough') return [];
+    const path = [...base, 'toolServices', index, 'credentials', 'mode'];
+    return [
+      {
+        route: route.key,
+        field: formatPath(path),
+        path,
+        message: 'passthrough (the caller\'s own token to the backend) is off on this gateway: start the control plane with --allow-token-passthrough, or use tokenExchange',
+      },
+    ];
+  });
+}
+
 /**
  * Validates a registry document route by route. Cross-route rules (unique keys, one URL per Tool
  * Service id) reject the later route, so the earlier, already-accepted one keeps serving.
  */
-export function validateRegistry(document: unknown): RegistryValidation {
+export function validateRegistry(document: unknown, policy: RegistryPolicy = DEFAULT_REGISTRY_POLICY): RegistryValidation {
   const top = documentSchema.safeParse(document);
   if (!top.success) {
     return {
@@ -128,7 +197,8 @@ export function validateRegistry(document: unknown): RegistryValidation {
   const routeKeys = new Set<string>();
   /** A Tool Service id is one Envoy cluster, so every route must describe it the same way. */
   const endpointByServiceId = new Map<string, string>();
-  const endpointOf = (service: Route['toolServices'][number]) => JSON.stringify([service.url, service.transport ?? {}, service.fallback ?? {}]);
+  const endpointOf = (service: Route['toolServices'][number]) =>
+    JSON.stringify([service.url, service.transport ?? {}, service.fallback ?? {}, service.credentials ?? { mode: 'none' }]);
 
   top.data.routes.forEach((raw, index) => {
     const base = ['routes', index];
@@ -142,15 +212,9 @@ export function validateRegistry(document: unknown): RegistryValidation {
       problems.push({ route: parsed.data.key, field: formatPath([...base, 'auth']), path: [...base, 'auth'], message: route });
       return;
     }
-    const ruleWithoutAuth = route.auth ? -1 : route.toolServices.findIndex((service) => service.policy?.rules);
-    if (ruleWithoutAuth >= 0) {
-      const path = [...base, 'toolServices', ruleWithoutAuth, 'policy', 'rules'];
-      problems.push({
-        route: route.key,
-        field: formatPath(path),
-        path,
-        message: 'rules decide on the caller\'s token: give the route an auth (or the document a default auth)',
-      });
+    const refused = [...authProblems(route, base), ...policyProblems(route, base, policy)];
+    if (refused.length > 0) {
+      problems.push(...refused);
       return;
     }
     if (routeKeys.has(route.key)) {
@@ -170,7 +234,7 @@ export function validateRegistry(document: unknown): RegistryValidation {
         route: route.key,
         field: formatPath(path),
         path,
-        message: `Tool Service id "${service.id}" is already registered with another URL, transport or fallback (${knownUrl})`,
+        message: `Tool Service id "${service.id}" is already registered with another URL, transport, credentials or fallback (${knownUrl})`,
       });
       return;
     }

@@ -1,9 +1,8 @@
 import * as http from 'node:http';
 import { EventSourceMessage } from 'eventsource-parser';
 import { describeListingFailure } from '../catalog/tool-fetcher';
-import { backendFetch } from '../shared/backend-fetch';
 import { RelayedMessage, exposeResultUris, relayBackendMessage } from './backend-messages';
-import { GatewayContext, RequestHead, Resumption, clientHeadersOf, respondError } from './decision';
+import { Caller, GatewayContext, RequestHead, Resumption, clientOf, respondError } from './decision';
 import { JSON_RPC, JsonObject, isObject } from './json-rpc';
 import { MODERN_PROTOCOL_VERSION } from './modern-era';
 import { BackendView, ListKind } from './route-catalog';
@@ -143,16 +142,24 @@ export class BackendStreams {
   }
 
   /**
-   * A backend stream's request: its answer's head must come within OPEN_TIMEOUT_MS, its body lasts
-   * until `signal` aborts or the backend ends it. `read` gets the answer; the request is ended when it returns.
+   * A backend stream's request, on `caller`'s behalf (through Envoy's egress listener, with the
+   * backend's credentials for that caller, as every request of the sidecar's): its answer's head must
+   * come within OPEN_TIMEOUT_MS, its body lasts until `signal` aborts or the backend ends it. `read`
+   * gets the answer; the request is ended when it returns.
    */
-  async stream<T>(backend: BackendView, init: RequestInit, signal: AbortSignal, read: (response: Response, signal: AbortSignal) => Promise<T>): Promise<T> {
+  async stream<T>(
+    backend: BackendView,
+    caller: Caller,
+    init: { method: string; headers: Record<string, string>; body?: string },
+    signal: AbortSignal,
+    read: (response: Response, signal: AbortSignal) => Promise<T>,
+  ): Promise<T> {
     const stream = new AbortController();
     const stop = () => stream.abort();
     signal.addEventListener('abort', stop, { once: true });
     const opening = setTimeout(() => stream.abort(new DOMException(`no answer in ${OPEN_TIMEOUT_MS} ms`, 'TimeoutError')), OPEN_TIMEOUT_MS);
     try {
-      const response = await backendFetch(backend.tls)(backend.url, { ...init, signal: stream.signal });
+      const response = await this.context.backendSessions.request(backend, caller, { ...init, signal: stream.signal });
       clearTimeout(opening);
       return await read(response, stream.signal);
     } finally {
@@ -215,9 +222,9 @@ export class BackendStreams {
     if (!session || !backendSessionId) return 'done';
     const init = {
       method: 'GET',
-      headers: { ...clientHeadersOf(head), accept: 'text/event-stream', 'mcp-session-id': backendSessionId, 'mcp-protocol-version': session.protocolVersion },
+      headers: { accept: 'text/event-stream', 'mcp-session-id': backendSessionId, 'mcp-protocol-version': session.protocolVersion },
     };
-    return this.stream(backend, init, signal, async (response, streamSignal) => {
+    return this.stream(backend, clientOf(head), init, signal, async (response, streamSignal) => {
       if (response.status === 405) return 'done';
       if (response.status === 404 || response.status === 400) {
         await this.context.sessions.forgetBackend(session.id, name, backendSessionId);
@@ -256,7 +263,6 @@ export class BackendStreams {
     const init = {
       method: 'GET',
       headers: {
-        ...clientHeadersOf(head),
         accept: 'text/event-stream',
         'mcp-session-id': backendSessionId,
         'mcp-protocol-version': session.protocolVersion,
@@ -265,7 +271,7 @@ export class BackendStreams {
     };
     this.held++;
     try {
-      await this.stream(backend, init, closed.signal, async (response) => {
+      await this.stream(backend, clientOf(head), init, closed.signal, async (response) => {
         if (!response.ok || !(response.headers.get('content-type') ?? '').includes('text/event-stream') || !response.body) {
           await response.body?.cancel();
           if (response.status === 404) await this.context.sessions.forgetBackend(session.id, backend.name, backendSessionId);

@@ -19,6 +19,8 @@ export interface CallOutcome {
   elapsed_ms: number;
   fallback_used: boolean;
   last_error?: string;
+  /** For `denied`: what refused it (the route's policy, or the backend's credentials for this caller). */
+  reason?: 'policy' | 'credentials';
 }
 
 /**
@@ -36,6 +38,11 @@ export function parseServerRequestId(id: unknown): { backend: string; id: string
   } catch {
     return undefined;
   }
+}
+
+/** A call the caller may not make with the token it presented (per-caller backend credentials): nothing was sent to the backend. */
+export function deniedOutcome(backend: string, tool: string, startedAt: number, lastError: string): CallOutcome {
+  return { outcome: 'denied', backend, tool, attempts: 0, elapsed_ms: Math.round(performance.now() - startedAt), fallback_used: false, reason: 'credentials', last_error: lastError };
 }
 
 /** How the sidecar names a failed call it answers itself (a backend session that could not be opened). */

@@ -1,4 +1,5 @@
 import { CALLER_PAYLOAD_HEADER, CallerIdentity, callerIdentityOf } from '../auth/caller-identity';
+import type { BackendCredentialsProvider } from '../credentials/backend-credentials';
 import { Logger } from '../shared/log';
 import { CallOutcomeName } from './call-response';
 import { JsonRpcId, jsonRpcError } from './json-rpc';
@@ -71,13 +72,20 @@ export function respondError(status: number, id: JsonRpcId, code: number, messag
 export interface GatewayContext {
   lookup(routeKey: string): RouteCatalogView | undefined;
   sessions: SessionStore;
-  /** Requests the sidecar makes to a backend itself, on the client's behalf (with the client's own headers). */
+  /**
+   * Requests the sidecar makes to a backend itself, on the client's behalf: with the client's own
+   * headers, and the backend's credentials for that client (never the client's own Authorization).
+   */
   backendSessions: {
-    open(backend: BackendView, session: BackendSessionFields, clientHeaders: Record<string, string>): Promise<string>;
+    open(backend: BackendView, session: BackendSessionFields, caller: Caller): Promise<string>;
     close(backend: BackendView, onBehalf: OnBehalf): Promise<void>;
     /** A client's notification or answer, posted in the backend session; the backend's HTTP answer. */
-    post(backend: BackendView, onBehalf: OnBehalf, message: string): Promise<BackendAnswer>;
+    relay(backend: BackendView, onBehalf: OnBehalf, message: string): Promise<BackendAnswer>;
+    /** Any other request (a backend stream's GET or POST), with the same headers and credentials. */
+    request(backend: BackendView, caller: Caller, init: { method: string; headers: Record<string, string>; body?: string; signal: AbortSignal }): Promise<Response>;
   };
+  /** The Authorization each backend gets on a caller's behalf (docs/auth.md, Backends). */
+  credentials: Pick<BackendCredentialsProvider, 'authorizationFor' | 'credentialFor'>;
   log: Logger;
 }
 
@@ -99,15 +107,26 @@ export interface JsonRpcMessage {
   params?: Record<string, unknown>;
 }
 
-/** Headers of the hop itself, or the gateway's own: not what a request made on the client's behalf carries. */
-const NOT_ON_BEHALF = /^(:|host$|content-length$|content-type$|accept$|connection$|keep-alive$|transfer-encoding$|te$|upgrade$|mcp-session-id$|mcp-protocol-version$|x-envoy-|x-mcpgw-)/;
-
 /**
- * The client's own headers (Authorization, traceparent, tracestate, …) for a request the sidecar makes
- * to a backend on the client's behalf: such a request must look to the backend like the client's own.
+ * Headers of the hop itself, or the gateway's own, or the caller's credentials (docs/auth.md, Backends):
+ * not what a request made on the client's behalf carries as they are.
  */
-export function clientHeadersOf(head: RequestHead): Record<string, string> {
-  return Object.fromEntries([...head.headers].filter(([name]) => !NOT_ON_BEHALF.test(name)));
+const NOT_ON_BEHALF = /^(:|host$|content-length$|content-type$|accept$|connection$|keep-alive$|transfer-encoding$|te$|upgrade$|authorization$|mcp-session-id$|mcp-protocol-version$|x-envoy-|x-mcpgw-)/;
+
+/** The client on whose behalf the sidecar makes a request to a backend. */
+export interface Caller {
+  /** Its own headers (traceparent, tracestate, …): such a request must look to the backend like the client's own. */
+  headers: Record<string, string>;
+  /** The Authorization it presented: what per-caller backend credentials are made from, never sent on as it is. */
+  authorization?: string;
+}
+
+export function clientOf(head: RequestHead): Caller {
+  const authorization = head.headers.get('authorization');
+  return {
+    headers: Object.fromEntries([...head.headers].filter(([name]) => !NOT_ON_BEHALF.test(name))),
+    ...(authorization !== undefined && { authorization }),
+  };
 }
 
 /**

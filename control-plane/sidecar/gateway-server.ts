@@ -8,7 +8,7 @@ import { BackendStreams } from './backend-streams';
 import { ListChangedStreams } from './list-changed-streams';
 import { ListenStreams } from './subscriptions-listen';
 import { decideOnBody, decideOnHead, routeKeyOf } from './mcp-gateway';
-import { StatelessCallSessions, checkCall, forgetLostSession, lostSessionSchema } from './session-check';
+import { StatelessCallSessions, answerBackendCredential, checkCall, forgetLostSession, lostSessionSchema } from './session-check';
 import { SidecarObserver } from './sidecar-metrics';
 import { SIDECAR_SPANS, tracedCheck } from './sidecar-tracing';
 import { SpanKind, Tracing } from '../shared/tracing';
@@ -26,6 +26,8 @@ import { SpanKind, Tracing } from '../shared/tracing';
 
 /** Where the call script reports a lost backend session (control-plane/xds/lua/call-lane.lua). */
 export const LOST_SESSION_PATH = '/internal/backend-session-lost';
+/** Where the call script asks for a backend's per-caller credentials. */
+export const BACKEND_CREDENTIAL_PATH = '/internal/backend-credential';
 /** Where the call script records a request a backend sends its client, before the client sees it. */
 export const SERVER_REQUEST_PATH = '/internal/server-request';
 
@@ -106,13 +108,15 @@ export class GatewayServer {
       ? this.check(req, res, path.slice(SESSION_CHECK_PATH.length))
       : path === LOST_SESSION_PATH
         ? this.lostSession(req, res)
-        : path === SERVER_REQUEST_PATH
-          ? this.serverRequest(req, res)
-          : path === APPROVAL_CHECK_PATH
-            ? this.approvalCheck(req, res)
-            : path.startsWith(APPROVALS_PREFIX)
-              ? this.approvalPages(req, res)
-              : this.gatewayLane(req, res, path);
+        : path === BACKEND_CREDENTIAL_PATH
+          ? this.backendCredential(req, res)
+          : path === SERVER_REQUEST_PATH
+            ? this.serverRequest(req, res)
+            : path === APPROVAL_CHECK_PATH
+              ? this.approvalCheck(req, res)
+              : path.startsWith(APPROVALS_PREFIX)
+                ? this.approvalPages(req, res)
+                : this.gatewayLane(req, res, path);
     work.catch((error: Error) => {
       this.context.log.error('sidecar request failed', { error: error.stack, path });
       if (res.headersSent) {
@@ -129,6 +133,12 @@ export class GatewayServer {
     req.resume();
     const head = headOf(req, path);
     const answer = await tracedCheck(this.tracing, head, () => checkCall(head, this.context, this.statelessSessions));
+    send(res, answer.status, answer.headers, answer.body);
+  }
+
+  private async backendCredential(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    req.resume();
+    const answer = await answerBackendCredential(headOf(req, BACKEND_CREDENTIAL_PATH), this.context);
     send(res, answer.status, answer.headers, answer.body);
   }
 
@@ -216,7 +226,7 @@ export class GatewayServer {
       case 'listen':
         return this.listens.hold(decision.view, decision.id, decision.honored, decision.head, res);
       case 'relay': {
-        const answer = await this.context.backendSessions.post(decision.backend, decision.onBehalf, decision.body);
+        const answer = await this.context.backendSessions.relay(decision.backend, decision.onBehalf, decision.body);
         return send(res, answer.status, answer.body.length ? { 'content-type': answer.contentType } : {}, answer.body);
       }
       case 'read-body':

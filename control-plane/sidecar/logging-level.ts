@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { Decision, GatewayContext, RequestHead, clientHeadersOf, respondError, respondJson } from './decision';
+import { Decision, GatewayContext, RequestHead, clientOf, respondError, respondJson } from './decision';
 import { JSON_RPC, JsonRpcId, jsonRpcResult } from './json-rpc';
 import { RouteCatalogView } from './route-catalog';
 import { backendSessionFor } from './session-check';
@@ -41,9 +41,9 @@ export async function setLevelForSession(
         const existed = session.backends[backend.name] !== undefined;
         const backendSessionId = await backendSessionFor(withLevel, backend, head, context);
         if (backendSessionId === undefined || !existed) return;
-        const answer = await context.backendSessions.post(
+        const answer = await context.backendSessions.relay(
           backend,
-          { backendSessionId, protocolVersion: session.protocolVersion, clientHeaders: clientHeadersOf(head) },
+          { backendSessionId, protocolVersion: session.protocolVersion, caller: clientOf(head) },
           JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'logging/setLevel', params: { level } }),
         );
         if (answer.status >= 400) throw new Error(`it answered HTTP ${answer.status}`);

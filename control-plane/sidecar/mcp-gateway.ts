@@ -12,7 +12,7 @@ import {
   RequestMetadata,
   SESSION_HEADER,
   callerOf,
-  clientHeadersOf,
+  clientOf,
   respondBody,
   respondError,
   respondJson,
@@ -160,7 +160,7 @@ async function endSession(head: RequestHead, view: RouteCatalogView, context: Ga
       .map(async ([name, backendSessionId]) => {
         const backend = view.backends.get(name);
         if (!backend) return;
-        const onBehalf = { backendSessionId, protocolVersion: session.protocolVersion, clientHeaders: clientHeadersOf(head) };
+        const onBehalf = { backendSessionId, protocolVersion: session.protocolVersion, caller: clientOf(head) };
         await context.backendSessions.close(backend, onBehalf).catch((error: Error) =>
           context.log.warn('could not end a backend session', { route: view.key, backend: name, error: error.message }),
         );
@@ -440,7 +440,7 @@ async function routeClientResponse(
     onBehalf: {
       backendSessionId: session?.backends[backend.name] ?? '',
       protocolVersion: session?.protocolVersion ?? LATEST_PROTOCOL_VERSION,
-      clientHeaders: clientHeadersOf(head),
+      caller: clientOf(head),
     },
     body: JSON.stringify({ ...message, id: target.id }),
   };
@@ -461,12 +461,12 @@ function relayNotification(
   context: GatewayContext,
 ): Decision {
   if (message.method === 'notifications/initialized' || !session) return ACCEPTED;
-  const clientHeaders = clientHeadersOf(head);
+  const caller = clientOf(head);
   for (const [name, backendSessionId] of Object.entries(session.backends)) {
     const backend = view.backends.get(name);
     if (!backend || !backendSessionId) continue;
     context.backendSessions
-      .post(backend, { backendSessionId, protocolVersion: session.protocolVersion, clientHeaders }, JSON.stringify(message))
+      .relay(backend, { backendSessionId, protocolVersion: session.protocolVersion, caller }, JSON.stringify(message))
       .then((answer) => {
         if (answer.status >= 400) throw new Error(`it answered HTTP ${answer.status}`);
       })

@@ -1,8 +1,7 @@
 import { Prompt, ServerCapabilities, Tool } from '@modelcontextprotocol/sdk/types.js';
-import { AccessRuleMessage, BackendState, CatalogSnapshotMessage } from '../catalog/catalog-store';
+import { AccessRuleMessage, BackendCredentialsMessage, BackendState, CatalogSnapshotMessage } from '../catalog/catalog-store';
 import { ExposedResourceMessage } from '../catalog/surface-exposure';
 import { schemeNameOf } from '../catalog/resource-naming';
-import { BackendTls } from '../shared/backend-fetch';
 
 export interface BackendView {
   name: string;
@@ -17,10 +16,12 @@ export interface BackendView {
   failingSince: string;
   /** The backend's MCP endpoint, for opening its sessions. */
   url: string;
+  /** The Envoy cluster its requests go to: the sidecar names it on Envoy's egress listener. */
+  cluster: string;
+  /** What the gateway authenticates to it with on a caller's behalf. */
+  credentials: BackendCredentialsMessage;
   /** Degraded answer for its read-only tools when it cannot be reached; empty for none. */
   fallbackText: string;
-  /** For an https backend: how to verify it. */
-  tls?: BackendTls;
   /** The backend's own names of tools the route's policy denies, with the rule that does. */
   deniedTools: Map<string, string>;
   /** The protocol revision the backend speaks; "" before the control plane has heard from it. */
@@ -94,6 +95,8 @@ export interface RouteCatalogView {
   /** Some tool has an access rule: what tools/list shows depends on the caller. */
   listVariesByCaller: boolean;
 }
+
+const NO_CREDENTIALS: BackendCredentialsMessage = { mode: 'none', audience: '', resource: '', scopes: [] };
 
 /** The lists of a route a client can ask for, by their list method. */
 export const LIST_METHODS = {
@@ -183,11 +186,12 @@ export function buildRouteViews(snapshot: CatalogSnapshotMessage): Map<string, R
         fallbackText: backend.fallback_text,
         deniedTools: new Map((backend.denied_tools ?? []).map((denied) => [denied.tool, denied.rule])),
         protocolVersion: backend.protocol_version ?? '',
-        sessionful: backend.sessionful,
+        sessionful: backend.sessionful ?? true,
         alsoModern: backend.also_modern ?? false,
+        cluster: backend.cluster,
+        credentials: backend.credentials ?? NO_CREDENTIALS,
         capabilities: parseJson<ServerCapabilities>(backend.capabilities_json, {}),
         schemeName: schemeNameOf(backend.name),
-        ...(backend.tls_ca_file && { tls: { caFile: backend.tls_ca_file, sni: backend.tls_sni } }),
       });
     }
     const tools: ExposedToolView[] = [];

@@ -1,8 +1,10 @@
 import { z } from 'zod';
 import { CHECK_HEADERS, CHECK_STATUS } from '../xds/translate/settings';
-import { failedOutcome } from './call-response';
 import { ownerOf } from '../auth/caller-identity';
-import { GATEWAY_SERVER_INFO, GatewayContext, RequestHead, SESSION_HEADER, callerOf, clientHeadersOf, sessionNotFound } from './decision';
+import { CredentialsDeniedError } from '../credentials/backend-credentials';
+import { IdpRefusedError, IdpUnavailableError } from '../credentials/idp-client';
+import { deniedOutcome, failedOutcome } from './call-response';
+import { Caller, GATEWAY_SERVER_INFO, GatewayContext, RequestHead, SESSION_HEADER, TOOL_DENIED_CODE, callerOf, clientOf, sessionNotFound } from './decision';
 import { JSON_RPC, JsonRpcId, jsonRpcError } from './json-rpc';
 import { BACKEND_UNAVAILABLE_CODE } from '../xds/translate/local-replies';
 import { MODERN_PROTOCOL_VERSION } from './modern-era';
@@ -57,27 +59,22 @@ function checkRequestOf(head: RequestHead): CheckRequest | string {
   return { route: route!, backend: backend!, tool, rpcId, deadlineMs };
 }
 
-const ALLOW_UNCHANGED: CheckAnswer = { status: CHECK_STATUS.ALLOW, headers: {}, body: '' };
+const allow = (headers: Record<string, string> = {}): CheckAnswer => ({ status: CHECK_STATUS.ALLOW, headers, body: '' });
 
 /**
  * The call goes without the client's gateway session id, which means nothing to a backend. The
  * gateway session is named, so that the call script remembers this answer for the session's next calls.
  */
-const allowWithoutSession = (gatewaySessionId: string): CheckAnswer => ({
-  status: CHECK_STATUS.ALLOW,
-  headers: { 'x-envoy-auth-headers-to-remove': SESSION_HEADER, [CHECK_HEADERS.gatewaySession]: gatewaySessionId },
-  body: '',
-});
+const allowWithoutSession = (gatewaySessionId: string): CheckAnswer =>
+  allow({ 'x-envoy-auth-headers-to-remove': SESSION_HEADER, [CHECK_HEADERS.gatewaySession]: gatewaySessionId });
 
-function allowInBackendSession(backendSessionId: string, gatewaySessionId: string): CheckAnswer {
-  return {
-    status: CHECK_STATUS.ALLOW,
-    headers: { [SESSION_HEADER]: backendSessionId, [CHECK_HEADERS.backendSession]: backendSessionId, [CHECK_HEADERS.gatewaySession]: gatewaySessionId },
-    body: '',
-  };
-}
+const allowInBackendSession = (backendSessionId: string, gatewaySessionId: string): CheckAnswer =>
+  allow({ [SESSION_HEADER]: backendSessionId, [CHECK_HEADERS.backendSession]: backendSessionId, [CHECK_HEADERS.gatewaySession]: gatewaySessionId });
 
 const answer = (status: number, body: unknown): CheckAnswer => ({ status, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+
+/** Pooled backend sessions one replica keeps at most (per-caller ones add up with callers). */
+const MAX_POOLED_SESSIONS = 10_000;
 
 /**
  * The revision of pooled backend sessions: the last one in which a server never closes a call's
@@ -90,12 +87,12 @@ export const POOLED_SESSION_VERSION = '2025-06-18';
 /**
  * Backend sessions for calls of stateless (2026-07-28) clients to backends of a session-based
  * revision: one per backend and caller on this replica (callers never share a backend session: what a
- * backend keeps in one is that caller's), opened on first use with the gateway's own client info and
- * no capabilities (requests from the backend to such a client cannot be carried), and replaced when
- * the backend loses it.
+ * backend keeps in one is that caller's; a backend whose credentials are the caller's may tie it to
+ * the user who opened it), opened on first use with the gateway's own client info and no capabilities
+ * (requests from the backend to such a client cannot be carried), and replaced when the backend loses it.
  */
 export class StatelessCallSessions {
-  private readonly byBackend = new Map<string, Promise<string>>();
+  private readonly pool = new Map<string, Promise<string>>();
 
   constructor(private readonly context: Pick<GatewayContext, 'backendSessions'>) {}
 
@@ -103,13 +100,15 @@ export class StatelessCallSessions {
     return `${backend.toolService} ${backend.url} ${owner ?? ''}`;
   }
 
-  get(backend: BackendView, owner: string | undefined, clientHeaders: Record<string, string>): Promise<string> {
+  get(backend: BackendView, owner: string | undefined, caller: Caller): Promise<string> {
     const key = this.keyOf(backend, owner);
-    let session = this.byBackend.get(key);
+    let session = this.pool.get(key);
     if (!session) {
-      session = this.context.backendSessions.open(backend, { protocolVersion: POOLED_SESSION_VERSION, clientInfo: GATEWAY_SERVER_INFO, clientCapabilities: {} }, clientHeaders);
-      session.catch(() => this.byBackend.delete(key));
-      this.byBackend.set(key, session);
+      session = this.context.backendSessions.open(backend, { protocolVersion: POOLED_SESSION_VERSION, clientInfo: GATEWAY_SERVER_INFO, clientCapabilities: {} }, caller);
+      session.catch(() => this.pool.delete(key));
+      this.pool.set(key, session);
+      // The oldest goes first; the backend expires what the gateway no longer uses.
+      if (this.pool.size > MAX_POOLED_SESSIONS) this.pool.delete(this.pool.keys().next().value!);
     }
     return session;
   }
@@ -117,8 +116,8 @@ export class StatelessCallSessions {
   /** The backend no longer knows this session: the next call opens another. */
   async lost(backend: BackendView, backendSessionId: string): Promise<void> {
     const prefix = this.keyOf(backend, '');
-    for (const [key, current] of this.byBackend) {
-      if (key.startsWith(prefix) && (await current.catch(() => undefined)) === backendSessionId) this.byBackend.delete(key);
+    for (const [key, current] of this.pool) {
+      if (key.startsWith(prefix) && (await current.catch(() => undefined)) === backendSessionId) this.pool.delete(key);
     }
   }
 }
@@ -130,23 +129,96 @@ export class StatelessCallSessions {
 export async function backendSessionFor(session: GatewaySession, backend: BackendView, head: RequestHead, context: GatewayContext): Promise<string | undefined> {
   const known = session.backends[backend.name];
   if (known !== undefined) return known;
-  const clientHeaders = clientHeadersOf(head);
-  const opened = await context.backendSessions.open(backend, session, clientHeaders);
-  const claim = await claimOpenedBackendSession(context, backend, session, { backendSessionId: opened, protocolVersion: session.protocolVersion, clientHeaders });
+  const caller = checkedCaller(head);
+  const opened = await context.backendSessions.open(backend, session, caller);
+  const claim = await claimOpenedBackendSession(context, backend, session, { backendSessionId: opened, protocolVersion: session.protocolVersion, caller });
   return claim.kind === 'claimed' ? claim.backendSessionId : undefined;
+}
+
+/** What the call script asks about (a check or a credential request), and the backend it names; or the answer when there is none. */
+function checkedBackend(
+  head: RequestHead,
+  context: GatewayContext,
+  what: string,
+): { request: CheckRequest; view: RouteCatalogView; backend: BackendView } | CheckAnswer {
+  const request = checkRequestOf(head);
+  if (typeof request === 'string') return answer(400, jsonRpcError(null, JSON_RPC.INVALID_REQUEST, `${what}: ${request}`));
+  const view = context.lookup(request.route);
+  const backend = view?.backends.get(request.backend);
+  // Envoy was told of this backend before this sidecar's catalog was: a moment, at most.
+  if (!view || !backend) {
+    return answer(CHECK_STATUS.JSON_RPC_ERROR, jsonRpcError(request.rpcId, JSON_RPC.INTERNAL_ERROR, `backend "${request.backend}" is being added to the gateway: call again`));
+  }
+  return { request, view, backend };
+}
+
+/**
+ * The caller a check, a credential request or a gateway-lane request is for: its headers as Envoy
+ * sent them, and its own Authorization — on the call lane the one the call script moved aside on
+ * routes with per-caller credentials.
+ */
+function checkedCaller(head: RequestHead): Caller {
+  const authorization = head.headers.get(CHECK_HEADERS.callerAuthorization);
+  return { ...clientOf(head), ...(authorization !== undefined && { authorization }) };
+}
+
+/** Answers (status) the call script passes on as they are: the caller may not (403), or the IdP could not be asked (424). */
+export const CREDENTIAL_REFUSED_STATUS = { DENIED: 403, UNAVAILABLE: CHECK_STATUS.JSON_RPC_ERROR } as const;
+
+/**
+ * A credentials failure as the caller's answer (docs/errors.md): denied (-32003) when the caller's token
+ * cannot be used for the backend or the IdP refused to exchange it, -32004 naming the IdP when it could
+ * not be asked. Never the caller's token, nor the IdP's: only what was refused and why.
+ */
+function credentialsRefusal(error: unknown, call: { id: JsonRpcId; backend: string; tool: string; startedAt: number }, context: GatewayContext): CheckAnswer | undefined {
+  if (error instanceof CredentialsDeniedError || error instanceof IdpRefusedError) {
+    const reason = error instanceof IdpRefusedError ? `the caller's token cannot be exchanged for backend ${call.backend}: ${error.message}` : error.message;
+    return answer(
+      CREDENTIAL_REFUSED_STATUS.DENIED,
+      jsonRpcError(call.id, TOOL_DENIED_CODE, `tools/call ${call.tool} denied: ${reason}`, deniedOutcome(call.backend, call.tool, call.startedAt, reason)),
+    );
+  }
+  if (error instanceof IdpUnavailableError) {
+    context.log.warn('a call waits for an identity provider that cannot be asked', { backend: call.backend, idp: error.idp, error: error.message });
+    const reason = `${error.message}: backend ${call.backend} was not called`;
+    return answer(
+      CREDENTIAL_REFUSED_STATUS.UNAVAILABLE,
+      jsonRpcError(call.id, BACKEND_UNAVAILABLE_CODE, `tools/call ${call.tool} failed: ${reason}`, failedOutcome(call.backend, call.tool, call.startedAt, reason)),
+    );
+  }
+  return undefined;
+}
+
+/** The header the credential answer says for how long its Authorization may be reused, in ms. */
+export const CREDENTIAL_TTL_HEADER = 'x-mcpgw-credential-ttl-ms';
+
+/**
+ * A call script's request for a backend's per-caller credentials (token exchange, passthrough): the
+ * Authorization the backend gets, as the body, and how long the Envoy worker may keep it; or the
+ * caller's answer when the caller may not, or the IdP cannot be asked.
+ */
+export async function answerBackendCredential(head: RequestHead, context: GatewayContext): Promise<CheckAnswer> {
+  const startedAt = performance.now();
+  const checked = checkedBackend(head, context, 'credential request');
+  if (!('backend' in checked)) return checked;
+  const { backend, request: { rpcId: id, tool } } = checked;
+  try {
+    const { authorization, ttlMs } = await context.credentials.credentialFor(backend, checkedCaller(head).authorization);
+    if (authorization === undefined) throw new Error(`backend ${backend.name} takes no credentials from its callers`);
+    return { status: 200, headers: { 'content-type': 'text/plain', [CREDENTIAL_TTL_HEADER]: String(Math.floor(ttlMs)) }, body: authorization };
+  } catch (error) {
+    const refused = credentialsRefusal(error, { id, backend: backend.name, tool, startedAt }, context);
+    if (refused) return refused;
+    throw error;
+  }
 }
 
 export async function checkCall(head: RequestHead, context: GatewayContext, statelessSessions: StatelessCallSessions): Promise<CheckAnswer> {
   const startedAt = performance.now();
-  const request = checkRequestOf(head);
-  if (typeof request === 'string') return answer(400, jsonRpcError(null, JSON_RPC.INVALID_REQUEST, `session check: ${request}`));
-  const { rpcId: id, backend: backendName, tool, route, deadlineMs } = request;
-  const view = context.lookup(route);
-  const backend = view?.backends.get(backendName);
-  if (!view || !backend) {
-    // Envoy was told of this backend before this sidecar's catalog was: a moment, at most.
-    return answer(CHECK_STATUS.JSON_RPC_ERROR, jsonRpcError(id, JSON_RPC.INTERNAL_ERROR, `backend "${backendName}" is being added to the gateway: call again`));
-  }
+  const checked = checkedBackend(head, context, 'session check');
+  if (!('backend' in checked)) return checked;
+  const { view, backend, request } = checked;
+  const { rpcId: id, tool, deadlineMs } = request;
   const decided = decideCall(head, request, view, backend, context, statelessSessions, startedAt);
   if (deadlineMs === undefined) return decided;
   // Envoy gives up on the check at its timeout: answered before it, a backend too slow to open its
@@ -178,13 +250,14 @@ async function decideCall(
 ): Promise<CheckAnswer> {
   const statelessBackend = backend.protocolVersion === MODERN_PROTOCOL_VERSION;
   const sessionId = head.headers.get(SESSION_HEADER);
+  const caller = checkedCaller(head);
   const owner = ownerOf(callerOf(head, view));
   try {
     if (sessionId === undefined) {
       // A stateless client: the call script asks only when the backend needs a session.
-      if (statelessBackend) return ALLOW_UNCHANGED;
-      const pooled = await statelessSessions.get(backend, owner, clientHeadersOf(head));
-      return pooled ? allowInBackendSession(pooled, '') : ALLOW_UNCHANGED;
+      if (statelessBackend) return allow();
+      const pooled = await statelessSessions.get(backend, owner, caller);
+      return pooled ? allowInBackendSession(pooled, '') : allow();
     }
     const session = await context.sessions.get(sessionId);
     const notFound = () => {
@@ -198,6 +271,9 @@ async function decideCall(
     if (backendSessionId === undefined) return notFound();
     return backendSessionId ? allowInBackendSession(backendSessionId, session.id) : allowWithoutSession(session.id);
   } catch (error) {
+    // Opening the backend's session on the caller's behalf needs its credentials too.
+    const refused = credentialsRefusal(error, { id, backend: backend.name, tool, startedAt }, context);
+    if (refused) return refused;
     const reason = (error as Error).message;
     if (/session store/.test(reason)) {
       return answer(503, jsonRpcError(id, JSON_RPC.INTERNAL_ERROR, `gateway error: ${reason}`));

@@ -2,6 +2,7 @@ import * as http from 'node:http';
 import express from 'express';
 import { listenAt } from '../shared/http-listen';
 import * as client from 'prom-client';
+import type { TokenCacheObserver } from '../credentials/token-cache';
 
 
 /**
@@ -14,7 +15,7 @@ export interface SidecarObserver {
 }
 
 /** The sidecar's Prometheus metrics, on a registry of its own (GET /metrics of its admin port). */
-export class SidecarMetrics implements SidecarObserver {
+export class SidecarMetrics implements SidecarObserver, TokenCacheObserver {
   readonly registry = new client.Registry();
 
   private readonly decisions = new client.Counter({
@@ -24,12 +25,38 @@ export class SidecarMetrics implements SidecarObserver {
     registers: [this.registry],
   });
 
+  private readonly tokenLookups = new client.Counter({
+    name: 'mcpgw_sidecar_token_cache_lookups_total',
+    help: 'Backend tokens asked of the token-exchange cache: hit (no request to the IdP for it: cached, or another request for the same key was under way) or miss (exchanged)',
+    labelNames: ['result'] as const,
+    registers: [this.registry],
+  });
+
+  private readonly tokenRequests = new client.Histogram({
+    name: 'mcpgw_sidecar_token_exchange_seconds',
+    help: "Token exchanges at the identity provider (RFC 8693), by outcome: ok, refused (the IdP said no) or unavailable (it could not be asked)",
+    labelNames: ['outcome'] as const,
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+    registers: [this.registry],
+  });
+
   constructor() {
     client.collectDefaultMetrics({ register: this.registry, prefix: 'mcpgw_sidecar_' });
+    // Every series from the start, so a rate over them is defined before the first exchange.
+    for (const result of ['hit', 'miss'] as const) this.tokenLookups.inc({ result }, 0);
+    for (const outcome of ['ok', 'refused', 'unavailable'] as const) this.tokenRequests.zero({ outcome });
   }
 
   decided(route: string, decision: string): void {
     this.decisions.inc({ route, decision });
+  }
+
+  lookup(result: 'hit' | 'miss'): void {
+    this.tokenLookups.inc({ result });
+  }
+
+  issued(outcome: 'ok' | 'refused' | 'unavailable', seconds: number): void {
+    this.tokenRequests.observe({ outcome }, seconds);
   }
 }
 

@@ -1,7 +1,7 @@
 import { toolServiceIdOf } from '../ir/gateway-ir';
 import { CHECK_HEADERS, CHECK_STATUS } from '../xds/translate/settings';
 import { SpanKind, Tracing, failSpan } from '../shared/tracing';
-import { GatewayContext, RequestHead, SESSION_HEADER } from './decision';
+import { Caller, GatewayContext, RequestHead, SESSION_HEADER } from './decision';
 import { CheckAnswer } from './session-check';
 
 /**
@@ -51,22 +51,26 @@ export function tracedBackendSessions(sessions: GatewayContext['backendSessions'
     'mcp.gateway.backend': backend.name,
     'mcp.gateway.tool_service': toolServiceIdOf(backend.toolService),
   });
+  // The request to the backend carries the span's trace context in place of the client's.
+  const inSpan = (caller: Caller): Caller => ({ ...caller, headers: tracing.headersFor(caller.headers) });
   return {
-    open: (backend, session, clientHeaders) =>
+    open: (backend, session, caller) =>
       tracing.inSpan(
         SIDECAR_SPANS.openBackendSession,
-        { kind: SpanKind.CLIENT, parentHeaders: clientHeaders, attributes: { ...backendAttributes(backend), 'mcp.protocol.version': session.protocolVersion } },
-        () => sessions.open(backend, session, tracing.headersFor(clientHeaders)),
+        { kind: SpanKind.CLIENT, parentHeaders: caller.headers, attributes: { ...backendAttributes(backend), 'mcp.protocol.version': session.protocolVersion } },
+        () => sessions.open(backend, session, inSpan(caller)),
       ),
     close: (backend, onBehalf) =>
-      tracing.inSpan(SIDECAR_SPANS.closeBackendSession, { kind: SpanKind.CLIENT, parentHeaders: onBehalf.clientHeaders, attributes: backendAttributes(backend) }, () =>
-        sessions.close(backend, { ...onBehalf, clientHeaders: tracing.headersFor(onBehalf.clientHeaders) }),
+      tracing.inSpan(SIDECAR_SPANS.closeBackendSession, { kind: SpanKind.CLIENT, parentHeaders: onBehalf.caller.headers, attributes: backendAttributes(backend) }, () =>
+        sessions.close(backend, { ...onBehalf, caller: inSpan(onBehalf.caller) }),
       ),
-    post: (backend, onBehalf, message) =>
-      tracing.inSpan(SIDECAR_SPANS.relay, { kind: SpanKind.CLIENT, parentHeaders: onBehalf.clientHeaders, attributes: backendAttributes(backend) }, async (span) => {
-        const answer = await sessions.post(backend, { ...onBehalf, clientHeaders: tracing.headersFor(onBehalf.clientHeaders) }, message);
+    relay: (backend, onBehalf, message) =>
+      tracing.inSpan(SIDECAR_SPANS.relay, { kind: SpanKind.CLIENT, parentHeaders: onBehalf.caller.headers, attributes: backendAttributes(backend) }, async (span) => {
+        const answer = await sessions.relay(backend, { ...onBehalf, caller: inSpan(onBehalf.caller) }, message);
         span.setAttribute('http.response.status_code', answer.status);
         return answer;
       }),
+    // A backend stream: its own span is the stream's (backend-streams.ts).
+    request: (backend, caller, init) => sessions.request(backend, inSpan(caller), init),
   };
 }

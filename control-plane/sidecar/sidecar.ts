@@ -14,7 +14,11 @@ import { ListChangedStreams, changedLists } from './list-changed-streams';
 import { BACKEND_STREAM_DEFAULTS, BackendStreamLimits, BackendStreams } from './backend-streams';
 import { ListenStreams } from './subscriptions-listen';
 import { RouteCatalogView, buildRouteViews } from './route-catalog';
-import { closeBackendSession, openBackendSession, postToBackendSession } from './sessions/backend-sessions';
+import { BackendCredentialsProvider } from '../credentials/backend-credentials';
+import { IdpClient, IdpSettings } from '../credentials/idp-client';
+import { TOKEN_CACHE_DEFAULTS, TokenCache, TokenCacheSettings } from '../credentials/token-cache';
+import { egressFetch } from '../shared/egress-fetch';
+import { BackendRequests } from './sessions/backend-sessions';
 import { CachedSessionStore, SESSION_CACHE_DEFAULTS, redisSessionEndings } from './sessions/session-cache';
 import { MemorySessionStore, RedisSessionStore, SessionLimits, SessionStore } from './sessions/session-store';
 import { SidecarMetrics, startSidecarAdmin } from './sidecar-metrics';
@@ -40,6 +44,11 @@ export interface SidecarOptions {
   sessionLimits?: SessionLimits;
   /** Limit for opening (initialize) or ending (DELETE) a backend's session, and for relaying a client's message. */
   backendSessionTimeoutMs: number;
+  /** host:port of Envoy's egress listener, which every request the sidecar makes to a backend goes through. */
+  egressAddress: string;
+  /** The gateway's identity provider, for token exchange; without it, backends with tokenExchange refuse calls (-32004). */
+  idp?: IdpSettings;
+  tokenCache?: TokenCacheSettings;
   /** Largest request body the gateway lane reads (Envoy's mcp filter has the same limit). */
   maxRequestBodyBytes: number;
   /** GET streams one session may hold at a time. */
@@ -130,17 +139,15 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     log.warn('no --redis: sessions live in this process only (lost on restart, not shared with other replicas)');
   }
   const tracing = options.tracing ?? Tracing.off;
+  const credentials = new BackendCredentialsProvider(options.idp && new IdpClient(options.idp), new TokenCache(options.tokenCache ?? TOKEN_CACHE_DEFAULTS, metrics));
   const context: GatewayContext = {
     lookup: (key) => routes.get(key),
     sessions,
     backendSessions: tracedBackendSessions(
-      {
-        open: (backend, session, clientHeaders) => openBackendSession(backend, session, clientHeaders, options.backendSessionTimeoutMs),
-        close: (backend, onBehalf) => closeBackendSession(backend, onBehalf, options.backendSessionTimeoutMs),
-        post: (backend, onBehalf, message) => postToBackendSession(backend, onBehalf, message, options.backendSessionTimeoutMs),
-      },
+      new BackendRequests((backend) => egressFetch(options.egressAddress, backend.cluster), credentials, options.backendSessionTimeoutMs),
       tracing,
     ),
+    credentials,
     log,
   };
 

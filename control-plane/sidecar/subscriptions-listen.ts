@@ -5,7 +5,7 @@ import { splitResourceUri } from '../catalog/resource-naming';
 import { Logger } from '../shared/log';
 import { sseEvent } from './backend-messages';
 import { BackendStreams, StreamEnd, hasStandaloneStream } from './backend-streams';
-import { GATEWAY_SERVER_INFO, GatewayContext, RequestHead, clientHeadersOf } from './decision';
+import { GATEWAY_SERVER_INFO, GatewayContext, RequestHead, clientOf } from './decision';
 import { JsonObject, JsonRpcId, isObject } from './json-rpc';
 import { KEEPALIVE_MS, LIST_CHANGED_METHODS } from './list-changed-streams';
 import { MODERN_META, MODERN_PROTOCOL_VERSION } from './modern-era';
@@ -150,21 +150,21 @@ export class ListenStreams {
    * subscriptions are its alone), subscribed to each URI, and its GET stream; ended with the listen.
    */
   private followInOwnSession(backendNow: () => BackendView | undefined, route: string, owns: string[], head: RequestHead, onUpdate: (message: unknown) => void, signal: AbortSignal): boolean {
-    const clientHeaders = clientHeadersOf(head);
+    const caller = clientOf(head);
     let opened: { backend: BackendView; id: string } | undefined;
     const attempt = async (attemptSignal: AbortSignal): Promise<StreamEnd> => {
       const backend = backendNow()!;
       if (!opened) {
-        const id = await this.context.backendSessions.open(backend, { protocolVersion: LATEST_PROTOCOL_VERSION, clientInfo: GATEWAY_SERVER_INFO, clientCapabilities: {} }, clientHeaders);
+        const id = await this.context.backendSessions.open(backend, { protocolVersion: LATEST_PROTOCOL_VERSION, clientInfo: GATEWAY_SERVER_INFO, clientCapabilities: {} }, caller);
         opened = { backend, id };
-        const onBehalf = { backendSessionId: id, protocolVersion: LATEST_PROTOCOL_VERSION, clientHeaders };
+        const onBehalf = { backendSessionId: id, protocolVersion: LATEST_PROTOCOL_VERSION, caller };
         for (const [index, uri] of owns.entries()) {
-          const answer = await this.context.backendSessions.post(backend, onBehalf, JSON.stringify({ jsonrpc: '2.0', id: index + 1, method: 'resources/subscribe', params: { uri } }));
+          const answer = await this.context.backendSessions.relay(backend, onBehalf, JSON.stringify({ jsonrpc: '2.0', id: index + 1, method: 'resources/subscribe', params: { uri } }));
           if (answer.status >= 400) throw new Error(`HTTP ${answer.status}: resources/subscribe was refused`);
         }
       }
-      const init = { method: 'GET', headers: { ...clientHeaders, accept: 'text/event-stream', 'mcp-session-id': opened.id, 'mcp-protocol-version': LATEST_PROTOCOL_VERSION } };
-      return this.backendStreams.stream(backend, init, attemptSignal, async (response, streamSignal): Promise<StreamEnd> => {
+      const init = { method: 'GET', headers: { accept: 'text/event-stream', 'mcp-session-id': opened.id, 'mcp-protocol-version': LATEST_PROTOCOL_VERSION } };
+      return this.backendStreams.stream(backend, caller, init, attemptSignal, async (response, streamSignal): Promise<StreamEnd> => {
         if (response.status === 405) return 'done';
         if (response.status === 404 || response.status === 400) {
           // The backend lost the session, and the subscriptions with it: a new one subscribes again.
@@ -180,7 +180,7 @@ export class ListenStreams {
       () => {
         if (!opened) return;
         const { backend, id } = opened;
-        this.context.backendSessions.close(backend, { backendSessionId: id, protocolVersion: LATEST_PROTOCOL_VERSION, clientHeaders }).catch((error: Error) =>
+        this.context.backendSessions.close(backend, { backendSessionId: id, protocolVersion: LATEST_PROTOCOL_VERSION, caller }).catch((error: Error) =>
           this.log.warn('could not end a listen’s backend session; the backend expires it', { route, backend: backend.name, error: error.message }),
         );
       },
@@ -203,7 +203,6 @@ export class ListenStreams {
     const init = {
       method: 'POST',
       headers: {
-        ...clientHeadersOf(head),
         'content-type': 'application/json',
         accept: 'application/json, text/event-stream',
         'mcp-protocol-version': MODERN_PROTOCOL_VERSION,
@@ -211,7 +210,7 @@ export class ListenStreams {
       },
       body: JSON.stringify(body),
     };
-    return this.backendStreams.stream(backend, init, signal, async (response, streamSignal): Promise<StreamEnd> => {
+    return this.backendStreams.stream(backend, clientOf(head), init, signal, async (response, streamSignal): Promise<StreamEnd> => {
       await this.backendStreams.relayAll(response, backend, route, streamSignal, (_relayed, message) => onUpdate(message));
       return 'opened';
     });

@@ -51,13 +51,13 @@ describe('audit events through the real Envoy', () => {
     expect(String(denied)).toContain('denied');
     const unknown = await client.callTool({ name: 'nobody__x', arguments: {} }).catch((error: Error) => error);
     expect(String(unknown)).toMatch(/nobody__x|unknown|no tool/i);
-    // An Authorization header on an open route: nothing removes it, so the backend gets the caller's token.
-    const passthrough = await postJsonRpc(
+    // An Authorization header on an open route: the call route removes it (the Tool Service has no credentials).
+    const withToken = await postJsonRpc(
       stack.gatewayUrl('ops'),
       { jsonrpc: '2.0', id: 9, method: 'tools/call', params: { name: 'reports__read_report', arguments: { page: 2 } } },
       { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: 'Bearer opaque-caller-token' },
     );
-    expect(passthrough.status).toBe(200);
+    expect(withToken.status).toBe(200);
     await client.listTools();
 
     const events = await waitFor('five audit events', async () => (auditEvents().length >= 5 ? auditEvents() : undefined), { timeoutMs: 10_000 });
@@ -86,7 +86,7 @@ describe('audit events through the real Envoy', () => {
     expect(sent?.caller).toBeUndefined();
     expect(byTool.get(`slow_read:${argumentsHash('{"n":1}')}`)).toMatchObject({ outcome: 'denied', reason: 'policy', attempts: 0, credential_mode: 'none' });
     expect(events.find((event) => event.tool === 'nobody__x')).toMatchObject({ outcome: 'invalid', route: 'ops' });
-    expect(byTool.get(`read_report:${argumentsHash('{"page":2}')}`)).toMatchObject({ outcome: 'ok', credential_mode: 'caller-token-passthrough' });
+    expect(byTool.get(`read_report:${argumentsHash('{"page":2}')}`)).toMatchObject({ outcome: 'ok', credential_mode: 'none' });
     expect(spy.received.get('slow_read')).toBeUndefined();
 
     expect(await metricValue(stack, 'mcpgw_audit_events_total', { kind: 'tools/call' })).toBe(5);

@@ -127,7 +127,7 @@ describe('backend failures through the real Envoy', () => {
     expect(response.json().error).toMatchObject({ code: -32600, message: expect.stringContaining('too large') });
   });
 
-  it('passes identity and trace headers through unchanged, and no client-set gateway header', async () => {
+  it("passes trace headers through unchanged, but neither the caller's Authorization (the backend has no credentials) nor a client-set gateway header", async () => {
     await stack.startSample('jobs', backends.ports.jobs);
     const headers = {
       authorization: 'Bearer agent-token-123',
@@ -145,7 +145,6 @@ describe('backend failures through the real Envoy', () => {
       );
       const seen = JSON.parse((result.content as { text: string }[])[0].text);
       expect(seen).toEqual({
-        authorization: headers.authorization,
         traceparent: headers.traceparent,
         tracestate: headers.tracestate,
         'mcp-protocol-version': expect.any(String),

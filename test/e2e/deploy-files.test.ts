@@ -110,6 +110,10 @@ describe('the Helm chart', () => {
     const controlPlane = containerOf(named(manifests, 'Deployment', 'control-plane'), 'control-plane');
     expect(controlPlane.args).toContain(`--sidecar=${serviceHost('sidecar')}:18080`);
     expect(controlPlane.args).toContain('--registry=/etc/mcpgw/registry/registry.yaml');
+    // The sidecars reach Tool Services through Envoy's egress listener, by its own Service.
+    expect(controlPlane.args).toContain('--egress=0.0.0.0:10001');
+    expect(containerOf(named(manifests, 'Deployment', 'sidecar'), 'sidecar').args).toContain(`--egress=${serviceHost('envoy-egress')}:10001`);
+    expect((named(manifests, 'Service', 'envoy-egress').spec.ports as any[]).map((port) => port.targetPort)).toEqual(['egress']);
     for (const component of ['sidecar', 'control-plane']) expect(named(manifests, 'Service', component).spec.clusterIP).toBe('None');
 
     const envoy = named(manifests, 'Deployment', 'envoy');
@@ -147,7 +151,7 @@ describe('the Helm chart', () => {
     expect(budgets.sort()).toEqual(['control-plane', 'envoy', 'redis', 'sidecar'].map((component) => `${RELEASE}-mcp-gateway-${component}`));
   });
 
-  it('lets only Envoy reach the sidecars, Envoy and the sidecars the control planes, only the gateway Redis', () => {
+  it("lets only Envoy reach the sidecars, only the sidecars Envoy's egress listener, Envoy and the sidecars the control planes, only the gateway Redis", () => {
     const { manifests } = render('default');
     const peersOf = (component: string) =>
       Object.fromEntries(
@@ -159,7 +163,7 @@ describe('the Helm chart', () => {
     expect(peersOf('sidecar')).toEqual({ http: ['envoy'] });
     expect(peersOf('control-plane')).toEqual({ grpc: ['envoy', 'sidecar'] });
     expect(peersOf('redis')).toEqual({ redis: ['sidecar', 'control-plane', 'redis'], sentinel: ['sidecar', 'control-plane', 'redis'] });
-    expect(peersOf('envoy')).toEqual({ mcp: ['anyone'] });
+    expect(peersOf('envoy')).toEqual({ mcp: ['anyone'], egress: ['sidecar'] });
   });
 
   it('takes the registry from a Portal with its token from a Secret', () => {
@@ -170,7 +174,7 @@ describe('the Helm chart', () => {
     expect(manifests.some((manifest) => manifest.kind === 'ConfigMap' && manifest.metadata.name.endsWith('-registry'))).toBe(false);
   });
 
-  it('uses an external Redis from its Secret and mounts the cert-manager TLS Secret where the registry names it', () => {
+  it("uses an external Redis from its Secret, mounts the cert-manager TLS Secret and the Tool Services' credentials where the registry names them, and serves agents TLS", () => {
     const { manifests } = render('external-redis');
     expect(manifests.some((manifest) => manifest.kind === 'StatefulSet')).toBe(false);
     const sidecar = containerOf(named(manifests, 'Deployment', 'sidecar'), 'sidecar');
@@ -178,7 +182,12 @@ describe('the Helm chart', () => {
     expect(sidecar.args).toContain('--redis-wait-replicas=0');
     for (const [deployment, container] of [['envoy', 'envoy'], ['control-plane', 'control-plane']]) {
       expect(containerOf(named(manifests, 'Deployment', deployment), container).volumeMounts).toContainEqual({ name: 'tls', mountPath: '/etc/mcpgw/tls', readOnly: true });
+      expect(containerOf(named(manifests, 'Deployment', deployment), container).volumeMounts).toContainEqual({ name: 'backend-secret-0', mountPath: '/etc/mcpgw/backends/weather', readOnly: true });
     }
+    expect(containerOf(named(manifests, 'Deployment', 'control-plane'), 'control-plane').args).toEqual(
+      expect.arrayContaining(['--listener-tls-cert=/etc/mcpgw/tls/tls.crt', '--listener-tls-key=/etc/mcpgw/tls/tls.key']),
+    );
+    expect(helm('template', RELEASE, CHART, '--set', 'tls.listener=true').stderr).toContain('tls.listener needs tls.secretName');
   });
 
   it('adds a ServiceMonitor for each part when monitoring is on, and lets the monitoring namespace scrape', () => {

@@ -10,7 +10,7 @@ import {
   SessionStore,
 } from '../../control-plane/sidecar/sessions/session-store';
 import { claimOpenedBackendSession } from '../../control-plane/sidecar/sessions/backend-session-claim';
-import { closeBackendSession, openBackendSession } from '../../control-plane/sidecar/sessions/backend-sessions';
+import { BackendRequests } from '../../control-plane/sidecar/sessions/backend-sessions';
 import { BackendView } from '../../control-plane/sidecar/route-catalog';
 import { CancellableToolService } from '../support/cancellable-tool-service';
 import { TestRedis } from '../support/redis-server';
@@ -119,17 +119,13 @@ describe('claiming a backend session just opened (real Redis, real stateful MCP 
   let backend: BackendView;
   const warnings: unknown[] = [];
   const fields = { route: 'demo', protocolVersion: '2025-11-25', clientInfo: { name: 'agent', version: '1' }, clientCapabilities: {} };
-  const clientHeaders = { authorization: 'Bearer agent-token' };
+  const caller = { headers: {}, authorization: 'Bearer agent-token' };
+  // Straight to the backend (what is tested is the claim, not the way there), with the agent's token as its credential.
+  const requests = new BackendRequests(() => fetch, { authorizationFor: async (_backend, authorization) => authorization }, 5000);
 
   const context = () => ({
     sessions: store,
-    backendSessions: {
-      open: (view: BackendView, session: GatewaySession) => openBackendSession(view, session, clientHeaders, 5000),
-      close: (view: BackendView, onBehalf: Parameters<typeof closeBackendSession>[1]) => closeBackendSession(view, onBehalf, 5000),
-      post: async () => {
-        throw new Error('not used here');
-      },
-    },
+    backendSessions: requests,
     log: { ...quietLogger, warn: (...args: unknown[]) => void warnings.push(args) },
   });
 
@@ -141,7 +137,7 @@ describe('claiming a backend session just opened (real Redis, real stateful MCP 
     backend = {
       name: 'cancellable', toolService: 'tool_service.cancellable', state: 'ok', toolNames: new Set(['wait', 'whoami']),
       lastSuccessAt: '', lastError: '', failingSince: '', url: backendService.url, fallbackText: '', deniedTools: new Map(), protocolVersion: '2025-11-25',
-      sessionful: true, alsoModern: false, capabilities: {}, schemeName: 'cancellable',
+      sessionful: true, alsoModern: false, cluster: 'unused', credentials: { mode: 'none', audience: '', resource: '', scopes: [] }, capabilities: {}, schemeName: 'cancellable',
     };
   });
 
@@ -152,9 +148,9 @@ describe('claiming a backend session just opened (real Redis, real stateful MCP 
   });
 
   const openFor = async (session: GatewaySession) => ({
-    backendSessionId: await context().backendSessions.open(backend, session),
+    backendSessionId: await requests.open(backend, session, caller),
     protocolVersion: session.protocolVersion,
-    clientHeaders,
+    caller,
   });
 
   it('keeps the backend session it opened when the gateway session is still there', async () => {

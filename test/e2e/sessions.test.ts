@@ -23,21 +23,20 @@ describe('sessions through the gateway (server-everything, real Envoy and Redis)
   let waiter: CancellableToolService;
   const clients: Client[] = [];
   /**
-   * The waiter backend authenticates every request: the control plane lists its tools with a token of
-   * its own (transport.catalogBearerTokenFile), and what the gateway sends on an agent's behalf carries the agent's.
+   * The waiter backend authenticates every request: the gateway's own service-account token for it
+   * (credentials.mode serviceAccount), on the catalog's listings and on everything sent on an agent's behalf.
    */
-  const WAITER_TOKEN = 'agent-token';
-  const CATALOG_TOKEN = 'catalog-token';
-  const asAgent = { authorization: `Bearer ${WAITER_TOKEN}` };
+  const WAITER_TOKEN = 'gateway-token-for-waiter';
+  const asAgent = { authorization: 'Bearer the-agents-own-token' };
 
   beforeAll(async () => {
     const port = await freePort();
     everythingPort = port;
     latePort = await freePort();
-    waiter = await CancellableToolService.start([WAITER_TOKEN, CATALOG_TOKEN]);
+    waiter = await CancellableToolService.start([WAITER_TOKEN]);
     const ownDir = testDir('sessions-everything');
-    const catalogTokenFile = path.join(ownDir, 'waiter-catalog.token');
-    fs.writeFileSync(catalogTokenFile, `${CATALOG_TOKEN}\n`);
+    const waiterTokenFile = path.join(ownDir, 'waiter.token');
+    fs.writeFileSync(waiterTokenFile, `${WAITER_TOKEN}\n`);
     everything = await startEverythingServer(port, path.join(ownDir, 'everything.log'));
     ({ stack, dir } = await startGateway('sessions', (b) => ({
       routes: [
@@ -45,7 +44,7 @@ describe('sessions through the gateway (server-everything, real Envoy and Redis)
         { key: 'late', toolServices: [{ name: 'jobs', url: b.jobs }, { id: 'late-everything', name: 'later', url: `http://127.0.0.1:${latePort}/mcp` }] },
         {
           key: 'cancel',
-          toolServices: [{ name: 'jobs', url: b.jobs }, { name: 'waiter', url: waiter.url, transport: { catalogBearerTokenFile: catalogTokenFile } }],
+          toolServices: [{ name: 'jobs', url: b.jobs }, { name: 'waiter', url: waiter.url, credentials: { mode: 'serviceAccount', tokenFile: waiterTokenFile } }],
         },
       ],
     })));
@@ -177,7 +176,7 @@ describe('sessions through the gateway (server-everything, real Envoy and Redis)
     await waitFor('the cancellation to reach the backend', async () => (waiter.cancelled.length === 1 ? true : undefined));
     expect(waiter.cancelled[0]).toMatchObject({ session: waiter.started[0].session, requestId: waiter.started[0].requestId });
     expect(String(waiter.cancelled[0].reason)).toContain('the agent changed its mind');
-    // The session open (initialize) and the relayed cancel carried the agent's own credentials.
+    // The session open (initialize) and the relayed cancel carried the gateway's token for the waiter.
     expect(waiter.unauthorized).toBe(0);
   });
 

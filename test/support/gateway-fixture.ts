@@ -90,8 +90,8 @@ export async function postJsonRpc(url: string, body: unknown, headers: Record<st
 }
 
 /** Tool names a route lists, read through Envoy with a raw tools/list (no client session needed). */
-export async function listedTools(url: string): Promise<string[] | undefined> {
-  const response = await postJsonRpc(url, { jsonrpc: '2.0', id: 1, method: 'tools/list' });
+export async function listedTools(url: string, token?: string): Promise<string[] | undefined> {
+  const response = await postJsonRpc(url, { jsonrpc: '2.0', id: 1, method: 'tools/list' }, { ...MCP_POST_HEADERS, ...(token && { authorization: `Bearer ${token}` }) });
   if (response.status !== 200) return undefined;
   return (response.json().result.tools as { name: string }[]).map((tool) => tool.name);
 }
@@ -154,4 +154,21 @@ export async function envoyStat(stack: GatewayStack, name: string): Promise<numb
     stats: { name: string; value: number }[];
   };
   return stats.stats.find((stat) => stat.name === name)?.value ?? 0;
+}
+
+/** The version of each xDS resource an Envoy holds (listeners, clusters, routes, secrets), by name: unchanged means not one was updated. */
+export async function envoyConfigVersions(stack: GatewayStack, adminUrl = stack.envoyAdminUrl): Promise<Record<string, string>> {
+  const dump = (await (await fetch(`${adminUrl}/config_dump?include_eds`)).json()) as { configs: Record<string, unknown>[] };
+  const versions: Record<string, string> = {};
+  const visit = (value: unknown): void => {
+    if (Array.isArray(value)) return value.forEach(visit);
+    if (typeof value !== 'object' || value === null) return;
+    const entry = value as Record<string, unknown>;
+    const named = (entry.cluster ?? entry.listener ?? entry.route_config) as { name?: string } | undefined;
+    const name = named?.name ?? (entry.name as string | undefined);
+    if (typeof entry.version_info === 'string' && name) versions[name] = entry.version_info;
+    Object.values(entry).forEach(visit);
+  };
+  visit(dump.configs);
+  return versions;
 }

@@ -2,7 +2,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { spawn } from 'node:child_process';
+import { ChildProcess, spawn } from 'node:child_process';
 import { freePorts, portAccepts, waitFor } from '../../control-plane/devstack/processes';
 import { projectPath } from '../../control-plane/shared/paths';
 import { KEYCLOAK_RUN_ENV, KeycloakRun, REALM_FILE } from './keycloak';
@@ -12,14 +12,12 @@ import { tools } from './tools';
 export const SUPERVISOR_KEY = Symbol.for('mcpgw.keycloakSupervisor');
 
 /**
- * Jest global setup of the project whose tests need Keycloak (jest.config.js): jest runs it only when
- * the run includes one of them. It starts the run's one Keycloak in the background and returns at
- * once; tests wait for readiness through `keycloak()` (keycloak.ts).
+ * Starts Keycloak's supervisor (keycloak-supervisor.ts) with the test realm, and returns once it takes
+ * control requests, before Keycloak itself answers. It stops Keycloak and exits when its stdin closes.
  */
-export default async function startRunKeycloak(): Promise<void> {
+export async function launchKeycloakSupervisor(logDir: string): Promise<{ run: KeycloakRun; supervisor: ChildProcess }> {
   const { keycloak } = tools();
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcpgw-keycloak-'));
-  const logDir = projectPath('.run', 'test');
   fs.mkdirSync(logDir, { recursive: true });
   const [port, managementPort, controlPort] = await freePorts(3);
   const config: SupervisorConfig = {
@@ -50,7 +48,17 @@ export default async function startRunKeycloak(): Promise<void> {
     logFile: config.logFile,
     dataDir,
   };
-  const runFile = path.join(dataDir, 'run.json');
+  return { run, supervisor };
+}
+
+/**
+ * Jest global setup of the project whose tests need Keycloak (jest.config.js): jest runs it only when
+ * the run includes one of them. It starts the run's one Keycloak in the background and returns at
+ * once; tests wait for readiness through `keycloak()` (keycloak.ts).
+ */
+export default async function startRunKeycloak(): Promise<void> {
+  const { run, supervisor } = await launchKeycloakSupervisor(projectPath('.run', 'test'));
+  const runFile = path.join(run.dataDir, 'run.json');
   fs.writeFileSync(runFile, JSON.stringify(run, null, 2));
   process.env[KEYCLOAK_RUN_ENV] = runFile;
   (globalThis as Record<symbol, unknown>)[SUPERVISOR_KEY] = supervisor;

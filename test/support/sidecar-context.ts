@@ -1,3 +1,5 @@
+import { BackendCredentialsProvider } from '../../control-plane/credentials/backend-credentials';
+import { TOKEN_CACHE_DEFAULTS, TokenCache } from '../../control-plane/credentials/token-cache';
 import { GatewayContext } from '../../control-plane/sidecar/decision';
 import { RouteCatalogView } from '../../control-plane/sidecar/route-catalog';
 import { MemorySessionStore } from '../../control-plane/sidecar/sessions/session-store';
@@ -23,11 +25,16 @@ export function sidecarContext(views: Map<string, RouteCatalogView>, openBackend
       close: async ({ url }, { backendSessionId }) => {
         closed.push(`${url} ${backendSessionId}`);
       },
-      post: async ({ url }, { backendSessionId }, message) => {
+      relay: async ({ url }, { backendSessionId }, message) => {
         posted.push({ url, backendSessionId, message: JSON.parse(message) });
         return { status: 202, contentType: 'application/json', body: Buffer.alloc(0) };
       },
+      request: async () => {
+        throw new Error('no backend streams in unit tests');
+      },
     },
+    // No IdP: per-caller credentials fail as unavailable (tests of them bring their own).
+    credentials: new BackendCredentialsProvider(undefined, new TokenCache(TOKEN_CACHE_DEFAULTS, { lookup: () => undefined, issued: () => undefined })),
     log: quietLogger,
   };
   return { context, opened, closed, posted };

@@ -61,7 +61,7 @@ const call = (extra: Partial<EntryShape> = {}): EntryShape => ({
   status: 200,
   routeName: 'demo/call/jobs',
   mcp: { method: 'tools/call', id: 3, params: { name: 'jobs__run_job' } },
-  ours: { route: 'demo', backend: 'jobs', tool: 'run_job', outcome: 'ok', arguments: '{"steps": 2, "label":"x"}', credential: 'caller-token-stripped' },
+  ours: { route: 'demo', backend: 'jobs', tool: 'run_job', outcome: 'ok', arguments: '{"steps": 2, "label":"x"}', credential: 'tokenExchange' },
   attempts: 1,
   ...extra,
 });
@@ -105,7 +105,7 @@ describe('an audit event from a call-log entry', () => {
       attempts: 1,
       elapsed_ms: 42,
       approval: { decision: 'not_required' },
-      credential_mode: 'caller-token-stripped',
+      credential_mode: 'tokenExchange',
     });
     expect(JSON.stringify(event)).not.toContain('"x"');
   });

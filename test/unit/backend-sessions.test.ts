@@ -2,7 +2,9 @@ import * as http from 'node:http';
 import { AddressInfo } from 'node:net';
 import { closeServer } from '../../control-plane/shared/http-listen';
 import { BackendView } from '../../control-plane/sidecar/route-catalog';
-import { openBackendSession } from '../../control-plane/sidecar/sessions/backend-sessions';
+import { BackendCredentialsProvider } from '../../control-plane/credentials/backend-credentials';
+import { TOKEN_CACHE_DEFAULTS, TokenCache } from '../../control-plane/credentials/token-cache';
+import { BackendRequests } from '../../control-plane/sidecar/sessions/backend-sessions';
 
 /**
  * The sidecar's own requests to a backend read Streamable HTTP answers as the SSE spec says
@@ -49,22 +51,25 @@ describe('opening a backend session whose initialize answers in SSE', () => {
   });
 
   const backend = () =>
-    ({ name: 'b', url, capabilities: { logging: {} }, protocolVersion: '2025-11-25', sessionful: true }) as unknown as BackendView;
+    ({ name: 'b', url, capabilities: { logging: {} }, protocolVersion: '2025-11-25', sessionful: true, credentials: { mode: 'none', audience: '', resource: '', scopes: [] } }) as unknown as BackendView;
+  // Straight to the test server (in the gateway: Envoy's egress listener); a backend without credentials.
+  const requests = new BackendRequests(() => fetch, new BackendCredentialsProvider(undefined, new TokenCache(TOKEN_CACHE_DEFAULTS, { lookup: () => undefined, issued: () => undefined })), 2000);
+  const openBackendSession = (view: BackendView, session: Parameters<BackendRequests['open']>[1]) => requests.open(view, session, { headers: {} });
 
   it('finds the answer after the priming event and a comment, its data joined over lines', async () => {
-    const id = await openBackendSession(backend(), { protocolVersion: '2025-11-25', clientInfo: { name: 'c', version: '1' }, clientCapabilities: {} }, {}, 2000);
+    const id = await openBackendSession(backend(), { protocolVersion: '2025-11-25', clientInfo: { name: 'c', version: '1' }, clientCapabilities: {} });
     expect(id).toBe('backend-7');
   });
 
   it('takes the answer, not a notification sent before it: a refusal is a refusal', async () => {
-    await expect(openBackendSession(backend(), { protocolVersion: '2025-11-25', clientInfo: { name: 'refused', version: '1' }, clientCapabilities: {} }, {}, 2000)).rejects.toThrow(
+    await expect(openBackendSession(backend(), { protocolVersion: '2025-11-25', clientInfo: { name: 'refused', version: '1' }, clientCapabilities: {} })).rejects.toThrow(
       'initialize answered 200: clients named refused are refused',
     );
   });
 
   it('sets the log level the client chose before this backend session existed', async () => {
     posted.length = 0;
-    await openBackendSession(backend(), { protocolVersion: '2025-11-25', clientInfo: { name: 'c', version: '1' }, clientCapabilities: {}, logLevel: 'debug' }, {}, 2000);
+    await openBackendSession(backend(), { protocolVersion: '2025-11-25', clientInfo: { name: 'c', version: '1' }, clientCapabilities: {}, logLevel: 'debug' });
     expect(posted.map((request) => request.method)).toEqual(['initialize', 'notifications/initialized', 'logging/setLevel']);
     expect(posted[2].headers['mcp-session-id']).toBe('backend-7');
   });

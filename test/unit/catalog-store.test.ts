@@ -1,6 +1,5 @@
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { CATALOG_DEFAULTS, CatalogSettings, CatalogSnapshotMessage, CatalogStore, RelistSettings } from '../../control-plane/catalog/catalog-store';
-import { TOOL_LIST_DEFAULTS, fetchToolList } from '../../control-plane/catalog/tool-fetcher';
 import { buildGatewayIR } from '../../control-plane/ir/gateway-ir';
 import { quietLogger as quiet } from '../support/quiet-logger';
 
@@ -250,14 +249,5 @@ describe('catalog store: failing backends are listed again soon', () => {
     const attempts = fetched.length;
     await new Promise((resolve) => setTimeout(resolve, 200));
     expect(fetched).toHaveLength(attempts);
-  });
-});
-
-describe('tools/list of a Tool Service that wants a bearer token', () => {
-  it('fails with the token file named when the file cannot be read, and never calls the backend', async () => {
-    const [service] = buildGatewayIR({
-      routes: [{ key: 'r', toolServices: [{ id: 's', name: 's', url: 'http://127.0.0.1:9/mcp', transport: { catalogBearerTokenFile: '/nonexistent/token' } }] }],
-    }).toolServices;
-    await expect(fetchToolList(service, { ...TOOL_LIST_DEFAULTS, timeoutMs: 1000 })).rejects.toThrow('cannot read transport.catalogBearerTokenFile /nonexistent/token: ENOENT');
   });
 });

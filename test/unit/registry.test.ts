@@ -68,7 +68,7 @@ describe('registry validation', () => {
       ],
     });
     expect(problems[0]).toMatchObject({ route: 'two', field: 'routes[1].toolServices[0]' });
-    expect(problems[0].message).toMatch(/already registered with another URL, transport or fallback \(http:\/\/127.0.0.1:1\/mcp\)/);
+    expect(problems[0].message).toMatch(/already registered with another URL, transport, credentials or fallback \(http:\/\/127.0.0.1:1\/mcp\)/);
   });
 
   it('rejects a document that is not a registry, suggesting the key an unknown one most likely meant', () => {
@@ -162,5 +162,79 @@ describe('static registry file', () => {
     const logged = result.stderr.trim().split('\n').map((line) => JSON.parse(line));
     expect(logged).toEqual([expect.objectContaining({ level: 'error', component: 'control-plane', message: 'could not start' })]);
     expect(logged[0].error).toMatch(/cp-bad\.yaml:6:9: route "demo", routes\[0\]\.toolServices\[0\]\.tls: unknown key \(did you mean "transport\.tls"\?\)/);
+  });
+});
+
+describe('Tool Service credentials in the registry', () => {
+  // Per-caller credentials need the route's auth: every route here has one, but the test that says so.
+  const AUTH = { issuer: 'https://idp.example/realms/agents' };
+  const withCredentials = (credentials: unknown, extra: Record<string, unknown> = {}, auth: unknown = AUTH) => ({
+    routes: [{ key: 'demo', ...(auth ? { auth } : {}), toolServices: [service('weather', 9000, { credentials, ...extra })] }],
+  });
+  const problemsOf = (document: unknown, allowTokenPassthrough = false) =>
+    validateRegistry(document, { allowTokenPassthrough }).problems.map((problem) => `${problem.field}: ${problem.message}`);
+
+  it('accepts each mode with what it needs', () => {
+    for (const credentials of [
+      { mode: 'none' },
+      { mode: 'serviceAccount', tokenFile: '/var/run/secrets/weather/token' },
+      { mode: 'tokenExchange', audience: 'tool-weather', scopes: ['weather:read'], resource: 'https://weather.example/mcp' },
+    ]) {
+      expect(problemsOf(withCredentials(credentials))).toEqual([]);
+    }
+    expect(problemsOf(withCredentials({ mode: 'passthrough', audience: 'https://gw/mcp/demo' }), true)).toEqual([]);
+  });
+
+  it.each([
+    ['an unknown mode', { mode: 'oauth' }, 'routes[0].toolServices[0].credentials.mode: must be one of none, serviceAccount, tokenExchange, passthrough'],
+    ['a service account without its file', { mode: 'serviceAccount' }, 'routes[0].toolServices[0].credentials.tokenFile: Invalid input: expected string, received undefined'],
+    ['a relative token file', { mode: 'serviceAccount', tokenFile: 'token' }, 'routes[0].toolServices[0].credentials.tokenFile: must be an absolute path to a file on the Envoy host (e.g. a mounted secret)'],
+    ['a scope with a space', { mode: 'tokenExchange', audience: 'a', scopes: ['a b'] }, 'routes[0].toolServices[0].credentials.scopes[0]: must be one OAuth scope (printable ASCII, no spaces, quotes or backslashes)'],
+    ['a misspelt key', { mode: 'serviceAccount', tokenfile: '/t' }, 'routes[0].toolServices[0].credentials.tokenfile: unknown key (did you mean "tokenFile"?)'],
+  ])('rejects %s, naming the field', (_case, credentials, problem) => {
+    expect(problemsOf(withCredentials(credentials))).toContain(problem);
+  });
+
+  it('refuses passthrough unless the gateway allows it', () => {
+    expect(problemsOf(withCredentials({ mode: 'passthrough', audience: 'x' }))).toEqual([
+      "routes[0].toolServices[0].credentials.mode: passthrough (the caller's own token to the backend) is off on this gateway: start the control plane with --allow-token-passthrough, or use tokenExchange",
+    ]);
+  });
+
+  it('refuses credentials made from the caller\'s token on a route that validates no token', () => {
+    expect(problemsOf(withCredentials({ mode: 'tokenExchange', audience: 'tool-weather' }, {}, null))).toEqual([
+      "routes[0].toolServices[0].credentials.mode: tokenExchange makes the backend's credentials from the caller's token, which the gateway must validate first: give the route an auth (or the document a default auth)",
+    ]);
+    expect(problemsOf(withCredentials({ mode: 'passthrough', audience: 'x' }, {}, null), true)).toHaveLength(1);
+    expect(problemsOf(withCredentials({ mode: 'serviceAccount', tokenFile: '/t' }, {}, null))).toEqual([]);
+  });
+
+  it('wants a client certificate and its key together', () => {
+    expect(problemsOf(withCredentials({ mode: 'none' }, { url: 'https://w.example/mcp', transport: { tls: { clientCertFile: '/c/tls.crt' } } }))).toEqual([
+      'routes[0].toolServices[0].transport.tls.clientKeyFile: a client certificate needs both clientCertFile and clientKeyFile',
+    ]);
+  });
+
+  it('keeps one credential per Tool Service id across routes', () => {
+    const { problems } = validateRegistry({
+      routes: [
+        { key: 'one', toolServices: [service('w', 1, { id: 'svc' })] },
+        { key: 'two', toolServices: [service('w', 1, { id: 'svc', credentials: { mode: 'serviceAccount', tokenFile: '/t' } })] },
+      ],
+    });
+    expect(problems.map((problem) => problem.route)).toEqual(['two']);
+  });
+
+  it('says where the old transport.catalogBearerTokenFile went', () => {
+    const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'mcpgw-moved-')), 'old.yaml');
+    fs.writeFileSync(file, 'routes:\n  - key: demo\n    toolServices:\n      - name: w\n        url: http://127.0.0.1:1/mcp\n        transport:\n          catalogBearerTokenFile: /t\n');
+    expect(checkRegistryFile(file).problems).toEqual([
+      {
+        line: 7,
+        column: 11,
+        message:
+          "route \"demo\", routes[0].toolServices[0].transport.catalogBearerTokenFile: moved: use credentials: { mode: serviceAccount, tokenFile: <file> } on the Tool Service (the token then authenticates its calls and the sidecar's requests too, injected by Envoy)",
+      },
+    ]);
   });
 });

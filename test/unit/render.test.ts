@@ -18,6 +18,7 @@ const settings = {
   ...GATEWAY_DEFAULTS,
   listener: { address: '127.0.0.1', port: 10000 },
   sidecars: [{ address: '127.0.0.1', port: 18080 }],
+  egress: { address: '127.0.0.1', port: 10001 },
   access: defaultAccess({ address: '127.0.0.1', port: 10000 }),
 };
 const FIXTURES = projectPath('test', 'fixtures', 'registries');

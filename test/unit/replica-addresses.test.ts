@@ -26,6 +26,7 @@ const sidecarClusters = (sidecars: { address: string; port: number }[]) =>
       ...GATEWAY_DEFAULTS,
       listener: { address: '127.0.0.1', port: 10000 },
       sidecars,
+      egress: { address: '127.0.0.1', port: 10001 },
       access: defaultAccess({ address: '127.0.0.1', port: 10000 }),
     }, NO_SIGNING_KEYS)[TYPE_URL.cluster] as unknown as Cluster[]
   ).filter(

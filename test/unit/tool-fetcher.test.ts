@@ -6,6 +6,7 @@ import * as path from 'node:path';
 import express from 'express';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { createMcpExpressApp } from '@modelcontextprotocol/sdk/server/express.js';
+import { CatalogAccess, directCatalogAccess } from '../../control-plane/catalog/catalog-access';
 import { TOOL_LIST_DEFAULTS, ToolListLimits, fetchToolList } from '../../control-plane/catalog/tool-fetcher';
 import { freePort } from '../../control-plane/devstack/processes';
 import { buildGatewayIR } from '../../control-plane/ir/gateway-ir';
@@ -18,8 +19,10 @@ import { makeTestPki } from '../support/test-pki';
 
 const serviceAt = (url: string) => buildGatewayIR({ routes: [{ key: 'r', toolServices: [{ id: 's', name: 's', url }] }] }).toolServices[0];
 const limits = (overrides: Partial<ToolListLimits> = {}): ToolListLimits => ({ ...TOOL_LIST_DEFAULTS, timeoutMs: 1000, ...overrides });
+/** Tool Services without credentials: the control plane's own way to them. */
+const direct: CatalogAccess = directCatalogAccess({ authorizationFor: async () => undefined });
 const failureOf = (url: string, overrides?: Partial<ToolListLimits>) =>
-  fetchToolList(serviceAt(url), limits(overrides)).then(
+  fetchToolList(serviceAt(url), direct, limits(overrides)).then(
     () => 'listed',
     (error: Error) => error.message,
   );
@@ -94,7 +97,7 @@ describe('tools/list bounds', () => {
 
   it('lists every page within the bounds', async () => {
     service.setDescriptionBytes(1000);
-    const { tools } = await fetchToolList(serviceAt(service.url), limits({ maxBytes: 200_000, maxTools: 120 }));
+    const { tools } = await fetchToolList(serviceAt(service.url), direct, limits({ maxBytes: 200_000, maxTools: 120 }));
     expect(tools).toHaveLength(120);
   });
 

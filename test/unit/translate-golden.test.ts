@@ -22,6 +22,7 @@ const settings: GatewaySettings = {
   ...GATEWAY_DEFAULTS,
   listener: { address: '127.0.0.1', port: 10000 },
   sidecars: [{ address: '127.0.0.1', port: 18080 }],
+  egress: { address: '127.0.0.1', port: 10001 },
   access: defaultAccess({ address: '127.0.0.1', port: 10000 }),
 };
 const FIXTURES = projectPath('test', 'fixtures', 'registries');
@@ -110,6 +111,39 @@ describe('registry → IR → xDS golden files', () => {
     );
     expect(first.get(TYPE_URL.listener)).toEqual(second.get(TYPE_URL.listener));
     expect(first.get(TYPE_URL.routeConfiguration)!.version).not.toBe(second.get(TYPE_URL.routeConfiguration)!.version);
+  });
+});
+
+describe('backend credentials in the xDS', () => {
+  it('make a credential part of the upstream: one cluster per (upstream, credential), shared by Tool Services with the same', () => {
+    const url = 'http://127.0.0.1:18102/mcp';
+    const ir = buildGatewayIR({
+      routes: [
+        {
+          key: 'r',
+          toolServices: [
+            { id: 'plain', name: 'plain', url },
+            { id: 'sa', name: 'sa', url, credentials: { mode: 'serviceAccount', tokenFile: '/s/token' } },
+            { id: 'sa-too', name: 'sa_too', url, credentials: { mode: 'serviceAccount', tokenFile: '/s/token' } },
+            { id: 'exchange', name: 'exchange', url, credentials: { mode: 'tokenExchange', audience: 'a' } },
+          ],
+        },
+      ],
+    });
+    const clusterOf = (id: string) => ir.toolServices.find((service) => service.id === id)!.clusterName;
+    expect(new Set(['plain', 'sa', 'exchange'].map(clusterOf)).size).toBe(3);
+    expect(clusterOf('sa-too')).toBe(clusterOf('sa'));
+    // Without credentials, a cluster keeps the name it always had.
+    expect(clusterOf('plain')).toBe(buildGatewayIR({ routes: [{ key: 'x', toolServices: [{ id: 'x', name: 'x', url }] }] }).clusters[0].clusterName);
+  });
+
+  it("refer to the listener's certificate by name: other files change the secret, never a byte of the listener", () => {
+    const ir = buildGatewayIR(loadRegistryFile(path.join(FIXTURES, 'two-routes.yaml')));
+    const [first, second] = ['/a', '/b'].map((dir) =>
+      buildSnapshot(translate(ir, catalogFor(ir), { ...settings, listenerTls: { certFile: `${dir}/tls.crt`, keyFile: `${dir}/tls.key` } }, NO_SIGNING_KEYS)),
+    );
+    expect(first.get(TYPE_URL.listener)).toEqual(second.get(TYPE_URL.listener));
+    expect(first.get(TYPE_URL.secret)!.version).not.toBe(second.get(TYPE_URL.secret)!.version);
   });
 });
 

@@ -7,6 +7,11 @@
 --   sessionful                    true when the backend hands out sessions (a stateless client's call needs one)
 --   annotate                      true: the final message of the answer gets the call's outcome
 --   fallback                      degraded answer text for read-only tools, if the Tool Service has one
+--   per_caller_credentials        true when the backend's credentials come from the caller's token
+--                                 (token exchange, passthrough): the sidecar makes them (credential_cluster,
+--                                 credential_timeout_ms), this worker remembers them for as long as it says
+--   credential_mode               the backend's credentials mode (none, serviceAccount, tokenExchange,
+--                                 passthrough), for the audit
 --   audit_arguments               true: the call's arguments (raw JSON) go to the access log's metadata,
 --                                 from which the control plane hashes them for the audit event
 --   ["tool:<own name>"]           a served tool: "" or flags "t=<deadline ms>;r;f;a=<n>;ap" (retry safe,
@@ -73,6 +78,7 @@ local SERVER_REQUEST_PATH = "/internal/server-request"
 local AUTHZ_NS = "envoy.filters.http.ext_authz"
 local CHECK_BACKEND_SESSION = "x-mcpgw-backend-session"
 local CHECK_GATEWAY_SESSION = "x-mcpgw-gateway-session"
+local CALLER_AUTHORIZATION = "x-mcpgw-caller-authorization"
 local SPAN_IDS_HEADER = "x-mcpgw-span"
 
 local JWT_NS = "envoy.filters.http.jwt_authn"
@@ -408,7 +414,10 @@ end
 -- client's request for a backend that needs one; a request in a session the check passed a moment
 -- ago on this worker, for the same caller (`owner`, "" without a token), takes its answer from the
 -- worker's memory instead.
-local function ask_session_check(h, headers, route, backend, modern_client, sessionful, owner)
+-- caller_authorization: the caller's own token on a route whose backend's credentials are made from it;
+-- the check may open a backend session on the caller's behalf, so it gets it under the gateway's own
+-- name (which the route removes as the request leaves).
+local function ask_session_check(h, headers, route, backend, modern_client, sessionful, owner, caller_authorization)
   local session_id = headers:get("mcp-session-id")
   if session_id ~= nil then
     local key = M.checked_key(session_id, owner, route, backend)
@@ -420,6 +429,7 @@ local function ask_session_check(h, headers, route, backend, modern_client, sess
     h:streamInfo():dynamicMetadata():set(NS, "checked_key", key)
   end
   if session_id ~= nil or (modern_client and sessionful) then
+    if caller_authorization then headers:replace(CALLER_AUTHORIZATION, caller_authorization) end
     h:streamInfo():dynamicMetadata():set(NS, "check", true)
   end
 end
@@ -711,6 +721,8 @@ function envoy_on_request(h)
   local flags = context:get("tool:" .. own)
   local rule = flags == nil and context:get("deny:" .. own) or nil
   local era, sessionful, fallback = context:get("era"), context:get("sessionful"), context:get("fallback")
+  local per_caller, credential_mode = context:get("per_caller_credentials"), context:get("credential_mode")
+  local credential_cluster, credential_timeout = context:get("credential_cluster"), context:get("credential_timeout_ms")
   local modern_client = request.params._meta ~= nil and request.params._meta["io.modelcontextprotocol/protocolVersion"] ~= nil
   era, sessionful = M.era_for(era, sessionful, modern_client)
 
@@ -813,23 +825,80 @@ function envoy_on_request(h)
   strip_query(headers)
   text = adapt_to_era(h, headers, text, era, modern_client, "tools/call", own)
   body:setBytes(text)
-  h:streamInfo():dynamicMetadata():set(NS, "credential", M.credential_mode(headers:get("authorization") ~= nil, h:streamInfo():dynamicMetadata():get(JWT_NS)))
+  h:streamInfo():dynamicMetadata():set(NS, "credential", credential_mode or "none")
   if tool.deadline_ms then headers:replace("x-envoy-upstream-rq-timeout-ms", tool.deadline_ms) end
   if tool.retry then
     -- Read-only and idempotent tools only: running a side-effecting tool twice is worse than failing once.
     headers:replace("x-envoy-retry-on", "5xx,reset,connect-failure,reset-before-request")
     headers:replace("x-envoy-max-retries", "2")
   end
-  ask_session_check(h, headers, route, backend, modern_client, sessionful, caller and caller.owner or "")
+  -- The caller's token never goes on: the backend gets the Authorization the sidecar makes from it.
+  local caller_authorization
+  if per_caller then
+    caller_authorization = headers:get("authorization")
+    headers:remove("authorization")
+    local credential = M.backend_credential(h, {
+      cluster = credential_cluster, timeout_ms = credential_timeout, route = route, backend = backend, tool = own,
+      id = id, caller_authorization = caller_authorization,
+    })
+    if not credential then return end
+    headers = h:headers()
+    headers:replace("authorization", credential)
+  end
+  ask_session_check(h, headers, route, backend, modern_client, sessionful, caller and caller.owner or "", caller_authorization)
 end
 
--- What the call carries to the backend as a credential, for the audit: the caller's own token when
--- one is left in Authorization (nothing removed it), none when jwt_authn validated and removed it
--- ("stripped") or there was none. Backend credentials of the gateway's own come with issue 12.
-function M.credential_mode(has_authorization, jwt_metadata)
-  if has_authorization then return "caller-token-passthrough" end
-  if jwt_metadata and jwt_metadata.jwt_payload then return "caller-token-stripped" end
-  return "none"
+-- Per-caller backend credentials (token exchange, passthrough): the sidecar makes them from the
+-- caller's token (its own cache answers most) and says how long they may be used; each Envoy worker
+-- remembers them that long, by (route, backend, the caller's Authorization as presented), so a caller's
+-- calls within the token's life cost no request to the sidecar. Bounded; a full memory starts over.
+local CREDENTIAL_MEMORY_MAX = 4096
+local remembered_credentials, credential_count = {}, 0
+local CREDENTIAL_PATH = "/internal/backend-credential"
+local CREDENTIAL_TTL_HEADER = "x-mcpgw-credential-ttl-ms"
+
+function M.credential_lookup(key, now_ms)
+  local entry = remembered_credentials[key]
+  if entry and entry.until_ms > now_ms then return entry.authorization end
+  return nil
+end
+
+function M.credential_remember(key, authorization, until_ms)
+  if credential_count >= CREDENTIAL_MEMORY_MAX then
+    remembered_credentials, credential_count = {}, 0
+  end
+  if not remembered_credentials[key] then credential_count = credential_count + 1 end
+  remembered_credentials[key] = { authorization = authorization, until_ms = until_ms }
+end
+
+-- The Authorization for the backend, from this worker's memory or the sidecar; nil when the call was
+-- answered instead (the caller may not, or the sidecar or the IdP could not be asked).
+function M.backend_credential(h, call)
+  local key = call.route .. "\n" .. call.backend .. "\n" .. (call.caller_authorization or "")
+  local remembered = M.credential_lookup(key, h:timestamp())
+  if remembered then return remembered end
+  local ok, answer_headers, answer_body = pcall(h.httpCall, h, call.cluster, {
+    [":method"] = "POST", [":path"] = CREDENTIAL_PATH, [":authority"] = "mcpgw-sidecar",
+    ["x-mcpgw-route"] = call.route, ["x-mcpgw-backend"] = call.backend, ["x-mcpgw-tool"] = call.tool,
+    ["x-mcpgw-rpc-id"] = id_json(call.id), [CALLER_AUTHORIZATION] = call.caller_authorization,
+  }, "", call.timeout_ms)
+  local status = ok and answer_headers and answer_headers[":status"]
+  if status == "200" then
+    local ttl = tonumber(answer_headers[CREDENTIAL_TTL_HEADER] or "0") or 0
+    if ttl > 0 then M.credential_remember(key, answer_body, h:timestamp() + ttl) end
+    return answer_body
+  end
+  local metadata = h:streamInfo():dynamicMetadata()
+  if status == "403" or status == "424" then
+    -- The sidecar's JSON-RPC error (denied: -32003; the IdP unavailable: -32004), as it wrote it.
+    metadata:set(NS, "outcome", status == "403" and "denied" or "failed")
+    metadata:set(NS, "answered", true)
+    h:respond({ [":status"] = "200", ["content-type"] = "application/json" }, answer_body)
+    return nil
+  end
+  metadata:set(NS, "outcome", "failed")
+  error_reply(h, call.id, -32603, "gateway error: the sidecar could not be asked for backend " .. call.backend .. "'s credentials", nil, "503")
+  return nil
 end
 
 -- A stateless (2026-07-28) client's capabilities, as it sent them in params._meta: raw JSON, or nil.

@@ -28,6 +28,8 @@ const RESOURCE_PROTO_FILES = [
   'envoy/extensions/access_loggers/filters/cel/v3/cel.proto',
   'envoy/config/core/v3/extension.proto',
   'envoy/extensions/upstreams/http/v3/http_protocol_options.proto',
+  'envoy/extensions/filters/http/credential_injector/v3/credential_injector.proto',
+  'envoy/extensions/filters/http/upstream_codec/v3/upstream_codec.proto',
   'envoy/extensions/transport_sockets/tls/v3/tls.proto',
   'envoy/extensions/access_loggers/stream/v3/stream.proto',
   'envoy/extensions/access_loggers/grpc/v3/als.proto',

@@ -38,8 +38,8 @@ export const validatedRoutes = (ir: GatewayIR, keys: SigningKeys) => ir.routes.f
 
 /**
  * jwt_authn's configuration (the ECDS resource): a provider per issuer (keys inline, the validated
- * payload left in metadata with `scope` as a list, the token removed from the request once
- * validated), a requirement per route (that provider, the route's audiences). Always sent, also
+ * payload left in metadata with `scope` as a list, the token kept in the request for backend
+ * credentials made from it), a requirement per route (that provider, the route's audiences). Always sent, also
  * with no route of auth: the listener waits for it.
  */
 export function jwtAuthnConfig(ir: GatewayIR, keys: SigningKeys): TypedJson {
@@ -52,8 +52,10 @@ export function jwtAuthnConfig(ir: GatewayIR, keys: SigningKeys): TypedJson {
       local_jwks: { inline_string: keys.get(auth.keys.name) },
       // MCP: the token travels in the Authorization header only, never in the query string.
       from_headers: [{ name: 'authorization', value_prefix: 'Bearer ' }],
-      // The caller's token never reaches a backend or the sidecar (ARCHITECTURE.md: no token passthrough).
-      forward: false,
+      // Kept in the request once validated: backend credentials are made from it (token exchange's
+      // subject token, docs/adr/0013-backend-credentials.md). It never reaches a backend: every call
+      // route removes it as the request leaves, and the sidecar's own requests never carry it.
+      forward: true,
       payload_in_metadata: JWT_METADATA.payloadKey,
       normalize_payload_in_metadata: { space_delimited_claims: ['scope'] },
       clock_skew_seconds: auth.clockSkewSeconds,

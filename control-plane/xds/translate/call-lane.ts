@@ -1,7 +1,7 @@
 import * as fs from 'node:fs';
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { AccessRuleMessage, CatalogSnapshotMessage } from '../../catalog/catalog-store';
-import { RouteAuthIR } from '../../ir/gateway-ir';
+import { BackendCredentials, RouteAuthIR } from '../../ir/gateway-ir';
 import { CALLER_PAYLOAD_HEADER, JWT_METADATA } from '../../auth/caller-identity';
 import { MODERN_PROTOCOL_VERSION } from '../../sidecar/modern-era';
 import { schemeNameOf } from '../../catalog/resource-naming';
@@ -184,8 +184,11 @@ export function mcpFilter(maxRequestBodyBytes: number): HttpFilter {
 
 const formatterOf = (key: string) => `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:${key})%`;
 
-/** Client headers the session check sees: its session, protocol version, and what a backend session is opened with on the client's behalf. */
-const CHECKED_CLIENT_HEADERS = ['mcp-session-id', 'mcp-protocol-version', 'authorization', 'traceparent', 'tracestate', 'baggage'];
+/**
+ * Client headers the session check sees: its session, protocol version, what a backend session is
+ * opened with on the client's behalf, and (per-caller credentials) the caller's token the script moved.
+ */
+const CHECKED_CLIENT_HEADERS = ['mcp-session-id', 'mcp-protocol-version', CHECK_HEADERS.callerAuthorization, 'traceparent', 'tracestate', 'baggage'];
 
 /**
  * core.v3.RetryPolicy of the session check: only what never reached a sidecar, on another replica.
@@ -257,6 +260,9 @@ export function callMatch(path: string, backendName: string, separator: string) 
   };
 }
 
+/** How long the call script waits for a backend's credentials: above the sidecar's IdP timeout (5 s by default). */
+export const BACKEND_CREDENTIAL_TIMEOUT_MS = 6_000;
+
 /** What the script knows of a backend on every one of its routes. */
 function backendContext(routeKey: string, backendName: string, separator: string, backend: CallLaneBackend | undefined): Record<string, unknown> {
   return {
@@ -300,13 +306,20 @@ export function callRouteFilters(
   separator: string,
   route: CallLaneRoute | undefined,
   auth: RouteAuthIR | undefined,
-  options: { annotate: boolean; auditArguments: boolean },
+  options: { annotate: boolean; auditArguments: boolean; credentials: BackendCredentials['mode'] },
 ) {
   const backend = route?.backends.get(backendName);
   const context: Record<string, unknown> = {
     ...backendContext(routeKey, backendName, separator, backend),
     annotate: options.annotate,
     fallback: backend?.fallbackText ?? '',
+    // Credentials made from the caller's token (token exchange, passthrough): the script asks the
+    // sidecar for them (its check cluster) and its worker keeps them for as long as the answer says.
+    per_caller_credentials: options.credentials === 'tokenExchange' || options.credentials === 'passthrough',
+    credential_cluster: SIDECAR_CHECK_CLUSTER_NAME,
+    credential_timeout_ms: BACKEND_CREDENTIAL_TIMEOUT_MS,
+    // What the audit says the call carried to its backend.
+    credential_mode: options.credentials,
     ...(auth && authContext(auth)),
   };
   if (options.auditArguments) context.audit_arguments = true;

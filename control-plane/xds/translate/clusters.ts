@@ -2,8 +2,9 @@ import { isIP } from 'node:net';
 import { GatewayIR, ToolServiceIR } from '../../ir/gateway-ir';
 import { TypedJson } from '../protobuf/proto-json';
 import { duration } from './duration';
+import { clientCertificateSecretName, sdsSecret, tokenSecretName, trustedCaSecretName } from './secrets';
 import { GatewaySettings, SIDECAR_CHECK_CLUSTER_NAME, ToolServiceLimits, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
-import { TYPE_URL } from './type-urls';
+import { TYPE_URL, typedStruct } from './type-urls';
 
 /**
  * Cluster defaults (docs/xds.md explains each): a Tool Service that stops accepting connections is
@@ -64,8 +65,63 @@ function healthCheck(service: ToolServiceIR) {
   return { ...CLUSTER_DEFAULTS.healthCheck, ...check };
 }
 
+/**
+ * TLS to the Tool Service: its CA and (mTLS) the gateway's client certificate come by SDS from files
+ * Envoy watches, so a rotation reaches new connections without a cluster change; the name checked
+ * stays in the cluster.
+ */
+function upstreamTlsSocket(tls: NonNullable<ToolServiceIR['endpoint']['tls']>) {
+  return tlsSocketTo(tls.sni, {
+    ...(tls.clientCert && { tls_certificate_sds_secret_configs: [sdsSecret(clientCertificateSecretName(tls.clientCert.certFile, tls.clientCert.keyFile))] }),
+    combined_validation_context: {
+      default_validation_context: { match_typed_subject_alt_names: [sanIs(tls.sni)] },
+      validation_context_sds_secret_config: sdsSecret(trustedCaSecretName(tls.caFile)),
+    },
+  });
+}
+
+/** An upstream TLS transport socket: the server must name `sni` (checked by the context's SAN matcher). */
+const tlsSocketTo = (sni: string, commonTlsContext: Record<string, unknown>) => ({
+  name: 'envoy.transport_sockets.tls',
+  typed_config: { '@type': TYPE_URL.upstreamTls, sni, common_tls_context: commonTlsContext },
+});
+const sanIs = (sni: string) => ({ san_type: 'DNS', matcher: { exact: sni } });
+
+/**
+ * A service-account Tool Service: Envoy's credential injector (an upstream filter of the cluster, so
+ * on every request the cluster sends — calls and the gateway's own requests through the egress
+ * listener alike) sets `Authorization: Bearer <the token file>`, replacing whatever the request had.
+ */
+function serviceAccountOptions(tokenFile: string) {
+  return {
+    'envoy.extensions.upstreams.http.v3.HttpProtocolOptions': {
+      '@type': TYPE_URL.httpProtocolOptions,
+      explicit_http_config: { http_protocol_options: {} },
+      http_filters: [
+        {
+          name: 'envoy.filters.http.credential_injector',
+          typed_config: {
+            '@type': TYPE_URL.credentialInjector,
+            overwrite: true,
+            credential: {
+              name: 'envoy.http.injected_credentials.generic',
+              typed_config: typedStruct(TYPE_URL.genericCredential, {
+                credential: sdsSecret(tokenSecretName(tokenFile)),
+                header: 'authorization',
+                header_value_prefix: 'Bearer ',
+              }),
+            },
+          },
+        },
+        { name: 'envoy.filters.http.upstream_codec', typed_config: { '@type': TYPE_URL.upstreamCodec } },
+      ],
+    },
+  };
+}
+
 function toolServiceCluster(service: ToolServiceIR, limits: ToolServiceLimits): TypedJson {
   const { host, port, tls } = service.endpoint;
+  const { credentials } = service;
   const endpoints = [{ address: host, port }];
   return {
     '@type': TYPE_URL.cluster,
@@ -78,25 +134,18 @@ function toolServiceCluster(service: ToolServiceIR, limits: ToolServiceLimits): 
     outlier_detection: CLUSTER_DEFAULTS.outlierDetection,
     circuit_breakers: toolServiceCircuitBreakers(limits),
     per_connection_buffer_limit_bytes: CLUSTER_DEFAULTS.perConnectionBufferLimitBytes,
-    ...(tls && { transport_socket: upstreamTls(tls) }),
+    ...(tls && { transport_socket: upstreamTlsSocket(tls) }),
+    ...(credentials.mode === 'serviceAccount' && { typed_extension_protocol_options: serviceAccountOptions(credentials.tokenFile) }),
   };
 }
 
-/** TLS to an upstream: its certificate must chain to `caFile` and name `sni`. */
+/**
+ * TLS to an upstream whose CA is a fixed file read once (the system bundle: the OTLP collector): its
+ * certificate must chain to `caFile` and name `sni`. Tool Services take their CA and client
+ * certificate by SDS instead (upstreamTlsSocket), so that they rotate.
+ */
 export function upstreamTls(tls: { sni: string; caFile: string }) {
-  return {
-    name: 'envoy.transport_sockets.tls',
-    typed_config: {
-      '@type': TYPE_URL.upstreamTls,
-      sni: tls.sni,
-      common_tls_context: {
-        validation_context: {
-          trusted_ca: { filename: tls.caFile },
-          match_typed_subject_alt_names: [{ san_type: 'DNS', matcher: { exact: tls.sni } }],
-        },
-      },
-    },
-  };
+  return tlsSocketTo(tls.sni, { validation_context: { trusted_ca: { filename: tls.caFile }, match_typed_subject_alt_names: [sanIs(tls.sni)] } });
 }
 
 /**

@@ -3,8 +3,9 @@ import { TypedJson } from '../protobuf/proto-json';
 import { SigningKeys, jwtAuthnConfig } from './auth';
 import { CallLaneCatalog } from './call-lane';
 import { buildClusters } from './clusters';
-import { buildListener } from './listener';
-import { buildRouteConfiguration } from './route-configuration';
+import { buildEgressListener, buildListener } from './listener';
+import { buildEgressRouteConfiguration, buildRouteConfiguration } from './route-configuration';
+import { buildSecrets } from './secrets';
 import { GatewaySettings } from './settings';
 import { collectorCluster } from './tracing';
 import { TYPE_URL } from './type-urls';
@@ -20,8 +21,9 @@ export type XdsResources = Record<string, TypedJson[]>;
 export function translate(ir: GatewayIR, catalog: CallLaneCatalog, settings: GatewaySettings, keys: SigningKeys): XdsResources {
   return {
     [TYPE_URL.cluster]: [...buildClusters(ir, settings), ...(settings.tracing ? [collectorCluster(settings.tracing)] : [])],
-    [TYPE_URL.listener]: [buildListener(settings)],
+    [TYPE_URL.listener]: [buildListener(settings), buildEgressListener(settings)],
     [TYPE_URL.typedExtensionConfig]: [jwtAuthnConfig(ir, keys)],
-    [TYPE_URL.routeConfiguration]: [buildRouteConfiguration(ir, catalog, settings, keys)],
+    [TYPE_URL.routeConfiguration]: [buildRouteConfiguration(ir, catalog, settings, keys), buildEgressRouteConfiguration(ir)],
+    [TYPE_URL.secret]: buildSecrets(ir, settings),
   };
 }

@@ -1,11 +1,15 @@
+import { EGRESS_FAILURE_BODY } from '../../shared/egress-fetch';
 import { TypedJson } from '../protobuf/proto-json';
 import { originCheckFilter } from './access';
 import { jwtAuthnFilter } from './auth';
 import { callScriptFilter, mcpFilter, sessionCheckFilter } from './call-lane';
 import { localReplyConfig } from './local-replies';
 import { duration } from './duration';
+import { LISTENER_CERTIFICATE_SECRET, sdsSecret } from './secrets';
 import {
   CONTROL_PLANE_CLUSTER_NAME,
+  EGRESS_LISTENER_NAME,
+  EGRESS_ROUTE_CONFIG_NAME,
   EdgeSettings,
   GatewaySettings,
   JWT_METADATA_NAMESPACE,
@@ -98,6 +102,23 @@ const callLog = {
 };
 
 /**
+ * TLS for agents: the certificate is an SDS secret by name, its files read and watched by Envoy, so a
+ * rotated certificate changes no byte of the listener (which would drain it) and cuts no connection.
+ */
+function agentTlsSocket() {
+  return {
+    name: 'envoy.transport_sockets.tls',
+    typed_config: {
+      '@type': TYPE_URL.downstreamTls,
+      common_tls_context: {
+        tls_certificate_sds_secret_configs: [sdsSecret(LISTENER_CERTIFICATE_SECRET)],
+        alpn_protocols: ['h2', 'http/1.1'],
+      },
+    },
+  };
+}
+
+/**
  * Before Envoy reads a request's headers: a client's own Forwarded, and its own X-Forwarded-For unless
  * a trusted load balancer in front writes it, are dropped, so that the X-Forwarded-For a backend gets
  * holds the address Envoy saw (use_remote_address appends it) and nothing a client made up.
@@ -150,7 +171,7 @@ function edgeConnectionManagerSettings(edge: EdgeSettings) {
 }
 
 /**
- * The one listener. It depends on gateway settings only, never on the registry: Envoy drains a
+ * The agents' listener. It depends on gateway settings only, never on the registry: Envoy drains a
  * listener on every LDS change, which would cut streams in flight, so registry changes stay in RDS/CDS.
  */
 export function buildListener(settings: GatewaySettings): TypedJson {
@@ -161,6 +182,7 @@ export function buildListener(settings: GatewaySettings): TypedJson {
     per_connection_buffer_limit_bytes: settings.edge.perConnectionBufferLimitBytes,
     filter_chains: [
       {
+        ...(settings.listenerTls && { transport_socket: agentTlsSocket() }),
         filters: [
           {
             name: 'envoy.filters.network.http_connection_manager',
@@ -188,6 +210,43 @@ export function buildListener(settings: GatewaySettings): TypedJson {
                 sessionCheckFilter(settings.sessionCheckTimeoutMs),
                 { name: 'envoy.filters.http.router', typed_config: { '@type': TYPE_URL.router } },
               ],
+            },
+          },
+        ],
+      },
+    ],
+  };
+}
+
+/**
+ * The egress listener (docs/adr/0013-backend-credentials.md): the sidecars' own requests to Tool
+ * Services — backend sessions, relayed notifications and answers, DELETEs — enter Envoy here in plain
+ * HTTP and leave through the same clusters as calls, with the same credential injection, TLS and
+ * certificate rotation. Routes (RDS) pick the cluster by a header; like the agents'
+ * listener it never changes with the registry.
+ */
+export function buildEgressListener(settings: GatewaySettings): TypedJson {
+  return {
+    '@type': TYPE_URL.listener,
+    name: EGRESS_LISTENER_NAME,
+    address: { socket_address: { address: settings.egress.address, port_value: settings.egress.port } },
+    filter_chains: [
+      {
+        filters: [
+          {
+            name: 'envoy.filters.network.http_connection_manager',
+            typed_config: {
+              '@type': TYPE_URL.httpConnectionManager,
+              stat_prefix: 'mcp_egress',
+              codec_type: 'AUTO',
+              rds: { route_config_name: EGRESS_ROUTE_CONFIG_NAME, config_source: { ads: {}, resource_api_version: 'V3' } },
+              // The sidecars' requests carry their own deadlines.
+              stream_idle_timeout: '600s',
+              request_timeout: '0s',
+              access_log: [accessLog],
+              // Envoy's own replies (the Tool Service could not be reached) say why, for the sidecar's errors.
+              local_reply_config: { body_format: { json_format: EGRESS_FAILURE_BODY } },
+              http_filters: [{ name: 'envoy.filters.http.router', typed_config: { '@type': TYPE_URL.router } }],
             },
           },
         ],

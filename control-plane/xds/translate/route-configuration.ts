@@ -1,10 +1,10 @@
-import { GatewayIR, RouteBackendIR, RouteIR, ToolServiceIR } from '../../ir/gateway-ir';
+import { GatewayIR, RouteBackendIR, RouteIR, ToolServiceIR, perCallerCredentials } from '../../ir/gateway-ir';
 import { TypedJson } from '../protobuf/proto-json';
 import { corsPolicy, hostDeniedVirtualHost, servedDomains } from './access';
 import { CALLER_HEADER_REMOVED, CALLER_HEADER_SET, SigningKeys, authenticatedRouteParts, keysUnavailableRoute, metadataDocumentRoute } from './auth';
 import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, callRouteFilters, surfaceMatches, surfaceRouteFilters } from './call-lane';
 import { duration } from './duration';
-import { GatewaySettings, MCP_METADATA_NAMESPACE, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
+import { CHECK_HEADERS, EGRESS_ROUTE_CONFIG_NAME, EGRESS_UPSTREAM_HEADER, GatewaySettings, MCP_METADATA_NAMESPACE, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { GATEWAY_SPANS, routeTracing } from './tracing';
 import { TYPE_URL, typedStruct } from './type-urls';
 
@@ -29,7 +29,6 @@ type RouteSettings = Pick<GatewaySettings, 'auditArguments' | 'tracing'>;
 function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolServiceIR, catalog: CallLaneCatalog, settings: RouteSettings) {
   const { host, port, path } = service.endpoint;
   return {
-    ...CALLER_HEADER_REMOVED,
     name: `${route.key}/call/${backend.name}`,
     ...(settings.tracing && routeTracing(GATEWAY_SPANS.forward, route.key, backend.name)),
     match: callMatch(route.path, backend.name, catalog.separator),
@@ -51,9 +50,26 @@ function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolService
     typed_per_filter_config: callRouteFilters(route.key, backend.name, catalog.separator, catalog.routes.get(route.key), route.auth, {
       annotate: true,
       auditArguments: settings.auditArguments,
+      credentials: service.credentials.mode,
     }),
+    ...callerHeadersRemoval(service),
     // A backend's own session id must not reach the client, whose session is the gateway's (ADR-0004).
     response_headers_to_remove: ['mcp-session-id'],
+  };
+}
+
+/**
+ * Neither the caller's claims nor its own Authorization ever reach a Tool Service (docs/auth.md):
+ * removed as the request leaves, after every filter (a service-account cluster's injector then sets
+ * its own). With per-caller credentials the call script moved the caller's token aside for the
+ * sidecar and set the Authorization the backend gets; what is removed then is the moved copy.
+ */
+function callerHeadersRemoval(service: ToolServiceIR) {
+  return {
+    request_headers_to_remove: [
+      ...CALLER_HEADER_REMOVED.request_headers_to_remove,
+      perCallerCredentials(service.credentials) ? CHECK_HEADERS.callerAuthorization : 'authorization',
+    ],
   };
 }
 
@@ -72,6 +88,9 @@ function surfaceRoutes(route: RouteIR, backend: RouteBackendIR, service: ToolSer
     name: `${route.key}/${kind}/${backend.name}`,
     match,
     typed_per_filter_config: filters,
+    // The call script makes per-caller credentials for tools/call only: these requests never carry the
+    // caller's token (a service account's is injected by the cluster; a per-caller backend gets none).
+    request_headers_to_remove: [...CALLER_HEADER_REMOVED.request_headers_to_remove, 'authorization', CHECK_HEADERS.callerAuthorization],
   }));
 }
 
@@ -212,6 +231,43 @@ export function buildRouteConfiguration(
         ],
       },
       ...hostDeniedVirtualHost(access.allowedHosts),
+    ],
+  };
+}
+
+/**
+ * The egress listener's routes (docs/adr/0013-backend-credentials.md): one per Tool Service cluster,
+ * chosen by the header the sidecar and the control plane name it with; anything else is refused.
+ */
+export function buildEgressRouteConfiguration(ir: GatewayIR): TypedJson {
+  return {
+    '@type': TYPE_URL.routeConfiguration,
+    name: EGRESS_ROUTE_CONFIG_NAME,
+    virtual_hosts: [
+      {
+        name: 'egress',
+        domains: ['*'],
+        routes: [
+          ...ir.clusters.map((service) => ({
+            name: `egress/${service.clusterName}`,
+            match: { prefix: '/', headers: [{ name: EGRESS_UPSTREAM_HEADER, string_match: { exact: service.clusterName } }] },
+            route: {
+              cluster: service.clusterName,
+              host_rewrite_literal: `${service.endpoint.host}:${service.endpoint.port}`,
+              // The sidecar and the control plane bound their own requests.
+              timeout: '0s',
+              idle_timeout: duration(service.timeouts.idleTimeoutMs),
+            },
+            // The sidecar sets per-caller credentials itself; anything else goes as the cluster makes it.
+            request_headers_to_remove: [EGRESS_UPSTREAM_HEADER, ...(perCallerCredentials(service.credentials) ? [] : ['authorization'])],
+          })),
+          {
+            name: 'egress/unknown',
+            match: { prefix: '/' },
+            direct_response: { status: 404, body: { inline_string: `no Tool Service cluster named by ${EGRESS_UPSTREAM_HEADER}` } },
+          },
+        ],
+      },
     ],
   };
 }

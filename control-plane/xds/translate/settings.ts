@@ -2,6 +2,18 @@
 export interface GatewaySettings {
   listener: { address: string; port: number };
   /**
+   * The agent-facing listener terminates TLS with this certificate and key (PEM files on the Envoy host,
+   * read and watched by Envoy through SDS: replaced files are served without a listener change).
+   */
+  listenerTls?: { certFile: string; keyFile: string };
+  /**
+   * Envoy's egress listener: plain HTTP for the gateway's own components only (the sidecar's backend
+   * sessions and notifications, the control plane's tools/list), so that their requests get the same
+   * credentials, TLS and rotation as calls (docs/adr/0013-backend-credentials.md). Bind it to loopback
+   * or another address only the gateway's components reach.
+   */
+  egress: { address: string; port: number };
+  /**
    * The sidecars' HTTP addresses: the gateway lane (the MCP methods the gateway answers itself, clients'
    * GET streams) and the call lane's session check (docs/adr/0008-data-path-lanes.md). Every address
    * is an endpoint of each of the three sidecar clusters; a DNS name is resolved by Envoy (STRICT_DNS),
@@ -124,6 +136,11 @@ export const LISTENER_NAME = 'mcp_gateway';
 /** The control plane's cluster in Envoy's bootstrap (envoy/bootstrap.yaml): ADS, and the call log. */
 export const CONTROL_PLANE_CLUSTER_NAME = 'xds_control_plane';
 export const ROUTE_CONFIG_NAME = 'mcp_routes';
+/** The egress listener and its routes (one per Tool Service cluster). */
+export const EGRESS_LISTENER_NAME = 'mcp_egress';
+export const EGRESS_ROUTE_CONFIG_NAME = 'mcp_egress_routes';
+/** The header the gateway's components name the cluster of a request on the egress listener with (removed before it leaves). */
+export const EGRESS_UPSTREAM_HEADER = 'x-mcpgw-upstream';
 /** The sidecars' gateway lane: initialize, tools/list, notifications, DELETE, … (short requests). */
 export const SIDECAR_CLUSTER_NAME = 'mcp_sidecar';
 /** The same sidecars, for clients' standalone GET streams: long-lived, so limited apart from the rest. */
@@ -152,6 +169,12 @@ export const CHECK_HEADERS = {
   /** The backend session a call went in, and the gateway session it belongs to, kept for the response side (a lost session). */
   backendSession: 'x-mcpgw-backend-session',
   gatewaySession: 'x-mcpgw-gateway-session',
+  /**
+   * The caller's own Authorization, moved here by the call script on a route whose backend credentials
+   * come from it (token exchange, passthrough): the sidecar makes the backend's Authorization from it
+   * (the script's credential request) and opens backend sessions with it (the check); the route removes it.
+   */
+  callerAuthorization: 'x-mcpgw-caller-authorization',
 } as const;
 
 /**

@@ -69,12 +69,6 @@ check("no flags", M.tool_flags("").retry, nil)
 check("flag approval", M.tool_flags("r;ap").approval, true)
 check("flag approval is not access", M.tool_flags("a=2").approval, nil)
 
--- the credential a call carries to its backend (the audit's credential_mode)
-check("credential: caller token left in Authorization", M.credential_mode(true, nil), "caller-token-passthrough")
-check("credential: token validated and removed", M.credential_mode(false, { jwt_payload = { sub = "alice" } }), "caller-token-stripped")
-check("credential: none on an open route", M.credential_mode(false, nil), "none")
-check("credential: jwt metadata without a payload", M.credential_mode(false, {}), "none")
-
 -- ids
 check("id number", M.id_json(7), "7")
 check("id string", M.id_json('a"b'), '"a\\"b"')
@@ -323,3 +317,11 @@ check("dual, stateless client", era_of("dual", true, true), "modern/false")
 check("dual, session client", era_of("dual", true, false), "session/true")
 check("session era unchanged", era_of("session", true, true), "session/true")
 check("modern era unchanged", era_of("modern", false, false), "modern/false")
+-- per-caller credentials remembered per worker for as long as the sidecar said
+M.credential_remember("demo\nweather\nBearer alice", "Bearer exchanged-a", 2000)
+check("a credential is served while it may be", M.credential_lookup("demo\nweather\nBearer alice", 1999), "Bearer exchanged-a")
+check("and not once it may not", M.credential_lookup("demo\nweather\nBearer alice", 2000), nil)
+check("another caller's token finds nothing", M.credential_lookup("demo\nweather\nBearer bob", 1000), nil)
+for index = 1, 4096 do M.credential_remember("k" .. index, "v", 9000) end
+check("a full memory starts over", M.credential_lookup("k1", 1000), nil)
+check("with the newest kept", M.credential_lookup("k4096", 1000), "v")

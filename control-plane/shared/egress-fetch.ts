@@ -1,0 +1,69 @@
+import { EGRESS_UPSTREAM_HEADER } from '../xds/translate/settings';
+
+/**
+ * The body of a reply Envoy's egress listener makes itself when it could not get an answer from the Tool
+ * Service (listener.ts): why, in Envoy's own terms, and the address it tried.
+ */
+export const EGRESS_FAILURE_BODY = {
+  mcpgw_egress: {
+    flags: '%RESPONSE_FLAGS%',
+    details: '%RESPONSE_CODE_DETAILS%',
+    transport_failure: '%UPSTREAM_TRANSPORT_FAILURE_REASON%',
+    upstream: '%UPSTREAM_HOST%',
+    cluster: '%UPSTREAM_CLUSTER%',
+  },
+};
+
+/**
+ * An operator's sentence for such a reply (as the sidecar's errors say it):
+ * connection refused, a TLS failure, no healthy host — or undefined for any other body.
+ */
+export function describeEgressFailure(body: string): string | undefined {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body);
+  } catch {
+    return undefined;
+  }
+  const failure = (parsed as { mcpgw_egress?: Record<string, unknown> } | null)?.mcpgw_egress;
+  if (typeof failure !== 'object' || failure === null) return undefined;
+  const field = (name: string) => (typeof failure[name] === 'string' && failure[name] !== '-' ? (failure[name] as string) : '');
+  const [flags, details, transport, upstream] = ['flags', 'details', 'transport_failure', 'upstream'].map(field);
+  const where = upstream ? ` (${upstream})` : '';
+  if (/TLS_error|CERTIFICATE|SSL/i.test(transport)) return `TLS error: ${transport.replace(/_/g, ' ')}${where}`;
+  if (/refused/i.test(transport) || /refused/i.test(details)) return `connection refused${where}`;
+  if (/UH/.test(flags)) return `no healthy endpoint: Envoy's health check finds the Tool Service down${where}`;
+  if (/UT/.test(flags)) return `timed out${where}`;
+  return `Envoy could not reach the Tool Service: ${[details, flags, transport].filter(Boolean).join(', ')}${where}`;
+}
+
+/** Envoy's egress listener itself could not be reached: nothing was asked of the Tool Service. */
+export class EgressUnreachableError extends Error {}
+
+/**
+ * The fetch the sidecar reaches a Tool Service with for its own requests (backend sessions, relayed
+ * notifications and answers, DELETE): through Envoy's egress listener at `egress` (HOST:PORT), plain HTTP, naming
+ * the Tool Service's cluster, so that Envoy applies the same credentials, TLS and rotation as to calls
+ * (docs/adr/0013-backend-credentials.md). Node never holds a backend's CA, client certificate or
+ * service-account token. The URL asked for (the Tool Service's own, as an SDK transport derives it)
+ * keeps its path and query; Envoy sends the request to the cluster's endpoint.
+ */
+export function egressFetch(egress: string, cluster: string): typeof fetch {
+  return async (input, init) => {
+    const asked = new URL(input instanceof Request ? input.url : String(input));
+    const viaEgress = `http://${egress}${asked.pathname}${asked.search}`;
+    const headers = new Headers(input instanceof Request ? input.headers : undefined);
+    new Headers(init?.headers).forEach((value, name) => headers.set(name, value));
+    headers.set(EGRESS_UPSTREAM_HEADER, cluster);
+    try {
+      return await fetch(input instanceof Request ? new Request(viaEgress, input) : viaEgress, { ...init, headers });
+    } catch (error) {
+      const code = (error as { cause?: { code?: string } }).cause?.code;
+      // Refused or reset before an answer: Envoy is not there (yet). Anything else (a timeout, an abort) is the request's own.
+      if (code === 'ECONNREFUSED' || code === 'ECONNRESET' || code === 'UND_ERR_SOCKET') {
+        throw new EgressUnreachableError(`Envoy's egress listener ${egress} is not reachable (${code}): is Envoy running with this gateway's configuration?`, { cause: error });
+      }
+      throw error;
+    }
+  };
+}
