@@ -8,14 +8,12 @@ import { stringify } from 'yaml';
 import { closeServer } from '../control-plane/shared/http-listen';
 import { projectPath } from '../control-plane/shared/paths';
 import { ECHO_TOOL } from './backends/bench-tool-service';
-import { RunResult, runClosedLoop, runFixedRate } from './load/load-runner';
-import { McpHttpClient, echoOutcome, openSession } from './load/mcp-client';
-import { LatencySummary, spreadOf, summarize } from './load/stats';
 import { benchSettings } from './settings';
 import { allocatePort } from './systems/ports';
 import { ProcessGroup, claimCpus } from './systems/process-group';
-import { inRotation, startBackendProcess } from './systems/systems';
+import { startBackendProcess } from './systems/systems';
 import { HOST } from './systems/topology';
+import { VariantRun, measureVariants, medianOf, variantTable } from './variant-cost';
 
 /**
  * What caller identity costs a tools/call (issue 11, docs/adr/0011-caller-identity.md): one gateway,
@@ -29,8 +27,6 @@ import { HOST } from './systems/topology';
 const LOG_DIR = projectPath('.run', 'bench', 'auth');
 const RESULTS_DIR = projectPath('bench', 'results');
 const TARGETS = { p50Ratio: 1.05, saturationRatio: 0.95 };
-type Variant = 'open' | 'authed';
-const VARIANTS: Variant[] = ['open', 'authed'];
 
 const log = (line: string) => process.stdout.write(`[bench auth] ${line}\n`);
 
@@ -63,54 +59,12 @@ async function startIssuer() {
   return { issuer, token, stop: () => closeServer(server) };
 }
 
-interface Run {
-  variant: Variant;
-  load: string;
-  repetition: number;
-  latencyMs: LatencySummary;
-  throughput: number;
-  errors: number;
-  /** CPU time per answered call (µs) of Envoy and of the sidecar: steadier than latency on a shared machine. */
-  cpuUsPerCall: { envoy: number; sidecar: number };
-}
-
-/** A process's CPU time so far (user + system, all threads), in µs, from /proc. */
-function cpuMicros(pid: number): number {
-  const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-  // utime and stime are fields 14 and 15 of stat, 12 and 13 after the command; clock ticks of 10 ms.
-  return (Number(fields[11]) + Number(fields[12])) * 10_000;
-}
-
-async function driver(url: string, token: string | undefined, sessions: number, timeoutMs: number) {
-  const client = new McpHttpClient(64);
-  const auth: Record<string, string> = token ? { authorization: `Bearer ${token}` } : {};
-  const opened: Record<string, string>[] = [];
-  for (let index = 0; index < sessions; index++) opened.push(await openSession(client, url, timeoutMs, auth));
-  let turn = 0;
-  const issue = async () => {
-    const id = client.newId();
-    const body = JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name: `bench__${ECHO_TOOL}`, arguments: { text: 'bench' } } });
-    const answer = await client.post(url, body, { headers: opened[turn++ % opened.length], timeoutMs });
-    return echoOutcome(answer, id, 'bench');
-  };
-  return { issue, close: () => client.close() };
-}
-
-function markdown(runs: Run[], context: { measuredAt: string; mode: string; cores: number; load: number[]; pinned: boolean }): string {
+function markdown(runs: VariantRun[], context: { measuredAt: string; mode: string; cores: number; load: number[]; pinned: boolean }): string {
   const loads = [...new Set(runs.map((run) => run.load))];
-  const median = (variant: Variant, load: string, pick: (run: Run) => number) => spreadOf(runs.filter((run) => run.variant === variant && run.load === load).map(pick)).median;
-  const rows = loads.map((load) => {
-    const open = { p50: median('open', load, (run) => run.latencyMs.p50), p99: median('open', load, (run) => run.latencyMs.p99), ok: median('open', load, (run) => run.throughput) };
-    const authed = { p50: median('authed', load, (run) => run.latencyMs.p50), p99: median('authed', load, (run) => run.latencyMs.p99), ok: median('authed', load, (run) => run.throughput) };
-    const label = load === 'saturation' ? 'saturation (16 clients, closed loop)' : `${load} req/s`;
-    const cpu = (variant: Variant, name: 'envoy' | 'sidecar') => median(variant, load, (run) => run.cpuUsPerCall[name]);
-    return (
-      `| ${label} | ${open.p50.toFixed(2)} / ${authed.p50.toFixed(2)} (${(authed.p50 / open.p50).toFixed(3)}×) | ${open.p99.toFixed(2)} / ${authed.p99.toFixed(2)} (${(authed.p99 / open.p99).toFixed(3)}×) ` +
-      `| ${open.ok.toFixed(0)} / ${authed.ok.toFixed(0)} (${(authed.ok / open.ok).toFixed(3)}×) | ${cpu('open', 'envoy').toFixed(0)} / ${cpu('authed', 'envoy').toFixed(0)} | ${cpu('open', 'sidecar').toFixed(0)} / ${cpu('authed', 'sidecar').toFixed(0)} |`
-    );
-  });
-  const p50Ratios = loads.filter((load) => load !== 'saturation').map((load) => median('authed', load, (run) => run.latencyMs.p50) / median('open', load, (run) => run.latencyMs.p50));
-  const saturationRatio = median('authed', 'saturation', (run) => run.throughput) / median('open', 'saturation', (run) => run.throughput);
+  const p50Ratios = loads
+    .filter((load) => load !== 'saturation')
+    .map((load) => medianOf(runs, 'authed', load, (run) => run.latencyMs.p50) / medianOf(runs, 'open', load, (run) => run.latencyMs.p50));
+  const saturationRatio = medianOf(runs, 'authed', 'saturation', (run) => run.throughput) / medianOf(runs, 'open', 'saturation', (run) => run.throughput);
   const errors = runs.reduce((sum, run) => sum + run.errors, 0);
   return [
     '# Caller identity: tools/call with and without JWT validation and per-tool authorization',
@@ -118,11 +72,9 @@ function markdown(runs: Run[], context: { measuredAt: string; mode: string; core
     `Measured ${context.measuredAt} (${context.mode} run) on ${context.cores} cores, load average ${context.load.map((value) => value.toFixed(2)).join(' / ')} (1 / 5 min)${context.pinned ? '; load generator on the last core, the gateway on the others' : ''}, by \`scripts/bench.sh auth\`.`,
     'One gateway (Envoy 1.40, control plane, sidecar, Redis), one stateless bench backend, two routes to it in the same run, measured in turn:',
     '`open` (no auth) and `authed` (jwt_authn validating a ~1 KB RS256 token of a local issuer, keys by ECDS; the call script applying the tool\'s rule: `requiredScopes: [tools:call]`, `allowGroups: [bench]`; sessions bound to the caller).',
-    'tools/call `bench__echo` in 8 sessions; figures are medians over the repetitions; latency in ms, open / authed (ratio).',
+    'tools/call `bench__echo` in 8 sessions, 16 clients at saturation; figures are medians over the repetitions; latency in ms, open / authed (ratio).',
     '',
-    '| load | p50 | p99 | answers/s | Envoy CPU µs/call | sidecar CPU µs/call |',
-    '| --- | --- | --- | --- | --- | --- |',
-    ...rows,
+    ...variantTable(runs, 'open', ['authed']),
     '',
     `Targets: p50 ≤ ${TARGETS.p50Ratio}× of open at every fixed rate (measured ${p50Ratios.map((ratio) => ratio.toFixed(3)).join(', ')}: ${p50Ratios.every((ratio) => ratio <= TARGETS.p50Ratio) ? 'met' : 'NOT met'}); saturation ≥ ${TARGETS.saturationRatio}× (measured ${saturationRatio.toFixed(3)}: ${saturationRatio >= TARGETS.saturationRatio ? 'met' : 'NOT met'}). Wrong or failed answers: ${errors}.`,
     '',
@@ -145,8 +97,7 @@ async function main(): Promise<void> {
     await issuer.stop();
   };
   for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => void stopAll().then(() => process.exit(130)));
-  const runs: Run[] = [];
-  const drivers = new Map<Variant, Awaited<ReturnType<typeof driver>>>();
+  let runs: VariantRun[];
   try {
     const backendPort = await allocatePort();
     await startBackendProcess(group, 'backend', [{ port: backendPort, fillerTools: 0, listDelayMs: 0, prompts: 0, resources: 0 }]);
@@ -166,59 +117,18 @@ async function main(): Promise<void> {
       }),
     );
     const stack = await group.startGateway('gateway', { registryFile, logDir: LOG_DIR });
-    const urls: Record<Variant, string> = { open: stack.gatewayUrl('open'), authed: stack.gatewayUrl('authed') };
-    const token = issuer.token(urls.authed);
-    for (const variant of VARIANTS) {
-      const deadline = Date.now() + 60_000;
-      for (;;) {
-        try {
-          const candidate = await driver(urls[variant], variant === 'authed' ? token : undefined, settings.toolCall.sessions, settings.requestTimeoutMs);
-          const first = await candidate.issue();
-          if (!first.error) {
-            drivers.set(variant, candidate);
-            break;
-          }
-          candidate.close();
-          if (Date.now() > deadline) throw new Error(`${variant}: ${first.error}`);
-        } catch (error) {
-          if (Date.now() > deadline) throw error;
-        }
-        await new Promise((resolve) => setTimeout(resolve, 200));
-      }
-      await runFixedRate(drivers.get(variant)!.issue, { ...settings.toolCall.initialWarmup, maxInFlight: settings.maxInFlight });
-    }
+    const authed = stack.gatewayUrl('authed');
     const pids = { envoy: stack.processes.get('envoy')!.child.pid!, sidecar: stack.processes.get('sidecar')!.child.pid! };
-    const measured = async (run: () => Promise<RunResult>) => {
-      const before = { envoy: cpuMicros(pids.envoy), sidecar: cpuMicros(pids.sidecar) };
-      const result = await run();
-      const perCall = (name: keyof typeof pids) => (cpuMicros(pids[name]) - before[name]) / Math.max(1, result.ok);
-      return { result, cpuUsPerCall: { envoy: perCall('envoy'), sidecar: perCall('sidecar') } };
-    };
-    const record = (variant: Variant, load: string, repetition: number, { result, cpuUsPerCall }: Awaited<ReturnType<typeof measured>>) => {
-      const latencyMs = summarize(result.latenciesMs);
-      runs.push({ variant, load, repetition, latencyMs, throughput: result.throughput, errors: result.sent - result.ok, cpuUsPerCall });
-      log(
-        `${variant} ${load} #${repetition}: p50 ${latencyMs.p50.toFixed(2)} ms, p99 ${latencyMs.p99.toFixed(2)} ms, ${result.throughput.toFixed(0)} ok/s, ` +
-          `CPU/call Envoy ${cpuUsPerCall.envoy.toFixed(0)} µs, sidecar ${cpuUsPerCall.sidecar.toFixed(0)} µs${result.sent - result.ok ? `, ${result.sent - result.ok} errors` : ''}`,
-      );
-    };
-    for (let repetition = 1; repetition <= settings.repetitions; repetition++) {
-      for (const rate of settings.toolCall.ratesPerSecond) {
-        for (const variant of inRotation(VARIANTS, repetition)) {
-          const { issue } = drivers.get(variant)!;
-          await runFixedRate(issue, { rate, durationMs: settings.toolCall.warmupMs, maxInFlight: settings.maxInFlight });
-          record(variant, String(rate), repetition, await measured(() => runFixedRate(issue, { rate, durationMs: settings.toolCall.measureMs, maxInFlight: settings.maxInFlight })));
-        }
-      }
-      for (const variant of inRotation(VARIANTS, repetition)) {
-        const { issue } = drivers.get(variant)!;
-        const { concurrency, warmupMs, measureMs } = settings.toolCall.saturation;
-        await runClosedLoop(issue, { concurrency, durationMs: warmupMs });
-        record(variant, 'saturation', repetition, await measured(() => runClosedLoop(issue, { concurrency, durationMs: measureMs })));
-      }
-    }
+    runs = await measureVariants(
+      [
+        { name: 'open', url: stack.gatewayUrl('open') },
+        { name: 'authed', url: authed, headers: { authorization: `Bearer ${issuer.token(authed)}` } },
+      ],
+      settings,
+      pids,
+      log,
+    );
   } finally {
-    for (const open of drivers.values()) open.close();
     await stopAll();
   }
   const name = quick ? 'auth-quick' : 'auth';

@@ -37,4 +37,9 @@ if [ "${1:-}" = auth ]; then
   shift
   exec node dist/bench/auth-cost.js "$@"
 fi
+# scripts/bench.sh quotas [--quick]: tools/call with rate limiting off, local and global (docs/adr/0016-quotas.md).
+if [ "${1:-}" = quotas ]; then
+  shift
+  exec node dist/bench/quota-cost.js "$@"
+fi
 exec node dist/bench/main.js "$@"

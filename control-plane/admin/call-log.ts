@@ -1,8 +1,11 @@
 import * as grpc from '@grpc/grpc-js';
 import * as client from 'prom-client';
 import { CatalogSnapshotMessage } from '../catalog/catalog-store';
+import { GatewayIR } from '../ir/gateway-ir';
+import { concurrencyLimitName } from '../ir/quotas-ir';
 import { Logger } from '../shared/log';
 import { METADATA_NAMESPACE } from '../xds/translate/settings';
+import { LIMIT_HEADER } from '../xds/translate/quotas';
 
 /**
  * Every tools/call, as Envoy's call lane logs it (docs/adr/0008-data-path-lanes.md): Envoy streams its
@@ -14,10 +17,11 @@ import { METADATA_NAMESPACE } from '../xds/translate/settings';
 /**
  * What became of a call (docs/observability.md): the reliability seed's ok, failed (no fallback),
  * degraded (fallback served) and denied (policy, or an approval declined or expired), invalid —
- * refused before any backend saw it (unknown tool, malformed name, unknown or expired session) — and
- * approval_required: held until a person approves it (docs/approval-and-audit.md).
+ * refused before any backend saw it (unknown tool, malformed name, unknown or expired session) —,
+ * approval_required: held until a person approves it (docs/approval-and-audit.md), and limited:
+ * refused by a rate or concurrency limit (docs/quotas.md).
  */
-export const CALL_OUTCOMES = ['ok', 'failed', 'degraded', 'denied', 'invalid', 'approval_required'] as const;
+export const CALL_OUTCOMES = ['ok', 'failed', 'degraded', 'denied', 'invalid', 'approval_required', 'limited'] as const;
 export type CallOutcome = (typeof CALL_OUTCOMES)[number];
 
 /** Outcomes of calls that went for a backend: the denominator of error ratios and the calls latency describes. */
@@ -91,10 +95,11 @@ export interface LogEntry {
     upstream_request_attempt_count?: number;
     response_flags?: Record<string, unknown>;
     metadata?: { filter_metadata?: Record<string, StructValue> };
+    /** Envoy's route: `<key>/call/<backend>` (call lane), `<key>/gateway` (what the gateway answers itself), … */
     route_name?: string;
   };
   request?: { path?: string; original_path?: string; request_id?: string };
-  response?: { response_code?: { value?: number } | null; response_code_details?: string };
+  response?: { response_code?: { value?: number } | null; response_code_details?: string; response_headers?: Record<string, string> };
 }
 
 /** What consumes Envoy's call-log entries: the calls (CallLog) and the audit (control-plane/audit/). */
@@ -119,11 +124,84 @@ const envoyFailed = (flags: Record<string, unknown>) => Object.values(flags).som
 export function outcomeOf(ours: Record<string, unknown>, entry: LogEntry): CallOutcome {
   const sessionUnknown = entry.response?.response_code_details === 'ext_authz_denied' && entry.response?.response_code?.value === 404;
   if (sessionUnknown) return 'invalid';
+  if (refusedByLimit(entry)) return 'limited';
   const recorded = ours.outcome;
   if (typeof recorded === 'string' && (CALL_OUTCOMES as readonly string[]).includes(recorded)) return recorded as CallOutcome;
   if (ours.answered === true) return 'invalid';
   if (envoyFailed(entry.common_properties?.response_flags ?? {})) return ours.fallback !== undefined ? 'degraded' : 'failed';
   return 'ok';
+}
+
+/**
+ * A limit refused the request (docs/quotas.md): a rate limit (429, Envoy's RL flag), a shared limit
+ * whose service could not answer and that refuses then (RLSE), or a Tool Service's calls in flight at
+ * their limit (its circuit breaker, answered 429).
+ */
+function refusedByLimit(entry: LogEntry): boolean {
+  const flags = entry.common_properties?.response_flags ?? {};
+  return Boolean(flags.rate_limited || flags.rate_limit_service_error || (flags.upstream_overflow && entry.response?.response_code?.value === 429));
+}
+
+/** A request a limit refused, on either lane. */
+export interface LimitedRecord {
+  route: string;
+  lane: 'calls' | 'discovery';
+  /** The limit's name (docs/quotas.md); the shared limits that applied, for a shared one. */
+  limit: string;
+}
+
+export interface LimitObserver {
+  record(limited: LimitedRecord): void;
+}
+
+/** The shared limits Envoy's x-ratelimit-limit lists: `3, 3;w=60;name="route:a/calls/per-caller", …`. */
+const sharedLimitNames = (header: string) => [...header.matchAll(/name="([^"]*)"/g)].map((match) => match[1]);
+
+export function limitedRecordOf(entry: LogEntry): LimitedRecord | undefined {
+  if (!refusedByLimit(entry)) return undefined;
+  const [route, kind] = (entry.common_properties?.route_name ?? '').split('/');
+  if (!route || (kind !== 'call' && kind !== 'gateway')) return undefined;
+  const headers = entry.response?.response_headers ?? {};
+  const named = headers[LIMIT_HEADER] ?? sharedLimitNames(headers['x-ratelimit-limit'] ?? '').join(' | ');
+  return { route, lane: kind === 'call' ? 'calls' : 'discovery', limit: named || 'shared (the ratelimit service did not answer)' };
+}
+
+/** mcpgw_limited_requests_total: requests a limit refused, by route, lane and limit. */
+export class LimitMetrics implements LimitObserver {
+  private readonly limited: client.Counter<'route' | 'lane' | 'limit'>;
+
+  constructor(registry: client.Registry) {
+    this.limited = new client.Counter({
+      name: 'mcpgw_limited_requests_total',
+      help: 'requests a rate or concurrency limit refused, by route, lane (calls: tools/call; discovery: what the gateway answers itself) and limit (its name, docs/quotas.md)',
+      labelNames: ['route', 'lane', 'limit'] as const,
+      registers: [registry],
+    });
+  }
+
+  /**
+   * Every limit the registry names starts at 0 on its route and lane (a tool's per-instance limit is
+   * named per tool, when a call of it is refused): a rate over the first refusal needs the sample before it.
+   */
+  expect(ir: GatewayIR): void {
+    const services = new Map(ir.toolServices.map((service) => [service.catalogKey, service]));
+    for (const route of ir.routes) {
+      const start = (lane: LimitedRecord['lane'], limit: string) => this.limited.inc({ route: route.key, lane, limit }, 0);
+      for (const limit of route.quotas.calls) start('calls', limit.name);
+      for (const limit of route.quotas.discovery) start('discovery', limit.name);
+      for (const backend of route.backends) {
+        const service = services.get(backend.catalogKey);
+        if (!service) continue;
+        for (const limit of service.quotas.calls) start('calls', limit.name);
+        for (const limit of service.quotas.tools.flatMap((tool) => tool.calls)) if (limit.shared) start('calls', limit.name);
+        if (service.quotas.concurrency !== undefined) start('calls', concurrencyLimitName(service.id));
+      }
+    }
+  }
+
+  record({ route, lane, limit }: LimitedRecord): void {
+    this.limited.inc({ route, lane, limit });
+  }
 }
 
 /** Caps the tool names labelled per (route, backend); the rest are `other`. */
@@ -185,6 +263,7 @@ export class CallLog implements CallLogConsumer {
     private readonly observers: CallObserver[],
     private readonly now = () => Date.now(),
     private readonly failureObservers: BackendFailureObserver[] = [],
+    private readonly limitObservers: LimitObserver[] = [],
   ) {}
 
   recordOf(entry: LogEntry): CallRecord | undefined {
@@ -210,6 +289,9 @@ export class CallLog implements CallLogConsumer {
   }
 
   add(entry: LogEntry): void {
+    // A refusal by a limit, on either lane: the gateway lane's carry no backend.
+    const limited = limitedRecordOf(entry);
+    if (limited) for (const observer of this.limitObservers) observer.record(limited);
     const ours = fromStruct(entry.common_properties?.metadata?.filter_metadata?.[METADATA_NAMESPACE]);
     if (typeof ours.route !== 'string' || typeof ours.backend !== 'string') return;
     const failure = ours.answered === true ? undefined : backendFailureOf(entry);

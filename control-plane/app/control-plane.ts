@@ -1,7 +1,7 @@
 import * as http from 'node:http';
 import * as grpc from '@grpc/grpc-js';
 import { createAdminApp } from '../admin/admin-server';
-import { CallLog, CallMetrics, accessLogServiceHandlers } from '../admin/call-log';
+import { CallLog, CallMetrics, LimitMetrics, accessLogServiceHandlers } from '../admin/call-log';
 import { CallHistory } from '../admin/call-history';
 import { AuditLog, AuditTarget } from '../audit/audit-log';
 import { closeServer, listen } from '../shared/http-listen';
@@ -34,6 +34,7 @@ import { SnapshotCache } from '../xds/server/snapshot-cache';
 import { XdsResources, translate } from '../xds/translate';
 import { EMPTY_CALL_LANE_CATALOG, callLaneCatalogOf } from '../xds/translate/call-lane';
 import { GatewaySettings } from '../xds/translate/settings';
+import { hasSharedLimits, rateLimitServiceConfig, writeRateLimitServiceConfig } from '../quotas/ratelimit-service-config';
 import { SIGNING_KEY_DEFAULTS, SigningKeySettings, SigningKeyStore } from '../auth/signing-keys';
 
 export interface ControlPlaneOptions {
@@ -57,6 +58,11 @@ export interface ControlPlaneOptions {
   catalogFetchConcurrency: number;
   /** Naming rules, cap and page size of the catalogs sidecars serve (docs/tools-list.md). */
   catalog: CatalogSettings;
+  /**
+   * Where the ratelimit service reads its configuration: the control plane writes the registry's
+   * shared limits there (docs/quotas.md).
+   */
+  rateLimitConfigFile?: string;
   /** How the issuers' signing keys are read (docs/auth.md). */
   signingKeys?: SigningKeySettings;
   /** Where audit events go (docs/approval-and-audit.md); none are built without it. */
@@ -116,6 +122,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const catalog = new CatalogStore(fetchTools, options.catalog, log, options.relist);
   const signingKeys = new SigningKeyStore(options.signingKeys ?? SIGNING_KEY_DEFAULTS, log, lastGood);
   const callMetrics = new CallMetrics(metrics.registry);
+  const limitMetrics = new LimitMetrics(metrics.registry);
   const callHistory = new CallHistory();
   const registry = new RegistryController(options.source, { refreshIntervalMs: options.registryRefreshMs, policy: options.registryPolicy }, log);
   let resources: XdsResources = {};
@@ -129,6 +136,23 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     return publisher.publish(resources, (encodedMs) => metrics.snapshotBuildSeconds.observe((translatedMs + encodedMs) / 1000));
   };
   let savedAtStart: SavedRoute[] | undefined;
+
+  /** The ratelimit service's configuration follows the registry's shared limits; they count nothing without a service. */
+  let warnedNoService = false;
+  const writeSharedLimits = (current: GatewayIR) => {
+    const file = options.rateLimitConfigFile;
+    if (file) {
+      try {
+        if (writeRateLimitServiceConfig(file, rateLimitServiceConfig(current))) log.info('ratelimit service configuration written', { file });
+      } catch (error) {
+        log.error('could not write the ratelimit service configuration: shared limits keep their previous configuration', { file, error: (error as Error).message });
+      }
+    }
+    if (!warnedNoService && hasSharedLimits(current) && !options.gateway.quotas.rateLimitService) {
+      warnedNoService = true;
+      log.warn('the registry has shared limits but no ratelimit service is configured (--ratelimit): each applies its whenServiceDown to every call', {});
+    }
+  };
 
   const sourceLabel = { source: options.source.description.split(' ')[0] };
   registry.on('poll', (result: RegistryPollResult) => {
@@ -190,6 +214,8 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
 
   const onRegistryUpdate = async (current: Registry, merge: RegistryMerge) => {
     ir = buildGatewayIR(current, { publicUrl: options.gateway.access.publicUrl });
+    writeSharedLimits(ir);
+    limitMetrics.expect(ir);
     // A new issuer's keys are read before the routes that need them are published (bounded by the
     // read's timeout): a new route with auth starts validating, not refusing with 503.
     const sources = new Map(ir.routes.flatMap((route) => (route.auth ? [[route.auth.keys.name, route.auth.keys] as const] : [])));
@@ -242,7 +268,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     },
   };
   const audit = options.audit ? new AuditLog(options.audit, metrics.registry, log) : undefined;
-  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers([new CallLog([callMetrics, callHistory], undefined, [degradeOnFailure]), ...(audit ? [audit] : [])], log));
+  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers([new CallLog([callMetrics, callHistory], undefined, [degradeOnFailure], [limitMetrics]), ...(audit ? [audit] : [])], log));
   const grpcPort = await new Promise<number>((resolve, reject) =>
     server.bindAsync(options.grpcAddress, grpc.ServerCredentials.createInsecure(), (error, port) =>
       error ? reject(error) : resolve(port),

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { CALL_OUTCOMES, LogEntry, fromStruct, outcomeOf, secondsOf } from '../admin/call-log';
+import { CALL_OUTCOMES, LogEntry, fromStruct, limitedRecordOf, outcomeOf, secondsOf } from '../admin/call-log';
 import { JWT_METADATA_NAMESPACE, JWT_PAYLOAD_KEY, MCP_METADATA_NAMESPACE, METADATA_NAMESPACE } from '../xds/translate/settings';
 import { argumentsHash } from './arguments-hash';
 
@@ -48,7 +48,10 @@ export const auditEventSchema = z
       .optional()
       .describe('SHA-256 (hex) of the arguments as canonical JSON (RFC 8785; absent arguments are {}); never the values'),
     outcome: z.enum(AUDIT_OUTCOMES),
-    reason: z.string().optional().describe('Why a request was denied or failed: "policy", "approval declined", "approval expired", or what Envoy says of a 401/403'),
+    reason: z
+      .string()
+      .optional()
+      .describe('Why a request was denied, limited or failed: "policy", "approval declined", "approval expired", what Envoy says of a 401/403, or the name of the limit that refused it (docs/quotas.md)'),
     rule: z.string().optional().describe('The policy rule that denied the call'),
     http_status: z.number().int(),
     attempts: z.number().int().min(0).describe('Requests Envoy sent to the backend (0: nothing was forwarded)'),
@@ -100,9 +103,14 @@ export function auditEventOf(entry: LogEntry): AuditEvent | undefined {
   const params = (parsed.params ?? {}) as Record<string, unknown>;
   let outcome: AuditEvent['outcome'];
   let reason = str(ours.reason);
+  const limited = limitedRecordOf(entry);
   if (refused) {
     outcome = 'denied';
     reason ??= str(entry.response?.response_code_details) ?? `HTTP ${status}`;
+  } else if (limited) {
+    // Refused by a rate or concurrency limit (docs/quotas.md), on either lane: the reason names it.
+    outcome = 'limited';
+    reason = limited.limit;
   } else if (!backend) {
     // The gateway lane answered a call no backend route took (an unknown prefix): refused as the client's mistake.
     outcome = 'invalid';

@@ -1,14 +1,6 @@
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { ToolPolicy, ToolRule } from '../registry/model';
-
-/** A pattern of the registry's tool policy: `*` matches any characters, everything else itself. */
-function patternMatches(pattern: string, name: string): boolean {
-  const expression = pattern
-    .split('*')
-    .map((part) => part.replace(/[.+?^${}()|[\]\\]/g, '\\$&'))
-    .join('.*');
-  return new RegExp(`^${expression}$`, 's').test(name);
-}
+import { patternMatches } from '../registry/tool-pattern';
 
 /**
  * Why a route's policy keeps a tool from its agents, or undefined when it serves it. The reason names

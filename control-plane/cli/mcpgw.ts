@@ -245,7 +245,7 @@ const IDP_OPTIONS = {
 /**
  * Adds options to a command without adding them to its options' type: the control plane's command
  * has so many options that more levels of inferred type are past what the type checker follows
- * (TS2589). Their values are read back, checked by a schema (idpOptionsOf, credentialOptionsOf).
+ * (TS2589). Their values are read back, checked by a schema (idpOptionsOf, credentialOptionsOf, quotaOptionsOf).
  */
 function withOptions<C extends Command<unknown[], OptionValues, OptionValues>>(command: C, makers: readonly (() => Option<string, unknown, unknown, unknown, boolean, unknown>)[]): C {
   for (const make of makers) command.addOption(make());
@@ -262,6 +262,21 @@ const CREDENTIAL_OPTIONS = [
 ];
 const credentialOptionsSchema = z.object({ listenerTlsCert: z.string().optional(), listenerTlsKey: z.string().optional(), allowTokenPassthrough: z.boolean().optional() });
 const credentialOptionsOf = (command: { opts(): OptionValues }) => credentialOptionsSchema.parse(command.opts());
+
+/** The control plane's options of rate limits (docs/quotas.md). */
+const QUOTA_OPTIONS = [
+  () => hostPortOption('--ratelimit <host:port>', "the ratelimit service's gRPC address (envoyproxy/ratelimit), which counts shared limits for every Envoy (docs/quotas.md)"),
+  () => new Option('--ratelimit-config <file>', "where the control plane writes the ratelimit service's configuration of the registry's shared limits (the service reloads it)"),
+  () => positiveIntOption('--ratelimit-timeout-ms <ms>', "how long Envoy waits for the ratelimit service before a shared limit's whenServiceDown applies", GATEWAY_DEFAULTS.quotas.rateLimitTimeoutMs),
+  () => positiveIntOption('--max-tracked-callers <n>', 'callers each per-instance limit counts apart; past it, the least recently seen starts over', GATEWAY_DEFAULTS.quotas.maxTrackedCallers),
+];
+const quotaOptionsSchema = z.object({
+  ratelimit: z.object({ host: z.string(), port: z.number() }).optional(),
+  ratelimitConfig: z.string().optional(),
+  ratelimitTimeoutMs: z.number(),
+  maxTrackedCallers: z.number(),
+});
+const quotaOptionsOf = (command: { opts(): OptionValues }) => quotaOptionsSchema.parse(command.opts());
 
 const idpOptionsSchema = z.object({
   idpTokenEndpoint: z.string().optional(),
@@ -330,6 +345,9 @@ subcommand('up', 'run the whole gateway on 127.0.0.1: Redis, two sample Tool Ser
   )
   .addOption(new Option('--log-dir <dir>', 'where every process writes <name>.log (JSON lines)').env('MCPGW_LOG_DIR').default(projectPath('.run', 'logs'), '.run/logs'))
   .addOption(logLevelOption())
+  .addOption(
+    new Option('--ratelimit-service', 'run the ratelimit service of shared limits even when the registry has none yet (it runs whenever the registry has some)').env('MCPGW_RATELIMIT_SERVICE'),
+  )
   .addOption(otlpEndpointOption())
   .addOption(traceSamplingOption())
   .action(async (options) => {
@@ -341,6 +359,7 @@ subcommand('up', 'run the whole gateway on 127.0.0.1: Redis, two sample Tool Ser
           samplePorts: options.samplePorts,
           logDir: path.resolve(options.logDir),
           logLevel: options.logLevel,
+          rateLimitService: Boolean(options.ratelimitService),
           ...(options.otlpEndpoint && { tracing: { otlpEndpoint: options.otlpEndpoint, samplingRatio: options.traceSampling } }),
         },
         (line) => process.stdout.write(`${line}\n`),
@@ -352,7 +371,7 @@ subcommand('up', 'run the whole gateway on 127.0.0.1: Redis, two sample Tool Ser
     }
   });
 
-withOptions(withIdpOptions(subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog stream for sidecars, admin HTTP)')), CREDENTIAL_OPTIONS)
+withOptions(withOptions(withIdpOptions(subcommand('control-plane', 'run the xDS control plane (ADS for Envoy, catalog stream for sidecars, admin HTTP)')), CREDENTIAL_OPTIONS), QUOTA_OPTIONS)
   .addOption(new Option('--registry <file>', 'a static registry file (phase F1, docs/adr/0000-federation-decisions.md §10); or --portal').conflicts('portal'))
   .addOption(new Option('--portal <url>', 'the Portal base URL, e.g. http://portal:8080').argParser(parsedBy(url('the Portal base URL, e.g. http://portal:8080'))))
   .addOption(new Option('--portal-token <token>', 'bearer token for the Portal').env('MCPGW_PORTAL_TOKEN'))
@@ -442,6 +461,7 @@ withOptions(withIdpOptions(subcommand('control-plane', 'run the xDS control plan
     const usageError = (message: string): never => command.error(message, { exitCode: USAGE_ERROR });
     if (!options.registry && !options.portal) usageError('give one registry source: --registry FILE or --portal URL');
     const credentialOptions = credentialOptionsOf(command);
+    const quotaOptions = quotaOptionsOf(command);
     if (!credentialOptions.listenerTlsCert !== !credentialOptions.listenerTlsKey) usageError('--listener-tls-cert and --listener-tls-key go together');
     const idp = idpSettingsOf(idpOptionsOf(command), usageError);
     const registryPolicy = { allowTokenPassthrough: credentialOptions.allowTokenPassthrough === true };
@@ -481,6 +501,11 @@ withOptions(withIdpOptions(subcommand('control-plane', 'run the xDS control plan
           }),
           maxRequestBodyBytes: options.maxRequestBodyBytes,
           sessionCheckTimeoutMs: options.sessionCheckTimeoutMs,
+          quotas: {
+            ...(quotaOptions.ratelimit && { rateLimitService: endpointOf(quotaOptions.ratelimit) }),
+            rateLimitTimeoutMs: quotaOptions.ratelimitTimeoutMs,
+            maxTrackedCallers: quotaOptions.maxTrackedCallers,
+          },
           edge: {
             perConnectionBufferLimitBytes: options.perConnectionBufferLimitBytes,
             requestHeadersTimeoutMs: options.requestHeadersTimeoutMs,
@@ -501,6 +526,7 @@ withOptions(withIdpOptions(subcommand('control-plane', 'run the xDS control plan
             tracing: { otlpEndpoint: options.otlpEndpoint, samplingRatio: options.traceSampling, serviceName: options.envoyTraceServiceName },
           }),
         },
+        ...(quotaOptions.ratelimitConfig && { rateLimitConfigFile: path.resolve(quotaOptions.ratelimitConfig) }),
         idp,
         registryPolicy,
         signingKeys: { ...SIGNING_KEY_DEFAULTS, refreshMs: options.signingKeysRefreshMs, timeoutMs: options.signingKeysTimeoutMs },

@@ -3,6 +3,9 @@ import { portProblem } from '../devstack/port-owner';
 import { CHILDREN_DIE_WITH_PARENT, onPath } from '../devstack/processes';
 import { ServingCheck } from '../devstack/serving-check';
 import { GatewayStack, RestartEvent, StackTracing } from '../devstack/stack';
+import { rateLimitBinary } from '../devstack/ratelimit';
+import { buildGatewayIR } from '../ir/gateway-ir';
+import { hasSharedLimits } from '../quotas/ratelimit-service-config';
 import { Route } from '../registry/model';
 import { loadRegistryFile } from '../registry/static-file';
 import { LogLevel } from '../shared/log';
@@ -14,6 +17,8 @@ export interface UpOptions {
   samplePorts: { weather: number; jobs: number };
   logDir: string;
   logLevel: LogLevel;
+  /** Run the ratelimit service even when the registry has no shared limits (yet). */
+  rateLimitService?: boolean;
   /** Spans of Envoy, the control plane and the sidecar to this OTLP/HTTP collector. */
   tracing?: StackTracing;
 }
@@ -34,9 +39,14 @@ function restartLine(event: RestartEvent): string {
 }
 
 /** Everything fixed in advance that cannot be had, checked before anything starts. */
-async function preflight(options: UpOptions, samples: { service: string; port: number }[]): Promise<void> {
+async function preflight(options: UpOptions, samples: { service: string; port: number }[], rateLimit: boolean): Promise<void> {
   envoyBinary();
   if (!onPath('redis-server')) throw new UpError('redis-server not found on PATH: run scripts/setup.sh (installs it from Debian)');
+  if (rateLimit && !rateLimitBinary()) {
+    throw new UpError(
+      'the registry has shared limits, which the ratelimit service counts, and it is not installed: run scripts/test-tools.sh (builds envoyproxy/ratelimit into .tools/bin/) or set RATELIMIT_BIN',
+    );
+  }
   const problems = await Promise.all([
     portProblem(options.listenerPort, HOST, 'the gateway listener', 'stop that process or choose another port with --listener-port'),
     ...samples.map((sample) =>
@@ -59,7 +69,9 @@ export async function runUp(options: UpOptions, say: (line: string) => void): Pr
     { service: 'weather', port: options.samplePorts.weather },
     { service: 'jobs', port: options.samplePorts.jobs },
   ];
-  await preflight(options, samples);
+  // Shared limits are counted by the ratelimit service (docs/quotas.md): run it when the registry has any.
+  const rateLimit = Boolean(options.rateLimitService) || hasSharedLimits(buildGatewayIR(registry));
+  await preflight(options, samples, rateLimit);
   if (!CHILDREN_DIE_WITH_PARENT) say('warning: setpriv (util-linux) not found: if up is killed with SIGKILL, the processes it started keep running');
   say(`starting the gateway (logs in ${options.logDir}) ...`);
   const stack = await GatewayStack.prepare({
@@ -70,6 +82,7 @@ export async function runUp(options: UpOptions, say: (line: string) => void): Pr
     logLevel: options.logLevel,
     tracing: options.tracing,
     envoyBaseId: options.listenerPort,
+    rateLimit,
     onRestart: (event) => say(restartLine(event)),
   });
   const signals = stopOnSignals(async () => {
@@ -117,6 +130,7 @@ export async function runUp(options: UpOptions, say: (line: string) => void): Pr
       `xDS (ADS, gRPC):     ${HOST}:${stack.ports.grpc}`,
       `dev portal:          ${stack.portalUrl}/v1/registry (serving ${options.registryFile}; edit the file to change routes)`,
       `redis:               ${stack.redisUrl}`,
+      ...(rateLimit ? [`ratelimit service:   ${HOST}:${stack.ports.rateLimitGrpc} (shared limits; its configuration ${stack.rateLimitConfigFile})`] : []),
       `audit log:           ${stack.auditFile} (one JSON line per tools/call and refused request)`,
       '',
       'Ctrl-C stops everything; a process that exits on its own is restarted.',

@@ -4,6 +4,7 @@ import { projectPath } from '../shared/paths';
 import { LogLevel } from '../shared/log';
 import { BASE_ID_TAKEN, ENVOY_JSON_LOG_FORMAT, OverloadSettings, XdsApiType, envoyBinary, overloadForThisHost, writeBootstrap } from './envoy';
 import { listensOn } from './port-owner';
+import { rateLimitBinary, rateLimitConfigFile, rateLimitEnvironment, writeInitialRateLimitConfig } from './ratelimit';
 import { ManagedProcess, ProcessOptions, freePorts, portAccepts } from './processes';
 
 /**
@@ -27,6 +28,10 @@ export interface StackPorts {
   sidecarAdmin: number;
   redis: number;
   portal: number;
+  /** The ratelimit service's gRPC, HTTP (health) and debug ports (used when it runs). */
+  rateLimitGrpc: number;
+  rateLimitHttp: number;
+  rateLimitDebug: number;
 }
 
 export interface StackOptions {
@@ -76,6 +81,15 @@ export interface StackOptions {
    * sidecars; the stack then starts no Redis of its own.
    */
   redisUrl?: string;
+  /**
+   * Runs the ratelimit service (envoyproxy/ratelimit) of shared limits on the stack's Redis, and
+   * gives the control plane its address and configuration file (docs/quotas.md).
+   */
+  rateLimit?: boolean;
+  /** Another stack's ratelimit service, for this stack's Envoys to share its counts (instead of running one). */
+  sharedRateLimit?: { grpcPort: number; configFile: string };
+  /** The control plane's --ratelimit-timeout-ms, when given. */
+  rateLimitTimeoutMs?: number;
 }
 
 /** Where one replica of a part listens: its main port (the sidecar's --listen, the control plane's --grpc) and its admin port. */
@@ -113,7 +127,9 @@ const RESTART_BACKOFF = { firstMs: 250, maxMs: 10_000, stableAfterMs: 30_000 };
 const restartDelayMs = (streak: number) => Math.min(RESTART_BACKOFF.maxMs, RESTART_BACKOFF.firstMs * 2 ** streak);
 
 async function resolvePorts(requested: Partial<StackPorts> = {}): Promise<StackPorts> {
-  const names: (keyof StackPorts)[] = ['listener', 'egress', 'envoyAdmin', 'grpc', 'controlPlaneAdmin', 'sidecar', 'sidecarAdmin', 'redis', 'portal'];
+  const names: (keyof StackPorts)[] = [
+    'listener', 'egress', 'envoyAdmin', 'grpc', 'controlPlaneAdmin', 'sidecar', 'sidecarAdmin', 'redis', 'portal', 'rateLimitGrpc', 'rateLimitHttp', 'rateLimitDebug',
+  ];
   const fresh = await freePorts(names.length);
   return Object.fromEntries(names.map((name, index) => [name, requested[name] ?? fresh[index]])) as unknown as StackPorts;
 }
@@ -190,6 +206,7 @@ export class GatewayStack {
         ...(this.options.samples ?? []).map((sample) => this.startSample(sample.service, sample.port)),
         ...(this.usesPortal ? [this.startPortal()] : []),
       ]);
+      if (this.options.rateLimit) await this.startRateLimit();
       await Promise.all(this.controlPlanePorts.map((_, replica) => this.startControlPlane(replica)));
       await Promise.all([...this.sidecarPorts.map((_, replica) => this.startSidecar(replica)), this.startEnvoy()]);
     } catch (error) {
@@ -260,10 +277,14 @@ export class GatewayStack {
   }
 
   private spawn(name: string, command: string, args: string[], output: Pick<ProcessOptions, 'stdoutFile' | 'textLines'> = {}): ManagedProcess {
+    return this.spawnWith(name, command, args, undefined, output);
+  }
+
+  private spawnWith(name: string, command: string, args: string[], env: NodeJS.ProcessEnv | undefined, output: Pick<ProcessOptions, 'stdoutFile' | 'textLines'> = {}): ManagedProcess {
     if (this.stopping) throw new Error(`not starting ${name}: the stack is stopping`);
     // A second process under a taken name would be orphaned: stop() could never reach it.
     if (this.processes.get(name)?.running) throw new Error(`a process named ${name} is already running`);
-    const process = new ManagedProcess({ name, command, args, logFile: this.logFileOf(name), ...output });
+    const process = new ManagedProcess({ name, command, args, env, logFile: this.logFileOf(name), ...output });
     this.processes.set(name, process);
     return process;
   }
@@ -339,6 +360,34 @@ export class GatewayStack {
     });
   }
 
+  /** The ratelimit service, on the stack's Redis (started before it). */
+  async startRateLimit(): Promise<void> {
+    const binary = rateLimitBinary();
+    if (!binary) throw new Error('the ratelimit service is not installed: run scripts/test-tools.sh (builds .tools/bin/ratelimit) or set RATELIMIT_BIN');
+    if (this.options.redisUrl) throw new Error('the stack runs the ratelimit service on its own Redis only');
+    writeInitialRateLimitConfig(this.options.logDir);
+    await this.launch('ratelimit', async () => {
+      const ports = { grpc: this.ports.rateLimitGrpc, http: this.ports.rateLimitHttp, debug: this.ports.rateLimitDebug };
+      const service = this.spawnWith('ratelimit', binary, [], rateLimitEnvironment(this.options.logDir, ports, { host: HOST, port: this.ports.redis }, HOST));
+      await service.untilReady('the ratelimit service to answer /healthcheck', async () =>
+        listensOn(service.child.pid!, ports.http) && listensOn(service.child.pid!, ports.grpc) ? httpOk(`http://${HOST}:${ports.http}/healthcheck`) : undefined,
+      );
+      return service;
+    });
+  }
+
+  /** Where the control plane writes the ratelimit service's configuration (when the stack runs one). */
+  get rateLimitConfigFile(): string {
+    return rateLimitConfigFile(this.options.logDir);
+  }
+
+  /** The ratelimit service this stack's control plane configures Envoy with: its own, another stack's, or none. */
+  private get rateLimitArgs(): string[] {
+    const shared = this.options.sharedRateLimit;
+    if (shared) return ['--ratelimit', `${HOST}:${shared.grpcPort}`, '--ratelimit-config', shared.configFile];
+    return this.options.rateLimit ? ['--ratelimit', `${HOST}:${this.ports.rateLimitGrpc}`, '--ratelimit-config', this.rateLimitConfigFile] : [];
+  }
+
   async startPortal(): Promise<void> {
     await this.launch('portal', async () => {
       const portal = this.spawn('portal', process.execPath, [DEV_PORTAL_MAIN, '--file', this.options.registryFile, '--port', String(this.ports.portal)]);
@@ -381,6 +430,8 @@ export class GatewayStack {
         ...(this.options.catalogRefreshMs ? ['--catalog-refresh-ms', String(this.options.catalogRefreshMs)] : []),
         ...(this.options.toolsListPageSize !== undefined ? ['--tools-list-page-size', String(this.options.toolsListPageSize)] : []),
         ...(this.options.registryRefreshMs ? ['--registry-refresh-ms', String(this.options.registryRefreshMs)] : []),
+        ...this.rateLimitArgs,
+        ...(this.options.rateLimitTimeoutMs ? ['--ratelimit-timeout-ms', String(this.options.rateLimitTimeoutMs)] : []),
         ...(this.options.controlPlaneArgs ?? []),
         ...this.logLevelArgs,
         ...(this.options.extraArgs?.controlPlane ?? []),

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { Credentials, Registry, RouteAuth, ToolPolicy, ToolService } from '../registry/model';
+import { RouteQuotasIR, ToolServiceQuotasIR, routeQuotasIR, toolServiceQuotasIR } from './quotas-ir';
 
 /**
  * The intermediate representation between a registry source and Envoy. Everything Envoy needs is
@@ -63,6 +64,10 @@ export interface ToolServiceIR {
   healthCheckPath?: string;
   /** Answer for read-only tools when every attempt failed (a degraded result). */
   fallbackText?: string;
+  /** Where the token the control plane lists this Tool Service's tools with is kept; read at each listing, so it can rotate. */
+  catalogBearerTokenFile?: string;
+  /** Its rate and concurrency limits, over every route that maps it (docs/quotas.md). */
+  quotas: ToolServiceQuotasIR;
   /** What its calls, the sidecar's requests and the catalog's listings authenticate with. */
   credentials: BackendCredentials;
 }
@@ -111,6 +116,8 @@ export interface RouteIR {
   /** Gateway path agents register: /mcp/{key}. */
   path: string;
   backends: RouteBackendIR[];
+  /** Its rate and concurrency limits, the document's defaults included (docs/quotas.md). */
+  quotas: RouteQuotasIR;
   /** Present when callers must present a valid token. */
   auth?: RouteAuthIR;
 }
@@ -167,15 +174,18 @@ export const toolServiceIdOf = (catalogKey: string) => catalogKey.slice(CATALOG_
 
 /**
  * A cluster is named after what it connects to, so the same upstream is one cluster whatever ids and
- * routes use it, and a change of any of its settings is another cluster. No dots: Envoy's stat tag
- * extraction would split the name (the name is the `envoy_cluster_name` label as it is).
+ * routes use it, and a change of any of its settings is another cluster. A Tool Service with a
+ * concurrency limit has a cluster of its own, whose circuit breaker is that limit. No dots: Envoy's
+ * stat tag extraction would split the name (the name is the `envoy_cluster_name` label as it is).
  */
-function clusterNameOf(endpoint: UpstreamEndpoint, connectTimeoutMs: number, healthCheckPath: string | undefined, credentials: BackendCredentials): string {
+function clusterNameOf(endpoint: UpstreamEndpoint, connectTimeoutMs: number, healthCheckPath: string | undefined, credentials: BackendCredentials, concurrencyOf?: { id: string; limit: number }): string {
   const parts: unknown[] = [endpoint.host, endpoint.port, endpoint.tls ?? null, connectTimeoutMs, healthCheckPath ?? null];
   // The credential is part of the upstream: a service-account cluster injects its token, a per-caller
   // one keeps the token the session check set. (Without credentials, the name is what it always was.)
   if (credentials.mode === 'serviceAccount') parts.push(['serviceAccount', credentials.tokenFile]);
   else if (perCallerCredentials(credentials)) parts.push('per-caller');
+  // A Tool Service with a concurrency limit has a cluster of its own: the limit is its circuit breaker.
+  if (concurrencyOf) parts.push(concurrencyOf);
   const identity = JSON.stringify(parts);
   const hash = createHash('sha256').update(identity).digest('hex').slice(0, 8);
   return `backend_${endpoint.host.replace(/[^A-Za-z0-9]+/g, '_')}_${endpoint.port}_${hash}`;
@@ -195,16 +205,19 @@ function toolServiceIR(service: ToolService): ToolServiceIR {
   };
   const effectiveTimeouts = { ...TRANSPORT_DEFAULTS, ...timeouts };
   const credentials = service.credentials ?? { mode: 'none' };
+  const quotas = toolServiceQuotasIR(service.id, service.quotas);
+  const concurrencyOf = quotas.concurrency === undefined ? undefined : { id: service.id, limit: quotas.concurrency };
   return {
     id: service.id,
     catalogKey: catalogKeyFor(service.id),
-    clusterName: clusterNameOf(endpoint, effectiveTimeouts.connectTimeoutMs, healthCheckPath, credentials),
+    clusterName: clusterNameOf(endpoint, effectiveTimeouts.connectTimeoutMs, healthCheckPath, credentials, concurrencyOf),
     url: service.url,
     endpoint,
     timeouts: effectiveTimeouts,
     credentials,
     ...(healthCheckPath && { healthCheckPath }),
     ...(service.fallback && { fallbackText: service.fallback.text }),
+    quotas,
   };
 }
 
@@ -216,6 +229,7 @@ export function buildGatewayIR(registry: Registry, settings: IRSettings = DEFAUL
   const routes = registry.routes.map((route): RouteIR => ({
     key: route.key,
     path: `/mcp/${route.key}`,
+    quotas: routeQuotasIR(route.key, route.quotas),
     ...(route.auth && {
       auth: routeAuthIR(
         route.auth,

@@ -97,6 +97,79 @@ const toolPattern = z
   .max(128)
   .regex(/^\S+$/, 'must be a tool name or a pattern with * (no spaces)');
 
+/** The windows a rate is counted in (Envoy's and the ratelimit service's units). */
+export const RATE_UNITS = ['second', 'minute', 'hour', 'day'] as const;
+export type RateUnit = (typeof RATE_UNITS)[number];
+/** `REQUESTS/UNIT`, e.g. `100/minute`; at most a billion requests per window. */
+export const RATE_PATTERN = /^([1-9][0-9]{0,8})\/(second|minute|hour|day)$/;
+const RATE_RULE = 'must be REQUESTS/UNIT with a unit of second, minute, hour or day, e.g. "100/minute"';
+const rate = z.string().regex(RATE_PATTERN, RATE_RULE);
+
+/**
+ * One rate limit (docs/quotas.md): a rate alone is counted by each Envoy on its own; `shared: true`
+ * counts it across every Envoy in the ratelimit service, and `whenServiceDown` says what a call the
+ * service cannot answer for gets. `unlimited` switches off a limit a default would set.
+ */
+export const rateLimitSchema = z.union(
+  [
+    z.literal('unlimited'),
+    rate,
+    z
+      .object({
+        rate: rate.describe('REQUESTS/UNIT, e.g. "100/minute".'),
+        shared: z.boolean().optional().describe('Count across every Envoy in the ratelimit service (needs the gateway\'s --ratelimit). Default false: each Envoy counts on its own.'),
+        whenServiceDown: z
+          .enum(['allow', 'refuse'])
+          .optional()
+          .describe('A shared limit the ratelimit service cannot answer for: let the call through (allow, the default) or refuse it (503).'),
+      })
+      .strict()
+      .refine((limit) => limit.shared || limit.whenServiceDown === undefined, { message: 'whenServiceDown is for shared limits (shared: true)', path: ['whenServiceDown'] }),
+  ],
+  { error: `must be "unlimited", a rate (${RATE_RULE.replace('must be ', '')}) or {rate, shared, whenServiceDown}` },
+);
+
+/** Limits on one kind of request: each caller's own, and all callers' together. */
+export const rateLimitsSchema = z
+  .object({
+    perCaller: rateLimitSchema.optional().describe("Each caller's own limit: the token's subject on a route with auth, the client's address otherwise."),
+    total: rateLimitSchema.optional().describe('All callers together.'),
+  })
+  .strict();
+
+/** Calls in flight at once; a call past the limit is refused (429) at once, never queued. */
+const inFlight = z.number().int().min(1).max(100_000);
+
+/** A route's limits, and the document's defaults of every route's (docs/quotas.md). */
+export const routeQuotasSchema = z
+  .object({
+    calls: rateLimitsSchema.optional().describe('tools/call on the route.'),
+    discovery: rateLimitsSchema
+      .optional()
+      .describe('What the gateway answers itself on the route: initialize, tools/list, ping, notifications (their own, looser limits).'),
+  })
+  .strict();
+
+/** Limits of a tool, or of every tool a pattern matches (each tool counted on its own). */
+export const toolQuotaSchema = z
+  .object({
+    tools: z.array(toolPattern).min(1).describe("Patterns over the Tool Service's own tool names (`*` matches any characters); the first entry that matches a tool applies."),
+    calls: rateLimitsSchema.describe('tools/call of each matching tool.'),
+  })
+  .strict();
+
+/** A Tool Service's limits, over every route that maps it (docs/quotas.md). */
+export const toolServiceQuotasSchema = z
+  .object({
+    calls: rateLimitsSchema.optional().describe('tools/call to the Tool Service from every route.'),
+    concurrency: z
+      .object({ total: inFlight.optional().describe('tools/call in flight to the Tool Service at once, from every route; past it a call is refused at once (429). Default: the gateway setting --tool-service-max-requests (1024), past which calls wait for a connection.') })
+      .strict()
+      .optional(),
+    tools: z.array(toolQuotaSchema).min(1).optional().describe('Limits of single tools.'),
+  })
+  .strict();
+
 /** An OAuth 2.0 scope token (RFC 6749 §3.3): printable ASCII without space, `"` or `\`. */
 const scopeToken = z
   .string()
@@ -211,6 +284,7 @@ export const toolServiceSchema = z
       .optional()
       .describe('Degraded answer for read-only tools when every attempt to reach the Tool Service failed.'),
     policy: toolPolicySchema.optional().describe("Which of this Tool Service's tools the route serves (docs/registry.md)."),
+    quotas: toolServiceQuotasSchema.optional().describe('Rate and concurrency limits of the Tool Service and its tools, the same in every route that maps it (docs/quotas.md).'),
     credentials: credentialsSchema.optional().describe('What the gateway authenticates to the Tool Service with (docs/auth.md); default none.'),
   })
   .strict()
@@ -228,6 +302,7 @@ export const routeSchema = z
       .regex(ROUTE_KEY_PATTERN, 'must be 1-63 characters of lowercase letters, digits, "_" or "-"')
       .describe('Route key: agents register /mcp/{key}.'),
     toolServices: z.array(toolServiceSchema).min(1, 'a route needs at least one Tool Service'),
+    quotas: routeQuotasSchema.optional().describe("The route's rate and concurrency limits (docs/quotas.md); each one not set here is the document's default."),
     auth: z
       .union([z.literal(false), routeAuthSchema])
       .optional()
@@ -252,6 +327,7 @@ export const routeSchema = z
 export const registryDocumentSchema = z
   .object({
     revision: z.string().optional().describe('The source\'s revision of this document; the Portal also sends it as the ETag.'),
+    quotas: routeQuotasSchema.optional().describe('Gateway-wide defaults of every route\'s limits (docs/quotas.md).'),
     auth: routeAuthSchema.optional().describe('The auth of every route that does not set its own (docs/auth.md).'),
     routes: z.array(routeSchema).describe('Every route the source declares. A route absent here is removed from the gateway.'),
   })
@@ -264,6 +340,10 @@ export type Credentials = z.output<typeof credentialsSchema>;
 export type ToolRule = z.output<typeof toolRuleSchema>;
 export type RouteAuth = z.output<typeof routeAuthSchema>;
 export type Route = z.output<typeof routeSchema>;
+export type RateLimitSetting = z.output<typeof rateLimitSchema>;
+export type RateLimits = z.output<typeof rateLimitsSchema>;
+export type RouteQuotas = z.output<typeof routeQuotasSchema>;
+export type ToolServiceQuotas = z.output<typeof toolServiceQuotasSchema>;
 
 export interface Registry {
   routes: Route[];

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { Registry, Route, RouteAuth, registryDocumentSchema, routeAuthSchema, routeSchema } from './model';
+import { Registry, Route, RouteAuth, RouteQuotas, registryDocumentSchema, routeAuthSchema, routeQuotasSchema, routeSchema } from './model';
 
 /** Where a value sits in a document: keys and array indexes from the top. */
 export type DocumentPath = (string | number)[];
@@ -35,7 +35,7 @@ export interface RegistryValidation {
   documentRejected: boolean;
 }
 
-const documentSchema = z.object({ revision: z.string().optional(), auth: z.unknown().optional(), routes: z.array(z.unknown()) }).strict();
+const documentSchema = z.object({ revision: z.string().optional(), auth: z.unknown().optional(), quotas: z.unknown().optional(), routes: z.array(z.unknown()) }).strict();
 
 function formatPath(path: DocumentPath): string {
   const dotted = path.reduce<string>((out, part) => (typeof part === 'number' ? `${out}[${part}]` : `${out}.${part}`), '');
@@ -192,13 +192,14 @@ export function validateRegistry(document: unknown, policy: RegistryPolicy = DEF
     };
   }
   const problems: RegistryProblem[] = [];
+  const defaultQuotas = top.data.quotas === undefined ? { ok: true as const } : parseDefaultQuotas(top.data.quotas, problems);
   const defaultAuth = top.data.auth === undefined ? { ok: true as const } : parseDefaultAuth(top.data.auth, problems);
   const routes: Route[] = [];
   const routeKeys = new Set<string>();
   /** A Tool Service id is one Envoy cluster, so every route must describe it the same way. */
   const endpointByServiceId = new Map<string, string>();
   const endpointOf = (service: Route['toolServices'][number]) =>
-    JSON.stringify([service.url, service.transport ?? {}, service.fallback ?? {}, service.credentials ?? { mode: 'none' }]);
+    JSON.stringify([service.url, service.transport ?? {}, service.fallback ?? {}, service.credentials ?? { mode: 'none' }, service.quotas ?? {}]);
 
   top.data.routes.forEach((raw, index) => {
     const base = ['routes', index];
@@ -207,9 +208,14 @@ export function validateRegistry(document: unknown, policy: RegistryPolicy = DEF
       problems.push(...problemsOf(parsed.error.issues, base, keyOf(raw)));
       return;
     }
-    const route = withEffectiveAuth(parsed.data, defaultAuth);
+    const withAuth = withEffectiveAuth(parsed.data, defaultAuth);
+    if (typeof withAuth === 'string') {
+      problems.push({ route: parsed.data.key, field: formatPath([...base, 'auth']), path: [...base, 'auth'], message: withAuth });
+      return;
+    }
+    const route = withEffectiveQuotas(withAuth, defaultQuotas);
     if (typeof route === 'string') {
-      problems.push({ route: parsed.data.key, field: formatPath([...base, 'auth']), path: [...base, 'auth'], message: route });
+      problems.push({ route: parsed.data.key, field: formatPath([...base, 'quotas']), path: [...base, 'quotas'], message: route });
       return;
     }
     const refused = [...authProblems(route, base), ...policyProblems(route, base, policy)];
@@ -234,7 +240,7 @@ export function validateRegistry(document: unknown, policy: RegistryPolicy = DEF
         route: route.key,
         field: formatPath(path),
         path,
-        message: `Tool Service id "${service.id}" is already registered with another URL, transport, credentials or fallback (${knownUrl})`,
+        message: `Tool Service id "${service.id}" is already registered with another URL, transport, credentials, fallback or quotas (${knownUrl})`,
       });
       return;
     }
@@ -246,6 +252,16 @@ export function validateRegistry(document: unknown, policy: RegistryPolicy = DEF
   return { registry: { routes }, problems, knownRoutes, revision: top.data.revision, documentRejected: false };
 }
 
+type DefaultQuotas = { ok: true; quotas?: RouteQuotas } | { ok: false };
+
+/** The document's `quotas`, the defaults of every route's limits; its problems are reported once, at `quotas`. */
+function parseDefaultQuotas(raw: unknown, problems: RegistryProblem[]): DefaultQuotas {
+  const parsed = routeQuotasSchema.safeParse(raw);
+  if (parsed.success) return { ok: true, quotas: parsed.data };
+  problems.push(...problemsOf(parsed.error.issues, ['quotas'], undefined));
+  return { ok: false };
+}
+
 type DefaultAuth = { ok: true; auth?: RouteAuth } | { ok: false };
 
 /** The document's `auth`, the default of every route without its own; its problems are reported once, at `auth`. */
@@ -254,6 +270,26 @@ function parseDefaultAuth(raw: unknown, problems: RegistryProblem[]): DefaultAut
   if (parsed.success) return { ok: true, auth: parsed.data };
   problems.push(...problemsOf(parsed.error.issues, ['auth'], undefined));
   return { ok: false };
+}
+
+/**
+ * The route with the limits it gets: each one it sets itself, the document's default for the others.
+ * A route keeps what it resolved to (one saved for a cold start must not depend on the document); one
+ * whose defaults are invalid is refused, so it keeps its previous state.
+ */
+function withEffectiveQuotas(route: Route, defaults: DefaultQuotas): Route | string {
+  if (!defaults.ok) return "inherits the document's quotas, which are invalid (see the problems at quotas)";
+  const fallback = defaults.quotas;
+  if (!fallback) return route;
+  const own = route.quotas ?? {};
+  const merged = <T extends object>(mine: T | undefined, theirs: T | undefined): T | undefined => (mine || theirs ? { ...theirs, ...mine } as T : undefined);
+  const quotas: RouteQuotas = Object.fromEntries(
+    Object.entries({
+      calls: merged(own.calls, fallback.calls),
+      discovery: merged(own.discovery, fallback.discovery),
+    }).filter(([, value]) => value !== undefined),
+  );
+  return Object.keys(quotas).length > 0 ? { ...route, quotas } : route;
 }
 
 /**

@@ -54,7 +54,7 @@ describe('delta xDS (real Envoy on DELTA_GRPC ADS)', () => {
 
     const clusters = section('ClustersConfigDump') as { dynamic_active_clusters: { version_info: string; cluster: { name: string } }[] };
     const dynamicClusters = clusters.dynamic_active_clusters;
-    expect(dynamicClusters.map((entry) => entry.cluster.name).sort()).toEqual(['mcp_sidecar', 'mcp_sidecar_check', 'mcp_sidecar_streams', clusterOf(backends.jobs), clusterOf(backends.weather)].sort());
+    expect(dynamicClusters.map((entry) => entry.cluster.name).sort()).toEqual(['mcp_sidecar', 'mcp_sidecar_check', 'mcp_sidecar_streams', 'mcpgw_ratelimit', clusterOf(backends.jobs), clusterOf(backends.weather)].sort());
     // State of the world would stamp every cluster with the one response version; delta versions each resource.
     expect(new Set(dynamicClusters.map((entry) => entry.version_info)).size).toBe(dynamicClusters.length);
   });

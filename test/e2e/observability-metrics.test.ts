@@ -16,7 +16,8 @@ describe('metrics that tell the truth', () => {
 
   const registry = () => ({
     routes: [
-      { key: 'demo', toolServices: [{ name: 'weather', url: backends.weather }, { name: 'jobs', url: backends.jobs }] },
+      // A limit never reached: its refusals' counter exists from the start (docs/quotas.md).
+      { key: 'demo', quotas: { discovery: { total: '100000/second' } }, toolServices: [{ name: 'weather', url: backends.weather }, { name: 'jobs', url: backends.jobs }] },
       { key: 'ops', toolServices: [{ name: 'reports', url: flaky.url, fallback: { text: 'reports are unavailable' } }] },
       { key: 'readers', toolServices: [{ name: 'reports', url: flaky.url, fallback: { text: 'reports are unavailable' }, policy: { denyTools: ['send_email'] } }] },
     ],

@@ -103,7 +103,7 @@ describe.each<XdsApiType>(['GRPC', 'DELTA_GRPC'])('registry changes through the 
     expect(textOf(await client.callTool({ name: 'weather__get_alerts', arguments: { region: 'south' } }))).toBe('No alerts for south');
     await waitFor('Envoy to drop the clusters nothing uses', async () => {
       const clusters = await envoyDynamicClusters(stack);
-      return [...clusters].sort().join() === ['mcp_sidecar', 'mcp_sidecar_check', 'mcp_sidecar_streams', clusterOf(backends.weather)].sort().join() ? clusters : undefined;
+      return [...clusters].sort().join() === ['mcp_sidecar', 'mcp_sidecar_check', 'mcp_sidecar_streams', 'mcpgw_ratelimit', clusterOf(backends.weather)].sort().join() ? clusters : undefined;
     });
   });
 

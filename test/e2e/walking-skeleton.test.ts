@@ -109,7 +109,7 @@ describe('walking skeleton (real Envoy, sidecar, control plane, MCP SDK peers)',
     const section = (suffix: string) => dump.configs.find((config) => String(config['@type']).endsWith(`.${suffix}`))!;
 
     const listeners = section('ListenersConfigDump') as { dynamic_listeners: { name: string }[]; static_listeners?: unknown[] };
-    expect(listeners.dynamic_listeners.map((listener) => listener.name)).toEqual(['mcp_gateway']);
+    expect(listeners.dynamic_listeners.map((listener) => listener.name)).toEqual(['mcp_egress', 'mcp_gateway']);
     expect(listeners.static_listeners ?? []).toHaveLength(0);
 
     const routes = section('RoutesConfigDump') as {
@@ -140,7 +140,7 @@ describe('walking skeleton (real Envoy, sidecar, control plane, MCP SDK peers)',
     };
     expect(clusters.static_clusters.map((entry) => entry.cluster.name)).toEqual(['xds_control_plane']);
     expect(clusters.dynamic_active_clusters.map((entry) => entry.cluster.name).sort()).toEqual(
-      ['mcp_sidecar', 'mcp_sidecar_check', 'mcp_sidecar_streams', clusterOf(backends.jobs), clusterOf(backends.weather)].sort(),
+      ['mcp_sidecar', 'mcp_sidecar_check', 'mcp_sidecar_streams', 'mcpgw_ratelimit', clusterOf(backends.jobs), clusterOf(backends.weather)].sort(),
     );
   });
 });

@@ -35,6 +35,7 @@ interface EntryShape {
   attempts?: number;
   details?: string;
   flags?: Record<string, unknown>;
+  headers?: Record<string, string>;
 }
 
 function entry(shape: EntryShape): LogEntry {
@@ -52,7 +53,7 @@ function entry(shape: EntryShape): LogEntry {
       upstream_request_attempt_count: shape.attempts ?? 0,
     },
     request: { path: shape.path ?? '/mcp/demo', original_path: '', request_id: 'req-1' },
-    response: { response_code: { value: shape.status }, response_code_details: shape.details ?? 'via_upstream' },
+    response: { response_code: { value: shape.status }, response_code_details: shape.details ?? 'via_upstream', response_headers: shape.headers ?? {} },
   };
 }
 
@@ -133,6 +134,22 @@ describe('an audit event from a call-log entry', () => {
       entry(call({ ours: { ...call().ours, approval: 'granted', approval_id: 'ap1', approver_iss: ALICE.iss, approver_sub: 'c3' } })),
     );
     expect(granted?.approval).toEqual({ decision: 'granted', id: 'ap1', approver: { issuer: ALICE.iss, subject: 'c3' } });
+  });
+
+  it('a call a limit refused: limited, the limit as the reason, the caller kept, nothing forwarded', () => {
+    const event = auditEventOf(
+      entry(
+        call({
+          jwt: ALICE,
+          status: 429,
+          flags: { rate_limited: true },
+          headers: { 'x-mcpgw-limit': 'route:demo/calls/per-caller' },
+          details: 'local_rate_limited',
+          attempts: 0,
+        }),
+      ),
+    );
+    expect(event).toMatchObject({ kind: 'tools/call', outcome: 'limited', reason: 'route:demo/calls/per-caller', caller: { subject: 'a1' }, http_status: 429, attempts: 0 });
   });
 
   it('a failed call: Envoy flags without a recorded outcome', () => {

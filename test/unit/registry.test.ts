@@ -68,7 +68,7 @@ describe('registry validation', () => {
       ],
     });
     expect(problems[0]).toMatchObject({ route: 'two', field: 'routes[1].toolServices[0]' });
-    expect(problems[0].message).toMatch(/already registered with another URL, transport, credentials or fallback \(http:\/\/127.0.0.1:1\/mcp\)/);
+    expect(problems[0].message).toMatch(/already registered with another URL, transport, credentials, fallback or quotas \(http:\/\/127.0.0.1:1\/mcp\)/);
   });
 
   it('rejects a document that is not a registry, suggesting the key an unknown one most likely meant', () => {

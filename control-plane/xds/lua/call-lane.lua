@@ -14,10 +14,13 @@
 --                                 passthrough), for the audit
 --   audit_arguments               true: the call's arguments (raw JSON) go to the access log's metadata,
 --                                 from which the control plane hashes them for the audit event
---   ["tool:<own name>"]           a served tool: "" or flags "t=<deadline ms>;r;f;a=<n>;ap" (retry safe,
---                                 fallback, the access rule n that decides who may call it, approval)
+--   ["tool:<own name>"]           a served tool: "" or flags "t=<deadline ms>;r;f;a=<n>;ap;q=<n>" (retry
+--                                 safe, fallback, the access rule n that decides who may call it, approval,
+--                                 the Tool Service's tool limit n that applies)
 --   ["approval:<own name>"]       for a tool flagged "ap": its approval rule as JSON ({"risk", "approvers"})
 --   approval_cluster              the sidecars' cluster that decides approvals (when a tool needs one)
+--   tool_service, ["quota:<n>:<key>"]  the Tool Service's id and, per tool limit, the values of its
+--                                 metadata keys quota_tool_<key> the quota filters read (docs/quotas.md)
 --   ["deny:<own name>"]           a tool the route's policy denies, with the rule that does
 --   ["access:<n>"]                an access rule (docs/auth.md): scopes = {required scope, ...},
 --                                 subjects / groups / clients = {[allowed value] = true} (absent: no condition)
@@ -456,14 +459,16 @@ function M.meta_traceparent_span(body, params_members)
   return value
 end
 
--- "t=30000;r;f;a=2" → { deadline_ms = 30000, retry = true, fallback = true, access = "2" }
+-- "t=30000;r;f;a=2;q=0" → { deadline_ms = 30000, retry = true, fallback = true, access = "2", quota = "0" }
 function M.tool_flags(flags)
   local parsed = {}
   for flag in string.gmatch(flags, "[^;]+") do
     local deadline = string.match(flag, "^t=(%d+)$")
     local access = string.match(flag, "^a=(%d+)$")
+    local quota = string.match(flag, "^q=(%d+)$")
     if deadline then parsed.deadline_ms = deadline
     elseif access then parsed.access = access
+    elseif quota then parsed.quota = quota
     elseif flag == "r" then parsed.retry = true
     elseif flag == "f" then parsed.fallback = true
     elseif flag == "ap" then parsed.approval = true end
@@ -591,6 +596,17 @@ local function outcome_json(o)
     .. (o.last_error and (',"last_error":' .. o.last_error) or "") .. "}"
 end
 M.outcome_json = outcome_json
+
+-- A tool's limits (docs/quotas.md): the quota filters after this script read the values for the
+-- limit's bucket (or shared name) and the tool it counts, from this request's metadata.
+local QUOTA_KEYS = { "caller_local", "total_local", "caller_allow", "total_allow", "caller_refuse", "total_refuse" }
+function M.set_tool_quota(context, metadata, index, own)
+  metadata:set(NS, "quota_tool_scope", context:get("tool_service") .. "/" .. own)
+  for _, key in ipairs(QUOTA_KEYS) do
+    local value = context:get("quota:" .. index .. ":" .. key)
+    if value then metadata:set(NS, "quota_tool_" .. key, value) end
+  end
+end
 
 -- Requests for one backend's prompt or resource, routed by the prefix of the name or URI they carry.
 local FORWARDED = {
@@ -751,6 +767,7 @@ function envoy_on_request(h)
     return error_reply(h, id, INVALID_PARAMS, 'backend "' .. backend .. '" has no tool "' .. own .. '" on route "' .. route .. '"')
   end
   if flags == nil and not audit_arguments then return refuse() end
+  if tool and tool.quota then M.set_tool_quota(context, metadata, tool.quota, own) end
   -- What the access rule needs, read before the body (reading it yields, and handles end there).
   local caller = context:get("auth") and M.caller_of((metadata:get(JWT_NS) or {})[JWT_PAYLOAD], context:get("groups_claim")) or nil
   local access_rule = tool and tool.access and (context:get("access:" .. tool.access) or {})

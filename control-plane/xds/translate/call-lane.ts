@@ -18,6 +18,8 @@ import {
   SIDECAR_CLUSTER_NAME,
 } from './settings';
 import { TYPE_URL, typedStruct } from './type-urls';
+import { ToolQuotaIR, toolQuotaOf } from '../../ir/quotas-ir';
+import { toolQuotaContext } from './quotas';
 
 /**
  * The call lane (docs/adr/0008-data-path-lanes.md): Envoy's mcp filter parses every POST, a tools/call
@@ -138,12 +140,8 @@ function parseCapabilities(json: string): Record<string, unknown> {
   }
 }
 
-/** An entry of the HttpConnectionManager's http_filters. */
-export interface HttpFilter {
-  name: string;
-  disabled?: boolean;
-  typed_config: TypedJson;
-}
+/** An entry of the HttpConnectionManager's http_filters: its configuration inline, or by ECDS. */
+export type HttpFilter = { name: string; disabled?: boolean } & ({ typed_config: TypedJson } | { config_discovery: Record<string, unknown> });
 
 const CALL_SCRIPT = projectPath('control-plane/xds/lua/call-lane.lua');
 let callScript: string | undefined;
@@ -260,6 +258,11 @@ export function callMatch(path: string, backendName: string, separator: string) 
   };
 }
 
+/** A Tool Service's tool limits, for the call script (docs/quotas.md). */
+export interface CallLaneToolQuotas {
+  toolServiceId: string;
+  tools: ToolQuotaIR[];
+}
 /** How long the call script waits for a backend's credentials: above the sidecar's IdP timeout (5 s by default). */
 export const BACKEND_CREDENTIAL_TIMEOUT_MS = 6_000;
 
@@ -299,14 +302,18 @@ function authContext(auth: RouteAuthIR) {
   };
 }
 
-/** A call route's rules for the script. */
+/**
+ * A call route's rules for the script. A tool with limits gets the flag `q=<index>` of the Tool
+ * Service's tool limit that applies, and the context `quota:<index>:<metadata key>` the values the
+ * script leaves in metadata for the quota filters (docs/quotas.md).
+ */
 export function callRouteFilters(
   routeKey: string,
   backendName: string,
   separator: string,
   route: CallLaneRoute | undefined,
   auth: RouteAuthIR | undefined,
-  options: { annotate: boolean; auditArguments: boolean; credentials: BackendCredentials['mode'] },
+  options: { annotate: boolean; auditArguments: boolean; credentials: BackendCredentials['mode']; quotas?: CallLaneToolQuotas },
 ) {
   const backend = route?.backends.get(backendName);
   const context: Record<string, unknown> = {
@@ -323,8 +330,12 @@ export function callRouteFilters(
     ...(auth && authContext(auth)),
   };
   if (options.auditArguments) context.audit_arguments = true;
+  const { quotas } = options;
+  const limited = new Map<number, ToolQuotaIR>();
   for (const [tool, flags] of backend?.tools ?? []) {
-    context[`tool:${tool}`] = flags;
+    const quota = quotas && toolQuotaOf(quotas.tools, tool);
+    if (quota) limited.set(quota.index, quota);
+    context[`tool:${tool}`] = quota ? [flags, `q=${quota.index}`].filter(Boolean).join(';') : flags;
     const rule = /(?:^|;)a=(\d+)/.exec(flags)?.[1];
     const accessRule = rule && route?.accessRules[Number(rule) - 1];
     if (accessRule) context[`access:${rule}`] = accessRuleContext(accessRule);
@@ -335,6 +346,12 @@ export function callRouteFilters(
     context[`approval:${tool}`] = JSON.stringify({ risk: approval.risk, ...(approval.approvers ? { approvers: approval.approvers } : {}) });
   }
   if (backend?.approvals.size) context.approval_cluster = SIDECAR_CHECK_CLUSTER_NAME;
+  if (quotas && limited.size > 0) {
+    context.tool_service = quotas.toolServiceId;
+    for (const [index, quota] of limited) {
+      for (const [key, value] of Object.entries(toolQuotaContext(quota))) context[`quota:${index}:${key}`] = value;
+    }
+  }
   return {
     'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: context }),
   };

@@ -5,6 +5,7 @@ import { duration } from './duration';
 import { clientCertificateSecretName, sdsSecret, tokenSecretName, trustedCaSecretName } from './secrets';
 import { GatewaySettings, SIDECAR_CHECK_CLUSTER_NAME, ToolServiceLimits, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { TYPE_URL, typedStruct } from './type-urls';
+import { rateLimitServiceCluster } from './quotas';
 
 /**
  * Cluster defaults (docs/xds.md explains each): a Tool Service that stops accepting connections is
@@ -28,17 +29,18 @@ export const CLUSTER_DEFAULTS = {
   perConnectionBufferLimitBytes: 32 * 1024,
 };
 
-/** HTTP/1.1 to a backend: one call per connection, so calls in flight and connections share one limit. */
-function toolServiceCircuitBreakers(limits: ToolServiceLimits) {
+/**
+ * HTTP/1.1 to a backend: one call per connection, so calls in flight and connections share one limit.
+ * A Tool Service's own concurrency limit (docs/quotas.md) lowers its calls in flight only: past it a
+ * call overflows at once (answered 429), where past the connections it would wait for one.
+ */
+function toolServiceCircuitBreakers(limits: ToolServiceLimits, concurrency: number | undefined) {
+  const bound = { max_connections: limits.maxRequests, max_requests: limits.maxRequests, max_pending_requests: limits.maxPendingRequests, max_retries: CLUSTER_DEFAULTS.maxRetries };
   return {
     thresholds: [
-      {
-        priority: 'DEFAULT',
-        max_connections: limits.maxRequests,
-        max_requests: limits.maxRequests,
-        max_pending_requests: limits.maxPendingRequests,
-        max_retries: CLUSTER_DEFAULTS.maxRetries,
-      },
+      { priority: 'DEFAULT', ...bound, ...(concurrency !== undefined && { max_requests: concurrency }) },
+      // The gateway's own requests through the egress listener (HIGH priority routes): apart from the calls.
+      ...(concurrency !== undefined ? [{ priority: 'HIGH', ...bound }] : []),
     ],
   };
 }
@@ -132,7 +134,8 @@ function toolServiceCluster(service: ToolServiceIR, limits: ToolServiceLimits): 
     load_assignment: loadAssignment(service.clusterName, endpoints),
     health_checks: [healthCheck(service)],
     outlier_detection: CLUSTER_DEFAULTS.outlierDetection,
-    circuit_breakers: toolServiceCircuitBreakers(limits),
+    // A Tool Service's concurrency limit (docs/quotas.md) is its own cluster's max_requests.
+    circuit_breakers: toolServiceCircuitBreakers(limits, service.quotas.concurrency),
     per_connection_buffer_limit_bytes: CLUSTER_DEFAULTS.perConnectionBufferLimitBytes,
     ...(tls && { transport_socket: upstreamTlsSocket(tls) }),
     ...(credentials.mode === 'serviceAccount' && { typed_extension_protocol_options: serviceAccountOptions(credentials.tokenFile) }),
@@ -196,6 +199,7 @@ export function buildClusters(ir: GatewayIR, settings: GatewaySettings): TypedJs
     sidecarCluster(SIDECAR_CLUSTER_NAME, settings),
     sidecarCluster(SIDECAR_CHECK_CLUSTER_NAME, settings),
     sidecarCluster(SIDECAR_STREAMS_CLUSTER_NAME, settings),
+    rateLimitServiceCluster(settings.quotas),
     ...ir.clusters.map((cluster) => toolServiceCluster(cluster, settings.toolServiceLimits)),
   ];
 }

@@ -5,6 +5,7 @@ import { CallLaneCatalog } from './call-lane';
 import { buildClusters } from './clusters';
 import { buildEgressListener, buildListener } from './listener';
 import { buildEgressRouteConfiguration, buildRouteConfiguration } from './route-configuration';
+import { localQuotaConfigs } from './quotas';
 import { buildSecrets } from './secrets';
 import { GatewaySettings } from './settings';
 import { collectorCluster } from './tracing';
@@ -22,7 +23,8 @@ export function translate(ir: GatewayIR, catalog: CallLaneCatalog, settings: Gat
   return {
     [TYPE_URL.cluster]: [...buildClusters(ir, settings), ...(settings.tracing ? [collectorCluster(settings.tracing)] : [])],
     [TYPE_URL.listener]: [buildListener(settings), buildEgressListener(settings)],
-    [TYPE_URL.typedExtensionConfig]: [jwtAuthnConfig(ir, keys)],
+    // jwt_authn and the per-instance limits' buckets (ECDS): a change of either never touches the listener.
+    [TYPE_URL.typedExtensionConfig]: [jwtAuthnConfig(ir, keys), ...localQuotaConfigs(ir, settings.quotas)],
     [TYPE_URL.routeConfiguration]: [buildRouteConfiguration(ir, catalog, settings, keys), buildEgressRouteConfiguration(ir)],
     [TYPE_URL.secret]: buildSecrets(ir, settings),
   };

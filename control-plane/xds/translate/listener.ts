@@ -4,6 +4,7 @@ import { originCheckFilter } from './access';
 import { jwtAuthnFilter } from './auth';
 import { callScriptFilter, mcpFilter, sessionCheckFilter } from './call-lane';
 import { localReplyConfig } from './local-replies';
+import { LIMIT_HEADER, quotaFilters } from './quotas';
 import { duration } from './duration';
 import { LISTENER_CERTIFICATE_SECRET, sdsSecret } from './secrets';
 import {
@@ -70,9 +71,10 @@ const statusIs = (op: 'GE' | 'LE', value: number) => ({
 });
 
 /**
- * Every tools/call (either lane) and every request refused with 401 to 403, streamed to the control
- * plane (control-plane/admin/call-log.ts), which counts outcomes and durations by route, backend and
- * tool, and writes the audit (control-plane/audit/): batched, off the request path.
+ * Every tools/call (either lane), every request refused with 401 to 403, and every request a limit
+ * refused on either lane, streamed to the control plane (control-plane/admin/call-log.ts), which
+ * counts outcomes and durations by route, backend and tool, refusals by limit, and writes the audit
+ * (control-plane/audit/): batched, off the request path.
  */
 const callLog = {
   name: 'envoy.access_loggers.http_grpc',
@@ -86,6 +88,8 @@ const callLog = {
           },
         },
         { and_filter: { filters: [statusIs('GE', DENIED_STATUSES.min), statusIs('LE', DENIED_STATUSES.max)] } },
+        { status_code_filter: { comparison: { op: 'EQ', value: { default_value: 429, runtime_key: 'mcpgw.call_log.limited_status' } } } },
+        { response_flag_filter: { flags: ['RLSE'] } },
       ],
     },
   },
@@ -98,6 +102,8 @@ const callLog = {
       buffer_flush_interval: '1s',
       buffer_size_bytes: 65536,
     },
+    // The limit a refusal names (docs/quotas.md).
+    additional_response_headers_to_log: [LIMIT_HEADER, 'x-ratelimit-limit'],
   },
 };
 
@@ -199,7 +205,9 @@ export function buildListener(settings: GatewaySettings): TypedJson {
               // origin check refuses any other origin, jwt_authn validates the token of every request of a
               // route with auth before anything reads its body (docs/auth.md). The two
               // lanes (docs/adr/0008-data-path-lanes.md): the mcp filter parses every request; a
-              // tools/call route turns on the call script and the session check with its own rules.
+              // tools/call route turns on the call script and the session check with its own rules. The
+              // quota filters count what the call script let through, before the session check works
+              // for it (docs/adr/0016-quotas.md).
               http_filters: [
                 { name: 'envoy.filters.http.cors', typed_config: { '@type': TYPE_URL.cors } },
                 originCheckFilter(settings.access.allowedOrigins),
@@ -207,6 +215,7 @@ export function buildListener(settings: GatewaySettings): TypedJson {
                 mcpFilter(settings.maxRequestBodyBytes),
                 ...(settings.tracing ? [spanIdsFilter()] : []),
                 callScriptFilter(),
+                ...quotaFilters(settings.quotas),
                 sessionCheckFilter(settings.sessionCheckTimeoutMs),
                 { name: 'envoy.filters.http.router', typed_config: { '@type': TYPE_URL.router } },
               ],

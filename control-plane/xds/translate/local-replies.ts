@@ -2,6 +2,8 @@ import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js'
 import { ORIGIN_POLICY } from './access';
 import { AUTH_ROUTE_METADATA } from './auth';
 import { CHECK_STATUS, MCP_METADATA_NAMESPACE, METADATA_NAMESPACE } from './settings';
+import { concurrencyLimitName } from '../../ir/quotas-ir';
+import { LIMIT_HEADER, QUOTA_ROUTE_METADATA } from './quotas';
 import { TYPE_URL } from './type-urls';
 
 /**
@@ -27,6 +29,8 @@ const FAILURE_CLASSES = [
 const ALL_FAILURE_FLAGS = FAILURE_CLASSES.flatMap((failure) => failure.flags);
 
 export const BACKEND_UNAVAILABLE_CODE = -32004;
+/** A rate or concurrency limit refused the request (docs/quotas.md). */
+export const LIMIT_EXCEEDED_CODE = -32029;
 /** No valid token on a route with auth (HTTP 401, docs/errors.md). */
 export const UNAUTHORIZED_CODE = -32030;
 export const GATEWAY_INTERNAL_CODE = -32603;
@@ -89,6 +93,69 @@ const AS_IT_IS = { text_format_source: { inline_string: '%LOCAL_REPLY_BODY%' }, 
 const rpcError = (id: string | null, code: number, message: string, data?: Record<string, unknown>) =>
   jsonBody({ jsonrpc: '2.0', id, error: { code, message, ...(data && { data }) } });
 
+/** The request's JSON-RPC id as the mcp filter parsed it (either lane), with its JSON type. */
+const requestId = `%DYNAMIC_METADATA(${MCP_METADATA_NAMESPACE}:id)%`;
+const routeQuota = (key: string) => `%METADATA(ROUTE:${QUOTA_ROUTE_METADATA}:${key})%`;
+/**
+ * The limit a rate-limit refusal is for: a per-instance limit's filter names it (x-mcpgw-limit); for a
+ * shared one, Envoy's x-ratelimit-limit lists the shared limits that applied, each with its name.
+ */
+const REFUSING_LIMIT = `%RESP(${LIMIT_HEADER.toUpperCase()}?X-RATELIMIT-LIMIT)%`;
+
+/** Refusals of the quota filters (docs/quotas.md, docs/errors.md): MCP's shape, 429 with Retry-After. */
+function quotaMappers(callLane: unknown) {
+  return [
+    {
+      // A rate limit: the filter's 429 already carries Retry-After (and the limit's name).
+      filter: statusIs('EQ', 429),
+      body_format_override: jsonBody({
+        jsonrpc: '2.0',
+        id: requestId,
+        error: {
+          code: LIMIT_EXCEEDED_CODE,
+          message: `rate limit exceeded: ${REFUSING_LIMIT}; retry after %RESP(RETRY-AFTER)% s`,
+          data: { outcome: 'limited', limit: REFUSING_LIMIT, retry_after_s: '%RESP(RETRY-AFTER)%', details: '%RESPONSE_CODE_DETAILS%', backend: meta('backend'), tool: meta('tool') },
+        },
+      }),
+    },
+    {
+      // A Tool Service's calls in flight at its limit (its cluster's circuit breaker): refused at once.
+      // Only on a route whose Tool Service has one: any other overflow is the gateway's own bound (-32004).
+      filter: all(failedWith(['UO']), callLane, cel(`'concurrency' in xds.route_metadata.filter_metadata['${QUOTA_ROUTE_METADATA}']`)),
+      status_code: 429,
+      headers_to_add: [
+        { header: { key: 'retry-after', value: '1' }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' },
+        { header: { key: LIMIT_HEADER, value: concurrencyLimitName(routeQuota('tool_service')) }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' },
+      ],
+      body_format_override: jsonBody({
+        jsonrpc: '2.0',
+        id: requestId,
+        error: {
+          code: LIMIT_EXCEEDED_CODE,
+          message: `concurrency limit reached: ${concurrencyLimitName(routeQuota('tool_service'))} (tools/call in flight at once); retry after 1 s`,
+          data: {
+            outcome: 'limited',
+            limit: concurrencyLimitName(routeQuota('tool_service')),
+            in_flight_limit: routeQuota('concurrency'),
+            retry_after_s: 1,
+            backend: meta('backend'),
+            tool: meta('tool'),
+          },
+        },
+      }),
+    },
+    {
+      // The ratelimit service could not answer for a shared limit that refuses what it cannot count.
+      filter: failedWith(['RLSE']),
+      status_code: 503,
+      body_format_override: rpcError(requestId, GATEWAY_INTERNAL_CODE, 'rate limit service unavailable: a shared limit of this request refuses calls it cannot count (whenServiceDown: refuse); try again', {
+        outcome: 'limited',
+        ...ENVOY_DETAILS,
+      }),
+    },
+  ];
+}
+
 /** A CEL condition on the reply (Envoy's CEL access-log filter): used where no other filter can tell replies apart. */
 const cel = (expression: string) => ({
   extension_filter: { name: 'envoy.access_loggers.extension_filters.cel', typed_config: { '@type': TYPE_URL.celFilter, expression } },
@@ -144,6 +211,7 @@ export function localReplyConfig() {
         filter: cel(`response.code_details == 'rbac_access_denied_matched_policy[${ORIGIN_POLICY}]'`),
         body_format_override: rpcError(null, -32600, 'Origin not allowed: this gateway serves browser pages of its allowed origins only (settings: --allowed-origins)', ENVOY_DETAILS),
       },
+      ...quotaMappers(callLane),
       {
         // Read-only tool with a fallback: the agent gets a degraded result instead of an error.
         filter: all(failedWith(ALL_FAILURE_FLAGS), metadataPresent(METADATA_NAMESPACE, 'fallback')),

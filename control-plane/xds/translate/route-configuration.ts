@@ -4,6 +4,7 @@ import { corsPolicy, hostDeniedVirtualHost, servedDomains } from './access';
 import { CALLER_HEADER_REMOVED, CALLER_HEADER_SET, SigningKeys, authenticatedRouteParts, keysUnavailableRoute, metadataDocumentRoute } from './auth';
 import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, callRouteFilters, surfaceMatches, surfaceRouteFilters } from './call-lane';
 import { duration } from './duration';
+import { callRouteQuotas, gatewayRouteQuotas } from './quotas';
 import { CHECK_HEADERS, EGRESS_ROUTE_CONFIG_NAME, EGRESS_UPSTREAM_HEADER, GatewaySettings, MCP_METADATA_NAMESPACE, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { GATEWAY_SPANS, routeTracing } from './tracing';
 import { TYPE_URL, typedStruct } from './type-urls';
@@ -28,10 +29,13 @@ type RouteSettings = Pick<GatewaySettings, 'auditArguments' | 'tracing'>;
 /** The call lane: a tools/call named with this backend's prefix, to its Tool Service, under the call script's rules. */
 function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolServiceIR, catalog: CallLaneCatalog, settings: RouteSettings) {
   const { host, port, path } = service.endpoint;
+  const quotas = callRouteQuotas(route, service);
+  const toolQuotas = { toolServiceId: service.id, tools: service.quotas.tools };
   return {
     name: `${route.key}/call/${backend.name}`,
     ...(settings.tracing && routeTracing(GATEWAY_SPANS.forward, route.key, backend.name)),
     match: callMatch(route.path, backend.name, catalog.separator),
+    metadata: quotas.metadata,
     route: {
       cluster: backend.clusterName,
       prefix_rewrite: path,
@@ -46,12 +50,17 @@ function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolService
         num_retries: 2,
         retry_back_off: { base_interval: '0.025s', max_interval: '0.250s' },
       },
+      ...(quotas.rateLimits.length > 0 && { rate_limits: quotas.rateLimits }),
     },
-    typed_per_filter_config: callRouteFilters(route.key, backend.name, catalog.separator, catalog.routes.get(route.key), route.auth, {
-      annotate: true,
-      auditArguments: settings.auditArguments,
-      credentials: service.credentials.mode,
-    }),
+    typed_per_filter_config: {
+      ...callRouteFilters(route.key, backend.name, catalog.separator, catalog.routes.get(route.key), route.auth, {
+        annotate: true,
+        auditArguments: settings.auditArguments,
+        credentials: service.credentials.mode,
+        quotas: toolQuotas,
+      }),
+      ...quotas.sharedFilters,
+    },
     ...callerHeadersRemoval(service),
     // A backend's own session id must not reach the client, whose session is the gateway's (ADR-0004).
     response_headers_to_remove: ['mcp-session-id'],
@@ -137,33 +146,44 @@ export const SIDECAR_RETRY_POLICY = {
  */
 const STREAMS_RETRY_POLICY = { ...SIDECAR_RETRY_POLICY, retry_on: 'connect-failure,reset,refused-stream' };
 
+/** The limits of a gateway-lane route (its discovery limits, docs/quotas.md). */
+type GatewayRouteQuotas = ReturnType<typeof gatewayRouteQuotas>;
+
 /** The gateway lane: everything the gateway answers itself (initialize, tools/list, DELETE, …) and calls no backend route took. */
 function gatewayRoute(
   name: string,
   match: Record<string, unknown>,
   tracing: ReturnType<typeof routeTracing> | undefined,
   filters: Record<string, unknown> = GATEWAY_LANE_FILTERS,
+  quotas?: GatewayRouteQuotas,
 ) {
   return {
     ...CALLER_HEADER_SET,
     name,
     ...tracing,
     match,
+    ...(quotas && { metadata: quotas.metadata }),
     route: {
       cluster: SIDECAR_CLUSTER_NAME,
       timeout: GATEWAY_LANE_TIMEOUT,
       // Another sidecar replica, if one refused or reset before answering.
       retry_policy: SIDECAR_RETRY_POLICY,
+      ...(quotas && quotas.rateLimits.length > 0 && { rate_limits: quotas.rateLimits }),
     },
-    typed_per_filter_config: filters,
+    typed_per_filter_config: { ...filters, ...quotas?.sharedFilters },
   };
 }
 
 /** A route with auth validates every request of its lanes; its 401s name its metadata document. */
-function withAuth(route: RouteIR, lane: { typed_per_filter_config: Record<string, unknown> }) {
+function withAuth(route: RouteIR, lane: { metadata?: { filter_metadata: Record<string, unknown> }; typed_per_filter_config: Record<string, unknown> }) {
   if (!route.auth) return lane;
   const { metadata, filters } = authenticatedRouteParts(route);
-  return { ...lane, metadata, typed_per_filter_config: { ...lane.typed_per_filter_config, ...filters } };
+  return {
+    ...lane,
+    // Beside the route's own (its limits').
+    metadata: { filter_metadata: { ...lane.metadata?.filter_metadata, ...metadata.filter_metadata } },
+    typed_per_filter_config: { ...lane.typed_per_filter_config, ...filters },
+  };
 }
 
 /** Per route key: a call route per backend (longest prefix first, so a prefix that extends another wins), the GET stream route, then the gateway lane. */
@@ -186,7 +206,7 @@ function routesOf(
     streamsRoute(route, settings.tracing !== undefined),
     listenRoute(route, settings.tracing !== undefined),
     gatewayRoute(`${route.key}/end`, { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'DELETE' } }] }, answered, SESSION_END_FILTERS),
-    gatewayRoute(`${route.key}/gateway`, { path_separated_prefix: route.path }, answered),
+    gatewayRoute(`${route.key}/gateway`, { path_separated_prefix: route.path }, answered, GATEWAY_LANE_FILTERS, gatewayRouteQuotas(route)),
   ].map((lane) => withAuth(route, lane));
   return route.auth ? [metadataDocumentRoute(route), ...lanes] : lanes;
 }
@@ -257,6 +277,9 @@ export function buildEgressRouteConfiguration(ir: GatewayIR): TypedJson {
               // The sidecar and the control plane bound their own requests.
               timeout: '0s',
               idle_timeout: duration(service.timeouts.idleTimeoutMs),
+              // The gateway's own requests (backend sessions, their GET streams) are counted apart from
+              // the calls a Tool Service's concurrency limit bounds (docs/quotas.md): the cluster's HIGH thresholds.
+              ...(service.quotas.concurrency !== undefined && { priority: 'HIGH' }),
             },
             // The sidecar sets per-caller credentials itself; anything else goes as the cluster makes it.
             request_headers_to_remove: [EGRESS_UPSTREAM_HEADER, ...(perCallerCredentials(service.credentials) ? [] : ['authorization'])],

@@ -28,6 +28,8 @@ export interface GatewaySettings {
    * the limit with each check: CHECK_HEADERS.deadline).
    */
   sessionCheckTimeoutMs: number;
+  /** Rate and concurrency limits (docs/quotas.md). */
+  quotas: QuotaSettings;
   /** The listener's edge limits (docs/adr/0009-edge-hardening.md). */
   edge: EdgeSettings;
   /** Circuit breakers of every Tool Service cluster: what one backend may hold of Envoy. */
@@ -57,6 +59,21 @@ export interface AccessSettings {
    * MUST). A request without Origin (not from a browser) is not affected.
    */
   allowedOrigins: AllowList;
+}
+
+export interface QuotaSettings {
+  /**
+   * The ratelimit service (envoyproxy/ratelimit, gRPC) that counts shared limits for every Envoy;
+   * without one, every shared limit is a limit its service cannot answer for (its whenServiceDown).
+   */
+  rateLimitService?: { address: string; port: number };
+  /** How long Envoy waits for the ratelimit service before a shared limit's whenServiceDown applies. */
+  rateLimitTimeoutMs: number;
+  /**
+   * Callers (or tools) each per-instance limit keeps its own count for; past it, the one seen least
+   * recently starts over.
+   */
+  maxTrackedCallers: number;
 }
 
 /**
@@ -109,6 +126,7 @@ export interface GatewayTracing {
 export const GATEWAY_DEFAULTS = {
   maxRequestBodyBytes: 1024 * 1024,
   sessionCheckTimeoutMs: 6_000,
+  quotas: { rateLimitTimeoutMs: 200, maxTrackedCallers: 10_000 } satisfies QuotaSettings as QuotaSettings,
   edge: {
     perConnectionBufferLimitBytes: 32 * 1024,
     requestHeadersTimeoutMs: 10_000,
@@ -151,6 +169,8 @@ export const SIDECAR_CHECK_CLUSTER_NAME = 'mcp_sidecar_check';
 export const OTEL_COLLECTOR_CLUSTER_NAME = 'otel_collector';
 /** Where the sidecar serves the session check; Envoy prefixes the call's own path with it. */
 export const SESSION_CHECK_PATH = '/check';
+/** The ratelimit service (envoyproxy/ratelimit) of shared limits, over gRPC. */
+export const RATELIMIT_CLUSTER_NAME = 'mcpgw_ratelimit';
 /** Dynamic-metadata namespace the call lane writes (route, backend, tool, JSON-RPC id, fallback, outcome) for Envoy's formatters. */
 export const METADATA_NAMESPACE = 'mcpgw';
 /** The mcp filter's own dynamic-metadata namespace (method, id, params.name). */

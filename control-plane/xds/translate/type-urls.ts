@@ -40,6 +40,9 @@ export const TYPE_URL = {
   parentBasedSampler: `${prefix}envoy.extensions.tracers.opentelemetry.samplers.v3.ParentBasedSamplerConfig`,
   traceIdRatioSampler: `${prefix}envoy.extensions.tracers.opentelemetry.samplers.v3.TraceIdRatioBasedSamplerConfig`,
   previousHostsPredicate: `${prefix}envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate`,
+  localRateLimit: `${prefix}envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit`,
+  rateLimit: `${prefix}envoy.extensions.filters.http.ratelimit.v3.RateLimit`,
+  rateLimitPerRoute: `${prefix}envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute`,
 } as const;
 
 /**

@@ -66,6 +66,17 @@ check("flag deadline", flags.deadline_ms, "30000")
 check("flag retry", flags.retry, true)
 check("flag fallback", flags.fallback, true)
 check("no flags", M.tool_flags("").retry, nil)
+check("flag quota", M.tool_flags("r;q=3").quota, "3")
+check("flag quota alone", M.tool_flags("q=0").quota, "0")
+
+-- a tool's limits, from the route's context into the request's metadata
+local fake_context = { tool_service = "weather", ["quota:1:caller_local"] = "calls:5/minute", ["quota:1:total_allow"] = "tool:weather/get_*/calls" }
+local set = {}
+M.set_tool_quota({ get = function(_, key) return fake_context[key] end }, { set = function(_, ns, key, value) set[ns .. ":" .. key] = value end }, "1", "get_forecast")
+check("quota scope", set["mcpgw:quota_tool_scope"], "weather/get_forecast")
+check("quota local caller", set["mcpgw:quota_tool_caller_local"], "calls:5/minute")
+check("quota shared total", set["mcpgw:quota_tool_total_allow"], "tool:weather/get_*/calls")
+check("quota absent kinds", set["mcpgw:quota_tool_total_local"], nil)
 check("flag approval", M.tool_flags("r;ap").approval, true)
 check("flag approval is not access", M.tool_flags("a=2").approval, nil)
 

@@ -1,0 +1,114 @@
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { stringify } from 'yaml';
+import { projectPath } from '../control-plane/shared/paths';
+import { ECHO_TOOL } from './backends/bench-tool-service';
+import { benchSettings } from './settings';
+import { allocatePort } from './systems/ports';
+import { ProcessGroup, claimCpus } from './systems/process-group';
+import { startBackendProcess } from './systems/systems';
+import { HOST } from './systems/topology';
+import { VariantRun, measureVariants, medianOf, variantTable } from './variant-cost';
+
+/**
+ * What rate limiting costs a tools/call (issue 14, docs/adr/0016-quotas.md): one gateway, one backend,
+ * three routes to it measured in the same run, interleaved — `off` (no limits), `local` (per-instance
+ * limits: the route's per caller and total, the Tool Service's total, the tool's per caller: four
+ * local_ratelimit slots count every call) and `global` (shared limits: the route's per caller and
+ * total, the Tool Service's total, each asked of the real envoyproxy/ratelimit service on Redis) —
+ * at fixed rates (p50/p99) and at saturation. The limits are far above the load: nothing is refused,
+ * what is measured is the counting.
+ *   scripts/bench.sh quotas [--quick]     (node dist/bench/quota-cost.js [--quick])
+ * Writes bench/results/quotas.json and .md (a --quick run: quotas-quick.*).
+ */
+
+const LOG_DIR = projectPath('.run', 'bench', 'quotas');
+const RESULTS_DIR = projectPath('bench', 'results');
+/** Saturation of each variant against `off` (issue 14). */
+const TARGETS = { local: 0.97, global: 0.9 };
+const NEVER_REACHED = '1000000/second';
+
+const log = (line: string) => process.stdout.write(`[bench quotas] ${line}\n`);
+
+function registry(backendUrl: string) {
+  const service = (id: string, quotas?: unknown) => ({ id, name: 'bench', url: backendUrl, ...(quotas ? { quotas } : {}) });
+  const shared = { rate: NEVER_REACHED, shared: true };
+  return {
+    routes: [
+      { key: 'off', toolServices: [service('bench')] },
+      {
+        key: 'local',
+        quotas: { calls: { perCaller: NEVER_REACHED, total: NEVER_REACHED } },
+        toolServices: [service('bench-local', { calls: { total: NEVER_REACHED }, tools: [{ tools: [ECHO_TOOL], calls: { perCaller: NEVER_REACHED } }] })],
+      },
+      {
+        key: 'global',
+        quotas: { calls: { perCaller: shared, total: shared } },
+        toolServices: [service('bench-global', { calls: { total: shared } })],
+      },
+    ],
+  };
+}
+
+function markdown(runs: VariantRun[], context: { measuredAt: string; mode: string; cores: number; load: number[]; pinned: boolean; repetitions: number }): string {
+  const saturation = (variant: string) => medianOf(runs, variant, 'saturation', (run) => run.throughput);
+  const ratio = (variant: 'local' | 'global') => saturation(variant) / saturation('off');
+  const verdict = (variant: 'local' | 'global') =>
+    `${variant} ≥ ${TARGETS[variant]}× (measured ${ratio(variant).toFixed(3)}: ${ratio(variant) >= TARGETS[variant] ? 'met' : 'NOT met'})`;
+  const errors = runs.reduce((sum, run) => sum + run.errors, 0);
+  return [
+    '# Quotas: tools/call with rate limiting off, per instance (local) and shared (global)',
+    '',
+    `Measured ${context.measuredAt} (${context.mode} run, ${context.repetitions} repetitions) on ${context.cores} cores, load average ${context.load.map((value) => value.toFixed(2)).join(' / ')} (1 / 5 min)${context.pinned ? '; load generator on the last core, the gateway on the others' : ''}, by \`scripts/bench.sh quotas\`.`,
+    'One gateway (Envoy 1.40, control plane, sidecar, Redis, envoyproxy/ratelimit), one stateless bench backend, three routes to it in the same run, measured in turn:',
+    '`off` (no limits); `local` (the route\'s calls per caller and total, the Tool Service\'s total, the tool\'s per caller: four local_ratelimit slots);',
+    '`global` (the route\'s calls per caller and total, the Tool Service\'s total, all `shared: true`: one gRPC call to the ratelimit service per tools/call, three descriptors).',
+    `Every limit is ${NEVER_REACHED}: nothing is refused. tools/call \`bench__echo\` in 8 sessions, 16 clients at saturation; figures are medians over the repetitions; latency in ms, off / local / global (ratios local, global to off).`,
+    '',
+    ...variantTable(runs, 'off', ['local', 'global']),
+    '',
+    `Targets (saturation against off): ${verdict('local')}; ${verdict('global')}. Wrong or failed answers: ${errors}.`,
+    '',
+  ].join('\n');
+}
+
+async function main(): Promise<void> {
+  const quick = process.argv.includes('--quick');
+  // Rates below saturation, as bench/auth-cost.ts: a p50 at 500 req/s measures a queue on a shared 2-core machine.
+  const base = benchSettings(quick);
+  const settings = { ...base, toolCall: { ...base.toolCall, ratesPerSecond: [100, 250] } };
+  const cores = os.availableParallelism();
+  const cpuPlan = claimCpus();
+  fs.rmSync(LOG_DIR, { recursive: true, force: true });
+  const group = new ProcessGroup(LOG_DIR, cpuPlan);
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => void group.stopAll().then(() => process.exit(130)));
+  let runs: VariantRun[];
+  try {
+    const backendPort = await allocatePort();
+    await startBackendProcess(group, 'backend', [{ port: backendPort, fillerTools: 0, listDelayMs: 0, prompts: 0, resources: 0 }]);
+    const registryFile = path.join(LOG_DIR, 'registry.yaml');
+    fs.writeFileSync(registryFile, stringify(registry(`http://${HOST}:${backendPort}/mcp`)));
+    const stack = await group.startGateway('gateway', { registryFile, logDir: LOG_DIR, rateLimit: true });
+    const pids = { envoy: stack.processes.get('envoy')!.child.pid!, sidecar: stack.processes.get('sidecar')!.child.pid! };
+    runs = await measureVariants(
+      ['off', 'local', 'global'].map((name) => ({ name, url: stack.gatewayUrl(name) })),
+      settings,
+      pids,
+      log,
+    );
+  } finally {
+    await group.stopAll();
+  }
+  const name = quick ? 'quotas-quick' : 'quotas';
+  const context = { measuredAt: new Date().toISOString(), mode: settings.mode, cores, load: os.loadavg().slice(0, 2), pinned: cpuPlan.pinned, repetitions: settings.repetitions };
+  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.json`), `${JSON.stringify({ ...context, settings: settings.toolCall, runs }, null, 2)}\n`);
+  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.md`), markdown(runs, context));
+  log(`wrote bench/results/${name}.json and .md`);
+  process.stdout.write(markdown(runs, context));
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`[bench quotas] failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  process.exit(1);
+});

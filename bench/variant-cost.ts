@@ -1,0 +1,152 @@
+import * as fs from 'node:fs';
+import { ECHO_TOOL } from './backends/bench-tool-service';
+import { RunResult, runClosedLoop, runFixedRate } from './load/load-runner';
+import { McpHttpClient, echoOutcome, openSession } from './load/mcp-client';
+import { LatencySummary, spreadOf, summarize } from './load/stats';
+import { BenchSettings } from './settings';
+import { inRotation } from './systems/systems';
+
+/**
+ * What a feature costs a tools/call: variants of one gateway (routes to the same bench backend, with
+ * and without the feature) measured in the same run, interleaved, at fixed rates (p50/p99) and at
+ * saturation, with Envoy's and the sidecar's CPU per call. bench/auth-cost.ts and bench/quota-cost.ts
+ * are its scenarios.
+ */
+
+export interface VariantRun {
+  variant: string;
+  load: string;
+  repetition: number;
+  latencyMs: LatencySummary;
+  throughput: number;
+  errors: number;
+  /** CPU time per answered call (µs) of Envoy and of the sidecar: steadier than latency on a shared machine. */
+  cpuUsPerCall: { envoy: number; sidecar: number };
+}
+
+export interface Variant {
+  name: string;
+  url: string;
+  /** Headers of every request (a bearer token). */
+  headers?: Record<string, string>;
+}
+
+/** A process's CPU time so far (user + system, all threads), in µs, from /proc. */
+function cpuMicros(pid: number): number {
+  const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  // utime and stime are fields 14 and 15 of stat, 12 and 13 after the command; clock ticks of 10 ms.
+  return (Number(fields[11]) + Number(fields[12])) * 10_000;
+}
+
+/** tools/call bench__echo in `sessions` sessions of the variant's route, in turn. */
+async function driver(variant: Variant, sessions: number, timeoutMs: number) {
+  const client = new McpHttpClient(64);
+  const opened: Record<string, string>[] = [];
+  for (let index = 0; index < sessions; index++) opened.push(await openSession(client, variant.url, timeoutMs, variant.headers ?? {}));
+  let turn = 0;
+  const issue = async () => {
+    const id = client.newId();
+    const body = JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name: `bench__${ECHO_TOOL}`, arguments: { text: 'bench' } } });
+    const answer = await client.post(variant.url, body, { headers: opened[turn++ % opened.length], timeoutMs });
+    return echoOutcome(answer, id, 'bench');
+  };
+  return { issue, close: () => client.close() };
+}
+
+type Driver = Awaited<ReturnType<typeof driver>>;
+
+/** A driver whose first call is answered right, retried while the gateway comes up (routes, keys, catalog). */
+async function readyDriver(variant: Variant, settings: BenchSettings): Promise<Driver> {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    try {
+      const candidate = await driver(variant, settings.toolCall.sessions, settings.requestTimeoutMs);
+      const first = await candidate.issue();
+      if (!first.error) return candidate;
+      candidate.close();
+      if (Date.now() > deadline) throw new Error(`${variant.name}: ${first.error}`);
+    } catch (error) {
+      if (Date.now() > deadline) throw error;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+}
+
+/**
+ * Every variant at every rate of settings.toolCall.ratesPerSecond, then at saturation, each
+ * repetition in another order of the variants; `log` gets a line per measured run.
+ */
+export async function measureVariants(
+  variants: Variant[],
+  settings: BenchSettings,
+  pids: { envoy: number; sidecar: number },
+  log: (line: string) => void,
+): Promise<VariantRun[]> {
+  const runs: VariantRun[] = [];
+  const drivers = new Map<string, Driver>();
+  try {
+    for (const variant of variants) {
+      drivers.set(variant.name, await readyDriver(variant, settings));
+      await runFixedRate(drivers.get(variant.name)!.issue, { ...settings.toolCall.initialWarmup, maxInFlight: settings.maxInFlight });
+    }
+    const measured = async (run: () => Promise<RunResult>) => {
+      const before = { envoy: cpuMicros(pids.envoy), sidecar: cpuMicros(pids.sidecar) };
+      const result = await run();
+      const perCall = (name: keyof typeof pids) => (cpuMicros(pids[name]) - before[name]) / Math.max(1, result.ok);
+      return { result, cpuUsPerCall: { envoy: perCall('envoy'), sidecar: perCall('sidecar') } };
+    };
+    const record = (variant: string, load: string, repetition: number, { result, cpuUsPerCall }: Awaited<ReturnType<typeof measured>>) => {
+      const latencyMs = summarize(result.latenciesMs);
+      runs.push({ variant, load, repetition, latencyMs, throughput: result.throughput, errors: result.sent - result.ok, cpuUsPerCall });
+      log(
+        `${variant} ${load} #${repetition}: p50 ${latencyMs.p50.toFixed(2)} ms, p99 ${latencyMs.p99.toFixed(2)} ms, ${result.throughput.toFixed(0)} ok/s, ` +
+          `CPU/call Envoy ${cpuUsPerCall.envoy.toFixed(0)} µs, sidecar ${cpuUsPerCall.sidecar.toFixed(0)} µs${result.sent - result.ok ? `, ${result.sent - result.ok} errors` : ''}`,
+      );
+    };
+    const names = variants.map((variant) => variant.name);
+    for (let repetition = 1; repetition <= settings.repetitions; repetition++) {
+      for (const rate of settings.toolCall.ratesPerSecond) {
+        for (const name of inRotation(names, repetition)) {
+          const { issue } = drivers.get(name)!;
+          await runFixedRate(issue, { rate, durationMs: settings.toolCall.warmupMs, maxInFlight: settings.maxInFlight });
+          record(name, String(rate), repetition, await measured(() => runFixedRate(issue, { rate, durationMs: settings.toolCall.measureMs, maxInFlight: settings.maxInFlight })));
+        }
+      }
+      for (const name of inRotation(names, repetition)) {
+        const { issue } = drivers.get(name)!;
+        const { concurrency, warmupMs, measureMs } = settings.toolCall.saturation;
+        await runClosedLoop(issue, { concurrency, durationMs: warmupMs });
+        record(name, 'saturation', repetition, await measured(() => runClosedLoop(issue, { concurrency, durationMs: measureMs })));
+      }
+    }
+  } finally {
+    for (const open of drivers.values()) open.close();
+  }
+  return runs;
+}
+
+/** The median over repetitions of one figure of a variant at a load. */
+export const medianOf = (runs: VariantRun[], variant: string, load: string, pick: (run: VariantRun) => number) =>
+  spreadOf(runs.filter((run) => run.variant === variant && run.load === load).map(pick)).median;
+
+/**
+ * A markdown table of each variant against the baseline, per load: p50, p99, answers/s with the
+ * variant's ratio to the baseline, and CPU per call.
+ */
+export function variantTable(runs: VariantRun[], baseline: string, others: string[]): string[] {
+  const loads = [...new Set(runs.map((run) => run.load))];
+  const all = [baseline, ...others];
+  const cell = (load: string, pick: (run: VariantRun) => number, digits: number, withRatio: boolean) => {
+    const values = all.map((variant) => medianOf(runs, variant, load, pick));
+    const ratios = values.slice(1).map((value) => (value / values[0]).toFixed(3));
+    return `${values.map((value) => value.toFixed(digits)).join(' / ')}${withRatio ? ` (${ratios.join(', ')}×)` : ''}`;
+  };
+  const rows = loads.map((load) => {
+    const label = load === 'saturation' ? 'saturation (closed loop)' : `${load} req/s`;
+    return (
+      `| ${label} | ${cell(load, (run) => run.latencyMs.p50, 2, true)} | ${cell(load, (run) => run.latencyMs.p99, 2, true)} | ${cell(load, (run) => run.throughput, 0, true)} ` +
+      `| ${cell(load, (run) => run.cpuUsPerCall.envoy, 0, false)} | ${cell(load, (run) => run.cpuUsPerCall.sidecar, 0, false)} |`
+    );
+  });
+  return ['| load | p50 | p99 | answers/s | Envoy CPU µs/call | sidecar CPU µs/call |', '| --- | --- | --- | --- | --- | --- |', ...rows];
+}

@@ -1,0 +1,64 @@
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { projectPath } from '../shared/paths';
+import { stringify as toYaml } from 'yaml';
+import { RateLimitServiceConfig } from '../quotas/ratelimit-service-config';
+import { RATELIMIT_DOMAIN } from '../xds/translate/quotas';
+
+/**
+ * The ratelimit service (envoyproxy/ratelimit) of shared limits, as the dev stack and `mcpgw up` run
+ * it (docs/quotas.md): gRPC for Envoy, counters in the stack's Redis, its configuration a file the
+ * control plane writes and the service reloads.
+ */
+
+/** RATELIMIT_BIN, else the one scripts/test-tools.sh builds into .tools/bin/. */
+export function rateLimitBinary(): string | undefined {
+  const candidate = process.env.RATELIMIT_BIN ?? projectPath('.tools', 'bin', 'ratelimit');
+  return fs.existsSync(candidate) ? candidate : undefined;
+}
+
+export interface RateLimitServicePorts {
+  grpc: number;
+  http: number;
+  debug: number;
+}
+
+/** Its runtime root under `dir`: the service reads every file of <root>/mcpgw/config/. */
+export function rateLimitConfigFile(dir: string): string {
+  return path.join(dir, 'ratelimit', 'mcpgw', 'config', 'mcpgw.yaml');
+}
+
+/**
+ * Its settings (environment variables). Counters live in Redis under their own key prefix; a config
+ * file that appears half-written is never read (dot files are skipped, and the control plane renames
+ * a finished file into place).
+ */
+export function rateLimitEnvironment(dir: string, ports: RateLimitServicePorts, redis: { host: string; port: number }, host = '127.0.0.1'): NodeJS.ProcessEnv {
+  return {
+    USE_STATSD: 'false',
+    LOG_LEVEL: 'warn',
+    LOG_FORMAT: 'json',
+    HOST: host,
+    PORT: String(ports.http),
+    GRPC_HOST: host,
+    GRPC_PORT: String(ports.grpc),
+    DEBUG_HOST: host,
+    DEBUG_PORT: String(ports.debug),
+    REDIS_SOCKET_TYPE: 'tcp',
+    REDIS_URL: `${redis.host}:${redis.port}`,
+    CACHE_KEY_PREFIX: 'mcpgw:ratelimit:',
+    RUNTIME_ROOT: path.join(dir, 'ratelimit'),
+    RUNTIME_SUBDIRECTORY: 'mcpgw',
+    RUNTIME_WATCH_ROOT: 'false',
+    RUNTIME_IGNOREDOTFILES: 'true',
+  };
+}
+
+/** The service refuses to start without a configuration: until the control plane writes the registry's, one without limits. */
+export function writeInitialRateLimitConfig(dir: string): void {
+  const file = rateLimitConfigFile(dir);
+  if (fs.existsSync(file)) return;
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  const empty: RateLimitServiceConfig = { domain: RATELIMIT_DOMAIN, descriptors: [] };
+  fs.writeFileSync(file, toYaml(empty));
+}

@@ -1,0 +1,76 @@
+import { waitFor } from '../../control-plane/devstack/processes';
+import { GatewayStack } from '../../control-plane/devstack/stack';
+import { MCP_POST_HEADERS, listedTools, metricValue, postJsonRpc, startGateway, testDir, writeRegistry } from '../support/gateway-fixture';
+
+/**
+ * Shared limits: counted by the real ratelimit service (envoyproxy/ratelimit) on Redis for every
+ * Envoy, and what each limit does while the service cannot answer (docs/quotas.md). Two gateways,
+ * each with its own control plane, sidecar and Envoy, share one ratelimit service.
+ */
+describe('shared limits', () => {
+  let first: GatewayStack;
+  let second: GatewayStack;
+
+  const registry = (b: { jobs: string }) => ({
+    routes: [
+      { key: 'shared', quotas: { calls: { total: { rate: '4/minute', shared: true } } }, toolServices: [{ name: 'jobs', url: b.jobs }] },
+      { key: 'open', quotas: { calls: { perCaller: { rate: '100/minute', shared: true, whenServiceDown: 'allow' } } }, toolServices: [{ name: 'jobs', url: b.jobs }] },
+      { key: 'closed', quotas: { calls: { perCaller: { rate: '100/minute', shared: true, whenServiceDown: 'refuse' } } }, toolServices: [{ name: 'jobs', url: b.jobs }] },
+    ],
+  });
+
+  beforeAll(async () => {
+    let backends: { jobs: string };
+    ({ stack: first, backends } = await startGateway('quotas-shared', registry, { rateLimit: true }));
+    const dir = testDir('quotas-shared-second');
+    second = await GatewayStack.start({
+      registryFile: writeRegistry(dir, registry(backends)),
+      logDir: dir,
+      sharedRateLimit: { grpcPort: first.ports.rateLimitGrpc, configFile: first.rateLimitConfigFile },
+    });
+    for (const stack of [first, second]) {
+      for (const route of ['shared', 'open', 'closed']) await waitFor(`route ${route} to serve tools`, async () => ((await listedTools(stack.gatewayUrl(route)))?.length ? true : undefined));
+    }
+  });
+  afterAll(async () => {
+    await second?.stop();
+    await first?.stop();
+  });
+
+  const call = (stack: GatewayStack, route: string, id = 1) =>
+    postJsonRpc(stack.gatewayUrl(route), { jsonrpc: '2.0', id, method: 'tools/call', params: { name: 'jobs__echo', arguments: { text: 'x' } } }, {
+      ...MCP_POST_HEADERS,
+      'mcp-protocol-version': '2025-11-25',
+    });
+
+  it('counts a shared limit across two Envoys: the fifth call of four a minute is refused on either, naming the limit', async () => {
+    for (const [stack, id] of [[first, 1], [second, 2], [first, 3], [second, 4]] as const) expect((await call(stack, 'shared', id)).status).toBe(200);
+    for (const stack of [first, second]) {
+      const refused = await call(stack, 'shared', 5);
+      expect(refused.status).toBe(429);
+      expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+      expect(refused.json()).toMatchObject({
+        id: 5,
+        error: { code: -32029, message: expect.stringContaining('route:shared/calls'), data: { outcome: 'limited', details: 'request_rate_limited' } },
+      });
+    }
+    await waitFor('the call log to count the refusal', async () =>
+      (await metricValue(first, 'mcpgw_limited_requests_total', { route: 'shared', limit: 'route:shared/calls' })) >= 1 ? true : undefined,
+    );
+  });
+
+  it('lets the calls of a whenServiceDown: allow limit through and refuses those of a refuse limit (503) while the service is down, and counts again once it is back', async () => {
+    expect((await call(first, 'open')).status).toBe(200);
+    expect((await call(first, 'closed')).status).toBe(200);
+    await first.stopProcess('ratelimit');
+    for (const stack of [first, second]) {
+      expect((await call(stack, 'open')).status).toBe(200);
+      const refused = await call(stack, 'closed', 9);
+      expect(refused.status).toBe(503);
+      expect(refused.json()).toMatchObject({ id: 9, error: { code: -32603, message: expect.stringContaining('rate limit service unavailable'), data: { outcome: 'limited' } } });
+    }
+    await first.startRateLimit();
+    await waitFor('the refusing limit to count again', async () => ((await call(first, 'closed')).status === 200 ? true : undefined));
+    expect((await call(second, 'closed')).status).toBe(200);
+  });
+});

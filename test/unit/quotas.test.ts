@@ -1,0 +1,240 @@
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { parse } from 'yaml';
+import * as client from 'prom-client';
+import { CallLog, LimitMetrics, LimitedRecord, limitedRecordOf } from '../../control-plane/admin/call-log';
+import { buildGatewayIR } from '../../control-plane/ir/gateway-ir';
+import { routeQuotasIR, toolServiceQuotasIR } from '../../control-plane/ir/quotas-ir';
+import { rateLimitServiceConfig } from '../../control-plane/quotas/ratelimit-service-config';
+import { loadRegistryFile } from '../../control-plane/registry/static-file';
+import { validateRegistry } from '../../control-plane/registry/validate';
+import { projectPath } from '../../control-plane/shared/paths';
+import { callRouteFilters } from '../../control-plane/xds/translate/call-lane';
+import { callRouteQuotas, gatewayRouteQuotas } from '../../control-plane/xds/translate/quotas';
+
+const service = (name: string, extra: Record<string, unknown> = {}) => ({ name, url: 'http://127.0.0.1:9000/mcp', ...extra });
+
+describe('limits in the registry', () => {
+  it.each([
+    ['a rate with a unit Envoy does not count in', { calls: { perCaller: '100/min' } }, 'routes[0].quotas.calls.perCaller', /REQUESTS\/UNIT/],
+    ['a rate of zero', { calls: { total: '0/second' } }, 'routes[0].quotas.calls.total', /REQUESTS\/UNIT/],
+    ['whenServiceDown on a limit that is not shared', { calls: { total: { rate: '5/second', whenServiceDown: 'refuse' } } }, 'routes[0].quotas.calls.total.whenServiceDown', /shared limits/],
+    ['a misspelt key', { calls: { perCaler: '5/second' } }, 'routes[0].quotas.calls.perCaler', /unknown key \(did you mean "perCaller"\?\)/],
+    ['a per-caller concurrency limit (Envoy has no counter of calls in flight per caller)', { concurrency: { perCaller: 2 } }, 'routes[0].quotas.concurrency', /unknown key/],
+  ])('refuses %s, naming the field', (_case, quotas, field, message) => {
+    const { problems } = validateRegistry({ routes: [{ key: 'demo', quotas, toolServices: [service('a')] }] });
+    expect(problems).toHaveLength(1);
+    expect(problems[0]).toMatchObject({ route: 'demo', field });
+    expect(problems[0].message).toMatch(message);
+  });
+
+  it('gives each route the document defaults it does not set itself, and keeps `unlimited`', () => {
+    const { registry, problems } = validateRegistry({
+      quotas: { calls: { perCaller: '10/second', total: '100/second' }, discovery: { perCaller: '20/second' } },
+      routes: [
+        { key: 'a', toolServices: [service('x')] },
+        { key: 'b', quotas: { calls: { perCaller: 'unlimited' } }, toolServices: [service('x')] },
+      ],
+    });
+    expect(problems).toEqual([]);
+    expect(registry.routes[0].quotas).toEqual({ calls: { perCaller: '10/second', total: '100/second' }, discovery: { perCaller: '20/second' } });
+    expect(registry.routes[1].quotas).toEqual({ calls: { perCaller: 'unlimited', total: '100/second' }, discovery: { perCaller: '20/second' } });
+    expect(routeQuotasIR('b', registry.routes[1].quotas).calls).toEqual([{ name: 'route:b/calls', rate: { requests: 100, unit: 'second' }, perCaller: false }]);
+  });
+
+  it('refuses the routes that would inherit invalid defaults, and reports the defaults once at quotas', () => {
+    const { registry, problems } = validateRegistry({ quotas: { calls: { perCaller: 'fast' } }, routes: [{ key: 'a', toolServices: [service('x')] }] });
+    expect(registry.routes).toEqual([]);
+    expect(problems.map((problem) => problem.field)).toEqual(['quotas.calls.perCaller', 'routes[0].quotas']);
+  });
+
+  it('keeps a route resolved with its defaults valid on its own (the form a saved route is checked in again)', () => {
+    const { registry } = validateRegistry({ quotas: { calls: { perCaller: '10/second' } }, routes: [{ key: 'a', toolServices: [service('x')] }] });
+    expect(validateRegistry({ routes: registry.routes }).registry.routes).toEqual(registry.routes);
+  });
+
+  it('refuses a Tool Service id whose limits differ between routes', () => {
+    const { problems } = validateRegistry({
+      routes: [
+        { key: 'a', toolServices: [service('x', { quotas: { calls: { total: '5/second' } } })] },
+        { key: 'b', toolServices: [service('x', { quotas: { calls: { total: '6/second' } } })] },
+      ],
+    });
+    expect(problems).toHaveLength(1);
+    expect(problems[0]).toMatchObject({ route: 'b', message: expect.stringContaining('quotas') });
+  });
+
+  it('names every limit by where it is set and what it counts', () => {
+    const quotas = toolServiceQuotasIR('weather', {
+      calls: { perCaller: { rate: '5/minute', shared: true } },
+      tools: [{ tools: ['get_*', 'list'], calls: { total: '1/second' } }],
+      concurrency: { total: 4 },
+    });
+    expect(quotas).toEqual({
+      calls: [{ name: 'tool-service:weather/calls/per-caller', rate: { requests: 5, unit: 'minute' }, perCaller: true, shared: { whenServiceDown: 'allow' } }],
+      tools: [{ index: 0, patterns: ['get_*', 'list'], calls: [{ name: 'tool:weather/get_*,list/calls', rate: { requests: 1, unit: 'second' }, perCaller: false }] }],
+      concurrency: 4,
+    });
+  });
+
+  it('gives a Tool Service with a concurrency limit a cluster of its own', () => {
+    const ir = buildGatewayIR({
+      routes: [{ key: 'a', toolServices: [{ id: 'one', name: 'one', url: 'http://h:1/mcp', quotas: { concurrency: { total: 3 } } }, { id: 'two', name: 'two', url: 'http://h:1/mcp' }] }],
+    });
+    expect(ir.clusters).toHaveLength(2);
+  });
+});
+
+describe("the ratelimit service's configuration", () => {
+  it("holds the registry's shared limits, each scope and caller counted apart", () => {
+    const ir = buildGatewayIR(loadRegistryFile(path.join(projectPath('test', 'fixtures', 'registries'), 'quotas.yaml')));
+    expect(rateLimitServiceConfig(ir)).toEqual({
+      domain: 'mcpgw',
+      descriptors: [
+        { key: 'limit', value: 'route:demo/calls', descriptors: [{ key: 'scope', rate_limit: { unit: 'second', requests_per_unit: 100, name: 'route:demo/calls' } }] },
+        {
+          key: 'limit',
+          value: 'route:signed-in/calls/per-caller',
+          descriptors: [
+            {
+              key: 'scope',
+              descriptors: [
+                { key: 'caller', rate_limit: { unit: 'minute', requests_per_unit: 30, name: 'route:signed-in/calls/per-caller' } },
+                { key: 'remote_address', rate_limit: { unit: 'minute', requests_per_unit: 30, name: 'route:signed-in/calls/per-caller' } },
+              ],
+            },
+          ],
+        },
+        {
+          key: 'limit',
+          value: 'tool-service:weather/calls/per-caller',
+          descriptors: [
+            {
+              key: 'scope',
+              descriptors: [
+                { key: 'caller', rate_limit: { unit: 'hour', requests_per_unit: 1000, name: 'tool-service:weather/calls/per-caller' } },
+                { key: 'remote_address', rate_limit: { unit: 'hour', requests_per_unit: 1000, name: 'tool-service:weather/calls/per-caller' } },
+              ],
+            },
+          ],
+        },
+        { key: 'limit', value: 'tool:weather/run_task/calls', descriptors: [{ key: 'scope', rate_limit: { unit: 'day', requests_per_unit: 50, name: 'tool:weather/run_task/calls' } }] },
+      ],
+    });
+  });
+});
+
+describe('who a caller is', () => {
+  const ir = buildGatewayIR(loadRegistryFile(path.join(projectPath('test', 'fixtures', 'registries'), 'quotas.yaml')));
+  const route = (key: string) => ir.routes.find((candidate) => candidate.key === key)!;
+  const jobs = ir.toolServices.find((service) => service.id === 'jobs')!;
+  const sharedEntries = (parts: ReturnType<typeof callRouteQuotas>) =>
+    Object.values(parts.sharedFilters).flatMap((config) => (config as unknown as { value: { rate_limits: { actions: unknown[] }[] } }).value.rate_limits);
+
+  it("is the validated token's subject on a route with auth, from jwt_authn's metadata (never a header)", () => {
+    const [entry] = sharedEntries(callRouteQuotas(route('signed-in'), jobs));
+    expect(entry.actions).toContainEqual({
+      metadata: {
+        descriptor_key: 'caller',
+        metadata_key: { key: 'envoy.filters.http.jwt_authn', path: [{ key: 'jwt_payload' }, { key: 'sub' }] },
+        source: 'DYNAMIC',
+        default_value: '(no subject)',
+      },
+    });
+    expect(JSON.stringify(entry.actions)).not.toContain('remote_address');
+  });
+
+  it("is the client's address on a route without auth, on both lanes", () => {
+    const local = callRouteQuotas(route('demo'), jobs).rateLimits.concat(gatewayRouteQuotas(route('demo')).rateLimits);
+    // A per-caller entry is (limit, scope, caller); a total one (limit, scope).
+    const perCaller = local.filter((entry) => entry.actions.length === 3);
+    expect(perCaller.length).toBeGreaterThan(0);
+    for (const entry of perCaller) expect(entry.actions).toContainEqual({ remote_address: {} });
+  });
+});
+
+describe("the call script's tool limits", () => {
+  it('flags each tool a limit applies to with the first matching entry, and gives the script its values', () => {
+    const tools = toolServiceQuotasIR('weather', {
+      tools: [
+        { tools: ['get_*'], calls: { perCaller: '10/minute', total: { rate: '50/day', shared: true, whenServiceDown: 'refuse' } } },
+        { tools: ['get_alerts', 'run_*'], calls: { total: '1/second' } },
+      ],
+    }).tools;
+    const backend = { era: 'session' as const, sessionful: false, tools: new Map([['get_alerts', 'r'], ['run_job', ''], ['echo', '']]), denied: new Map(), approvals: new Map(), prompts: new Set<string>(), serves: { prompts: false, resources: false, subscriptions: false, completions: false }, fallbackText: '' };
+    const route = { backends: new Map([['weather', backend]]), accessRules: [] };
+    const config = callRouteFilters('demo', 'weather', '__', route, undefined, { annotate: true, auditArguments: false, credentials: 'none', quotas: { toolServiceId: 'weather', tools } })[
+      'envoy.filters.http.lua'
+    ] as unknown as { value: { filter_context: Record<string, unknown> } };
+    expect(config.value.filter_context).toMatchObject({
+      tool_service: 'weather',
+      'tool:get_alerts': 'r;q=0',
+      'tool:run_job': 'q=1',
+      'tool:echo': '',
+      'quota:0:caller_local': 'calls:10/minute',
+      'quota:0:total_refuse': 'tool:weather/get_*/calls',
+      'quota:1:total_local': 'calls:1/second',
+    });
+  });
+});
+
+describe('refusals in the call log', () => {
+  const entry = (route: string, flags: Record<string, boolean>, status: number, headers: Record<string, string> = {}) => ({
+    common_properties: { route_name: route, response_flags: flags },
+    response: { response_code: { value: status }, response_headers: headers },
+  });
+
+  it.each<[string, ReturnType<typeof entry>, LimitedRecord | undefined]>([
+    ['a per-instance limit on the call lane', entry('demo/call/jobs', { rate_limited: true }, 429, { 'x-mcpgw-limit': 'route:demo/calls/per-caller' }), { route: 'demo', lane: 'calls', limit: 'route:demo/calls/per-caller' }],
+    ['a discovery limit', entry('demo/gateway', { rate_limited: true }, 429, { 'x-mcpgw-limit': 'route:demo/discovery' }), { route: 'demo', lane: 'discovery', limit: 'route:demo/discovery' }],
+    [
+      'a shared limit, by the names Envoy lists',
+      entry('demo/call/jobs', { rate_limited: true }, 429, { 'x-ratelimit-limit': '4, 4;w=60;name="route:demo/calls", 9;w=1;name="tool-service:jobs/calls"' }),
+      { route: 'demo', lane: 'calls', limit: 'route:demo/calls | tool-service:jobs/calls' },
+    ],
+    ['a refusing shared limit without its service', entry('demo/call/jobs', { rate_limit_service_error: true }, 503), { route: 'demo', lane: 'calls', limit: 'shared (the ratelimit service did not answer)' }],
+    ['a concurrency limit', entry('demo/call/jobs', { upstream_overflow: true }, 429, { 'x-mcpgw-limit': 'tool-service:jobs/concurrency' }), { route: 'demo', lane: 'calls', limit: 'tool-service:jobs/concurrency' }],
+    ['an overflow that is not a limit of ours (no 429)', entry('demo/call/jobs', { upstream_overflow: true }, 503), undefined],
+    ['an answered call', entry('demo/call/jobs', {}, 200), undefined],
+  ])('%s', (_case, logged, expected) => {
+    expect(limitedRecordOf(logged)).toEqual(expected);
+  });
+
+  it('reach the limit observers from either lane, also without a backend (the gateway lane)', () => {
+    const recorded: LimitedRecord[] = [];
+    const log = new CallLog([], undefined, [], [{ record: (limited) => recorded.push(limited) }]);
+    log.add(entry('demo/gateway', { rate_limited: true }, 429, { 'x-mcpgw-limit': 'route:demo/discovery/per-caller' }));
+    expect(recorded).toEqual([{ route: 'demo', lane: 'discovery', limit: 'route:demo/discovery/per-caller' }]);
+  });
+});
+
+describe('mcpgw_limited_requests_total', () => {
+  it('starts every limit the registry names at 0, on its route and lane', async () => {
+    const registry = new client.Registry();
+    new LimitMetrics(registry).expect(buildGatewayIR(loadRegistryFile(path.join(projectPath('test', 'fixtures', 'registries'), 'quotas.yaml'))));
+    const series = (await registry.getSingleMetric('mcpgw_limited_requests_total')!.get()).values;
+    expect(series.every((one) => one.value === 0)).toBe(true);
+    const demo = series.filter((one) => one.labels.route === 'demo').map((one) => `${one.labels.lane} ${one.labels.limit}`);
+    expect(demo.sort()).toEqual(
+      [
+        'calls route:demo/calls/per-caller',
+        'calls route:demo/calls',
+        'discovery route:demo/discovery/per-caller',
+        'calls tool-service:weather/calls/per-caller',
+        'calls tool:weather/run_task/calls',
+        'calls tool-service:jobs/calls',
+        'calls tool-service:jobs/concurrency',
+      ].sort(),
+    );
+  });
+});
+
+describe('docs/quotas.md', () => {
+  it('shows a registry the gateway accepts whole', () => {
+    const text = fs.readFileSync(projectPath('docs', 'quotas.md'), 'utf8');
+    const example = /```yaml\n([\s\S]*?)\n```/.exec(text);
+    expect(example).not.toBeNull();
+    const { problems } = validateRegistry(parse(example![1]));
+    expect(problems).toEqual([]);
+  });
+});
