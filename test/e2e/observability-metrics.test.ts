@@ -72,11 +72,11 @@ describe('metrics that tell the truth', () => {
     await stack.setPortalRegistry({
       routes: [...registry().routes, { key: 'secure', toolServices: [{ name: 'vault', url: 'https://127.0.0.1:9/mcp', transport: { tls: { caFile: '/nonexistent/mcpgw-ca.pem' } } }] }],
     });
-    await waitFor('the NACK', async () => ((await metricValue(stack, 'mcpgw_xds_nodes_rejecting', { type: 'Cluster' })) === 1 ? true : undefined));
-    expect(await metricValue(stack, 'mcpgw_xds_nacks_total', { type: 'Cluster' })).toBeGreaterThanOrEqual(1);
+    await waitFor('the NACK', async () => ((await metricValue(stack, 'mcpgw_xds_nodes_rejecting', { type: 'Secret' })) === 1 ? true : undefined));
+    expect(await metricValue(stack, 'mcpgw_xds_nacks_total', { type: 'Secret' })).toBeGreaterThanOrEqual(1);
     await stack.setPortalRegistry(registry());
     await waitFor('the next config ACKed', async () => ((await metricValue(stack, 'mcpgw_xds_nodes_rejecting')) === 0 ? true : undefined));
-    expect(await metricValue(stack, 'mcpgw_xds_nodes_rejecting', { type: 'Cluster' })).toBe(0);
+    expect(await metricValue(stack, 'mcpgw_xds_nodes_rejecting', { type: 'Secret' })).toBe(0);
   });
 
   it('counts every outcome of tools/call, and Envoy counts retries and timeouts on the Tool Service cluster', async () => {

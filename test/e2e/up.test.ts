@@ -138,7 +138,7 @@ describe('mcpgw up tells the truth', () => {
     const run = up(setup.args([{ key: 'secure', toolServices: [{ name: 'vault', url: 'https://127.0.0.1:9/mcp', transport: { tls: { caFile: '/nonexistent/mcpgw-ca.pem' } } }] }]));
     expect(await run.exited).toBe(1);
     expect(run.stderr.trim().split('\n')).toEqual([
-      expect.stringMatching(/^mcpgw up: Envoy rejected its configuration \(NACK of Cluster version \w+: .*backend_127_0_0_1_9_[0-9a-f]{8}: Invalid path: \/nonexistent\/mcpgw-ca\.pem\); fix what it names in .*registry\.yaml and start again/),
+      expect.stringMatching(/^mcpgw up: Envoy rejected its configuration \(NACK of Secret version \w+: .*\/nonexistent\/mcpgw-ca\.pem.*\); fix what it names in .*registry\.yaml and start again/),
     ]);
     expect(run.stdout).not.toContain('is up');
     expect(run.seen.size).toBeGreaterThanOrEqual(7);

@@ -20,7 +20,8 @@ describe.each<XdsApiType>(['GRPC', 'DELTA_GRPC'])('xDS resilience (ADS %s, real 
   const echoThroughEnvoy = (text: string) => callToolContent(stack.gatewayUrl('demo'), 'jobs__echo', { text });
 
   it('surfaces a config Envoy rejects, does not resend it, and keeps serving the last accepted one', async () => {
-    // Valid for the registry, rejected by Envoy: the CA file does not exist on Envoy's machine.
+    // Valid for the registry, rejected by Envoy: the CA file does not exist on Envoy's machine (its SDS
+    // secret, which Envoy reads from the file, is the resource it rejects).
     await stack.setPortalRegistry({
       routes: [
         demo(),
@@ -28,19 +29,19 @@ describe.each<XdsApiType>(['GRPC', 'DELTA_GRPC'])('xDS resilience (ADS %s, real 
       ],
     });
     const nack = await waitFor('the NACK to show in /status', async () => (await controlPlaneStatus(stack)).xds.nodes[0]?.lastNack);
-    expect(nack.typeUrl).toBe(TYPE_URL.cluster);
+    expect(nack.typeUrl).toBe(TYPE_URL.secret);
     expect(nack.errorDetail).toContain('/nonexistent/mcpgw-ca.pem');
-    expect(await metricValue(stack, 'mcpgw_xds_nacks_total', { type: 'Cluster' })).toBeGreaterThanOrEqual(1);
+    expect(await metricValue(stack, 'mcpgw_xds_nacks_total', { type: 'Secret' })).toBeGreaterThanOrEqual(1);
 
-    const pushes = await metricValue(stack, 'mcpgw_xds_pushes_total', { type: 'Cluster' });
+    const pushes = await metricValue(stack, 'mcpgw_xds_pushes_total', { type: 'Secret' });
     await new Promise((resolve) => setTimeout(resolve, 2500));
-    expect(await metricValue(stack, 'mcpgw_xds_pushes_total', { type: 'Cluster' })).toBe(pushes);
+    expect(await metricValue(stack, 'mcpgw_xds_pushes_total', { type: 'Secret' })).toBe(pushes);
     expect(await echoThroughEnvoy('still serving')).toEqual([{ type: 'text', text: 'still serving' }]);
 
     await stack.setPortalRegistry({ routes: [demo()] });
     await waitFor('Envoy to accept the fixed config', async () => {
       const [node] = (await controlPlaneStatus(stack)).xds.nodes;
-      return node.acked[TYPE_URL.cluster] === node.sent[TYPE_URL.cluster] ? node : undefined;
+      return node.acked[TYPE_URL.secret] === node.sent[TYPE_URL.secret] ? node : undefined;
     });
   });
 
