@@ -8,6 +8,7 @@ import { ManagedProcess, freePorts, portAccepts, waitFor } from '../control-plan
 import { GatewayStack } from '../control-plane/devstack/stack';
 import { projectPath } from '../control-plane/shared/paths';
 import { readEvents } from '../control-plane/sidecar/sessions/backend-sessions';
+import { cpuMs } from './load/process-cpu';
 import { summarize } from './load/stats';
 
 /**
@@ -44,12 +45,6 @@ async function relay(port: number, backendUrl: string): Promise<void> {
   });
   server.keepAliveTimeout = 120_000;
   await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
-}
-
-/** User + system CPU of a process so far, in ms (/proc/<pid>/stat, clock ticks of 10 ms). */
-function cpuMs(pid: number): number {
-  const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-  return (Number(fields[11]) + Number(fields[12])) * 10;
 }
 
 function envoyPid(): number {

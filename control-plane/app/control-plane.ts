@@ -210,6 +210,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
         last_success_at: backend.last_success_at,
         protocol_version: backend.protocol_version,
         sessionful: backend.sessionful,
+        also_modern: backend.also_modern,
         prompts_json: backend.prompts_json,
         resources_json: backend.resources_json,
         resource_templates_json: backend.resource_templates_json,

@@ -21,6 +21,8 @@ interface ToolServiceCatalog {
   protocolVersion: string;
   /** It handed out a session when it was listed; true until it has answered (the safe guess). */
   sessionful: boolean;
+  /** Listed in a session-based revision, it answers the stateless one too. */
+  alsoModern: boolean;
   /** Last-good prompts, resources and resource templates, the server's capabilities and what its tools and prompts need of clients. */
   surface: BackendSurface;
   lastSuccessAt?: Date;
@@ -51,6 +53,8 @@ export interface BackendCatalogMessage {
   protocol_version: string;
   /** It hands out sessions: a stateless client's call needs one opened for it. */
   sessionful: boolean;
+  /** Listed in a session-based revision, it answers the stateless one too: each client is spoken to in its own. */
+  also_modern: boolean;
   /** What the sidecar authenticates to it with on a caller's behalf. */
   credentials: BackendCredentialsMessage;
   /** The backend's own last-good prompts, resources and resource templates, each as JSON; RouteCatalogMessage says which are served. */
@@ -165,6 +169,8 @@ export interface ToolList extends Partial<BackendSurface> {
   tools: Tool[];
   protocolVersion: string;
   sessionful: boolean;
+  /** Listed in a session-based revision, it answers the stateless one too (docs/adr/0018-stream-relaying.md). */
+  alsoModern?: boolean;
 }
 
 /** What a Tool Service serves besides tools, and what its tools and prompts need of clients. */
@@ -359,6 +365,7 @@ export class CatalogStore extends EventEmitter {
           tools: backend.tools_json.map((json) => JSON.parse(json) as Tool),
           protocolVersion: backend.protocol_version ?? '',
           sessionful: backend.sessionful ?? true,
+          alsoModern: backend.also_modern ?? false,
           surface: restoredSurface(backend),
           lastSuccessAt: backend.last_success_at ? new Date(backend.last_success_at) : restartedAt,
           lastError: 'not refreshed since the gateway started: tools restored from Redis last-good',
@@ -403,10 +410,11 @@ export class CatalogStore extends EventEmitter {
 
   private async fetchOne(service: ToolServiceIR): Promise<void> {
     const existing = this.byKey.get(service.catalogKey);
-    const catalog = existing?.url === service.url ? existing : { url: service.url, tools: [], protocolVersion: '', sessionful: true, surface: NO_SURFACE };
+    const catalog = existing?.url === service.url ? existing : { url: service.url, tools: [], protocolVersion: '', sessionful: true, alsoModern: false, surface: NO_SURFACE };
     try {
       const listed = await this.fetchTools(service);
       ({ tools: catalog.tools, protocolVersion: catalog.protocolVersion, sessionful: catalog.sessionful } = listed);
+      catalog.alsoModern = listed.alsoModern ?? false;
       catalog.surface = surfaceOf(listed);
       catalog.lastSuccessAt = new Date();
       catalog.failingSince = undefined;
@@ -553,6 +561,7 @@ export class CatalogStore extends EventEmitter {
           denied_tools: denials.flatMap((rule, index) => (rule === undefined ? [] : [{ tool: catalog!.tools[index].name, rule }])),
           protocol_version: catalog?.protocolVersion ?? '',
           sessionful: catalog?.sessionful ?? true,
+          also_modern: catalog?.alsoModern ?? false,
           credentials: credentialsMessageOf(services.get(backend.catalogKey)?.credentials ?? { mode: 'none' }),
           ...surfaceMessage(catalog?.surface ?? NO_SURFACE),
           approval_tools: (catalog?.tools ?? []).flatMap((tool, index) => {

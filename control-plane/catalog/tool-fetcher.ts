@@ -330,6 +330,23 @@ export function describeListingFailure(error: unknown, timeoutMs: number): strin
 }
 
 /**
+ * Whether a Tool Service listed in a session-based revision also answers the stateless one (the MCP
+ * SDK v2 server does by default): one server/discover, in the stateless revision. Any failure: no.
+ */
+async function answersModern(service: ToolServiceIR, limits: ToolListLimits, connection: CatalogConnection, traceHeaders: Record<string, string>): Promise<boolean> {
+  const budget = new ListingBudget(limits);
+  const client = new StatelessClient(GATEWAY_CLIENT_INFO, { versionNegotiation: { mode: { pin: MODERN_PROTOCOL_VERSION } } });
+  try {
+    await client.connect(new StatelessTransport(new URL(service.url), transportOptions(connection, budget, traceHeaders)), requestOptions(limits, budget));
+    return client.getNegotiatedProtocolVersion() === MODERN_PROTOCOL_VERSION;
+  } catch {
+    return false;
+  } finally {
+    await client.close().catch(() => undefined);
+  }
+}
+
+/**
  * The whole tools/list of one Tool Service, and the revision it speaks: in a session first; a Tool
  * Service that answers that with an HTTP 4xx (a server of the stateless revision only refuses
  * `initialize`) is asked again in the stateless revision. If that fails too, the first error counts,
@@ -345,7 +362,8 @@ export async function fetchToolList(
   try {
     const opened = (connection = await access.connect(service));
     try {
-      return await fetchAs('session', service, limits, opened, traceHeaders);
+      const listed = await fetchAs('session', service, limits, opened, traceHeaders);
+      return { ...listed, alsoModern: await answersModern(service, limits, opened, traceHeaders) };
     } catch (error) {
       const status = error instanceof StreamableHTTPError ? error.code : undefined;
       if (status === undefined || status < 400 || status >= 500) throw error;

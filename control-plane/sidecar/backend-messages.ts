@@ -44,5 +44,31 @@ export function relayBackendMessage(message: unknown, backend: BackendView): Rel
   return { kind: 'deliver', message };
 }
 
+/** A content block's resource URI (an embedded resource's, or a resource link's) under its exposed name. */
+function exposeBlockUri(block: unknown, backend: string): unknown {
+  if (!isObject(block)) return block;
+  const named = (uri: unknown) => (typeof uri === 'string' ? (exposeResourceUri(backend, uri) ?? uri) : uri);
+  if (block.type === 'resource_link') return { ...block, uri: named(block.uri) };
+  if (block.type === 'resource' && isObject(block.resource)) return { ...block, resource: { ...block.resource, uri: named(block.resource.uri) } };
+  return block;
+}
+
+/**
+ * A result a backend sent, with the resource URIs it holds named for the gateway, as the call script
+ * names them in answers it carries: a call's content, a read's contents, a prompt's messages. For
+ * streams the sidecar relays itself (a resumed stream, docs/adr/0018-stream-relaying.md).
+ */
+export function exposeResultUris(result: JsonObject, backend: string): JsonObject {
+  const exposed = { ...result };
+  if (Array.isArray(result.content)) exposed.content = result.content.map((block) => exposeBlockUri(block, backend));
+  if (Array.isArray(result.contents)) {
+    exposed.contents = result.contents.map((item) => (isObject(item) && typeof item.uri === 'string' ? { ...item, uri: exposeResourceUri(backend, item.uri) ?? item.uri } : item));
+  }
+  if (Array.isArray(result.messages)) {
+    exposed.messages = result.messages.map((message) => (isObject(message) ? { ...message, content: exposeBlockUri(message.content, backend) } : message));
+  }
+  return exposed;
+}
+
 /** One message as an SSE event for a client: no event id, since the gateway keeps no events to replay. */
 export const sseEvent = (message: unknown) => `event: message\ndata: ${JSON.stringify(message)}\n\n`;

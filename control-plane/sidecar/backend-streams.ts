@@ -1,11 +1,14 @@
+import * as http from 'node:http';
+import { EventSourceMessage } from 'eventsource-parser';
 import { describeListingFailure } from '../catalog/tool-fetcher';
-import { RelayedMessage, relayBackendMessage } from './backend-messages';
-import { Caller, GatewayContext, RequestHead, clientOf } from './decision';
-import { JsonObject } from './json-rpc';
+import { RelayedMessage, exposeResultUris, relayBackendMessage } from './backend-messages';
+import { Caller, GatewayContext, RequestHead, Resumption, clientOf, respondError } from './decision';
+import { JSON_RPC, JsonObject, isObject } from './json-rpc';
 import { MODERN_PROTOCOL_VERSION } from './modern-era';
 import { BackendView, ListKind } from './route-catalog';
 import { readEvents } from './sessions/backend-sessions';
 import { GatewaySession } from './sessions/session-store';
+import { RESUME_DONE } from './tool-call';
 
 /**
  * Streams the gateway holds to backends on clients' behalf (docs/adr/0015-federated-resources-and-prompts.md):
@@ -61,6 +64,14 @@ export type StreamEnd = 'done' | 'opened' | 'retry';
 
 /** A backend the gateway can hold a standalone stream to: one of a session-based revision that keeps sessions. */
 export const hasStandaloneStream = (backend: BackendView) => backend.protocolVersion !== MODERN_PROTOCOL_VERSION && backend.sessionful;
+
+/**
+ * The event id a session client is given for a backend's own in the stream of a method other than
+ * tools/call (a call's names the call: tool-call.ts resumeTargetOf): the backend named, so that a GET
+ * with it as Last-Event-ID is resumed at that backend, which keeps the events. The call script gives
+ * the same (client_event_id in call-lane.lua). docs/adr/0018-stream-relaying.md.
+ */
+export const clientEventId = (backend: string, eventId: string) => `mcpgw:${backend}:${eventId}`;
 
 /** The messages of a backend's SSE stream, relayed (backend-messages.ts), until the stream ends. */
 export async function relayEvents(body: ReadableStream<Uint8Array>, backend: BackendView, onRelayed: (relayed: RelayedMessage, message: unknown) => void): Promise<void> {
@@ -219,11 +230,103 @@ export class BackendStreams {
         await this.context.sessions.forgetBackend(session.id, name, backendSessionId);
         return 'done';
       }
-      await this.relayAll(response, backend, session.route, streamSignal, (relayed) => {
-        if (relayed.kind === 'deliver') deliver(relayed.message);
+      await this.relayAll(response, backend, session.route, streamSignal, (relayed, message) => {
+        if (relayed.kind !== 'deliver') return;
+        this.expectAnswer(session.id, backend, message);
+        deliver(relayed.message);
       });
       return 'opened';
     });
+  }
+
+  /**
+   * A client's GET with a Last-Event-ID the gateway gave (a call's stream cut, by the client's
+   * connection or by the backend, SEP-1699): resumed at the backend that gave the id, in the client's
+   * session with it — read fresh, since any replica may have opened it — and relayed until the backend
+   * ends it. The backend keeps the events (bounded by its own store); the gateway keeps none, so any
+   * replica can resume any stream. Counts as one of this replica's backend streams while it lasts.
+   */
+  async resume(gateway: GatewaySession, backend: BackendView, resumption: Resumption, head: RequestHead, res: http.ServerResponse): Promise<void> {
+    // A call's stream that cannot be resumed gets the call's error (tool-call.ts brokenCallAnswer); another, the HTTP error.
+    const refuse = (status: number, message: string) => {
+      const refusal = resumption.unresumable ?? respondError(status, null, JSON_RPC.INVALID_REQUEST, message, 'resume_refused');
+      res.writeHead(refusal.status, refusal.headers);
+      res.end(refusal.body);
+    };
+    if (this.held >= this.limits.total) return refuse(503, 'this gateway replica holds its most backend streams: resume again later');
+    const session = await this.context.sessions.get(gateway.id, { fresh: true });
+    const backendSessionId = session?.backends[backend.name];
+    if (!session || !backendSessionId) return refuse(400, `there is no session with backend "${backend.name}" to resume a stream in`);
+    this.context.log.info(`resuming a stream of backend ${backend.name}`, { route: session.route, backend: backend.name });
+    const closed = new AbortController();
+    res.on('close', () => closed.abort());
+    const init = {
+      method: 'GET',
+      headers: {
+        accept: 'text/event-stream',
+        'mcp-session-id': backendSessionId,
+        'mcp-protocol-version': session.protocolVersion,
+        'last-event-id': resumption.lastEventId,
+      },
+    };
+    this.held++;
+    try {
+      await this.stream(backend, clientOf(head), init, closed.signal, async (response) => {
+        if (!response.ok || !(response.headers.get('content-type') ?? '').includes('text/event-stream') || !response.body) {
+          await response.body?.cancel();
+          if (response.status === 404) await this.context.sessions.forgetBackend(session.id, backend.name, backendSessionId);
+          return refuse(response.status === 404 ? 404 : 502, `backend ${backend.name} could not resume the stream (HTTP ${response.status})`);
+        }
+        res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+        res.flushHeaders();
+        await readEvents(response.body, (event) => res.write(this.resumedEvent(event, resumption, session.id, backend, session.route)));
+      });
+    } catch (error) {
+      if (!res.headersSent) refuse(502, `backend ${backend.name} could not resume the stream: ${(error as Error).message}`);
+    } finally {
+      this.held--;
+      res.end();
+    }
+  }
+
+  /**
+   * One event of a resumed stream, as the call script would have passed it: the event id named for the
+   * gateway, a backend's request under a scoped id, its notifications named (backend-messages.ts), the
+   * resource URIs of the call's result named; the result carries no outcome (the call script's).
+   */
+  /**
+   * A backend's request passed on to the client: its answer is awaited in the client's session (only
+   * an outstanding request's answer goes on, docs/adr/0009-edge-hardening.md). The client may answer
+   * before the record lands; the answer waits for it a moment (ANSWER_RECORD_GRACE_MS).
+   */
+  private expectAnswer(gatewaySessionId: string, backend: BackendView, message: unknown): void {
+    if (!isObject(message) || typeof message.method !== 'string' || (typeof message.id !== 'string' && typeof message.id !== 'number')) return;
+    this.context.sessions
+      .expectAnswer(gatewaySessionId, backend.name, JSON.stringify(message.id))
+      .catch((error: Error) => this.context.log.warn("could not record a backend's request to its client; the client's answer will be refused", { backend: backend.name, error: error.message }));
+  }
+
+  private resumedEvent(event: EventSourceMessage, resumption: Resumption, gatewaySessionId: string, backend: BackendView, route: string): string {
+    let message: unknown;
+    try {
+      message = event.data.trim() === '' ? undefined : JSON.parse(event.data);
+    } catch {
+      message = undefined;
+    }
+    let data = '';
+    const answer = isObject(message) && typeof message.method !== 'string';
+    if (isObject(message) && answer) {
+      data = JSON.stringify(isObject(message.result) ? { ...message, result: exposeResultUris(message.result, backend.name) } : message);
+    } else if (message !== undefined) {
+      const relayed = relayBackendMessage(message, backend);
+      if (relayed.kind === 'deliver') {
+        this.expectAnswer(gatewaySessionId, backend, message);
+        data = JSON.stringify(relayed.message);
+      } else if (relayed.kind === 'list-changed') this.reports.listChanged(backend, relayed.list, route);
+    }
+    // The answer's event is marked done, as the call script marks it: a resume after it has nothing to get.
+    const id = answer ? `id: ${RESUME_DONE}\n` : event.id ? `id: ${resumption.eventIdFor(event.id)}\n` : '';
+    return `event: ${event.event ?? 'message'}\n${id}data: ${data}\n\n`;
   }
 
   /**

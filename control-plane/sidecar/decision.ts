@@ -19,8 +19,19 @@ export type Decision =
   | { kind: 'respond'; status: number; headers: Record<string, string>; body: string; reason: string; metadata?: RequestMetadata }
   | { kind: 'read-body' }
   | { kind: 'stream'; session: GatewaySession; head: RequestHead }
+  | { kind: 'resume'; session: GatewaySession; backend: BackendView; resumption: Resumption; head: RequestHead }
   | { kind: 'listen'; view: RouteCatalogView; id: JsonRpcId; honored: HonoredFilter; head: RequestHead }
   | { kind: 'relay'; backend: BackendView; onBehalf: OnBehalf; body: string };
+
+/** A stream resumed at its backend (docs/adr/0018-stream-relaying.md). */
+export interface Resumption {
+  /** The backend's own id of the last event the client saw. */
+  lastEventId: string;
+  /** The id the client is given for one of the backend's events. */
+  eventIdFor(backendEventId: string): string;
+  /** What the client gets when the backend cannot resume the stream (a call's: its JSON-RPC error); without it, an HTTP error. */
+  unresumable?: { status: number; headers: Record<string, string>; body: string };
+}
 
 /** What the sidecar knows of a request it answered, for its metrics and logs. */
 export interface RequestMetadata {

@@ -4,6 +4,7 @@ import { APPROVAL_CHECK_PATH, ApprovalCheck, approvalCheckRequestSchema, approva
 import { SESSION_CHECK_PATH } from '../xds/translate/settings';
 import { Decision, GatewayContext, RequestHead, respondError } from './decision';
 import { JSON_RPC } from './json-rpc';
+import { BackendStreams } from './backend-streams';
 import { ListChangedStreams } from './list-changed-streams';
 import { ListenStreams } from './subscriptions-listen';
 import { decideOnBody, decideOnHead, routeKeyOf } from './mcp-gateway';
@@ -92,6 +93,7 @@ export class GatewayServer {
   constructor(
     private readonly context: GatewayContext,
     private readonly streams: ListChangedStreams,
+    private readonly backendStreams: BackendStreams,
     private readonly listens: ListenStreams,
     private readonly options: GatewayServerOptions,
     private readonly observer: SidecarObserver,
@@ -219,6 +221,8 @@ export class GatewayServer {
         return send(res, decision.status, decision.headers, decision.body);
       case 'stream':
         return this.streams.hold(decision.session, decision.head, res);
+      case 'resume':
+        return this.backendStreams.resume(decision.session, decision.backend, decision.resumption, decision.head, res);
       case 'listen':
         return this.listens.hold(decision.view, decision.id, decision.honored, decision.head, res);
       case 'relay': {

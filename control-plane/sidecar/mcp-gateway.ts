@@ -1,5 +1,6 @@
 import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS, ServerCapabilities } from '@modelcontextprotocol/sdk/types.js';
 import { offeredBy } from '../catalog/client-needs';
+import { clientEventId, hasStandaloneStream } from './backend-streams';
 import { parseServerRequestId } from './call-response';
 import {
   Decision,
@@ -25,7 +26,7 @@ import { LIST_METHODS, ListMethod, RouteCatalogView, listOf } from './route-cata
 import { ClientFieldsTooLargeError, GatewaySession } from './sessions/session-store';
 import { answerUnplacedRequest, isPlacedMethod } from './surface-requests';
 import { honoredFilter, listenParamsSchema } from './subscriptions-listen';
-import { answerResumedCall, answerUnplacedCall } from './tool-call';
+import { RESUME_CALL_PREFIX, answerResumedCall, answerUnplacedCall, brokenCallAnswer, resumeTargetOf } from './tool-call';
 import { ListAudience, answerList, listBody } from './tools-list';
 
 /** The sidecar's decisions on requests: answered here, or sent on to exactly one backend (tool-call.ts). */
@@ -129,7 +130,21 @@ async function openStream(head: RequestHead, view: RouteCatalogView, context: Ga
   }
   const session = await sessionOf(head, view, context);
   if (!session) return sessionNotFound(null);
-  return { kind: 'stream', session, head };
+  const lastEventId = head.headers.get('last-event-id');
+  if (lastEventId === undefined) return { kind: 'stream', session, head };
+  // A stream resumed at the backend that gave the event id, which keeps the events.
+  const target = resumeTargetOf(lastEventId);
+  const given =
+    target?.kind === 'call' && target.backendEventId !== undefined
+      ? { backend: target.call.b, backendEventId: target.backendEventId, eventIdFor: (id: string) => `${RESUME_CALL_PREFIX}${target.token}.${id}`, unresumable: brokenCallAnswer(target.call) }
+      : target?.kind === 'backend'
+        ? { backend: target.backend, backendEventId: target.backendEventId, eventIdFor: (id: string) => clientEventId(target.backend, id) }
+        : undefined;
+  const backend = given && view.backends.get(given.backend);
+  if (!given || !backend || !hasStandaloneStream(backend)) {
+    return respondError(400, null, JSON_RPC.INVALID_REQUEST, `Last-Event-ID ${JSON.stringify(lastEventId)} names no stream this gateway can resume on route "${view.key}"`, 'unknown_event_id');
+  }
+  return { kind: 'resume', session, backend, resumption: { lastEventId: given.backendEventId, eventIdFor: given.eventIdFor, unresumable: given.unresumable }, head };
 }
 
 /** DELETE: ends the backend sessions, then the gateway session. */
@@ -343,7 +358,7 @@ function statelessAudience(params: Record<string, unknown> | undefined): ListAud
   const meta = (params?._meta ?? {}) as Record<string, unknown>;
   const declared = offeredBy(meta[MODERN_META.clientCapabilities]);
   const none = offeredBy({});
-  return { offeredBy: (backend) => (backend.protocolVersion === MODERN_PROTOCOL_VERSION ? declared : none) };
+  return { offeredBy: (backend) => (backend.protocolVersion === MODERN_PROTOCOL_VERSION || backend.alsoModern ? declared : none) };
 }
 
 /** The gateway is the client's MCP server: its own capabilities, and a session of its own. */
@@ -404,7 +419,7 @@ async function routeClientResponse(
   message: JsonRpcMessage,
   head: RequestHead,
   view: RouteCatalogView,
-  session: GatewaySession | undefined,
+  cached: GatewaySession | undefined,
   context: GatewayContext,
 ): Promise<Decision> {
   if (!('result' in message) && !('error' in message)) {
@@ -412,10 +427,13 @@ async function routeClientResponse(
   }
   const target = parseServerRequestId(message.id);
   const backend = target && view.backends.get(target.backend);
-  const outstanding = target && backend && session && (await takeRecordedAnswer(context, session.id, backend.name, target.rawId));
+  const outstanding = target && backend && cached && (await takeRecordedAnswer(context, cached.id, backend.name, target.rawId));
   if (!target || !backend || !outstanding) {
     return respondError(400, null, JSON_RPC.INVALID_REQUEST, `response to id ${JSON.stringify(message.id)}, which no backend of route "${view.key}" sent through this gateway`, 'unknown_response');
   }
+  // The request may have come on a backend stream another replica opened, in a backend session this
+  // replica's copy of the gateway session does not know yet (docs/adr/0018-stream-relaying.md).
+  const session = cached && cached.backends[backend.name] === undefined ? ((await context.sessions.get(cached.id, { fresh: true })) ?? cached) : cached;
   return {
     kind: 'relay',
     backend,

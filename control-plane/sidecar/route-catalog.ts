@@ -28,6 +28,8 @@ export interface BackendView {
   protocolVersion: string;
   /** It hands out sessions (it did when it was listed). */
   sessionful: boolean;
+  /** Listed in a session-based revision, it answers the stateless one too: a stateless client's requests go to it in that one. */
+  alsoModern: boolean;
   /** The server capabilities it declared when it was listed; {} before it has answered. */
   capabilities: ServerCapabilities;
   /** Its name as the scheme prefix of its resources' URIs (resource-naming.ts). */
@@ -185,6 +187,7 @@ export function buildRouteViews(snapshot: CatalogSnapshotMessage): Map<string, R
         deniedTools: new Map((backend.denied_tools ?? []).map((denied) => [denied.tool, denied.rule])),
         protocolVersion: backend.protocol_version ?? '',
         sessionful: backend.sessionful ?? true,
+        alsoModern: backend.also_modern ?? false,
         cluster: backend.cluster,
         credentials: backend.credentials ?? NO_CREDENTIALS,
         capabilities: parseJson<ServerCapabilities>(backend.capabilities_json, {}),

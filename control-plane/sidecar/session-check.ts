@@ -1,4 +1,3 @@
-import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import { CHECK_HEADERS, CHECK_STATUS } from '../xds/translate/settings';
 import { ownerOf } from '../auth/caller-identity';
@@ -78,6 +77,14 @@ const answer = (status: number, body: unknown): CheckAnswer => ({ status, header
 const MAX_POOLED_SESSIONS = 10_000;
 
 /**
+ * The revision of pooled backend sessions: the last one in which a server never closes a call's
+ * stream expecting the client to reconnect (SEP-1699 came with 2025-11-25). A stateless client cannot
+ * reconnect (2026-07-28 has no event ids), and Envoy carries its call. The call script sends the same
+ * version header (POOLED_SESSION_VERSION in call-lane.lua). docs/adr/0018-stream-relaying.md.
+ */
+export const POOLED_SESSION_VERSION = '2025-06-18';
+
+/**
  * Backend sessions for calls of stateless (2026-07-28) clients to backends of a session-based
  * revision: one per backend and caller on this replica (callers never share a backend session: what a
  * backend keeps in one is that caller's; a backend whose credentials are the caller's may tie it to
@@ -97,7 +104,7 @@ export class StatelessCallSessions {
     const key = this.keyOf(backend, owner);
     let session = this.pool.get(key);
     if (!session) {
-      session = this.context.backendSessions.open(backend, { protocolVersion: LATEST_PROTOCOL_VERSION, clientInfo: GATEWAY_SERVER_INFO, clientCapabilities: {} }, caller);
+      session = this.context.backendSessions.open(backend, { protocolVersion: POOLED_SESSION_VERSION, clientInfo: GATEWAY_SERVER_INFO, clientCapabilities: {} }, caller);
       session.catch(() => this.pool.delete(key));
       this.pool.set(key, session);
       // The oldest goes first; the backend expires what the gateway no longer uses.

@@ -188,7 +188,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   }
 
   const admin = options.adminAddress ? await startSidecarAdmin(options.adminAddress, metrics, () => version, options.adminTokenFile) : undefined;
-  const gateway = new GatewayServer(context, streams, listens, { maxRequestBodyBytes: options.maxRequestBodyBytes, approvals }, metrics, tracing);
+  const gateway = new GatewayServer(context, streams, backendStreams, listens, { maxRequestBodyBytes: options.maxRequestBodyBytes, approvals }, metrics, tracing);
   const server: http.Server = await listenAt(gateway.handle, options.address, options.internalTls?.serverOptions());
   if (options.internalTls) options.internalTls.follow(server as unknown as tls.Server, 'envoy');
   // Envoy keeps its connections to the sidecar open between requests: longer than Envoy's own idle timeout (1 h by default) would be pointless.

@@ -43,27 +43,47 @@ const resumeTokenSchema = z.object({
   i: z.union([z.string(), z.number(), z.null()]),
 });
 
+/** What a client's Last-Event-ID names (docs/adr/0018-stream-relaying.md). */
+export type ResumeTarget =
+  /** The call's final answer was sent: nothing follows. */
+  | { kind: 'done' }
+  /**
+   * A call's stream: its priming id (`mcpgw-call.<token>`), or one of the backend's own events in it
+   * (`mcpgw-call.<token>.<the backend's event id>`), where the call is resumed at the backend.
+   */
+  | { kind: 'call'; token: string; call: z.output<typeof resumeTokenSchema>; backendEventId?: string }
+  /** Another method's stream: one of the backend's own events (`mcpgw:<backend>:<its id>`). */
+  | { kind: 'backend'; backend: string; backendEventId: string };
+
+export function resumeTargetOf(lastEventId: string | undefined): ResumeTarget | undefined {
+  if (lastEventId === RESUME_DONE) return { kind: 'done' };
+  if (lastEventId?.startsWith(RESUME_CALL_PREFIX)) {
+    const rest = lastEventId.slice(RESUME_CALL_PREFIX.length);
+    // A base64 token has no '.': what follows the first one is the backend's own event id.
+    const dot = rest.indexOf('.');
+    const token = dot < 0 ? rest : rest.slice(0, dot);
+    let decoded: unknown;
+    try {
+      decoded = JSON.parse(Buffer.from(token, 'base64').toString('utf8'));
+    } catch {
+      decoded = undefined;
+    }
+    const call = resumeTokenSchema.safeParse(decoded);
+    if (!call.success) return undefined;
+    return { kind: 'call', token, call: call.data, ...(dot >= 0 && { backendEventId: rest.slice(dot + 1) }) };
+  }
+  const named = lastEventId === undefined ? undefined : /^mcpgw:([^:]+):(.+)$/s.exec(lastEventId);
+  return named ? { kind: 'backend', backend: named[1], backendEventId: named[2] } : undefined;
+}
+
 /**
- * A GET resuming a call's stream. Envoy cannot add an answer to a stream it had to reset (the Tool
- * Service reset it, stopped, or ran past its deadline after answering began), and holds none of the
- * backend's events: the client, resuming at once, gets its call answered here with the JSON-RPC error
- * instead of waiting for its own timeout. A stream whose answer was sent has nothing more (405, which
- * ends a client's resumption). undefined for any other Last-Event-ID, or none.
+ * A call's stream that cannot be resumed at its backend. Envoy cannot add an answer to a stream it had
+ * to reset (the Tool Service reset it, stopped, or ran past its deadline after answering began), and
+ * holds none of the backend's events: the client, resuming at once, gets its call answered here with
+ * the JSON-RPC error instead of waiting for its own timeout.
  */
-export function answerResumedCall(lastEventId: string | undefined): Decision | undefined {
-  if (lastEventId === RESUME_DONE) {
-    return respondError(405, null, JSON_RPC.INVALID_REQUEST, 'the call of this stream was answered: nothing follows', 'call_stream_done', { allow: 'POST, DELETE' });
-  }
-  if (!lastEventId?.startsWith(RESUME_CALL_PREFIX)) return undefined;
-  let token: unknown;
-  try {
-    token = JSON.parse(Buffer.from(lastEventId.slice(RESUME_CALL_PREFIX.length), 'base64').toString('utf8'));
-  } catch {
-    token = undefined;
-  }
-  const call = resumeTokenSchema.safeParse(token);
-  if (!call.success) return undefined;
-  const { b: backend, t: tool, i: id } = call.data;
+export function brokenCallAnswer(call: z.output<typeof resumeTokenSchema>): Decision & { kind: 'respond' } {
+  const { b: backend, t: tool, i: id } = call;
   const lastError = 'the stream ended before the answer (the Tool Service reset it, stopped, or ran past its deadline)';
   const outcome = { outcome: 'failed', backend, tool, fallback_used: false, last_error: lastError };
   const error = jsonRpcError(id, BACKEND_UNAVAILABLE_CODE, `backend ${backend} ended the stream of tools/call ${tool} before its answer: the call may or may not have run`, outcome);
@@ -75,4 +95,18 @@ export function answerResumedCall(lastEventId: string | undefined): Decision | u
     reason: 'call_stream_broken',
     metadata: { backend, tool, outcome: 'failed' },
   };
+}
+
+/**
+ * A GET resuming a stream that is answered without a session: a call's stream resumed at its priming
+ * id, whose backend gave no event to resume at (brokenCallAnswer); a stream whose answer was sent
+ * (405, which ends a client's resumption). undefined for any other Last-Event-ID (a backend's event:
+ * resumed there, in the client's session), or none.
+ */
+export function answerResumedCall(lastEventId: string | undefined): Decision | undefined {
+  const target = resumeTargetOf(lastEventId);
+  if (target?.kind === 'done') {
+    return respondError(405, null, JSON_RPC.INVALID_REQUEST, 'the call of this stream was answered: nothing follows', 'call_stream_done', { allow: 'POST, DELETE' });
+  }
+  return target?.kind === 'call' && target.backendEventId === undefined ? brokenCallAnswer(target.call) : undefined;
 }

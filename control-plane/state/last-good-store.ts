@@ -16,6 +16,8 @@ const savedCatalogSchema = z.array(
     // Absent in copies saved before the gateway served backends of the stateless revision.
     protocol_version: z.string().optional(),
     sessionful: z.boolean().optional(),
+    // Absent in copies saved before the gateway spoke to backends of both revisions in each client's.
+    also_modern: z.boolean().optional(),
     // Absent in copies saved before the gateway served prompts and resources.
     prompts_json: z.array(z.string()).optional(),
     resources_json: z.array(z.string()).optional(),

@@ -137,7 +137,7 @@ describe('claiming a backend session just opened (real Redis, real stateful MCP 
     backend = {
       name: 'cancellable', toolService: 'tool_service.cancellable', state: 'ok', toolNames: new Set(['wait', 'whoami']),
       lastSuccessAt: '', lastError: '', failingSince: '', url: backendService.url, fallbackText: '', deniedTools: new Map(), protocolVersion: '2025-11-25',
-      sessionful: true, cluster: 'unused', credentials: { mode: 'none', audience: '', resource: '', scopes: [] }, capabilities: {}, schemeName: 'cancellable',
+      sessionful: true, alsoModern: false, cluster: 'unused', credentials: { mode: 'none', audience: '', resource: '', scopes: [] }, capabilities: {}, schemeName: 'cancellable',
     };
   });
 

@@ -10,7 +10,8 @@ import { LoopbackMcpService } from './loopback-mcp-service';
  * handler with `legacy: 'reject'`, so a 2025-style request (initialize, no `_meta` claim) is refused.
  * Its tool `shout` upper-cases its text; its resource `memo://today` takes subscriptions (through
  * subscriptions/listen), and `touch` tells its listeners it changed. It records the protocol version
- * header of every request.
+ * header of every request. Started with `legacy: 'stateless'` it speaks both revisions (the SDK's
+ * default): 2025-era requests are answered statelessly, without a session.
  */
 export class ModernToolService extends LoopbackMcpService {
   readonly protocolVersions: string[] = [];
@@ -21,7 +22,7 @@ export class ModernToolService extends LoopbackMcpService {
     this.notify?.resourceUpdated(uri);
   }
 
-  static async start(): Promise<ModernToolService> {
+  static async start(legacy: 'reject' | 'stateless' = 'reject'): Promise<ModernToolService> {
     const service = new ModernToolService(await freePort());
     const handler = createMcpHandler(
       () => {
@@ -32,7 +33,7 @@ export class ModernToolService extends LoopbackMcpService {
         }));
         return server;
       },
-      { legacy: 'reject' },
+      { legacy },
     );
     service.notify = handler.notify;
     const app = express();

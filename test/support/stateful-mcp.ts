@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Express, Request, Response } from 'express';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { StreamableHTTPServerTransport, StreamableHTTPServerTransportOptions } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 
 /** What an in-test stateful Tool Service adds to the SDK's session handling. */
@@ -10,7 +10,9 @@ export interface StatefulMcpHooks {
   admit?(req: Request, res: Response): boolean;
   /** Before an initialize is handled (a slow backend waits here). */
   beforeInitialize?(): Promise<void>;
-  opened?(sessionId: string): void;
+  /** More options for a new session's transport (an event store of its own, a retry hint). */
+  transportOptions?(): Omit<StreamableHTTPServerTransportOptions, 'sessionIdGenerator' | 'onsessioninitialized' | 'onsessionclosed'>;
+  opened?(sessionId: string, server: McpServer): void;
   /** A session ended by its client's DELETE. */
   closed?(sessionId: string): void;
 }
@@ -27,18 +29,20 @@ export function mountStatefulMcp(app: Express, transports: Map<string, Streamabl
     let transport = typeof sessionId === 'string' ? transports.get(sessionId) : undefined;
     if (!transport && req.method === 'POST' && isInitializeRequest(req.body)) {
       await hooks.beforeInitialize?.();
+      const server = newServer();
       const created = new StreamableHTTPServerTransport({
+        ...hooks.transportOptions?.(),
         sessionIdGenerator: randomUUID,
         onsessioninitialized: (id) => {
           transports.set(id, created);
-          hooks.opened?.(id);
+          hooks.opened?.(id, server);
         },
         onsessionclosed: (id) => {
           transports.delete(id);
           hooks.closed?.(id);
         },
       });
-      await newServer().connect(created);
+      await server.connect(created);
       transport = created;
     }
     if (!transport) {

@@ -1,10 +1,9 @@
-import { randomUUID } from 'node:crypto';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { createMcpExpressApp } from '@modelcontextprotocol/sdk/server/express.js';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
-import { SubscribeRequestSchema, UnsubscribeRequestSchema, isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
+import { SubscribeRequestSchema, UnsubscribeRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import { freePort } from '../../control-plane/devstack/processes';
 import { LOOPBACK, LoopbackMcpService } from './loopback-mcp-service';
+import { mountStatefulMcp } from './stateful-mcp';
 
 /**
  * A real stateful MCP SDK v1 Tool Service whose resources (`note://<name>`) take subscriptions: the
@@ -20,32 +19,12 @@ export class SubscribableToolService extends LoopbackMcpService {
     const port = await freePort();
     const app = createMcpExpressApp({ host: LOOPBACK });
     const service = new SubscribableToolService(port);
-    const transports = new Map<string, StreamableHTTPServerTransport>();
-    app.all('/mcp', async (req, res) => {
-      const sessionId = req.headers['mcp-session-id'];
-      let transport = typeof sessionId === 'string' ? transports.get(sessionId) : undefined;
-      if (!transport && req.method === 'POST' && isInitializeRequest(req.body)) {
-        const server = service.mcpServer(notes);
-        const created = new StreamableHTTPServerTransport({
-          sessionIdGenerator: randomUUID,
-          onsessioninitialized: (id) => {
-            transports.set(id, created);
-            service.servers.set(id, server);
-          },
-          onsessionclosed: (id) => {
-            transports.delete(id);
-            service.servers.delete(id);
-            service.subscriptions.delete(id);
-          },
-        });
-        await server.connect(created);
-        transport = created;
-      }
-      if (!transport) {
-        res.status(404).json({ jsonrpc: '2.0', id: null, error: { code: -32001, message: 'Session not found' } });
-        return;
-      }
-      await transport.handleRequest(req, res, req.body);
+    mountStatefulMcp(app, new Map(), () => service.mcpServer(notes), {
+      opened: (id, server) => void service.servers.set(id, server),
+      closed: (id) => {
+        service.servers.delete(id);
+        service.subscriptions.delete(id);
+      },
     });
     await service.listen(app);
     return service;

@@ -19,6 +19,7 @@ export function backendCatalog(name: string, toolNames: string[], overrides: Par
     approval_tools: [],
     protocol_version: '2025-11-25',
     sessionful: true,
+    also_modern: false,
     credentials: { mode: 'none', audience: '', resource: '', scopes: [] },
     prompts_json: [],
     resources_json: [],

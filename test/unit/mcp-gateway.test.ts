@@ -4,6 +4,9 @@ import { Decision, RequestHead } from '../../control-plane/sidecar/decision';
 import { nestsDeeperThan } from '../../control-plane/sidecar/json-rpc';
 import { decideOnBody, decideOnHead } from '../../control-plane/sidecar/mcp-gateway';
 import { buildRouteViews } from '../../control-plane/sidecar/route-catalog';
+import { CachedSessionStore, SessionEndings } from '../../control-plane/sidecar/sessions/session-cache';
+import { MemorySessionStore } from '../../control-plane/sidecar/sessions/session-store';
+import { quietLogger } from '../support/quiet-logger';
 import { sidecarContext } from '../support/sidecar-context';
 import { backendCatalog, catalogSnapshot } from './catalog-fixtures';
 
@@ -193,6 +196,40 @@ describe('sidecar sessions', () => {
       body: JSON.stringify({ ...answer, id: 0 }),
     });
     expect((await responded(decideOnBody(withSession(sessionId), body(answer), context))).status).toBe(400);
+  });
+
+  it('routes the answer in the backend session another replica opened, though this replica’s copy of the session predates it (ADR-0018)', async () => {
+    const shared = new MemorySessionStore(60);
+    const endings = (): SessionEndings => ({ publish: async () => undefined, onEnded: () => undefined, close: async () => undefined });
+    const replica = () => new CachedSessionStore(shared, endings(), { freshMs: 60_000, maxEntries: 10, staleOnErrorMs: 0 }, quietLogger);
+    const here = sidecarContext(views);
+    here.context.sessions = replica();
+    const { sessionId } = await open(here);
+    // The replica holding the client's GET stream opened the session with jobs: this one's copy lacks it.
+    await replica().claimBackend(sessionId, 'jobs', 'opened-elsewhere');
+    await shared.expectAnswer(sessionId, 'jobs', '0');
+    const answer = { jsonrpc: '2.0', id: 'mcpgw:jobs:0', result: { roots: [] } };
+    expect(await decideOnBody(withSession(sessionId), body(answer), here.context)).toMatchObject({ kind: 'relay', onBehalf: { backendSessionId: 'opened-elsewhere' } });
+  });
+
+  it('resumes a stream at the backend an event id names, with the backend’s own id (ADR-0018)', async () => {
+    const { context, sessionId } = await withJobsSession();
+    const resume = (lastEventId: string) => decideOnHead(head('GET', '/mcp/demo', { accept: 'text/event-stream', 'mcp-session-id': sessionId, 'last-event-id': lastEventId }), context);
+    const other = await resume('mcpgw:jobs:stream-1_42');
+    expect(other).toMatchObject({ kind: 'resume', backend: { name: 'jobs' }, resumption: { lastEventId: 'stream-1_42' } });
+    expect(other.kind === 'resume' && other.resumption.eventIdFor('stream-1_43')).toBe('mcpgw:jobs:stream-1_43');
+    expect(other.kind === 'resume' && other.resumption.unresumable).toBeUndefined();
+    // A call's: named by the call's resume token; the call's error if the backend cannot resume.
+    const token = Buffer.from(JSON.stringify({ b: 'jobs', t: 'run_job', i: 5 })).toString('base64');
+    const call = await resume(`mcpgw-call.${token}.stream-2_7`);
+    expect(call).toMatchObject({ kind: 'resume', backend: { name: 'jobs' }, resumption: { lastEventId: 'stream-2_7' } });
+    expect(call.kind === 'resume' && call.resumption.eventIdFor('stream-2_8')).toBe(`mcpgw-call.${token}.stream-2_8`);
+    expect(call.kind === 'resume' && call.resumption.unresumable?.body).toMatch(/"id":5,"error":\{"code":-32004/);
+    for (const foreign of ['stream-1_42', 'mcpgw:ghost:1']) {
+      const { status, message } = await responded(resume(foreign));
+      expect(status).toBe(400);
+      expect(message.error.message).toMatch(/names no stream this gateway can resume/);
+    }
   });
 
   it.each([

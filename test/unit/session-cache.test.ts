@@ -24,6 +24,7 @@ function replicas(freshMs = 60_000, staleOnErrorMs = 60_000) {
   return {
     a: new CachedSessionStore(counted, endings(), options, quietLogger),
     b: new CachedSessionStore(counted, endings(), options, quietLogger),
+    shared,
     reads: () => reads,
     setRedisDown: (down: boolean) => (redisDown = down),
   };
@@ -63,6 +64,26 @@ describe('sessions cached in the sidecar, Redis the source of truth', () => {
     expect((await a.get(session.id))?.backends).toEqual({ jobs: 'one' });
     await a.forgetBackend(session.id, 'jobs', 'one');
     expect((await a.get(session.id))?.backends).toEqual({});
+  });
+
+  it('drops every replica’s copy when any replica records or forgets a backend session: the next read sees it (ADR-0018)', async () => {
+    const { a, b } = replicas();
+    const session = await a.create(fields);
+    expect((await b.get(session.id))?.backends).toEqual({});
+    await a.claimBackend(session.id, 'jobs', 'opened-by-a');
+    expect((await b.get(session.id))?.backends).toEqual({ jobs: 'opened-by-a' });
+    await a.forgetBackend(session.id, 'jobs', 'opened-by-a');
+    expect((await b.get(session.id))?.backends).toEqual({});
+  });
+
+  it('reads a fresh copy when asked: a backend session recorded while the replicas were not told is seen at once', async () => {
+    const { a, shared } = replicas();
+    const session = await a.create(fields);
+    // Recorded in Redis, its message lost.
+    await shared.claimBackend(session.id, 'jobs', 'opened-by-b');
+    expect((await a.get(session.id))?.backends).toEqual({});
+    expect((await a.get(session.id, { fresh: true }))?.backends).toEqual({ jobs: 'opened-by-b' });
+    expect((await a.get(session.id))?.backends).toEqual({ jobs: 'opened-by-b' });
   });
 
   it('hands out copies, so a caller cannot change the cached session', async () => {

@@ -1,4 +1,4 @@
-import { relayBackendMessage } from '../../control-plane/sidecar/backend-messages';
+import { exposeResultUris, relayBackendMessage } from '../../control-plane/sidecar/backend-messages';
 import { Decision, RequestHead } from '../../control-plane/sidecar/decision';
 import { decideOnBody } from '../../control-plane/sidecar/mcp-gateway';
 import { buildRouteViews } from '../../control-plane/sidecar/route-catalog';
@@ -175,5 +175,26 @@ describe('messages a backend sends outside a request', () => {
     ['a response is dropped', { jsonrpc: '2.0', id: 4, result: {} }, { kind: 'drop' }],
   ])('%s', (_case, message, relayed) => {
     expect(relayBackendMessage(message, backend)).toEqual(relayed);
+  });
+});
+
+describe('results the sidecar relays itself (a resumed stream, ADR-0018)', () => {
+  it('names the resource URIs of a call’s content, a read’s contents and a prompt’s messages', () => {
+    expect(
+      exposeResultUris(
+        {
+          content: [{ type: 'text', text: 'x' }, { type: 'resource_link', uri: 'file:///a', name: 'a' }, { type: 'resource', resource: { uri: 'ui://w', text: '' } }],
+          contents: [{ uri: 'file:///b', text: 'b' }],
+          messages: [{ role: 'user', content: { type: 'resource_link', uri: 'file:///c', name: 'c' } }],
+          _meta: { keep: true },
+        },
+        'memo_box',
+      ),
+    ).toEqual({
+      content: [{ type: 'text', text: 'x' }, { type: 'resource_link', uri: 'memo-box+file:///a', name: 'a' }, { type: 'resource', resource: { uri: 'ui://memo-box+w', text: '' } }],
+      contents: [{ uri: 'memo-box+file:///b', text: 'b' }],
+      messages: [{ role: 'user', content: { type: 'resource_link', uri: 'memo-box+file:///c', name: 'c' } }],
+      _meta: { keep: true },
+    });
   });
 });

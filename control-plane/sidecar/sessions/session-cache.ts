@@ -6,9 +6,10 @@ import { GatewaySession, SessionStore } from './session-store';
  * Sessions as the session check reads them on every call in a session (docs/adr/0008-data-path-lanes.md):
  * from this process's memory, with Redis the source of truth. An entry is read from Redis again after
  * `freshMs` (which also pushes the session's idle expiry back while it is used), and dropped at once
- * on every replica when any replica ends the session: the ending is published on a Redis channel
- * every replica listens to. If that message is lost (Redis unreachable at that moment), another
- * replica may serve the ended session for at most `freshMs`.
+ * on every replica when any replica ends the session, or records or forgets one of its backend
+ * sessions (a replica holding the client's GET stream then listens in it: docs/adr/0018-stream-relaying.md):
+ * the session's id is published on a Redis channel every replica listens to. If that message is lost
+ * (Redis unreachable at that moment), another replica may serve its old copy for at most `freshMs`.
  */
 export interface SessionCacheOptions {
   freshMs: number;
@@ -23,7 +24,7 @@ export interface SessionCacheOptions {
 
 export const SESSION_CACHE_DEFAULTS: SessionCacheOptions = { freshMs: 5_000, maxEntries: 100_000, staleOnErrorMs: 60_000 };
 
-/** How the replicas tell each other a session ended. */
+/** How the replicas tell each other a session ended or changed: each drops its copy (the channel carries the session's id). */
 export interface SessionEndings {
   publish(id: string): Promise<void>;
   onEnded(listener: (id: string) => void): void;
@@ -78,10 +79,10 @@ export class CachedSessionStore implements SessionStore {
     return session;
   }
 
-  async get(id: string): Promise<GatewaySession | undefined> {
+  async get(id: string, options: { fresh?: boolean } = {}): Promise<GatewaySession | undefined> {
     const entry = this.entries.get(id);
     const age = entry ? performance.now() - entry.fetchedAt : Number.POSITIVE_INFINITY;
-    if (age < this.options.freshMs) return copyOf(entry!.session);
+    if (age < this.options.freshMs && !options.fresh) return copyOf(entry!.session);
     let session: GatewaySession | undefined;
     try {
       session = await this.inner.get(id);
@@ -98,6 +99,7 @@ export class CachedSessionStore implements SessionStore {
     const counted = await this.inner.claimBackend(id, backend, backendSessionId);
     const entry = this.entries.get(id);
     if (entry) entry.session.backends[backend] = counted;
+    if (counted === backendSessionId) this.tellReplicas(id);
     return counted;
   }
 
@@ -105,6 +107,18 @@ export class CachedSessionStore implements SessionStore {
     await this.inner.forgetBackend(id, backend, staleBackendSessionId);
     const entry = this.entries.get(id);
     if (entry?.session.backends[backend] === staleBackendSessionId) delete entry.session.backends[backend];
+    this.tellReplicas(id);
+  }
+
+  /**
+   * The other replicas drop their copy of a session whose backend sessions changed (this one too: it
+   * reads it again). Not awaited: the request that opened the backend session (a call's session check)
+   * does not wait for the message.
+   */
+  private tellReplicas(id: string): void {
+    void this.endings.publish(id).catch((error: Error) =>
+      this.log.warn('could not tell the other replicas a session changed; their cached copies are read again on their own', { error: error.message }),
+    );
   }
 
   async setLogLevel(id: string, level: string): Promise<void> {

@@ -29,8 +29,11 @@ export interface GatewaySession {
 export interface SessionStore {
   /** Rejects with ClientFieldsTooLargeError when the client's declaration is over the limit; nothing is stored then. */
   create(session: Omit<GatewaySession, 'id' | 'backends'>): Promise<GatewaySession>;
-  /** undefined for an unknown, expired or forged id. */
-  get(id: string): Promise<GatewaySession | undefined>;
+  /**
+   * undefined for an unknown, expired or forged id. `fresh`: read from the source of truth, not from a
+   * copy another replica may have changed since (a backend session it opened).
+   */
+  get(id: string, options?: { fresh?: boolean }): Promise<GatewaySession | undefined>;
   /**
    * Records a backend session unless one was recorded meanwhile; returns the one that counts, and
    * pushes the session's idle expiry back. Rejects with SessionGoneError when the gateway session ended

@@ -2,7 +2,8 @@
 -- one route per (route key, backend). Its per-route filter_context says what the control plane decided
 -- for that backend on that route:
 --   backend, separator, route     the backend's prefix name, the tool-name separator, the route key
---   era                           "modern" (MCP 2026-07-28, stateless) or "session" (2025-11-25 and before)
+--   era                           "modern" (MCP 2026-07-28, stateless), "session" (2025-11-25 and before),
+--                                 or "dual" (both: each client is spoken to in its own)
 --   sessionful                    true when the backend hands out sessions (a stateless client's call needs one)
 --   annotate                      true: the final message of the answer gets the call's outcome
 --   fallback                      degraded answer text for read-only tools, if the Tool Service has one
@@ -53,7 +54,10 @@ local MCP_NS = "envoy.filters.http.mcp"
 local NS = "mcpgw"
 local OUTCOME_KEY = "mcpgw/outcome"
 local MODERN_VERSION = "2026-07-28"
-local SESSION_ERA_VERSION = "2025-11-25"
+-- A stateless client's request to a session-era backend goes in the pooled backend session, opened in
+-- the last revision without resumable streams: such a client cannot reconnect, so the backend must
+-- not expect it to (SEP-1699 applies from 2025-11-25; docs/adr/0018-stream-relaying.md).
+local POOLED_SESSION_VERSION = "2025-06-18"
 local MODERN_PROTOCOL_META = '"io.modelcontextprotocol/protocolVersion"'
 local GATEWAY_CLIENT_INFO = '{"name":"mcp-federation-gateway","version":"0.1.0"}'
 -- Past this, an event (or a JSON answer) is sent on as it is, and so is the rest of the answer.
@@ -394,11 +398,19 @@ local function adapt_to_era(h, headers, text, era, modern_client, method, own_na
     headers:replace("mcp-method", method)
     if own_name then headers:replace("mcp-name", mcp_header_value(h, own_name)) else headers:remove("mcp-name") end
   elseif modern_client then
-    headers:replace("mcp-protocol-version", SESSION_ERA_VERSION)
+    headers:replace("mcp-protocol-version", POOLED_SESSION_VERSION)
     headers:remove("mcp-method")
     headers:remove("mcp-name")
   end
   return text
+end
+
+-- The revision a request goes to its backend in, and whether it needs a backend session there: a
+-- backend of both revisions ("dual") is spoken to in the client's own (docs/adr/0018-stream-relaying.md).
+function M.era_for(era, sessionful, modern_client)
+  if era ~= "dual" then return era, sessionful end
+  if modern_client then return "modern", false end
+  return "session", sessionful
 end
 
 -- The session check (ext_authz, enabled by this flag): a request in a session, or a stateless
@@ -643,6 +655,7 @@ local function forward_request(h, request)
   local modern_client = params._meta ~= nil and params._meta["io.modelcontextprotocol/protocolVersion"] ~= nil
   -- The caller (routes with auth), read before the body: the session check's memory is per caller.
   local caller = context:get("auth") and M.caller_of((h:streamInfo():dynamicMetadata():get(JWT_NS) or {})[JWT_PAYLOAD], context:get("groups_claim")) or nil
+  era, sessionful = M.era_for(era, sessionful, modern_client)
   if modern_client and (method == "resources/subscribe" or method == "resources/unsubscribe") then
     -- The stateless revision subscribes with subscriptions/listen; as the sidecar answers removed methods.
     return error_reply(h, id, METHOD_NOT_FOUND, 'method "' .. method .. '" is not served in protocol ' .. MODERN_VERSION .. ": use subscriptions/listen", nil, "404")
@@ -727,6 +740,7 @@ function envoy_on_request(h)
   local per_caller, credential_mode = context:get("per_caller_credentials"), context:get("credential_mode")
   local credential_cluster, credential_timeout = context:get("credential_cluster"), context:get("credential_timeout_ms")
   local modern_client = request.params._meta ~= nil and request.params._meta["io.modelcontextprotocol/protocolVersion"] ~= nil
+  era, sessionful = M.era_for(era, sessionful, modern_client)
 
   local audit_arguments = context:get("audit_arguments")
   local approval_rule, approval_cluster = context:get("approval:" .. own), context:get("approval_cluster")
@@ -1126,6 +1140,18 @@ function M.says_session_unknown(s)
   return find(lower, "session", 1, true) ~= nil or find(lower, "not initialized", 1, true) ~= nil
 end
 
+-- The event id the client gets for a backend's (docs/adr/0018-stream-relaying.md): the backend named
+-- (for a call, by the call's resume token), so that a GET with this Last-Event-ID is resumed at that
+-- backend, which keeps the events. nil: a client of the stateless revision, which gets no event ids
+-- (nor retry hints) at all.
+function M.client_event_id(value, call)
+  if call.modern then return nil end
+  -- A call's: its resume token too, so that the sidecar can still answer the call if the backend
+  -- cannot resume (tool-call.ts resumeTargetOf). A token is base64: the first "." ends it.
+  if call.resume_token then return RESUME_CALL_PREFIX .. call.resume_token .. "." .. value end
+  return "mcpgw:" .. call.backend .. ":" .. value
+end
+
 -- The lines of one event (LF, CRLF or CR between them), found with plain finds: a data line can be
 -- megabytes long, and a pattern walks it byte by byte.
 local function event_lines(event)
@@ -1146,17 +1172,17 @@ local function event_lines(event)
 end
 
 -- One SSE event (without its terminator) as the client gets it: its message rewritten, the backend's
--- own event id dropped (a client resumes a call's stream at the gateway, which holds none of the
--- backend's events), and the final answer marked done; nil to leave it as it is. Also what the
--- message is, and a backend request's own id (rewrite_message).
+-- own event id named for the gateway (client_event_id: a session client resumes there, at that
+-- backend; a stateless client gets none, nor retry hints), and the final answer marked done; nil to
+-- leave it as it is. Also what the message is, and a backend request's own id (rewrite_message).
 function M.rewrite_event(event, call)
   local lines, data = event_lines(event), {}
-  local first_data, has_id
+  local first_data, has_id = nil, false
   for index, line in ipairs(lines) do
     if sub(line, 1, 5) == "data:" then
       first_data = first_data or index
       data[#data + 1] = sub(line, byte(line, 6) == 32 and 7 or 6)
-    elseif sub(line, 1, 3) == "id:" then
+    elseif sub(line, 1, 3) == "id:" or (call.modern and sub(line, 1, 6) == "retry:") then
       has_id = true
     end
   end
@@ -1167,10 +1193,17 @@ function M.rewrite_event(event, call)
   if rewritten and (find(rewritten, "\n", 1, true) or find(rewritten, "\r", 1, true)) then rewritten = gsub(rewritten, "[\r\n]", " ") end
   local out = {}
   -- MCP 2026-07-28 has no event ids: a stateless client is never handed one.
-  if role == "final" and not call.modern then out[1] = "id: " .. RESUME_DONE end
+  local done = role == "final" and not call.modern
+  if done then out[1] = "id: " .. RESUME_DONE end
   for index, line in ipairs(lines) do
     if index == first_data and rewritten then out[#out + 1] = "data: " .. rewritten
-    elseif sub(line, 1, 3) ~= "id:" and not (rewritten and sub(line, 1, 5) == "data:") then out[#out + 1] = line end
+    elseif sub(line, 1, 3) == "id:" then
+      -- The final answer's id is the gateway's own (done); any other names the backend's, to resume there.
+      local id = not done and M.client_event_id(sub(line, byte(line, 4) == 32 and 5 or 4), call)
+      if id then out[#out + 1] = "id: " .. id end
+    elseif call.modern and sub(line, 1, 6) == "retry:" then
+      -- no retry hint for a client that cannot resume
+    elseif not (rewritten and sub(line, 1, 5) == "data:") then out[#out + 1] = line end
   end
   return concat(out, "\n"), role, request_id
 end
@@ -1399,7 +1432,8 @@ function envoy_on_response(h)
     -- A backend's own error page (HTML, text, a stack trace) never reaches the agent: only its status.
     return replace_with_error(h, call, "backend " .. call.backend .. " answered HTTP " .. call.status .. ": " .. call.what .. " failed", call.status, short)
   end
-  if not call.rewrites or (not is_sse and not is_json) then return end
+  -- An event stream is always read: its event ids are the gateway's to give (docs/adr/0018-stream-relaying.md).
+  if not is_sse and not (is_json and call.rewrites) then return end
   h:headers():remove("content-length")
   if is_json then
     -- A JSON answer is one message: held until it is whole, then rewritten; past the limit, or not
@@ -1427,7 +1461,8 @@ function envoy_on_response(h)
   -- an answer cannot follow a backend's reset, Envoy resets the client's stream too. The answers of
   -- the other methods get none (nothing would resume them), nor does a stateless client (its revision
   -- has no event ids).
-  local priming = call.method == "tools/call" and not call.modern and M.priming_event(h:base64Escape(M.resume_token_json(call))) or ""
+  call.resume_token = call.method == "tools/call" and not call.modern and h:base64Escape(M.resume_token_json(call)) or nil
+  local priming = call.resume_token and M.priming_event(call.resume_token) or ""
   local push, release = M.event_reader(call)
   local passing = false
   for chunk in h:bodyChunks() do

@@ -32,8 +32,11 @@ export const TOOL_TIMEOUT_META_KEY = 'mcpgw/timeoutMs';
 
 /** What the call lane needs to know of one backend of one route, from the catalog. */
 export interface CallLaneBackend {
-  /** The revision family it speaks: the stateless one gets the request envelope and routing headers. */
-  era: 'modern' | 'session';
+  /**
+   * The revision family it speaks: the stateless one gets the request envelope and routing headers;
+   * `dual`, a backend of both, gets each client's request in the client's own revision.
+   */
+  era: 'modern' | 'session' | 'dual';
   /** It hands out sessions, so a stateless client's call needs one opened for it. */
   sessionful: boolean;
   /** Its own names of the tools the route serves, with how Envoy treats a call of each. */
@@ -103,7 +106,7 @@ export function callLaneCatalogOf(snapshot: CatalogSnapshotMessage): CallLaneCat
         backend.prompts_json.flatMap((json, index) => (servedPrompts.has(`${backend.name}\n${index}`) ? [(JSON.parse(json) as { name: string }).name] : [])),
       );
       const capabilities = parseCapabilities(backend.capabilities_json);
-      const era = backend.protocol_version === MODERN_PROTOCOL_VERSION ? 'modern' : 'session';
+      const era = backend.protocol_version === MODERN_PROTOCOL_VERSION ? 'modern' : backend.also_modern ? 'dual' : 'session';
       backends.set(backend.name, {
         era,
         sessionful: backend.sessionful,

@@ -163,7 +163,7 @@ export function upstreamTls(tls: { sni: string; caFile: string }) {
 export const SIDECAR_LIMITS = {
   [SIDECAR_CLUSTER_NAME]: { max_connections: 256, max_pending_requests: 4096, max_requests: 4096, max_retries: 3 },
   [SIDECAR_CHECK_CLUSTER_NAME]: { max_connections: 256, max_pending_requests: 4096, max_requests: 4096, max_retries: 3 },
-  [SIDECAR_STREAMS_CLUSTER_NAME]: { max_connections: 4096, max_pending_requests: 256, max_requests: 4096, max_retries: 0 },
+  [SIDECAR_STREAMS_CLUSTER_NAME]: { max_connections: 4096, max_pending_requests: 256, max_requests: 4096, max_retries: 3 },
 };
 
 /**

@@ -103,14 +103,14 @@ function surfaceRoutes(route: RouteIR, backend: RouteBackendIR, service: ToolSer
   }));
 }
 
-/** A stream the sidecars hold for as long as the client keeps it: no deadline, only an idle limit. */
+/** A stream the sidecars hold for as long as the client keeps it: no deadline, only an idle limit; one a dead replica reset goes to another. */
 function sidecarStreamRoute(route: RouteIR, name: string, match: Record<string, unknown>, traced: boolean) {
   return {
     ...CALLER_HEADER_SET,
     name: `${route.key}/${name}`,
     ...(traced && routeTracing(GATEWAY_SPANS.stream, route.key)),
     match: { path_separated_prefix: route.path, ...match },
-    route: { cluster: SIDECAR_STREAMS_CLUSTER_NAME, timeout: '0s', idle_timeout: STREAM_IDLE_TIMEOUT },
+    route: { cluster: SIDECAR_STREAMS_CLUSTER_NAME, timeout: '0s', idle_timeout: STREAM_IDLE_TIMEOUT, retry_policy: STREAMS_RETRY_POLICY },
     typed_per_filter_config: GATEWAY_LANE_FILTERS,
   };
 }
@@ -139,6 +139,12 @@ export const SIDECAR_RETRY_POLICY = {
   retry_host_predicate: [{ name: 'envoy.retry_host_predicates.previous_hosts', typed_config: typedStruct(TYPE_URL.previousHostsPredicate, {}) }],
   host_selection_retry_max_attempts: 3,
 };
+
+/**
+ * A GET stream (or a resumed one, docs/adr/0018-stream-relaying.md) changes nothing: one reset before
+ * its answer began — a replica that died, on a pooled connection — is sent to another replica too.
+ */
+const STREAMS_RETRY_POLICY = { ...SIDECAR_RETRY_POLICY, retry_on: 'connect-failure,reset,refused-stream' };
 
 /** The limits of a gateway-lane route (its discovery limits, docs/quotas.md). */
 type GatewayRouteQuotas = ReturnType<typeof gatewayRouteQuotas>;

@@ -130,10 +130,10 @@ out = M.take_events('id: 5\ndata: {"jsonrpc":"2.0","id":7,"result":{}}\n\n', mod
 check("a stateless client's final event has no id", out, 'data: {"jsonrpc":"2.0","id":7,"result":{"resultType":"complete","_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\n\n')
 local modern_prompt = { backend = "b", id = 4, method = "prompts/get", scheme = "b" }
 out = M.take_events('id: 9\ndata: {"jsonrpc":"2.0","id":4,"result":{"messages":[]}}\n\n', modern_prompt)
-check("another method's answer is not marked done", out, 'data: {"jsonrpc":"2.0","id":4,"result":{"messages":[]}}\n\n')
+check("another method's answer is not marked done (its own id named, ADR-0018)", out, 'id: mcpgw:b:9\ndata: {"jsonrpc":"2.0","id":4,"result":{"messages":[]}}\n\n')
 
 out = M.take_events('id: 41\nevent: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n', call)
-check("a progress event loses the backend's own id", out, 'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n')
+check("a progress event's own id names its backend (ADR-0018)", out, 'id: mcpgw:jobs:41\nevent: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n')
 local requests
 out, rest, requests = M.take_events('data: {"jsonrpc":"2.0","id":3,"method":"elicitation/create"}\n\ndata: {"jsonrpc":"2.0","id":"x","method":"roots/list"}\n\n', call)
 check("backend requests scoped in the stream", out, 'data: {"jsonrpc":"2.0","id":"mcpgw:jobs:3","method":"elicitation/create"}\n\ndata: {"jsonrpc":"2.0","id":"mcpgw:jobs:\\"x\\"","method":"roots/list"}\n\n')
@@ -158,6 +158,17 @@ check("id fraction in exponent form refused", id_problem("1e-3"), rule)
 check("id 5000 digits refused", id_problem(string.rep("9", 5000)), rule)
 check("id long string refused", id_problem('"' .. string.rep("a", 257) .. '"'), rule)
 check("id 256-byte string", id_problem('"' .. string.rep("a", 256) .. '"'), nil)
+
+-- event ids (ADR-0018): a session client's name the backend; a stateless client gets none, nor retry hints
+out = M.take_events('id: abc_1\nretry: 200\ndata: \n\n', call)
+check("priming event id scoped", out, 'id: mcpgw:jobs:abc_1\nretry: 200\ndata: \n\n')
+local out_without_space = M.take_events('id:abc_2\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n', call)
+local in_call = { backend = "jobs", id = 7, resume_token = "e30=" }
+out = M.take_events('id: abc_3\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n', in_call)
+check("a call's event id carries the call's resume token", out, 'id: mcpgw-call.e30=.abc_3\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n')
+check("event id without space scoped", out_without_space, 'id: mcpgw:jobs:abc_2\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n')
+out = M.take_events('id: abc_1\nretry: 200\ndata: \n\nid: abc_2\ndata: {"jsonrpc":"2.0","id":7,"result":{}}\n\n', modern)
+check("stateless client: no id, no retry", out, 'data: \n\ndata: {"jsonrpc":"2.0","id":7,"result":{"resultType":"complete","_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\n\n')
 
 -- an event split anywhere between socket reads comes out whole, once, annotated
 local stream = 'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}\n\nevent: message\ndata: {"jsonrpc":"2.0","id":7,"result":{"content":[]}}\n\n'
@@ -308,6 +319,15 @@ check("completion ref name", target('{"params":{"argument":{"name":"a","value":"
 check("completion ref uri", target('{"params":{"ref":{"type":"ref/resource","uri":"b+file:///{x}"}}}', "completion/complete", false), '"b+file:///{x}"')
 check("uri not a string", target('{"params":{"uri":3}}', "resources/read", false), nil)
 
+-- a backend of both revisions is spoken to in the client's (ADR-0018)
+local function era_of(era, sessionful, modern_client)
+  local chosen, needs_session = M.era_for(era, sessionful, modern_client)
+  return chosen .. "/" .. tostring(needs_session)
+end
+check("dual, stateless client", era_of("dual", true, true), "modern/false")
+check("dual, session client", era_of("dual", true, false), "session/true")
+check("session era unchanged", era_of("session", true, true), "session/true")
+check("modern era unchanged", era_of("modern", false, false), "modern/false")
 -- per-caller credentials remembered per worker for as long as the sidecar said
 M.credential_remember("demo\nweather\nBearer alice", "Bearer exchanged-a", 2000)
 check("a credential is served while it may be", M.credential_lookup("demo\nweather\nBearer alice", 1999), "Bearer exchanged-a")

@@ -1,0 +1,92 @@
+import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import { createMcpExpressApp } from '@modelcontextprotocol/sdk/server/express.js';
+import { InMemoryEventStore } from '@modelcontextprotocol/sdk/examples/shared/inMemoryEventStore.js';
+import { z } from 'zod';
+import { freePort } from '../../control-plane/devstack/processes';
+import { LOOPBACK, LoopbackMcpService } from './loopback-mcp-service';
+import { mountStatefulMcp } from './stateful-mcp';
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** What a client answered a request the service sent it outside any call. */
+export interface ServerRequestAnswer {
+  kind: 'sampling' | 'elicitation' | 'roots';
+  answer?: unknown;
+  error?: string;
+}
+
+/**
+ * A real stateful MCP SDK v1 Tool Service (2025-11-25) that keeps the events of its streams
+ * (the SDK's InMemoryEventStore: every SSE event has an id, and a GET with Last-Event-ID replays a
+ * stream) and asks its clients things outside any call:
+ * - `ask_later {kind, delay_ms}` answers at once, then after the delay sends sampling/createMessage,
+ *   elicitation/create or roots/list on the session's standalone GET stream; the client's answer is
+ *   kept in `answers` (and returned by the tool `answers`);
+ * - `steps {steps, interval_ms, close_after?}` sends a progress notification per step and then its
+ *   result; with `close_after` it closes the call's SSE stream after that many steps and goes on,
+ *   expecting the client to reconnect with Last-Event-ID (SEP-1699; `retry:` 200 ms). It closes the
+ *   stream only for clients of 2025-11-25 or later: those got the priming event that makes a stream
+ *   resumable, as the SDK sends it.
+ */
+export class ServerRequestsService extends LoopbackMcpService {
+  readonly answers: ServerRequestAnswer[] = [];
+  /** Every request's Last-Event-ID header (GETs that resume a stream). */
+  readonly resumedFrom: string[] = [];
+  /** Calls of `steps` that ran to their end. */
+  stepsCompleted = 0;
+
+  static async start(): Promise<ServerRequestsService> {
+    const service = new ServerRequestsService(await freePort());
+    const app = createMcpExpressApp({ host: LOOPBACK });
+    mountStatefulMcp(app, new Map(), () => service.mcpServer(), {
+      transportOptions: () => ({ eventStore: new InMemoryEventStore(), retryInterval: 200 }),
+      admit: (req) => {
+        const lastEventId = req.headers['last-event-id'];
+        if (typeof lastEventId === 'string') service.resumedFrom.push(lastEventId);
+        return true;
+      },
+    });
+    await service.listen(app);
+    return service;
+  }
+
+  private mcpServer(): McpServer {
+    const server = new McpServer({ name: 'server-requests-service', version: '1.0.0' }, { capabilities: { logging: {} } });
+    const ask = async (kind: ServerRequestAnswer['kind']) => {
+      try {
+        const answer =
+          kind === 'sampling'
+            ? await server.server.createMessage({ messages: [{ role: 'user', content: { type: 'text', text: 'a question outside any call' } }], maxTokens: 10 })
+            : kind === 'elicitation'
+              ? await server.server.elicitInput({ message: 'your name?', requestedSchema: { type: 'object', properties: { name: { type: 'string' } } } })
+              : await server.server.listRoots();
+        this.answers.push({ kind, answer });
+      } catch (error) {
+        this.answers.push({ kind, error: (error as Error).message });
+      }
+    };
+    server.registerTool('ask_later', { inputSchema: { kind: z.enum(['sampling', 'elicitation', 'roots']), delay_ms: z.number().default(100) } }, async ({ kind, delay_ms }) => {
+      setTimeout(() => void ask(kind), delay_ms);
+      return { content: [{ type: 'text', text: `will ask for ${kind}` }] };
+    });
+    server.registerTool('answers', {}, async () => ({ content: [{ type: 'text', text: JSON.stringify(this.answers) }] }));
+    server.registerTool(
+      'steps',
+      { inputSchema: { steps: z.number(), interval_ms: z.number(), close_after: z.number().optional() } },
+      async ({ steps, interval_ms, close_after }, extra) => {
+        const progressToken = extra._meta?.progressToken;
+        const resumable = (server.server.getClientVersion() && (extra.requestInfo?.headers['mcp-protocol-version'] ?? '') >= '2025-11-25') === true;
+        for (let step = 1; step <= steps; step++) {
+          await sleep(interval_ms);
+          if (progressToken !== undefined) {
+            await extra.sendNotification({ method: 'notifications/progress', params: { progressToken, progress: step, total: steps } });
+          }
+          if (step === close_after && resumable) extra.closeSSEStream?.();
+        }
+        this.stepsCompleted++;
+        return { content: [{ type: 'text', text: `done after ${steps} steps` }] };
+      },
+    );
+    return server;
+  }
+}
