@@ -332,6 +332,8 @@ export class GatewayStack {
         'redis-server',
         [
           '--bind', HOST, '--port', String(this.ports.redis), '--save', '', '--appendonly', 'no',
+          // A snapshot it is asked for (a replica's sync, BGSAVE) goes beside the logs, not into the working tree.
+          '--dir', this.options.logDir,
           // Bounded, evicting only keys with a TTL (idle sessions), never last-good state: docs/hardening.md.
           '--maxmemory', '256mb', '--maxmemory-policy', 'volatile-lru',
         ],
