@@ -398,6 +398,8 @@ export class GatewayStack {
           ...(this.redisTls
             ? ['--port', '0', '--tls-port', String(this.ports.redis), '--tls-cert-file', this.redisTls.certFile, '--tls-key-file', this.redisTls.keyFile, '--tls-auth-clients', 'no']
             : ['--port', String(this.ports.redis)]),
+          // A snapshot it is asked for (a replica's sync, BGSAVE) goes beside the logs, not into the working tree.
+          '--dir', this.options.logDir,
           // Bounded, evicting only keys with a TTL (idle sessions), never last-good state: docs/hardening.md.
           '--maxmemory', '256mb', '--maxmemory-policy', 'volatile-lru',
         ],

@@ -14,7 +14,8 @@ export class TestRedis {
     const process = new ManagedProcess({
       name: `redis-${port}`,
       command: 'redis-server',
-      args: ['--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no', ...extraArgs],
+      // --dir: a replica writes the snapshot its primary sends (dump.rdb) there, not into the working tree.
+      args: ['--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no', '--dir', logDir, ...extraArgs],
       logFile: path.join(logDir, `redis-${port}.log`),
     });
     await waitFor('redis to accept connections', () => portAccepts(port));
