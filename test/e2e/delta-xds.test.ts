@@ -47,10 +47,11 @@ describe('delta xDS (real Envoy on DELTA_GRPC ADS)', () => {
     const section = (suffix: string) => dump.configs.find((config) => String(config['@type']).endsWith(`.${suffix}`))!;
 
     const listeners = section('ListenersConfigDump') as { dynamic_listeners: { name: string }[] };
-    expect(listeners.dynamic_listeners.map((listener) => listener.name)).toEqual(['mcp_gateway']);
+    // The gateway's listener, and the egress listener of the gateway's own requests to Tool Services.
+    expect(listeners.dynamic_listeners.map((listener) => listener.name).sort()).toEqual(['mcp_egress', 'mcp_gateway']);
 
     const routes = section('RoutesConfigDump') as { dynamic_route_configs: { route_config: { name: string } }[] };
-    expect(routes.dynamic_route_configs.map((entry) => entry.route_config.name)).toEqual(['mcp_routes']);
+    expect(routes.dynamic_route_configs.map((entry) => entry.route_config.name).sort()).toEqual(['mcp_egress_routes', 'mcp_routes']);
 
     const clusters = section('ClustersConfigDump') as { dynamic_active_clusters: { version_info: string; cluster: { name: string } }[] };
     const dynamicClusters = clusters.dynamic_active_clusters;

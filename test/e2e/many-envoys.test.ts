@@ -27,7 +27,7 @@ describe.each<XdsApiType>(['GRPC', 'DELTA_GRPC'])('several Envoys on one control
     });
     expect(new Set(nodes.map((node) => node.node.id)).size).toBe(2);
     for (const adminUrl of [stack.envoyAdminUrl, secondAdminUrl]) {
-      expect(await envoyRouteNames(adminUrl)).toEqual(['demo/call/weather', 'demo/streams', 'demo/end', 'demo/gateway', 'unknown_route', 'approval_pages', 'not_found', 'host_denied']);
+      expect(await envoyRouteNames(adminUrl)).toEqual(['demo/call/weather', 'demo/streams', 'demo/listen', 'demo/end', 'demo/gateway', 'unknown_route', 'approval_pages', 'not_found', 'host_denied']);
     }
   });
 

@@ -7,6 +7,7 @@ import { GatewayStack, StackOptions } from '../../control-plane/devstack/stack';
 import { buildGatewayIR } from '../../control-plane/ir/gateway-ir';
 import { freePorts } from '../../control-plane/devstack/processes';
 import { projectPath } from '../../control-plane/shared/paths';
+import { ROUTE_CONFIG_NAME } from '../../control-plane/xds/translate/settings';
 
 export interface SampleBackends {
   weather: string;
@@ -143,9 +144,12 @@ export async function envoyDynamicClusters(stack: GatewayStack, adminUrl = stack
 /** Route names an Envoy has from RDS, in order. */
 export async function envoyRouteNames(adminUrl: string): Promise<string[]> {
   const dump = (await (await fetch(`${adminUrl}/config_dump?resource=dynamic_route_configs`)).json()) as {
-    configs: { route_config: { virtual_hosts: { routes: { name: string }[] }[] } }[];
+    configs: { route_config: { name: string; virtual_hosts: { routes: { name: string }[] }[] } }[];
   };
-  return dump.configs.flatMap((entry) => entry.route_config.virtual_hosts.flatMap((host) => host.routes.map((route) => route.name)));
+  // The gateway listener's routes, not the egress listener's.
+  return dump.configs
+    .filter((entry) => entry.route_config.name === ROUTE_CONFIG_NAME)
+    .flatMap((entry) => entry.route_config.virtual_hosts.flatMap((host) => host.routes.map((route) => route.name)));
 }
 
 /** Envoy's own counters and gauges, e.g. listener_manager.listener_modified. */
