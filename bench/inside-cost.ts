@@ -9,7 +9,7 @@ import { allocatePort } from './systems/ports';
 import { ProcessGroup, claimCpus } from './systems/process-group';
 import { startBackendProcess } from './systems/systems';
 import { HOST } from './systems/topology';
-import { ProcessIds, VariantRun, measureVariants, medianOf, variantTable } from './variant-cost';
+import { ProcessIds, VariantRun, measureVariants, targetsVerdict, variantTable } from './variant-cost';
 
 /**
  * What the closed inside costs a tools/call (issue 14, docs/adr/0017-closed-inside.md): two gateways
@@ -31,12 +31,6 @@ const VARIANTS: Variant[] = ['plain', 'closed'];
 const log = (line: string) => process.stdout.write(`[bench inside] ${line}\n`);
 
 function markdown(runs: VariantRun[], context: { measuredAt: string; mode: string; cores: number; load: number[]; pinned: boolean }): string {
-  const loads = [...new Set(runs.map((run) => run.load))];
-  const p50Ratios = loads
-    .filter((load) => load !== 'saturation')
-    .map((load) => medianOf(runs, 'closed', load, (run) => run.latencyMs.p50) / medianOf(runs, 'plain', load, (run) => run.latencyMs.p50));
-  const saturationRatio = medianOf(runs, 'closed', 'saturation', (run) => run.throughput) / medianOf(runs, 'plain', 'saturation', (run) => run.throughput);
-  const errors = runs.reduce((sum, run) => sum + run.errors, 0);
   return [
     '# The closed inside: tools/call with a plain and a mutually authenticated inside',
     '',
@@ -47,7 +41,7 @@ function markdown(runs: VariantRun[], context: { measuredAt: string; mode: strin
     '',
     ...variantTable(runs, 'plain', ['closed']),
     '',
-    `Targets (ours): p50 ≤ ${TARGETS.p50Ratio}× of plain at every fixed rate (measured ${p50Ratios.map((ratio) => ratio.toFixed(3)).join(', ')}: ${p50Ratios.every((ratio) => ratio <= TARGETS.p50Ratio) ? 'met' : 'NOT met'}); saturation ≥ ${TARGETS.saturationRatio}× (measured ${saturationRatio.toFixed(3)}: ${saturationRatio >= TARGETS.saturationRatio ? 'met' : 'NOT met'}). Wrong or failed answers: ${errors}.`,
+    targetsVerdict(runs, 'plain', 'closed', TARGETS, 'Targets (ours)'),
     '',
   ].join('\n');
 }

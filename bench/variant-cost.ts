@@ -157,3 +157,27 @@ export function variantTable(runs: VariantRun[], baseline: string, others: strin
   });
   return ['| load | p50 | p99 | answers/s | Envoy CPU µs/call | sidecar CPU µs/call |', '| --- | --- | --- | --- | --- | --- |', ...rows];
 }
+
+/** Targets of a variant against its baseline: p50 at every fixed rate, answers/s at saturation. */
+export interface CostTargets {
+  p50Ratio: number;
+  saturationRatio: number;
+}
+
+/**
+ * The results file's verdict line: the variant's p50 ratio at each fixed rate and its saturation
+ * ratio against the baseline, each met or not, and the wrong or failed answers of the whole run.
+ */
+export function targetsVerdict(runs: VariantRun[], baseline: string, variant: string, targets: CostTargets, label = 'Targets'): string {
+  const loads = [...new Set(runs.map((run) => run.load))].filter((load) => load !== 'saturation');
+  const p50Ratios = loads.map((load) => medianOf(runs, variant, load, (run) => run.latencyMs.p50) / medianOf(runs, baseline, load, (run) => run.latencyMs.p50));
+  const saturationRatio =
+    medianOf(runs, variant, 'saturation', (run) => run.throughput) / medianOf(runs, baseline, 'saturation', (run) => run.throughput);
+  const errors = runs.reduce((sum, run) => sum + run.errors, 0);
+  const verdict = (met: boolean) => (met ? 'met' : 'NOT met');
+  return (
+    `${label}: p50 ≤ ${targets.p50Ratio}× of ${baseline} at every fixed rate (measured ${p50Ratios.map((ratio) => ratio.toFixed(3)).join(', ')}: ` +
+    `${verdict(p50Ratios.every((ratio) => ratio <= targets.p50Ratio))}); saturation ≥ ${targets.saturationRatio}× ` +
+    `(measured ${saturationRatio.toFixed(3)}: ${verdict(saturationRatio >= targets.saturationRatio)}). Wrong or failed answers: ${errors}.`
+  );
+}
