@@ -162,7 +162,7 @@ describe('backend credentials from the caller: token exchange and passthrough (r
 
   it("gives the backend its exchanged token — never the caller's — on prompts/get, completion/complete, resources/read, resources/subscribe and unsubscribe, logging/setLevel, from session and stateless clients", async () => {
     const before = spies.surface.requests.length;
-    await everySurfaceKind(stack.gatewayUrl('surface'), 'forecast', aliceToken);
+    await everySurfaceKind(stack.gatewayUrl('surface'), spies.surface, 'forecast', aliceToken);
     const seen = spies.surface.requests.slice(before);
     // A catalog listing may come meanwhile, with the gateway's own token: never one of the caller's requests.
     const catalog = seen.filter((request) => decodeJwt(bearerOf(request) ?? 'x.e30.x').preferred_username === 'service-account-mcp-gateway');
@@ -259,7 +259,7 @@ describe('backend credentials from the caller: token exchange and passthrough (r
 
   it("passes the caller's own token only to a backend its audience names, and denies the call elsewhere", async () => {
     await everyRequestKind(stack.gatewayUrl('passthrough'), spies.passthrough, 'own', aliceToken);
-    await everySurfaceKind(stack.gatewayUrl('passthrough'), 'own', aliceToken);
+    await everySurfaceKind(stack.gatewayUrl('passthrough'), spies.passthrough, 'own', aliceToken);
     const onBehalf = spies.passthrough.requests.filter((request) => bearerOf(request) === aliceToken);
     expectEveryKind(onBehalf);
     expectEverySurfaceKind(onBehalf);

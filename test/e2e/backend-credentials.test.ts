@@ -27,7 +27,7 @@ describe('backend credentials: none (real Envoy, sidecar and control plane)', ()
 
   it("sends no Authorization to a backend without credentials, on every request kind, whatever the caller's own token", async () => {
     await everyRequestKind(stack.gatewayUrl('spied'), spy, 'spy', CALLER_TOKEN);
-    await everySurfaceKind(stack.gatewayUrl('spied'), 'spy', CALLER_TOKEN);
+    await everySurfaceKind(stack.gatewayUrl('spied'), spy, 'spy', CALLER_TOKEN);
     expectEveryKind(spy.requests);
     expectEverySurfaceKind(spy.requests);
     expect(spy.of({ rpcMethod: 'tools/list' }).length).toBeGreaterThan(0);
@@ -56,7 +56,7 @@ describe('backend credentials: serviceAccount (Envoy injects a token from a moun
 
   it("sends the gateway's own token, never the caller's, on every request kind: calls, sessions, notifications, DELETE, catalog listings, prompts, resources, completion, logging", async () => {
     await everyRequestKind(stack.gatewayUrl('spied'), spy, 'spy', CALLER_TOKEN);
-    await everySurfaceKind(stack.gatewayUrl('spied'), 'spy', CALLER_TOKEN);
+    await everySurfaceKind(stack.gatewayUrl('spied'), spy, 'spy', CALLER_TOKEN);
     expectEveryKind(spy.requests);
     expectEverySurfaceKind(spy.requests);
     expect(spy.of({ rpcMethod: 'tools/list' }).length).toBeGreaterThan(0);
