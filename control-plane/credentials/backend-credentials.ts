@@ -5,8 +5,9 @@ import { TokenCache } from './token-cache';
 
 /**
  * Which Authorization the gateway sends a Tool Service on a caller's behalf (docs/auth.md, Backends),
- * for every request kind alike: calls (the session check sets it), the sidecar's own requests (session
- * open and renewal, notifications, clients' answers, DELETE) and nothing else.
+ * for every request kind alike: calls, prompts/get, completion/complete and resources/* (the call
+ * script asks for it), the sidecar's own requests (session open and renewal, notifications, clients'
+ * answers, DELETE, logging/setLevel, backend streams) and nothing else.
  * - none, serviceAccount: nothing from here. Envoy removes the caller's header, and for a service
  *   account injects the gateway's own token (the cluster's credential injector).
  * - tokenExchange: the caller's token exchanged at the IdP for one whose audience is the backend

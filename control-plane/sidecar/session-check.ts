@@ -33,6 +33,9 @@ export interface CheckAnswer {
 interface CheckRequest {
   route: string;
   backend: string;
+  /** The request's JSON-RPC method: tools/call, or one of a backend's prompts or resources (prompts/get, resources/read, …). */
+  method: string;
+  /** The tool, prompt or resource URI it names, in the backend's own words. */
   tool: string;
   rpcId: JsonRpcId;
   /** By when the check must have answered (ms), before Envoy gives up on it. */
@@ -43,6 +46,7 @@ function checkRequestOf(head: RequestHead): CheckRequest | string {
   const route = head.headers.get(CHECK_HEADERS.route);
   const backend = head.headers.get(CHECK_HEADERS.backend);
   const tool = head.headers.get(CHECK_HEADERS.tool) ?? '';
+  const method = head.headers.get(CHECK_HEADERS.method) || 'tools/call';
   const rpcIdJson = head.headers.get(CHECK_HEADERS.rpcId);
   const missing = [!route && CHECK_HEADERS.route, !backend && CHECK_HEADERS.backend, rpcIdJson === undefined && CHECK_HEADERS.rpcId].filter(Boolean);
   if (missing.length > 0) return `${missing.join(', ')} missing`;
@@ -56,7 +60,7 @@ function checkRequestOf(head: RequestHead): CheckRequest | string {
   const deadline = head.headers.get(CHECK_HEADERS.deadline);
   const deadlineMs = deadline === undefined ? undefined : Number(deadline);
   if (deadlineMs !== undefined && !(Number.isInteger(deadlineMs) && deadlineMs > 0)) return `${CHECK_HEADERS.deadline} is not a number of ms`;
-  return { route: route!, backend: backend!, tool, rpcId, deadlineMs };
+  return { route: route!, backend: backend!, method, tool, rpcId, deadlineMs };
 }
 
 const allow = (headers: Record<string, string> = {}): CheckAnswer => ({ status: CHECK_STATUS.ALLOW, headers, body: '' });
@@ -170,12 +174,12 @@ export const CREDENTIAL_REFUSED_STATUS = { DENIED: 403, UNAVAILABLE: CHECK_STATU
  * cannot be used for the backend or the IdP refused to exchange it, -32004 naming the IdP when it could
  * not be asked. Never the caller's token, nor the IdP's: only what was refused and why.
  */
-function credentialsRefusal(error: unknown, call: { id: JsonRpcId; backend: string; tool: string; startedAt: number }, context: GatewayContext): CheckAnswer | undefined {
+function credentialsRefusal(error: unknown, call: { id: JsonRpcId; backend: string; method: string; tool: string; startedAt: number }, context: GatewayContext): CheckAnswer | undefined {
   if (error instanceof CredentialsDeniedError || error instanceof IdpRefusedError) {
     const reason = error instanceof IdpRefusedError ? `the caller's token cannot be exchanged for backend ${call.backend}: ${error.message}` : error.message;
     return answer(
       CREDENTIAL_REFUSED_STATUS.DENIED,
-      jsonRpcError(call.id, TOOL_DENIED_CODE, `tools/call ${call.tool} denied: ${reason}`, deniedOutcome(call.backend, call.tool, call.startedAt, reason)),
+      jsonRpcError(call.id, TOOL_DENIED_CODE, `${call.method} ${call.tool} denied: ${reason}`, deniedOutcome(call.backend, call.tool, call.startedAt, reason)),
     );
   }
   if (error instanceof IdpUnavailableError) {
@@ -183,7 +187,7 @@ function credentialsRefusal(error: unknown, call: { id: JsonRpcId; backend: stri
     const reason = `${error.message}: backend ${call.backend} was not called`;
     return answer(
       CREDENTIAL_REFUSED_STATUS.UNAVAILABLE,
-      jsonRpcError(call.id, BACKEND_UNAVAILABLE_CODE, `tools/call ${call.tool} failed: ${reason}`, failedOutcome(call.backend, call.tool, call.startedAt, reason)),
+      jsonRpcError(call.id, BACKEND_UNAVAILABLE_CODE, `${call.method} ${call.tool} failed: ${reason}`, failedOutcome(call.backend, call.tool, call.startedAt, reason)),
     );
   }
   return undefined;
@@ -201,13 +205,13 @@ export async function answerBackendCredential(head: RequestHead, context: Gatewa
   const startedAt = performance.now();
   const checked = checkedBackend(head, context, 'credential request');
   if (!('backend' in checked)) return checked;
-  const { backend, request: { rpcId: id, tool } } = checked;
+  const { backend, request: { rpcId: id, method, tool } } = checked;
   try {
     const { authorization, ttlMs } = await context.credentials.credentialFor(backend, checkedCaller(head).authorization);
     if (authorization === undefined) throw new Error(`backend ${backend.name} takes no credentials from its callers`);
     return { status: 200, headers: { 'content-type': 'text/plain', [CREDENTIAL_TTL_HEADER]: String(Math.floor(ttlMs)) }, body: authorization };
   } catch (error) {
-    const refused = credentialsRefusal(error, { id, backend: backend.name, tool, startedAt }, context);
+    const refused = credentialsRefusal(error, { id, backend: backend.name, method, tool, startedAt }, context);
     if (refused) return refused;
     throw error;
   }
@@ -218,7 +222,7 @@ export async function checkCall(head: RequestHead, context: GatewayContext, stat
   const checked = checkedBackend(head, context, 'session check');
   if (!('backend' in checked)) return checked;
   const { view, backend, request } = checked;
-  const { rpcId: id, tool, deadlineMs } = request;
+  const { rpcId: id, method, tool, deadlineMs } = request;
   const decided = decideCall(head, request, view, backend, context, statelessSessions, startedAt);
   if (deadlineMs === undefined) return decided;
   // Envoy gives up on the check at its timeout: answered before it, a backend too slow to open its
@@ -228,7 +232,7 @@ export async function checkCall(head: RequestHead, context: GatewayContext, stat
   const tooSlow = new Promise<CheckAnswer>((resolve) => {
     timer = setTimeout(() => {
       const reason = `its session was not open after ${deadlineMs} ms`;
-      const message = `backend ${backend.name} could not open a session in time: tools/call ${tool} failed (${reason})`;
+      const message = `backend ${backend.name} could not open a session in time: ${method} ${tool} failed (${reason})`;
       resolve(answer(CHECK_STATUS.JSON_RPC_ERROR, jsonRpcError(id, BACKEND_UNAVAILABLE_CODE, message, failedOutcome(backend.name, tool, startedAt, reason))));
     }, deadlineMs);
   });
@@ -241,7 +245,7 @@ export async function checkCall(head: RequestHead, context: GatewayContext, stat
 
 async function decideCall(
   head: RequestHead,
-  { rpcId: id, tool, route }: CheckRequest,
+  { rpcId: id, method, tool, route }: CheckRequest,
   view: RouteCatalogView,
   backend: BackendView,
   context: GatewayContext,
@@ -272,14 +276,14 @@ async function decideCall(
     return backendSessionId ? allowInBackendSession(backendSessionId, session.id) : allowWithoutSession(session.id);
   } catch (error) {
     // Opening the backend's session on the caller's behalf needs its credentials too.
-    const refused = credentialsRefusal(error, { id, backend: backend.name, tool, startedAt }, context);
+    const refused = credentialsRefusal(error, { id, backend: backend.name, method, tool, startedAt }, context);
     if (refused) return refused;
     const reason = (error as Error).message;
     if (/session store/.test(reason)) {
       return answer(503, jsonRpcError(id, JSON_RPC.INTERNAL_ERROR, `gateway error: ${reason}`));
     }
     context.log.warn('could not open a backend session for a call', { backend: backend.name, error: reason });
-    const message = `backend ${backend.name} could not open a session: tools/call ${tool} failed (${reason})`;
+    const message = `backend ${backend.name} could not open a session: ${method} ${tool} failed (${reason})`;
     return answer(CHECK_STATUS.JSON_RPC_ERROR, jsonRpcError(id, BACKEND_UNAVAILABLE_CODE, message, failedOutcome(backend.name, tool, startedAt, reason)));
   }
 }

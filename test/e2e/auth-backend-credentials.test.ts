@@ -1,5 +1,6 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { Client as V2Client, StreamableHTTPClientTransport as V2Transport } from '@modelcontextprotocol/client';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { waitFor } from '../../control-plane/devstack/processes';
@@ -7,7 +8,7 @@ import { GatewayStack } from '../../control-plane/devstack/stack';
 import { listedTools, metricValue, startGateway, testDir } from '../support/gateway-fixture';
 import { decodeJwt, verifyJwtSignature } from '../support/jwt';
 import { KEYCLOAK_STARTUP_MS, Keycloak, REALM_FILE, keycloak } from '../support/keycloak';
-import { everyRequestKind, expectEveryKind } from '../support/request-kinds';
+import { SURFACE_KINDS, everyRequestKind, everySurfaceKind, expectEveryKind, expectEverySurfaceKind } from '../support/request-kinds';
 import { SpiedRequest, SpyToolService } from '../support/spy-tool-service';
 
 /**
@@ -33,15 +34,18 @@ async function connectAs(url: string, token: string): Promise<Client> {
   return client;
 }
 
-/** The error a call is refused with, as the client sees it. */
-async function callError(client: Client, name: string): Promise<{ code: number; message: string; data?: Record<string, unknown> }> {
-  const error = await client.callTool({ name, arguments: { text: 'x' } }).then(
+/** The JSON-RPC error a request is answered with, as the client sees it. */
+async function rpcError(request: () => Promise<unknown>): Promise<{ code: number; message: string; data?: Record<string, unknown> }> {
+  const error = await request().then(
     () => undefined,
     (thrown: { code: number; message: string; data?: Record<string, unknown> }) => thrown,
   );
-  if (!error) throw new Error(`${name} was not refused`);
+  if (!error) throw new Error('the request was not refused');
   return error;
 }
+
+/** The error a call is refused with, as the client sees it. */
+const callError = (client: Client, name: string) => rpcError(() => client.callTool({ name, arguments: { text: 'x' } }));
 
 /**
  * Runs `work` while tokens Keycloak issues to mcp-gateway (its exchanged tokens among them) live
@@ -75,7 +79,7 @@ const audiencesOf = (claims: Record<string, unknown>) => (Array.isArray(claims.a
 describe('backend credentials from the caller: token exchange and passthrough (real Keycloak, Envoy, sidecar)', () => {
   let idp: Keycloak;
   let stack: GatewayStack;
-  const spies: Record<'exchange' | 'refused' | 'passthrough' | 'wrongAudience', SpyToolService> = {} as never;
+  const spies: Record<'exchange' | 'surface' | 'refused' | 'passthrough' | 'wrongAudience', SpyToolService> = {} as never;
   let aliceToken: string;
   let aliceSub: string;
   let logDir: string;
@@ -84,7 +88,9 @@ describe('backend credentials from the caller: token exchange and passthrough (r
 
   beforeAll(async () => {
     idp = await keycloak();
-    for (const name of ['exchange', 'refused', 'passthrough', 'wrongAudience'] as const) spies[name] = await SpyToolService.start();
+    for (const name of ['exchange', 'wrongAudience'] as const) spies[name] = await SpyToolService.start();
+    // Also serving prompts, a resource that takes subscriptions, completion and logging.
+    for (const name of ['surface', 'refused', 'passthrough'] as const) spies[name] = await SpyToolService.start({ surface: true });
     const secretFile = path.join(testDir('auth-backend-credentials-secrets'), 'mcp-gateway.secret');
     fs.writeFileSync(secretFile, `${gatewayClientSecret()}\n`);
     const idpArgs = ['--idp-token-endpoint', idp.tokenEndpoint, '--idp-client-id', 'mcp-gateway', '--idp-client-secret-file', secretFile, '--idp-name', IDP_NAME];
@@ -96,6 +102,7 @@ describe('backend credentials from the caller: token exchange and passthrough (r
         auth: { issuer: idp.issuer, audiences: [idp.routeAudience] },
         routes: [
           { key: 'exchange', toolServices: [{ name: 'weather', url: spies.exchange.url, credentials: { mode: 'tokenExchange', audience: 'tool-weather' } }] },
+          { key: 'surface', toolServices: [{ name: 'forecast', url: spies.surface.url, credentials: { mode: 'tokenExchange', audience: 'tool-weather' } }] },
           { key: 'refused', toolServices: [{ name: 'nowhere', url: spies.refused.url, credentials: { mode: 'tokenExchange', audience: 'tool-nobody-knows' } }] },
           { key: 'passthrough', toolServices: [{ name: 'own', url: spies.passthrough.url, credentials: { mode: 'passthrough', audience: idp.routeAudience } }] },
           { key: 'elsewhere', toolServices: [{ name: 'other', url: spies.wrongAudience.url, credentials: { mode: 'passthrough', audience: 'https://elsewhere.example/mcp' } }] },
@@ -105,7 +112,7 @@ describe('backend credentials from the caller: token exchange and passthrough (r
     ));
     aliceToken = await idp.tokenFor('alice', { scopes: ['tools:call'] });
     aliceSub = String(decodeJwt(aliceToken).sub);
-    for (const [route, tool] of [['exchange', 'weather__echo'], ['refused', 'nowhere__echo'], ['passthrough', 'own__echo'], ['elsewhere', 'other__echo']]) {
+    for (const [route, tool] of [['exchange', 'weather__echo'], ['surface', 'forecast__echo'], ['refused', 'nowhere__echo'], ['passthrough', 'own__echo'], ['elsewhere', 'other__echo']]) {
       await waitFor(`${route} in the catalog`, async () => (((await listedTools(stack.gatewayUrl(route), aliceToken)) ?? []).includes(tool) ? true : undefined));
     }
   }, KEYCLOAK_STARTUP_MS);
@@ -141,6 +148,58 @@ describe('backend credentials from the caller: token exchange and passthrough (r
     expect(spies.exchange.of({ rpcMethod: 'tools/list' }).every((request) => decodeJwt(bearerOf(request)!).sub !== aliceSub)).toBe(true);
   });
 
+  /** Every request the spy got on the caller's behalf carries a token for `audience` whose subject is the caller, never the caller's own. */
+  async function expectExchangedFor(requests: SpiedRequest[], audience: string, subject: string): Promise<void> {
+    expect(requests.length).toBeGreaterThan(0);
+    for (const request of requests) {
+      const token = bearerOf(request);
+      expect({ method: request.rpcMethod || request.httpMethod, token: token !== undefined }).toEqual({ method: request.rpcMethod || request.httpMethod, token: true });
+      expect(token).not.toBe(aliceToken);
+      const claims = await verifyJwtSignature(token!, idp.jwksUri);
+      expect(claims).toMatchObject({ iss: idp.issuer, aud: audience, sub: subject, azp: 'mcp-gateway' });
+    }
+  }
+
+  it("gives the backend its exchanged token — never the caller's — on prompts/get, completion/complete, resources/read, resources/subscribe and unsubscribe, logging/setLevel, from session and stateless clients", async () => {
+    const before = spies.surface.requests.length;
+    await everySurfaceKind(stack.gatewayUrl('surface'), spies.surface, 'forecast', aliceToken);
+    const seen = spies.surface.requests.slice(before);
+    // A catalog listing may come meanwhile, with the gateway's own token: never one of the caller's requests.
+    const catalog = seen.filter((request) => decodeJwt(bearerOf(request) ?? 'x.e30.x').preferred_username === 'service-account-mcp-gateway');
+    expect(catalog.filter((request) => SURFACE_KINDS.includes(request.rpcMethod))).toEqual([]);
+    const onBehalf = seen.filter((request) => !catalog.includes(request));
+    expectEverySurfaceKind(onBehalf);
+    // The session opens, pooled or not, and the DELETE included: nothing of the caller's goes unexchanged.
+    await expectExchangedFor(onBehalf, 'tool-weather', aliceSub);
+  });
+
+  it("never lets a stateless caller's request go in another caller's pooled backend session: each session is opened with, and used with, one caller's exchanged token", async () => {
+    const bobToken = await idp.tokenFor('bob', { scopes: ['tools:read'] });
+    const bobSub = String(decodeJwt(bobToken).sub);
+    const before = spies.surface.requests.length;
+    for (const token of [aliceToken, bobToken, aliceToken]) {
+      const client = new V2Client({ name: 'pool-test', version: '1.0.0' }, { versionNegotiation: { mode: { pin: '2026-07-28' } } });
+      await client.connect(new V2Transport(new URL(stack.gatewayUrl('surface')), { requestInit: { headers: { authorization: `Bearer ${token}` } } }));
+      try {
+        await client.getPrompt({ name: 'forecast__greet', arguments: { name: 'pooled' } });
+        await client.callTool({ name: 'forecast__echo', arguments: { text: 'pooled' } });
+      } finally {
+        await client.close();
+      }
+    }
+    const subjectOf = (request: SpiedRequest) => decodeJwt(bearerOf(request)!).sub;
+    const openedBy = new Map(spies.surface.of({ rpcMethod: 'initialize' }).map((request) => [request.session, subjectOf(request)]));
+    const inSessions = spies.surface.requests.slice(before).filter((request) => request.rpcMethod === 'prompts/get' || request.rpcMethod === 'tools/call');
+    expect(new Set(inSessions.map(subjectOf))).toEqual(new Set([aliceSub, bobSub]));
+    for (const request of inSessions) {
+      expect(request.session).toBeDefined();
+      expect({ method: request.rpcMethod, caller: subjectOf(request), sessionOpenedBy: openedBy.get(request.session) }).toEqual({ method: request.rpcMethod, caller: subjectOf(request), sessionOpenedBy: subjectOf(request) });
+    }
+    // Alice's second client found her pooled session; bob's is another.
+    expect(new Set(inSessions.filter((request) => subjectOf(request) === aliceSub).map((request) => request.session)).size).toBe(1);
+    expect(new Set(inSessions.map((request) => request.session)).size).toBe(2);
+  });
+
   it('exchanges once per caller token while the exchanged token lives: the next calls take it from the cache', async () => {
     const bobToken = await idp.tokenFor('bob', { scopes: ['tools:read'] });
     const bob = await connectAs(stack.gatewayUrl('exchange'), bobToken);
@@ -168,6 +227,12 @@ describe('backend credentials from the caller: token exchange and passthrough (r
       expect(error.data).toMatchObject({ outcome: 'denied', backend: 'nowhere', tool: 'echo', attempts: 0, reason: 'credentials' });
       expect(spies.refused.requests.filter((request) => request.rpcMethod !== 'tools/list' && decodeJwt(bearerOf(request) ?? 'x.e30.x').sub === aliceSub)).toEqual([]);
       expect(spies.refused.of({ rpcMethod: 'tools/call' })).toEqual([]);
+      const prompt = await rpcError(() => client.getPrompt({ name: 'nowhere__greet', arguments: { name: 'x' } }));
+      expect(prompt.code).toBe(-32003);
+      expect(prompt.message).toMatch(/prompts\/get greet denied: .*backend nowhere/);
+      expect(prompt.message).not.toContain(aliceToken);
+      expect(prompt.data).toMatchObject({ outcome: 'denied', backend: 'nowhere', attempts: 0, reason: 'credentials' });
+      expect(spies.refused.of({ rpcMethod: 'prompts/get' })).toEqual([]);
     } finally {
       await client.close();
     }
@@ -194,8 +259,11 @@ describe('backend credentials from the caller: token exchange and passthrough (r
 
   it("passes the caller's own token only to a backend its audience names, and denies the call elsewhere", async () => {
     await everyRequestKind(stack.gatewayUrl('passthrough'), spies.passthrough, 'own', aliceToken);
+    await everySurfaceKind(stack.gatewayUrl('passthrough'), spies.passthrough, 'own', aliceToken);
     const onBehalf = spies.passthrough.requests.filter((request) => bearerOf(request) === aliceToken);
     expectEveryKind(onBehalf);
+    expectEverySurfaceKind(onBehalf);
+    expect(spies.passthrough.requests.filter((request) => [...SURFACE_KINDS, 'tools/call'].includes(request.rpcMethod) && bearerOf(request) !== aliceToken)).toEqual([]);
     const client = await connectAs(stack.gatewayUrl('elsewhere'), aliceToken);
     try {
       const error = await callError(client, 'other__echo');
@@ -238,18 +306,28 @@ describe('backend credentials from the caller: token exchange and passthrough (r
     const alice = await connectAs(stack.gatewayUrl('exchange'), aliceToken);
     const carolToken = await idp.tokenFor('carol', { scopes: ['tools:read'] });
     const carol = await connectAs(stack.gatewayUrl('exchange'), carolToken);
+    const carolSurface = await connectAs(stack.gatewayUrl('surface'), carolToken);
+    const aliceSurface = await connectAs(stack.gatewayUrl('surface'), aliceToken);
     try {
       await alice.callTool({ name: 'weather__echo', arguments: { text: 'cached before' } });
+      await aliceSurface.readResource({ uri: 'forecast+note://spy' });
       await idp.stop();
       expect((await alice.callTool({ name: 'weather__echo', arguments: { text: 'cached during' } })).content).toEqual([{ type: 'text', text: 'cached during' }]);
       const error = await callError(carol, 'weather__echo');
       expect(error.code).toBe(-32004);
       expect(error.message).toMatch(/identity provider keycloak is unavailable: .*backend weather was not called/);
       expect(error.data).toMatchObject({ outcome: 'failed', backend: 'weather', attempts: 0 });
+      expect((await aliceSurface.readResource({ uri: 'forecast+note://spy' })).contents[0]).toMatchObject({ text: 'a note' });
+      const prompt = await rpcError(() => carolSurface.getPrompt({ name: 'forecast__greet', arguments: { name: 'x' } }));
+      expect(prompt.code).toBe(-32004);
+      expect(prompt.message).toMatch(/prompts\/get greet failed: identity provider keycloak is unavailable: .*backend forecast was not called/);
+      expect(prompt.data).toMatchObject({ outcome: 'failed', backend: 'forecast', attempts: 0 });
     } finally {
       await idp.start();
       await alice.close();
       await carol.close();
+      await carolSurface.close();
+      await aliceSurface.close();
     }
     // Back: the new caller's exchange succeeds.
     const again = await connectAs(stack.gatewayUrl('exchange'), carolToken);

@@ -3,7 +3,7 @@ import { waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { connectClient, envoyConfigVersions, listedTools, startGateway, testDir } from '../support/gateway-fixture';
 import { MountedSecret } from '../support/mounted-secret';
-import { everyRequestKind, expectEveryKind } from '../support/request-kinds';
+import { everyRequestKind, everySurfaceKind, expectEveryKind, expectEverySurfaceKind } from '../support/request-kinds';
 import { SpyToolService } from '../support/spy-tool-service';
 
 /** What an agent authenticates to the gateway with: it must never reach a backend (docs/auth.md, Backends). */
@@ -14,7 +14,7 @@ describe('backend credentials: none (real Envoy, sidecar and control plane)', ()
   let spy: SpyToolService;
 
   beforeAll(async () => {
-    spy = await SpyToolService.start();
+    spy = await SpyToolService.start({ surface: true });
     ({ stack } = await startGateway('backend-credentials-none', () => ({
       routes: [{ key: 'spied', toolServices: [{ name: 'spy', url: spy.url }] }],
     })));
@@ -27,7 +27,9 @@ describe('backend credentials: none (real Envoy, sidecar and control plane)', ()
 
   it("sends no Authorization to a backend without credentials, on every request kind, whatever the caller's own token", async () => {
     await everyRequestKind(stack.gatewayUrl('spied'), spy, 'spy', CALLER_TOKEN);
+    await everySurfaceKind(stack.gatewayUrl('spied'), spy, 'spy', CALLER_TOKEN);
     expectEveryKind(spy.requests);
+    expectEverySurfaceKind(spy.requests);
     expect(spy.of({ rpcMethod: 'tools/list' }).length).toBeGreaterThan(0);
     expect(spy.requests.filter((request) => request.headers.authorization !== undefined)).toEqual([]);
   });
@@ -39,7 +41,7 @@ describe('backend credentials: serviceAccount (Envoy injects a token from a moun
   let secret: MountedSecret;
 
   beforeAll(async () => {
-    spy = await SpyToolService.start();
+    spy = await SpyToolService.start({ surface: true });
     const dir = testDir('backend-credentials-sa-secret');
     secret = new MountedSecret(path.join(dir, 'spy-token'), { token: 'service-account-v1\n' });
     ({ stack } = await startGateway('backend-credentials-sa', () => ({
@@ -52,9 +54,11 @@ describe('backend credentials: serviceAccount (Envoy injects a token from a moun
     await spy?.stop();
   });
 
-  it("sends the gateway's own token, never the caller's, on every request kind: calls, sessions, notifications, DELETE, catalog listings", async () => {
+  it("sends the gateway's own token, never the caller's, on every request kind: calls, sessions, notifications, DELETE, catalog listings, prompts, resources, completion, logging", async () => {
     await everyRequestKind(stack.gatewayUrl('spied'), spy, 'spy', CALLER_TOKEN);
+    await everySurfaceKind(stack.gatewayUrl('spied'), spy, 'spy', CALLER_TOKEN);
     expectEveryKind(spy.requests);
+    expectEverySurfaceKind(spy.requests);
     expect(spy.of({ rpcMethod: 'tools/list' }).length).toBeGreaterThan(0);
     expect(new Set(spy.requests.map((request) => request.headers.authorization))).toEqual(new Set(['Bearer service-account-v1']));
   });

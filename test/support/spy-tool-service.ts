@@ -6,7 +6,8 @@ import { TLSSocket } from 'node:tls';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { createMcpExpressApp } from '@modelcontextprotocol/sdk/server/express.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
-import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
+import { completable } from '@modelcontextprotocol/sdk/server/completable.js';
+import { SubscribeRequestSchema, UnsubscribeRequestSchema, isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import { freePort } from '../../control-plane/devstack/processes';
 import { closeServer } from '../../control-plane/shared/http-listen';
@@ -35,13 +36,18 @@ export interface SpyTls {
   clientCaFile: string;
 }
 
+/** What the spy serves besides its tools when started with `surface` (SpyToolService.SURFACE names them). */
+const SURFACE = { prompt: 'greet', resource: 'note://spy' } as const;
+
 /**
  * A real stateful MCP SDK Tool Service in the test's own process that records every header of every
  * request it gets — whatever the request kind (session open, call, notification, a client's answer,
  * DELETE) — so that tests can check what the gateway sends a backend on a client's behalf. Tools:
  * `echo` answers at once; `hold` streams a progress notification (to a client that asks for progress),
  * then answers only when the test calls `release()` (a stream in flight). Over https it requires a client certificate from
- * `clientCaFile` and records the one each request came with.
+ * `clientCaFile` and records the one each request came with. With `surface` it also serves the rest of
+ * what a gateway forwards to one backend: the prompt `greet` (its argument `name` completes), the
+ * resource `note://spy` (which takes subscriptions) and logging.
  */
 export class SpyToolService {
   readonly requests: SpiedRequest[] = [];
@@ -60,7 +66,9 @@ export class SpyToolService {
     return `${this.scheme}://${LOOPBACK}:${this.port}/mcp`;
   }
 
-  static async start(options: { tls?: SpyTls; port?: number } = {}): Promise<SpyToolService> {
+  static readonly SURFACE = SURFACE;
+
+  static async start(options: { tls?: SpyTls; port?: number; surface?: boolean } = {}): Promise<SpyToolService> {
     const port = options.port ?? (await freePort());
     const app = createMcpExpressApp({ host: LOOPBACK });
     const tls = options.tls;
@@ -98,7 +106,7 @@ export class SpyToolService {
           },
           onsessionclosed: (id) => void spy.transports.delete(id),
         });
-        await spy.mcpServer().connect(created);
+        await spy.mcpServer(options.surface ?? false).connect(created);
         transport = created;
       }
       if (!transport) {
@@ -115,8 +123,16 @@ export class SpyToolService {
     return spy;
   }
 
-  private mcpServer(): McpServer {
-    const server = new McpServer({ name: 'spy-tool-service', version: '1.0.0' });
+  private mcpServer(surface: boolean): McpServer {
+    const server = new McpServer({ name: 'spy-tool-service', version: '1.0.0' }, surface ? { capabilities: { resources: { subscribe: true }, logging: {}, completions: {} } } : {});
+    if (surface) {
+      server.registerPrompt(SURFACE.prompt, { description: 'Greets someone.', argsSchema: { name: completable(z.string(), (value) => ['alice', 'bob'].filter((name) => name.startsWith(value))) } }, ({ name }) => ({
+        messages: [{ role: 'user', content: { type: 'text', text: `hello ${name}` } }],
+      }));
+      server.registerResource('spy note', SURFACE.resource, { mimeType: 'text/plain' }, async (uri) => ({ contents: [{ uri: uri.href, text: 'a note' }] }));
+      server.server.setRequestHandler(SubscribeRequestSchema, async () => ({}));
+      server.server.setRequestHandler(UnsubscribeRequestSchema, async () => ({}));
+    }
     server.registerTool('echo', { description: 'Answers with its text.', inputSchema: { text: z.string() } }, ({ text }) => ({
       content: [{ type: 'text', text }],
     }));

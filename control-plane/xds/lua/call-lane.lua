@@ -633,12 +633,29 @@ function M.target_span(body, method, is_prompt)
   return span[1], span[2]
 end
 
+-- The caller's token never goes on. On a route whose backend's credentials are made from it (token
+-- exchange, passthrough) it is taken out of the request, and the backend gets the Authorization the
+-- sidecar made from it instead. Returns whether the request goes on (false: it was answered), and the
+-- caller's token, with which the session check may open a backend session on the caller's behalf.
+-- The request's headers must be fetched anew afterwards (asking the sidecar yields).
+local function per_caller_credential(h, call)
+  local headers = h:headers()
+  call.caller_authorization = headers:get("authorization")
+  headers:remove("authorization")
+  local credential = M.backend_credential(h, call)
+  if not credential then return false end
+  h:headers():replace("authorization", credential)
+  return true, call.caller_authorization
+end
+
 -- A prompts/get, completion/complete or resources/* request on its backend's route: the name or URI
--- checked and put back into the backend's own, then the same era and session handling as a call.
+-- checked and put back into the backend's own, then the same era, session and credential handling as a call.
 local function forward_request(h, request)
   local context = h:filterContext()
   local backend, route, separator, scheme = context:get("backend"), context:get("route"), context:get("separator"), context:get("scheme")
   local era, sessionful = context:get("era"), context:get("sessionful")
+  local per_caller, credential_mode = context:get("per_caller_credentials"), context:get("credential_mode")
+  local credential_cluster, credential_timeout = context:get("credential_cluster"), context:get("credential_timeout_ms")
   local method, id = request.method, request.id
   if id ~= nil and type(id) ~= "string" and type(id) ~= "number" then
     return error_reply(h, nil, INVALID_REQUEST, ID_RULE, nil, "400")
@@ -691,7 +708,17 @@ local function forward_request(h, request)
   -- None of these changes anything at the backend but its subscriptions, which are idempotent: safe to send again.
   headers:replace("x-envoy-retry-on", "5xx,reset,connect-failure,reset-before-request")
   headers:replace("x-envoy-max-retries", "2")
-  ask_session_check(h, headers, route, backend, modern_client, sessionful, caller and caller.owner or "")
+  h:streamInfo():dynamicMetadata():set(NS, "credential", credential_mode or "none")
+  local caller_authorization
+  if per_caller then
+    local goes_on
+    goes_on, caller_authorization = per_caller_credential(h, {
+      cluster = credential_cluster, timeout_ms = credential_timeout, route = route, backend = backend, method = method, tool = own or exposed, id = id,
+    })
+    if not goes_on then return end
+    headers = h:headers()
+  end
+  ask_session_check(h, headers, route, backend, modern_client, sessionful, caller and caller.owner or "", caller_authorization)
 end
 
 -- A tools/call whose token lacks a scope the tool's rule requires: the 403 scope challenge of the MCP
@@ -849,18 +876,14 @@ function envoy_on_request(h)
     headers:replace("x-envoy-retry-on", "5xx,reset,connect-failure,reset-before-request")
     headers:replace("x-envoy-max-retries", "2")
   end
-  -- The caller's token never goes on: the backend gets the Authorization the sidecar makes from it.
   local caller_authorization
   if per_caller then
-    caller_authorization = headers:get("authorization")
-    headers:remove("authorization")
-    local credential = M.backend_credential(h, {
-      cluster = credential_cluster, timeout_ms = credential_timeout, route = route, backend = backend, tool = own,
-      id = id, caller_authorization = caller_authorization,
+    local goes_on
+    goes_on, caller_authorization = per_caller_credential(h, {
+      cluster = credential_cluster, timeout_ms = credential_timeout, route = route, backend = backend, method = "tools/call", tool = own, id = id,
     })
-    if not credential then return end
+    if not goes_on then return end
     headers = h:headers()
-    headers:replace("authorization", credential)
   end
   ask_session_check(h, headers, route, backend, modern_client, sessionful, caller and caller.owner or "", caller_authorization)
 end
@@ -896,7 +919,7 @@ function M.backend_credential(h, call)
   if remembered then return remembered end
   local ok, answer_headers, answer_body = pcall(h.httpCall, h, call.cluster, {
     [":method"] = "POST", [":path"] = CREDENTIAL_PATH, [":authority"] = "mcpgw-sidecar",
-    ["x-mcpgw-route"] = call.route, ["x-mcpgw-backend"] = call.backend, ["x-mcpgw-tool"] = call.tool,
+    ["x-mcpgw-route"] = call.route, ["x-mcpgw-backend"] = call.backend, ["x-mcpgw-method"] = call.method, ["x-mcpgw-tool"] = call.tool,
     ["x-mcpgw-rpc-id"] = id_json(call.id), [CALLER_AUTHORIZATION] = call.caller_authorization,
   }, "", call.timeout_ms)
   local status = ok and answer_headers and answer_headers[":status"]

@@ -223,6 +223,7 @@ export function sessionCheckFilter(timeoutMs: number): HttpFilter {
             { key: CHECK_HEADERS.route, value: formatterOf('route') },
             { key: CHECK_HEADERS.backend, value: formatterOf('backend') },
             { key: CHECK_HEADERS.tool, value: formatterOf('tool') },
+            { key: CHECK_HEADERS.method, value: formatterOf('method') },
             { key: CHECK_HEADERS.rpcId, value: formatterOf('rpc_id_json') },
             { key: CHECK_HEADERS.deadline, value: String(timeoutMs - SESSION_CHECK_MARGIN_MS) },
             // The caller as jwt_authn validated it (absent on open routes): a client's own header of
@@ -303,6 +304,21 @@ function authContext(auth: RouteAuthIR) {
 }
 
 /**
+ * How the script gets the backend's credentials, alike for calls and for prompts and resources
+ * (docs/auth.md, Backends): made from the caller's token (token exchange, passthrough), the script
+ * asks the sidecar for them (its check cluster) and its worker keeps them for as long as the answer says.
+ */
+function credentialContext(mode: BackendCredentials['mode']) {
+  return {
+    per_caller_credentials: mode === 'tokenExchange' || mode === 'passthrough',
+    credential_cluster: SIDECAR_CHECK_CLUSTER_NAME,
+    credential_timeout_ms: BACKEND_CREDENTIAL_TIMEOUT_MS,
+    // What the audit says the request carried to its backend.
+    credential_mode: mode,
+  };
+}
+
+/**
  * A call route's rules for the script. A tool with limits gets the flag `q=<index>` of the Tool
  * Service's tool limit that applies, and the context `quota:<index>:<metadata key>` the values the
  * script leaves in metadata for the quota filters (docs/quotas.md).
@@ -320,13 +336,7 @@ export function callRouteFilters(
     ...backendContext(routeKey, backendName, separator, backend),
     annotate: options.annotate,
     fallback: backend?.fallbackText ?? '',
-    // Credentials made from the caller's token (token exchange, passthrough): the script asks the
-    // sidecar for them (its check cluster) and its worker keeps them for as long as the answer says.
-    per_caller_credentials: options.credentials === 'tokenExchange' || options.credentials === 'passthrough',
-    credential_cluster: SIDECAR_CHECK_CLUSTER_NAME,
-    credential_timeout_ms: BACKEND_CREDENTIAL_TIMEOUT_MS,
-    // What the audit says the call carried to its backend.
-    credential_mode: options.credentials,
+    ...credentialContext(options.credentials),
     ...(auth && authContext(auth)),
   };
   if (options.auditArguments) context.audit_arguments = true;
@@ -357,9 +367,19 @@ export function callRouteFilters(
   };
 }
 
-/** The rules of a route of a backend's prompts or resources: which prompts it serves, and the route's auth (whose caller the session check's memory names). */
-export function surfaceRouteFilters(routeKey: string, backendName: string, separator: string, backend: CallLaneBackend | undefined, auth: RouteAuthIR | undefined) {
-  const context: Record<string, unknown> = { ...backendContext(routeKey, backendName, separator, backend), ...(auth && authContext(auth)) };
+/**
+ * The rules of a route of a backend's prompts or resources: which prompts it serves, the backend's
+ * credentials (as its calls'), and the route's auth (whose caller the session check's memory names).
+ */
+export function surfaceRouteFilters(
+  routeKey: string,
+  backendName: string,
+  separator: string,
+  backend: CallLaneBackend | undefined,
+  auth: RouteAuthIR | undefined,
+  credentials: BackendCredentials['mode'],
+) {
+  const context: Record<string, unknown> = { ...backendContext(routeKey, backendName, separator, backend), ...credentialContext(credentials), ...(auth && authContext(auth)) };
   for (const prompt of backend?.prompts ?? []) context[`prompt:${prompt}`] = '';
   return {
     'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: context }),

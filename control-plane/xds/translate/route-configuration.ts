@@ -85,21 +85,18 @@ function callerHeadersRemoval(service: ToolServiceIR) {
 /**
  * The routes of a backend's prompts and resources (docs/adr/0015-federated-resources-and-prompts.md):
  * prompts/get, completion/complete and resources/* naming this backend go to its Tool Service like a
- * call, under the same script, session check and upstream settings, for what it serves.
+ * call, under the same script, session check, credentials and upstream settings, for what it serves.
  */
 function surfaceRoutes(route: RouteIR, backend: RouteBackendIR, service: ToolServiceIR, catalog: CallLaneCatalog, settings: RouteSettings) {
   const rules = catalog.routes.get(route.key)?.backends.get(backend.name);
   if (!rules) return [];
   const call = callRoute(route, backend, service, catalog, settings);
-  const filters = surfaceRouteFilters(route.key, backend.name, catalog.separator, rules, route.auth);
+  const filters = surfaceRouteFilters(route.key, backend.name, catalog.separator, rules, route.auth, service.credentials.mode);
   return surfaceMatches(route.path, backend.name, catalog.separator, rules.serves).map(({ kind, match }) => ({
     ...call,
     name: `${route.key}/${kind}/${backend.name}`,
     match,
     typed_per_filter_config: filters,
-    // The call script makes per-caller credentials for tools/call only: these requests never carry the
-    // caller's token (a service account's is injected by the cluster; a per-caller backend gets none).
-    request_headers_to_remove: [...CALLER_HEADER_REMOVED.request_headers_to_remove, 'authorization', CHECK_HEADERS.callerAuthorization],
   }));
 }
 

@@ -190,6 +190,8 @@ export const CHECK_HEADERS = {
   route: 'x-mcpgw-route',
   backend: 'x-mcpgw-backend',
   tool: 'x-mcpgw-tool',
+  /** The request's JSON-RPC method (tools/call, prompts/get, resources/read, …), which errors name. */
+  method: 'x-mcpgw-method',
   rpcId: 'x-mcpgw-rpc-id',
   /** By when (ms from the check's start) the check must have answered: Envoy's timeout less SESSION_CHECK_MARGIN_MS. */
   deadline: 'x-mcpgw-check-deadline-ms',
