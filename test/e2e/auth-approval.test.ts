@@ -11,10 +11,11 @@ import { argumentsHash } from '../../control-plane/audit/arguments-hash';
 import { freePort, waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { projectPath } from '../../control-plane/shared/paths';
+import { decideOnPage, openApprovalPage } from '../support/approval-page';
 import { launchChromium } from '../support/chromium';
 import { FlakyToolService } from '../support/flaky-tool-service';
 import { listedTools, startGateway, testDir } from '../support/gateway-fixture';
-import { KEYCLOAK_STARTUP_MS, Keycloak, TestUser, keycloak, passwordOf, secretOf } from '../support/keycloak';
+import { KEYCLOAK_STARTUP_MS, Keycloak, TestUser, keycloak, secretOf } from '../support/keycloak';
 
 /**
  * Approvals on the real path (docs/approval-and-audit.md): Envoy's call script asks the approval check,
@@ -95,22 +96,12 @@ describe('approval of risky calls, decided on the approval page', () => {
   async function onApprovalPage(link: string, user: TestUser, decision?: { approve: boolean; comment?: string }): Promise<string> {
     const context = await browser.newContext();
     try {
-      const page = await context.newPage();
-      await page.goto(link);
-      await page.fill('#username', user);
-      await page.fill('#password', passwordOf(user));
-      await page.click('#kc-login');
-      await page.waitForURL(link);
+      const page = await openApprovalPage(context, link, user);
       expect(await page.textContent('#tool')).toContain('send_email');
       expect(await page.textContent('#backend')).toBe('reports');
       expect(await page.textContent('#risk')).toBe('high');
       expect(await page.textContent('#arguments')).toContain('ops@example.com');
-      if (decision) {
-        if (decision.comment) await page.fill('#comment', decision.comment);
-        await page.click(decision.approve ? '#approve' : '#decline');
-        await page.waitForSelector('#decision');
-      }
-      return (await page.textContent('#decision')) ?? '';
+      return decision ? await decideOnPage(page, decision) : ((await page.textContent('#decision')) ?? '');
     } finally {
       await context.close();
     }
