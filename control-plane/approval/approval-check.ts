@@ -64,8 +64,14 @@ export function argumentSummary(args: unknown, valueLimit = 500, names = 50): { 
 /** Whether a client declared URL-mode elicitation: `capabilities.elicitation.url` (MCP 2025-11-25). */
 export const takesUrlElicitation = (capabilities: unknown) => isObject(capabilities) && isObject(capabilities.elicitation) && isObject(capabilities.elicitation.url);
 
-function refusal(id: JsonRpcId, message: string, fields: Pick<Extract<ApprovalAnswer, { kind: 'respond' }>, 'outcome' | 'approval' | 'reason' | 'approvalId'>, data: Record<string, unknown>): ApprovalAnswer {
-  return { kind: 'respond', status: 200, body: jsonRpcError(id, TOOL_DENIED_CODE, message, { ...data, outcome: fields.outcome, attempts: 0 }), ...fields };
+/** A -32003 refusal whose `data` names its outcome and reason, as the gateway's policy denials do (docs/errors.md). */
+function refusal(
+  id: JsonRpcId,
+  message: string,
+  fields: Pick<Extract<ApprovalAnswer, { kind: 'respond' }>, 'outcome' | 'approval' | 'approvalId'> & { reason: string },
+  data: Record<string, unknown>,
+): ApprovalAnswer {
+  return { kind: 'respond', status: 200, body: jsonRpcError(id, TOOL_DENIED_CODE, message, { ...data, outcome: fields.outcome, reason: fields.reason, attempts: 0 }), ...fields };
 }
 
 /** A tool needs an approval, and this gateway's sidecars have no approval pages configured: nothing is forwarded. */
@@ -187,7 +193,9 @@ export class ApprovalCheck {
     }
     if (expired) {
       await this.store.release(binding, request.id);
-      return refusal(call.id, `approval expired at ${request.expiresAt} without a decision; tool "${call.exposed}" was not called`, { outcome: 'denied', approval: 'expired', reason: 'approval expired', approvalId: request.id }, data);
+      // A grant is good until the request's expiry: approved and not used by then is expired too, but says who approved it.
+      const what = decision?.decision === 'granted' ? `approval by ${decision.by.name ?? decision.by.subject} expired at ${request.expiresAt} before it was used` : `approval expired at ${request.expiresAt} without a decision`;
+      return refusal(call.id, `${what}; tool "${call.exposed}" was not called`, { outcome: 'denied', approval: 'expired', reason: 'approval expired', approvalId: request.id }, data);
     }
     // Still pending: the same page again.
     return this.elicitation(call, request);
