@@ -23,6 +23,8 @@ const APPROVAL_TTL_S = 15;
 const MODERN = '2026-07-28';
 const URL_ELICITATION = { elicitation: { url: {} } };
 
+type ElicitAction = 'accept' | 'decline' | 'cancel';
+
 interface ElicitationParams {
   mode: string;
   url: string;
@@ -112,17 +114,16 @@ describe('approvals for 2026-07-28 clients, and approvals that expire', () => {
   /**
    * An SDK v2 client pinned to 2026-07-28 with alice's token. With `person`, it declares URL elicitation
    * and its elicitation handler is the person: it gets each approval link the gateway asks for, and the
-   * client answers `accept` (the user says they are done) when the person is.
+   * client answers what the person says (`accept`: done on the page; `decline`: will not open it).
    */
-  async function modernClient(person?: (params: ElicitationParams) => Promise<void>): Promise<{ client: V2Client; asked: ElicitationParams[] }> {
+  async function modernClient(person?: (params: ElicitationParams) => Promise<ElicitAction>): Promise<{ client: V2Client; asked: ElicitationParams[] }> {
     const asked: ElicitationParams[] = [];
     const client = new V2Client({ name: 'approval-agent', version: '1.0.0' }, { versionNegotiation: { mode: { pin: MODERN } }, ...(person && { capabilities: URL_ELICITATION }) });
     if (person) {
       client.setRequestHandler('elicitation/create', async (request) => {
         const params = request.params as ElicitationParams;
         asked.push(params);
-        await person(params);
-        return { action: 'accept' };
+        return { action: await person(params) };
       });
     }
     await client.connect(new V2Transport(new URL(stack.gatewayUrl('ops')), { requestInit: { headers: { authorization: `Bearer ${tokens.alice}` } } }));
@@ -154,6 +155,7 @@ describe('approvals for 2026-07-28 clients, and approvals that expire', () => {
     const { client, asked } = await modernClient(async (params) => {
       expect(received()).toBe(before);
       expect(await alice(params.url, { approve: true, comment: 'fine' })).toContain('Approved by alice');
+      return 'accept';
     });
     const result = await client.callTool({ name: 'reports__send_email', arguments: args });
     expect(result.content).toEqual([{ type: 'text', text: 'sent' }]);
@@ -169,6 +171,7 @@ describe('approvals for 2026-07-28 clients, and approvals that expire', () => {
     const before = received();
     const { client, asked } = await modernClient(async (params) => {
       expect(await alice(params.url, { approve: false, comment: 'not today' })).toContain('Declined by alice');
+      return 'accept';
     });
     const error = await failureOf(client.callTool({ name: 'reports__send_email', arguments: { to: 'ops@example.com', body: 'drop the database' } }));
     expect(error).toBeInstanceOf(ProtocolError);
@@ -193,7 +196,7 @@ describe('approvals for 2026-07-28 clients, and approvals that expire', () => {
   it('does not take a client’s own accept for a person’s approval: it keeps asking, nothing sent', async () => {
     const before = received();
     // An agent that auto-accepts the elicitation without anyone opening the page.
-    const { client, asked } = await modernClient(async () => undefined);
+    const { client, asked } = await modernClient(async () => 'accept');
     const error = await failureOf(client.callTool({ name: 'reports__send_email', arguments: { to: 'ops@example.com', body: 'auto' } }));
     expect(error).toBeInstanceOf(SdkError);
     expect((error as SdkError).code).toBe(SdkErrorCode.InputRequiredRoundsExceeded);
@@ -201,6 +204,21 @@ describe('approvals for 2026-07-28 clients, and approvals that expire', () => {
     expect(new Set(asked.map((params) => params.url)).size).toBe(1);
     expect(asked.length).toBeGreaterThan(1);
     expect(received()).toBe(before);
+  });
+
+  it.each<ElicitAction>(['decline', 'cancel'])('ends the call when the user answers %s to the approval page in their client: approval_required, nothing sent', async (action) => {
+    const before = received();
+    const args = { to: 'ops@example.com', body: `not opened (${action})` };
+    const { client, asked } = await modernClient(async () => action);
+    const error = await failureOf(client.callTool({ name: 'reports__send_email', arguments: args }));
+    expect(error).toBeInstanceOf(ProtocolError);
+    expect((error as ProtocolError).code).toBe(-32003);
+    expect((error as ProtocolError).message).toContain(`the user answered "${action}" to the approval page`);
+    expect((error as ProtocolError).data).toMatchObject({ outcome: 'approval_required', reason: 'approval page declined', attempts: 0 });
+    expect(asked).toHaveLength(1);
+    expect(received()).toBe(before);
+    // The request stays open for a person: the same call later is shown the same page.
+    expect(inputRequestOf(await modernCall('ops', 'reports__send_email', args)).url).toBe(asked[0].url);
   });
 
   it('refuses an approval used after it expired: -32003, outcome denied, reason approval expired, nothing sent', async () => {
@@ -211,6 +229,7 @@ describe('approvals for 2026-07-28 clients, and approvals that expire', () => {
       approvedAt = Date.now();
       // The user comes back to the agent only after the approval ran out.
       await new Promise((resolve) => setTimeout(resolve, APPROVAL_TTL_S * 1000 + 1000));
+      return 'accept';
     });
     const error = await failureOf(client.callTool({ name: 'reports__send_email', arguments: { to: 'ops@example.com', body: 'later' } }, { timeout: APPROVAL_TTL_S * 1000 + 30_000 }));
     expect(approvedAt).toBeGreaterThan(0);
