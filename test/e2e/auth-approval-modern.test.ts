@@ -1,15 +1,13 @@
 import { Client as V2Client, ProtocolError, SdkError, SdkErrorCode, StreamableHTTPClientTransport as V2Transport } from '@modelcontextprotocol/client';
-import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
-import * as path from 'node:path';
 import { Browser, BrowserContext } from 'playwright-core';
 import { freePort, waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
-import { decideOnPage, openApprovalPage } from '../support/approval-page';
+import { approvalSidecarArgs, decideOnPage, openApprovalPage } from '../support/approvals';
 import { launchChromium } from '../support/chromium';
 import { FlakyToolService } from '../support/flaky-tool-service';
-import { MCP_POST_HEADERS, listedTools, postJsonRpc, startGateway, testDir } from '../support/gateway-fixture';
-import { KEYCLOAK_STARTUP_MS, Keycloak, keycloak, secretOf } from '../support/keycloak';
+import { MCP_POST_HEADERS, listedTools, postJsonRpc, startGateway } from '../support/gateway-fixture';
+import { KEYCLOAK_STARTUP_MS, Keycloak, keycloak } from '../support/keycloak';
 
 /**
  * Approvals for MCP 2026-07-28 clients, and approvals that expire (docs/approval-and-audit.md), on the
@@ -47,11 +45,6 @@ describe('approvals for 2026-07-28 clients, and approvals that expire', () => {
     spy = await FlakyToolService.start();
     [tokens.alice, tokens.bob] = await Promise.all([idp.tokenFor('alice'), idp.tokenFor('bob')]);
     const listener = await freePort();
-    const secrets = testDir('auth-approval-modern-secrets');
-    const keyFile = path.join(secrets, 'approval.key');
-    fs.writeFileSync(keyFile, randomBytes(32));
-    const secretFile = path.join(secrets, 'approval-client.secret');
-    fs.writeFileSync(secretFile, secretOf('mcpgw-approvals'));
     // Two routes in front of the same Tool Service: an approval on one must not open the other.
     const route = (key: string) => ({
       key,
@@ -60,16 +53,7 @@ describe('approvals for 2026-07-28 clients, and approvals that expire', () => {
     });
     ({ stack } = await startGateway('auth-approval-modern', () => ({ routes: [route('ops'), route('ops2')] }), {
       ports: { listener },
-      extraArgs: {
-        sidecar: [
-          '--approval-public-url', `http://127.0.0.1:${listener}`,
-          '--approval-issuer', idp.issuer,
-          '--approval-client-id', 'mcpgw-approvals',
-          '--approval-client-secret-file', secretFile,
-          '--approval-key-file', keyFile,
-          '--approval-ttl-s', String(APPROVAL_TTL_S),
-        ],
-      },
+      extraArgs: { sidecar: approvalSidecarArgs('auth-approval-modern', listener, idp.issuer, APPROVAL_TTL_S) },
     }));
     for (const key of ['ops', 'ops2']) {
       await waitFor(`the spy tools on ${key}`, async () => (((await listedTools(stack.gatewayUrl(key), tokens.alice)) ?? []).length === 4 ? true : undefined));
