@@ -31,6 +31,8 @@ export const approvalCheckRequestSchema = z.object({
   session: nullableString,
   caller: z.object({ iss: z.string(), sub: z.string(), client_id: nullableString, azp: nullableString, preferred_username: nullableString }).nullable(),
   capabilities: z.unknown().optional(),
+  /** A 2026-07-28 retry's answers to the input it was asked for, as the client sent them. */
+  inputResponses: z.unknown().optional(),
   arguments: z.unknown(),
 });
 export type ApprovalCheckRequest = z.infer<typeof approvalCheckRequestSchema>;
@@ -61,11 +63,28 @@ export function argumentSummary(args: unknown, valueLimit = 500, names = 50): { 
   return entries.length > names ? [...shown, { name: `(${entries.length - names} more)`, value: '' }] : shown;
 }
 
+/**
+ * What a 2026-07-28 client answered to the approval page it was sent (`inputResponses[<elicitation id>].action`):
+ * only `decline` or `cancel` count, as the user's refusal to go there. An `accept` says nothing (a person
+ * approves on the page, not the client), and is ignored.
+ */
+export function declinedInClient(inputResponses: unknown, elicitationId: string): 'decline' | 'cancel' | undefined {
+  const response = isObject(inputResponses) ? inputResponses[elicitationId] : undefined;
+  const action = isObject(response) ? response.action : undefined;
+  return action === 'decline' || action === 'cancel' ? action : undefined;
+}
+
 /** Whether a client declared URL-mode elicitation: `capabilities.elicitation.url` (MCP 2025-11-25). */
 export const takesUrlElicitation = (capabilities: unknown) => isObject(capabilities) && isObject(capabilities.elicitation) && isObject(capabilities.elicitation.url);
 
-function refusal(id: JsonRpcId, message: string, fields: Pick<Extract<ApprovalAnswer, { kind: 'respond' }>, 'outcome' | 'approval' | 'reason' | 'approvalId'>, data: Record<string, unknown>): ApprovalAnswer {
-  return { kind: 'respond', status: 200, body: jsonRpcError(id, TOOL_DENIED_CODE, message, { ...data, outcome: fields.outcome, attempts: 0 }), ...fields };
+/** A -32003 refusal whose `data` names its outcome and reason, as the gateway's policy denials do (docs/errors.md). */
+function refusal(
+  id: JsonRpcId,
+  message: string,
+  fields: Pick<Extract<ApprovalAnswer, { kind: 'respond' }>, 'outcome' | 'approval' | 'approvalId'> & { reason: string },
+  data: Record<string, unknown>,
+): ApprovalAnswer {
+  return { kind: 'respond', status: 200, body: jsonRpcError(id, TOOL_DENIED_CODE, message, { ...data, outcome: fields.outcome, reason: fields.reason, attempts: 0 }), ...fields };
 }
 
 /** A tool needs an approval, and this gateway's sidecars have no approval pages configured: nothing is forwarded. */
@@ -167,16 +186,6 @@ export class ApprovalCheck {
   private async answerFor(call: ApprovalCheckRequest, binding: ApprovalBinding, request: ApprovalRequest, decision: Decision | undefined, now: number): Promise<ApprovalAnswer | undefined> {
     const data = { backend: call.backend, tool: call.tool, approval_id: request.id };
     const expired = Date.parse(request.expiresAt) <= now;
-    if (decision?.decision === 'granted' && !expired) {
-      if (decision.grant && grantAllows(this.store.settings.key, decision.grant, request.id, binding, now)) {
-        // One call per approval: of two calls racing for it, one goes and the other asks anew.
-        if (await this.store.release(binding, request.id)) return { kind: 'allow', approvalId: request.id, approver: decision.by };
-        return undefined;
-      }
-      this.context.log.warn('an approval grant does not verify (wrong key, or changed in Redis): asking again', { id: request.id });
-      await this.store.release(binding, request.id);
-      return undefined;
-    }
     if (decision?.decision === 'declined') {
       await this.store.release(binding, request.id);
       const comment = decision.comment ? `: "${decision.comment}"` : '';
@@ -187,7 +196,30 @@ export class ApprovalCheck {
     }
     if (expired) {
       await this.store.release(binding, request.id);
-      return refusal(call.id, `approval expired at ${request.expiresAt} without a decision; tool "${call.exposed}" was not called`, { outcome: 'denied', approval: 'expired', reason: 'approval expired', approvalId: request.id }, data);
+      // A grant is good until the request's expiry: approved and not used by then is expired too, but says who approved it.
+      const what = decision?.decision === 'granted' ? `approval by ${decision.by.name ?? decision.by.subject} expired at ${request.expiresAt} before it was used` : `approval expired at ${request.expiresAt} without a decision`;
+      return refusal(call.id, `${what}; tool "${call.exposed}" was not called`, { outcome: 'denied', approval: 'expired', reason: 'approval expired', approvalId: request.id }, data);
+    }
+    // The user refused the page in their client (2026-07-28): this call ends, even if a person approved meanwhile;
+    // the request is kept, so that the same call later finds it (pending, or approved and not used up).
+    const refused = declinedInClient(call.inputResponses, request.id);
+    if (refused) {
+      return refusal(
+        call.id,
+        `the user answered "${refused}" to the approval page for tool "${call.exposed}", which was not called; its approval request ${this.pageUrl(request.id)} is kept until ${request.expiresAt}`,
+        { outcome: 'approval_required', approval: 'required', reason: 'approval page declined', approvalId: request.id },
+        data,
+      );
+    }
+    if (decision?.decision === 'granted') {
+      if (decision.grant && grantAllows(this.store.settings.key, decision.grant, request.id, binding, now)) {
+        // One call per approval: of two calls racing for it, one goes and the other asks anew.
+        if (await this.store.release(binding, request.id)) return { kind: 'allow', approvalId: request.id, approver: decision.by };
+        return undefined;
+      }
+      this.context.log.warn('an approval grant does not verify (wrong key, or changed in Redis): asking again', { id: request.id });
+      await this.store.release(binding, request.id);
+      return undefined;
     }
     // Still pending: the same page again.
     return this.elicitation(call, request);

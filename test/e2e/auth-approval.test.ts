@@ -1,6 +1,4 @@
-import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
-import * as path from 'node:path';
 import Ajv2020 from 'ajv/dist/2020';
 import addFormats from 'ajv-formats';
 import { Browser } from 'playwright-core';
@@ -11,10 +9,11 @@ import { argumentsHash } from '../../control-plane/audit/arguments-hash';
 import { freePort, waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { projectPath } from '../../control-plane/shared/paths';
+import { approvalSidecarArgs, decideOnPage, openApprovalPage } from '../support/approvals';
 import { launchChromium } from '../support/chromium';
 import { FlakyToolService } from '../support/flaky-tool-service';
-import { listedTools, startGateway, testDir } from '../support/gateway-fixture';
-import { KEYCLOAK_STARTUP_MS, Keycloak, TestUser, keycloak, passwordOf, secretOf } from '../support/keycloak';
+import { listedTools, startGateway } from '../support/gateway-fixture';
+import { KEYCLOAK_STARTUP_MS, Keycloak, TestUser, keycloak } from '../support/keycloak';
 
 /**
  * Approvals on the real path (docs/approval-and-audit.md): Envoy's call script asks the approval check,
@@ -37,28 +36,10 @@ describe('approval of risky calls, decided on the approval page', () => {
     idp = await keycloak();
     spy = await FlakyToolService.start();
     const listener = await freePort();
-    // startGateway makes its own folder anew: the gateway's key and client secret live beside it.
-    const secrets = testDir('auth-approval-secrets');
-    const keyFile = path.join(secrets, 'approval.key');
-    fs.writeFileSync(keyFile, randomBytes(32));
-    const secretFile = path.join(secrets, 'approval-client.secret');
-    fs.writeFileSync(secretFile, secretOf('mcpgw-approvals'));
     ({ stack } = await startGateway(
       'auth-approval',
       () => ({ routes: [{ key: 'ops', toolServices: [{ name: 'reports', url: spy.url, policy: { approvalAtRisk: 'high', approvers: 'approvers' } }] }] }),
-      {
-        ports: { listener },
-        extraArgs: {
-          sidecar: [
-            '--approval-public-url', `http://127.0.0.1:${listener}`,
-            '--approval-issuer', idp.issuer,
-            '--approval-client-id', 'mcpgw-approvals',
-            '--approval-client-secret-file', secretFile,
-            '--approval-key-file', keyFile,
-            '--approval-ttl-s', '300',
-          ],
-        },
-      },
+      { ports: { listener }, extraArgs: { sidecar: approvalSidecarArgs('auth-approval', listener, idp.issuer, 300) } },
     ));
     url = stack.gatewayUrl('ops');
     await waitFor('the spy tools', async () => ((await listedTools(url)) ?? []).length === 4 ? true : undefined);
@@ -95,22 +76,12 @@ describe('approval of risky calls, decided on the approval page', () => {
   async function onApprovalPage(link: string, user: TestUser, decision?: { approve: boolean; comment?: string }): Promise<string> {
     const context = await browser.newContext();
     try {
-      const page = await context.newPage();
-      await page.goto(link);
-      await page.fill('#username', user);
-      await page.fill('#password', passwordOf(user));
-      await page.click('#kc-login');
-      await page.waitForURL(link);
+      const page = await openApprovalPage(context, link, user);
       expect(await page.textContent('#tool')).toContain('send_email');
       expect(await page.textContent('#backend')).toBe('reports');
       expect(await page.textContent('#risk')).toBe('high');
       expect(await page.textContent('#arguments')).toContain('ops@example.com');
-      if (decision) {
-        if (decision.comment) await page.fill('#comment', decision.comment);
-        await page.click(decision.approve ? '#approve' : '#decline');
-        await page.waitForSelector('#decision');
-      }
-      return (await page.textContent('#decision')) ?? '';
+      return decision ? await decideOnPage(page, decision) : ((await page.textContent('#decision')) ?? '');
     } finally {
       await context.close();
     }

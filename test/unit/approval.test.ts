@@ -1,5 +1,5 @@
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
-import { argumentSummary, takesUrlElicitation } from '../../control-plane/approval/approval-check';
+import { argumentSummary, declinedInClient, takesUrlElicitation } from '../../control-plane/approval/approval-check';
 import { mayDecide } from '../../control-plane/approval/approval-pages';
 import { ApprovalBinding, ApprovalRequest, bindingKey, grantAllows, signGrant, verifyGrant } from '../../control-plane/approval/approval-store';
 import { approvalOf, riskOf } from '../../control-plane/approval/risk';
@@ -116,5 +116,14 @@ describe('the approval page', () => {
     expect(takesUrlElicitation({ elicitation: {} })).toBe(false);
     expect(takesUrlElicitation({ elicitation: { form: {} } })).toBe(false);
     expect(takesUrlElicitation(undefined)).toBe(false);
+  });
+
+  it('reads a user\'s decline or cancel of the approval page from a 2026-07-28 retry, and never an accept', () => {
+    expect(declinedInClient({ abc: { action: 'decline' } }, 'abc')).toBe('decline');
+    expect(declinedInClient({ abc: { action: 'cancel' } }, 'abc')).toBe('cancel');
+    expect(declinedInClient({ abc: { action: 'accept' } }, 'abc')).toBeUndefined();
+    expect(declinedInClient({ other: { action: 'decline' } }, 'abc')).toBeUndefined();
+    expect(declinedInClient({ abc: 'decline' }, 'abc')).toBeUndefined();
+    expect(declinedInClient(undefined, 'abc')).toBeUndefined();
   });
 });

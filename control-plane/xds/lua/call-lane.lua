@@ -846,6 +846,7 @@ function envoy_on_request(h)
       route = route, backend = backend, tool = own, exposed = exposed, id = id, rule = approval_rule,
       arguments = inner.arguments and text_of(text, inner.arguments) or "{}",
       modern = modern_client, capabilities = modern_client and M.modern_capabilities(text, inner) or nil,
+      input_responses = modern_client and inner.inputResponses and text_of(text, inner.inputResponses) or nil,
     })
     local answer_headers, answer_body = h:httpCall(approval_cluster, {
       [":method"] = "POST", [":path"] = "/internal/approval-check", [":authority"] = "mcpgw-sidecar",
@@ -953,7 +954,8 @@ local function optional_string(value)
 end
 
 -- The approval check's request (control-plane/approval/approval-check.ts): the call, its raw arguments,
--- the client's session or capabilities, and the caller as jwt_authn validated it.
+-- the client's session or capabilities (and a 2026-07-28 retry's inputResponses), and the caller as
+-- jwt_authn validated it.
 function M.approval_request(h, call)
   local jwt = h:streamInfo():dynamicMetadata():get(JWT_NS)
   local claims = jwt and jwt.jwt_payload
@@ -967,7 +969,8 @@ function M.approval_request(h, call)
     .. ',"exposed":' .. json_string(call.exposed) .. ',"id":' .. id_json(call.id) .. ',"rule":' .. (call.rule or "null")
     .. ',"modern":' .. (call.modern and "true" or "false")
     .. ',"session":' .. optional_string(h:headers():get("mcp-session-id")) .. ',"caller":' .. caller
-    .. ',"capabilities":' .. (call.capabilities or "null") .. ',"arguments":' .. call.arguments .. "}"
+    .. ',"capabilities":' .. (call.capabilities or "null") .. ',"inputResponses":' .. (call.input_responses or "null")
+    .. ',"arguments":' .. call.arguments .. "}"
 end
 
 -- The approval check's answer: 204 lets the call go (approved, the approval used up); an answer naming

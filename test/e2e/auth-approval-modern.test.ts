@@ -1,0 +1,254 @@
+import { Client as V2Client, ProtocolError, SdkError, SdkErrorCode, StreamableHTTPClientTransport as V2Transport } from '@modelcontextprotocol/client';
+import * as fs from 'node:fs';
+import { Browser, BrowserContext } from 'playwright-core';
+import { freePort, waitFor } from '../../control-plane/devstack/processes';
+import { GatewayStack } from '../../control-plane/devstack/stack';
+import { approvalSidecarArgs, decideOnPage, openApprovalPage } from '../support/approvals';
+import { launchChromium } from '../support/chromium';
+import { FlakyToolService } from '../support/flaky-tool-service';
+import { MCP_POST_HEADERS, listedTools, postJsonRpc, startGateway } from '../support/gateway-fixture';
+import { KEYCLOAK_STARTUP_MS, Keycloak, keycloak } from '../support/keycloak';
+
+/**
+ * Approvals for MCP 2026-07-28 clients, and approvals that expire (docs/approval-and-audit.md), on the
+ * real path: Envoy's call script asks the approval check, an MCP SDK v2 client pinned to 2026-07-28 gets
+ * an `input_required` result naming the approval page, alice decides there in a real headless Chromium
+ * (signed in at Keycloak), and the SDK's multi-round-trip driver calls again. The routes have auth, so
+ * an approval is bound to alice's issuer and subject; she approves her own calls (no approvers group).
+ * Approvals here live APPROVAL_TTL_S seconds. The spy Tool Service counts what reached it.
+ */
+const APPROVAL_TTL_S = 15;
+const MODERN = '2026-07-28';
+const URL_ELICITATION = { elicitation: { url: {} } };
+
+type ElicitAction = 'accept' | 'decline' | 'cancel';
+
+interface ElicitationParams {
+  mode: string;
+  url: string;
+  message: string;
+  elicitationId?: string;
+}
+
+describe('approvals for 2026-07-28 clients, and approvals that expire', () => {
+  let idp: Keycloak;
+  let stack: GatewayStack;
+  let spy: FlakyToolService;
+  let browser: Browser;
+  /** alice's browser: signed in on the approval pages once, as a person keeps a tab open. */
+  let alicesBrowser: BrowserContext;
+  const tokens = { alice: '', bob: '' };
+  const clients: V2Client[] = [];
+
+  beforeAll(async () => {
+    idp = await keycloak();
+    spy = await FlakyToolService.start();
+    [tokens.alice, tokens.bob] = await Promise.all([idp.tokenFor('alice'), idp.tokenFor('bob')]);
+    const listener = await freePort();
+    // Two routes in front of the same Tool Service: an approval on one must not open the other.
+    const route = (key: string) => ({
+      key,
+      auth: { issuer: idp.issuer, audiences: [idp.routeAudience] },
+      toolServices: [{ name: 'reports', url: spy.url, policy: { approvalAtRisk: 'high' } }],
+    });
+    ({ stack } = await startGateway('auth-approval-modern', () => ({ routes: [route('ops'), route('ops2')] }), {
+      ports: { listener },
+      extraArgs: { sidecar: approvalSidecarArgs('auth-approval-modern', listener, idp.issuer, APPROVAL_TTL_S) },
+    }));
+    for (const key of ['ops', 'ops2']) {
+      await waitFor(`the spy tools on ${key}`, async () => (((await listedTools(stack.gatewayUrl(key), tokens.alice)) ?? []).length === 4 ? true : undefined));
+    }
+    browser = await launchChromium();
+    // alice signs in on the pages before the tests, so that deciding takes well under APPROVAL_TTL_S.
+    alicesBrowser = await browser.newContext();
+    const warmUp = inputRequestOf(await modernCall('ops', 'reports__put_setting', { name: 'sign-in' }));
+    await (await openApprovalPage(alicesBrowser, warmUp.url, 'alice')).close();
+  }, KEYCLOAK_STARTUP_MS);
+
+  afterAll(async () => {
+    for (const client of clients) await client.close();
+    await browser?.close();
+    await stack?.stop();
+    await spy?.stop();
+  });
+
+  /** A tools/call as a 2026-07-28 client sends it (no session; capabilities in `_meta`), raw. */
+  function modernCall(route: string, tool: string, args: Record<string, unknown>, options: { token?: string; capabilities?: unknown; params?: Record<string, unknown> } = {}) {
+    const _meta = { 'io.modelcontextprotocol/protocolVersion': MODERN, 'io.modelcontextprotocol/clientCapabilities': options.capabilities ?? URL_ELICITATION };
+    return postJsonRpc(
+      stack.gatewayUrl(route),
+      { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: tool, arguments: args, ...options.params, _meta } },
+      { ...MCP_POST_HEADERS, authorization: `Bearer ${options.token ?? tokens.alice}`, 'mcp-protocol-version': MODERN, 'mcp-method': 'tools/call', 'mcp-name': tool },
+    );
+  }
+
+  /** The one URL-mode elicitation an `input_required` result asks for, and the key it is asked under. */
+  function inputRequestOf(response: { status: number; json: () => any }): ElicitationParams & { key: string } {
+    expect(response.status).toBe(200);
+    const result = response.json().result;
+    expect(result.resultType).toBe('input_required');
+    const entries = Object.entries(result.inputRequests as Record<string, { method: string; params: ElicitationParams }>);
+    expect(entries).toHaveLength(1);
+    const [[key, request]] = entries;
+    expect(request.method).toBe('elicitation/create');
+    expect(request.params).toMatchObject({ mode: 'url', url: expect.stringMatching(new RegExp(`^http://127\\.0\\.0\\.1:${stack.ports.listener}/approvals/`)), message: expect.any(String) });
+    return { key, ...request.params };
+  }
+
+  /**
+   * An SDK v2 client pinned to 2026-07-28 with alice's token. With `person`, it declares URL elicitation
+   * and its elicitation handler is the person: it gets each approval link the gateway asks for, and the
+   * client answers what the person says (`accept`: done on the page; `decline`: will not open it).
+   */
+  async function modernClient(person?: (params: ElicitationParams) => Promise<ElicitAction>): Promise<{ client: V2Client; asked: ElicitationParams[] }> {
+    const asked: ElicitationParams[] = [];
+    const client = new V2Client({ name: 'approval-agent', version: '1.0.0' }, { versionNegotiation: { mode: { pin: MODERN } }, ...(person && { capabilities: URL_ELICITATION }) });
+    if (person) {
+      client.setRequestHandler('elicitation/create', async (request) => {
+        const params = request.params as ElicitationParams;
+        asked.push(params);
+        return { action: await person(params) };
+      });
+    }
+    await client.connect(new V2Transport(new URL(stack.gatewayUrl('ops')), { requestInit: { headers: { authorization: `Bearer ${tokens.alice}` } } }));
+    clients.push(client);
+    return { client, asked };
+  }
+
+  /** alice on the approval page of `link`: approves or declines. */
+  async function alice(link: string, decision: { approve: boolean; comment?: string }): Promise<string> {
+    const page = await openApprovalPage(alicesBrowser, link, 'alice');
+    try {
+      expect(await page.textContent('#caller')).toContain('alice');
+      return await decideOnPage(page, decision);
+    } finally {
+      await page.close();
+    }
+  }
+
+  const received = (tool = 'send_email') => spy.received.get(tool) ?? 0;
+  const failureOf = (promise: Promise<unknown>) => promise.then(() => undefined, (thrown: unknown) => thrown);
+
+  it('answers input_required with the approval page; approved there, the SDK client’s retry gets the result, once', async () => {
+    const args = { to: 'ops@example.com', body: 'restart the cluster' };
+    const before = received();
+    // The wire shape first: what the SDK client will be given for the same call.
+    const wire = inputRequestOf(await modernCall('ops', 'reports__send_email', args));
+    expect(wire.key).toBe(wire.elicitationId);
+
+    const { client, asked } = await modernClient(async (params) => {
+      expect(received()).toBe(before);
+      expect(await alice(params.url, { approve: true, comment: 'fine' })).toContain('Approved by alice');
+      return 'accept';
+    });
+    const result = await client.callTool({ name: 'reports__send_email', arguments: args });
+    expect(result.content).toEqual([{ type: 'text', text: 'sent' }]);
+    expect(asked.map((params) => params.url)).toEqual([wire.url]);
+    expect(received()).toBe(before + 1);
+    // One call per approval: the same call again asks anew.
+    const again = inputRequestOf(await modernCall('ops', 'reports__send_email', args));
+    expect(again.url).not.toBe(wire.url);
+    expect(received()).toBe(before + 1);
+  });
+
+  it('refuses the retry of a declined call: -32003, outcome denied, reason approval declined, nothing sent', async () => {
+    const before = received();
+    const { client, asked } = await modernClient(async (params) => {
+      expect(await alice(params.url, { approve: false, comment: 'not today' })).toContain('Declined by alice');
+      return 'accept';
+    });
+    const error = await failureOf(client.callTool({ name: 'reports__send_email', arguments: { to: 'ops@example.com', body: 'drop the database' } }));
+    expect(error).toBeInstanceOf(ProtocolError);
+    expect((error as ProtocolError).code).toBe(-32003);
+    expect((error as ProtocolError).message).toContain('approval declined by alice: "not today"');
+    expect((error as ProtocolError).data).toMatchObject({ outcome: 'denied', reason: 'approval declined', comment: 'not today', attempts: 0 });
+    expect(asked).toHaveLength(1);
+    expect(received()).toBe(before);
+  });
+
+  it('refuses a 2026-07-28 client without URL elicitation: approval_required, nothing sent', async () => {
+    const before = received();
+    const { client } = await modernClient();
+    const error = await failureOf(client.callTool({ name: 'reports__send_email', arguments: { to: 'ops@example.com', body: 'x' } }));
+    expect(error).toBeInstanceOf(ProtocolError);
+    expect((error as ProtocolError).code).toBe(-32003);
+    expect((error as ProtocolError).message).toContain('did not declare URL elicitation');
+    expect((error as ProtocolError).data).toMatchObject({ outcome: 'approval_required', reason: 'client cannot take URL elicitation', attempts: 0 });
+    expect(received()).toBe(before);
+  });
+
+  it('does not take a client’s own accept for a person’s approval: it keeps asking, nothing sent', async () => {
+    const before = received();
+    // An agent that auto-accepts the elicitation without anyone opening the page.
+    const { client, asked } = await modernClient(async () => 'accept');
+    const error = await failureOf(client.callTool({ name: 'reports__send_email', arguments: { to: 'ops@example.com', body: 'auto' } }));
+    expect(error).toBeInstanceOf(SdkError);
+    expect((error as SdkError).code).toBe(SdkErrorCode.InputRequiredRoundsExceeded);
+    // Every round the same page: the request stays open for a person.
+    expect(new Set(asked.map((params) => params.url)).size).toBe(1);
+    expect(asked.length).toBeGreaterThan(1);
+    expect(received()).toBe(before);
+  });
+
+  it.each<ElicitAction>(['decline', 'cancel'])('ends the call when the user answers %s to the approval page in their client: approval_required, nothing sent', async (action) => {
+    const before = received();
+    const args = { to: 'ops@example.com', body: `not opened (${action})` };
+    const { client, asked } = await modernClient(async () => action);
+    const error = await failureOf(client.callTool({ name: 'reports__send_email', arguments: args }));
+    expect(error).toBeInstanceOf(ProtocolError);
+    expect((error as ProtocolError).code).toBe(-32003);
+    expect((error as ProtocolError).message).toContain(`the user answered "${action}" to the approval page`);
+    expect((error as ProtocolError).data).toMatchObject({ outcome: 'approval_required', reason: 'approval page declined', attempts: 0 });
+    expect(asked).toHaveLength(1);
+    expect(received()).toBe(before);
+    // The request stays open for a person: the same call later is shown the same page.
+    expect(inputRequestOf(await modernCall('ops', 'reports__send_email', args)).url).toBe(asked[0].url);
+  });
+
+  it('refuses an approval used after it expired: -32003, outcome denied, reason approval expired, nothing sent', async () => {
+    const before = received();
+    let approvedAt = 0;
+    const { client } = await modernClient(async (params) => {
+      expect(await alice(params.url, { approve: true })).toContain('Approved by alice');
+      approvedAt = Date.now();
+      // The user comes back to the agent only after the approval ran out.
+      await new Promise((resolve) => setTimeout(resolve, APPROVAL_TTL_S * 1000 + 1000));
+      return 'accept';
+    });
+    const error = await failureOf(client.callTool({ name: 'reports__send_email', arguments: { to: 'ops@example.com', body: 'later' } }, { timeout: APPROVAL_TTL_S * 1000 + 30_000 }));
+    expect(approvedAt).toBeGreaterThan(0);
+    expect(error).toBeInstanceOf(ProtocolError);
+    expect((error as ProtocolError).code).toBe(-32003);
+    expect((error as ProtocolError).message).toMatch(/^approval by alice expired at \S+ before it was used; tool "reports__send_email" was not called/);
+    expect((error as ProtocolError).data).toMatchObject({ outcome: 'denied', reason: 'approval expired', attempts: 0 });
+    expect(received()).toBe(before);
+  }, 60_000);
+
+  it('does not carry a granted approval over to changed arguments, another tool, another route or another caller', async () => {
+    const args = { name: 'mode', value: 'maintenance' };
+    const link = inputRequestOf(await modernCall('ops', 'reports__put_setting', args));
+    expect(await alice(link.url, { approve: true })).toContain('Approved by alice');
+    const before = { put: received('put_setting'), send: received() };
+    // Each presents the approved elicitation's id as accepted, as a replaying client would: it counts for nothing.
+    const replay = { params: { inputResponses: { [link.key]: { action: 'accept' } } } };
+    const elsewhere = [
+      modernCall('ops', 'reports__put_setting', { ...args, value: 'off' }, replay),
+      modernCall('ops', 'reports__send_email', args, replay),
+      modernCall('ops2', 'reports__put_setting', args, replay),
+    ];
+    for (const response of await Promise.all(elsewhere)) expect(inputRequestOf(response).url).not.toBe(link.url);
+    // bob is another subject: the same call of his is his own request, which he cannot approve with alice's.
+    expect(inputRequestOf(await modernCall('ops', 'reports__put_setting', args, { ...replay, token: tokens.bob })).url).not.toBe(link.url);
+    expect({ put: received('put_setting'), send: received() }).toEqual(before);
+    // The approval itself is still good, for its own call.
+    const allowed = await modernCall('ops', 'reports__put_setting', args);
+    expect(allowed.json().result.content).toEqual([{ type: 'text', text: 'set' }]);
+    expect(received('put_setting')).toBe(before.put + 1);
+  });
+
+  it('writes the expired approval to the audit file as denied, reason approval expired, nothing forwarded', async () => {
+    const events = () => fs.readFileSync(stack.auditFile, 'utf8').split('\n').filter(Boolean).map((line) => JSON.parse(line) as Record<string, any>);
+    const expired = await waitFor('the expired approval’s audit event', async () => (fs.existsSync(stack.auditFile) ? events().find((event) => event.approval?.decision === 'expired') : undefined), { timeoutMs: 10_000 });
+    expect(expired).toMatchObject({ outcome: 'denied', reason: 'approval expired', attempts: 0, route: 'ops', tool: 'send_email', caller: { issuer: idp.issuer } });
+  });
+});
