@@ -6,7 +6,7 @@ import { GatewayStack } from '../../control-plane/devstack/stack';
 import { INTERNAL_TLS_FILES, InternalIdentity } from '../../control-plane/shared/internal-tls';
 import { EGRESS_UPSTREAM_HEADER } from '../../control-plane/xds/translate/settings';
 import { connectClient, listedTools, startGateway, testDir } from '../support/gateway-fixture';
-import { internalHttpRequest, PeerFiles, tlsConnect, waitFor } from '../support/internal-peers';
+import { envoyStatAt, internalHttpRequest, PeerFiles, tlsConnect, waitFor } from '../support/internal-peers';
 import { MountedSecret } from '../support/mounted-secret';
 import { everyRequestKind, expectEveryKind } from '../support/request-kinds';
 import { SpyToolService } from '../support/spy-tool-service';
@@ -94,6 +94,11 @@ describe("Envoy's egress listener serves only the gateway's sidecars", () => {
     expect(await egressOverTls({ dir: dirOf({ role: 'control-plane', name: 'control-plane' }) })).not.toMatch(/^HTTP/);
     await new Promise((resolve) => setTimeout(resolve, 300));
     expect(spy.requests.length).toBe(seen);
+    // Each refused in Envoy's handshake, for its own reason.
+    const sslStat = (name: string) => envoyStatAt(stack.ports.envoyAdmin, `listener.127.0.0.1_${stack.ports.egress}.ssl.${name}`);
+    expect(await sslStat('fail_verify_no_cert')).toBeGreaterThanOrEqual(1);
+    expect(await sslStat('fail_verify_error')).toBeGreaterThanOrEqual(1);
+    expect(await sslStat('fail_verify_san')).toBeGreaterThanOrEqual(2);
     // Positive control: a sidecar's certificate gets through to the spy, with the gateway's token.
     expect(await egressOverTls({ dir: dirOf(sidecar) })).toMatch(/^HTTP\/1\.1 \d{3}/);
     expect(spy.requests.length).toBe(seen + 1);
@@ -105,7 +110,8 @@ describe("Envoy's egress listener serves only the gateway's sidecars", () => {
     await everyRequestKind(stack.gatewayUrl('spied'), spy, 'spy', 'the-callers-own-token');
     expectEveryKind(spy.requests.slice(from));
     expect(new Set(spy.requests.slice(from).map((request) => request.headers.authorization))).toEqual(new Set(['Bearer service-account-v1']));
-    expect(egressPeerSerials()).toContain(serialOf(sidecar));
+    // Envoy writes its access log about once a second.
+    await waitFor("the sidecar's certificate in the egress listener's access log", async () => (egressPeerSerials().includes(serialOf(sidecar)) ? true : undefined));
   });
 
   it("uses renewed certificates on both ends for the next connections, without a restart", async () => {
