@@ -37,7 +37,7 @@ export interface Variant {
 }
 
 /** A process's CPU time so far (user + system, all threads), in µs, from /proc. */
-function cpuMicros(pid: number): number {
+export function cpuMicros(pid: number): number {
   const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
   // utime and stime are fields 14 and 15 of stat, 12 and 13 after the command; clock ticks of 10 ms.
   return (Number(fields[11]) + Number(fields[12])) * 10_000;

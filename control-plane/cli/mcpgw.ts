@@ -292,7 +292,7 @@ program.configureOutput({ outputError: (text, write) => write(oneLineError('mcpg
 
 const DEFAULT_EGRESS = { host: '127.0.0.1', port: 10001 };
 const egressOption = (description: string) => hostPortOption('--egress <host:port>', description).default(DEFAULT_EGRESS, '127.0.0.1:10001');
-const ENVOY_EGRESS_DESCRIPTION = "Envoy's egress listener, for the sidecars' own requests to Tool Services (backend sessions, notifications, DELETE): only the sidecars may reach it";
+const ENVOY_EGRESS_DESCRIPTION = "Envoy's egress listener, for the sidecars' own requests to Tool Services (backend sessions, notifications, DELETE): with --internal-tls it takes only sidecar certificates, without it must be loopback";
 
 const gatewayAddressOptions = [
   hostPortOption('--listener <host:port>', "Envoy's listener agents connect to").default({ host: '127.0.0.1', port: 10000 }, '127.0.0.1:10000'),
@@ -546,6 +546,7 @@ withOptions(withOptions(withOptions(withIdpOptions(subcommand('control-plane', '
       internal: [
         { flag: '--grpc', addresses: [options.grpc] },
         { flag: '--sidecar', addresses: options.sidecar },
+        { flag: '--egress', addresses: [options.egress] },
       ],
       admin: { flag: '--admin', address: options.admin, tokenFile: insideOptions.adminTokenFile },
     });
@@ -735,6 +736,7 @@ withIdpOptions(subcommand('sidecar', 'run the MCP sidecar: the gateway lane (wha
       internal: [
         { flag: '--listen', addresses: [options.listen] },
         { flag: '--control-plane', addresses: [options.controlPlane] },
+        { flag: '--egress', addresses: [options.egress] },
       ],
       admin: options.admin && { flag: '--admin', address: options.admin, tokenFile: options.adminTokenFile },
     });

@@ -45,7 +45,7 @@ function restartLine(event: RestartEvent): string {
 function insideLine(stack: GatewayStack, options: UpOptions): string {
   const inside = stack.inside!;
   return [
-    `secured inside:      mutual TLS (dev CA in ${inside.dir}) on ADS, the catalog stream and Envoy → sidecar;`,
+    `secured inside:      mutual TLS (dev CA in ${inside.dir}) on ADS, the catalog stream, Envoy → sidecar and sidecar → Envoy's egress listener;`,
     `Redis ACL user ${DEV_REDIS_USER}${options.redisTls ? ' over TLS' : ''} (password in ${inside.redisPasswordFile});`,
     'every admin port and the inside on 127.0.0.1 only (docs/operating.md#securing-the-inside)',
   ].join(' ');

@@ -1,4 +1,5 @@
 import { EGRESS_UPSTREAM_HEADER } from '../xds/translate/settings';
+import { InternalTls } from './internal-tls';
 
 /**
  * The body of a reply Envoy's egress listener makes itself when it could not get an answer from the Tool
@@ -42,26 +43,35 @@ export class EgressUnreachableError extends Error {}
 
 /**
  * The fetch the sidecar reaches a Tool Service with for its own requests (backend sessions, relayed
- * notifications and answers, DELETE): through Envoy's egress listener at `egress` (HOST:PORT), plain HTTP, naming
+ * notifications and answers, DELETE): through Envoy's egress listener at `egress` (HOST:PORT), naming
  * the Tool Service's cluster, so that Envoy applies the same credentials, TLS and rotation as to calls
  * (docs/adr/0013-backend-credentials.md). Node never holds a backend's CA, client certificate or
- * service-account token. The URL asked for (the Tool Service's own, as an SDK transport derives it)
- * keeps its path and query; Envoy sends the request to the cluster's endpoint.
+ * service-account token. With `internalTls` (the closed inside, docs/adr/0017-closed-inside.md) it
+ * speaks mutual TLS with the sidecar's own certificate, which is all the listener lets in, and requires
+ * Envoy's; without, plain HTTP (loopback only). The URL asked for (the Tool Service's own, as an SDK
+ * transport derives it) keeps its path and query; Envoy sends the request to the cluster's endpoint.
  */
-export function egressFetch(egress: string, cluster: string): typeof fetch {
+export function egressFetch(egress: string, cluster: string, internalTls?: InternalTls): typeof fetch {
   return async (input, init) => {
     const asked = new URL(input instanceof Request ? input.url : String(input));
-    const viaEgress = `http://${egress}${asked.pathname}${asked.search}`;
+    const viaEgress = `${internalTls ? 'https' : 'http'}://${egress}${asked.pathname}${asked.search}`;
     const headers = new Headers(input instanceof Request ? input.headers : undefined);
     new Headers(init?.headers).forEach((value, name) => headers.set(name, value));
     headers.set(EGRESS_UPSTREAM_HEADER, cluster);
     try {
-      return await fetch(input instanceof Request ? new Request(viaEgress, input) : viaEgress, { ...init, headers });
+      // Node's fetch takes a `dispatcher` of the undici package (the version Node bundles); its types are undici-types' own.
+      const overTls: { dispatcher?: unknown } = internalTls ? { dispatcher: internalTls.clientDispatcher('envoy') } : {};
+      return await fetch(input instanceof Request ? new Request(viaEgress, input) : viaEgress, { ...init, ...overTls, headers } as RequestInit);
     } catch (error) {
-      const code = (error as { cause?: { code?: string } }).cause?.code;
+      const cause = (error as { cause?: { code?: string; message?: string } }).cause;
+      const code = cause?.code;
       // Refused or reset before an answer: Envoy is not there (yet). Anything else (a timeout, an abort) is the request's own.
       if (code === 'ECONNREFUSED' || code === 'ECONNRESET' || code === 'UND_ERR_SOCKET') {
         throw new EgressUnreachableError(`Envoy's egress listener ${egress} is not reachable (${code}): is Envoy running with this gateway's configuration?`, { cause: error });
+      }
+      // The inside's handshake failed: the two certificates are not of one internal CA, or a role is wrong.
+      if (internalTls && (code?.startsWith('ERR_SSL') || code?.startsWith('ERR_TLS') || /certificate/i.test(cause?.message ?? ''))) {
+        throw new EgressUnreachableError(`Envoy's egress listener ${egress} refused the TLS handshake or was refused (${cause?.message ?? code}): Envoy's and the sidecar's --internal-tls must be of one CA`, { cause: error });
       }
       throw error;
     }

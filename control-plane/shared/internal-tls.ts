@@ -3,6 +3,7 @@ import * as path from 'node:path';
 import * as tls from 'node:tls';
 import { X509Certificate, createPrivateKey } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
+import { Agent, Dispatcher } from 'undici';
 import { Logger } from './log';
 
 /**
@@ -122,6 +123,8 @@ export class InternalTls implements grpc.experimental.CertificateProvider {
   private readonly caListeners = new Set<grpc.experimental.CaCertificateUpdateListener>();
   private readonly identityListeners = new Set<grpc.experimental.IdentityCertificateUpdateListener>();
   private readonly secureServers = new Set<tls.Server>();
+  /** HTTP clients holding the current certificate, by the role their servers must have (clientDispatcher). */
+  private readonly clients = new Map<InternalRole, Agent>();
   private readonly watcher: fs.FSWatcher;
   private readonly poll: NodeJS.Timeout;
   private settle?: NodeJS.Timeout;
@@ -165,6 +168,9 @@ export class InternalTls implements grpc.experimental.CertificateProvider {
     for (const listener of this.caListeners) listener({ caCertificate: next.ca });
     for (const listener of this.identityListeners) listener({ certificate: next.certificate, privateKey: next.key });
     for (const server of this.secureServers) server.setSecureContext(this.secureContextOptions());
+    // The next requests connect anew with the new certificate; requests in flight (streams) finish on their connections.
+    for (const client of this.clients.values()) void client.close();
+    this.clients.clear();
   }
 
   addCaCertificateListener(listener: grpc.experimental.CaCertificateUpdateListener): void {
@@ -210,6 +216,29 @@ export class InternalTls implements grpc.experimental.CertificateProvider {
     });
   }
 
+  /**
+   * An HTTP client (for fetch's `dispatcher`) for a server that must hold `role`'s certificate, whatever
+   * address it is reached at, presenting this process's certificate. After a renewal the next call
+   * returns a new one, so new connections present the new certificate.
+   */
+  clientDispatcher(role: InternalRole): Dispatcher {
+    let client = this.clients.get(role);
+    if (!client) {
+      client = new Agent({
+        connect: {
+          ...this.secureContextOptions(),
+          minVersion: 'TLSv1.3',
+          // The role as TLS server name (SNI; an IP address may not be one); the role checked instead of a host name.
+          servername: role,
+          checkServerIdentity: (_host: string, certificate: tls.PeerCertificate) =>
+            peerIdentities(certificate).some((identity) => identity.role === role) ? undefined : new Error(`the server's certificate does not name a gateway ${role}`),
+        },
+      });
+      this.clients.set(role, client);
+    }
+    return client;
+  }
+
   private secureContextOptions(): tls.SecureContextOptions {
     return { cert: this.current.certificate, key: this.current.key, ca: this.current.ca };
   }
@@ -247,6 +276,8 @@ export class InternalTls implements grpc.experimental.CertificateProvider {
     clearInterval(this.poll);
     this.watcher.close();
     this.secureServers.clear();
+    for (const client of this.clients.values()) void client.destroy();
+    this.clients.clear();
   }
 }
 

@@ -159,7 +159,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     lookup: (key) => routes.get(key),
     sessions,
     backendSessions: tracedBackendSessions(
-      new BackendRequests((backend) => egressFetch(options.egressAddress, backend.cluster), credentials, options.backendSessionTimeoutMs),
+      new BackendRequests((backend) => egressFetch(options.egressAddress, backend.cluster, options.internalTls), credentials, options.backendSessionTimeoutMs),
       tracing,
     ),
     credentials,

@@ -21,6 +21,9 @@ const CHART = projectPath('deploy', 'helm', 'mcp-gateway');
 const CLI = projectPath('dist', 'control-plane', 'cli', 'mcpgw.js');
 const NAMESPACE = 'gateway';
 const RELEASE = 'mcpgw';
+/** Extended key usages (RFC 5280): TLS server and TLS client. */
+const SERVER_AUTH = '1.3.6.1.5.5.7.3.1';
+const CLIENT_AUTH = '1.3.6.1.5.5.7.3.2';
 const VALUE_SETS = ['default', ...fs.readdirSync(path.join(CHART, 'ci')).map((file) => file.replace(/-values\.yaml$/, ''))];
 const valuesFile = (set: string) => (set === 'default' ? [] : ['-f', path.join(CHART, 'ci', `${set}-values.yaml`)]);
 
@@ -269,6 +272,8 @@ describe('the Helm chart', () => {
       expect([part, certificate.subjectAltName]).toEqual([part, `DNS:${part}.${part}.mcpgw.internal`]);
       expect(certificate.verify(new X509Certificate(ca).publicKey)).toBe(true);
       expect(Buffer.from(secret.data!['ca.crt'], 'base64').toString()).toBe(ca);
+      // Server and client alike: Envoy serves its egress listener with its certificate, the sidecars call it with theirs.
+      expect([part, certificate.keyUsage]).toEqual([part, expect.arrayContaining([SERVER_AUTH, CLIENT_AUTH])]);
     }
     const controlPlane = containerOf(named(manifests, 'Deployment', 'control-plane'), 'control-plane');
     const sidecar = containerOf(named(manifests, 'Deployment', 'sidecar'), 'sidecar');
@@ -283,6 +288,11 @@ describe('the Helm chart', () => {
     expect(secretOf('control-plane', 'envoy-internal-tls')).toBe(`${RELEASE}-mcp-gateway-envoy-internal-tls`);
     expect(secretOf('sidecar', 'internal-tls')).toBe(`${RELEASE}-mcp-gateway-sidecar-internal-tls`);
     expect(secretOf('envoy', 'internal-tls')).toBe(`${RELEASE}-mcp-gateway-envoy-internal-tls`);
+    // The sidecars present the certificate they mount to Envoy's egress listener, which serves TLS.
+    const mountOf = (deployment: string, container: string, volume: string) =>
+      (containerOf(named(manifests, 'Deployment', deployment), container).volumeMounts as any[]).find((mount) => mount.name === volume)?.mountPath;
+    expect(mountOf('sidecar', 'sidecar', 'internal-tls')).toBe('/etc/mcpgw/internal');
+    expect((named(manifests, 'Service', 'envoy-egress').spec.ports as any[]).map((port) => port.appProtocol)).toEqual(['https']);
     // Envoy's admin is nowhere on the pod's address: no container port, probes on the stats listener or loopback.
     const envoy = containerOf(named(manifests, 'Deployment', 'envoy'), 'envoy');
     expect(envoy.ports.map((port: any) => port.name)).toEqual(['mcp', 'egress', 'stats']);

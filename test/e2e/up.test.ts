@@ -151,7 +151,7 @@ describe('mcpgw up tells the truth', () => {
     await run.untilOutput(/MCP federation gateway is up/);
     const url = `http://127.0.0.1:${setup.listener}/mcp/demo`;
     expect(run.stdout).toContain(`route demo: ${url} (5 tools)`);
-    expect(run.stdout).toMatch(/^secured inside: +mutual TLS \(dev CA in .*\) on ADS, the catalog stream and Envoy → sidecar; Redis ACL user mcpgw \(password in .*\); every admin port and the inside on 127\.0\.0\.1 only/m);
+    expect(run.stdout).toMatch(/^secured inside: +mutual TLS \(dev CA in .*\) on ADS, the catalog stream, Envoy → sidecar and sidecar → Envoy's egress listener; Redis ACL user mcpgw \(password in .*\); every admin port and the inside on 127\.0\.0\.1 only/m);
     // The embedded default takes no token, and says so (docs/auth.md).
     expect(run.stdout).toContain(`authentication: off on every route: anyone who reaches 127.0.0.1:${setup.listener} can call every tool`);
     expect(await listedTools(url)).toHaveLength(5);

@@ -81,7 +81,7 @@ export function tlsConnect(port: number, files: PeerFiles, caFile: string, alpn?
  * One HTTP/1.1 request over a TLS connection to an internal port, sent once the handshake is done:
  * the status line, or why there is none (the server closed the connection, a TLS alert).
  */
-export async function internalHttpRequest(port: number, files: PeerFiles, caFile: string, requestPath: string): Promise<string> {
+export async function internalHttpRequest(port: number, files: PeerFiles, caFile: string, requestPath: string, headers: Record<string, string> = {}): Promise<string> {
   const connected = await tlsConnect(port, files, caFile);
   if ('error' in connected) return `TLS error: ${connected.error}`;
   const { socket } = connected;
@@ -96,7 +96,8 @@ export async function internalHttpRequest(port: number, files: PeerFiles, caFile
     });
     socket.on('error', (error) => resolve(`error: ${error.message}`));
     socket.on('close', () => resolve(received ? received.split('\r\n')[0] : 'closed without an answer'));
-    socket.write(`GET ${requestPath} HTTP/1.1\r\nhost: sidecar\r\nconnection: close\r\n\r\n`);
+    const extra = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`).join('');
+    socket.write(`GET ${requestPath} HTTP/1.1\r\nhost: sidecar\r\nconnection: close\r\n${extra}\r\n`);
   });
 }
 

@@ -45,20 +45,32 @@ export function buildInternalSecrets(settings: GatewaySettings): TypedJson[] {
 export const roleSanMatchers = (role: InternalRole) =>
   Object.entries(roleSanPatterns(role)).map(([sanType, regex]) => ({ san_type: sanType, matcher: { safe_regex: { regex } } }));
 
+/** Envoy's internal certificate, and the internal CA and a SAN of `peerRole` required of the peer's. */
+const internalTlsContext = (peerRole: InternalRole) => ({
+  tls_params: INTERNAL_TLS_PARAMS,
+  tls_certificate_sds_secret_configs: [adsSecret(INTERNAL_CERTIFICATE_SECRET)],
+  combined_validation_context: {
+    default_validation_context: { match_typed_subject_alt_names: roleSanMatchers(peerRole) },
+    validation_context_sds_secret_config: adsSecret(INTERNAL_CA_SECRET),
+  },
+});
+
 /** The transport socket of a cluster whose every endpoint must hold a certificate of `peerRole`. */
 export function internalTransportSocket(peerRole: InternalRole) {
   return {
     name: 'envoy.transport_sockets.tls',
-    typed_config: {
-      '@type': TYPE_URL.upstreamTls,
-      common_tls_context: {
-        tls_params: INTERNAL_TLS_PARAMS,
-        tls_certificate_sds_secret_configs: [adsSecret(INTERNAL_CERTIFICATE_SECRET)],
-        combined_validation_context: {
-          default_validation_context: { match_typed_subject_alt_names: roleSanMatchers(peerRole) },
-          validation_context_sds_secret_config: adsSecret(INTERNAL_CA_SECRET),
-        },
-      },
-    },
+    typed_config: { '@type': TYPE_URL.upstreamTls, common_tls_context: internalTlsContext(peerRole) },
+  };
+}
+
+/**
+ * The transport socket of a listener only holders of a `peerRole` certificate may use: the handshake
+ * fails without a client certificate, with one of another CA, or with one naming another role, before
+ * any request is read.
+ */
+export function internalListenerTransportSocket(peerRole: InternalRole) {
+  return {
+    name: 'envoy.transport_sockets.tls',
+    typed_config: { '@type': TYPE_URL.downstreamTls, require_client_certificate: true, common_tls_context: internalTlsContext(peerRole) },
   };
 }

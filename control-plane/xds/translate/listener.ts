@@ -6,6 +6,7 @@ import { callScriptFilter, mcpFilter, sessionCheckFilter } from './call-lane';
 import { localReplyConfig } from './local-replies';
 import { LIMIT_HEADER, quotaFilters } from './quotas';
 import { duration } from './duration';
+import { internalListenerTransportSocket } from './internal-tls';
 import { LISTENER_CERTIFICATE_SECRET, sdsSecret } from './secrets';
 import {
   CONTROL_PLANE_CLUSTER_NAME,
@@ -227,12 +228,23 @@ export function buildListener(settings: GatewaySettings): TypedJson {
   };
 }
 
+/** The egress listener's access log: also the serial of the sidecar certificate each request came with, so a renewal can be followed. */
+const egressAccessLog = {
+  ...accessLog,
+  typed_config: {
+    ...accessLog.typed_config,
+    log_format: { json_format: { ...accessLog.typed_config.log_format.json_format, egress_peer_serial: '%DOWNSTREAM_PEER_SERIAL%' } },
+  },
+};
+
 /**
  * The egress listener (docs/adr/0013-backend-credentials.md): the sidecars' own requests to Tool
- * Services — backend sessions, relayed notifications and answers, DELETEs — enter Envoy here in plain
- * HTTP and leave through the same clusters as calls, with the same credential injection, TLS and
- * certificate rotation. Routes (RDS) pick the cluster by a header; like the agents'
- * listener it never changes with the registry.
+ * Services — backend sessions, relayed notifications and answers, DELETEs — enter Envoy here and leave
+ * through the same clusters as calls, with the same credential injection, TLS and certificate
+ * rotation. Whoever reaches it gets the gateway's backend credentials sent for it, so with a closed
+ * inside it takes only sidecars' certificates (mutual TLS, docs/adr/0017-closed-inside.md); without one
+ * it is plain HTTP on loopback. Routes (RDS) pick the cluster by a header; like the agents' listener
+ * it never changes with the registry.
  */
 export function buildEgressListener(settings: GatewaySettings): TypedJson {
   return {
@@ -241,6 +253,7 @@ export function buildEgressListener(settings: GatewaySettings): TypedJson {
     address: { socket_address: { address: settings.egress.address, port_value: settings.egress.port } },
     filter_chains: [
       {
+        ...(settings.internalTls && { transport_socket: internalListenerTransportSocket('sidecar') }),
         filters: [
           {
             name: 'envoy.filters.network.http_connection_manager',
@@ -252,7 +265,7 @@ export function buildEgressListener(settings: GatewaySettings): TypedJson {
               // The sidecars' requests carry their own deadlines.
               stream_idle_timeout: '600s',
               request_timeout: '0s',
-              access_log: [accessLog],
+              access_log: [egressAccessLog],
               // Envoy's own replies (the Tool Service could not be reached) say why, for the sidecar's errors.
               local_reply_config: { body_format: { json_format: EGRESS_FAILURE_BODY } },
               http_filters: [{ name: 'envoy.filters.http.router', typed_config: { '@type': TYPE_URL.router } }],

@@ -7,10 +7,11 @@ export interface GatewaySettings {
    */
   listenerTls?: { certFile: string; keyFile: string };
   /**
-   * Envoy's egress listener: plain HTTP for the gateway's own components only (the sidecar's backend
-   * sessions and notifications, the control plane's tools/list), so that their requests get the same
-   * credentials, TLS and rotation as calls (docs/adr/0013-backend-credentials.md). Bind it to loopback
-   * or another address only the gateway's components reach.
+   * Envoy's egress listener, for the sidecars' own requests to Tool Services (backend sessions,
+   * notifications, DELETE), so that they get the same credentials, TLS and rotation as calls
+   * (docs/adr/0013-backend-credentials.md). It sends whatever reaches it with the gateway's backend
+   * credentials: with internalTls it takes only sidecar certificates (mutual TLS); without, plain HTTP,
+   * so loopback only (docs/adr/0017-closed-inside.md).
    */
   egress: { address: string; port: number };
   /**
