@@ -2,6 +2,7 @@ import * as http from 'node:http';
 import { EventSourceMessage } from 'eventsource-parser';
 import { describeListingFailure } from '../catalog/tool-fetcher';
 import { RelayedMessage, exposeResultUris, relayBackendMessage } from './backend-messages';
+import { OUTCOME_META_KEY } from './call-response';
 import { Caller, GatewayContext, RequestHead, Resumption, clientOf, respondError } from './decision';
 import { JSON_RPC, JsonObject, isObject } from './json-rpc';
 import { MODERN_PROTOCOL_VERSION } from './modern-era';
@@ -85,6 +86,30 @@ export async function relayEvents(body: ReadableStream<Uint8Array>, backend: Bac
     }
     onRelayed(relayBackendMessage(message, backend), message);
   });
+}
+
+/**
+ * The answer on a resumed stream as the call script gives a direct one: its result's resource URIs
+ * named, and — for a call's stream — the call's outcome in `result._meta` or `error.data` (unless it
+ * carries one already), so that a resumed result reads like any other.
+ */
+export function answerOfResumedCall(message: JsonObject, backend: BackendView, resumption: Pick<Resumption, 'outcomeOf'>): JsonObject {
+  if (isObject(message.result)) {
+    const result = exposeResultUris(message.result, backend.name);
+    const meta = isObject(result._meta) ? result._meta : {};
+    const outcome = meta[OUTCOME_META_KEY] === undefined ? resumption.outcomeOf?.() : undefined;
+    return { ...message, result: outcome ? { ...result, _meta: { ...meta, [OUTCOME_META_KEY]: outcome } } : result };
+  }
+  if (isObject(message.error)) {
+    const lastError = typeof message.error.message === 'string' ? message.error.message : 'error';
+    const data = message.error.data;
+    // Error data that is not an object, or that names an outcome already (Envoy's own replies put one at
+    // its top, docs/errors.md), is left as it is, as the call script leaves it.
+    if (data !== undefined && (!isObject(data) || data.outcome !== undefined || data[OUTCOME_META_KEY] !== undefined)) return message;
+    const outcome = resumption.outcomeOf?.(lastError);
+    return outcome ? { ...message, error: { ...message.error, data: { ...(data ?? {}), [OUTCOME_META_KEY]: outcome } } } : message;
+  }
+  return message;
 }
 
 export class BackendStreams {
@@ -290,11 +315,6 @@ export class BackendStreams {
   }
 
   /**
-   * One event of a resumed stream, as the call script would have passed it: the event id named for the
-   * gateway, a backend's request under a scoped id, its notifications named (backend-messages.ts), the
-   * resource URIs of the call's result named; the result carries no outcome (the call script's).
-   */
-  /**
    * A backend's request passed on to the client: its answer is awaited in the client's session (only
    * an outstanding request's answer goes on, docs/adr/0009-edge-hardening.md). The client may answer
    * before the record lands; the answer waits for it a moment (ANSWER_RECORD_GRACE_MS).
@@ -306,6 +326,11 @@ export class BackendStreams {
       .catch((error: Error) => this.context.log.warn("could not record a backend's request to its client; the client's answer will be refused", { backend: backend.name, error: error.message }));
   }
 
+  /**
+   * One event of a resumed stream, as the call script would have passed it: the event id named for the
+   * gateway, a backend's request under a scoped id, its notifications named (backend-messages.ts), the
+   * resource URIs of the call's result named, and the call's answer with its outcome (answerOfResumedCall).
+   */
   private resumedEvent(event: EventSourceMessage, resumption: Resumption, gatewaySessionId: string, backend: BackendView, route: string): string {
     let message: unknown;
     try {
@@ -316,7 +341,7 @@ export class BackendStreams {
     let data = '';
     const answer = isObject(message) && typeof message.method !== 'string';
     if (isObject(message) && answer) {
-      data = JSON.stringify(isObject(message.result) ? { ...message, result: exposeResultUris(message.result, backend.name) } : message);
+      data = JSON.stringify(answerOfResumedCall(message, backend, resumption));
     } else if (message !== undefined) {
       const relayed = relayBackendMessage(message, backend);
       if (relayed.kind === 'deliver') {

@@ -1246,9 +1246,12 @@ function M.priming_event(token)
   return "id: " .. RESUME_CALL_PREFIX .. token .. "\ndata:\n\n"
 end
 
--- What the sidecar needs to answer a resumed call in its place: the backend, the tool, the client's id.
+-- What the sidecar needs to answer a resumed call in its place: the backend, the tool, the client's id;
+-- and to give a resumed result the call's outcome as this script would (docs/adr/0018-stream-relaying.md):
+-- the attempts it took and when it started (milliseconds since the epoch).
 function M.resume_token_json(call)
-  return '{"b":' .. json_string(call.backend) .. ',"t":' .. json_string(call.tool) .. ',"i":' .. call.id_json .. "}"
+  return '{"b":' .. json_string(call.backend) .. ',"t":' .. json_string(call.tool) .. ',"i":' .. call.id_json
+    .. ',"a":' .. call.attempts .. ',"s":' .. format("%d", call.started) .. "}"
 end
 
 local NO_REQUESTS = {}
@@ -1308,6 +1311,7 @@ local function call_of(h)
     id_json = ours.rpc_id_json or "null",
     modern = meta ~= nil and meta["io.modelcontextprotocol/protocolVersion"] ~= nil,
     attempts = attempts,
+    started = started,
     backend_session = authz[CHECK_BACKEND_SESSION],
     gateway_session = authz[CHECK_GATEWAY_SESSION] or "",
     status = tonumber(headers:get(":status") or "0") or 0,

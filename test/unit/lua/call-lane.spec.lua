@@ -141,7 +141,8 @@ check("backend requests' own ids reported", table.concat(requests, " "), '3 "x"'
 out = M.take_events('data: {"jsonrpc":"2.0","id":7,"error":{"code":-32004,"message":"x","data":{"outcome":"failed"}}}\n\n', call)
 check("a final answer left as it is is still marked done", out, 'id: mcpgw-done\ndata: {"jsonrpc":"2.0","id":7,"error":{"code":-32004,"message":"x","data":{"outcome":"failed"}}}\n\n')
 check("priming event", M.priming_event("e30="), "id: mcpgw-call.e30=\ndata:\n\n")
-check("resume token", M.resume_token_json({ backend = "jobs", tool = "run", id_json = '"a"' }), '{"b":"jobs","t":"run","i":"a"}')
+check("resume token", M.resume_token_json({ backend = "jobs", tool = "run", id_json = '"a"', attempts = 2, started = 1764500000123 }),
+  '{"b":"jobs","t":"run","i":"a","a":2,"s":1764500000123}')
 
 -- ids the gateway accepts
 local function id_problem(id) return M.id_problem('{"jsonrpc":"2.0","id":' .. id .. ',"method":"tools/call"}') end
