@@ -8,7 +8,7 @@ import { JSON_RPC, JsonObject, isObject } from './json-rpc';
 import { MODERN_PROTOCOL_VERSION } from './modern-era';
 import { BackendView, ListKind } from './route-catalog';
 import { readEvents } from './sessions/backend-sessions';
-import { GatewaySession } from './sessions/session-store';
+import { GatewaySession, SessionChanges } from './sessions/session-store';
 import { RESUME_DONE } from './tool-call';
 
 /**
@@ -115,12 +115,19 @@ export function answerOfResumedCall(message: JsonObject, backend: BackendView, r
 export class BackendStreams {
   private held = 0;
   private warnedFull = false;
+  /** Per gateway session, each of its clients' held streams' look for backend sessions to listen in (follow). */
+  private readonly followers = new Map<string, Set<() => void>>();
 
   constructor(
     private readonly context: GatewayContext,
     readonly limits: BackendStreamLimits,
     readonly reports: BackendReports,
-  ) {}
+    changes: SessionChanges,
+  ) {
+    changes.onChanged((id) => {
+      for (const look of this.followers.get(id) ?? []) look();
+    });
+  }
 
   /** Backend streams this replica holds now. */
   get open(): number {
@@ -197,9 +204,11 @@ export class BackendStreams {
   /**
    * Listens, on the client's behalf, to each backend session the client's gateway session has (opened
    * by its calls, reads, subscriptions or logging/setLevel, on any replica), handing what they send to
-   * `deliver`, until the returned stop is called. Backend sessions opened later are found by reading
-   * the gateway session again every FOLLOW_POLL_MS (from the session cache: another replica's new
-   * backend session is seen within the cache's freshness); none is opened for listening alone.
+   * `deliver`, until the returned stop is called. A backend session opened later is listened in as
+   * soon as the replica that recorded it says so (SessionChanges): a backend that asks its client
+   * something right after the session opened asks on a stream that is open by then. The gateway
+   * session is also read again every FOLLOW_POLL_MS, for a word lost on the way (from the session
+   * cache: within the cache's freshness). None is opened for listening alone.
    */
   follow(session: GatewaySession, head: RequestHead, deliver: (message: JsonObject) => void): () => void {
     const stop = new AbortController();
@@ -222,9 +231,14 @@ export class BackendStreams {
       }
     };
     const poll = setInterval(() => void look(), FOLLOW_POLL_MS);
+    const told = () => void look();
+    const lookers = this.followers.get(session.id) ?? new Set<() => void>();
+    this.followers.set(session.id, lookers.add(told));
     void look();
     return () => {
       clearInterval(poll);
+      lookers.delete(told);
+      if (lookers.size === 0 && this.followers.get(session.id) === lookers) this.followers.delete(session.id);
       stop.abort();
     };
   }
