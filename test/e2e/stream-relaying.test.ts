@@ -39,8 +39,12 @@ async function answeringClient(url: string): Promise<Client> {
   return client;
 }
 
-/** How long after a session's notifications/initialized the eager backend asks its client for roots. */
-const EAGER_ASK_MS = 100;
+/**
+ * How long after a session's notifications/initialized the eager backend asks its client for roots:
+ * well before the follower's 1 s look (seen failing at 100 ms before the fix), well after the gateway's
+ * GET now comes (40–84 ms at load average 12–16; 2–18 ms directly).
+ */
+const EAGER_ASK_MS = 250;
 
 const textOf = (result: unknown) => (((result as { content?: { text: string }[] }).content) ?? [])[0]?.text;
 
