@@ -2,12 +2,13 @@ import * as http from 'node:http';
 import { EventSourceMessage } from 'eventsource-parser';
 import { describeListingFailure } from '../catalog/tool-fetcher';
 import { RelayedMessage, exposeResultUris, relayBackendMessage } from './backend-messages';
+import { OUTCOME_META_KEY } from './call-response';
 import { Caller, GatewayContext, RequestHead, Resumption, clientOf, respondError } from './decision';
 import { JSON_RPC, JsonObject, isObject } from './json-rpc';
 import { MODERN_PROTOCOL_VERSION } from './modern-era';
 import { BackendView, ListKind } from './route-catalog';
 import { readEvents } from './sessions/backend-sessions';
-import { GatewaySession } from './sessions/session-store';
+import { GatewaySession, SessionChanges } from './sessions/session-store';
 import { RESUME_DONE } from './tool-call';
 
 /**
@@ -87,15 +88,46 @@ export async function relayEvents(body: ReadableStream<Uint8Array>, backend: Bac
   });
 }
 
+/**
+ * The answer on a resumed stream as the call script gives a direct one: its result's resource URIs
+ * named, and — for a call's stream — the call's outcome in `result._meta` or `error.data` (unless it
+ * carries one already), so that a resumed result reads like any other.
+ */
+export function answerOfResumedCall(message: JsonObject, backend: BackendView, resumption: Pick<Resumption, 'outcomeOf'>): JsonObject {
+  if (isObject(message.result)) {
+    const result = exposeResultUris(message.result, backend.name);
+    const meta = isObject(result._meta) ? result._meta : {};
+    const outcome = meta[OUTCOME_META_KEY] === undefined ? resumption.outcomeOf?.() : undefined;
+    return { ...message, result: outcome ? { ...result, _meta: { ...meta, [OUTCOME_META_KEY]: outcome } } : result };
+  }
+  if (isObject(message.error)) {
+    const lastError = typeof message.error.message === 'string' ? message.error.message : 'error';
+    const data = message.error.data;
+    // Error data that is not an object, or that names an outcome already (Envoy's own replies put one at
+    // its top, docs/errors.md), is left as it is, as the call script leaves it.
+    if (data !== undefined && (!isObject(data) || data.outcome !== undefined || data[OUTCOME_META_KEY] !== undefined)) return message;
+    const outcome = resumption.outcomeOf?.(lastError);
+    return outcome ? { ...message, error: { ...message.error, data: { ...(data ?? {}), [OUTCOME_META_KEY]: outcome } } } : message;
+  }
+  return message;
+}
+
 export class BackendStreams {
   private held = 0;
   private warnedFull = false;
+  /** Per gateway session, each of its clients' held streams' look for backend sessions to listen in (follow). */
+  private readonly followers = new Map<string, Set<() => void>>();
 
   constructor(
     private readonly context: GatewayContext,
     readonly limits: BackendStreamLimits,
     readonly reports: BackendReports,
-  ) {}
+    changes: SessionChanges,
+  ) {
+    changes.onChanged((id) => {
+      for (const look of this.followers.get(id) ?? []) look();
+    });
+  }
 
   /** Backend streams this replica holds now. */
   get open(): number {
@@ -172,9 +204,11 @@ export class BackendStreams {
   /**
    * Listens, on the client's behalf, to each backend session the client's gateway session has (opened
    * by its calls, reads, subscriptions or logging/setLevel, on any replica), handing what they send to
-   * `deliver`, until the returned stop is called. Backend sessions opened later are found by reading
-   * the gateway session again every FOLLOW_POLL_MS (from the session cache: another replica's new
-   * backend session is seen within the cache's freshness); none is opened for listening alone.
+   * `deliver`, until the returned stop is called. A backend session opened later is listened in as
+   * soon as the replica that recorded it says so (SessionChanges): a backend that asks its client
+   * something right after the session opened asks on a stream that is open by then. The gateway
+   * session is also read again every FOLLOW_POLL_MS, for a word lost on the way (from the session
+   * cache: within the cache's freshness). None is opened for listening alone.
    */
   follow(session: GatewaySession, head: RequestHead, deliver: (message: JsonObject) => void): () => void {
     const stop = new AbortController();
@@ -197,9 +231,14 @@ export class BackendStreams {
       }
     };
     const poll = setInterval(() => void look(), FOLLOW_POLL_MS);
+    const told = () => void look();
+    const lookers = this.followers.get(session.id) ?? new Set<() => void>();
+    this.followers.set(session.id, lookers.add(told));
     void look();
     return () => {
       clearInterval(poll);
+      lookers.delete(told);
+      if (lookers.size === 0 && this.followers.get(session.id) === lookers) this.followers.delete(session.id);
       stop.abort();
     };
   }
@@ -290,11 +329,6 @@ export class BackendStreams {
   }
 
   /**
-   * One event of a resumed stream, as the call script would have passed it: the event id named for the
-   * gateway, a backend's request under a scoped id, its notifications named (backend-messages.ts), the
-   * resource URIs of the call's result named; the result carries no outcome (the call script's).
-   */
-  /**
    * A backend's request passed on to the client: its answer is awaited in the client's session (only
    * an outstanding request's answer goes on, docs/adr/0009-edge-hardening.md). The client may answer
    * before the record lands; the answer waits for it a moment (ANSWER_RECORD_GRACE_MS).
@@ -306,6 +340,11 @@ export class BackendStreams {
       .catch((error: Error) => this.context.log.warn("could not record a backend's request to its client; the client's answer will be refused", { backend: backend.name, error: error.message }));
   }
 
+  /**
+   * One event of a resumed stream, as the call script would have passed it: the event id named for the
+   * gateway, a backend's request under a scoped id, its notifications named (backend-messages.ts), the
+   * resource URIs of the call's result named, and the call's answer with its outcome (answerOfResumedCall).
+   */
   private resumedEvent(event: EventSourceMessage, resumption: Resumption, gatewaySessionId: string, backend: BackendView, route: string): string {
     let message: unknown;
     try {
@@ -316,7 +355,7 @@ export class BackendStreams {
     let data = '';
     const answer = isObject(message) && typeof message.method !== 'string';
     if (isObject(message) && answer) {
-      data = JSON.stringify(isObject(message.result) ? { ...message, result: exposeResultUris(message.result, backend.name) } : message);
+      data = JSON.stringify(answerOfResumedCall(message, backend, resumption));
     } else if (message !== undefined) {
       const relayed = relayBackendMessage(message, backend);
       if (relayed.kind === 'deliver') {

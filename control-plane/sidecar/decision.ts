@@ -1,7 +1,7 @@
 import { CALLER_PAYLOAD_HEADER, CallerIdentity, callerIdentityOf } from '../auth/caller-identity';
 import type { BackendCredentialsProvider } from '../credentials/backend-credentials';
 import { Logger } from '../shared/log';
-import { CallOutcomeName } from './call-response';
+import { CallOutcome, CallOutcomeName } from './call-response';
 import { JsonRpcId, jsonRpcError } from './json-rpc';
 import { BackendView, RouteCatalogView } from './route-catalog';
 import { BackendAnswer, BackendSessionFields, OnBehalf } from './sessions/backend-sessions';
@@ -31,6 +31,8 @@ export interface Resumption {
   eventIdFor(backendEventId: string): string;
   /** What the client gets when the backend cannot resume the stream (a call's: its JSON-RPC error); without it, an HTTP error. */
   unresumable?: { status: number; headers: Record<string, string>; body: string };
+  /** A call's stream: the outcome its answer gets, as the call script gives it (undefined: none). */
+  outcomeOf?(lastError?: string): CallOutcome | undefined;
 }
 
 /** What the sidecar knows of a request it answered, for its metrics and logs. */

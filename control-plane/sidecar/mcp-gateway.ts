@@ -26,7 +26,7 @@ import { LIST_METHODS, ListMethod, RouteCatalogView, listOf } from './route-cata
 import { ClientFieldsTooLargeError, GatewaySession } from './sessions/session-store';
 import { answerUnplacedRequest, isPlacedMethod } from './surface-requests';
 import { honoredFilter, listenParamsSchema } from './subscriptions-listen';
-import { RESUME_CALL_PREFIX, answerResumedCall, answerUnplacedCall, brokenCallAnswer, resumeTargetOf } from './tool-call';
+import { RESUME_CALL_PREFIX, answerResumedCall, answerUnplacedCall, brokenCallAnswer, resumeTargetOf, resumedCallOutcome } from './tool-call';
 import { ListAudience, answerList, listBody } from './tools-list';
 
 /** The sidecar's decisions on requests: answered here, or sent on to exactly one backend (tool-call.ts). */
@@ -136,7 +136,13 @@ async function openStream(head: RequestHead, view: RouteCatalogView, context: Ga
   const target = resumeTargetOf(lastEventId);
   const given =
     target?.kind === 'call' && target.backendEventId !== undefined
-      ? { backend: target.call.b, backendEventId: target.backendEventId, eventIdFor: (id: string) => `${RESUME_CALL_PREFIX}${target.token}.${id}`, unresumable: brokenCallAnswer(target.call) }
+      ? {
+          backend: target.call.b,
+          backendEventId: target.backendEventId,
+          eventIdFor: (id: string) => `${RESUME_CALL_PREFIX}${target.token}.${id}`,
+          unresumable: brokenCallAnswer(target.call),
+          outcomeOf: (lastError?: string) => resumedCallOutcome(target.call, lastError),
+        }
       : target?.kind === 'backend'
         ? { backend: target.backend, backendEventId: target.backendEventId, eventIdFor: (id: string) => clientEventId(target.backend, id) }
         : undefined;
@@ -144,7 +150,8 @@ async function openStream(head: RequestHead, view: RouteCatalogView, context: Ga
   if (!given || !backend || !hasStandaloneStream(backend)) {
     return respondError(400, null, JSON_RPC.INVALID_REQUEST, `Last-Event-ID ${JSON.stringify(lastEventId)} names no stream this gateway can resume on route "${view.key}"`, 'unknown_event_id');
   }
-  return { kind: 'resume', session, backend, resumption: { lastEventId: given.backendEventId, eventIdFor: given.eventIdFor, unresumable: given.unresumable }, head };
+  const resumption = { lastEventId: given.backendEventId, eventIdFor: given.eventIdFor, unresumable: given.unresumable, outcomeOf: given.outcomeOf };
+  return { kind: 'resume', session, backend, resumption, head };
 }
 
 /** DELETE: ends the backend sessions, then the gateway session. */

@@ -22,7 +22,7 @@ import { TOKEN_CACHE_DEFAULTS, TokenCache, TokenCacheSettings } from '../credent
 import { egressFetch } from '../shared/egress-fetch';
 import { BackendRequests } from './sessions/backend-sessions';
 import { CachedSessionStore, SESSION_CACHE_DEFAULTS, redisSessionEndings } from './sessions/session-cache';
-import { MemorySessionStore, RedisSessionStore, SessionLimits, SessionStore } from './sessions/session-store';
+import { MemorySessionStore, RedisSessionStore, SessionChanges, SessionLimits, SessionStore } from './sessions/session-store';
 import { SidecarMetrics, startSidecarAdmin } from './sidecar-metrics';
 import { redisUpGauge } from '../shared/state-gauge';
 import { InternalTls } from '../shared/internal-tls';
@@ -119,7 +119,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   );
 
   const metrics = new SidecarMetrics();
-  let sessions: SessionStore;
+  let sessions: SessionStore & SessionChanges;
   if (options.redis) {
     const keyspace = redisKeyspace(options.redis.prefix);
     const redisSessions = new RedisSessionStore({
@@ -166,10 +166,15 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     log,
   };
 
-  const backendStreams = new BackendStreams(context, options.backendStreams ?? BACKEND_STREAM_DEFAULTS, {
-    listChanged: (backend, _list, route) => subscriber.report({ toolService: backend.toolService, route, listChanged: true }),
-    failed: (backend, reason, route) => subscriber.report({ toolService: backend.toolService, route, failure: reason }),
-  });
+  const backendStreams = new BackendStreams(
+    context,
+    options.backendStreams ?? BACKEND_STREAM_DEFAULTS,
+    {
+      listChanged: (backend, _list, route) => subscriber.report({ toolService: backend.toolService, route, listChanged: true }),
+      failed: (backend, reason, route) => subscriber.report({ toolService: backend.toolService, route, failure: reason }),
+    },
+    sessions,
+  );
   const streams = new ListChangedStreams(options.maxStreamsPerSession, log, backendStreams);
   const listens = new ListenStreams(context, backendStreams, log);
 

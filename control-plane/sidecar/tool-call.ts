@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { BACKEND_UNAVAILABLE_CODE } from '../xds/translate/local-replies';
+import { CallOutcome } from './call-response';
 import { Decision, TOOL_DENIED_CODE, respondError, respondJson } from './decision';
 import { JSON_RPC, JsonRpcId, jsonRpcError } from './json-rpc';
 import { RouteCatalogView, resolveTool } from './route-catalog';
@@ -41,7 +42,13 @@ const resumeTokenSchema = z.object({
   b: z.string(),
   t: z.string(),
   i: z.union([z.string(), z.number(), z.null()]),
+  /** The attempts the call took, and when it started (ms since the epoch): a resumed result's outcome. Absent in a token of an older call script. */
+  a: z.number().int().min(0).optional(),
+  s: z.number().int().min(0).optional(),
 });
+
+/** The call a resumed stream belongs to, as its resume token names it. */
+export type ResumedCall = z.output<typeof resumeTokenSchema>;
 
 /** What a client's Last-Event-ID names (docs/adr/0018-stream-relaying.md). */
 export type ResumeTarget =
@@ -51,7 +58,7 @@ export type ResumeTarget =
    * A call's stream: its priming id (`mcpgw-call.<token>`), or one of the backend's own events in it
    * (`mcpgw-call.<token>.<the backend's event id>`), where the call is resumed at the backend.
    */
-  | { kind: 'call'; token: string; call: z.output<typeof resumeTokenSchema>; backendEventId?: string }
+  | { kind: 'call'; token: string; call: ResumedCall; backendEventId?: string }
   /** Another method's stream: one of the backend's own events (`mcpgw:<backend>:<its id>`). */
   | { kind: 'backend'; backend: string; backendEventId: string };
 
@@ -82,7 +89,7 @@ export function resumeTargetOf(lastEventId: string | undefined): ResumeTarget | 
  * holds none of the backend's events: the client, resuming at once, gets its call answered here with
  * the JSON-RPC error instead of waiting for its own timeout.
  */
-export function brokenCallAnswer(call: z.output<typeof resumeTokenSchema>): Decision & { kind: 'respond' } {
+export function brokenCallAnswer(call: ResumedCall): Decision & { kind: 'respond' } {
   const { b: backend, t: tool, i: id } = call;
   const lastError = 'the stream ended before the answer (the Tool Service reset it, stopped, or ran past its deadline)';
   const outcome = { outcome: 'failed', backend, tool, fallback_used: false, last_error: lastError };
@@ -94,6 +101,24 @@ export function brokenCallAnswer(call: z.output<typeof resumeTokenSchema>): Deci
     body: `id: ${RESUME_DONE}\nevent: message\ndata: ${JSON.stringify(error)}\n\n`,
     reason: 'call_stream_broken',
     metadata: { backend, tool, outcome: 'failed' },
+  };
+}
+
+/**
+ * The outcome of a call whose answer came on a resumed stream, as the call script gives a direct one
+ * (ok, or failed with the backend's error message): the attempts its token names, the time since the
+ * call started. undefined for a token of an older call script, which names neither.
+ */
+export function resumedCallOutcome(call: ResumedCall, lastError?: string): CallOutcome | undefined {
+  if (call.a === undefined || call.s === undefined) return undefined;
+  return {
+    outcome: lastError === undefined ? 'ok' : 'failed',
+    backend: call.b,
+    tool: call.t,
+    attempts: call.a,
+    elapsed_ms: Math.max(0, Date.now() - call.s),
+    fallback_used: false,
+    ...(lastError !== undefined && { last_error: lastError }),
   };
 }
 

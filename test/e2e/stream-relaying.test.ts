@@ -26,6 +26,7 @@ import { ServerRequestsService } from '../support/server-requests-service';
  */
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const ROOTS_ANSWER = { roots: [{ uri: 'file:///work', name: 'work' }] };
 const SAMPLED = { role: 'assistant' as const, content: { type: 'text' as const, text: 'sampled by the client' }, model: 'test-model' };
 
 /** An SDK v1 session client that answers sampling, elicitation and roots/list. */
@@ -33,22 +34,31 @@ async function answeringClient(url: string): Promise<Client> {
   const client = new Client({ name: 'stream-test', version: '1.0.0' }, { capabilities: { sampling: {}, elicitation: {}, roots: { listChanged: true } } });
   client.setRequestHandler(CreateMessageRequestSchema, async () => SAMPLED);
   client.setRequestHandler(ElicitRequestSchema, async () => ({ action: 'accept' as const, content: { name: 'Ada' } }));
-  client.setRequestHandler(ListRootsRequestSchema, async () => ({ roots: [{ uri: 'file:///work', name: 'work' }] }));
+  client.setRequestHandler(ListRootsRequestSchema, async () => ROOTS_ANSWER);
   await client.connect(new StreamableHTTPClientTransport(new URL(url)));
   return client;
 }
+
+/**
+ * How long after a session's notifications/initialized the eager backend asks its client for roots:
+ * well before the follower's 1 s look (seen failing at 100 ms before the fix), well after the gateway's
+ * GET now comes (40–84 ms at load average 12–16; 2–18 ms directly).
+ */
+const EAGER_ASK_MS = 250;
 
 const textOf = (result: unknown) => (((result as { content?: { text: string }[] }).content) ?? [])[0]?.text;
 
 describe('streams through the gateway: backend requests outside calls, resumable calls, both revisions', () => {
   let stack: GatewayStack;
   let asker: ServerRequestsService;
+  let eager: ServerRequestsService;
   let everything: ManagedProcess;
   let dual: ModernToolService;
   let dir: string;
 
   beforeAll(async () => {
     asker = await ServerRequestsService.start();
+    eager = await ServerRequestsService.start({ rootsAfterInitializedMs: EAGER_ASK_MS });
     dual = await ModernToolService.start('stateless');
     const everythingPort = await freePort();
     everything = await startEverythingServer(everythingPort, path.join(testDir('stream-relaying-everything'), 'everything.log'));
@@ -64,6 +74,7 @@ describe('streams through the gateway: backend requests outside calls, resumable
             ],
           },
           { key: 'dual', toolServices: [{ name: 'both', url: dual.url }] },
+          { key: 'eager', toolServices: [{ name: 'eager', url: eager.url }] },
         ],
       }),
       { sidecars: 2, catalogRefreshMs: 600_000 },
@@ -72,11 +83,13 @@ describe('streams through the gateway: backend requests outside calls, resumable
       const tools = (await listedTools(stack.gatewayUrl('asks'))) ?? [];
       return tools.includes('asker__steps') && tools.some((name) => name.startsWith('every__')) ? true : undefined;
     });
+    await waitFor('the eager backend in the catalog', async () => (((await listedTools(stack.gatewayUrl('eager'))) ?? []).includes('eager__steps') ? true : undefined));
     await waitFor('the dual-era backend in the catalog', async () => (((await listedTools(stack.gatewayUrl('dual'))) ?? []).includes('both__shout') ? true : undefined));
   });
   afterAll(async () => {
     await stack?.stop();
     await asker?.stop();
+    await eager?.stop();
     await everything?.stop();
     await dual?.stop();
   });
@@ -99,7 +112,7 @@ describe('streams through the gateway: backend requests outside calls, resumable
         expect(asker.answers[before]).toEqual({
           kind,
           answer:
-            kind === 'sampling' ? SAMPLED : kind === 'elicitation' ? { action: 'accept', content: { name: 'Ada' } } : { roots: [{ uri: 'file:///work', name: 'work' }] },
+            kind === 'sampling' ? SAMPLED : kind === 'elicitation' ? { action: 'accept', content: { name: 'Ada' } } : ROOTS_ANSWER,
         });
       }
       // Each replica relayed some of the answers: the one holding the stream, and the other.
@@ -138,6 +151,11 @@ describe('streams through the gateway: backend requests outside calls, resumable
       });
       expect(textOf(result)).toBe('done after 4 steps');
       expect(progress).toEqual([1, 2, 3, 4]);
+      // The result came on the resumed stream, and carries the call's outcome as a direct one does.
+      const outcome = result._meta?.['mcpgw/outcome'] as { elapsed_ms: number } | undefined;
+      expect(outcome).toMatchObject({ outcome: 'ok', backend: 'asker', tool: 'steps', attempts: 1, fallback_used: false });
+      // Counted from the call's start, not from the resume: four steps of 300 ms.
+      expect(outcome!.elapsed_ms).toBeGreaterThanOrEqual(1200);
     } finally {
       await client.close();
     }
@@ -222,6 +240,50 @@ describe('streams through the gateway: backend requests outside calls, resumable
     const text = await response.text();
     expect(text).toContain('done after 2 steps');
     expect(text).not.toMatch(/^(id|retry):/m);
+  }, 30_000);
+
+  // The gateway does not resume such a call (docs/adr/0018-stream-relaying.md, "Gaps closed later", 1:
+  // Envoy's Lua cannot append to an answer its backend ended); the client gets the call's error when
+  // the backend ends the stream, not its own timeout. Seen failing before: 'Request timed out'.
+  it('a 2026-07-28 client whose backend closes the pooled session’s stream mid-call anyway gets the call’s -32004 when it ends', async () => {
+    const client = new V2Client({ name: 'v2-agent', version: '1.0.0' }, { versionNegotiation: { mode: 'auto' } });
+    await client.connect(new V2Transport(new URL(stack.gatewayUrl('asks'))));
+    try {
+      expect(client.getNegotiatedProtocolVersion()).toBe('2026-07-28');
+      const progress: number[] = [];
+      // Its own timeout is far past the first step (300 ms), when the backend ends the stream.
+      const call = client.callTool(
+        { name: 'asker__steps', arguments: { steps: 3, interval_ms: 300, close_after: 1, close_anyway: true } },
+        { onprogress: ({ progress: step }) => progress.push(step), timeout: 8000 },
+      );
+      await expect(call).rejects.toMatchObject({ code: -32004, message: expect.stringContaining('backend asker ended the stream of tools/call steps before its answer') });
+      expect(progress).toEqual([1]);
+    } finally {
+      await client.close();
+    }
+  }, 30_000);
+
+  it('a request a backend sends on its standalone stream right after its session opened reaches the client', async () => {
+    const answered = () => eager.answers.filter((answer) => answer.answer !== undefined).length;
+    // Directly, the SDK client holds its GET stream by then and answers.
+    const direct = await answeringClient(eager.url);
+    try {
+      await waitFor('the direct client’s answer', async () => (answered() > 0 ? true : undefined), { timeoutMs: 5000 });
+    } finally {
+      await direct.close();
+    }
+    const before = answered();
+    const client = await answeringClient(stack.gatewayUrl('eager'));
+    try {
+      // The client holds its GET stream (the SDK opens it after initialize); its first call opens the
+      // backend session, which asks for the roots EAGER_ASK_MS after notifications/initialized.
+      await sleep(500);
+      expect(textOf(await client.callTool({ name: 'eager__steps', arguments: { steps: 1, interval_ms: 1 } }))).toBe('done after 1 steps');
+      await waitFor('the client’s answer at the eager backend', async () => (answered() > before ? true : undefined), { timeoutMs: 5000 });
+      expect(eager.answers.filter((answer) => answer.answer !== undefined).at(-1)).toEqual({ kind: 'roots', answer: ROOTS_ANSWER });
+    } finally {
+      await client.close();
+    }
   }, 30_000);
 
   it('finding 4: a 2026-07-28 v2 client in auto mode streams progress from a 2025 stateful backend, frame by frame, with one backend attempt', async () => {

@@ -1,4 +1,5 @@
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import type { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { createMcpExpressApp } from '@modelcontextprotocol/sdk/server/express.js';
 import { InMemoryEventStore } from '@modelcontextprotocol/sdk/examples/shared/inMemoryEventStore.js';
 import { z } from 'zod';
@@ -26,7 +27,10 @@ export interface ServerRequestAnswer {
  *   result; with `close_after` it closes the call's SSE stream after that many steps and goes on,
  *   expecting the client to reconnect with Last-Event-ID (SEP-1699; `retry:` 200 ms). It closes the
  *   stream only for clients of 2025-11-25 or later: those got the priming event that makes a stream
- *   resumable, as the SDK sends it.
+ *   resumable, as the SDK sends it; with `close_anyway` also for older clients (a backend that does
+ *   not follow the revision it negotiated: docs/adr/0018-stream-relaying.md, the pooled session);
+ * - with `rootsAfterInitializedMs`, each session's client is asked `roots/list` on the standalone
+ *   stream that long after its `notifications/initialized` (a backend that asks at once).
  */
 export class ServerRequestsService extends LoopbackMcpService {
   readonly answers: ServerRequestAnswer[] = [];
@@ -35,8 +39,15 @@ export class ServerRequestsService extends LoopbackMcpService {
   /** Calls of `steps` that ran to their end. */
   stepsCompleted = 0;
 
-  static async start(): Promise<ServerRequestsService> {
-    const service = new ServerRequestsService(await freePort());
+  private constructor(
+    port: number,
+    private readonly rootsAfterInitializedMs?: number,
+  ) {
+    super(port);
+  }
+
+  static async start(options: { rootsAfterInitializedMs?: number } = {}): Promise<ServerRequestsService> {
+    const service = new ServerRequestsService(await freePort(), options.rootsAfterInitializedMs);
     const app = createMcpExpressApp({ host: LOOPBACK });
     mountStatefulMcp(app, new Map(), () => service.mcpServer(), {
       transportOptions: () => ({ eventStore: new InMemoryEventStore(), retryInterval: 200 }),
@@ -65,6 +76,8 @@ export class ServerRequestsService extends LoopbackMcpService {
         this.answers.push({ kind, error: (error as Error).message });
       }
     };
+    const askAfterInitialized = this.rootsAfterInitializedMs;
+    if (askAfterInitialized !== undefined) server.server.oninitialized = () => void setTimeout(() => void ask('roots'), askAfterInitialized);
     server.registerTool('ask_later', { inputSchema: { kind: z.enum(['sampling', 'elicitation', 'roots']), delay_ms: z.number().default(100) } }, async ({ kind, delay_ms }) => {
       setTimeout(() => void ask(kind), delay_ms);
       return { content: [{ type: 'text', text: `will ask for ${kind}` }] };
@@ -72,8 +85,8 @@ export class ServerRequestsService extends LoopbackMcpService {
     server.registerTool('answers', {}, async () => ({ content: [{ type: 'text', text: JSON.stringify(this.answers) }] }));
     server.registerTool(
       'steps',
-      { inputSchema: { steps: z.number(), interval_ms: z.number(), close_after: z.number().optional() } },
-      async ({ steps, interval_ms, close_after }, extra) => {
+      { inputSchema: { steps: z.number(), interval_ms: z.number(), close_after: z.number().optional(), close_anyway: z.boolean().optional() } },
+      async ({ steps, interval_ms, close_after, close_anyway }, extra) => {
         const progressToken = extra._meta?.progressToken;
         const resumable = (server.server.getClientVersion() && (extra.requestInfo?.headers['mcp-protocol-version'] ?? '') >= '2025-11-25') === true;
         for (let step = 1; step <= steps; step++) {
@@ -82,6 +95,8 @@ export class ServerRequestsService extends LoopbackMcpService {
             await extra.sendNotification({ method: 'notifications/progress', params: { progressToken, progress: step, total: steps } });
           }
           if (step === close_after && resumable) extra.closeSSEStream?.();
+          // The SDK offers closeSSEStream only to 2025-11-25 clients; a backend may close the stream anyway.
+          else if (step === close_after && close_anyway) (server.server.transport as StreamableHTTPServerTransport).closeSSEStream(extra.requestId);
         }
         this.stepsCompleted++;
         return { content: [{ type: 'text', text: `done after ${steps} steps` }] };

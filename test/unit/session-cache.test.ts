@@ -86,6 +86,17 @@ describe('sessions cached in the sidecar, Redis the source of truth', () => {
     expect((await a.get(session.id))?.backends).toEqual({ jobs: 'opened-by-b' });
   });
 
+  it('tells its listeners of a backend session another replica recorded, after dropping its copy (a held stream listens there at once)', async () => {
+    const { a, b } = replicas();
+    const session = await a.create(fields);
+    await b.get(session.id);
+    const seen: (string | undefined)[] = [];
+    b.onChanged((id) => void b.get(id).then((read) => seen.push(read?.backends.jobs)));
+    await a.claimBackend(session.id, 'jobs', 'backend-1');
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(seen).toEqual(['backend-1']);
+  });
+
   it('hands out copies, so a caller cannot change the cached session', async () => {
     const { a } = replicas();
     const session = await a.create(fields);

@@ -1,6 +1,6 @@
 import Redis from 'ioredis';
 import { Logger } from '../../shared/log';
-import { GatewaySession, SessionStore } from './session-store';
+import { ChangeListeners, GatewaySession, SessionChanges, SessionStore } from './session-store';
 
 /**
  * Sessions as the session check reads them on every call in a session (docs/adr/0008-data-path-lanes.md):
@@ -54,9 +54,10 @@ export function redisSessionEndings(redis: Redis, subscriber: Redis, channel: st
 
 const copyOf = (session: GatewaySession): GatewaySession => ({ ...session, backends: { ...session.backends } });
 
-export class CachedSessionStore implements SessionStore {
+export class CachedSessionStore implements SessionStore, SessionChanges {
   /** Insertion order is age order: the oldest entry goes first when the cache is full. */
   private readonly entries = new Map<string, { session: GatewaySession; fetchedAt: number }>();
+  private readonly changes = new ChangeListeners();
 
   constructor(
     private readonly inner: SessionStore,
@@ -64,7 +65,16 @@ export class CachedSessionStore implements SessionStore {
     private readonly options: SessionCacheOptions,
     private readonly log: Logger,
   ) {
-    endings.onEnded((id) => this.entries.delete(id));
+    // The copy goes first: a listener reads the session again.
+    endings.onEnded((id) => {
+      this.entries.delete(id);
+      this.changes.tell(id);
+    });
+  }
+
+  /** Told of every change any replica publishes, this one's own included (its subscriber hears them too). */
+  onChanged(listener: (id: string) => void): void {
+    this.changes.onChanged(listener);
   }
 
   private remember(session: GatewaySession): void {

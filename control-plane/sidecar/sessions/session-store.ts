@@ -56,6 +56,28 @@ export interface SessionStore {
   close(): Promise<void>;
 }
 
+/**
+ * Word of a gateway session whose backend sessions changed (one recorded or forgotten) or that ended,
+ * on any replica: the replica holding the client's GET stream listens in a new backend session at
+ * once, before the backend's first requests there (docs/adr/0018-stream-relaying.md).
+ */
+export interface SessionChanges {
+  onChanged(listener: (id: string) => void): void;
+}
+
+/** Listeners of SessionChanges, told in the order they came. */
+export class ChangeListeners implements SessionChanges {
+  private readonly listeners: ((id: string) => void)[] = [];
+
+  onChanged(listener: (id: string) => void): void {
+    this.listeners.push(listener);
+  }
+
+  tell(id: string): void {
+    for (const listener of this.listeners) listener(id);
+  }
+}
+
 /** Bounds on what one client makes the gateway store (docs/hardening.md). */
 export interface SessionLimits {
   /**
@@ -322,8 +344,9 @@ export class RedisSessionStore implements SessionStore {
 }
 
 /** For a single sidecar without Redis: sessions live and die with the process. */
-export class MemorySessionStore implements SessionStore {
+export class MemorySessionStore implements SessionStore, SessionChanges {
   private readonly sessions = new Map<string, { session: GatewaySession; expiresAt: number; awaitingAnswers: Set<string> }>();
+  private readonly changes = new ChangeListeners();
 
   constructor(
     private readonly idleTtlSeconds: number,
@@ -353,12 +376,18 @@ export class MemorySessionStore implements SessionStore {
     const { session } = entry;
     entry.expiresAt = Date.now() + this.idleTtlSeconds * 1000;
     session.backends[backend] ??= backendSessionId;
+    if (session.backends[backend] === backendSessionId) this.changes.tell(id);
     return session.backends[backend];
   }
 
   async forgetBackend(id: string, backend: string, staleBackendSessionId: string): Promise<void> {
     const session = this.sessions.get(id)?.session;
     if (session?.backends[backend] === staleBackendSessionId) delete session.backends[backend];
+    this.changes.tell(id);
+  }
+
+  onChanged(listener: (id: string) => void): void {
+    this.changes.onChanged(listener);
   }
 
   async setLogLevel(id: string, level: string): Promise<void> {
@@ -376,6 +405,7 @@ export class MemorySessionStore implements SessionStore {
 
   async remove(id: string): Promise<void> {
     this.sessions.delete(id);
+    this.changes.tell(id);
   }
 
   async close(): Promise<void> {

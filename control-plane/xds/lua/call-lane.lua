@@ -1083,8 +1083,8 @@ local function annotate_result(s, result, call)
 end
 
 -- One JSON-RPC message of the answer: its rewritten text (nil to leave it as it is), and what it is:
--- "request" (a request the backend sends its client, with its own id as raw JSON) or "final" (the
--- answer to the call).
+-- "request" (a request the backend sends its client, with its own id as raw JSON), "final" (the
+-- answer to the call) or "interim" (a stateless backend's answer asking its client for input first).
 -- call: { backend, id, modern, method, scheme, outcome = function(last_error_json) -> outcome JSON (tools/call only) }
 -- Only a tools/call's answer is "final": the answers of the other methods carry no resumption ids.
 function M.rewrite_message(s, call)
@@ -1105,8 +1105,8 @@ function M.rewrite_message(s, call)
   if result and byte(s, result[1]) == 123 then
     local inner = members(s, result[1])
     if not inner then return nil, final end
-    -- A stateless backend asking its client for input: the call is not over.
-    if inner.resultType and text_of(s, inner.resultType) == '"input_required"' then return nil end
+    -- A stateless backend asking its client for input: the call is not over, this request is answered.
+    if inner.resultType and text_of(s, inner.resultType) == '"input_required"' then return nil, "interim" end
     -- Resource URIs in the result are named for the gateway first, then the result is annotated.
     local renamed = call.scheme and M.expose_result_uris(s, result[1], call.method or "tools/call", call.scheme)
     if renamed then
@@ -1237,12 +1237,13 @@ end
 -- The blank lines that end an SSE event (two line ends: LF, CRLF or CR), as plain texts.
 local EVENT_ENDS = { "\n\n", "\r\n\n", "\n\r\n", "\r\n\r\n", "\r\r" }
 
--- Splits the complete events off `pending`: the text to send now (rewritten), what stays held, and
--- the own ids of the requests the backend sent its client in these events.
+-- Splits the complete events off `pending`: the text to send now (rewritten), what stays held, the
+-- own ids of the requests the backend sent its client in these events, and whether the request's
+-- answer (final or interim) was among them.
 -- Each ending is looked for with a plain find, and where one is absent it is not looked for again
 -- in this text, so many events cost one pass, not one pass each.
 function M.take_events(pending, call)
-  local out, position, requests = {}, 1, {}
+  local out, position, requests, answered = {}, 1, {}, false
   local next_at = {}
   while true do
     local s, e
@@ -1259,11 +1260,12 @@ function M.take_events(pending, call)
     local event = sub(pending, position, s - 1)
     local rewritten, role, request_id = M.rewrite_event(event, call)
     if role == "request" then requests[#requests + 1] = request_id end
+    if role == "final" or role == "interim" then answered = true end
     out[#out + 1] = rewritten or event
     out[#out + 1] = sub(pending, s, e)
     position = e + 1
   end
-  return concat(out), sub(pending, position), requests
+  return concat(out), sub(pending, position), requests, answered
 end
 
 -- The event a call's stream starts with: no data, only the id a client resumes the call with when the
@@ -1272,15 +1274,19 @@ function M.priming_event(token)
   return "id: " .. RESUME_CALL_PREFIX .. token .. "\ndata:\n\n"
 end
 
--- What the sidecar needs to answer a resumed call in its place: the backend, the tool, the client's id.
+-- What the sidecar needs to answer a resumed call in its place: the backend, the tool, the client's id;
+-- and to give a resumed result the call's outcome as this script would (docs/adr/0018-stream-relaying.md):
+-- the attempts it took and when it started (milliseconds since the epoch).
 function M.resume_token_json(call)
-  return '{"b":' .. json_string(call.backend) .. ',"t":' .. json_string(call.tool) .. ',"i":' .. call.id_json .. "}"
+  return '{"b":' .. json_string(call.backend) .. ',"t":' .. json_string(call.tool) .. ',"i":' .. call.id_json
+    .. ',"a":' .. call.attempts .. ',"s":' .. format("%d", call.started) .. "}"
 end
 
 local NO_REQUESTS = {}
 
 -- Reads an SSE answer chunk by chunk: push(bytes) gives the text to send now (the events completed,
--- rewritten), how many bytes stay held and the own ids of the backend's requests among those events;
+-- rewritten), how many bytes stay held, the own ids of the backend's requests among those events and
+-- whether the request's answer was among them;
 -- release() gives what is held, as it came. A chunk that
 -- ends no event is only kept (no pass over what is held, no copy of it), so a large event costs
 -- about one pass however it was cut.
@@ -1305,12 +1311,12 @@ function M.event_reader(call)
       pieces[#pieces + 1] = bytes
       held = held + #bytes
       tail = sub(window, -3)
-      return "", held, NO_REQUESTS
+      return "", held, NO_REQUESTS, false
     end
     pieces[#pieces + 1] = bytes
-    local out, rest, requests = M.take_events(concat(pieces), call)
+    local out, rest, requests, answered = M.take_events(concat(pieces), call)
     pieces, held, tail = { rest }, #rest, sub(rest, -3)
-    return out, held, requests
+    return out, held, requests, answered
   end
   return push, release
 end
@@ -1334,6 +1340,7 @@ local function call_of(h)
     id_json = ours.rpc_id_json or "null",
     modern = meta ~= nil and meta["io.modelcontextprotocol/protocolVersion"] ~= nil,
     attempts = attempts,
+    started = started,
     backend_session = authz[CHECK_BACKEND_SESSION],
     gateway_session = authz[CHECK_GATEWAY_SESSION] or "",
     status = tonumber(headers:get(":status") or "0") or 0,
@@ -1381,6 +1388,22 @@ local function record_outcome(h, call, outcome, http_status)
   end
 end
 
+-- The JSON-RPC error (-32004) of a call that failed at its backend, its outcome in error.data (docs/errors.md).
+function M.failure_json(call, message, http_status)
+  local data = '{"outcome":"failed","backend":' .. json_string(call.backend) .. ',"tool":' .. json_string(call.tool)
+    .. ',"attempts":' .. call.attempts .. ',"fallback_used":false,"http_status":' .. http_status .. "}"
+  return '{"jsonrpc":"2.0","id":' .. call.id_json .. ',"error":{"code":' .. BACKEND_UNAVAILABLE .. ',"message":'
+    .. json_string(message) .. ',"data":' .. data .. "}}"
+end
+
+-- The event that ends a stateless client's call stream its backend ended before the answer: such a
+-- client cannot resume (its revision has no event ids), so it gets the call's error rather than wait
+-- for its own timeout (docs/adr/0018-stream-relaying.md).
+function M.ended_before_answer_event(call)
+  return "event: message\ndata: " .. M.failure_json(call, "backend " .. call.backend .. " ended the stream of tools/call "
+    .. (call.tool or "") .. " before its answer: the call may or may not have run", 502) .. "\n\n"
+end
+
 -- The whole answer replaced by one JSON-RPC error naming the backend (status 200: MCP clients read
 -- the JSON-RPC error only from a 2xx answer). `buffered`: the answer was read whole (h:body()), so its
 -- content-length follows the new body; a streamed one is framed anew. Handles are fetched here, as any
@@ -1391,10 +1414,7 @@ local function replace_with_error(h, call, message, http_status, buffered)
   headers:replace("content-type", "application/json")
   headers:remove("mcp-session-id")
   record_outcome(h, call, "failed", http_status)
-  local data = '{"outcome":"failed","backend":' .. json_string(call.backend) .. ',"tool":' .. json_string(call.tool)
-    .. ',"attempts":' .. call.attempts .. ',"fallback_used":false,"http_status":' .. http_status .. "}"
-  local body = '{"jsonrpc":"2.0","id":' .. call.id_json .. ',"error":{"code":' .. BACKEND_UNAVAILABLE .. ',"message":'
-    .. json_string(message) .. ',"data":' .. data .. "}}"
+  local body = M.failure_json(call, message, http_status)
   if buffered then
     h:body(true):setBytes(body)
     return
@@ -1490,16 +1510,25 @@ function envoy_on_response(h)
   call.resume_token = call.method == "tools/call" and not call.modern and h:base64Escape(M.resume_token_json(call)) or nil
   local priming = call.resume_token and M.priming_event(call.resume_token) or ""
   local push, release = M.event_reader(call)
-  local passing = false
+  local passing, answered = false, false
+  -- Only a stateless client's call stream can end unanswered unnoticed: a session client resumes it.
+  local watch_end = call.modern and call.method == "tools/call"
   for chunk in h:bodyChunks() do
     if not passing then
-      local out, held, requests = push(chunk:getBytes(0, chunk:length()))
+      local length = chunk:length()
+      local out, held, requests, answer_passed = push(chunk:getBytes(0, length))
+      answered = answered or answer_passed
       if held > MAX_HELD_BYTES then
         -- What is held goes as it came, and the rest of the answer too.
         out, passing = out .. release(), true
       end
       out, priming = priming .. out, ""
       for _, request_id in ipairs(requests) do expect_answer(h, call, request_id) end
+      -- An empty chunk is how Envoy ends an HTTP/1.1 answer (its last chunk): the stream ended here.
+      if watch_end and length == 0 and not answered then
+        out, answered = out .. M.ended_before_answer_event(call), true
+        record_outcome(h, call, "failed", 502)
+      end
       chunk:setBytes(out)
       record_outcome(h, call, call.final)
       call.final = nil

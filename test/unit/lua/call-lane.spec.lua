@@ -128,6 +128,15 @@ check("data without space", out, 'id: mcpgw-done\ndata: {"jsonrpc":"2.0","id":7,
 -- MCP 2026-07-28 has no event ids: a stateless client's answer carries none, the backend's dropped too
 out = M.take_events('id: 5\ndata: {"jsonrpc":"2.0","id":7,"result":{}}\n\n', modern)
 check("a stateless client's final event has no id", out, 'data: {"jsonrpc":"2.0","id":7,"result":{"resultType":"complete","_meta":{"mcpgw/outcome":{"outcome":"ok"}}}}\n\n')
+-- Whether the request's answer passed (a stateless client's stream that ends without one gets the call's error)
+local _, _, _, answered = M.take_events('data: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n', modern)
+check("no answer among progress", tostring(answered), "false")
+_, _, _, answered = M.take_events('data: {"jsonrpc":"2.0","id":7,"result":{}}\n\n', modern)
+check("the final answer passed", tostring(answered), "true")
+_, _, _, answered = M.take_events('data: {"jsonrpc":"2.0","id":7,"result":{"resultType":"input_required","inputRequests":{}}}\n\n', modern)
+check("an input_required answer passed too", tostring(answered), "true")
+check("the event ending a stream without its answer", M.ended_before_answer_event({ backend = "jobs", tool = "run", attempts = 1, id_json = "7" }),
+  'event: message\ndata: {"jsonrpc":"2.0","id":7,"error":{"code":-32004,"message":"backend jobs ended the stream of tools/call run before its answer: the call may or may not have run","data":{"outcome":"failed","backend":"jobs","tool":"run","attempts":1,"fallback_used":false,"http_status":502}}}\n\n')
 local modern_prompt = { backend = "b", id = 4, method = "prompts/get", scheme = "b" }
 out = M.take_events('id: 9\ndata: {"jsonrpc":"2.0","id":4,"result":{"messages":[]}}\n\n', modern_prompt)
 check("another method's answer is not marked done (its own id named, ADR-0018)", out, 'id: mcpgw:b:9\ndata: {"jsonrpc":"2.0","id":4,"result":{"messages":[]}}\n\n')
@@ -141,7 +150,8 @@ check("backend requests' own ids reported", table.concat(requests, " "), '3 "x"'
 out = M.take_events('data: {"jsonrpc":"2.0","id":7,"error":{"code":-32004,"message":"x","data":{"outcome":"failed"}}}\n\n', call)
 check("a final answer left as it is is still marked done", out, 'id: mcpgw-done\ndata: {"jsonrpc":"2.0","id":7,"error":{"code":-32004,"message":"x","data":{"outcome":"failed"}}}\n\n')
 check("priming event", M.priming_event("e30="), "id: mcpgw-call.e30=\ndata:\n\n")
-check("resume token", M.resume_token_json({ backend = "jobs", tool = "run", id_json = '"a"' }), '{"b":"jobs","t":"run","i":"a"}')
+check("resume token", M.resume_token_json({ backend = "jobs", tool = "run", id_json = '"a"', attempts = 2, started = 1764500000123 }),
+  '{"b":"jobs","t":"run","i":"a","a":2,"s":1764500000123}')
 
 -- ids the gateway accepts
 local function id_problem(id) return M.id_problem('{"jsonrpc":"2.0","id":' .. id .. ',"method":"tools/call"}') end
