@@ -108,6 +108,8 @@ export interface CallLogConsumer {
 }
 
 interface StreamMessage {
+  /** The first message of a stream names its log (the access logger's log_name). */
+  identifier?: { log_name?: string };
   http_logs?: { log_entry?: LogEntry[] };
 }
 
@@ -135,11 +137,12 @@ export function outcomeOf(ours: Record<string, unknown>, entry: LogEntry): CallO
 /**
  * A limit refused the request (docs/quotas.md): a rate limit (429, Envoy's RL flag), a shared limit
  * whose service could not answer and that refuses then (RLSE), or a Tool Service's calls in flight at
- * their limit (its circuit breaker, answered 429).
+ * their limit (its circuit breaker, answered 429), or a caller's (the session check, answered 429).
  */
 function refusedByLimit(entry: LogEntry): boolean {
   const flags = entry.common_properties?.response_flags ?? {};
-  return Boolean(flags.rate_limited || flags.rate_limit_service_error || (flags.upstream_overflow && entry.response?.response_code?.value === 429));
+  const status = entry.response?.response_code?.value;
+  return Boolean(flags.rate_limited || flags.rate_limit_service_error || ((flags.upstream_overflow || flags.unauthorized_details) && status === 429));
 }
 
 /** A request a limit refused, on either lane. */
@@ -180,8 +183,8 @@ export class LimitMetrics implements LimitObserver {
   }
 
   /**
-   * Every limit the registry names starts at 0 on its route and lane (a tool's per-instance limit is
-   * named per tool, when a call of it is refused): a rate over the first refusal needs the sample before it.
+   * Every limit the registry names starts at 0 on its route and lane (a tool's per-instance or
+   * concurrency limit is named per tool, when a call of it is refused): a rate over the first refusal needs the sample before it.
    */
   expect(ir: GatewayIR): void {
     const services = new Map(ir.toolServices.map((service) => [service.catalogKey, service]));
@@ -189,12 +192,14 @@ export class LimitMetrics implements LimitObserver {
       const start = (lane: LimitedRecord['lane'], limit: string) => this.limited.inc({ route: route.key, lane, limit }, 0);
       for (const limit of route.quotas.calls) start('calls', limit.name);
       for (const limit of route.quotas.discovery) start('discovery', limit.name);
+      if (route.quotas.concurrencyPerCaller) start('calls', route.quotas.concurrencyPerCaller.name);
       for (const backend of route.backends) {
         const service = services.get(backend.catalogKey);
         if (!service) continue;
         for (const limit of service.quotas.calls) start('calls', limit.name);
         for (const limit of service.quotas.tools.flatMap((tool) => tool.calls)) if (limit.shared) start('calls', limit.name);
         if (service.quotas.concurrency !== undefined) start('calls', concurrencyLimitName(service.id));
+        if (service.quotas.concurrencyPerCaller) start('calls', service.quotas.concurrencyPerCaller.name);
       }
     }
   }
@@ -343,11 +348,21 @@ export class CallMetrics implements CallObserver {
   }
 }
 
-/** envoy.service.accesslog.v3.AccessLogService: Envoy's stream of call-log entries, each given to every consumer. */
-export function accessLogServiceHandlers(consumers: CallLogConsumer[], log: Logger): grpc.UntypedServiceImplementation {
+/**
+ * envoy.service.accesslog.v3.AccessLogService: Envoy's streams of access-log entries, one per log
+ * (the call log, the lease log: control-plane/xds/translate/listener.ts); each entry is given to every
+ * consumer of its log.
+ */
+export function accessLogServiceHandlers(consumersByLog: Record<string, CallLogConsumer[]>, log: Logger): grpc.UntypedServiceImplementation {
   return {
     StreamAccessLogs(call: grpc.ServerReadableStream<StreamMessage, unknown>, callback: grpc.sendUnaryData<unknown>) {
+      let consumers: CallLogConsumer[] = [];
       call.on('data', (message: StreamMessage) => {
+        const logName = message.identifier?.log_name;
+        if (logName !== undefined) {
+          consumers = consumersByLog[logName] ?? [];
+          if (!consumersByLog[logName]) log.warn('an Envoy streams an access log nobody reads', { log: logName });
+        }
         for (const entry of message.http_logs?.log_entry ?? []) {
           for (const consumer of consumers) consumer.add(entry);
         }
