@@ -231,6 +231,8 @@ describe('mcpgw_limited_requests_total', () => {
         'calls tool:weather/run_task/calls',
         'calls tool-service:jobs/calls',
         'calls tool-service:jobs/concurrency',
+        'calls route:demo/concurrency/per-caller',
+        'calls tool-service:jobs/concurrency/per-caller',
       ].sort(),
     );
   });
@@ -243,5 +245,28 @@ describe('docs/quotas.md', () => {
     expect(example).not.toBeNull();
     const { problems } = validateRegistry(parse(example![1]));
     expect(problems).toEqual([]);
+  });
+});
+
+describe('per-caller concurrency limits in the registry', () => {
+  it('gives each route the default, keeps `unlimited`, and names each limit by where it is set', () => {
+    const { registry, problems } = validateRegistry({
+      quotas: { concurrency: { perCaller: 4 } },
+      routes: [
+        { key: 'a', toolServices: [service('x', { quotas: { concurrency: { total: 8, perCaller: 2 }, tools: [{ tools: ['run_*'], concurrency: { perCaller: 1 } }] } })] },
+        { key: 'b', quotas: { concurrency: { perCaller: 'unlimited' } }, toolServices: [service('y')] },
+      ],
+    });
+    expect(problems).toEqual([]);
+    expect(routeQuotasIR('a', registry.routes[0].quotas).concurrencyPerCaller).toEqual({ name: 'route:a/concurrency/per-caller', inFlight: 4 });
+    expect(routeQuotasIR('b', registry.routes[1].quotas).concurrencyPerCaller).toBeUndefined();
+    const x = toolServiceQuotasIR('x', registry.routes[0].toolServices[0].quotas);
+    expect(x).toMatchObject({ concurrency: 8, concurrencyPerCaller: { name: 'tool-service:x/concurrency/per-caller', inFlight: 2 }, tools: [{ patterns: ['run_*'], calls: [], concurrencyPerCaller: 1 }] });
+  });
+
+  it('refuses a tool entry that limits nothing, naming it', () => {
+    const { problems } = validateRegistry({ routes: [{ key: 'a', toolServices: [service('x', { quotas: { tools: [{ tools: ['run_*'] }] } })] }] });
+    expect(problems).toHaveLength(1);
+    expect(problems[0]).toMatchObject({ field: 'routes[0].toolServices[0].quotas.tools[0]', message: expect.stringMatching(/needs calls or concurrency/) });
   });
 });
