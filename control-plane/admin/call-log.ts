@@ -108,8 +108,6 @@ export interface CallLogConsumer {
 }
 
 interface StreamMessage {
-  /** The first message of a stream names its log (the access logger's log_name). */
-  identifier?: { log_name?: string };
   http_logs?: { log_entry?: LogEntry[] };
 }
 
@@ -348,21 +346,11 @@ export class CallMetrics implements CallObserver {
   }
 }
 
-/**
- * envoy.service.accesslog.v3.AccessLogService: Envoy's streams of access-log entries, one per log
- * (the call log, the lease log: control-plane/xds/translate/listener.ts); each entry is given to every
- * consumer of its log.
- */
-export function accessLogServiceHandlers(consumersByLog: Record<string, CallLogConsumer[]>, log: Logger): grpc.UntypedServiceImplementation {
+/** envoy.service.accesslog.v3.AccessLogService: Envoy's stream of call-log entries, each given to every consumer. */
+export function accessLogServiceHandlers(consumers: CallLogConsumer[], log: Logger): grpc.UntypedServiceImplementation {
   return {
     StreamAccessLogs(call: grpc.ServerReadableStream<StreamMessage, unknown>, callback: grpc.sendUnaryData<unknown>) {
-      let consumers: CallLogConsumer[] = [];
       call.on('data', (message: StreamMessage) => {
-        const logName = message.identifier?.log_name;
-        if (logName !== undefined) {
-          consumers = consumersByLog[logName] ?? [];
-          if (!consumersByLog[logName]) log.warn('an Envoy streams an access log nobody reads', { log: logName });
-        }
         for (const entry of message.http_logs?.log_entry ?? []) {
           for (const consumer of consumers) consumer.add(entry);
         }

@@ -28,7 +28,6 @@ import { TokenFile } from '../shared/admin-access';
 import { CONTROL_PLANE_CALLERS, callerCheck } from './internal-callers';
 import { REDIS_TIMEOUT_DEFAULTS, RedisAuth, RedisTimeouts, createRedisClient } from '../shared/redis-client';
 import { ConcurrencySlots, LeaseReleases } from '../quotas/concurrency-slots';
-import { CALL_LOG_NAME, LEASE_LOG_NAME } from '../xds/translate/listener';
 import { redisKeyspace } from '../shared/redis-keys';
 import { Logger } from '../shared/log';
 import { SpanKind, Tracing } from '../shared/tracing';
@@ -282,17 +281,14 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     },
   };
   const audit = options.audit ? new AuditLog(options.audit, metrics.registry, log) : undefined;
-  // Per-caller concurrency slots the lease log gives back (docs/quotas.md): in the sidecars' Redis.
+  // Per-caller concurrency slots the call log gives back (docs/quotas.md): in the sidecars' Redis.
   const concurrencySlots = options.redis
     ? new ConcurrencySlots(createRedisClient(options.redis.url, { ...REDIS_TIMEOUT_DEFAULTS, ...options.redis.timeouts }, { auth: options.redis.auth }), redisKeyspace(options.redis.prefix))
     : undefined;
   server.addService(
     grpcServices.accessLog().service,
     accessLogServiceHandlers(
-      {
-        [CALL_LOG_NAME]: [new CallLog([callMetrics, callHistory], undefined, [degradeOnFailure], [limitMetrics]), ...(audit ? [audit] : [])],
-        [LEASE_LOG_NAME]: [new LeaseReleases(concurrencySlots, log)],
-      },
+      [new CallLog([callMetrics, callHistory], undefined, [degradeOnFailure], [limitMetrics]), ...(audit ? [audit] : []), new LeaseReleases(concurrencySlots, log)],
       log,
     ),
   );

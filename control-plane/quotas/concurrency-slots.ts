@@ -9,7 +9,7 @@ import { CHECK_HEADERS, EXT_AUTHZ_METADATA_NAMESPACE } from '../xds/translate/se
 /**
  * Per-caller concurrency limits (docs/adr/0016-quotas.md, Concurrency): each caller's tools/call in
  * flight at once, counted in Redis across every Envoy and sidecar replica. The session check takes a
- * call's slots before Envoy sends it (take); Envoy's lease log reports the call's end, whatever ended
+ * call's slots before Envoy sends it (take); Envoy's call log reports the call's end, whatever ended
  * it, and the control plane gives the slots back (release). A slot is a lease: a member of one sorted
  * set per (limit, caller), scored with the moment it lapses (the call's deadline and a margin), so a
  * call whose end is never reported (an Envoy or the control plane lost meanwhile) stops counting then,
@@ -75,7 +75,7 @@ for _, key in ipairs(KEYS) do
 end
 return 0`;
 
-/** The slots a call holds, as the lease header carries them to Envoy's metadata and back in the lease log. */
+/** The slots a call holds, as the lease header carries them to Envoy's metadata and back in the call log. */
 const leaseSchema = z.object({ id: z.string().min(1).max(64), keys: z.array(z.string().min(1).max(2048)).min(1).max(16) }).strict();
 export type Lease = z.output<typeof leaseSchema>;
 
@@ -108,7 +108,7 @@ export class ConcurrencySlots {
     return { taken: true, lease: { id, keys } };
   }
 
-  /** A lease as the lease log reports it, or undefined for anything that is not one of this keyspace's. */
+  /** A lease as the call log reports it, or undefined for anything that is not one of this keyspace's. */
   leaseOf(header: unknown): Lease | undefined {
     if (typeof header !== 'string') return undefined;
     let parsed: unknown;
@@ -122,9 +122,10 @@ export class ConcurrencySlots {
     return lease.success && lease.data.keys.every((key) => key.startsWith(prefix)) ? lease.data : undefined;
   }
 
-  async release(lease: Lease): Promise<void> {
+  /** Gives back the slots of calls that ended: one round trip for a whole batch of the call log. */
+  async release(leases: Lease[]): Promise<void> {
     const pipeline = this.redis.pipeline();
-    for (const key of lease.keys) pipeline.zrem(key, lease.id);
+    for (const lease of leases) for (const key of lease.keys) pipeline.zrem(key, lease.id);
     await pipeline.exec();
   }
 
@@ -134,12 +135,14 @@ export class ConcurrencySlots {
 }
 
 /**
- * The lease log's reader (control-plane/xds/translate/listener.ts): every call that held slots, once
- * it ended, gives them back. Without Redis (no --redis), or while it cannot be asked, the slots lapse
- * only at their lease's end: warned, at most every WARNING_INTERVAL_MS.
+ * The call log's reader of leases (control-plane/xds/translate/listener.ts): every call that held
+ * slots, once it ended, gives them back. Without Redis (no --redis), or while it cannot be asked, the
+ * slots lapse only at their lease's end: warned, at most every WARNING_INTERVAL_MS.
  */
 export class LeaseReleases implements CallLogConsumer {
   private lastWarningAt = -Infinity;
+  /** Leases of the entries of the message being read: given back together once it is read. */
+  private pending: Lease[] = [];
 
   constructor(
     private readonly slots: Pick<ConcurrencySlots, 'release' | 'leaseOf'> | undefined,
@@ -148,10 +151,17 @@ export class LeaseReleases implements CallLogConsumer {
 
   add(entry: LogEntry): void {
     const header = fromStruct(entry.common_properties?.metadata?.filter_metadata?.[EXT_AUTHZ_METADATA_NAMESPACE])[CHECK_HEADERS.concurrencyLease];
+    if (header === undefined) return;
     if (!this.slots) return this.warn('a call that held concurrency slots ended, but the control plane has no --redis to give them back: they lapse at their deadline');
     const lease = this.slots.leaseOf(header);
-    if (!lease) return this.warn('the lease log reported a lease that is not one of this gateway\'s: ignored');
-    this.slots.release(lease).catch((error: Error) => this.warn('concurrency slots could not be given back (Redis): they lapse at their deadline', error));
+    if (!lease) return this.warn('the call log reported a lease that is not one of this gateway\'s: ignored');
+    if (this.pending.push(lease) === 1) queueMicrotask(() => this.releasePending());
+  }
+
+  private releasePending(): void {
+    const leases = this.pending;
+    this.pending = [];
+    this.slots!.release(leases).catch((error: Error) => this.warn('concurrency slots could not be given back (Redis): they lapse at their deadline', error));
   }
 
   private warn(message: string, error?: Error): void {

@@ -230,7 +230,7 @@ export async function checkCall(head: RequestHead, context: GatewayContext, stat
 
 /**
  * The call's per-caller concurrency slots (docs/quotas.md), taken once everything else let it go: the
- * lease goes to Envoy's metadata, whose lease log gives it back when the call ends. Over a limit:
+ * lease goes to Envoy's metadata, whose call log gives it back when the call ends. Over a limit:
  * 429 with Retry-After and the JSON-RPC error naming it. Without Redis, or while it cannot be asked,
  * the call goes uncounted (fail open, warned): a fairness limit must not stop every call.
  */

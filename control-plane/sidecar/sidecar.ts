@@ -156,7 +156,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
   }
   // Per-caller concurrency slots (docs/quotas.md): every replica counts in the same Redis.
   const concurrency = options.redis
-    ? new ConcurrencySlots(createRedisClient(options.redis.url, { ...REDIS_TIMEOUT_DEFAULTS, ...options.redis.timeouts }, { auth: options.redis.auth }), redisKeyspace(options.redis.prefix))
+    ? new ConcurrencySlots(createRedisClient(options.redis.url, { ...REDIS_TIMEOUT_DEFAULTS, ...options.redis.timeouts }, { auth: options.redis.auth, autoPipelining: true }), redisKeyspace(options.redis.prefix))
     : undefined;
   const tracing = options.tracing ?? Tracing.off;
   const credentials = new BackendCredentialsProvider(options.idp && new IdpClient(options.idp), new TokenCache(options.tokenCache ?? TOKEN_CACHE_DEFAULTS, metrics));

@@ -7,7 +7,7 @@ import { quietLogger } from '../support/quiet-logger';
 
 /**
  * Per-caller concurrency slots (docs/adr/0016-quotas.md, Concurrency) in a real redis-server: taken
- * all or none, given back by the lease log, lapsing when a call's end is never reported.
+ * all or none, given back by the call log, lapsing when a call's end is never reported.
  */
 
 const route = { name: 'route:demo/concurrency/per-caller', inFlight: 2 };
@@ -38,7 +38,7 @@ describe('concurrency slots in Redis', () => {
     expect((await slots.take('address 10.0.0.1', { deadlineMs: 60_000, limits: [service] })).taken).toBe(true);
   });
 
-  it('gives a slot back when the lease log reports the call ended', async () => {
+  it('gives a slot back when the call log reports the call ended', async () => {
     const caller = 'subject https://idp.example.com alice';
     const taken = await slots.take(caller, { deadlineMs: 60_000, limits: [service] });
     if (!taken.taken) throw new Error('not taken');

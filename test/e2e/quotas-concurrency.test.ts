@@ -92,7 +92,7 @@ describe('per-caller concurrency limits', () => {
 
       holding.releaseAll();
       expect(await Promise.all(held)).toEqual([[{ type: 'text', text: 'released held 0' }], [{ type: 'text', text: 'released held 1' }]]);
-      // The lease log reports each end unbatched: A's slots are back at once, not a batch later.
+      // The call log reports each end within its flush interval (50 ms): A's slots are back soon.
       await allSlotsGivenBack(stack);
       const again = holdCalls(a, 2);
       await waitFor('two calls of A held again', async () => (holding.holding === 2 ? true : undefined));

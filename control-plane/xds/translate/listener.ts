@@ -8,11 +8,9 @@ import { LIMIT_HEADER, quotaFilters } from './quotas';
 import { duration } from './duration';
 import { LISTENER_CERTIFICATE_SECRET, sdsSecret } from './secrets';
 import {
-  CHECK_HEADERS,
   CONTROL_PLANE_CLUSTER_NAME,
   EGRESS_LISTENER_NAME,
   EGRESS_ROUTE_CONFIG_NAME,
-  EXT_AUTHZ_METADATA_NAMESPACE,
   EdgeSettings,
   GatewaySettings,
   JWT_METADATA_NAMESPACE,
@@ -72,14 +70,20 @@ const statusIs = (op: 'GE' | 'LE', value: number) => ({
   status_code_filter: { comparison: { op, value: { default_value: value, runtime_key: `mcpgw.call_log.denied_status_${op === 'GE' ? 'min' : 'max'}` } } },
 });
 
-/** The name of the call log's stream (control-plane/admin/call-log.ts). */
-export const CALL_LOG_NAME = 'mcpgw_calls';
+/**
+ * How long a finished call waits for the call log's next batch: a caller at its concurrency limit
+ * calls again this soon after one of its calls ended (docs/adr/0016-quotas.md, Concurrency). A batch
+ * costs little against its entries: the entries are what Envoy and the control plane pay for.
+ */
+const CALL_LOG_FLUSH_INTERVAL = '0.050s';
 
 /**
  * Every tools/call (either lane), every request refused with 401 to 403, and every request a limit
  * refused on either lane, streamed to the control plane (control-plane/admin/call-log.ts), which
- * counts outcomes and durations by route, backend and tool, refusals by limit, and writes the audit
- * (control-plane/audit/): batched, off the request path.
+ * counts outcomes and durations by route, backend and tool, refusals by limit, writes the audit
+ * (control-plane/audit/), and gives back the concurrency slots of the calls that ended
+ * (control-plane/quotas/concurrency-slots.ts): whatever ended a call — its answer, the client gone,
+ * a timeout, a reset — Envoy logs it. Batched, off the request path, every CALL_LOG_FLUSH_INTERVAL.
  */
 const callLog = {
   name: 'envoy.access_loggers.http_grpc',
@@ -101,42 +105,14 @@ const callLog = {
   typed_config: {
     '@type': TYPE_URL.grpcAccessLog,
     common_config: {
-      log_name: CALL_LOG_NAME,
+      log_name: 'mcpgw_calls',
       grpc_service: { envoy_grpc: { cluster_name: CONTROL_PLANE_CLUSTER_NAME } },
       transport_api_version: 'V3',
-      buffer_flush_interval: '1s',
+      buffer_flush_interval: CALL_LOG_FLUSH_INTERVAL,
       buffer_size_bytes: 65536,
     },
     // The limit a refusal names (docs/quotas.md).
     additional_response_headers_to_log: [LIMIT_HEADER, 'x-ratelimit-limit'],
-  },
-};
-
-/** The name of the lease log's stream (control-plane/quotas/concurrency-leases.ts). */
-export const LEASE_LOG_NAME = 'mcpgw_concurrency_leases';
-
-/**
- * The end of every call that holds per-caller concurrency slots (docs/adr/0016-quotas.md, Concurrency),
- * whatever ended it — its answer, the client gone, a timeout, a reset — streamed to the control plane,
- * which gives the slots back. Unbatched (buffer 0): a caller at its limit can call again as soon as a
- * call ended, not a batch later. Only calls the session check leased slots for are logged here.
- */
-const leaseLog = {
-  name: 'envoy.access_loggers.http_grpc',
-  filter: {
-    metadata_filter: {
-      matcher: { filter: EXT_AUTHZ_METADATA_NAMESPACE, path: [{ key: CHECK_HEADERS.concurrencyLease }], value: { present_match: true } },
-      match_if_key_not_found: false,
-    },
-  },
-  typed_config: {
-    '@type': TYPE_URL.grpcAccessLog,
-    common_config: {
-      log_name: LEASE_LOG_NAME,
-      grpc_service: { envoy_grpc: { cluster_name: CONTROL_PLANE_CLUSTER_NAME } },
-      transport_api_version: 'V3',
-      buffer_size_bytes: 0,
-    },
   },
 };
 
@@ -231,7 +207,7 @@ export function buildListener(settings: GatewaySettings): TypedJson {
               codec_type: 'AUTO',
               rds: { route_config_name: ROUTE_CONFIG_NAME, config_source: { ads: {}, resource_api_version: 'V3' } },
               ...edgeConnectionManagerSettings(settings.edge),
-              access_log: [accessLog, callLog, leaseLog],
+              access_log: [accessLog, callLog],
               local_reply_config: localReplyConfig(),
               ...(settings.tracing && { tracing: connectionManagerTracing(settings.tracing) }),
               // CORS answers the preflights of browser pages on allowed origins (they carry no token), the

@@ -208,7 +208,7 @@ export const CHECK_HEADERS = {
   clientAddress: 'x-mcpgw-client-address',
   /** The call's per-caller concurrency limits, from the call script (M.in_flight_limits in call-lane.lua). */
   concurrency: 'x-mcpgw-concurrency',
-  /** The concurrency slots the check took for the call, which Envoy's lease log gives back when the call ends. */
+  /** The concurrency slots the check took for the call, which Envoy's call log gives back when the call ends. */
   concurrencyLease: 'x-mcpgw-concurrency-lease',
 } as const;
 
