@@ -178,6 +178,18 @@ describe('per-caller concurrency in the session check (docs/quotas.md)', () => {
     expect(asked).toEqual([{ caller: 'address 10.1.2.3', request: { deadlineMs: 30000, limits: [{ name: 'route:demo/concurrency/per-caller', inFlight: 2 }] } }]);
   });
 
+  it("counts a caller of a route with auth by its token's issuer and subject, wherever it calls from", async () => {
+    const signedIn = buildRouteViews(
+      catalogSnapshot([{ route_key: 'signed', backends: [backendCatalog('modern', ['shout'], { protocol_version: '2026-07-28', sessionful: false })], access: { rules: [], ruleOf: () => 0 } }]),
+    );
+    const { context } = sidecarContext(signedIn);
+    const { asked, slots } = slotsAnswering(async () => ({ taken: true, lease: { id: 'lease-2', keys: ['k'] } }));
+    const payload = JSON.stringify({ iss: 'https://idp.example.com', sub: 'alice' });
+    const head = checkHead('modern', { ...limits, 'x-mcpgw-jwt-payload': payload }, 'signed');
+    expect((await checkCall(head, { ...context, concurrency: slots }, new StatelessCallSessions(context))).status).toBe(CHECK_STATUS.ALLOW);
+    expect(asked.map(({ caller }) => caller)).toEqual(['subject https://idp.example.com alice']);
+  });
+
   it('refuses a call over a limit with 429, Retry-After and -32029 naming the limit', async () => {
     const { context, pool } = await session();
     const limit = { name: 'route:demo/concurrency/per-caller', inFlight: 2 };
