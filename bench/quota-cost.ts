@@ -18,7 +18,7 @@ import { VariantRun, measureVariants, medianOf, variantTable } from './variant-c
  * local_ratelimit slots count every call) and `global` (shared limits: the route's per caller and
  * total, the Tool Service's total, each asked of the real envoyproxy/ratelimit service on Redis) —
  * and `concurrency` (each caller's calls in flight, a per-caller concurrency limit: the session check
- * takes a slot in Redis for every call, Envoy's lease log gives it back through the control plane) —
+ * takes a slot in Redis for every call, Envoy's call log gives it back through the control plane) —
  * at fixed rates (p50/p99) and at saturation. The limits are far above the load: nothing is refused,
  * what is measured is the counting.
  *   scripts/bench.sh quotas [--quick]     (node dist/bench/quota-cost.js [--quick])
@@ -65,11 +65,11 @@ function markdown(runs: VariantRun[], context: { measuredAt: string; mode: strin
     '# Quotas: tools/call with rate limiting off, per instance (local) and shared (global), and a per-caller concurrency limit',
     '',
     `Measured ${context.measuredAt} (${context.mode} run, ${context.repetitions} repetitions) on ${context.cores} cores, load average ${context.load.map((value) => value.toFixed(2)).join(' / ')} (1 / 5 min)${context.pinned ? '; load generator on the last core, the gateway on the others' : ''}, by \`scripts/bench.sh quotas\`.`,
-    'One gateway (Envoy 1.40, control plane, sidecar, Redis, envoyproxy/ratelimit), one stateless bench backend, three routes to it in the same run, measured in turn:',
+    'One gateway (Envoy 1.40, control plane, sidecar, Redis, envoyproxy/ratelimit), one stateless bench backend, four routes to it in the same run, measured in turn:',
     '`off` (no limits); `local` (the route\'s calls per caller and total, the Tool Service\'s total, the tool\'s per caller: four local_ratelimit slots);',
     '`global` (the route\'s calls per caller and total, the Tool Service\'s total, all `shared: true`: one gRPC call to the ratelimit service per tools/call, three descriptors);',
-    '`concurrency` (the route\'s calls in flight per caller: the session check on every call, a slot taken in Redis, given back by the lease log through the control plane).',
-    `Every rate is ${NEVER_REACHED} and every in-flight limit ${IN_FLIGHT_NEVER_REACHED}: nothing is refused. Control plane and Redis CPU per call include the call log of every variant; concurrency's extra there is giving slots back. tools/call \`bench__echo\` in 8 sessions, 16 clients at saturation; figures are medians over the repetitions; latency in ms, off / local / global (ratios local, global to off).`,
+    '`concurrency` (the route\'s calls in flight per caller: the session check on every call, a slot taken in Redis, given back through the call log and the control plane).',
+    `Every rate is ${NEVER_REACHED} and every in-flight limit ${IN_FLIGHT_NEVER_REACHED}: nothing is refused. Control plane and Redis CPU per call include the call log of every variant; concurrency's extra there is giving slots back. tools/call \`bench__echo\` in 8 sessions, 16 clients at saturation; figures are medians over the repetitions; latency in ms, off / local / global / concurrency (ratios local, global, concurrency to off).`,
     '',
     ...variantTable(runs, 'off', ['local', 'global', 'concurrency']),
     '',
