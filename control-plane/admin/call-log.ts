@@ -9,7 +9,7 @@ import { LIMIT_HEADER } from '../xds/translate/quotas';
 
 /**
  * Every tools/call, as Envoy's call lane logs it (docs/adr/0008-data-path-lanes.md): Envoy streams its
- * access log entries of call routes over gRPC (AccessLogService, batched every second, off the request
+ * access log entries of call routes over gRPC (AccessLogService, batched every 50 ms, off the request
  * path) to the control plane, which turns them into per-call metrics and the dashboard's history. No
  * call passes through Node.
  */
