@@ -16,14 +16,20 @@ const B = '127.0.0.2';
 
 type Caller = Awaited<ReturnType<typeof clientFrom>>;
 
-/** `count` calls of `hold` by one caller, in flight until released (or cut); each settles, never throws. */
-function holdCalls(caller: Caller, count: number, tool = 'holding__hold') {
-  return Array.from({ length: count }, (_, index) =>
-    caller.client.callTool({ name: tool, arguments: { tag: `held ${index}` } }, undefined, { timeout: 60_000 }).then(
+/**
+ * `count` calls of `hold` by one caller, once the Tool Service began every one of them; each call's
+ * promise settles when it is released (or cut), never throws.
+ */
+async function holdCalls(holding: HoldingToolService, caller: Caller, count: number) {
+  const startedBefore = holding.started;
+  const calls = Array.from({ length: count }, (_, index) =>
+    caller.client.callTool({ name: 'holding__hold', arguments: { tag: `held ${index}` } }, undefined, { timeout: 60_000 }).then(
       (result) => result.content,
       (error: Error) => error,
     ),
   );
+  await waitFor(`${count} calls held by the Tool Service`, async () => (holding.started === startedBefore + count ? true : undefined));
+  return calls;
 }
 
 /** Concurrency slots taken now, in the gateway's Redis: every caller's, of every limit. */
@@ -77,8 +83,7 @@ describe('per-caller concurrency limits', () => {
     const url = stack.gatewayUrl('route-two');
     const [a, b] = await Promise.all([clientFrom(url, A), clientFrom(url, B)]);
     try {
-      const held = holdCalls(a, 2);
-      await waitFor('two calls of A held by the Tool Service', async () => (holding.holding === 2 ? true : undefined));
+      const held = await holdCalls(holding, a, 2);
 
       const refused = await refusal(a.client.callTool({ name: 'holding__echo', arguments: { text: 'third' } }));
       expect(refused.status).toBe(429);
@@ -94,8 +99,7 @@ describe('per-caller concurrency limits', () => {
       expect(await Promise.all(held)).toEqual([[{ type: 'text', text: 'released held 0' }], [{ type: 'text', text: 'released held 1' }]]);
       // The call log reports each end within its flush interval (50 ms): A's slots are back soon.
       await allSlotsGivenBack(stack);
-      const again = holdCalls(a, 2);
-      await waitFor('two calls of A held again', async () => (holding.holding === 2 ? true : undefined));
+      const again = await holdCalls(holding, a, 2);
       holding.releaseAll();
       await Promise.all(again);
     } finally {
@@ -106,8 +110,7 @@ describe('per-caller concurrency limits', () => {
   it('gives back the slots of calls whose client went away mid-call, while the Tool Service still holds them', async () => {
     const url = stack.gatewayUrl('route-two');
     const gone = await clientFrom(url, A);
-    const held = holdCalls(gone, 2);
-    await waitFor('two calls of A held by the Tool Service', async () => (holding.holding === 2 ? true : undefined));
+    const held = await holdCalls(holding, gone, 2);
     const waiting = await clientFrom(url, A);
     try {
       expect((await refusal(waiting.client.callTool({ name: 'holding__echo', arguments: { text: 'full' } }))).status).toBe(429);
@@ -115,9 +118,7 @@ describe('per-caller concurrency limits', () => {
       await gone.cut();
       await allSlotsGivenBack(stack);
       // Both slots: two calls fit again.
-      const startedBefore = holding.started;
-      const again = holdCalls(waiting, 2);
-      await waitFor('two new calls of A in flight', async () => (holding.started === startedBefore + 2 ? true : undefined));
+      const again = await holdCalls(holding, waiting, 2);
       holding.releaseAll();
       expect((await Promise.all(again)).every((content) => Array.isArray(content))).toBe(true);
     } finally {
@@ -127,12 +128,40 @@ describe('per-caller concurrency limits', () => {
     }
   });
 
+  it('gives back the slot of a call Envoy timed out, and those of calls held while the sidecar restarted', async () => {
+    const url = stack.gatewayUrl('route-two');
+    const a = await clientFrom(url, A);
+    try {
+      // Envoy ends the call at the tool's 500 ms deadline (the answer had begun: the stream is cut).
+      const timedOut = await a.client.callTool({ name: 'holding__hold_briefly', arguments: { tag: 'too long' } }, undefined, { timeout: 5_000 }).then(
+        () => undefined,
+        (error: Error) => error,
+      );
+      expect(timedOut).toBeInstanceOf(Error);
+      // The Tool Service may still hold it (nothing tells it the call ended): released here.
+      holding.releaseAll();
+      await allSlotsGivenBack(stack);
+
+      const held = await holdCalls(holding, a, 2);
+      await stack.stopProcess('sidecar');
+      await stack.startSidecar();
+      holding.releaseAll();
+      await Promise.all(held);
+      await allSlotsGivenBack(stack);
+      // A's session lives in Redis: the restarted sidecar checks its next calls, both slots free.
+      const again = await holdCalls(holding, a, 2);
+      holding.releaseAll();
+      await Promise.all(again);
+    } finally {
+      await a.close();
+    }
+  });
+
   it("limits each caller's calls in flight to a Tool Service, apart from other callers", async () => {
     const url = stack.gatewayUrl('service-one');
     const [a, b] = await Promise.all([clientFrom(url, A), clientFrom(url, B)]);
     try {
-      const held = holdCalls(a, 1);
-      await waitFor('a call of A held', async () => (holding.holding === 1 ? true : undefined));
+      const held = await holdCalls(holding, a, 1);
       const refused = await refusal(a.client.callTool({ name: 'holding__echo', arguments: { text: 'second' } }));
       expect(refused.status).toBe(429);
       expect(refused.error).toMatchObject({ code: -32029, data: { limit: 'tool-service:holding-one/concurrency/per-caller', in_flight_limit: 1 } });
@@ -150,8 +179,7 @@ describe('per-caller concurrency limits', () => {
     const url = stack.gatewayUrl('tool-one');
     const a = await clientFrom(url, A);
     try {
-      const held = holdCalls(a, 1);
-      await waitFor('a call of A held', async () => (holding.holding === 1 ? true : undefined));
+      const held = await holdCalls(holding, a, 1);
       const refused = await refusal(a.client.callTool({ name: 'holding__hold', arguments: { tag: 'second' } }));
       expect(refused.error).toMatchObject({ code: -32029, data: { limit: 'tool:holding-tools/hold/concurrency/per-caller', tool: 'hold' } });
       expect((await a.client.callTool({ name: 'holding__echo', arguments: { text: 'other tool' } })).content).toEqual([{ type: 'text', text: 'other tool' }]);
