@@ -17,6 +17,8 @@ import { VariantRun, measureVariants, medianOf, variantTable } from './variant-c
  * limits: the route's per caller and total, the Tool Service's total, the tool's per caller: four
  * local_ratelimit slots count every call) and `global` (shared limits: the route's per caller and
  * total, the Tool Service's total, each asked of the real envoyproxy/ratelimit service on Redis) —
+ * and `concurrency` (each caller's calls in flight, a per-caller concurrency limit: the session check
+ * takes a slot in Redis for every call, Envoy's call log gives it back through the control plane) —
  * at fixed rates (p50/p99) and at saturation. The limits are far above the load: nothing is refused,
  * what is measured is the counting.
  *   scripts/bench.sh quotas [--quick]     (node dist/bench/quota-cost.js [--quick])
@@ -28,6 +30,7 @@ const RESULTS_DIR = projectPath('bench', 'results');
 /** Saturation of each variant against `off` (issue 14). */
 const TARGETS = { local: 0.97, global: 0.9 };
 const NEVER_REACHED = '1000000/second';
+const IN_FLIGHT_NEVER_REACHED = 100_000;
 
 const log = (line: string) => process.stdout.write(`[bench quotas] ${line}\n`);
 
@@ -47,6 +50,7 @@ function registry(backendUrl: string) {
         quotas: { calls: { perCaller: shared, total: shared } },
         toolServices: [service('bench-global', { calls: { total: shared } })],
       },
+      { key: 'concurrency', quotas: { concurrency: { perCaller: IN_FLIGHT_NEVER_REACHED } }, toolServices: [service('bench-concurrency')] },
     ],
   };
 }
@@ -58,15 +62,16 @@ function markdown(runs: VariantRun[], context: { measuredAt: string; mode: strin
     `${variant} ≥ ${TARGETS[variant]}× (measured ${ratio(variant).toFixed(3)}: ${ratio(variant) >= TARGETS[variant] ? 'met' : 'NOT met'})`;
   const errors = runs.reduce((sum, run) => sum + run.errors, 0);
   return [
-    '# Quotas: tools/call with rate limiting off, per instance (local) and shared (global)',
+    '# Quotas: tools/call with rate limiting off, per instance (local) and shared (global), and a per-caller concurrency limit',
     '',
     `Measured ${context.measuredAt} (${context.mode} run, ${context.repetitions} repetitions) on ${context.cores} cores, load average ${context.load.map((value) => value.toFixed(2)).join(' / ')} (1 / 5 min)${context.pinned ? '; load generator on the last core, the gateway on the others' : ''}, by \`scripts/bench.sh quotas\`.`,
-    'One gateway (Envoy 1.40, control plane, sidecar, Redis, envoyproxy/ratelimit), one stateless bench backend, three routes to it in the same run, measured in turn:',
+    'One gateway (Envoy 1.40, control plane, sidecar, Redis, envoyproxy/ratelimit), one stateless bench backend, four routes to it in the same run, measured in turn:',
     '`off` (no limits); `local` (the route\'s calls per caller and total, the Tool Service\'s total, the tool\'s per caller: four local_ratelimit slots);',
-    '`global` (the route\'s calls per caller and total, the Tool Service\'s total, all `shared: true`: one gRPC call to the ratelimit service per tools/call, three descriptors).',
-    `Every limit is ${NEVER_REACHED}: nothing is refused. tools/call \`bench__echo\` in 8 sessions, 16 clients at saturation; figures are medians over the repetitions; latency in ms, off / local / global (ratios local, global to off).`,
+    '`global` (the route\'s calls per caller and total, the Tool Service\'s total, all `shared: true`: one gRPC call to the ratelimit service per tools/call, three descriptors);',
+    '`concurrency` (the route\'s calls in flight per caller: the session check on every call, a slot taken in Redis, given back through the call log and the control plane).',
+    `Every rate is ${NEVER_REACHED} and every in-flight limit ${IN_FLIGHT_NEVER_REACHED}: nothing is refused. Control plane and Redis CPU per call include the call log of every variant; concurrency's extra there is giving slots back. tools/call \`bench__echo\` in 8 sessions, 16 clients at saturation; figures are medians over the repetitions; latency in ms, off / local / global / concurrency (ratios local, global, concurrency to off).`,
     '',
-    ...variantTable(runs, 'off', ['local', 'global']),
+    ...variantTable(runs, 'off', ['local', 'global', 'concurrency']),
     '',
     `Targets (saturation against off): ${verdict('local')}; ${verdict('global')}. Wrong or failed answers: ${errors}.`,
     '',
@@ -90,9 +95,10 @@ async function main(): Promise<void> {
     const registryFile = path.join(LOG_DIR, 'registry.yaml');
     fs.writeFileSync(registryFile, stringify(registry(`http://${HOST}:${backendPort}/mcp`)));
     const stack = await group.startGateway('gateway', { registryFile, logDir: LOG_DIR, rateLimit: true });
-    const pids = { envoy: stack.processes.get('envoy')!.child.pid!, sidecar: stack.processes.get('sidecar')!.child.pid! };
+    const pidOf = (name: string) => stack.processes.get(name)!.child.pid!;
+    const pids = { envoy: pidOf('envoy'), sidecar: pidOf('sidecar'), controlPlane: pidOf('control-plane'), redis: pidOf('redis') };
     runs = await measureVariants(
-      ['off', 'local', 'global'].map((name) => ({ name, url: stack.gatewayUrl(name) })),
+      ['off', 'local', 'global', 'concurrency'].map((name) => ({ name, url: stack.gatewayUrl(name) })),
       settings,
       pids,
       log,

@@ -20,14 +20,23 @@ export interface VariantRun {
   latencyMs: LatencySummary;
   throughput: number;
   errors: number;
-  /** CPU time per answered call (µs) of Envoy and of the sidecar: steadier than latency on a shared machine. */
-  cpuUsPerCall: { envoy: number; sidecar: number };
+  /**
+   * CPU time per answered call (µs) of Envoy and of the sidecar, and of the control plane and Redis
+   * where a scenario measures them: steadier than latency on a shared machine.
+   */
+  cpuUsPerCall: Partial<Record<keyof ProcessIds, number>> & { envoy: number; sidecar: number };
 }
 
 export interface ProcessIds {
   envoy: number;
   sidecar: number;
+  /** Measured only where a feature puts work there (bench/quota-cost.ts: concurrency slots given back). */
+  controlPlane?: number;
+  redis?: number;
 }
+
+/** The processes of ProcessIds, as the results tables name them. */
+const PROCESS_LABELS: Record<keyof ProcessIds, string> = { envoy: 'Envoy', sidecar: 'sidecar', controlPlane: 'control plane', redis: 'Redis' };
 
 export interface Variant {
   name: string;
@@ -97,17 +106,18 @@ export async function measureVariants(
     }
     const measured = async (variant: string, run: () => Promise<RunResult>) => {
       const pids = typeof processIds === 'function' ? processIds(variant) : processIds;
-      const before = { envoy: cpuMicros(pids.envoy), sidecar: cpuMicros(pids.sidecar) };
+      const measuredPids = Object.entries(pids).filter((entry): entry is [keyof ProcessIds, number] => entry[1] !== undefined);
+      const before = new Map(measuredPids.map(([name, pid]) => [name, cpuMicros(pid)]));
       const result = await run();
-      const perCall = (name: keyof ProcessIds) => (cpuMicros(pids[name]) - before[name]) / Math.max(1, result.ok);
-      return { result, cpuUsPerCall: { envoy: perCall('envoy'), sidecar: perCall('sidecar') } };
+      const perCall = Object.fromEntries(measuredPids.map(([name, pid]) => [name, (cpuMicros(pid) - before.get(name)!) / Math.max(1, result.ok)]));
+      return { result, cpuUsPerCall: perCall as VariantRun['cpuUsPerCall'] };
     };
     const record = (variant: string, load: string, repetition: number, { result, cpuUsPerCall }: Awaited<ReturnType<typeof measured>>) => {
       const latencyMs = summarize(result.latenciesMs);
       runs.push({ variant, load, repetition, latencyMs, throughput: result.throughput, errors: result.sent - result.ok, cpuUsPerCall });
       log(
         `${variant} ${load} #${repetition}: p50 ${latencyMs.p50.toFixed(2)} ms, p99 ${latencyMs.p99.toFixed(2)} ms, ${result.throughput.toFixed(0)} ok/s, ` +
-          `CPU/call Envoy ${cpuUsPerCall.envoy.toFixed(0)} µs, sidecar ${cpuUsPerCall.sidecar.toFixed(0)} µs${result.sent - result.ok ? `, ${result.sent - result.ok} errors` : ''}`,
+          `CPU/call ${Object.entries(cpuUsPerCall).map(([name, us]) => `${PROCESS_LABELS[name as keyof ProcessIds]} ${us.toFixed(0)} µs`).join(', ')}${result.sent - result.ok ? `, ${result.sent - result.ok} errors` : ''}`,
       );
     };
     const names = variants.map((variant) => variant.name);
@@ -148,14 +158,19 @@ export function variantTable(runs: VariantRun[], baseline: string, others: strin
     const ratios = values.slice(1).map((value) => (value / values[0]).toFixed(3));
     return `${values.map((value) => value.toFixed(digits)).join(' / ')}${withRatio ? ` (${ratios.join(', ')}×)` : ''}`;
   };
+  const processes = (Object.keys(PROCESS_LABELS) as (keyof ProcessIds)[]).filter((name) => runs.every((run) => run.cpuUsPerCall[name] !== undefined));
   const rows = loads.map((load) => {
     const label = load === 'saturation' ? 'saturation (closed loop)' : `${load} req/s`;
     return (
       `| ${label} | ${cell(load, (run) => run.latencyMs.p50, 2, true)} | ${cell(load, (run) => run.latencyMs.p99, 2, true)} | ${cell(load, (run) => run.throughput, 0, true)} ` +
-      `| ${cell(load, (run) => run.cpuUsPerCall.envoy, 0, false)} | ${cell(load, (run) => run.cpuUsPerCall.sidecar, 0, false)} |`
+      `| ${processes.map((name) => cell(load, (run) => run.cpuUsPerCall[name]!, 0, false)).join(' | ')} |`
     );
   });
-  return ['| load | p50 | p99 | answers/s | Envoy CPU µs/call | sidecar CPU µs/call |', '| --- | --- | --- | --- | --- | --- |', ...rows];
+  return [
+    `| load | p50 | p99 | answers/s | ${processes.map((name) => `${PROCESS_LABELS[name]} CPU µs/call`).join(' | ')} |`,
+    `| --- | --- | --- | --- | ${processes.map(() => '---').join(' | ')} |`,
+    ...rows,
+  ];
 }
 
 /** Targets of a variant against its baseline: p50 at every fixed rate, answers/s at saturation. */

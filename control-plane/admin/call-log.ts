@@ -9,7 +9,7 @@ import { LIMIT_HEADER } from '../xds/translate/quotas';
 
 /**
  * Every tools/call, as Envoy's call lane logs it (docs/adr/0008-data-path-lanes.md): Envoy streams its
- * access log entries of call routes over gRPC (AccessLogService, batched every second, off the request
+ * access log entries of call routes over gRPC (AccessLogService, batched every 50 ms, off the request
  * path) to the control plane, which turns them into per-call metrics and the dashboard's history. No
  * call passes through Node.
  */
@@ -135,11 +135,12 @@ export function outcomeOf(ours: Record<string, unknown>, entry: LogEntry): CallO
 /**
  * A limit refused the request (docs/quotas.md): a rate limit (429, Envoy's RL flag), a shared limit
  * whose service could not answer and that refuses then (RLSE), or a Tool Service's calls in flight at
- * their limit (its circuit breaker, answered 429).
+ * their limit (its circuit breaker, answered 429), or a caller's (the session check, answered 429).
  */
 function refusedByLimit(entry: LogEntry): boolean {
   const flags = entry.common_properties?.response_flags ?? {};
-  return Boolean(flags.rate_limited || flags.rate_limit_service_error || (flags.upstream_overflow && entry.response?.response_code?.value === 429));
+  const status = entry.response?.response_code?.value;
+  return Boolean(flags.rate_limited || flags.rate_limit_service_error || ((flags.upstream_overflow || flags.unauthorized_details) && status === 429));
 }
 
 /** A request a limit refused, on either lane. */
@@ -180,8 +181,8 @@ export class LimitMetrics implements LimitObserver {
   }
 
   /**
-   * Every limit the registry names starts at 0 on its route and lane (a tool's per-instance limit is
-   * named per tool, when a call of it is refused): a rate over the first refusal needs the sample before it.
+   * Every limit the registry names starts at 0 on its route and lane (a tool's per-instance or
+   * concurrency limit is named per tool, when a call of it is refused): a rate over the first refusal needs the sample before it.
    */
   expect(ir: GatewayIR): void {
     const services = new Map(ir.toolServices.map((service) => [service.catalogKey, service]));
@@ -189,12 +190,14 @@ export class LimitMetrics implements LimitObserver {
       const start = (lane: LimitedRecord['lane'], limit: string) => this.limited.inc({ route: route.key, lane, limit }, 0);
       for (const limit of route.quotas.calls) start('calls', limit.name);
       for (const limit of route.quotas.discovery) start('discovery', limit.name);
+      if (route.quotas.concurrencyPerCaller) start('calls', route.quotas.concurrencyPerCaller.name);
       for (const backend of route.backends) {
         const service = services.get(backend.catalogKey);
         if (!service) continue;
         for (const limit of service.quotas.calls) start('calls', limit.name);
         for (const limit of service.quotas.tools.flatMap((tool) => tool.calls)) if (limit.shared) start('calls', limit.name);
         if (service.quotas.concurrency !== undefined) start('calls', concurrencyLimitName(service.id));
+        if (service.quotas.concurrencyPerCaller) start('calls', service.quotas.concurrencyPerCaller.name);
       }
     }
   }

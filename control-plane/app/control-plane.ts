@@ -26,7 +26,8 @@ import { grpcServices } from '../shared/grpc-packages';
 import { InternalTls } from '../shared/internal-tls';
 import { TokenFile } from '../shared/admin-access';
 import { CONTROL_PLANE_CALLERS, callerCheck } from './internal-callers';
-import { RedisAuth, RedisTimeouts } from '../shared/redis-client';
+import { REDIS_TIMEOUT_DEFAULTS, RedisAuth, RedisTimeouts, createRedisClient } from '../shared/redis-client';
+import { ConcurrencySlots, LeaseReleases } from '../quotas/concurrency-slots';
 import { redisKeyspace } from '../shared/redis-keys';
 import { Logger } from '../shared/log';
 import { SpanKind, Tracing } from '../shared/tracing';
@@ -280,7 +281,17 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     },
   };
   const audit = options.audit ? new AuditLog(options.audit, metrics.registry, log) : undefined;
-  server.addService(grpcServices.accessLog().service, accessLogServiceHandlers([new CallLog([callMetrics, callHistory], undefined, [degradeOnFailure], [limitMetrics]), ...(audit ? [audit] : [])], log));
+  // Per-caller concurrency slots the call log gives back (docs/quotas.md): in the sidecars' Redis.
+  const concurrencySlots = options.redis
+    ? new ConcurrencySlots(createRedisClient(options.redis.url, { ...REDIS_TIMEOUT_DEFAULTS, ...options.redis.timeouts }, { auth: options.redis.auth }), redisKeyspace(options.redis.prefix))
+    : undefined;
+  server.addService(
+    grpcServices.accessLog().service,
+    accessLogServiceHandlers(
+      [new CallLog([callMetrics, callHistory], undefined, [degradeOnFailure], [limitMetrics]), ...(audit ? [audit] : []), new LeaseReleases(concurrencySlots, log)],
+      log,
+    ),
+  );
   const grpcPort = await new Promise<number>((resolve, reject) =>
     server.bindAsync(options.grpcAddress, options.internalTls?.serverCredentials() ?? grpc.ServerCredentials.createInsecure(), (error, port) =>
       error ? reject(error) : resolve(port),
@@ -330,6 +341,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       server.forceShutdown();
       options.internalTls?.close();
       await lastGood?.close();
+      concurrencySlots?.close();
       await audit?.close();
       await closeServer(admin);
       await tracing.shutdown();

@@ -31,6 +31,15 @@ export interface RouteQuotasIR {
   calls: LimitIR[];
   /** What the gateway answers itself on the route (initialize, tools/list, …). */
   discovery: LimitIR[];
+  /** Each caller's tools/call in flight on the route at once. */
+  concurrencyPerCaller?: InFlightLimitIR;
+}
+
+/** A limit of each caller's calls in flight at once, counted across every Envoy (docs/quotas.md). */
+export interface InFlightLimitIR {
+  /** e.g. `route:demo/concurrency/per-caller`. */
+  name: string;
+  inFlight: number;
 }
 
 /** Limits of the tools some patterns match, each tool counted on its own. */
@@ -39,6 +48,8 @@ export interface ToolQuotaIR {
   index: number;
   patterns: string[];
   calls: LimitIR[];
+  /** Each caller's calls of each matching tool in flight at once (named per tool: toolConcurrencyName). */
+  concurrencyPerCaller?: number;
 }
 
 export interface ToolServiceQuotasIR {
@@ -46,6 +57,8 @@ export interface ToolServiceQuotasIR {
   tools: ToolQuotaIR[];
   /** tools/call in flight to the Tool Service at once (its cluster's circuit breaker). */
   concurrency?: number;
+  /** Each caller's tools/call in flight to the Tool Service at once, from every route. */
+  concurrencyPerCaller?: InFlightLimitIR;
 }
 
 export const NO_ROUTE_QUOTAS: RouteQuotasIR = { calls: [], discovery: [] };
@@ -82,6 +95,9 @@ export function routeQuotasIR(routeKey: string, quotas: RouteQuotas | undefined)
   return {
     calls: limitsOf(quotas.calls, `route:${routeKey}/calls`),
     discovery: limitsOf(quotas.discovery, `route:${routeKey}/discovery`),
+    ...(typeof quotas.concurrency?.perCaller === 'number' && {
+      concurrencyPerCaller: { name: `route:${routeKey}/concurrency/per-caller`, inFlight: quotas.concurrency.perCaller },
+    }),
   };
 }
 
@@ -93,13 +109,20 @@ export function toolServiceQuotasIR(serviceId: string, quotas: ToolServiceQuotas
       index,
       patterns: tool.tools,
       calls: limitsOf(tool.calls, `tool:${serviceId}/${tool.tools.join(',')}/calls`),
+      ...(tool.concurrency && { concurrencyPerCaller: tool.concurrency.perCaller }),
     })),
     ...(quotas.concurrency?.total && { concurrency: quotas.concurrency.total }),
+    ...(quotas.concurrency?.perCaller && {
+      concurrencyPerCaller: { name: `${concurrencyLimitName(serviceId)}/per-caller`, inFlight: quotas.concurrency.perCaller },
+    }),
   };
 }
 
 /** The name of a Tool Service's concurrency limit (its calls in flight at once). */
 export const concurrencyLimitName = (serviceId: string) => `tool-service:${serviceId}/concurrency`;
+
+/** The name of a tool's per-caller concurrency limit: each tool a pattern matches is counted on its own. */
+export const toolConcurrencyName = (serviceId: string, tool: string) => `tool:${serviceId}/${tool}/concurrency/per-caller`;
 
 /** The tool limits that apply to a tool: the first entry whose patterns match it. */
 export function toolQuotaOf(tools: ToolQuotaIR[], tool: string): ToolQuotaIR | undefined {

@@ -140,6 +140,17 @@ export const rateLimitsSchema = z
 /** Calls in flight at once; a call past the limit is refused (429) at once, never queued. */
 const inFlight = z.number().int().min(1).max(100_000);
 
+/**
+ * Each caller's tools/call in flight at once, counted across every Envoy (docs/quotas.md, concurrency
+ * limits): a slot taken by the session check, given back when Envoy logs the call's end.
+ */
+const perCallerInFlight = inFlight.describe(
+  "Each caller's tools/call in flight at once (the token's subject on a route with auth, the client's address otherwise), counted across every Envoy; past it a call is refused at once (429).",
+);
+
+/** A route's (or the document's default) concurrency limits; `unlimited` switches off a default. */
+const routeConcurrencySchema = z.object({ perCaller: z.union([z.literal('unlimited'), perCallerInFlight]).optional() }).strict();
+
 /** A route's limits, and the document's defaults of every route's (docs/quotas.md). */
 export const routeQuotasSchema = z
   .object({
@@ -147,6 +158,7 @@ export const routeQuotasSchema = z
     discovery: rateLimitsSchema
       .optional()
       .describe('What the gateway answers itself on the route: initialize, tools/list, ping, notifications (their own, looser limits).'),
+    concurrency: routeConcurrencySchema.optional().describe('tools/call in flight at once on the route.'),
   })
   .strict();
 
@@ -154,16 +166,21 @@ export const routeQuotasSchema = z
 export const toolQuotaSchema = z
   .object({
     tools: z.array(toolPattern).min(1).describe("Patterns over the Tool Service's own tool names (`*` matches any characters); the first entry that matches a tool applies."),
-    calls: rateLimitsSchema.describe('tools/call of each matching tool.'),
+    calls: rateLimitsSchema.optional().describe('tools/call of each matching tool.'),
+    concurrency: z.object({ perCaller: perCallerInFlight }).strict().optional().describe('tools/call of each matching tool in flight at once.'),
   })
-  .strict();
+  .strict()
+  .refine((tool) => tool.calls !== undefined || tool.concurrency !== undefined, { message: 'needs calls or concurrency (or both)' });
 
 /** A Tool Service's limits, over every route that maps it (docs/quotas.md). */
 export const toolServiceQuotasSchema = z
   .object({
     calls: rateLimitsSchema.optional().describe('tools/call to the Tool Service from every route.'),
     concurrency: z
-      .object({ total: inFlight.optional().describe('tools/call in flight to the Tool Service at once, from every route; past it a call is refused at once (429). Default: the gateway setting --tool-service-max-requests (1024), past which calls wait for a connection.') })
+      .object({
+        total: inFlight.optional().describe('tools/call in flight to the Tool Service at once, from every route; past it a call is refused at once (429). Default: the gateway setting --tool-service-max-requests (1024), past which calls wait for a connection.'),
+        perCaller: perCallerInFlight.optional(),
+      })
       .strict()
       .optional(),
     tools: z.array(toolQuotaSchema).min(1).optional().describe('Limits of single tools.'),

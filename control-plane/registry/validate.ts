@@ -287,6 +287,7 @@ function withEffectiveQuotas(route: Route, defaults: DefaultQuotas): Route | str
     Object.entries({
       calls: merged(own.calls, fallback.calls),
       discovery: merged(own.discovery, fallback.discovery),
+      concurrency: merged(own.concurrency, fallback.concurrency),
     }).filter(([, value]) => value !== undefined),
   );
   return Object.keys(quotas).length > 0 ? { ...route, quotas } : route;

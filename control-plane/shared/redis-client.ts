@@ -139,9 +139,11 @@ export function connectionOptions(address: string, auth?: RedisAuth): RedisOptio
 export function createRedisClient(
   address: string,
   timeouts: RedisTimeouts,
-  options: { lazyConnect?: boolean; maxRetriesPerRequest?: number; auth?: RedisAuth } = {},
+  /** autoPipelining: commands of one event-loop turn go in one write (a client on every call's path). */
+  options: { lazyConnect?: boolean; maxRetriesPerRequest?: number; auth?: RedisAuth; autoPipelining?: boolean } = {},
 ): Redis {
   const redis = new Redis({
+    enableAutoPipelining: options.autoPipelining ?? false,
     ...connectionOptions(address, options.auth),
     enableOfflineQueue: false,
     connectTimeout: timeouts.connectTimeoutMs,

@@ -1,3 +1,4 @@
+import type { ConcurrencySlots } from '../quotas/concurrency-slots';
 import { CALLER_PAYLOAD_HEADER, CallerIdentity, callerIdentityOf } from '../auth/caller-identity';
 import type { BackendCredentialsProvider } from '../credentials/backend-credentials';
 import { Logger } from '../shared/log';
@@ -88,6 +89,8 @@ export interface GatewayContext {
   };
   /** The Authorization each backend gets on a caller's behalf (docs/auth.md, Backends). */
   credentials: Pick<BackendCredentialsProvider, 'authorizationFor' | 'credentialFor'>;
+  /** Per-caller concurrency slots (docs/quotas.md), in Redis; absent without --redis. */
+  concurrency?: Pick<ConcurrencySlots, 'take'>;
   log: Logger;
 }
 

@@ -11,6 +11,10 @@ import { MODERN_PROTOCOL_VERSION } from './modern-era';
 import { BackendView, RouteCatalogView } from './route-catalog';
 import { claimOpenedBackendSession } from './sessions/backend-session-claim';
 import { GatewaySession } from './sessions/session-store';
+import { InFlightRequest, TakeResult, inFlightRequestOf, leaseHeaderOf } from '../quotas/concurrency-slots';
+import { LIMIT_EXCEEDED_CODE } from '../xds/translate/local-replies';
+import { LIMIT_HEADER } from '../xds/translate/quotas';
+import { toolServiceIdOf } from '../ir/gateway-ir';
 
 /**
  * The call lane's session check (docs/adr/0008-data-path-lanes.md): Envoy asks it, over HTTP, before
@@ -218,10 +222,71 @@ export async function answerBackendCredential(head: RequestHead, context: Gatewa
 }
 
 export async function checkCall(head: RequestHead, context: GatewayContext, statelessSessions: StatelessCallSessions): Promise<CheckAnswer> {
-  const startedAt = performance.now();
   const checked = checkedBackend(head, context, 'session check');
   if (!('backend' in checked)) return checked;
   const { view, backend, request } = checked;
+  const inFlight = inFlightRequestOf(head.headers.get(CHECK_HEADERS.concurrency), toolServiceIdOf(backend.toolService), request.tool);
+  if (typeof inFlight === 'string') return answer(400, jsonRpcError(request.rpcId, JSON_RPC.INVALID_REQUEST, `session check: ${inFlight}`));
+  const decided = await decideInTime(head, request, view, backend, context, statelessSessions);
+  if (decided.status !== CHECK_STATUS.ALLOW || !inFlight) return decided;
+  return withSlots(decided, head, request, view, backend, inFlight, context);
+}
+
+/**
+ * The call's per-caller concurrency slots (docs/quotas.md), taken once everything else let it go: the
+ * lease goes to Envoy's metadata, whose call log gives it back when the call ends. Over a limit:
+ * 429 with Retry-After and the JSON-RPC error naming it. Without Redis, or while it cannot be asked,
+ * the call goes uncounted (fail open, warned): a fairness limit must not stop every call.
+ */
+async function withSlots(allowed: CheckAnswer, head: RequestHead, request: CheckRequest, view: RouteCatalogView, backend: BackendView, inFlight: InFlightRequest, context: GatewayContext): Promise<CheckAnswer> {
+  if (!context.concurrency) {
+    uncountedWarning(context, 'a call is under a per-caller concurrency limit, but this sidecar has no --redis to count it in: not counted', inFlight);
+    return allowed;
+  }
+  const owner = ownerOf(callerOf(head, view));
+  const caller = owner === undefined ? `address ${head.headers.get(CHECK_HEADERS.clientAddress) ?? ''}` : `subject ${owner}`;
+  let taken: TakeResult;
+  try {
+    taken = await context.concurrency.take(caller, inFlight);
+  } catch (error) {
+    uncountedWarning(context, 'concurrency slots could not be taken (Redis): calls go uncounted', inFlight, error as Error);
+    return allowed;
+  }
+  if (taken.taken) return { ...allowed, headers: { ...allowed.headers, [CHECK_HEADERS.concurrencyLease]: leaseHeaderOf(taken.lease) } };
+  const { name, inFlight: limit } = taken.limit;
+  const body = jsonRpcError(request.rpcId, LIMIT_EXCEEDED_CODE, `concurrency limit reached: ${name} (tools/call in flight at once); retry after ${IN_FLIGHT_RETRY_AFTER_S} s`, {
+    outcome: 'limited',
+    limit: name,
+    in_flight_limit: limit,
+    retry_after_s: IN_FLIGHT_RETRY_AFTER_S,
+    backend: backend.name,
+    tool: request.tool,
+  });
+  return { status: 429, headers: { 'content-type': 'application/json', 'retry-after': String(IN_FLIGHT_RETRY_AFTER_S), [LIMIT_HEADER]: name }, body: JSON.stringify(body) };
+}
+
+/** Uncounted calls are warned of at most every WARNING_INTERVAL_MS: an outage of Redis must not flood the log. */
+const WARNING_INTERVAL_MS = 10_000;
+let lastWarningAt = -Infinity;
+function uncountedWarning(context: GatewayContext, message: string, inFlight: InFlightRequest, error?: Error): void {
+  const now = performance.now();
+  if (now - lastWarningAt < WARNING_INTERVAL_MS) return;
+  lastWarningAt = now;
+  context.log.warn(message, { limit: inFlight.limits[0].name, ...(error && { error: error.message }) });
+}
+
+/** A caller at its concurrency limit may call again once one of its calls ended: soon, as a rule. */
+const IN_FLIGHT_RETRY_AFTER_S = 1;
+
+async function decideInTime(
+  head: RequestHead,
+  request: CheckRequest,
+  view: RouteCatalogView,
+  backend: BackendView,
+  context: GatewayContext,
+  statelessSessions: StatelessCallSessions,
+): Promise<CheckAnswer> {
+  const startedAt = performance.now();
   const { rpcId: id, method, tool, deadlineMs } = request;
   const decided = decideCall(head, request, view, backend, context, statelessSessions, startedAt);
   if (deadlineMs === undefined) return decided;

@@ -15,6 +15,7 @@ import { ListChangedStreams, changedLists } from './list-changed-streams';
 import { BACKEND_STREAM_DEFAULTS, BackendStreamLimits, BackendStreams } from './backend-streams';
 import { ListenStreams } from './subscriptions-listen';
 import { redisKeyspace } from '../shared/redis-keys';
+import { ConcurrencySlots } from '../quotas/concurrency-slots';
 import { RouteCatalogView, buildRouteViews } from './route-catalog';
 import { BackendCredentialsProvider } from '../credentials/backend-credentials';
 import { IdpClient, IdpSettings } from '../credentials/idp-client';
@@ -153,6 +154,10 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
     sessions = new MemorySessionStore(options.sessionIdleTtlSeconds, options.sessionLimits);
     log.warn('no --redis: sessions live in this process only (lost on restart, not shared with other replicas)');
   }
+  // Per-caller concurrency slots (docs/quotas.md): every replica counts in the same Redis.
+  const concurrency = options.redis
+    ? new ConcurrencySlots(createRedisClient(options.redis.url, { ...REDIS_TIMEOUT_DEFAULTS, ...options.redis.timeouts }, { auth: options.redis.auth, autoPipelining: true }), redisKeyspace(options.redis.prefix))
+    : undefined;
   const tracing = options.tracing ?? Tracing.off;
   const credentials = new BackendCredentialsProvider(options.idp && new IdpClient(options.idp), new TokenCache(options.tokenCache ?? TOKEN_CACHE_DEFAULTS, metrics));
   const context: GatewayContext = {
@@ -163,6 +168,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       tracing,
     ),
     credentials,
+    ...(concurrency && { concurrency }),
     log,
   };
 
@@ -217,6 +223,7 @@ export async function startSidecar(options: SidecarOptions): Promise<RunningSide
       options.internalTls?.close();
       await sessions.close();
       approvalStore?.close();
+      concurrency?.close();
       await tracing.shutdown();
     },
   };

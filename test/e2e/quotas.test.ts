@@ -1,53 +1,13 @@
-import { Agent, fetch as undiciFetch } from 'undici';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { listedTools, metricValue, startGateway } from '../support/gateway-fixture';
+import { clientFrom, fetchFrom, refusal } from '../support/callers';
 
 /**
  * Per-instance limits (Envoy's local_ratelimit) and concurrency limits, through the real Envoy with
  * real MCP SDK clients (docs/quotas.md). Callers of a route without auth are told apart by their
  * address: one client comes from 127.0.0.1, the other from 127.0.0.2.
  */
-
-type FetchLike = NonNullable<ConstructorParameters<typeof StreamableHTTPClientTransport>[1]>['fetch'];
-
-/** A fetch whose connections leave from `address` (any of 127.0.0.0/8 on Linux). */
-function fetchFrom(address: string): { fetch: FetchLike; close: () => Promise<void> } {
-  const dispatcher = new Agent({ localAddress: address });
-  return {
-    fetch: ((url: string | URL, init?: RequestInit) => undiciFetch(url, { ...(init as object), dispatcher })) as unknown as FetchLike,
-    close: () => dispatcher.close(),
-  };
-}
-
-/** An MCP SDK client of the route, connecting from `address`. */
-async function clientFrom(url: string, address: string): Promise<{ client: Client; close: () => Promise<void> }> {
-  const { fetch, close } = fetchFrom(address);
-  const client = new Client({ name: `quota-test-${address}`, version: '1.0.0' });
-  await client.connect(new StreamableHTTPClientTransport(new URL(url), { fetch }));
-  return {
-    client,
-    close: async () => {
-      await client.close();
-      await close();
-    },
-  };
-}
-
-/** What the SDK client throws for an HTTP error answer: its status and the body it read. */
-async function refusal(call: Promise<unknown>): Promise<{ status: number; error: { code: number; message: string; data: Record<string, unknown> } }> {
-  const error = (await call.then(
-    () => {
-      throw new Error('the call was not refused');
-    },
-    (thrown: Error) => thrown,
-  )) as Error & { code?: number };
-  const body = /(\{.*\})\s*$/s.exec(error.message);
-  if (!body) throw error;
-  return { status: error.code ?? 0, error: JSON.parse(body[1]).error };
-}
 
 describe('per-instance limits and concurrency limits', () => {
   let stack: GatewayStack;

@@ -20,7 +20,8 @@ describe('limits in the registry', () => {
     ['a rate of zero', { calls: { total: '0/second' } }, 'routes[0].quotas.calls.total', /REQUESTS\/UNIT/],
     ['whenServiceDown on a limit that is not shared', { calls: { total: { rate: '5/second', whenServiceDown: 'refuse' } } }, 'routes[0].quotas.calls.total.whenServiceDown', /shared limits/],
     ['a misspelt key', { calls: { perCaler: '5/second' } }, 'routes[0].quotas.calls.perCaler', /unknown key \(did you mean "perCaller"\?\)/],
-    ['a per-caller concurrency limit (Envoy has no counter of calls in flight per caller)', { concurrency: { perCaller: 2 } }, 'routes[0].quotas.concurrency', /unknown key/],
+    ['no call in flight at all', { concurrency: { perCaller: 0 } }, 'routes[0].quotas.concurrency.perCaller', /too small|>=1/],
+    ["a route's total calls in flight (a Tool Service's is its circuit breaker)", { concurrency: { total: 2 } }, 'routes[0].quotas.concurrency.total', /unknown key/],
   ])('refuses %s, naming the field', (_case, quotas, field, message) => {
     const { problems } = validateRegistry({ routes: [{ key: 'demo', quotas, toolServices: [service('a')] }] });
     expect(problems).toHaveLength(1);
@@ -163,7 +164,7 @@ describe("the call script's tool limits", () => {
     }).tools;
     const backend = { era: 'session' as const, sessionful: false, tools: new Map([['get_alerts', 'r'], ['run_job', ''], ['echo', '']]), denied: new Map(), approvals: new Map(), prompts: new Set<string>(), serves: { prompts: false, resources: false, subscriptions: false, completions: false }, fallbackText: '' };
     const route = { backends: new Map([['weather', backend]]), accessRules: [] };
-    const config = callRouteFilters('demo', 'weather', '__', route, undefined, { annotate: true, auditArguments: false, credentials: 'none', quotas: { toolServiceId: 'weather', tools } })[
+    const config = callRouteFilters('demo', 'weather', '__', route, undefined, { annotate: true, auditArguments: false, credentials: 'none', quotas: { toolServiceId: 'weather', tools, inFlight: [], deadlineMs: 600_000 } })[
       'envoy.filters.http.lua'
     ] as unknown as { value: { filter_context: Record<string, unknown> } };
     expect(config.value.filter_context).toMatchObject({
@@ -194,6 +195,12 @@ describe('refusals in the call log', () => {
     ],
     ['a refusing shared limit without its service', entry('demo/call/jobs', { rate_limit_service_error: true }, 503), { route: 'demo', lane: 'calls', limit: 'shared (the ratelimit service did not answer)' }],
     ['a concurrency limit', entry('demo/call/jobs', { upstream_overflow: true }, 429, { 'x-mcpgw-limit': 'tool-service:jobs/concurrency' }), { route: 'demo', lane: 'calls', limit: 'tool-service:jobs/concurrency' }],
+    [
+      "a per-caller concurrency limit (the session check's 429)",
+      entry('demo/call/jobs', { unauthorized_details: true } as unknown as Record<string, boolean>, 429, { 'x-mcpgw-limit': 'route:demo/concurrency/per-caller' }),
+      { route: 'demo', lane: 'calls', limit: 'route:demo/concurrency/per-caller' },
+    ],
+    ['a session the check does not know (not a limit)', entry('demo/call/jobs', { unauthorized_details: true } as unknown as Record<string, boolean>, 404), undefined],
     ['an overflow that is not a limit of ours (no 429)', entry('demo/call/jobs', { upstream_overflow: true }, 503), undefined],
     ['an answered call', entry('demo/call/jobs', {}, 200), undefined],
   ])('%s', (_case, logged, expected) => {
@@ -224,6 +231,8 @@ describe('mcpgw_limited_requests_total', () => {
         'calls tool:weather/run_task/calls',
         'calls tool-service:jobs/calls',
         'calls tool-service:jobs/concurrency',
+        'calls route:demo/concurrency/per-caller',
+        'calls tool-service:jobs/concurrency/per-caller',
       ].sort(),
     );
   });
@@ -236,5 +245,28 @@ describe('docs/quotas.md', () => {
     expect(example).not.toBeNull();
     const { problems } = validateRegistry(parse(example![1]));
     expect(problems).toEqual([]);
+  });
+});
+
+describe('per-caller concurrency limits in the registry', () => {
+  it('gives each route the default, keeps `unlimited`, and names each limit by where it is set', () => {
+    const { registry, problems } = validateRegistry({
+      quotas: { concurrency: { perCaller: 4 } },
+      routes: [
+        { key: 'a', toolServices: [service('x', { quotas: { concurrency: { total: 8, perCaller: 2 }, tools: [{ tools: ['run_*'], concurrency: { perCaller: 1 } }] } })] },
+        { key: 'b', quotas: { concurrency: { perCaller: 'unlimited' } }, toolServices: [service('y')] },
+      ],
+    });
+    expect(problems).toEqual([]);
+    expect(routeQuotasIR('a', registry.routes[0].quotas).concurrencyPerCaller).toEqual({ name: 'route:a/concurrency/per-caller', inFlight: 4 });
+    expect(routeQuotasIR('b', registry.routes[1].quotas).concurrencyPerCaller).toBeUndefined();
+    const x = toolServiceQuotasIR('x', registry.routes[0].toolServices[0].quotas);
+    expect(x).toMatchObject({ concurrency: 8, concurrencyPerCaller: { name: 'tool-service:x/concurrency/per-caller', inFlight: 2 }, tools: [{ patterns: ['run_*'], calls: [], concurrencyPerCaller: 1 }] });
+  });
+
+  it('refuses a tool entry that limits nothing, naming it', () => {
+    const { problems } = validateRegistry({ routes: [{ key: 'a', toolServices: [service('x', { quotas: { tools: [{ tools: ['run_*'] }] } })] }] });
+    expect(problems).toHaveLength(1);
+    expect(problems[0]).toMatchObject({ field: 'routes[0].toolServices[0].quotas.tools[0]', message: expect.stringMatching(/needs calls or concurrency/) });
   });
 });

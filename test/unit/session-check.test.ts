@@ -3,6 +3,7 @@ import { decideOnBody } from '../../control-plane/sidecar/mcp-gateway';
 import { buildRouteViews } from '../../control-plane/sidecar/route-catalog';
 import { StatelessCallSessions, checkCall, forgetLostSession } from '../../control-plane/sidecar/session-check';
 import { CHECK_STATUS } from '../../control-plane/xds/translate/settings';
+import { InFlightRequest, TakeResult } from '../../control-plane/quotas/concurrency-slots';
 import { sidecarContext } from '../support/sidecar-context';
 import { backendCatalog, catalogSnapshot } from './catalog-fixtures';
 
@@ -154,5 +155,71 @@ describe("the session check's deadline (Envoy's --session-check-timeout-ms less 
     const { context, pool, sessionId } = await session(slowish);
     const answer = await checkCall(checkHead('jobs', { 'mcp-session-id': sessionId, 'x-mcpgw-check-deadline-ms': '1000' }), context, pool);
     expect(answer).toMatchObject({ status: CHECK_STATUS.ALLOW, headers: { 'mcp-session-id': 'session-in-time' } });
+  });
+});
+
+/** The lease header as the check wrote it (base64url JSON). */
+const leaseOfHeader = (header: string | undefined) => header && JSON.parse(Buffer.from(header, 'base64url').toString('utf8'));
+
+describe('per-caller concurrency in the session check (docs/quotas.md)', () => {
+  const limits = { 'x-mcpgw-concurrency': '30000;2=route:demo/concurrency/per-caller', 'x-mcpgw-client-address': '10.1.2.3' };
+  /** Slots as the check sees them: a fake that answers `result` and records what it was asked. */
+  const slotsAnswering = (result: () => Promise<TakeResult>) => {
+    const asked: { caller: string; request: InFlightRequest }[] = [];
+    return { asked, slots: { take: (caller: string, request: InFlightRequest) => (asked.push({ caller, request }), result()) } };
+  };
+
+  it("takes the call's slots for the client's address once the call may go, and hands Envoy the lease", async () => {
+    const { context, pool } = await session();
+    const { asked, slots } = slotsAnswering(async () => ({ taken: true, lease: { id: 'lease-1', keys: ['k'] } }));
+    const answer = await checkCall(checkHead('modern', limits), { ...context, concurrency: slots }, pool);
+    expect(answer.status).toBe(CHECK_STATUS.ALLOW);
+    expect(leaseOfHeader(answer.headers['x-mcpgw-concurrency-lease'])).toEqual({ id: 'lease-1', keys: ['k'] });
+    expect(asked).toEqual([{ caller: 'address 10.1.2.3', request: { deadlineMs: 30000, limits: [{ name: 'route:demo/concurrency/per-caller', inFlight: 2 }] } }]);
+  });
+
+  it("counts a caller of a route with auth by its token's issuer and subject, wherever it calls from", async () => {
+    const signedIn = buildRouteViews(
+      catalogSnapshot([{ route_key: 'signed', backends: [backendCatalog('modern', ['shout'], { protocol_version: '2026-07-28', sessionful: false })], access: { rules: [], ruleOf: () => 0 } }]),
+    );
+    const { context } = sidecarContext(signedIn);
+    const { asked, slots } = slotsAnswering(async () => ({ taken: true, lease: { id: 'lease-2', keys: ['k'] } }));
+    const payload = JSON.stringify({ iss: 'https://idp.example.com', sub: 'alice' });
+    const head = checkHead('modern', { ...limits, 'x-mcpgw-jwt-payload': payload }, 'signed');
+    expect((await checkCall(head, { ...context, concurrency: slots }, new StatelessCallSessions(context))).status).toBe(CHECK_STATUS.ALLOW);
+    expect(asked.map(({ caller }) => caller)).toEqual(['subject https://idp.example.com alice']);
+  });
+
+  it('refuses a call over a limit with 429, Retry-After and -32029 naming the limit', async () => {
+    const { context, pool } = await session();
+    const limit = { name: 'route:demo/concurrency/per-caller', inFlight: 2 };
+    const { slots } = slotsAnswering(async () => ({ taken: false, limit }));
+    const answer = await checkCall(checkHead('modern', limits), { ...context, concurrency: slots }, pool);
+    expect(answer.status).toBe(429);
+    expect(answer.headers).toMatchObject({ 'retry-after': '1', 'x-mcpgw-limit': limit.name });
+    expect(JSON.parse(answer.body)).toMatchObject({ id: 5, error: { code: -32029, data: { outcome: 'limited', limit: limit.name, in_flight_limit: 2, backend: 'modern', tool: 'echo' } } });
+  });
+
+  it('takes no slot for a call the check refuses otherwise', async () => {
+    const { context, pool } = await session();
+    const { asked, slots } = slotsAnswering(async () => ({ taken: true, lease: { id: 'x', keys: ['k'] } }));
+    expect((await checkCall(checkHead('jobs', { ...limits, 'mcp-session-id': 'forged' }), { ...context, concurrency: slots }, pool)).status).toBe(404);
+    expect(asked).toEqual([]);
+  });
+
+  it('lets the call go uncounted when Redis cannot be asked (fail open)', async () => {
+    const { context, pool } = await session();
+    const { slots } = slotsAnswering(async () => {
+      throw new Error('Connection is closed.');
+    });
+    const answer = await checkCall(checkHead('modern', limits), { ...context, concurrency: slots }, pool);
+    expect(answer.status).toBe(CHECK_STATUS.ALLOW);
+    expect(answer.headers['x-mcpgw-concurrency-lease']).toBeUndefined();
+  });
+
+  it('refuses limits the call script would never write (nothing but Envoy may ask)', async () => {
+    const { context, pool } = await session();
+    const answer = await checkCall(checkHead('modern', { 'x-mcpgw-concurrency': '30000;lots' }), context, pool);
+    expect(answer.status).toBe(400);
   });
 });

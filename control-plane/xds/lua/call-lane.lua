@@ -21,6 +21,9 @@
 --   approval_cluster              the sidecars' cluster that decides approvals (when a tool needs one)
 --   tool_service, ["quota:<n>:<key>"]  the Tool Service's id and, per tool limit, the values of its
 --                                 metadata keys quota_tool_<key> the quota filters read (docs/quotas.md)
+--   concurrency, concurrency_deadline_ms, ["concurrency:<n>"]  per-caller concurrency limits: the route's
+--                                 and the Tool Service's ("<in flight>=<name>;…", maybe ""), the call's
+--                                 deadline without a tool's own, and tool limit n's in-flight count
 --   ["deny:<own name>"]           a tool the route's policy denies, with the rule that does
 --   ["access:<n>"]                an access rule (docs/auth.md): scopes = {required scope, ...},
 --                                 subjects / groups / clients = {[allowed value] = true} (absent: no condition)
@@ -420,18 +423,21 @@ end
 -- caller_authorization: the caller's own token on a route whose backend's credentials are made from it;
 -- the check may open a backend session on the caller's behalf, so it gets it under the gateway's own
 -- name (which the route removes as the request leaves).
-local function ask_session_check(h, headers, route, backend, modern_client, sessionful, owner, caller_authorization)
+-- in_flight: the call's per-caller concurrency limits (M.in_flight_limits): the check takes the call's
+-- slots, so such a call is always checked, never answered from the worker's memory.
+local function ask_session_check(h, headers, route, backend, modern_client, sessionful, owner, caller_authorization, in_flight)
   local session_id = headers:get("mcp-session-id")
+  if in_flight then h:streamInfo():dynamicMetadata():set(NS, "concurrency", in_flight) end
   if session_id ~= nil then
     local key = M.checked_key(session_id, owner, route, backend)
-    local checked = M.checked_lookup(key, h:timestamp())
+    local checked = not in_flight and M.checked_lookup(key, h:timestamp())
     if checked then
       headers:remove("mcp-session-id")
       return
     end
     h:streamInfo():dynamicMetadata():set(NS, "checked_key", key)
   end
-  if session_id ~= nil or (modern_client and sessionful) then
+  if session_id ~= nil or (modern_client and sessionful) or in_flight then
     if caller_authorization then headers:replace(CALLER_AUTHORIZATION, caller_authorization) end
     h:streamInfo():dynamicMetadata():set(NS, "check", true)
   end
@@ -606,6 +612,21 @@ function M.set_tool_quota(context, metadata, index, own)
     local value = context:get("quota:" .. index .. ":" .. key)
     if value then metadata:set(NS, "quota_tool_" .. key, value) end
   end
+end
+
+-- A call's per-caller concurrency limits (docs/quotas.md), for the session check that takes its slots:
+-- "<deadline ms>;<in flight>=<name>;…[;tool=<in flight>]" — the route's and the Tool Service's limits
+-- as the control plane wrote them, the tool's own (its name is formed by the check), and the deadline
+-- after which the slots lapse if Envoy never reports the call's end. nil: no such limit.
+function M.in_flight_limits(context, tool)
+  local limits = context:get("concurrency")
+  if limits == nil then return nil end
+  local parts = { tostring(tool.deadline_ms or context:get("concurrency_deadline_ms")) }
+  if limits ~= "" then parts[#parts + 1] = limits end
+  local own = tool.quota and context:get("concurrency:" .. tool.quota)
+  if own then parts[#parts + 1] = "tool=" .. tostring(own) end
+  if #parts == 1 then return nil end
+  return concat(parts, ";")
 end
 
 -- Requests for one backend's prompt or resource, routed by the prefix of the name or URI they carry.
@@ -795,6 +816,8 @@ function envoy_on_request(h)
   end
   if flags == nil and not audit_arguments then return refuse() end
   if tool and tool.quota then M.set_tool_quota(context, metadata, tool.quota, own) end
+  -- Read here: the filter context cannot be read once the body was (reading it yields).
+  local in_flight = tool and M.in_flight_limits(context, tool)
   -- What the access rule needs, read before the body (reading it yields, and handles end there).
   local caller = context:get("auth") and M.caller_of((metadata:get(JWT_NS) or {})[JWT_PAYLOAD], context:get("groups_claim")) or nil
   local access_rule = tool and tool.access and (context:get("access:" .. tool.access) or {})
@@ -886,7 +909,7 @@ function envoy_on_request(h)
     if not goes_on then return end
     headers = h:headers()
   end
-  ask_session_check(h, headers, route, backend, modern_client, sessionful, caller and caller.owner or "", caller_authorization)
+  ask_session_check(h, headers, route, backend, modern_client, sessionful, caller and caller.owner or "", caller_authorization, in_flight)
 end
 
 -- Per-caller backend credentials (token exchange, passthrough): the sidecar makes them from the

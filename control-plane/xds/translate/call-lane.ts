@@ -18,8 +18,8 @@ import {
   SIDECAR_CLUSTER_NAME,
 } from './settings';
 import { TYPE_URL, typedStruct } from './type-urls';
-import { ToolQuotaIR, toolQuotaOf } from '../../ir/quotas-ir';
-import { toolQuotaContext } from './quotas';
+import { InFlightLimitIR, ToolQuotaIR, toolQuotaOf } from '../../ir/quotas-ir';
+import { LIMIT_HEADER, toolQuotaContext } from './quotas';
 
 /**
  * The call lane (docs/adr/0008-data-path-lanes.md): Envoy's mcp filter parses every POST, a tools/call
@@ -226,6 +226,8 @@ export function sessionCheckFilter(timeoutMs: number): HttpFilter {
             { key: CHECK_HEADERS.method, value: formatterOf('method') },
             { key: CHECK_HEADERS.rpcId, value: formatterOf('rpc_id_json') },
             { key: CHECK_HEADERS.deadline, value: String(timeoutMs - SESSION_CHECK_MARGIN_MS) },
+            { key: CHECK_HEADERS.concurrency, value: formatterOf('concurrency') },
+            { key: CHECK_HEADERS.clientAddress, value: '%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%' },
             // The caller as jwt_authn validated it (absent on open routes): a client's own header of
             // this name is not among the headers the check is sent (allowed_headers).
             { key: CALLER_PAYLOAD_HEADER, value: `%DYNAMIC_METADATA(${JWT_METADATA.namespace}:${JWT_METADATA.payloadKey})%` },
@@ -233,8 +235,11 @@ export function sessionCheckFilter(timeoutMs: number): HttpFilter {
         },
         authorization_response: {
           allowed_upstream_headers: { patterns: [{ exact: 'mcp-session-id' }] },
-          allowed_client_headers: { patterns: [{ exact: 'content-type' }] },
-          dynamic_metadata_from_headers: { patterns: [{ exact: CHECK_HEADERS.backendSession }, { exact: CHECK_HEADERS.gatewaySession }] },
+          // A concurrency limit's refusal names the limit and when to call again (docs/quotas.md).
+          allowed_client_headers: { patterns: [{ exact: 'content-type' }, { exact: 'retry-after' }, { exact: LIMIT_HEADER }] },
+          dynamic_metadata_from_headers: {
+            patterns: [{ exact: CHECK_HEADERS.backendSession }, { exact: CHECK_HEADERS.gatewaySession }, { exact: CHECK_HEADERS.concurrencyLease }],
+          },
         },
       },
       allowed_headers: { patterns: CHECKED_CLIENT_HEADERS.map((exact) => ({ exact })) },
@@ -263,7 +268,18 @@ export function callMatch(path: string, backendName: string, separator: string) 
 export interface CallLaneToolQuotas {
   toolServiceId: string;
   tools: ToolQuotaIR[];
+  /** The route's and the Tool Service's per-caller concurrency limits. */
+  inFlight: InFlightLimitIR[];
+  /** The call's deadline unless its tool has its own: how long its concurrency slots are leased (docs/quotas.md). */
+  deadlineMs: number;
 }
+
+/**
+ * The per-caller concurrency limits of a call route (docs/adr/0016-quotas.md, Concurrency), as the
+ * script hands them to the session check: `<in flight>=<name>` joined by ";". Names are route keys and
+ * Tool Service ids (no ";" in either); a tool's own limit is added by the script as `tool=<in flight>`.
+ */
+export const inFlightLimitsContext = (limits: InFlightLimitIR[]) => limits.map((limit) => `${limit.inFlight}=${limit.name}`).join(';');
 /** How long the call script waits for a backend's credentials: above the sidecar's IdP timeout (5 s by default). */
 export const BACKEND_CREDENTIAL_TIMEOUT_MS = 6_000;
 
@@ -360,7 +376,12 @@ export function callRouteFilters(
     context.tool_service = quotas.toolServiceId;
     for (const [index, quota] of limited) {
       for (const [key, value] of Object.entries(toolQuotaContext(quota))) context[`quota:${index}:${key}`] = value;
+      if (quota.concurrencyPerCaller) context[`concurrency:${index}`] = quota.concurrencyPerCaller;
     }
+  }
+  if (quotas && (quotas.inFlight.length > 0 || [...limited.values()].some((quota) => quota.concurrencyPerCaller))) {
+    context.concurrency = inFlightLimitsContext(quotas.inFlight);
+    context.concurrency_deadline_ms = quotas.deadlineMs;
   }
   return {
     'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: context }),

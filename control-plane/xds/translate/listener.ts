@@ -72,10 +72,19 @@ const statusIs = (op: 'GE' | 'LE', value: number) => ({
 });
 
 /**
+ * How long a finished call waits for the call log's next batch: a caller at its concurrency limit
+ * calls again this soon after one of its calls ended (docs/adr/0016-quotas.md, Concurrency). A batch
+ * costs little against its entries: the entries are what Envoy and the control plane pay for.
+ */
+const CALL_LOG_FLUSH_INTERVAL = '0.050s';
+
+/**
  * Every tools/call (either lane), every request refused with 401 to 403, and every request a limit
  * refused on either lane, streamed to the control plane (control-plane/admin/call-log.ts), which
- * counts outcomes and durations by route, backend and tool, refusals by limit, and writes the audit
- * (control-plane/audit/): batched, off the request path.
+ * counts outcomes and durations by route, backend and tool, refusals by limit, writes the audit
+ * (control-plane/audit/), and gives back the concurrency slots of the calls that ended
+ * (control-plane/quotas/concurrency-slots.ts): whatever ended a call — its answer, the client gone,
+ * a timeout, a reset — Envoy logs it. Batched, off the request path, every CALL_LOG_FLUSH_INTERVAL.
  */
 const callLog = {
   name: 'envoy.access_loggers.http_grpc',
@@ -100,7 +109,7 @@ const callLog = {
       log_name: 'mcpgw_calls',
       grpc_service: { envoy_grpc: { cluster_name: CONTROL_PLANE_CLUSTER_NAME } },
       transport_api_version: 'V3',
-      buffer_flush_interval: '1s',
+      buffer_flush_interval: CALL_LOG_FLUSH_INTERVAL,
       buffer_size_bytes: 65536,
     },
     // The limit a refusal names (docs/quotas.md).

@@ -105,6 +105,8 @@ const REFUSING_LIMIT = `%RESP(${LIMIT_HEADER.toUpperCase()}?X-RATELIMIT-LIMIT)%`
 /** Refusals of the quota filters (docs/quotas.md, docs/errors.md): MCP's shape, 429 with Retry-After. */
 function quotaMappers(callLane: unknown) {
   return [
+    // A per-caller concurrency limit the session check refused: its own JSON-RPC answer, Retry-After and limit.
+    { filter: all(failedWith(['UAEX']), statusIs('EQ', 429)), body_format_override: AS_IT_IS },
     {
       // A rate limit: the filter's 429 already carries Retry-After (and the limit's name).
       filter: statusIs('EQ', 429),

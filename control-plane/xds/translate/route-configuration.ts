@@ -23,6 +23,12 @@ const GATEWAY_LANE_TIMEOUT = '30s';
 /** A client's GET stream is kept alive by the sidecar's keepalive comments (every 30 s). */
 const STREAM_IDLE_TIMEOUT = '120s';
 
+/**
+ * Concurrency slots are leases (docs/adr/0016-quotas.md, Concurrency): one whose call's end Envoy never
+ * reports lapses after the call's deadline; a call without one (a route timeout of 0) holds them this long.
+ */
+const UNBOUNDED_CALL_LEASE_MS = 15 * 60_000;
+
 /** What the routes take of the gateway's settings: the audit's copy of call arguments, Envoy's tracer. */
 type RouteSettings = Pick<GatewaySettings, 'auditArguments' | 'tracing'>;
 
@@ -30,7 +36,12 @@ type RouteSettings = Pick<GatewaySettings, 'auditArguments' | 'tracing'>;
 function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolServiceIR, catalog: CallLaneCatalog, settings: RouteSettings) {
   const { host, port, path } = service.endpoint;
   const quotas = callRouteQuotas(route, service);
-  const toolQuotas = { toolServiceId: service.id, tools: service.quotas.tools };
+  const toolQuotas = {
+    toolServiceId: service.id,
+    tools: service.quotas.tools,
+    inFlight: [route.quotas.concurrencyPerCaller, service.quotas.concurrencyPerCaller].filter((limit) => limit !== undefined),
+    deadlineMs: service.timeouts.requestTimeoutMs > 0 ? service.timeouts.requestTimeoutMs : UNBOUNDED_CALL_LEASE_MS,
+  };
   return {
     name: `${route.key}/call/${backend.name}`,
     ...(settings.tracing && routeTracing(GATEWAY_SPANS.forward, route.key, backend.name)),

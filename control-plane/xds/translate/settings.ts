@@ -183,6 +183,8 @@ export const RATELIMIT_CLUSTER_NAME = 'mcpgw_ratelimit';
 export const METADATA_NAMESPACE = 'mcpgw';
 /** The mcp filter's own dynamic-metadata namespace (method, id, params.name). */
 export const MCP_METADATA_NAMESPACE = 'envoy.filters.http.mcp';
+/** ext_authz's namespace: the headers the session check names in dynamic_metadata_from_headers. */
+export const EXT_AUTHZ_METADATA_NAMESPACE = 'envoy.filters.http.ext_authz';
 /** jwt_authn's namespace: the validated token's claims under `jwt_payload` (docs/auth.md). */
 export const JWT_METADATA_NAMESPACE = 'envoy.filters.http.jwt_authn';
 export const JWT_PAYLOAD_KEY = 'jwt_payload';
@@ -205,6 +207,12 @@ export const CHECK_HEADERS = {
    * (the script's credential request) and opens backend sessions with it (the check); the route removes it.
    */
   callerAuthorization: 'x-mcpgw-caller-authorization',
+  /** The client's address as Envoy resolved it: the caller of a per-caller limit on a route without auth. */
+  clientAddress: 'x-mcpgw-client-address',
+  /** The call's per-caller concurrency limits, from the call script (M.in_flight_limits in call-lane.lua). */
+  concurrency: 'x-mcpgw-concurrency',
+  /** The concurrency slots the check took for the call, which Envoy's call log gives back when the call ends. */
+  concurrencyLease: 'x-mcpgw-concurrency-lease',
 } as const;
 
 /**

@@ -77,6 +77,17 @@ check("quota scope", set["mcpgw:quota_tool_scope"], "weather/get_forecast")
 check("quota local caller", set["mcpgw:quota_tool_caller_local"], "calls:5/minute")
 check("quota shared total", set["mcpgw:quota_tool_total_allow"], "tool:weather/get_*/calls")
 check("quota absent kinds", set["mcpgw:quota_tool_total_local"], nil)
+-- per-caller concurrency limits, from the route's context to the session check
+local function in_flight(context, flags)
+  return M.in_flight_limits({ get = function(_, key) return context[key] end }, M.tool_flags(flags))
+end
+local limited = { concurrency = "4=route:demo/concurrency/per-caller;2=tool-service:jobs/concurrency/per-caller", concurrency_deadline_ms = 600000, ["concurrency:1"] = 1 }
+check("in flight: none on the route", in_flight({}, "r"), nil)
+check("in flight: the route's and the Tool Service's, the route's deadline", in_flight(limited, "r"), "600000;4=route:demo/concurrency/per-caller;2=tool-service:jobs/concurrency/per-caller")
+check("in flight: the tool's own deadline", in_flight(limited, "t=30000;q=0"), "30000;4=route:demo/concurrency/per-caller;2=tool-service:jobs/concurrency/per-caller")
+check("in flight: the tool's own limit", in_flight(limited, "q=1"), "600000;4=route:demo/concurrency/per-caller;2=tool-service:jobs/concurrency/per-caller;tool=1")
+check("in flight: only a tool's limit", in_flight({ concurrency = "", concurrency_deadline_ms = 600000, ["concurrency:0"] = 3 }, "q=0"), "600000;tool=3")
+check("in flight: a route with only another tool's limit", in_flight({ concurrency = "", concurrency_deadline_ms = 600000, ["concurrency:0"] = 3 }, "q=1"), nil)
 check("flag approval", M.tool_flags("r;ap").approval, true)
 check("flag approval is not access", M.tool_flags("a=2").approval, nil)
 
