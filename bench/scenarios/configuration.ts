@@ -228,10 +228,14 @@ export async function runConfigurationScenario(group: ProcessGroup, settings: Be
     await stack.setPortalRegistry({ routes: bigRoutes });
     let latest = before;
     const acked = (type: string) => metric(latest, 'mcpgw_xds_acks_total', { type }) > metric(before, 'mcpgw_xds_acks_total', { type });
+    const pushed = (type: string) => metric(latest, 'mcpgw_xds_pushes_total', { type }) > metric(before, 'mcpgw_xds_pushes_total', { type });
     const nacked = () => metric(latest, 'mcpgw_xds_nacks_total') > metric(before, 'mcpgw_xds_nacks_total');
+    // Routes always change; clusters only when the new Tool Services bring a new upstream (ids that
+    // share the seed's backends share its clusters, so no Cluster is pushed and none can be ACKed).
+    // Both are pushed from one snapshot, so once the routes are ACKed a Cluster push would be counted.
     const changeToAckMs = await timeUntil(changedAt, config.settleTimeoutMs, async () => {
       latest = await metricsText(stack);
-      return nacked() || (acked('Cluster') && acked('RouteConfiguration'));
+      return nacked() || (acked('RouteConfiguration') && (acked('Cluster') || !pushed('Cluster')));
     }, METRICS_POLL_MS);
     const refreshes = (text: string) => metric(text, 'mcpgw_catalog_refreshes_total');
     const catalogSettleMs = await timeUntil(changedAt, config.settleTimeoutMs, async () => {
