@@ -305,7 +305,7 @@ function configurationSection(results: BenchResults, configuration: Configuratio
         ['NACKs', String(c.nacks)],
         ['Portal change → last route answering tools/call, ms', c.changeToLastRouteServingMs === null ? 'not within the timeout' : num(c.changeToLastRouteServingMs)],
         ['sidecar catalog stream: breaks after the change (last reason)', c.sidecarCatalogStream.breaks ? `${c.sidecarCatalogStream.breaks} (${c.sidecarCatalogStream.lastReason})` : '0'],
-        ['catalog: Tool Services fetched after the change (ok / stale / missing)', `${c.catalog.states.ok} / ${c.catalog.states.stale} / ${c.catalog.states.missing}, ${c.catalog.refreshesAnswered} fetches ended (answered or timed out)${c.catalog.settleMs === null ? ', not all within the timeout' : ` after ${num(c.catalog.settleMs)} ms`}`],
+        ['catalog: route backends after the change (ok / stale / missing)', `${c.catalog.states.ok} / ${c.catalog.states.stale} / ${c.catalog.states.missing}, ${c.catalog.refreshesAnswered} Tool Service refreshes ended (answered or timed out); ${c.catalog.settleMs === null ? 'not all served within the timeout' : `all served after ${num(c.catalog.settleMs)} ms`}`],
       ],
     ),
     '',
