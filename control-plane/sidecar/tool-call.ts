@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { BACKEND_UNAVAILABLE_CODE } from '../xds/translate/local-replies';
-import { Decision, TOOL_DENIED_CODE, respondError, respondJson } from './decision';
+import { Decision, TOOL_DENIED_CODE, TextRespond, respondError, respondJson } from './decision';
 import { JSON_RPC, JsonRpcId, jsonRpcError } from './json-rpc';
 import { RouteCatalogView, resolveTool } from './route-catalog';
 
@@ -82,7 +82,7 @@ export function resumeTargetOf(lastEventId: string | undefined): ResumeTarget | 
  * holds none of the backend's events: the client, resuming at once, gets its call answered here with
  * the JSON-RPC error instead of waiting for its own timeout.
  */
-export function brokenCallAnswer(call: z.output<typeof resumeTokenSchema>): Decision & { kind: 'respond' } {
+export function brokenCallAnswer(call: z.output<typeof resumeTokenSchema>): TextRespond {
   const { b: backend, t: tool, i: id } = call;
   const lastError = 'the stream ended before the answer (the Tool Service reset it, stopped, or ran past its deadline)';
   const outcome = { outcome: 'failed', backend, tool, fallback_used: false, last_error: lastError };
