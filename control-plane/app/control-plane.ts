@@ -222,11 +222,10 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     // read's timeout): a new route with auth starts validating, not refusing with 503.
     const sources = new Map(ir.routes.flatMap((route) => (route.auth ? [[route.auth.keys.name, route.auth.keys] as const] : [])));
     await signingKeys.setSources([...sources.values()]);
-    const published = publishXds();
-    metrics.routes.set(ir.routes.length);
-    metrics.toolServices.set(ir.toolServices.length);
-    metrics.toolServiceClusters.reset();
-    for (const service of ir.toolServices) metrics.toolServiceClusters.set({ tool_service: service.id, cluster: service.clusterName }, 1);
+    // The catalog first: routes whose backends are listed already (a new id on a known backend, a
+    // changed route) get their call rules in the same push as the routes, so Envoy swaps its route
+    // table once, not twice (the catalog's change publishes; the publication below is then the same
+    // content, which pushes nothing).
     const fetchNow = catalog.setGateway(ir);
     // Cold start (registry, then Redis warm start, then backends: see startControlPlane): serve what Redis
     // kept before the first backend answers.
@@ -234,6 +233,11 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       catalog.restore(savedAtStart);
       savedAtStart = undefined;
     }
+    const published = publishXds();
+    metrics.routes.set(ir.routes.length);
+    metrics.toolServices.set(ir.toolServices.length);
+    metrics.toolServiceClusters.reset();
+    for (const service of ir.toolServices) metrics.toolServiceClusters.set({ tool_service: service.id, cluster: service.clusterName }, 1);
     if (lastGood) {
       // Queued, not awaited: a hung Redis must not hold up this update or the next.
       const touched = new Set([...merge.added, ...merge.changed]);
