@@ -21,13 +21,15 @@ import { planTopology } from './systems/topology';
 /**
  * The whole benchmark (issue 5): starts the five systems side by side, runs every scenario, stops
  * everything it started, and writes bench/results/<name>.json, .md and -latency.png.
- * Run it with scripts/bench.sh [--quick] [--only tool-list]: `--only tool-list` runs scenario 3 alone
- * (tools/list, prompts/list, resources/list of 50 backends) and writes bench/results/tool-list.*
- * (quick-tool-list.* with --quick), leaving the full run's files as they are.
+ * Run it with scripts/bench.sh [--quick] [--only tool-list|configuration]: `--only tool-list` runs
+ * scenario 3 alone (tools/list, prompts/list, resources/list of 50 backends) and writes
+ * bench/results/tool-list.*; `--only configuration` runs scenario 4 alone (1,000 routes × 5 Tool
+ * Services) and writes bench/results/configuration.* (quick-… with --quick), leaving the full run's
+ * files as they are.
  */
 
-const USAGE = 'usage: scripts/bench.sh [--quick] [--only tool-list]';
-const SCENARIOS_RUN_ALONE = ['tool-list'] as const;
+const USAGE = 'usage: scripts/bench.sh [--quick] [--only tool-list|configuration]';
+const SCENARIOS_RUN_ALONE = ['tool-list', 'configuration'] as const;
 
 const RESULTS_DIR = projectPath('bench', 'results');
 const LOG_DIR = projectPath('.run', 'bench');
@@ -80,6 +82,7 @@ async function main(): Promise<void> {
     process.exit(2);
   }
   const toolListAlone = options.only === 'tool-list';
+  const configurationAlone = options.only === 'configuration';
   const settings = benchSettings(options.quick === true);
   const startedAt = new Date();
   const cpuPlan = claimCpus();
@@ -105,30 +108,32 @@ async function main(): Promise<void> {
   const systemsGroup = new ProcessGroup(path.join(LOG_DIR, 'systems'), cpuPlan);
   groups.push(systemsGroup);
   let requestScenarios;
-  let systems;
-  try {
-    const topology = await planTopology(settings.toolList.fleet);
-    await startBackends(systemsGroup, topology);
-    const running = await startSystems(systemsGroup, topology, { naiveListTimeoutMs: settings.toolList.naiveListTimeoutMs });
-    systems = running.systems.map((system) => ({ id: system.id, name: system.name, setup: running.notes[system.id] }));
-    log(`systems up: ${running.systems.map((system) => `${system.id} ${system.callUrl}`).join(', ')}`);
-    await waitUntilCallsAnswer(running.systems, settings, READY_TIMEOUT_MS);
-    noteLoad('start-up');
-    if (toolListAlone) {
-      requestScenarios = { toolList: await runToolListScenario(running.systems, topology, settings, log) };
-    } else {
-      const toolCall = await runToolCallScenario(running.systems, settings, log);
-      noteLoad('tools/call');
-      const tracing = await runTracingScenario(systemsGroup, topology, settings, log);
-      noteLoad('tracing');
-      const streaming = await runStreamingScenario(running.systems, settings, log);
-      noteLoad('streaming');
-      const toolList = await runToolListScenario(running.systems, topology, settings, log);
-      requestScenarios = { toolCall, streaming, toolList, tracing };
+  let systems: BenchResults['systems'] = [];
+  if (!configurationAlone) {
+    try {
+      const topology = await planTopology(settings.toolList.fleet);
+      await startBackends(systemsGroup, topology);
+      const running = await startSystems(systemsGroup, topology, { naiveListTimeoutMs: settings.toolList.naiveListTimeoutMs });
+      systems = running.systems.map((system) => ({ id: system.id, name: system.name, setup: running.notes[system.id] }));
+      log(`systems up: ${running.systems.map((system) => `${system.id} ${system.callUrl}`).join(', ')}`);
+      await waitUntilCallsAnswer(running.systems, settings, READY_TIMEOUT_MS);
+      noteLoad('start-up');
+      if (toolListAlone) {
+        requestScenarios = { toolList: await runToolListScenario(running.systems, topology, settings, log) };
+      } else {
+        const toolCall = await runToolCallScenario(running.systems, settings, log);
+        noteLoad('tools/call');
+        const tracing = await runTracingScenario(systemsGroup, topology, settings, log);
+        noteLoad('tracing');
+        const streaming = await runStreamingScenario(running.systems, settings, log);
+        noteLoad('streaming');
+        const toolList = await runToolListScenario(running.systems, topology, settings, log);
+        requestScenarios = { toolCall, streaming, toolList, tracing };
+      }
+      noteLoad('tools/list');
+    } finally {
+      await systemsGroup.stopAll();
     }
-    noteLoad('tools/list');
-  } finally {
-    await systemsGroup.stopAll();
   }
 
   let configuration;
@@ -161,12 +166,12 @@ async function main(): Promise<void> {
   const results: BenchResults = { ...withoutTargets, targets: assessTargets(withoutTargets) };
 
   // A quick run, or one scenario alone, never overwrites the numbers the repository carries.
-  const name = [settings.mode === 'full' ? undefined : 'quick', toolListAlone ? 'tool-list' : undefined].filter(Boolean).join('-') || 'latest';
+  const name = [settings.mode === 'full' ? undefined : 'quick', options.only].filter(Boolean).join('-') || 'latest';
   fs.mkdirSync(RESULTS_DIR, { recursive: true });
   const jsonFile = path.join(RESULTS_DIR, `${name}.json`);
   writeAtomically(jsonFile, resultsJson(results));
-  // The chart's panels are mostly tools/call and streaming: a tools/list run alone has its tables only.
-  const chart = toolListAlone ? undefined : drawChart(jsonFile, path.join(RESULTS_DIR, `${name}-latency.png`));
+  // The chart's panels are mostly tools/call and streaming: a scenario run alone has its tables only.
+  const chart = options.only ? undefined : drawChart(jsonFile, path.join(RESULTS_DIR, `${name}-latency.png`));
   const markdownFile = path.join(RESULTS_DIR, `${name}.md`);
   writeAtomically(markdownFile, `${renderMarkdown(results, chart)}\n`);
   log(`results: ${path.relative(projectPath(), jsonFile)}, ${path.relative(projectPath(), markdownFile)}${chart ? `, bench/results/${chart}` : ''}`);

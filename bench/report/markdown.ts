@@ -2,6 +2,7 @@ import { Spread, spreadOf } from '../load/stats';
 import { ConfigurationResults } from '../scenarios/configuration';
 import { StreamingResults } from '../scenarios/streaming';
 import { SATURATION, ToolCallResults } from '../scenarios/tool-call';
+import { ToolListResults } from '../scenarios/tool-list';
 import { TracingResults, TracingRun } from '../scenarios/tracing';
 import { ATTRIBUTE_VARIANTS, AttributeCostRun } from '../scenarios/tracing-attributes';
 import { SystemId } from '../systems/systems';
@@ -36,6 +37,12 @@ function errorLines<Run extends { errors: Record<string, number> }>(runs: Run[],
   return counts.size === 0 ? [] : ['Wrong or failed answers, all repetitions:', '', ...[...counts].map(([key, count]) => `- ${key} × ${count}`), ''];
 }
 
+/** The `--only` option a run of one scenario alone was made with; empty for a whole run. */
+function onlyOption(results: BenchResults): string {
+  if (results.toolCall) return '';
+  return results.toolList ? ' --only tool-list' : ' --only configuration';
+}
+
 function environmentSection(results: BenchResults): string[] {
   const { machine, versions } = results.environment;
   const s = results.settings;
@@ -56,7 +63,9 @@ function environmentSection(results: BenchResults): string[] {
           `- Method: ${s.repetitions} repetition(s), systems interleaved within each; fixed-rate (open-loop) arrivals with latency from the intended send time; ${s.toolCall.initialWarmup.durationMs / 1000} s warm-up per system, then ${s.toolCall.warmupMs / 1000} s warm-up + ${s.toolCall.measureMs / 1000} s measured per rate; saturation = closed loop, ${s.toolCall.saturation.concurrency} clients, ${s.toolCall.saturation.measureMs / 1000} s; every answer checked (JSON-RPC result, echoed text, tool count)`,
           `- MCP client load: JSON-RPC over Streamable HTTP (POST, \`accept: application/json, text/event-stream\`), ${s.toolCall.sessions} sessions per system opened with initialize + notifications/initialized, their \`mcp-protocol-version\` and, where the path hands one out (${withSessions || 'none did'}), \`mcp-session-id\` on every request; the backends are stateless`,
         ]
-      : [`- Method: the tools/list scenario alone (\`--only tool-list\`), ${s.repetitions} repetition(s), systems interleaved within each; fixed-rate (open-loop) arrivals with latency from the intended send time; every answer checked for its entry count`]),
+      : results.toolList
+        ? [`- Method: the tools/list scenario alone (\`--only tool-list\`), ${s.repetitions} repetition(s), systems interleaved within each; fixed-rate (open-loop) arrivals with latency from the intended send time; every answer checked for its entry count`]
+        : [`- Method: the configuration scenario alone (\`--only configuration\`)`]),
     '',
     ...table(
       ['system', 'set-up'],
@@ -153,8 +162,7 @@ function streamingSection(results: BenchResults, streaming: StreamingResults): s
   ];
 }
 
-function toolListSection(results: BenchResults): string[] {
-  const { toolList } = results;
+function toolListSection(results: BenchResults, toolList: ToolListResults): string[] {
   const s = results.settings.toolList;
   const ids = [...new Set(toolList.runs.map((run) => run.system))];
   const variantLabel: Record<ListVariant, string> = {
@@ -192,14 +200,14 @@ function toolListSection(results: BenchResults): string[] {
     ...toolList.unsupported.map((entry) => `- ${systemName(results, entry.system)}: not expressible — ${entry.reason}.`),
     '',
     ...errorLines(toolList.runs, (run) => `${systemName(results, run.system)}, ${variantLabel[run.variant]}`),
-    ...surfaceListLines(results),
+    ...surfaceListLines(results, toolList),
   ];
 }
 
 /** The gateway's prompts/list and resources/list of the all-up route (docs/catalog.md). */
-function surfaceListLines(results: BenchResults): string[] {
+function surfaceListLines(results: BenchResults, toolList: ToolListResults): string[] {
   const rows = (['prompts/list', 'resources/list'] as const).flatMap((method) => {
-    const f = surfaceListFigures(results.toolList, method);
+    const f = surfaceListFigures(toolList, method);
     if (!f) return [];
     return [[`${method} (${f.entries.toLocaleString('en-US')} entries)`, cell(f.latencyMs.p50, f.repetitions), cell(f.latencyMs.p99, f.repetitions), cell(f.latencyMs.max, f.repetitions), String(f.pagesPerListing), `${num(f.pageLatencyMs.p50.median)} / ${num(f.pageLatencyMs.p99.median)}`, `${f.errors}/${f.sent}`]];
   });
@@ -209,7 +217,7 @@ function surfaceListLines(results: BenchResults): string[] {
     `The same route's prompts/list and resources/list, answered by C from its catalog (all backends up, ${results.settings.toolList.fleet.promptsPerBackend} prompts and ${results.settings.toolList.fleet.resourcesPerBackend} resources per backend; the same rate and measurement). No other system federates them: B forwards, D's mcp_router answers resources/list with an empty list, E fans out tools/list only.`,
     '',
     ...table(['list', 'p50', 'p99', 'max', 'pages', 'per page p50 / p99', 'errors/listings'], rows),
-    ...errorLines(results.toolList.surfaceRuns ?? [], (run) => `C, ${run.method}`),
+    ...errorLines(toolList.surfaceRuns ?? [], (run) => `C, ${run.method}`),
   ];
 }
 
@@ -297,7 +305,7 @@ function configurationSection(results: BenchResults, configuration: Configuratio
         ['NACKs', String(c.nacks)],
         ['Portal change → last route answering tools/call, ms', c.changeToLastRouteServingMs === null ? 'not within the timeout' : num(c.changeToLastRouteServingMs)],
         ['sidecar catalog stream: breaks after the change (last reason)', c.sidecarCatalogStream.breaks ? `${c.sidecarCatalogStream.breaks} (${c.sidecarCatalogStream.lastReason})` : '0'],
-        ['catalog: Tool Services fetched after the change (ok / stale / missing)', `${c.catalog.states.ok} / ${c.catalog.states.stale} / ${c.catalog.states.missing}, ${c.catalog.refreshesAnswered} fetches ended (answered or timed out)${c.catalog.settleMs === null ? ', not all within the timeout' : ` after ${num(c.catalog.settleMs)} ms`}`],
+        ['catalog: route backends after the change (ok / stale / missing)', `${c.catalog.states.ok} / ${c.catalog.states.stale} / ${c.catalog.states.missing}, ${c.catalog.refreshesAnswered} Tool Service refreshes ended (answered or timed out); ${c.catalog.settleMs === null ? 'not all served within the timeout' : `all served after ${num(c.catalog.settleMs)} ms`}`],
       ],
     ),
     '',
@@ -312,13 +320,13 @@ export function renderMarkdown(results: BenchResults, chartFile: string | undefi
   return [
     `# MCP gateway benchmark — ${results.mode} run`,
     '',
-    `Run ${results.startedAt} → ${results.finishedAt} (${Math.round(results.durationSeconds / 60)} min) with \`scripts/bench.sh${results.mode === 'quick' ? ' --quick' : ''}${results.toolCall ? '' : ' --only tool-list'}\`. Systems: A backend direct (the floor), B plain Envoy, C this gateway, D Envoy 1.40 mcp_router, E naive Node proxy — all on 127.0.0.1.`,
+    `Run ${results.startedAt} → ${results.finishedAt} (${Math.round(results.durationSeconds / 60)} min) with \`scripts/bench.sh${results.mode === 'quick' ? ' --quick' : ''}${onlyOption(results)}\`. Systems: A backend direct (the floor), B plain Envoy, C this gateway, D Envoy 1.40 mcp_router, E naive Node proxy — all on 127.0.0.1.`,
     '',
     ...(chartFile ? [`![latency distributions](${chartFile})`, ''] : []),
     ...targetsSection(results),
     ...(results.toolCall ? toolCallSection(results, results.toolCall) : []),
     ...(results.streaming ? streamingSection(results, results.streaming) : []),
-    ...toolListSection(results),
+    ...(results.toolList ? toolListSection(results, results.toolList) : []),
     ...(results.configuration ? configurationSection(results, results.configuration) : []),
     ...(results.tracing ? tracingSection(results, results.tracing) : []),
     ...environmentSection(results),

@@ -29,7 +29,8 @@ export interface BenchResults {
   /** Scenarios 1, 2 and 4: absent in a run of the tools/list scenario alone (`--only tool-list`). */
   toolCall?: ToolCallResults;
   streaming?: StreamingResults;
-  toolList: ToolListResults;
+  /** Absent in a run of the configuration scenario alone (`--only configuration`). */
+  toolList?: ToolListResults;
   configuration?: ConfigurationResults;
   tracing?: TracingResults;
   targets: TargetAssessment[];

@@ -52,10 +52,11 @@ export function assessTargets(results: Omit<BenchResults, 'targets'>): TargetAss
   } else targets.push(notMeasured(streamTarget));
 
   const listRate = results.settings.toolList.ratePerSecond;
-  const allUpFigures = toolListFigures(results.toolList, 'C', 'normal');
+  const { toolList } = results;
+  const allUpFigures = toolList && toolListFigures(toolList, 'C', 'normal');
   const listAllUp = allUpFigures?.latencyMs;
-  const listSlow = toolListFigures(results.toolList, 'C', 'slow')?.latencyMs;
-  const tools = results.toolList.expectedTools.normal.toLocaleString('en-US');
+  const listSlow = toolList && toolListFigures(toolList, 'C', 'slow')?.latencyMs;
+  const tools = toolList?.expectedTools.normal.toLocaleString('en-US') ?? "the route's";
   const listTarget = `tools/list: C p99 under 5 ms for ${tools} tools (the whole listing)`;
   targets.push(
     allUpFigures && listAllUp
@@ -67,7 +68,7 @@ export function assessTargets(results: Omit<BenchResults, 'targets'>): TargetAss
       : notMeasured(listTarget),
   );
   for (const method of ['prompts/list', 'resources/list'] as const) {
-    const figures = surfaceListFigures(results.toolList, method);
+    const figures = toolList && surfaceListFigures(toolList, method);
     const entries = figures ? `${figures.entries.toLocaleString('en-US')} ` : '';
     const target = `${method}: C p99 under 5 ms for the route's ${entries}entries (the whole listing)`;
     targets.push(

@@ -54,8 +54,8 @@ export interface ConfigurationResults {
   /** From the Portal change to a tools/call on the last of the big routes answering. */
   changeToLastRouteServingMs: number | null;
   /**
-   * The catalog when memory was read: backends by state, how many fetches of new Tool Services had
-   * ended (answered or failed), and how long until all of them had.
+   * The catalog when memory was read: backends by state, how many refreshes of new Tool Services had
+   * ended (answered or failed), and how long until every route backend was served or all had.
    */
   catalog: { states: Record<string, number>; refreshesAnswered: number; settleMs: number | null };
   /** The sidecar's catalog stream (control plane → sidecar): how often it broke after the change, and why. */
@@ -228,18 +228,26 @@ export async function runConfigurationScenario(group: ProcessGroup, settings: Be
     await stack.setPortalRegistry({ routes: bigRoutes });
     let latest = before;
     const acked = (type: string) => metric(latest, 'mcpgw_xds_acks_total', { type }) > metric(before, 'mcpgw_xds_acks_total', { type });
+    const pushed = (type: string) => metric(latest, 'mcpgw_xds_pushes_total', { type }) > metric(before, 'mcpgw_xds_pushes_total', { type });
     const nacked = () => metric(latest, 'mcpgw_xds_nacks_total') > metric(before, 'mcpgw_xds_nacks_total');
+    // Routes always change; clusters only when the new Tool Services bring a new upstream (ids that
+    // share the seed's backends share its clusters, so no Cluster is pushed and none can be ACKed).
+    // Both are pushed from one snapshot, so once the routes are ACKed a Cluster push would be counted.
     const changeToAckMs = await timeUntil(changedAt, config.settleTimeoutMs, async () => {
       latest = await metricsText(stack);
-      return nacked() || (acked('Cluster') && acked('RouteConfiguration'));
+      return nacked() || (acked('RouteConfiguration') && (acked('Cluster') || !pushed('Cluster')));
     }, METRICS_POLL_MS);
     const refreshes = (text: string) => metric(text, 'mcpgw_catalog_refreshes_total');
+    // Every route backend of the new registry has answered at least once (or was served from a listing
+    // it shares with one that had: docs/tools-list.md), or every new Tool Service's refresh has ended.
+    const routeBackends = bigRoutes.reduce((count, route) => count + route.toolServices.length, 0);
+    const served = (text: string) => metric(text, 'mcpgw_catalog_backends', { state: 'ok' }) + metric(text, 'mcpgw_catalog_backends', { state: 'stale' });
     const catalogSettleMs = await timeUntil(changedAt, config.settleTimeoutMs, async () => {
       latest = await metricsText(stack);
-      return refreshes(latest) - refreshes(before) >= newServices;
+      return refreshes(latest) - refreshes(before) >= newServices || served(latest) >= routeBackends;
     }, METRICS_POLL_MS);
-    // The catalog reaches the sidecar only once every new Tool Service has answered or timed out, so
-    // the last route cannot serve earlier; give it a little longer than that, not the whole timeout.
+    // The catalog reaches the sidecar only once every new Tool Service has been listed (or its listing
+    // has timed out), so the last route cannot serve earlier; give it a little longer than that, not the whole timeout.
     const changeToLastRouteServingMs = await timeUntil(changedAt, (catalogSettleMs ?? config.settleTimeoutMs) + LAST_ROUTE_GRACE_MS, lastProbe.calls);
     latest = await metricsText(stack);
     const memoryAfter = memoryOf(stack);

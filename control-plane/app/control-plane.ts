@@ -9,7 +9,7 @@ import { ControlPlaneMetrics } from '../admin/metrics';
 import { XdsStatusTracker } from '../admin/xds-status';
 import { registerStateMetrics } from '../admin/state-metrics';
 import { catalogServiceHandlers } from '../catalog/catalog-service';
-import { CatalogSettings, CatalogSnapshotMessage, CatalogStore, RelistSettings, ToolList } from '../catalog/catalog-store';
+import { CatalogSettings, CatalogSnapshotMessage, CatalogStore, RelistSettings } from '../catalog/catalog-store';
 import { directCatalogAccess } from '../catalog/catalog-access';
 import { ToolListLimits, fetchToolList } from '../catalog/tool-fetcher';
 import { CatalogCredentials } from '../credentials/catalog-credentials';
@@ -110,10 +110,9 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const cache = new SnapshotCache();
   const publisher = new XdsPublisher(cache, xdsStatus);
   const lastGood = options.redis ? new LastGoodStore(options.redis.url, redisKeyspace(options.redis.prefix), log, options.redis.timeouts, options.redis.auth) : undefined;
-  // Thousands of Tool Services must not be fetched at once: the event loop also serves xDS and the
-  // catalog stream. Ids that share an endpoint share one fetch.
+  // Thousands of backends must not be listed at once: the event loop also serves xDS and the catalog
+  // stream. (Tool Service ids that share a backend share one listing: the catalog store's own rule.)
   const catalogFetches = new ConcurrencyLimit(options.catalogFetchConcurrency);
-  const fetchesByEndpoint = new Map<string, Promise<ToolList>>();
   const catalogAccess = directCatalogAccess(new CatalogCredentials(options.idp && new IdpClient(options.idp), new TokenCache(TOKEN_CACHE_DEFAULTS, metrics.catalogTokens)));
   const tracing = options.tracing ?? Tracing.off;
   const listTools = (service: ToolServiceIR) =>
@@ -122,16 +121,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       span.setAttribute('mcp.gateway.tools', list.tools.length);
       return list;
     });
-  const fetchTools = (service: ToolServiceIR) => {
-    // The cluster carries the upstream with its TLS; the URL its path; the credentials what a listing authenticates with.
-    const endpoint = JSON.stringify([service.clusterName, service.url, service.credentials]);
-    let pending = fetchesByEndpoint.get(endpoint);
-    if (!pending) {
-      pending = catalogFetches.run(() => listTools(service)).finally(() => fetchesByEndpoint.delete(endpoint));
-      fetchesByEndpoint.set(endpoint, pending);
-    }
-    return pending;
-  };
+  const fetchTools = (service: ToolServiceIR) => catalogFetches.run(() => listTools(service));
   const catalog = new CatalogStore(fetchTools, options.catalog, log, options.relist);
   const signingKeys = new SigningKeyStore(options.signingKeys ?? SIGNING_KEY_DEFAULTS, log, lastGood);
   const callMetrics = new CallMetrics(metrics.registry);
@@ -173,7 +163,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     metrics.registryPollSeconds.observe({ ...sourceLabel, outcome: result.outcome }, result.durationMs / 1000);
     if (result.rejection) metrics.registryDocumentRejections.inc({ ...sourceLabel, reason: result.rejection });
   });
-  catalog.on('refresh', (outcome: string) => metrics.catalogRefreshes.inc({ outcome }));
+  catalog.on('refresh', (outcome: string, toolServices: number) => metrics.catalogRefreshes.inc({ outcome }, toolServices));
   const countKeySources = () => {
     const states = signingKeys.status().map((source) => source.state);
     for (const state of ['ok', 'stale', 'missing']) metrics.signingKeySources.set({ state }, states.filter((s) => s === state).length);
@@ -233,11 +223,10 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     // read's timeout): a new route with auth starts validating, not refusing with 503.
     const sources = new Map(ir.routes.flatMap((route) => (route.auth ? [[route.auth.keys.name, route.auth.keys] as const] : [])));
     await signingKeys.setSources([...sources.values()]);
-    const published = publishXds();
-    metrics.routes.set(ir.routes.length);
-    metrics.toolServices.set(ir.toolServices.length);
-    metrics.toolServiceClusters.reset();
-    for (const service of ir.toolServices) metrics.toolServiceClusters.set({ tool_service: service.id, cluster: service.clusterName }, 1);
+    // The catalog first: routes whose backends are listed already (a new id on a known backend, a
+    // changed route) get their call rules in the same push as the routes, so Envoy swaps its route
+    // table once, not twice (the catalog's change publishes; the publication below is then the same
+    // content, which pushes nothing).
     const fetchNow = catalog.setGateway(ir);
     // Cold start (registry, then Redis warm start, then backends: see startControlPlane): serve what Redis
     // kept before the first backend answers.
@@ -245,6 +234,11 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       catalog.restore(savedAtStart);
       savedAtStart = undefined;
     }
+    const published = publishXds();
+    metrics.routes.set(ir.routes.length);
+    metrics.toolServices.set(ir.toolServices.length);
+    metrics.toolServiceClusters.reset();
+    for (const service of ir.toolServices) metrics.toolServiceClusters.set({ tool_service: service.id, cluster: service.clusterName }, 1);
     if (lastGood) {
       // Queued, not awaited: a hung Redis must not hold up this update or the next.
       const touched = new Set([...merge.added, ...merge.changed]);

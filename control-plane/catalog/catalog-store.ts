@@ -12,9 +12,8 @@ import { approvalOf } from '../approval/risk';
 
 export type BackendState = 'ok' | 'stale' | 'missing';
 
+/** One backend's listing, shared by every Tool Service id that lists the same way (backendListingOf). */
 interface ToolServiceCatalog {
-  /** The URL the tools came from: a new URL under the same id means a new fetch. */
-  url: string;
   /** Last-good tools: a failed refresh never replaces them. */
   tools: Tool[];
   /** The protocol revision the Tool Service answered its tools/list in; "" until it has answered. */
@@ -197,6 +196,17 @@ const surfaceOf = (list: ToolList): BackendSurface => ({
 
 export type ToolListFetcher = (service: ToolServiceIR) => Promise<ToolList>;
 
+/**
+ * What makes two Tool Service ids one listing: the URL, the TLS the listing verifies and presents, and
+ * what it authenticates with. The client capabilities a listing declares are the same for every
+ * listing (tool-fetcher.ts), and the listing bounds are the control plane's. Ids with the same
+ * identity share one fetch, one re-listing schedule and one degraded state; naming, policy and caps
+ * stay per route (docs/tools-list.md). Thousands of ids on a handful of backends are a handful of
+ * listings, as they are a handful of Envoy clusters.
+ */
+export const backendListingOf = (service: Pick<ToolServiceIR, 'url' | 'endpoint' | 'credentials'>): string =>
+  JSON.stringify([service.url, service.endpoint.tls ?? null, service.credentials]);
+
 /** How soon a Tool Service whose listing failed, or that a sidecar reported, is listed again (docs/tools-list.md). */
 export interface RelistSettings {
   /** First retry after a failure; each further failure doubles the wait. */
@@ -291,18 +301,23 @@ export function accessRulesOf(backends: { backend: string; rules?: ToolRule[]; t
  * ('ok' | 'failed') after each backend fetch.
  */
 export class CatalogStore extends EventEmitter {
-  private readonly byKey = new Map<string, ToolServiceCatalog>();
-  /** Fetches under way, by Tool Service and URL: a refresh asked for meanwhile joins the running one. */
+  /** Last-good listings by backend listing identity (backendListingOf). */
+  private readonly byListing = new Map<string, ToolServiceCatalog>();
+  /** Fetches under way, by listing: a refresh asked for meanwhile joins the running one. */
   private readonly inFlight = new Map<string, Promise<void>>();
   private ir: GatewayIR = { routes: [], toolServices: [], clusters: [] };
   /** The IR's Tool Services by catalog key, for the lookups every fetch and rebuild makes. */
   private servicesByKey = new Map<string, ToolServiceIR>();
+  /** Each catalog key's listing identity. */
+  private listingOfKey = new Map<string, string>();
+  /** The Tool Services of each listing, in catalog key order: the first is the one the fetch is made as. */
+  private servicesByListing = new Map<string, ToolServiceIR[]>();
   private snapshot: CatalogSnapshotMessage;
   private findings = new Map<string, ToolFinding[]>();
   private itemFindings = new Map<string, ItemFinding[]>();
-  /** Tool Services listed again soon, by catalog key, instead of at the next full refresh. */
+  /** Listings made again soon, by listing identity, instead of at the next full refresh. */
   private readonly relistings = new Map<string, Relisting>();
-  /** Tool Services that said a list changed, listed again when their pause ends (relistSoon). */
+  /** Listings of backends that said a list changed, made again when their pause ends (relistSoon). */
   private readonly soon = new Map<string, NodeJS.Timeout>();
   private closed = false;
 
@@ -337,13 +352,19 @@ export class CatalogStore extends EventEmitter {
   setGateway(ir: GatewayIR): ToolServiceIR[] {
     this.ir = ir;
     this.servicesByKey = new Map(ir.toolServices.map((service) => [service.catalogKey, service]));
-    for (const [key, catalog] of this.byKey) {
-      if (this.servicesByKey.get(key)?.url !== catalog.url) this.byKey.delete(key);
+    this.listingOfKey = new Map(ir.toolServices.map((service) => [service.catalogKey, backendListingOf(service)]));
+    this.servicesByListing = new Map();
+    for (const service of ir.toolServices) {
+      const listing = this.listingOfKey.get(service.catalogKey)!;
+      this.servicesByListing.set(listing, [...(this.servicesByListing.get(listing) ?? []), service]);
     }
-    for (const key of this.relistings.keys()) {
-      if (!this.servicesByKey.has(key)) this.stopRelisting(key);
+    for (const listing of this.byListing.keys()) {
+      if (!this.servicesByListing.has(listing)) this.byListing.delete(listing);
     }
-    const unfetched = ir.toolServices.filter((service) => !this.byKey.get(service.catalogKey)?.lastSuccessAt);
+    for (const listing of this.relistings.keys()) {
+      if (!this.servicesByListing.has(listing)) this.stopRelisting(listing);
+    }
+    const unfetched = ir.toolServices.filter((service) => !this.catalogOf(service.catalogKey)?.lastSuccessAt);
     // A new route should appear with its tools, not first empty: when something is to be fetched,
     // the snapshot is rebuilt by refresh() once the fetch has answered or timed out.
     if (unfetched.length === 0) this.rebuild();
@@ -358,10 +379,9 @@ export class CatalogStore extends EventEmitter {
     const restartedAt = new Date();
     for (const route of saved) {
       for (const backend of route.catalog ?? []) {
-        const service = this.servicesByKey.get(backend.tool_service);
-        if (!service || this.byKey.has(backend.tool_service)) continue;
-        this.byKey.set(backend.tool_service, {
-          url: service.url,
+        const listing = this.listingOfKey.get(backend.tool_service);
+        if (listing === undefined || this.byListing.has(listing)) continue;
+        this.byListing.set(listing, {
           tools: backend.tools_json.map((json) => JSON.parse(json) as Tool),
           protocolVersion: backend.protocol_version ?? '',
           sessionful: backend.sessionful ?? true,
@@ -376,10 +396,17 @@ export class CatalogStore extends EventEmitter {
     this.rebuild();
   }
 
-  /** Refreshes Tool Services concurrently; one slow or failing backend delays or affects no other. */
+  /** Refreshes Tool Services concurrently, each listing once; one slow or failing backend delays or affects no other. */
   async refresh(services: ToolServiceIR[] = this.ir.toolServices): Promise<void> {
-    await Promise.all(services.map((service) => this.refreshOne(service)));
+    const listings = new Set(services.map((service) => backendListingOf(service)));
+    await Promise.all([...listings].map((listing) => this.refreshOne(listing)));
     this.rebuild();
+  }
+
+  /** The last-good listing a catalog key is served from. */
+  private catalogOf(catalogKey: string): ToolServiceCatalog | undefined {
+    const listing = this.listingOfKey.get(catalogKey);
+    return listing === undefined ? undefined : this.byListing.get(listing);
   }
 
   /** Refreshes now: the Tool Services of one route, or all of them; false for an unknown route key. */
@@ -396,21 +423,24 @@ export class CatalogStore extends EventEmitter {
   }
 
   /**
-   * One fetch per Tool Service at a time: two overlapping fetches could finish out of order and let
-   * an older failure overwrite a newer success.
+   * One fetch per listing at a time: two overlapping fetches could finish out of order and let an
+   * older failure overwrite a newer success. A listing no Tool Service makes any more is not fetched.
    */
-  private refreshOne(service: ToolServiceIR): Promise<void> {
-    const key = `${service.catalogKey} ${service.url}`;
-    const running = this.inFlight.get(key);
+  private refreshOne(listing: string): Promise<void> {
+    const running = this.inFlight.get(listing);
     if (running) return running;
-    const fetch = this.fetchOne(service).finally(() => this.inFlight.delete(key));
-    this.inFlight.set(key, fetch);
+    const service = this.servicesByListing.get(listing)?.[0];
+    if (!service) return Promise.resolve();
+    const fetch = this.fetchOne(listing, service).finally(() => this.inFlight.delete(listing));
+    this.inFlight.set(listing, fetch);
     return fetch;
   }
 
-  private async fetchOne(service: ToolServiceIR): Promise<void> {
-    const existing = this.byKey.get(service.catalogKey);
-    const catalog = existing?.url === service.url ? existing : { url: service.url, tools: [], protocolVersion: '', sessionful: true, alsoModern: false, surface: NO_SURFACE };
+  /** Lists the backend as `service`, the first of the Tool Services that share the listing. */
+  private async fetchOne(listing: string, service: ToolServiceIR): Promise<void> {
+    const catalog = this.byListing.get(listing) ?? { tools: [], protocolVersion: '', sessionful: true, alsoModern: false, surface: NO_SURFACE };
+    // The refresh counter counts Tool Services (docs/observability.md): this one listing refreshes each of them.
+    const toolServices = this.servicesByListing.get(listing)?.length ?? 1;
     try {
       const listed = await this.fetchTools(service);
       ({ tools: catalog.tools, protocolVersion: catalog.protocolVersion, sessionful: catalog.sessionful } = listed);
@@ -419,24 +449,23 @@ export class CatalogStore extends EventEmitter {
       catalog.lastSuccessAt = new Date();
       catalog.failingSince = undefined;
       catalog.lastError = undefined;
-      this.stopRelisting(service.catalogKey);
-      this.emit('refresh', 'ok');
-      this.log.debug('tools/list refreshed', { toolService: service.id, tools: catalog.tools.length, protocolVersion: catalog.protocolVersion });
+      this.stopRelisting(listing);
+      this.emit('refresh', 'ok', toolServices);
+      this.log.debug('tools/list refreshed', { toolService: service.id, sharedBy: toolServices, tools: catalog.tools.length, protocolVersion: catalog.protocolVersion });
     } catch (error) {
       catalog.lastError = (error as Error).message;
       catalog.failingSince ??= new Date();
-      this.emit('refresh', 'failed');
+      this.emit('refresh', 'failed', toolServices);
       this.log.warn('tools/list refresh failed; keeping last-good tools', {
         toolService: service.id,
+        sharedBy: toolServices,
         url: service.url,
         error: catalog.lastError,
       });
-      this.scheduleRelisting(service.catalogKey);
+      this.scheduleRelisting(listing);
     }
     // The registry may have moved on while the fetch ran: keep only what is still referenced.
-    if (this.servicesByKey.get(service.catalogKey)?.url === service.url) {
-      this.byKey.set(service.catalogKey, catalog);
-    }
+    if (this.servicesByListing.has(listing)) this.byListing.set(listing, catalog);
   }
 
   /**
@@ -445,22 +474,18 @@ export class CatalogStore extends EventEmitter {
    * is served within seconds rather than at the next full refresh; the change reaches the sidecars
    * over the catalog stream like any other.
    */
-  private scheduleRelisting(key: string, failures = (this.relistings.get(key)?.failures ?? -1) + 1): void {
-    this.stopRelisting(key);
-    if (this.closed || !this.servicesByKey.has(key)) return;
+  private scheduleRelisting(listing: string, failures = (this.relistings.get(listing)?.failures ?? -1) + 1): void {
+    this.stopRelisting(listing);
+    if (this.closed || !this.servicesByListing.has(listing)) return;
     const wait = Math.min(this.relist.retryMinMs * 2 ** failures, this.relist.retryMaxMs) * (0.8 + Math.random() * 0.4);
-    const timer = setTimeout(() => {
-      const service = this.servicesByKey.get(key);
-      if (!service) return;
-      void this.refreshOne(service).then(() => this.rebuild());
-    }, wait);
+    const timer = setTimeout(() => void this.refreshOne(listing).then(() => this.rebuild()), wait);
     timer.unref();
-    this.relistings.set(key, { timer, failures });
+    this.relistings.set(listing, { timer, failures });
   }
 
-  private stopRelisting(key: string): void {
-    clearTimeout(this.relistings.get(key)?.timer);
-    this.relistings.delete(key);
+  private stopRelisting(listing: string): void {
+    clearTimeout(this.relistings.get(listing)?.timer);
+    this.relistings.delete(listing);
   }
 
   /**
@@ -469,12 +494,13 @@ export class CatalogStore extends EventEmitter {
    * retryMinMs, which puts it back to ok if it answers. A Tool Service already failing only gets the
    * newer reason, so a burst of failed calls costs no more than one. Returns false for an unknown id.
    * `route` only names where the call was made, in the log: a Tool Service's state is the same in
-   * every route.
+   * every route, and the same for every Tool Service id that shares its listing.
    */
   markDegraded(report: ({ toolServiceId: string } | { catalogKey: string }) & { reason: string; route?: string }): boolean {
     const service = 'catalogKey' in report ? this.servicesByKey.get(report.catalogKey) : this.ir.toolServices.find((candidate) => candidate.id === report.toolServiceId);
     if (!service) return false;
-    const catalog = this.byKey.get(service.catalogKey);
+    const listing = this.listingOfKey.get(service.catalogKey)!;
+    const catalog = this.byListing.get(listing);
     if (catalog?.failingSince || !catalog?.lastSuccessAt) {
       if (catalog) catalog.lastError = report.reason;
       return true;
@@ -486,7 +512,7 @@ export class CatalogStore extends EventEmitter {
       route: report.route,
       reason: report.reason,
     });
-    this.scheduleRelisting(service.catalogKey, 0);
+    this.scheduleRelisting(listing, 0);
     this.rebuild();
     return true;
   }
@@ -494,18 +520,18 @@ export class CatalogStore extends EventEmitter {
   /**
    * A Tool Service said one of its lists changed (a sidecar heard its list_changed notification): it is
    * listed again after a short pause, in which further reports (from every sidecar and client that
-   * heard it) join the same listing. False for a Tool Service the catalog does not know.
+   * heard it, under any Tool Service id that shares its listing) join the same listing. False for a Tool Service the catalog does not know.
    */
   relistSoon(catalogKey: string): boolean {
-    if (!this.servicesByKey.has(catalogKey)) return false;
-    if (this.soon.has(catalogKey) || this.closed) return true;
+    const listing = this.listingOfKey.get(catalogKey);
+    if (listing === undefined) return false;
+    if (this.soon.has(listing) || this.closed) return true;
     const timer = setTimeout(() => {
-      this.soon.delete(catalogKey);
-      const service = this.servicesByKey.get(catalogKey);
-      if (service) void this.refreshOne(service).then(() => this.rebuild());
+      this.soon.delete(listing);
+      void this.refreshOne(listing).then(() => this.rebuild());
     }, RELIST_SOON_MS);
     timer.unref();
-    this.soon.set(catalogKey, timer);
+    this.soon.set(listing, timer);
     return true;
   }
 
@@ -525,7 +551,7 @@ export class CatalogStore extends EventEmitter {
       const backends = [...route.backends]
         .sort((a, b) => compareBackendNames(a.name, b.name))
         .map((backend) => {
-          const catalog = this.byKey.get(backend.catalogKey);
+          const catalog = this.catalogOf(backend.catalogKey);
           const denials = (catalog?.tools ?? []).map((tool) => policyDenial(backend.policy, tool));
           return { backend, catalog, denials };
         });

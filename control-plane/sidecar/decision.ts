@@ -17,7 +17,7 @@ import type { HonoredFilter } from './subscriptions-listen';
  * on to the backend that asked.
  */
 export type Decision =
-  | { kind: 'respond'; status: number; headers: Record<string, string>; body: string; reason: string; metadata?: RequestMetadata }
+  | { kind: 'respond'; status: number; headers: Record<string, string>; body: string | Buffer; reason: string; metadata?: RequestMetadata }
   | { kind: 'read-body' }
   | { kind: 'stream'; session: GatewaySession; head: RequestHead }
   | { kind: 'resume'; session: GatewaySession; backend: BackendView; resumption: Resumption; head: RequestHead }
@@ -57,13 +57,15 @@ export const GATEWAY_SERVER_INFO = { name: 'mcp-federation-gateway', version: '0
 const JSON_HEADERS = { 'content-type': 'application/json' };
 
 export type Respond = Extract<Decision, { kind: 'respond' }>;
+/** An answer serialized here, as text (errors and small results); only list answers come as bytes. */
+export type TextRespond = Respond & { body: string };
 
-export function respondJson(status: number, payload: unknown, reason: string, headers: Record<string, string> = {}): Respond {
+export function respondJson(status: number, payload: unknown, reason: string, headers: Record<string, string> = {}): TextRespond {
   return respondBody(status, JSON.stringify(payload), reason, headers);
 }
 
-/** A JSON answer already serialized. */
-export function respondBody(status: number, body: string, reason: string, headers: Record<string, string> = {}): Respond {
+/** A JSON answer already serialized: text, or the bytes of a list answer (tools-list.ts listBody). */
+export function respondBody<Body extends string | Buffer>(status: number, body: Body, reason: string, headers: Record<string, string> = {}): Respond & { body: Body } {
   return { kind: 'respond', status, headers: { ...JSON_HEADERS, ...headers }, body, reason };
 }
 

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { BACKEND_UNAVAILABLE_CODE } from '../xds/translate/local-replies';
 import { CallOutcome } from './call-response';
-import { Decision, TOOL_DENIED_CODE, respondError, respondJson } from './decision';
+import { Decision, TOOL_DENIED_CODE, TextRespond, respondError, respondJson } from './decision';
 import { JSON_RPC, JsonRpcId, jsonRpcError } from './json-rpc';
 import { RouteCatalogView, resolveTool } from './route-catalog';
 
@@ -89,7 +89,7 @@ export function resumeTargetOf(lastEventId: string | undefined): ResumeTarget | 
  * holds none of the backend's events: the client, resuming at once, gets its call answered here with
  * the JSON-RPC error instead of waiting for its own timeout.
  */
-export function brokenCallAnswer(call: ResumedCall): Decision & { kind: 'respond' } {
+export function brokenCallAnswer(call: ResumedCall): TextRespond {
   const { b: backend, t: tool, i: id } = call;
   const lastError = 'the stream ended before the answer (the Tool Service reset it, stopped, or ran past its deadline)';
   const outcome = { outcome: 'failed', backend, tool, fallback_used: false, last_error: lastError };

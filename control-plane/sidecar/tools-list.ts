@@ -37,6 +37,8 @@ export interface FederationMeta {
 /** One page of a route's list: the entries themselves come serialized with the catalog (ListedItem.json). */
 export interface CatalogListResult<T extends ListedItem = ListedItem> {
   page: T[];
+  /** The page's entries as they go in the answer's array (UTF-8, comma-separated, no brackets). */
+  entries: Buffer;
   nextCursor?: string;
   _meta: { [FEDERATION_META_KEY]: FederationMeta };
 }
@@ -134,13 +136,33 @@ function federationMeta(view: RouteCatalogView, kind: ListKind): FederationMeta 
 
 /**
  * The JSON-RPC answer for a page, with `fields` before the entries and `meta` merged into `_meta`: the
- * entries' own JSON is joined as it was serialized once per catalog version, so a route of thousands of
- * tools costs a string join, not a serialization.
+ * entries go in as the bytes answerList gave (serialized once per catalog version), so a route of
+ * thousands of tools costs a copy, not a serialization.
  */
-export function listBody(member: string, id: JsonRpcId, result: CatalogListResult, fields: Record<string, unknown> = {}, meta: Record<string, unknown> = {}): string {
+export function listBody(member: string, id: JsonRpcId, result: CatalogListResult, fields: Record<string, unknown> = {}, meta: Record<string, unknown> = {}): Buffer {
   const rest = { ...fields, ...(result.nextCursor !== undefined && { nextCursor: result.nextCursor }), _meta: { ...result._meta, ...meta } };
   const tail = JSON.stringify(rest).slice(1);
-  return `{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"${member}":[${result.page.map((item) => item.json).join(',')}],${tail}}`;
+  return Buffer.concat([Buffer.from(`{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"${member}":[`), result.entries, Buffer.from(`],${tail}}`)]);
+}
+
+/**
+ * Each list's whole entries as bytes, made by the first answer that serves every entry (the common
+ * case: a client that declares what the tools need, no per-caller rule hiding any). A view is built
+ * anew for each catalog version, so the bytes go with the version they were made from.
+ */
+const wholeLists = new WeakMap<CatalogList, Buffer>();
+
+const joined = (page: ListedItem[]) => Buffer.from(page.map((item) => item.json).join(','));
+
+/** A page's entries as bytes: the list's whole bytes when the page is the whole list (pages keep the list's order). */
+function entriesOf(list: CatalogList, page: ListedItem[]): Buffer {
+  if (page.length === 0 || page.length !== list.items.length) return joined(page);
+  let whole = wholeLists.get(list);
+  if (!whole) {
+    whole = joined(page);
+    wholeLists.set(list, whole);
+  }
+  return whole;
 }
 
 export const toolsListBody = (id: JsonRpcId, result: CatalogListResult, fields?: Record<string, unknown>, meta?: Record<string, unknown>) =>
@@ -191,6 +213,7 @@ export function answerList(view: RouteCatalogView, method: ListMethod, params: u
     ok: true,
     result: {
       page,
+      entries: entriesOf(list, page),
       ...(more && last && { nextCursor: encodeCursor({ route: view.key, ...(listName && { list: listName }), after: last.key, backend: last.backend.name, index: last.index }) }),
       _meta: { [FEDERATION_META_KEY]: federationMeta(view, kind) },
     },

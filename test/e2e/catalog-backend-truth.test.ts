@@ -32,6 +32,7 @@ describe('a backend whose tools/list grows to 50 MB', () => {
   let stack: GatewayStack;
   let backends: SampleBackends;
   let huge: ScriptedToolService;
+  let neverListed: ScriptedToolService | undefined;
 
   beforeAll(async () => {
     huge = await ScriptedToolService.start(['alpha', 'beta'], 1000);
@@ -47,6 +48,7 @@ describe('a backend whose tools/list grows to 50 MB', () => {
   afterAll(async () => {
     await stack?.stop();
     await huge?.stop();
+    await neverListed?.stop();
   });
 
   it('is cut at the bound and degraded with the reason; its last good tools are served, other routes answer as before', async () => {
@@ -70,12 +72,16 @@ describe('a backend whose tools/list grows to 50 MB', () => {
     expect((await toolsListResult(stack.gatewayUrl('demo'))).degraded).toEqual([]);
   });
 
-  it('is served without its tools on a route where it was never listed', async () => {
+  it('is served without its tools on a route where it was never listed, and from its shared last good copy under a new id of a backend listed before', async () => {
+    neverListed = await ScriptedToolService.start(Array.from({ length: HUGE_TOOLS }, (_, index) => `tool_${index}`), 1000);
+    neverListed.setDescriptionBytes(HUGE_DESCRIPTION_BYTES);
     await stack.setPortalRegistry({
       routes: [
         { key: 'demo', toolServices: [{ name: 'weather', url: backends.weather }, { name: 'jobs', url: backends.jobs }] },
         { key: 'big', toolServices: [{ name: 'weather', url: backends.weather }, { id: 'huge', name: 'huge', url: huge.url }] },
-        { key: 'fresh', toolServices: [{ name: 'jobs', url: backends.jobs }, { id: 'huge-fresh', name: 'huge', url: huge.url }] },
+        { key: 'fresh', toolServices: [{ name: 'jobs', url: backends.jobs }, { id: 'huge-fresh', name: 'huge', url: neverListed.url }] },
+        // Another id on the backend 'big' lists: the same listing (docs/tools-list.md), so the same last good tools and state.
+        { key: 'again', toolServices: [{ id: 'huge-again', name: 'huge', url: huge.url }] },
       ],
     });
     const fresh = await waitFor('the new route', async () => {
@@ -84,6 +90,9 @@ describe('a backend whose tools/list grows to 50 MB', () => {
     });
     expect(fresh.names).toEqual(['jobs__run_job', 'jobs__echo', 'jobs__whoami']);
     expect(fresh.degraded).toEqual([expect.objectContaining({ name: 'huge', state: 'missing', lastError: 'tools/list exceeded 10 MiB', tools: 0 })]);
+    const again = await toolsListResult(stack.gatewayUrl('again'));
+    expect(again.names).toEqual(['huge__alpha', 'huge__beta']);
+    expect(again.degraded).toEqual([expect.objectContaining({ name: 'huge', state: 'stale', lastError: 'tools/list exceeded 10 MiB', tools: 2 })]);
   });
 });
 

@@ -96,7 +96,7 @@ describe('the sidecar on a route with auth', () => {
   const listNames = (claims: Record<string, unknown> | undefined, cursor?: string) => {
     const answer = answerToolsList(guarded, cursor === undefined ? undefined : { cursor }, { caller: claims && callerIdentityOf(payload(claims), ['groups']) });
     if (!answer.ok) throw new Error(answer.message);
-    return { names: JSON.parse(toolsListBody(1, answer.result)).result.tools.map((tool: { name: string }) => tool.name), next: answer.result.nextCursor };
+    return { names: JSON.parse(toolsListBody(1, answer.result).toString()).result.tools.map((tool: { name: string }) => tool.name), next: answer.result.nextCursor };
   };
 
   it('lists to each caller the tools its rules let it call, and pages through that list', () => {
@@ -115,7 +115,7 @@ describe('the sidecar on a route with auth', () => {
     do {
       const answer = answerToolsList(paged, cursor === undefined ? undefined : { cursor }, { caller: callerIdentityOf(payload(ALICE), ['groups']) });
       if (!answer.ok) throw new Error(answer.message);
-      pages.push(JSON.parse(toolsListBody(1, answer.result)).result.tools.map((tool: { name: string }) => tool.name));
+      pages.push(JSON.parse(toolsListBody(1, answer.result).toString()).result.tools.map((tool: { name: string }) => tool.name));
       cursor = answer.result.nextCursor;
     } while (cursor);
     expect(pages).toEqual([['jobs__open'], ['jobs__open2']]);

@@ -251,3 +251,110 @@ describe('catalog store: failing backends are listed again soon', () => {
     expect(fetched).toHaveLength(attempts);
   });
 });
+
+describe('catalog store: Tool Service ids on one backend share its listing (issue 10)', () => {
+  const ROUTES = 40;
+  const fast: RelistSettings = { retryMinMs: 20, retryMaxMs: 80 };
+  const shared = url('shared');
+  /** ROUTES routes, each with a Tool Service id of its own on the same backend, under the same TLS-less transport and no credentials. */
+  const manyRoutes = buildGatewayIR({
+    routes: Array.from({ length: ROUTES }, (_, index) => ({
+      key: `r${index}`,
+      toolServices: [{ id: `r${index}-svc`, name: 'svc', url: shared, ...(index === 0 && { policy: { denyTools: ['drop_*'] } }) }],
+    })),
+  });
+  const sharedStore = (lists: Record<string, Tool[]>) => {
+    const fetched: string[] = [];
+    const refreshes: number[] = [];
+    const store = new CatalogStore(
+      async ({ url: target }) => {
+        fetched.push(target);
+        if (!lists[target]) throw new Error(`connect ECONNREFUSED ${target}`);
+        return { tools: lists[target], protocolVersion: '2025-11-25', sessionful: true };
+      },
+      CATALOG_DEFAULTS,
+      quiet,
+      fast,
+    );
+    store.on('refresh', (_outcome: string, toolServices: number) => refreshes.push(toolServices));
+    return { store, fetched, refreshes, fetchNow: store.setGateway(manyRoutes) };
+  };
+  const until = async (what: string, check: () => boolean) => {
+    for (let waited = 0; !check(); waited += 10) {
+      if (waited > 10_000) throw new Error(`never: ${what}`);
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+  };
+  const states = (store: CatalogStore) => new Set(store.current().routes.map((entry) => entry.backends[0].state));
+
+  it('lists a backend once per refresh however many routes map it, and applies each route\'s policy to that one listing', async () => {
+    const { store, fetched, refreshes, fetchNow } = sharedStore({ [shared]: [tool('echo'), tool('drop_table')] });
+    expect(fetchNow).toHaveLength(ROUTES);
+    await store.refresh(fetchNow);
+    expect(fetched).toEqual([shared]);
+    // The refresh counter still counts Tool Services: one listing served all of them.
+    expect(refreshes).toEqual([ROUTES]);
+    await store.refresh();
+    expect(fetched).toEqual([shared, shared]);
+    expect(route(store.current(), 'r0').tools.map((exposed) => exposed.name)).toEqual(['svc__echo']);
+    expect(route(store.current(), 'r1').tools.map((exposed) => exposed.name)).toEqual(['svc__echo', 'svc__drop_table']);
+    expect(route(store.current(), `r${ROUTES - 1}`).backends[0]).toMatchObject({ tool_service: `tool_service.r${ROUTES - 1}-svc`, state: 'ok' });
+  });
+
+  it('has one degraded state and one re-listing schedule per backend, not one per route', async () => {
+    const lists: Record<string, Tool[]> = { [shared]: [tool('echo')] };
+    const { store, fetched, fetchNow } = sharedStore(lists);
+    try {
+      await store.refresh(fetchNow);
+      delete lists[shared];
+      expect(store.markDegraded({ toolServiceId: 'r7-svc', reason: 'tools/call echo: connection refused', route: 'r7' })).toBe(true);
+      // Every route that maps the backend serves it stale at once, with the reason.
+      expect(states(store)).toEqual(new Set(['stale']));
+      expect(route(store.current(), 'r3').backends[0].last_error).toBe('tools/call echo: connection refused');
+      await until('three re-listings', () => fetched.length >= 4);
+      lists[shared] = [tool('echo')];
+      await until('the backend to be ok again on every route', () => states(store).size === 1 && states(store).has('ok'));
+      const listings = fetched.length;
+      // Backoff of 20–80 ms: one schedule makes a handful of listings in this time, one per route would make dozens.
+      expect(listings).toBeLessThan(10);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      expect(fetched).toHaveLength(listings);
+    } finally {
+      store.close();
+    }
+  });
+
+  it('joins list_changed reports of every route\'s id on the backend into one listing', async () => {
+    const { store, fetched, fetchNow } = sharedStore({ [shared]: [tool('echo')] });
+    try {
+      await store.refresh(fetchNow);
+      for (let index = 0; index < ROUTES; index++) expect(store.relistSoon(`tool_service.r${index}-svc`)).toBe(true);
+      await until('the re-listing', () => fetched.length === 2);
+      await new Promise((resolve) => setTimeout(resolve, 400));
+      expect(fetched).toHaveLength(2);
+    } finally {
+      store.close();
+    }
+  });
+
+  it('lists the same URL apart when what the listing authenticates with differs', async () => {
+    const twoCredentials = buildGatewayIR({
+      routes: [
+        { key: 'a', toolServices: [{ id: 'a', name: 'svc', url: shared }] },
+        { key: 'b', toolServices: [{ id: 'b', name: 'svc', url: shared, credentials: { mode: 'serviceAccount', tokenFile: '/run/token-b' } }] },
+        { key: 'c', toolServices: [{ id: 'c', name: 'svc', url: shared, credentials: { mode: 'serviceAccount', tokenFile: '/run/token-b' } }] },
+      ],
+    });
+    const fetched: string[] = [];
+    const store = new CatalogStore(
+      async ({ id }) => {
+        fetched.push(id);
+        return { tools: [tool('echo')], protocolVersion: '2025-11-25', sessionful: true };
+      },
+      CATALOG_DEFAULTS,
+      quiet,
+    );
+    await store.refresh(store.setGateway(twoCredentials));
+    expect(fetched.sort()).toEqual(['a', 'b']);
+  });
+});

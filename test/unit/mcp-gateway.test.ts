@@ -26,7 +26,7 @@ const body = (message: unknown) => Buffer.from(typeof message === 'string' ? mes
 const responded = async (pending: Decision | Promise<Decision>) => {
   const decision = await pending;
   if (decision.kind !== 'respond') throw new Error(`expected a response, got ${decision.kind}`);
-  return { status: decision.status, message: decision.body ? JSON.parse(decision.body) : undefined };
+  return { status: decision.status, message: decision.body.length ? JSON.parse(decision.body.toString()) : undefined };
 };
 
 const initialize = { jsonrpc: '2.0', id: 0, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: { sampling: {} }, clientInfo: { name: 'agent', version: '1' } } };

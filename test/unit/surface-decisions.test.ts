@@ -41,7 +41,7 @@ const body = (message: unknown) => Buffer.from(JSON.stringify(message));
 const responded = async (pending: Decision | Promise<Decision>) => {
   const decision = await pending;
   if (decision.kind !== 'respond') throw new Error(`expected a response, got ${decision.kind}`);
-  return { status: decision.status, message: decision.body ? JSON.parse(decision.body) : undefined };
+  return { status: decision.status, message: decision.body.length ? JSON.parse(decision.body.toString()) : undefined };
 };
 const request = (method: string, params: Record<string, unknown> = {}) => body({ jsonrpc: '2.0', id: 3, method, params });
 
@@ -50,7 +50,7 @@ async function sessionWith(capabilities: Record<string, unknown>, path = '/mcp/d
   const decision = await decideOnBody(head(path), body(initialize), sessions.context);
   if (decision.kind !== 'respond') throw new Error('initialize was not answered');
   const sessionId = decision.headers['mcp-session-id'];
-  return { ...sessions, initialized: JSON.parse(decision.body).result, ask: (method: string, params?: Record<string, unknown>) => responded(decideOnBody(head(path, { ...POST_HEADERS, 'mcp-session-id': sessionId }), request(method, params), sessions.context)), sessionId };
+  return { ...sessions, initialized: JSON.parse(decision.body.toString()).result, ask: (method: string, params?: Record<string, unknown>) => responded(decideOnBody(head(path, { ...POST_HEADERS, 'mcp-session-id': sessionId }), request(method, params), sessions.context)), sessionId };
 }
 
 const modernHeaders = (method: string) => ({ ...POST_HEADERS, 'mcp-protocol-version': '2026-07-28', 'mcp-method': method });

@@ -19,7 +19,7 @@ function page(view: RouteCatalogView, cursor?: string): ToolsListResult {
 }
 
 /** The tools of a page as a client reads them: from the serialized answer. */
-const toolsOf = (result: ToolsListResult): Tool[] => JSON.parse(toolsListBody(1, result)).result.tools;
+const toolsOf = (result: ToolsListResult): Tool[] => JSON.parse(toolsListBody(1, result).toString()).result.tools;
 const names = (result: ToolsListResult) => toolsOf(result).map((tool) => tool.name);
 
 describe('tools/list pagination', () => {
@@ -120,7 +120,7 @@ describe('tools/list with an invalid cursor', () => {
     const decision = await decideOnBody(head, Buffer.from(JSON.stringify(request)), sidecarContext(new Map([['big', view]])).context);
     if (decision.kind !== 'respond') throw new Error(`expected a response, got ${decision.kind}`);
     expect(decision.status).toBe(200);
-    expect(JSON.parse(decision.body)).toEqual({
+    expect(JSON.parse(decision.body.toString())).toEqual({
       jsonrpc: '2.0',
       id: 9,
       error: { code: -32602, message: 'invalid cursor: use the nextCursor of an earlier tools/list answer on route "big"' },
@@ -211,7 +211,7 @@ describe('the serialized tools/list answer', () => {
   ])('is the JSON of the same answer built as objects, for %s', (_case, id) => {
     const result = page(view);
     const body = toolsListBody(id, result, { resultType: 'complete' }, { 'io.modelcontextprotocol/serverInfo': { name: 'gw' } });
-    expect(JSON.parse(body)).toEqual({
+    expect(JSON.parse(body.toString())).toEqual({
       jsonrpc: '2.0',
       id,
       result: {
@@ -220,5 +220,22 @@ describe('the serialized tools/list answer', () => {
         _meta: { ...result._meta, 'io.modelcontextprotocol/serverInfo': { name: 'gw' } },
       },
     });
+  });
+});
+
+describe('the whole list, serialized once per catalog version', () => {
+  it('answers every request for the whole list from the same bytes, and a page of it from its own', () => {
+    const backends = [backendCatalog('alpha', numbered('a', 3)), backendCatalog('beta', numbered('b', 2))];
+    const view = routeView(backends);
+    const first = page(view);
+    expect(page(view).entries).toBe(first.entries);
+    expect(names(first)).toEqual(['alpha__a000', 'alpha__a001', 'alpha__a002', 'beta__b000', 'beta__b001']);
+    // A new catalog version is a new view: its bytes are made from it, never the old version's.
+    const next = routeView([backendCatalog('alpha', numbered('a', 1)), backends[1]]);
+    expect(names(page(next))).toEqual(['alpha__a000', 'beta__b000', 'beta__b001']);
+    const paged = routeView(backends, { toolsListPageSize: 2 });
+    const firstPage = page(paged);
+    expect(names(firstPage)).toEqual(['alpha__a000', 'alpha__a001']);
+    expect(names(page(paged, firstPage.nextCursor))).toEqual(['alpha__a002', 'beta__b000']);
   });
 });
