@@ -124,6 +124,11 @@ export function continuationToken(retry: { requestState?: string; answeredKeys: 
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
 
+/** A continuation of the call grant `id` let through, signed: good until `exp` for the retry `token` names. */
+export function signContinuation(key: Buffer, grant: Omit<GrantPayload, 'v' | 'continues'>, token: string): string {
+  return signGrant(key, { v: 1, ...grant, continues: sha256(token) });
+}
+
 /** The continuation's payload when signature, binding, token and expiry all hold. */
 export function continuationAllows(key: Buffer, signed: string, binding: ApprovalBinding, token: string, now: number): GrantPayload | undefined {
   const payload = verifyGrant(key, signed);
@@ -236,7 +241,7 @@ export class ApprovalStore {
 
   /** Records that the approved call `id` may be continued once, until `exp`, by the retry that `token` names. */
   async recordContinuation(id: string, binding: ApprovalBinding, by: Person, token: string, exp: number): Promise<void> {
-    const signed = signGrant(this.settings.key, { v: 1, id, binding, exp, by, continues: sha256(token) });
+    const signed = signContinuation(this.settings.key, { id, binding, exp, by }, token);
     await this.redis.set(this.continuationKey(binding, token), signed, 'PX', Math.max(1, exp - Date.now()));
   }
 
