@@ -52,7 +52,7 @@ export type ApprovalContinuation = z.infer<typeof approvalContinuationSchema>;
 export interface ApprovalSettings {
   /** The gateway's public origin, as approvers' browsers reach it: pages are under <publicUrl>/approvals/. */
   publicUrl: string;
-  /** How long a person has to decide; a grant is good until then too. */
+  /** How long a person has to decide; a grant is good until then too, and so is a continuation after its backend asked. */
   ttlMs: number;
 }
 
