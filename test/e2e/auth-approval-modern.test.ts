@@ -138,6 +138,7 @@ describe('approvals for 2026-07-28 clients, and approvals that expire', () => {
   }
 
   const received = (tool = 'send_email') => spy.received.get(tool) ?? 0;
+  const auditEvents = () => (fs.existsSync(stack.auditFile) ? fs.readFileSync(stack.auditFile, 'utf8').split('\n').filter(Boolean).map((line) => JSON.parse(line) as Record<string, any>) : []);
   const failureOf = (promise: Promise<unknown>) => promise.then(() => undefined, (thrown: unknown) => thrown);
 
   it('answers input_required with the approval page; approved there, the SDK client’s retry gets the result, once', async () => {
@@ -187,6 +188,12 @@ describe('approvals for 2026-07-28 clients, and approvals that expire', () => {
     expect(inputRequestOf(await modernCall('ops', 'ledger__transfer', args, replay)).url).toMatch(approvalPage);
     expect(inputRequestOf(await modernCall('ops', 'ledger__transfer', args)).url).toMatch(approvalPage);
     expect(ledger.rounds.length).toBe(from + 2);
+    // Both rounds are audited as calls of the one approval.
+    const roundsAudited = await waitFor('both rounds’ audit events', async () => {
+      const granted = auditEvents().filter((event) => event.tool === 'transfer' && event.approval?.decision === 'granted');
+      return granted.length === 2 ? granted : undefined;
+    }, { timeoutMs: 10_000 });
+    expect(new Set(roundsAudited.map((event) => event.approval.id)).size).toBe(1);
   });
 
   it('refuses the retry of a declined call: -32003, outcome denied, reason approval declined, nothing sent', async () => {
@@ -285,8 +292,7 @@ describe('approvals for 2026-07-28 clients, and approvals that expire', () => {
   });
 
   it('writes the expired approval to the audit file as denied, reason approval expired, nothing forwarded', async () => {
-    const events = () => fs.readFileSync(stack.auditFile, 'utf8').split('\n').filter(Boolean).map((line) => JSON.parse(line) as Record<string, any>);
-    const expired = await waitFor('the expired approval’s audit event', async () => (fs.existsSync(stack.auditFile) ? events().find((event) => event.approval?.decision === 'expired') : undefined), { timeoutMs: 10_000 });
+    const expired = await waitFor('the expired approval’s audit event', async () => auditEvents().find((event) => event.approval?.decision === 'expired'), { timeoutMs: 10_000 });
     expect(expired).toMatchObject({ outcome: 'denied', reason: 'approval expired', attempts: 0, route: 'ops', tool: 'send_email', caller: { issuer: idp.issuer } });
   });
 });
