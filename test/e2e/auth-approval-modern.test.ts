@@ -196,6 +196,32 @@ describe('approvals for 2026-07-28 clients, and approvals that expire', () => {
     expect(new Set(roundsAudited.map((event) => event.approval.id)).size).toBe(1);
   });
 
+  it('does not let a continuation go with changed arguments, to another tool or route, or for another caller; its own retry still goes', async () => {
+    const args = { amount: 7, to: 'globex' };
+    // A client that takes forms too, as the Tool Service's question is one.
+    const capabilities = { elicitation: { url: {}, form: {} } };
+    const link = inputRequestOf(await modernCall('ops', 'ledger__transfer', args, { capabilities }));
+    expect(await alice(link.url, { approve: true })).toContain('Approved by alice');
+    const approved = await modernCall('ops', 'ledger__transfer', args, { capabilities, params: { inputResponses: { [link.key]: { action: 'accept' } } } });
+    const asked = approved.json().result;
+    expect(asked).toMatchObject({ resultType: 'input_required', inputRequests: { confirm: { method: 'elicitation/create' } }, requestState: expect.any(String) });
+    const from = ledger.rounds.length;
+    // Each carries the backend's requestState and an answer to its question, as the continuing retry would.
+    const continuing = { capabilities, params: { inputResponses: { confirm: { action: 'accept', content: { confirm: true } } }, requestState: asked.requestState } };
+    const elsewhere = [
+      modernCall('ops', 'ledger__transfer', { ...args, amount: 7000 }, continuing),
+      modernCall('ops', 'reports__send_email', args, continuing),
+      modernCall('ops2', 'reports__send_email', args, continuing),
+      modernCall('ops', 'ledger__transfer', args, { ...continuing, token: tokens.bob }),
+    ];
+    for (const response of await Promise.all(elsewhere)) expect(inputRequestOf(response).url).toMatch(/\/approvals\//);
+    expect(ledger.rounds.length).toBe(from);
+    // The continuation is still there for its own retry.
+    const done = await modernCall('ops', 'ledger__transfer', args, continuing);
+    expect(done.json().result.content).toEqual([{ type: 'text', text: 'moved 7 to globex' }]);
+    expect(ledger.rounds.slice(from)).toEqual([{ inputResponseKeys: ['confirm'], requestState: asked.requestState }]);
+  });
+
   it('refuses the retry of a declined call: -32003, outcome denied, reason approval declined, nothing sent', async () => {
     const before = received();
     const { client, asked } = await modernClient(async (params) => {
