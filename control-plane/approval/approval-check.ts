@@ -3,7 +3,7 @@ import { argumentsSha256 } from '../audit/arguments-hash';
 import { GatewayContext, TOOL_DENIED_CODE, sessionNotFound } from '../sidecar/decision';
 import { JsonRpcId, isObject, jsonRpcError, jsonRpcResult } from '../sidecar/json-rpc';
 import { RISKS } from '../registry/model';
-import { ApprovalBinding, ApprovalRequest, ApprovalStore, Decision, Person, grantAllows, newApprovalId } from './approval-store';
+import { ApprovalBinding, ApprovalRequest, ApprovalStore, Decision, Person, bindingKey, continuationToken, grantAllows, newApprovalId, verifyGrant } from './approval-store';
 
 /**
  * The approval check (docs/approval-and-audit.md): the call script asks it, with one short HTTP request
@@ -16,6 +16,8 @@ import { ApprovalBinding, ApprovalRequest, ApprovalStore, Decision, Person, gran
 export const URL_ELICITATION_REQUIRED_CODE = -32042;
 
 export const APPROVAL_CHECK_PATH = '/internal/approval-check';
+/** Where the call script reports that the backend answered an approved call with `input_required`. */
+export const APPROVAL_CONTINUATION_PATH = '/internal/approval-continuation';
 
 const nullableString = z.string().nullish();
 
@@ -33,14 +35,24 @@ export const approvalCheckRequestSchema = z.object({
   capabilities: z.unknown().optional(),
   /** A 2026-07-28 retry's answers to the input it was asked for, as the client sent them. */
   inputResponses: z.unknown().optional(),
+  /** A 2026-07-28 retry's requestState as the client sent it (a string, if it keeps to the spec). */
+  requestState: z.unknown().optional(),
   arguments: z.unknown(),
 });
 export type ApprovalCheckRequest = z.infer<typeof approvalCheckRequestSchema>;
 
+/** The call script's report: the backend answered the call that approval `approvalId` let through with `input_required`. */
+export const approvalContinuationSchema = z.object({
+  approvalId: z.string().min(1),
+  requestState: z.string().nullable(),
+  inputRequestKeys: z.array(z.string()),
+});
+export type ApprovalContinuation = z.infer<typeof approvalContinuationSchema>;
+
 export interface ApprovalSettings {
   /** The gateway's public origin, as approvers' browsers reach it: pages are under <publicUrl>/approvals/. */
   publicUrl: string;
-  /** How long a person has to decide; a grant is good until then too. */
+  /** How long a person has to decide; a grant is good until then too, and so is a continuation after its backend asked. */
   ttlMs: number;
 }
 
@@ -137,6 +149,8 @@ export class ApprovalCheck {
       tool: call.tool,
       argumentsSha256: argumentsSha256(call.arguments ?? {}),
     };
+    const continued = await this.continuation(call, binding, now);
+    if (continued) return continued;
     const found = await this.store.findByBinding(binding);
     if (found) {
       const answer = await this.answerFor(call, binding, found.request, found.decision, now);
@@ -180,6 +194,39 @@ export class ApprovalCheck {
     });
     this.context.log.info('approval requested', { id: request.id, route: call.route, backend: call.backend, tool: call.tool, risk: call.rule.risk });
     return this.elicitation(call, request);
+  }
+
+  /**
+   * A 2026-07-28 retry that continues an approved call its backend answered `input_required` (it
+   * carries the backend's requestState, or answers exactly the backend's inputRequests): let through
+   * under the same approval, once. A fresh call carries neither and is never a continuation.
+   */
+  private async continuation(call: ApprovalCheckRequest, binding: ApprovalBinding, now: number): Promise<ApprovalAnswer | undefined> {
+    const requestState = typeof call.requestState === 'string' ? call.requestState : undefined;
+    if (requestState === undefined && !isObject(call.inputResponses)) return undefined;
+    const answeredKeys = isObject(call.inputResponses) ? Object.keys(call.inputResponses) : [];
+    const taken = await this.store.takeContinuation(binding, continuationToken({ requestState, answeredKeys }), now);
+    if (!taken) return undefined;
+    this.context.log.info('approval continued: the backend asked its client for input', { id: taken.id, route: call.route, backend: call.backend, tool: call.tool });
+    return { kind: 'allow', approvalId: taken.id, approver: taken.by };
+  }
+
+  /**
+   * The backend answered the call that `report.approvalId` let through with `input_required`: its
+   * client's retry (with the backend's requestState) continues that call, and may go once without a
+   * new approval for `ttlMs`, bound as the approval was. False when there is no such approved call.
+   */
+  async recordContinuation(report: ApprovalContinuation, now = Date.now()): Promise<boolean> {
+    const found = await this.store.get(report.approvalId);
+    const grant = found?.decision?.decision === 'granted' && found.decision.grant ? verifyGrant(this.store.settings.key, found.decision.grant) : undefined;
+    // The grant let the call through (it may have expired since); its signature and binding must still hold.
+    if (!found || !grant || grant.continues !== undefined || grant.id !== found.request.id || bindingKey(grant.binding) !== bindingKey(found.request.binding)) {
+      this.context.log.warn('a continuation was reported for no verifiable approval: its retry will ask again', { id: report.approvalId });
+      return false;
+    }
+    const token = continuationToken({ ...(report.requestState !== null && { requestState: report.requestState }), answeredKeys: report.inputRequestKeys });
+    await this.store.recordContinuation(grant.id, grant.binding, grant.by, token, now + this.settings.ttlMs);
+    return true;
   }
 
   /** The answer for a binding that has a request already, or undefined to ask anew. */

@@ -14,9 +14,13 @@ import { RISKS } from '../registry/model';
  *   <prefix>approval:history:<tool>  the last decisions on a tool, with their comments
  *   <prefix>approval:login:<state>   an approver's sign-in in progress (PKCE verifier, nonce)
  *   <prefix>approval:approver:<sid>  a signed-in approver's browser session
+ *   <prefix>approval:cont:<key>      a continuation: the one retry of an approved call that its backend
+ *                                    answered `input_required` (2026-07-28), by binding and the backend's
+ *                                    requestState (or the keys of its inputRequests)
  *
  * A granted decision carries a grant signed with the gateway's key (HMAC-SHA256): the binding and
- * the expiry, so that whoever can write to Redis still cannot make a grant the check accepts.
+ * the expiry, so that whoever can write to Redis still cannot make a grant the check accepts. A
+ * continuation is signed the same way, and names what it continues, so neither passes for the other.
  */
 
 
@@ -69,7 +73,9 @@ export type Decision = z.infer<typeof decisionSchema>;
 export const historyEntrySchema = decisionSchema.omit({ grant: true }).extend({ id: z.string(), argumentsSha256: z.string(), requestedBy: personSchema.optional() });
 export type HistoryEntry = z.infer<typeof historyEntrySchema>;
 
-const grantPayloadSchema = z.object({ v: z.literal(1), id: z.string(), binding: bindingSchema, exp: z.number(), by: personSchema }).strict();
+/** A grant, or (with `continues`: the SHA-256 of the continuation's token) a continuation of the call it let through. */
+const grantPayloadSchema = z.object({ v: z.literal(1), id: z.string(), binding: bindingSchema, exp: z.number(), by: personSchema, continues: z.string().optional() }).strict();
+type GrantPayload = z.infer<typeof grantPayloadSchema>;
 
 /** An approval request id: 128 random bits, base64url. */
 export const APPROVAL_ID_PATTERN = /^[A-Za-z0-9_-]{22}$/;
@@ -81,13 +87,13 @@ export const bindingKey = (binding: ApprovalBinding) => createHash('sha256').upd
 /** The minimum key length: HMAC-SHA256 gains nothing past 64 bytes and is weak below 32. */
 export const MIN_KEY_BYTES = 32;
 
-export function signGrant(key: Buffer, payload: z.infer<typeof grantPayloadSchema>): string {
+export function signGrant(key: Buffer, payload: GrantPayload): string {
   const body = Buffer.from(JSON.stringify(payload)).toString('base64url');
   return `${body}.${createHmac('sha256', key).update(body).digest('base64url')}`;
 }
 
 /** The grant's payload if the gateway's key signed it; undefined for anything else. */
-export function verifyGrant(key: Buffer, grant: string): z.infer<typeof grantPayloadSchema> | undefined {
+export function verifyGrant(key: Buffer, grant: string): GrantPayload | undefined {
   const [body, mac, ...rest] = grant.split('.');
   if (!body || !mac || rest.length > 0) return undefined;
   const expected = createHmac('sha256', key).update(body).digest();
@@ -101,10 +107,33 @@ export function verifyGrant(key: Buffer, grant: string): z.infer<typeof grantPay
   }
 }
 
-/** A grant is good for this call when its signature, binding and expiry all hold. */
+/** A grant is good for this call when its signature, binding and expiry all hold (and it is no continuation). */
 export function grantAllows(key: Buffer, grant: string, id: string, binding: ApprovalBinding, now: number): boolean {
   const payload = verifyGrant(key, grant);
-  return payload !== undefined && payload.id === id && payload.exp > now && canonicalJson(payload.binding) === canonicalJson(binding);
+  return payload !== undefined && payload.continues === undefined && payload.id === id && payload.exp > now && canonicalJson(payload.binding) === canonicalJson(binding);
+}
+
+/**
+ * What names one continuation on the retry (MCP 2026-07-28, basic/patterns/mrtr): the backend's
+ * `requestState`, which the client must echo verbatim; a backend that sent none is continued by the
+ * retry that answers exactly the keys of its `inputRequests`.
+ */
+export function continuationToken(retry: { requestState?: string; answeredKeys: string[] }): string {
+  return retry.requestState !== undefined ? `state:${retry.requestState}` : `keys:${JSON.stringify([...retry.answeredKeys].sort())}`;
+}
+
+const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
+
+/** A continuation of the call grant `id` let through, signed: good until `exp` for the retry `token` names. */
+export function signContinuation(key: Buffer, grant: Omit<GrantPayload, 'v' | 'continues'>, token: string): string {
+  return signGrant(key, { v: 1, ...grant, continues: sha256(token) });
+}
+
+/** The continuation's payload when signature, binding, token and expiry all hold. */
+export function continuationAllows(key: Buffer, signed: string, binding: ApprovalBinding, token: string, now: number): GrantPayload | undefined {
+  const payload = verifyGrant(key, signed);
+  const holds = payload !== undefined && payload.continues === sha256(token) && payload.exp > now && canonicalJson(payload.binding) === canonicalJson(binding);
+  return holds ? payload : undefined;
 }
 
 export interface ApprovalStoreSettings {
@@ -204,6 +233,23 @@ export class ApprovalStore {
     // Only if it still names this request: compare and delete in one step.
     const removed = await this.redis.eval("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0", 1, key, id);
     return removed === 1;
+  }
+
+  private continuationKey(binding: ApprovalBinding, token: string): string {
+    return this.key('cont', sha256(`${bindingKey(binding)}\n${sha256(token)}`));
+  }
+
+  /** Records that the approved call `id` may be continued once, until `exp`, by the retry that `token` names. */
+  async recordContinuation(id: string, binding: ApprovalBinding, by: Person, token: string, exp: number): Promise<void> {
+    const signed = signContinuation(this.settings.key, { id, binding, exp, by }, token);
+    await this.redis.set(this.continuationKey(binding, token), signed, 'PX', Math.max(1, exp - Date.now()));
+  }
+
+  /** The continuation of an approved call that this retry names, used up (GETDEL: one retry per continuation); undefined when there is none. */
+  async takeContinuation(binding: ApprovalBinding, token: string, now: number): Promise<{ id: string; by: Person } | undefined> {
+    const signed = await this.redis.getdel(this.continuationKey(binding, token));
+    const payload = signed === null ? undefined : continuationAllows(this.settings.key, signed, binding, token, now);
+    return payload && { id: payload.id, by: payload.by };
   }
 
   async startLogin(state: string, login: z.infer<typeof loginSchema>): Promise<void> {

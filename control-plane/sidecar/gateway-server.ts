@@ -1,6 +1,6 @@
 import * as http from 'node:http';
 import { z } from 'zod';
-import { APPROVAL_CHECK_PATH, ApprovalCheck, approvalCheckRequestSchema, approvalCheckResponse, noApprovalPages } from '../approval/approval-check';
+import { APPROVAL_CHECK_PATH, APPROVAL_CONTINUATION_PATH, ApprovalCheck, approvalCheckRequestSchema, approvalCheckResponse, approvalContinuationSchema, noApprovalPages } from '../approval/approval-check';
 import { SESSION_CHECK_PATH } from '../xds/translate/settings';
 import { Decision, GatewayContext, RequestHead, respondError } from './decision';
 import { JSON_RPC } from './json-rpc';
@@ -20,8 +20,9 @@ import { SpanKind, Tracing } from '../shared/tracing';
  * - `/check/mcp/...`: the call lane's session check (Envoy's ext_authz over HTTP);
  * - `/internal/backend-session-lost`: the call script's report of a backend that lost a session;
  * - `/internal/server-request`: the call script's record of a request a backend sends its client.
- * - `/internal/approval-check`: the call script's question whether a call has its approval, and
- *   `/approvals/...`: the approval pages (control-plane/approval/, through Envoy).
+ * - `/internal/approval-check`: the call script's question whether a call has its approval,
+ *   `/internal/approval-continuation`: its report that the backend asked the client of an approved
+ *   call for input (2026-07-28), and `/approvals/...`: the approval pages (control-plane/approval/, through Envoy).
  */
 
 /** Where the call script reports a lost backend session (control-plane/xds/lua/call-lane.lua). */
@@ -55,10 +56,10 @@ function readBody(req: http.IncomingMessage, maxBytes: number): Promise<Buffer> 
   });
 }
 
-/** A report of the call script: a few ids as JSON; undefined when it is not JSON at all. */
-async function readReport(req: http.IncomingMessage): Promise<unknown> {
+/** A report or question of the call script, as JSON (a few ids, unless told more); undefined when it is not JSON at all, or too large. */
+async function readReport(req: http.IncomingMessage, maxBytes = MAX_REPORT_BYTES): Promise<unknown> {
   try {
-    return JSON.parse((await readBody(req, MAX_REPORT_BYTES)).toString('utf8'));
+    return JSON.parse((await readBody(req, maxBytes)).toString('utf8'));
   } catch {
     return undefined;
   }
@@ -114,7 +115,9 @@ export class GatewayServer {
             ? this.serverRequest(req, res)
             : path === APPROVAL_CHECK_PATH
               ? this.approvalCheck(req, res)
-              : path.startsWith(APPROVALS_PREFIX)
+              : path === APPROVAL_CONTINUATION_PATH
+                ? this.approvalContinuation(req, res)
+                : path.startsWith(APPROVALS_PREFIX)
                 ? this.approvalPages(req, res)
                 : this.gatewayLane(req, res, path);
     work.catch((error: Error) => {
@@ -169,13 +172,7 @@ export class GatewayServer {
   }
 
   private async approvalCheck(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
-    let request: unknown;
-    try {
-      request = JSON.parse((await readBody(req, this.options.maxRequestBodyBytes + APPROVAL_CHECK_OVERHEAD_BYTES)).toString('utf8'));
-    } catch {
-      request = undefined;
-    }
-    const parsed = approvalCheckRequestSchema.safeParse(request);
+    const parsed = approvalCheckRequestSchema.safeParse(await readReport(req, this.options.maxRequestBodyBytes + APPROVAL_CHECK_OVERHEAD_BYTES));
     if (!parsed.success) {
       // The call script fails the call closed on anything but an answer naming its outcome.
       send(res, 400, { 'content-type': 'text/plain' }, `approval check: ${parsed.error.issues[0]?.message ?? 'not JSON'}`);
@@ -184,6 +181,18 @@ export class GatewayServer {
     const answer = this.options.approvals ? await this.options.approvals.check.check(parsed.data) : noApprovalPages(parsed.data);
     const { status, headers, body } = approvalCheckResponse(answer);
     send(res, status, headers, body);
+  }
+
+  private async approvalContinuation(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    // The backend's requestState may be as large as a request.
+    const parsed = approvalContinuationSchema.safeParse(await readReport(req, this.options.maxRequestBodyBytes + APPROVAL_CHECK_OVERHEAD_BYTES));
+    if (!parsed.success || !this.options.approvals) {
+      // The answer goes to the client as it is; its retry then asks for an approval again.
+      send(res, 400, { 'content-type': 'text/plain' }, parsed.success ? 'approvals are not configured on this gateway' : 'expected {approvalId, requestState, inputRequestKeys}');
+      return;
+    }
+    const recorded = await this.options.approvals.check.recordContinuation(parsed.data);
+    send(res, recorded ? 204 : 404, {}, '');
   }
 
   private async approvalPages(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {

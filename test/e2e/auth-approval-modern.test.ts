@@ -8,6 +8,7 @@ import { launchChromium } from '../support/chromium';
 import { FlakyToolService } from '../support/flaky-tool-service';
 import { MCP_POST_HEADERS, listedTools, postJsonRpc, startGateway } from '../support/gateway-fixture';
 import { KEYCLOAK_STARTUP_MS, Keycloak, keycloak } from '../support/keycloak';
+import { MultiRoundToolService } from '../support/multi-round-tool-service';
 
 /**
  * Approvals for MCP 2026-07-28 clients, and approvals that expire (docs/approval-and-audit.md), on the
@@ -15,13 +16,16 @@ import { KEYCLOAK_STARTUP_MS, Keycloak, keycloak } from '../support/keycloak';
  * an `input_required` result naming the approval page, alice decides there in a real headless Chromium
  * (signed in at Keycloak), and the SDK's multi-round-trip driver calls again. The routes have auth, so
  * an approval is bound to alice's issuer and subject; she approves her own calls (no approvers group).
- * Approvals here live APPROVAL_TTL_S seconds. The spy Tool Service counts what reached it.
+ * Approvals here live APPROVAL_TTL_S seconds. The spy Tool Service counts what reached it; on route
+ * ops, the Tool Service `ledger` asks its own question (2026-07-28 `input_required`) before it acts.
  */
 const APPROVAL_TTL_S = 15;
 const MODERN = '2026-07-28';
 const URL_ELICITATION = { elicitation: { url: {} } };
 
 type ElicitAction = 'accept' | 'decline' | 'cancel';
+/** What a client answers to an elicitation: an action, or (a form) accepted with its content. */
+type ElicitAnswer = ElicitAction | { action: 'accept'; content: Record<string, string | number | boolean> };
 
 interface ElicitationParams {
   mode: string;
@@ -34,6 +38,7 @@ describe('approvals for 2026-07-28 clients, and approvals that expire', () => {
   let idp: Keycloak;
   let stack: GatewayStack;
   let spy: FlakyToolService;
+  let ledger: MultiRoundToolService;
   let browser: Browser;
   /** alice's browser: signed in on the approval pages once, as a person keeps a tab open. */
   let alicesBrowser: BrowserContext;
@@ -43,20 +48,22 @@ describe('approvals for 2026-07-28 clients, and approvals that expire', () => {
   beforeAll(async () => {
     idp = await keycloak();
     spy = await FlakyToolService.start();
+    ledger = await MultiRoundToolService.start();
     [tokens.alice, tokens.bob] = await Promise.all([idp.tokenFor('alice'), idp.tokenFor('bob')]);
     const listener = await freePort();
     // Two routes in front of the same Tool Service: an approval on one must not open the other.
-    const route = (key: string) => ({
+    const route = (key: string, more: { name: string; url: string; policy: { approvalAtRisk: 'high' } }[] = []) => ({
       key,
       auth: { issuer: idp.issuer, audiences: [idp.routeAudience] },
-      toolServices: [{ name: 'reports', url: spy.url, policy: { approvalAtRisk: 'high' } }],
+      toolServices: [{ name: 'reports', url: spy.url, policy: { approvalAtRisk: 'high' as const } }, ...more],
     });
-    ({ stack } = await startGateway('auth-approval-modern', () => ({ routes: [route('ops'), route('ops2')] }), {
+    const ledgerService = { name: 'ledger', url: ledger.url, policy: { approvalAtRisk: 'high' as const } };
+    ({ stack } = await startGateway('auth-approval-modern', () => ({ routes: [route('ops', [ledgerService]), route('ops2')] }), {
       ports: { listener },
       extraArgs: { sidecar: approvalSidecarArgs('auth-approval-modern', listener, idp.issuer, APPROVAL_TTL_S) },
     }));
-    for (const key of ['ops', 'ops2']) {
-      await waitFor(`the spy tools on ${key}`, async () => (((await listedTools(stack.gatewayUrl(key), tokens.alice)) ?? []).length === 4 ? true : undefined));
+    for (const [key, tools] of [['ops', 5], ['ops2', 4]] as const) {
+      await waitFor(`the spy tools on ${key}`, async () => (((await listedTools(stack.gatewayUrl(key), tokens.alice)) ?? []).length === tools ? true : undefined));
     }
     browser = await launchChromium();
     // alice signs in on the pages before the tests, so that deciding takes well under APPROVAL_TTL_S.
@@ -70,6 +77,7 @@ describe('approvals for 2026-07-28 clients, and approvals that expire', () => {
     await browser?.close();
     await stack?.stop();
     await spy?.stop();
+    await ledger?.stop();
   });
 
   /** A tools/call as a 2026-07-28 client sends it (no session; capabilities in `_meta`), raw. */
@@ -99,15 +107,18 @@ describe('approvals for 2026-07-28 clients, and approvals that expire', () => {
    * An SDK v2 client pinned to 2026-07-28 with alice's token. With `person`, it declares URL elicitation
    * and its elicitation handler is the person: it gets each approval link the gateway asks for, and the
    * client answers what the person says (`accept`: done on the page; `decline`: will not open it).
+   * With `forms`, it takes form-mode elicitations too, which the person fills in.
    */
-  async function modernClient(person?: (params: ElicitationParams) => Promise<ElicitAction>): Promise<{ client: V2Client; asked: ElicitationParams[] }> {
+  async function modernClient(person?: (params: ElicitationParams) => Promise<ElicitAnswer>, options: { forms?: boolean } = {}): Promise<{ client: V2Client; asked: ElicitationParams[] }> {
     const asked: ElicitationParams[] = [];
-    const client = new V2Client({ name: 'approval-agent', version: '1.0.0' }, { versionNegotiation: { mode: { pin: MODERN } }, ...(person && { capabilities: URL_ELICITATION }) });
+    const capabilities = options.forms ? { elicitation: { url: {}, form: {} } } : URL_ELICITATION;
+    const client = new V2Client({ name: 'approval-agent', version: '1.0.0' }, { versionNegotiation: { mode: { pin: MODERN } }, ...(person && { capabilities }) });
     if (person) {
       client.setRequestHandler('elicitation/create', async (request) => {
         const params = request.params as ElicitationParams;
         asked.push(params);
-        return { action: await person(params) };
+        const answer = await person(params);
+        return typeof answer === 'string' ? { action: answer } : answer;
       });
     }
     await client.connect(new V2Transport(new URL(stack.gatewayUrl('ops')), { requestInit: { headers: { authorization: `Bearer ${tokens.alice}` } } }));
@@ -127,6 +138,7 @@ describe('approvals for 2026-07-28 clients, and approvals that expire', () => {
   }
 
   const received = (tool = 'send_email') => spy.received.get(tool) ?? 0;
+  const auditEvents = () => (fs.existsSync(stack.auditFile) ? fs.readFileSync(stack.auditFile, 'utf8').split('\n').filter(Boolean).map((line) => JSON.parse(line) as Record<string, any>) : []);
   const failureOf = (promise: Promise<unknown>) => promise.then(() => undefined, (thrown: unknown) => thrown);
 
   it('answers input_required with the approval page; approved there, the SDK client’s retry gets the result, once', async () => {
@@ -149,6 +161,65 @@ describe('approvals for 2026-07-28 clients, and approvals that expire', () => {
     const again = inputRequestOf(await modernCall('ops', 'reports__send_email', args));
     expect(again.url).not.toBe(wire.url);
     expect(received()).toBe(before + 1);
+  });
+
+  it('lets the retry of an approved call that its Tool Service asked a question about through without a new approval, once; the gateway’s own answer is not forwarded', async () => {
+    const args = { amount: 100, to: 'acme' };
+    const from = ledger.rounds.length;
+    const { client, asked } = await modernClient(
+      async (params) => {
+        if (params.mode === 'form') return { action: 'accept', content: { confirm: true } };
+        // alice approves once; a second approval page for the same call is one too many.
+        if (asked.filter((earlier) => earlier.mode === 'url').length > 1) return 'cancel';
+        expect(await alice(params.url, { approve: true })).toContain('Approved by alice');
+        return 'accept';
+      },
+      { forms: true },
+    );
+    const result = await client.callTool({ name: 'ledger__transfer', arguments: args });
+    expect(asked.map((params) => params.mode)).toEqual(['url', 'form']);
+    expect(result.content).toEqual([{ type: 'text', text: 'moved 100 to acme' }]);
+    // The Tool Service saw its two rounds: the first without the gateway's approval answer, the retry with its own state.
+    const rounds = ledger.rounds.slice(from);
+    expect(rounds).toEqual([{ inputResponseKeys: [] }, { inputResponseKeys: ['confirm'], requestState: expect.any(String) }]);
+    // The continuation was used: the same retry replayed, and a fresh identical call, each ask for an approval anew.
+    const replay = { params: { inputResponses: { confirm: { action: 'accept', content: { confirm: true } } }, requestState: rounds[1].requestState } };
+    const approvalPage = /\/approvals\//;
+    expect(inputRequestOf(await modernCall('ops', 'ledger__transfer', args, replay)).url).toMatch(approvalPage);
+    expect(inputRequestOf(await modernCall('ops', 'ledger__transfer', args)).url).toMatch(approvalPage);
+    expect(ledger.rounds.length).toBe(from + 2);
+    // Both rounds are audited as calls of the one approval.
+    const roundsAudited = await waitFor('both rounds’ audit events', async () => {
+      const granted = auditEvents().filter((event) => event.tool === 'transfer' && event.approval?.decision === 'granted');
+      return granted.length === 2 ? granted : undefined;
+    }, { timeoutMs: 10_000 });
+    expect(new Set(roundsAudited.map((event) => event.approval.id)).size).toBe(1);
+  });
+
+  it('does not let a continuation go with changed arguments, to another tool or route, or for another caller; its own retry still goes', async () => {
+    const args = { amount: 7, to: 'globex' };
+    // A client that takes forms too, as the Tool Service's question is one.
+    const capabilities = { elicitation: { url: {}, form: {} } };
+    const link = inputRequestOf(await modernCall('ops', 'ledger__transfer', args, { capabilities }));
+    expect(await alice(link.url, { approve: true })).toContain('Approved by alice');
+    const approved = await modernCall('ops', 'ledger__transfer', args, { capabilities, params: { inputResponses: { [link.key]: { action: 'accept' } } } });
+    const asked = approved.json().result;
+    expect(asked).toMatchObject({ resultType: 'input_required', inputRequests: { confirm: { method: 'elicitation/create' } }, requestState: expect.any(String) });
+    const from = ledger.rounds.length;
+    // Each carries the backend's requestState and an answer to its question, as the continuing retry would.
+    const continuing = { capabilities, params: { inputResponses: { confirm: { action: 'accept', content: { confirm: true } } }, requestState: asked.requestState } };
+    const elsewhere = [
+      modernCall('ops', 'ledger__transfer', { ...args, amount: 7000 }, continuing),
+      modernCall('ops', 'reports__send_email', args, continuing),
+      modernCall('ops2', 'reports__send_email', args, continuing),
+      modernCall('ops', 'ledger__transfer', args, { ...continuing, token: tokens.bob }),
+    ];
+    for (const response of await Promise.all(elsewhere)) expect(inputRequestOf(response).url).toMatch(/\/approvals\//);
+    expect(ledger.rounds.length).toBe(from);
+    // The continuation is still there for its own retry.
+    const done = await modernCall('ops', 'ledger__transfer', args, continuing);
+    expect(done.json().result.content).toEqual([{ type: 'text', text: 'moved 7 to globex' }]);
+    expect(ledger.rounds.slice(from)).toEqual([{ inputResponseKeys: ['confirm'], requestState: asked.requestState }]);
   });
 
   it('refuses the retry of a declined call: -32003, outcome denied, reason approval declined, nothing sent', async () => {
@@ -247,8 +318,7 @@ describe('approvals for 2026-07-28 clients, and approvals that expire', () => {
   });
 
   it('writes the expired approval to the audit file as denied, reason approval expired, nothing forwarded', async () => {
-    const events = () => fs.readFileSync(stack.auditFile, 'utf8').split('\n').filter(Boolean).map((line) => JSON.parse(line) as Record<string, any>);
-    const expired = await waitFor('the expired approval’s audit event', async () => (fs.existsSync(stack.auditFile) ? events().find((event) => event.approval?.decision === 'expired') : undefined), { timeoutMs: 10_000 });
+    const expired = await waitFor('the expired approval’s audit event', async () => auditEvents().find((event) => event.approval?.decision === 'expired'), { timeoutMs: 10_000 });
     expect(expired).toMatchObject({ outcome: 'denied', reason: 'approval expired', attempts: 0, route: 'ops', tool: 'send_email', caller: { issuer: idp.issuer } });
   });
 });

@@ -1,7 +1,7 @@
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { argumentSummary, declinedInClient, takesUrlElicitation } from '../../control-plane/approval/approval-check';
 import { mayDecide } from '../../control-plane/approval/approval-pages';
-import { ApprovalBinding, ApprovalRequest, bindingKey, grantAllows, signGrant, verifyGrant } from '../../control-plane/approval/approval-store';
+import { ApprovalBinding, ApprovalRequest, bindingKey, continuationAllows, continuationToken, grantAllows, signContinuation, signGrant, verifyGrant } from '../../control-plane/approval/approval-store';
 import { approvalOf, riskOf } from '../../control-plane/approval/risk';
 import { toolFlags } from '../../control-plane/xds/translate/call-lane';
 
@@ -73,6 +73,37 @@ describe('approval grants', () => {
     expect(verifyGrant(Buffer.alloc(32, 8), grant)).toBeUndefined();
     expect(verifyGrant(key, `${body}.`)).toBeUndefined();
     expect(verifyGrant(key, grant)?.binding).toEqual(binding);
+  });
+
+  describe('continuations (the retry of an approved call its 2026-07-28 backend asked about)', () => {
+    const token = continuationToken({ requestState: 'backend-state', answeredKeys: ['confirm'] });
+    const continuation = signContinuation(key, { id: 'id1', binding, exp: 2_000, by }, token);
+
+    it('hold for their own binding and the backend\'s requestState until they expire', () => {
+      expect(continuationAllows(key, continuation, binding, token, 1_000)).toMatchObject({ id: 'id1', by });
+      expect(continuationAllows(key, continuation, binding, token, 2_000)).toBeUndefined();
+    });
+
+    it('fail for another requestState, changed arguments, another caller or route, another key', () => {
+      expect(continuationAllows(key, continuation, binding, continuationToken({ requestState: 'other', answeredKeys: ['confirm'] }), 1_000)).toBeUndefined();
+      expect(continuationAllows(key, continuation, binding, continuationToken({ answeredKeys: ['confirm'] }), 1_000)).toBeUndefined();
+      expect(continuationAllows(key, continuation, { ...binding, argumentsSha256: 'b'.repeat(64) }, token, 1_000)).toBeUndefined();
+      expect(continuationAllows(key, continuation, { ...binding, subject: 'bob' }, token, 1_000)).toBeUndefined();
+      expect(continuationAllows(key, continuation, { ...binding, route: 'other' }, token, 1_000)).toBeUndefined();
+      expect(continuationAllows(Buffer.alloc(32, 8), continuation, binding, token, 1_000)).toBeUndefined();
+    });
+
+    it('and grants never pass for each other', () => {
+      expect(grantAllows(key, continuation, 'id1', binding, 1_000)).toBe(false);
+      expect(continuationAllows(key, grant, binding, token, 1_000)).toBeUndefined();
+    });
+
+    it('are named by the backend\'s requestState, or without one by the keys the retry answers, in any order', () => {
+      expect(continuationToken({ requestState: 's', answeredKeys: ['a'] })).toBe(continuationToken({ requestState: 's', answeredKeys: [] }));
+      expect(continuationToken({ answeredKeys: ['b', 'a'] })).toBe(continuationToken({ answeredKeys: ['a', 'b'] }));
+      expect(continuationToken({ answeredKeys: ['a'] })).not.toBe(continuationToken({ answeredKeys: ['a', 'b'] }));
+      expect(continuationToken({ requestState: 'keys:["a"]', answeredKeys: [] })).not.toBe(continuationToken({ answeredKeys: ['a'] }));
+    });
   });
 
   it('binding keys name the binding, whatever its member order', () => {

@@ -98,6 +98,7 @@ local METHOD_NOT_FOUND = -32601
 local BACKEND_UNAVAILABLE = -32004
 -- The approval check answers from Redis: well inside this, or the call fails closed.
 local APPROVAL_CHECK_TIMEOUT_MS = 5000
+local APPROVAL_CONTINUATION_PATH = "/internal/approval-continuation"
 
 ---------------------------------------------------------------------------------------------------
 -- JSON scanning: positions only
@@ -360,6 +361,39 @@ function M.with_modern_envelope(body, params, inner)
     .. '"io.modelcontextprotocol/clientInfo":' .. GATEWAY_CLIENT_INFO
   if inner._meta and byte(body, inner._meta[1]) == 123 then return insert_members(body, inner._meta[1], envelope) end
   return insert_members(body, params[1], '"_meta":{' .. envelope .. "}")
+end
+
+local WHITESPACE = { [32] = true, [9] = true, [10] = true, [13] = true }
+
+-- s without the member `key` of the object at `open`, and the comma that went with it; nil when the
+-- object has no such member.
+function M.without_member(s, open, key)
+  local found = members(s, open)
+  local value = found and found[key]
+  if not value then return nil end
+  -- The key's quotes: a key has no escapes (members), so its opening quote is the nearest before its closing one.
+  local close = value[1] - 1
+  while byte(s, close) ~= 34 do close = close - 1 end
+  local first = close - 1
+  while byte(s, first) ~= 34 do first = first - 1 end
+  local after = skip_ws(s, value[2] + 1)
+  if byte(s, after) == 44 then return sub(s, 1, first - 1) .. sub(s, skip_ws(s, after + 1)) end
+  local before = first - 1
+  while WHITESPACE[byte(s, before)] do before = before - 1 end
+  if byte(s, before) == 44 then return sub(s, 1, before - 1) .. sub(s, value[2] + 1) end
+  return sub(s, 1, first - 1) .. sub(s, value[2] + 1)
+end
+
+-- An approved retry (2026-07-28) answers the gateway's approval elicitation under its id: that answer
+-- is the gateway's, not the backend's, which would take it for an answer to a question of its own.
+-- The call without it (without inputResponses when nothing else was in them); nil when it had none.
+function M.without_gateway_answer(s, params, elicitation_id)
+  local inner = members(s, params[1])
+  local responses = inner and inner.inputResponses
+  local answers = responses and members(s, responses[1])
+  if not answers or not answers[elicitation_id] then return nil end
+  if next(answers, next(answers)) == nil then return M.without_member(s, params[1], "inputResponses") end
+  return M.without_member(s, responses[1], elicitation_id)
 end
 
 -- Headers of the gateway's own namespace mean nothing from a client and must not reach a backend.
@@ -870,12 +904,18 @@ function envoy_on_request(h)
       arguments = inner.arguments and text_of(text, inner.arguments) or "{}",
       modern = modern_client, capabilities = modern_client and M.modern_capabilities(text, inner) or nil,
       input_responses = modern_client and inner.inputResponses and text_of(text, inner.inputResponses) or nil,
+      request_state = modern_client and inner.requestState and text_of(text, inner.requestState) or nil,
     })
     local answer_headers, answer_body = h:httpCall(approval_cluster, {
       [":method"] = "POST", [":path"] = "/internal/approval-check", [":authority"] = "mcpgw-sidecar",
       ["content-type"] = "application/json",
     }, verdict, APPROVAL_CHECK_TIMEOUT_MS)
     if M.approval_answered(h, id, answer_headers, answer_body) then return end
+    local without = modern_client and M.without_gateway_answer(text, params, answer_headers["x-mcpgw-approval-id"] or "")
+    if without then
+      text = without
+      first, last, inner, params = M.tool_name_span(text)
+    end
     -- The check yielded: the body handle is taken anew.
     body = h:body()
   end
@@ -977,7 +1017,7 @@ local function optional_string(value)
 end
 
 -- The approval check's request (control-plane/approval/approval-check.ts): the call, its raw arguments,
--- the client's session or capabilities (and a 2026-07-28 retry's inputResponses), and the caller as
+-- the client's session or capabilities (and a 2026-07-28 retry's inputResponses and requestState), and the caller as
 -- jwt_authn validated it.
 function M.approval_request(h, call)
   local jwt = h:streamInfo():dynamicMetadata():get(JWT_NS)
@@ -993,6 +1033,7 @@ function M.approval_request(h, call)
     .. ',"modern":' .. (call.modern and "true" or "false")
     .. ',"session":' .. optional_string(h:headers():get("mcp-session-id")) .. ',"caller":' .. caller
     .. ',"capabilities":' .. (call.capabilities or "null") .. ',"inputResponses":' .. (call.input_responses or "null")
+    .. ',"requestState":' .. (call.request_state or "null")
     .. ',"arguments":' .. call.arguments .. "}"
 end
 
@@ -1220,6 +1261,20 @@ local function event_lines(event)
   return lines
 end
 
+-- An approved call's answer that is the backend's `input_required` (2026-07-28): the call is not over,
+-- and its client's retry continues it. Notes on `call` what names that retry (the backend's
+-- requestState as raw JSON, and the keys of its inputRequests), for the approval check.
+function M.note_continuation(s, call)
+  local top = members(s, skip_ws(s, 1))
+  if not top or not top.id or not top.result or not is_call_id(text_of(s, top.id), call.id) then return end
+  local inner = members(s, top.result[1])
+  if not inner or not inner.resultType or text_of(s, inner.resultType) ~= '"input_required"' then return end
+  local keys = {}
+  for key in pairs(inner.inputRequests and members(s, inner.inputRequests[1]) or {}) do keys[#keys + 1] = json_string(key) end
+  local state = inner.requestState and byte(s, inner.requestState[1]) == 34 and text_of(s, inner.requestState) or "null"
+  call.continuation = '{"approvalId":' .. json_string(call.approval_id) .. ',"requestState":' .. state .. ',"inputRequestKeys":[' .. concat(keys, ",") .. "]}"
+end
+
 -- One SSE event (without its terminator) as the client gets it: its message rewritten, the backend's
 -- own event id named for the gateway (client_event_id: a session client resumes there, at that
 -- backend; a stateless client gets none, nor retry hints), and the final answer marked done; nil to
@@ -1236,7 +1291,11 @@ function M.rewrite_event(event, call)
     end
   end
   local rewritten, role, request_id
-  if first_data then rewritten, role, request_id = M.rewrite_message(concat(data, "\n"), call) end
+  if first_data then
+    local message = concat(data, "\n")
+    if call.approval_id then M.note_continuation(message, call) end
+    rewritten, role, request_id = M.rewrite_message(message, call)
+  end
   if not rewritten and not has_id and role ~= "final" then return nil, role, request_id end
   -- Line breaks (only ever between JSON tokens) would end the data line; most messages have none.
   if rewritten and (find(rewritten, "\n", 1, true) or find(rewritten, "\r", 1, true)) then rewritten = gsub(rewritten, "[\r\n]", " ") end
@@ -1374,6 +1433,9 @@ local function call_of(h)
     annotate = h:filterContext():get("annotate"),
     sidecar = h:filterContext():get("sidecar_cluster"),
     traced = ours.traced,
+    -- A call an approval let through: a 2026-07-28 backend may ask its client for input first.
+    approval_id = ours.approval == "granted" and ours.approval_id or nil,
+    approval_cluster = h:filterContext():get("approval_cluster"),
   }
   -- What the answer is to, for the errors that name it.
   call.what = call.method .. " " .. (call.tool or "")
@@ -1478,6 +1540,19 @@ local function expect_answer(h, call, request_id)
     .. ',"requestId":' .. json_string(request_id) .. "}", 1000, true)
 end
 
+-- The backend asked the client of an approved call for input (M.note_continuation): the approval check
+-- records that the client's retry continues this call, before the client can send it (the answer waits
+-- for the check; a chunk is set before the script waits, as it cannot be changed after). A check that
+-- does not answer leaves the retry to ask for an approval again.
+local function report_continuation(h, call)
+  local report = call.continuation
+  call.continuation = nil
+  h:httpCall(call.approval_cluster, {
+    [":method"] = "POST", [":path"] = APPROVAL_CONTINUATION_PATH, [":authority"] = "mcpgw-sidecar",
+    ["content-type"] = "application/json",
+  }, report, APPROVAL_CHECK_TIMEOUT_MS)
+end
+
 function envoy_on_response(h)
   local call = call_of(h)
   if not call then return end
@@ -1502,7 +1577,7 @@ function envoy_on_response(h)
     return replace_with_error(h, call, "backend " .. call.backend .. " answered HTTP " .. call.status .. ": " .. call.what .. " failed", call.status, short)
   end
   -- An event stream is always read: its event ids are the gateway's to give (docs/adr/0018-stream-relaying.md).
-  if not is_sse and not (is_json and call.rewrites) then return end
+  if not is_sse and not (is_json and (call.rewrites or call.approval_id)) then return end
   h:headers():remove("content-length")
   if is_json then
     -- A JSON answer is one message: held until it is whole, then rewritten; past the limit, or not
@@ -1515,10 +1590,12 @@ function envoy_on_response(h)
         if last or #held > MAX_HELD_JSON_BYTES then
           done = true
           local message = last and sub(held, 1, last)
-          local rewritten = message and M.rewrite_message(message, call)
+          if message and call.approval_id then M.note_continuation(message, call) end
+          local rewritten = message and call.rewrites and M.rewrite_message(message, call)
           chunk:setBytes(rewritten and (rewritten .. sub(held, last + 1)) or held)
           if call.final then record_outcome(h, call, call.final)
-          elseif message then record_outcome(h, call, M.carried_outcome(message)) end
+          elseif message and call.rewrites then record_outcome(h, call, M.carried_outcome(message)) end
+          if call.continuation then report_continuation(h, call) end
         else
           chunk:setBytes("")
         end
@@ -1555,6 +1632,7 @@ function envoy_on_response(h)
       chunk:setBytes(out)
       record_outcome(h, call, call.final)
       call.final = nil
+      if call.continuation then report_continuation(h, call) end
     end
   end
 end

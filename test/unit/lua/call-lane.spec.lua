@@ -357,3 +357,37 @@ check("another caller's token finds nothing", M.credential_lookup("demo\nweather
 for index = 1, 4096 do M.credential_remember("k" .. index, "v", 9000) end
 check("a full memory starts over", M.credential_lookup("k1", 1000), nil)
 check("with the newest kept", M.credential_lookup("k4096", 1000), "v")
+
+-- an approved retry (2026-07-28): the client's answer to the gateway's approval page is not the backend's
+local function without_answer(body, id)
+  local _, _, _, params = M.tool_name_span(body)
+  return M.without_gateway_answer(body, params, id)
+end
+check("gateway answer alone: inputResponses go",
+  without_answer('{"params":{"name":"t","inputResponses":{"ap1":{"action":"accept"}},"arguments":{}}}', "ap1"), '{"params":{"name":"t","arguments":{}}}')
+check("gateway answer last: inputResponses go with their comma",
+  without_answer('{"params":{"name":"t" , "inputResponses" : {"ap1":{"action":"accept"}}}}', "ap1"), '{"params":{"name":"t" }}')
+check("gateway answer beside the backend's: only it goes",
+  without_answer('{"params":{"name":"t","inputResponses":{"ap1":{"action":"accept"},"confirm":{"action":"accept","content":{"ok":true}}}}}', "ap1"),
+  '{"params":{"name":"t","inputResponses":{"confirm":{"action":"accept","content":{"ok":true}}}}}')
+check("gateway answer after the backend's: only it goes",
+  without_answer('{"params":{"name":"t","inputResponses":{"confirm":{"action":"accept"}, "ap1":{"action":"accept"}}}}', "ap1"),
+  '{"params":{"name":"t","inputResponses":{"confirm":{"action":"accept"}}}}')
+check("no gateway answer: nothing to take out", without_answer('{"params":{"name":"t","inputResponses":{"confirm":{"action":"accept"}}}}', "ap1"), nil)
+check("no inputResponses: nothing to take out", without_answer('{"params":{"name":"t"}}', "ap1"), nil)
+check("inputResponses not an object: left", without_answer('{"params":{"name":"t","inputResponses":["ap1"]}}', "ap1"), nil)
+
+-- the backend of an approved call asks its client for input: what names the retry that continues it
+local function continuation(message, id)
+  local call = { id = id or 7, approval_id = "ap1" }
+  M.note_continuation(message, call)
+  return call.continuation
+end
+check("continuation with requestState",
+  continuation('{"jsonrpc":"2.0","id":7,"result":{"resultType":"input_required","inputRequests":{"confirm":{"method":"elicitation/create"}},"requestState":"s\\"1"}}'),
+  '{"approvalId":"ap1","requestState":"s\\"1","inputRequestKeys":["confirm"]}')
+check("continuation without requestState",
+  continuation('{"jsonrpc":"2.0","id":7,"result":{"resultType":"input_required","inputRequests":{"a":{}}}}'), '{"approvalId":"ap1","requestState":null,"inputRequestKeys":["a"]}')
+check("a complete result continues nothing", continuation('{"jsonrpc":"2.0","id":7,"result":{"content":[]}}'), nil)
+check("another id's answer continues nothing", continuation('{"jsonrpc":"2.0","id":8,"result":{"resultType":"input_required","requestState":"s"}}'), nil)
+check("an error continues nothing", continuation('{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"input_required"}}'), nil)
