@@ -2,7 +2,7 @@ import * as fs from 'node:fs';
 import { ECHO_TOOL } from './backends/bench-tool-service';
 import { RunResult, runClosedLoop, runFixedRate } from './load/load-runner';
 import { McpHttpClient, echoOutcome, openSession } from './load/mcp-client';
-import { LatencySummary, spreadOf, summarize } from './load/stats';
+import { LatencySummary, pairedAddedMedian, signedMicros, spreadOf, summarize } from './load/stats';
 import { BenchSettings } from './settings';
 import { inRotation } from './systems/systems';
 
@@ -138,7 +138,7 @@ export const medianOf = (runs: VariantRun[], variant: string, load: string, pick
 
 /**
  * A markdown table of each variant against the baseline, per load: p50, p99, answers/s with the
- * variant's ratio to the baseline, and CPU per call.
+ * variant's ratio to the baseline, CPU per call, and Envoy's CPU per call each variant adds (pairedAddedMedian).
  */
 export function variantTable(runs: VariantRun[], baseline: string, others: string[]): string[] {
   const loads = [...new Set(runs.map((run) => run.load))];
@@ -148,14 +148,21 @@ export function variantTable(runs: VariantRun[], baseline: string, others: strin
     const ratios = values.slice(1).map((value) => (value / values[0]).toFixed(3));
     return `${values.map((value) => value.toFixed(digits)).join(' / ')}${withRatio ? ` (${ratios.join(', ')}×)` : ''}`;
   };
+  const envoyCpu = (variant: string, load: string) =>
+    runs.filter((run) => run.variant === variant && run.load === load).map((run) => ({ repetition: run.repetition, value: run.cpuUsPerCall.envoy }));
+  const envoyAdded = (load: string) => others.map((variant) => signedMicros(pairedAddedMedian(envoyCpu(baseline, load), envoyCpu(variant, load)))).join(', ');
   const rows = loads.map((load) => {
     const label = load === 'saturation' ? 'saturation (closed loop)' : `${load} req/s`;
     return (
       `| ${label} | ${cell(load, (run) => run.latencyMs.p50, 2, true)} | ${cell(load, (run) => run.latencyMs.p99, 2, true)} | ${cell(load, (run) => run.throughput, 0, true)} ` +
-      `| ${cell(load, (run) => run.cpuUsPerCall.envoy, 0, false)} | ${cell(load, (run) => run.cpuUsPerCall.sidecar, 0, false)} |`
+      `| ${cell(load, (run) => run.cpuUsPerCall.envoy, 0, false)} | ${envoyAdded(load)} | ${cell(load, (run) => run.cpuUsPerCall.sidecar, 0, false)} |`
     );
   });
-  return ['| load | p50 | p99 | answers/s | Envoy CPU µs/call | sidecar CPU µs/call |', '| --- | --- | --- | --- | --- | --- |', ...rows];
+  return [
+    `| load | p50 | p99 | answers/s | Envoy CPU µs/call | Envoy CPU µs/call added over ${baseline} (paired) | sidecar CPU µs/call |`,
+    '| --- | --- | --- | --- | --- | --- | --- |',
+    ...rows,
+  ];
 }
 
 /** Targets of a variant against its baseline: p50 at every fixed rate, answers/s at saturation. */

@@ -1,6 +1,7 @@
-import { Spread, spreadOf } from '../load/stats';
+import { Spread, pairedAddedMedian, signedMicros, spreadOf } from '../load/stats';
 import { ConfigurationResults } from '../scenarios/configuration';
 import { StreamingResults } from '../scenarios/streaming';
+import { ToolListResults } from '../scenarios/tool-list';
 import { SATURATION, ToolCallResults } from '../scenarios/tool-call';
 import { TracingResults, TracingRun } from '../scenarios/tracing';
 import { ATTRIBUTE_VARIANTS, AttributeCostRun } from '../scenarios/tracing-attributes';
@@ -56,13 +57,11 @@ function environmentSection(results: BenchResults): string[] {
           `- Method: ${s.repetitions} repetition(s), systems interleaved within each; fixed-rate (open-loop) arrivals with latency from the intended send time; ${s.toolCall.initialWarmup.durationMs / 1000} s warm-up per system, then ${s.toolCall.warmupMs / 1000} s warm-up + ${s.toolCall.measureMs / 1000} s measured per rate; saturation = closed loop, ${s.toolCall.saturation.concurrency} clients, ${s.toolCall.saturation.measureMs / 1000} s; every answer checked (JSON-RPC result, echoed text, tool count)`,
           `- MCP client load: JSON-RPC over Streamable HTTP (POST, \`accept: application/json, text/event-stream\`), ${s.toolCall.sessions} sessions per system opened with initialize + notifications/initialized, their \`mcp-protocol-version\` and, where the path hands one out (${withSessions || 'none did'}), \`mcp-session-id\` on every request; the backends are stateless`,
         ]
-      : [`- Method: the tools/list scenario alone (\`--only tool-list\`), ${s.repetitions} repetition(s), systems interleaved within each; fixed-rate (open-loop) arrivals with latency from the intended send time; every answer checked for its entry count`]),
+      : results.only === 'tool-list'
+        ? [`- Method: the tools/list scenario alone (\`--only tool-list\`), ${s.repetitions} repetition(s), systems interleaved within each; fixed-rate (open-loop) arrivals with latency from the intended send time; every answer checked for its entry count`]
+        : [`- Method: the tracing scenario alone (\`--only tracing\`): none of the five systems, only the gateways of scenario 5 and its backend; ${s.repetitions} repetition(s)`]),
     '',
-    ...table(
-      ['system', 'set-up'],
-      results.systems.map((system) => [`${system.id} ${system.name}`, system.setup]),
-    ),
-    '',
+    ...(results.systems.length > 0 ? [...table(['system', 'set-up'], results.systems.map((system) => [`${system.id} ${system.name}`, system.setup])), ''] : []),
   ];
 }
 
@@ -153,8 +152,7 @@ function streamingSection(results: BenchResults, streaming: StreamingResults): s
   ];
 }
 
-function toolListSection(results: BenchResults): string[] {
-  const { toolList } = results;
+function toolListSection(results: BenchResults, toolList: ToolListResults): string[] {
   const s = results.settings.toolList;
   const ids = [...new Set(toolList.runs.map((run) => run.system))];
   const variantLabel: Record<ListVariant, string> = {
@@ -192,14 +190,14 @@ function toolListSection(results: BenchResults): string[] {
     ...toolList.unsupported.map((entry) => `- ${systemName(results, entry.system)}: not expressible — ${entry.reason}.`),
     '',
     ...errorLines(toolList.runs, (run) => `${systemName(results, run.system)}, ${variantLabel[run.variant]}`),
-    ...surfaceListLines(results),
+    ...surfaceListLines(results, toolList),
   ];
 }
 
 /** The gateway's prompts/list and resources/list of the all-up route (docs/catalog.md). */
-function surfaceListLines(results: BenchResults): string[] {
+function surfaceListLines(results: BenchResults, toolList: ToolListResults): string[] {
   const rows = (['prompts/list', 'resources/list'] as const).flatMap((method) => {
-    const f = surfaceListFigures(results.toolList, method);
+    const f = surfaceListFigures(toolList, method);
     if (!f) return [];
     return [[`${method} (${f.entries.toLocaleString('en-US')} entries)`, cell(f.latencyMs.p50, f.repetitions), cell(f.latencyMs.p99, f.repetitions), cell(f.latencyMs.max, f.repetitions), String(f.pagesPerListing), `${num(f.pageLatencyMs.p50.median)} / ${num(f.pageLatencyMs.p99.median)}`, `${f.errors}/${f.sent}`]];
   });
@@ -209,13 +207,21 @@ function surfaceListLines(results: BenchResults): string[] {
     `The same route's prompts/list and resources/list, answered by C from its catalog (all backends up, ${results.settings.toolList.fleet.promptsPerBackend} prompts and ${results.settings.toolList.fleet.resourcesPerBackend} resources per backend; the same rate and measurement). No other system federates them: B forwards, D's mcp_router answers resources/list with an empty list, E fans out tools/list only.`,
     '',
     ...table(['list', 'p50', 'p99', 'max', 'pages', 'per page p50 / p99', 'errors/listings'], rows),
-    ...errorLines(results.toolList.surfaceRuns ?? [], (run) => `C, ${run.method}`),
+    ...errorLines(toolList.surfaceRuns ?? [], (run) => `C, ${run.method}`),
   ];
 }
 
 /** Median CPU µs per call of the gateway's processes over the repetitions. */
 function cpuCell(runs: TracingRun[]): string {
   return ['envoy', 'sidecar', 'control-plane'].map((name) => (runs.length ? num(spreadOf(runs.map((run) => run.cpuMicrosPerCall[name])).median, 0) : '–')).join(' / ');
+}
+
+/** Envoy's CPU µs per call a variant adds over tracing off, paired by repetition (pairedAddedMedian). */
+function envoyAddedOverOff(tracing: TracingResults, variant: string, load: string): string {
+  if (variant === 'off') return '';
+  const envoyCpu = (id: string) =>
+    tracing.runs.filter((run) => run.variant === id && run.load === load).map((run) => ({ repetition: run.repetition, value: run.cpuMicrosPerCall.envoy }));
+  return signedMicros(pairedAddedMedian(envoyCpu('off'), envoyCpu(variant)));
 }
 
 function tracingSection(results: BenchResults, tracing: TracingResults): string[] {
@@ -236,6 +242,7 @@ function tracingSection(results: BenchResults, tracing: TracingResults): string[
         `${times(f.latencyMs.p50.median, off?.latencyMs.p50.median)} / ${times(f.latencyMs.p99.median, off?.latencyMs.p99.median)}`,
         times(f.throughput.median, off?.throughput.median),
         cpuCell(tracing.runs.filter((run) => run.variant === variant.id && run.load === load)),
+        envoyAddedOverOff(tracing, variant.id, load),
         String(tracing.envoySpansSent[variant.id] ?? 0),
       ]);
     }
@@ -243,9 +250,9 @@ function tracingSection(results: BenchResults, tracing: TracingResults): string[
   return [
     '## 5. Tracing (issue 15)',
     '',
-    `tools/call through gateways that differ only in tracing (${tracing.setup}). Median over repetitions (min–max); ratios against tracing off.`,
+    `tools/call through gateways that differ only in tracing (${tracing.setup}). Median over repetitions (min–max); ratios against tracing off; "added over off (paired)" is the median over repetitions of the difference within each repetition (steadier on a shared machine than the difference of the medians).`,
     '',
-    ...table(['load', 'tracing', 'p50', 'p99', 'ok/s', 'errors/sent', '×off p50 / p99', '×off ok/s', 'CPU µs per call: Envoy / sidecar / control plane', 'spans Envoy exported (whole scenario)'], rows),
+    ...table(['load', 'tracing', 'p50', 'p99', 'ok/s', 'errors/sent', '×off p50 / p99', '×off ok/s', 'CPU µs per call: Envoy / sidecar / control plane', 'Envoy CPU µs per call added over off (paired)', 'spans Envoy exported (whole scenario)'], rows),
     '',
     ...errorLines(tracing.runs, (run) => `tracing ${run.variant} at ${run.load === SATURATION ? SATURATION : `${run.load} req/s`}`),
     ...attributeCostLines(tracing.attributeCosts, results.settings.repetitions),
@@ -312,13 +319,13 @@ export function renderMarkdown(results: BenchResults, chartFile: string | undefi
   return [
     `# MCP gateway benchmark — ${results.mode} run`,
     '',
-    `Run ${results.startedAt} → ${results.finishedAt} (${Math.round(results.durationSeconds / 60)} min) with \`scripts/bench.sh${results.mode === 'quick' ? ' --quick' : ''}${results.toolCall ? '' : ' --only tool-list'}\`. Systems: A backend direct (the floor), B plain Envoy, C this gateway, D Envoy 1.40 mcp_router, E naive Node proxy — all on 127.0.0.1.`,
+    `Run ${results.startedAt} → ${results.finishedAt} (${Math.round(results.durationSeconds / 60)} min) with \`scripts/bench.sh${results.mode === 'quick' ? ' --quick' : ''}${results.only ? ` --only ${results.only}` : ''}\`.${results.systems.length > 0 ? ' Systems: A backend direct (the floor), B plain Envoy, C this gateway, D Envoy 1.40 mcp_router, E naive Node proxy — all on 127.0.0.1.' : ''}`,
     '',
     ...(chartFile ? [`![latency distributions](${chartFile})`, ''] : []),
     ...targetsSection(results),
     ...(results.toolCall ? toolCallSection(results, results.toolCall) : []),
     ...(results.streaming ? streamingSection(results, results.streaming) : []),
-    ...toolListSection(results),
+    ...(results.toolList ? toolListSection(results, results.toolList) : []),
     ...(results.configuration ? configurationSection(results, results.configuration) : []),
     ...(results.tracing ? tracingSection(results, results.tracing) : []),
     ...environmentSection(results),

@@ -55,8 +55,8 @@ export function assessTargets(results: Omit<BenchResults, 'targets'>): TargetAss
   const allUpFigures = toolListFigures(results.toolList, 'C', 'normal');
   const listAllUp = allUpFigures?.latencyMs;
   const listSlow = toolListFigures(results.toolList, 'C', 'slow')?.latencyMs;
-  const tools = results.toolList.expectedTools.normal.toLocaleString('en-US');
-  const listTarget = `tools/list: C p99 under 5 ms for ${tools} tools (the whole listing)`;
+  const tools = results.toolList ? `${results.toolList.expectedTools.normal.toLocaleString('en-US')} ` : '';
+  const listTarget = `tools/list: C p99 under 5 ms for ${tools}tools (the whole listing)`;
   targets.push(
     allUpFigures && listAllUp
       ? {
