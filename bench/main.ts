@@ -6,7 +6,7 @@ import { parseArgs } from 'node:util';
 import { projectPath } from '../control-plane/shared/paths';
 import { describeEnvironment } from './report/environment';
 import { renderMarkdown } from './report/markdown';
-import { BenchResults } from './report/results';
+import { BenchResults, SCENARIOS_RUN_ALONE, ScenarioRunAlone } from './report/results';
 import { assessTargets } from './report/targets';
 import { runConfigurationScenario } from './scenarios/configuration';
 import { runStreamingScenario } from './scenarios/streaming';
@@ -15,21 +15,21 @@ import { runToolListScenario } from './scenarios/tool-list';
 import { runTracingScenario } from './scenarios/tracing';
 import { benchSettings } from './settings';
 import { ProcessGroup, claimCpus } from './systems/process-group';
-import { startBackends, startSystems } from './systems/systems';
+import { startBackendProcess, startBackends, startSystems } from './systems/systems';
 import { planTopology } from './systems/topology';
 
 /**
  * The whole benchmark (issue 5): starts the five systems side by side, runs every scenario, stops
  * everything it started, and writes bench/results/<name>.json, .md and -latency.png.
- * Run it with scripts/bench.sh [--quick] [--only tool-list|configuration]: `--only tool-list` runs
- * scenario 3 alone (tools/list, prompts/list, resources/list of 50 backends) and writes
- * bench/results/tool-list.*; `--only configuration` runs scenario 4 alone (1,000 routes × 5 Tool
- * Services) and writes bench/results/configuration.* (quick-… with --quick), leaving the full run's
- * files as they are.
+ * Run it with scripts/bench.sh [--quick] [--only tool-list|configuration|tracing]: `--only tool-list`
+ * runs scenario 3 alone (tools/list, prompts/list, resources/list of 50 backends), `--only
+ * configuration` scenario 4 alone (1,000 routes × 5 Tool Services), `--only tracing` scenario 5 alone
+ * (the gateways with tracing off and at each sampling ratio, and the static Envoys of the per-piece
+ * table; none of the five systems), each writing bench/results/<scenario>.* (quick-<scenario>.* with
+ * --quick), leaving the full run's files as they are.
  */
 
-const USAGE = 'usage: scripts/bench.sh [--quick] [--only tool-list|configuration]';
-const SCENARIOS_RUN_ALONE = ['tool-list', 'configuration'] as const;
+const USAGE = `usage: scripts/bench.sh [--quick] [--only ${SCENARIOS_RUN_ALONE.join('|')}]`;
 
 const RESULTS_DIR = projectPath('bench', 'results');
 const LOG_DIR = projectPath('.run', 'bench');
@@ -81,8 +81,7 @@ async function main(): Promise<void> {
     process.stderr.write(`${USAGE}\n--only: "${options.only}" is not a scenario that runs alone (${SCENARIOS_RUN_ALONE.join(', ')})\n`);
     process.exit(2);
   }
-  const toolListAlone = options.only === 'tool-list';
-  const configurationAlone = options.only === 'configuration';
+  const only = options.only as ScenarioRunAlone | undefined;
   const settings = benchSettings(options.quick === true);
   const startedAt = new Date();
   const cpuPlan = claimCpus();
@@ -109,35 +108,43 @@ async function main(): Promise<void> {
   groups.push(systemsGroup);
   let requestScenarios;
   let systems: BenchResults['systems'] = [];
-  if (!configurationAlone) {
+  // Scenario 4 alone starts its own gateway and backends below: none of the five systems.
+  if (only !== 'configuration') {
     try {
       const topology = await planTopology(settings.toolList.fleet);
-      await startBackends(systemsGroup, topology);
-      const running = await startSystems(systemsGroup, topology, { naiveListTimeoutMs: settings.toolList.naiveListTimeoutMs });
-      systems = running.systems.map((system) => ({ id: system.id, name: system.name, setup: running.notes[system.id] }));
-      log(`systems up: ${running.systems.map((system) => `${system.id} ${system.callUrl}`).join(', ')}`);
-      await waitUntilCallsAnswer(running.systems, settings, READY_TIMEOUT_MS);
-      noteLoad('start-up');
-      if (toolListAlone) {
-        requestScenarios = { toolList: await runToolListScenario(running.systems, topology, settings, log) };
-      } else {
-        const toolCall = await runToolCallScenario(running.systems, settings, log);
-        noteLoad('tools/call');
-        const tracing = await runTracingScenario(systemsGroup, topology, settings, log);
+      if (only === 'tracing') {
+        // Scenario 5 starts its own gateways: only the call route's backend is needed.
+        await startBackendProcess(systemsGroup, 'backend-call', topology.callBackendSpecs);
+        requestScenarios = { tracing: await runTracingScenario(systemsGroup, topology, settings, log) };
         noteLoad('tracing');
-        const streaming = await runStreamingScenario(running.systems, settings, log);
-        noteLoad('streaming');
-        const toolList = await runToolListScenario(running.systems, topology, settings, log);
-        requestScenarios = { toolCall, streaming, toolList, tracing };
+      } else {
+        await startBackends(systemsGroup, topology);
+        const running = await startSystems(systemsGroup, topology, { naiveListTimeoutMs: settings.toolList.naiveListTimeoutMs });
+        systems = running.systems.map((system) => ({ id: system.id, name: system.name, setup: running.notes[system.id] }));
+        log(`systems up: ${running.systems.map((system) => `${system.id} ${system.callUrl}`).join(', ')}`);
+        await waitUntilCallsAnswer(running.systems, settings, READY_TIMEOUT_MS);
+        noteLoad('start-up');
+        if (only === 'tool-list') {
+          requestScenarios = { toolList: await runToolListScenario(running.systems, topology, settings, log) };
+        } else {
+          const toolCall = await runToolCallScenario(running.systems, settings, log);
+          noteLoad('tools/call');
+          const tracing = await runTracingScenario(systemsGroup, topology, settings, log);
+          noteLoad('tracing');
+          const streaming = await runStreamingScenario(running.systems, settings, log);
+          noteLoad('streaming');
+          const toolList = await runToolListScenario(running.systems, topology, settings, log);
+          requestScenarios = { toolCall, streaming, toolList, tracing };
+        }
+        noteLoad('tools/list');
       }
-      noteLoad('tools/list');
     } finally {
       await systemsGroup.stopAll();
     }
   }
 
   let configuration;
-  if (!toolListAlone) {
+  if (!only || only === 'configuration') {
     const configurationGroup = new ProcessGroup(path.join(LOG_DIR, 'configuration'), cpuPlan);
     groups.push(configurationGroup);
     try {
@@ -159,6 +166,7 @@ async function main(): Promise<void> {
     cpuPlan,
     loadAverages,
     settings,
+    ...(only && { only }),
     systems,
     ...requestScenarios,
     configuration,
@@ -166,12 +174,12 @@ async function main(): Promise<void> {
   const results: BenchResults = { ...withoutTargets, targets: assessTargets(withoutTargets) };
 
   // A quick run, or one scenario alone, never overwrites the numbers the repository carries.
-  const name = [settings.mode === 'full' ? undefined : 'quick', options.only].filter(Boolean).join('-') || 'latest';
+  const name = [settings.mode === 'full' ? undefined : 'quick', only].filter(Boolean).join('-') || 'latest';
   fs.mkdirSync(RESULTS_DIR, { recursive: true });
   const jsonFile = path.join(RESULTS_DIR, `${name}.json`);
   writeAtomically(jsonFile, resultsJson(results));
   // The chart's panels are mostly tools/call and streaming: a scenario run alone has its tables only.
-  const chart = options.only ? undefined : drawChart(jsonFile, path.join(RESULTS_DIR, `${name}-latency.png`));
+  const chart = only ? undefined : drawChart(jsonFile, path.join(RESULTS_DIR, `${name}-latency.png`));
   const markdownFile = path.join(RESULTS_DIR, `${name}.md`);
   writeAtomically(markdownFile, `${renderMarkdown(results, chart)}\n`);
   log(`results: ${path.relative(projectPath(), jsonFile)}, ${path.relative(projectPath(), markdownFile)}${chart ? `, bench/results/${chart}` : ''}`);

@@ -2,7 +2,7 @@ import * as fs from 'node:fs';
 import { ECHO_TOOL } from './backends/bench-tool-service';
 import { RunResult, runClosedLoop, runFixedRate } from './load/load-runner';
 import { McpHttpClient, echoOutcome, openSession } from './load/mcp-client';
-import { LatencySummary, spreadOf, summarize } from './load/stats';
+import { LatencySummary, pairedAddedMedian, signedMicros, spreadOf, summarize } from './load/stats';
 import { BenchSettings } from './settings';
 import { inRotation } from './systems/systems';
 
@@ -148,7 +148,7 @@ export const medianOf = (runs: VariantRun[], variant: string, load: string, pick
 
 /**
  * A markdown table of each variant against the baseline, per load: p50, p99, answers/s with the
- * variant's ratio to the baseline, and CPU per call.
+ * variant's ratio to the baseline, CPU per call, and Envoy's CPU per call each variant adds (pairedAddedMedian).
  */
 export function variantTable(runs: VariantRun[], baseline: string, others: string[]): string[] {
   const loads = [...new Set(runs.map((run) => run.load))];
@@ -159,16 +159,24 @@ export function variantTable(runs: VariantRun[], baseline: string, others: strin
     return `${values.map((value) => value.toFixed(digits)).join(' / ')}${withRatio ? ` (${ratios.join(', ')}×)` : ''}`;
   };
   const processes = (Object.keys(PROCESS_LABELS) as (keyof ProcessIds)[]).filter((name) => runs.every((run) => run.cpuUsPerCall[name] !== undefined));
+  const envoyCpu = (variant: string, load: string) =>
+    runs.filter((run) => run.variant === variant && run.load === load).map((run) => ({ repetition: run.repetition, value: run.cpuUsPerCall.envoy }));
+  const envoyAdded = (load: string) => others.map((variant) => signedMicros(pairedAddedMedian(envoyCpu(baseline, load), envoyCpu(variant, load)))).join(', ');
+  // Envoy's CPU column is followed by what each variant adds to it, paired per repetition (steadier on a shared machine).
+  const cpuColumns = processes.flatMap((name) => [
+    { header: `${PROCESS_LABELS[name]} CPU µs/call`, value: (load: string) => cell(load, (run) => run.cpuUsPerCall[name]!, 0, false) },
+    ...(name === 'envoy' ? [{ header: `Envoy CPU µs/call added over ${baseline} (paired)`, value: envoyAdded }] : []),
+  ]);
   const rows = loads.map((load) => {
     const label = load === 'saturation' ? 'saturation (closed loop)' : `${load} req/s`;
     return (
       `| ${label} | ${cell(load, (run) => run.latencyMs.p50, 2, true)} | ${cell(load, (run) => run.latencyMs.p99, 2, true)} | ${cell(load, (run) => run.throughput, 0, true)} ` +
-      `| ${processes.map((name) => cell(load, (run) => run.cpuUsPerCall[name]!, 0, false)).join(' | ')} |`
+      `| ${cpuColumns.map((column) => column.value(load)).join(' | ')} |`
     );
   });
   return [
-    `| load | p50 | p99 | answers/s | ${processes.map((name) => `${PROCESS_LABELS[name]} CPU µs/call`).join(' | ')} |`,
-    `| --- | --- | --- | --- | ${processes.map(() => '---').join(' | ')} |`,
+    `| load | p50 | p99 | answers/s | ${cpuColumns.map((column) => column.header).join(' | ')} |`,
+    `| --- | --- | --- | --- | ${cpuColumns.map(() => '---').join(' | ')} |`,
     ...rows,
   ];
 }

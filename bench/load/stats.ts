@@ -51,6 +51,31 @@ export function spreadOf(values: number[]): Spread {
 }
 
 /** Per-metric spread over repetitions of the same summary. */
+/** One figure of one repetition of a measurement. */
+export interface RepeatedValue {
+  repetition: number;
+  value: number;
+}
+
+/**
+ * What `variant` adds to `baseline`: the median over repetitions of the difference within each
+ * repetition (undefined when no repetition has both). Variants of one repetition run back to back,
+ * so a machine whose load drifts between repetitions (a shared one) moves both sides of each
+ * difference alike: steadier than the difference of the two medians.
+ */
+export function pairedAddedMedian(baseline: RepeatedValue[], variant: RepeatedValue[]): number | undefined {
+  const baseByRepetition = new Map(baseline.map((entry) => [entry.repetition, entry.value]));
+  const added = variant.filter((entry) => baseByRepetition.has(entry.repetition)).map((entry) => entry.value - baseByRepetition.get(entry.repetition)!);
+  return added.length === 0 ? undefined : spreadOf(added).median;
+}
+
+/** A paired difference in whole µs with its sign ("+12", "-3"), or "–" when there is none. */
+export function signedMicros(micros: number | undefined): string {
+  if (micros === undefined) return '–';
+  const rounded = Math.round(micros);
+  return `${rounded >= 0 ? '+' : ''}${rounded}`;
+}
+
 export function spreadOfSummaries(summaries: LatencySummary[]): Record<keyof LatencySummary, Spread> {
   const keys: (keyof LatencySummary)[] = ['n', 'p50', 'p90', 'p99', 'max', 'mean'];
   return Object.fromEntries(keys.map((key) => [key, spreadOf(summaries.map((summary) => summary[key]))])) as Record<keyof LatencySummary, Spread>;

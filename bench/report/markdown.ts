@@ -1,4 +1,4 @@
-import { Spread, spreadOf } from '../load/stats';
+import { Spread, pairedAddedMedian, signedMicros, spreadOf } from '../load/stats';
 import { ConfigurationResults } from '../scenarios/configuration';
 import { StreamingResults } from '../scenarios/streaming';
 import { SATURATION, ToolCallResults } from '../scenarios/tool-call';
@@ -38,9 +38,16 @@ function errorLines<Run extends { errors: Record<string, number> }>(runs: Run[],
 }
 
 /** The `--only` option a run of one scenario alone was made with; empty for a whole run. */
-function onlyOption(results: BenchResults): string {
-  if (results.toolCall) return '';
-  return results.toolList ? ' --only tool-list' : ' --only configuration';
+/** What a run of one scenario alone (`--only`) measured. */
+function aloneMethod(results: BenchResults, repetitions: number): string {
+  switch (results.only) {
+    case 'tool-list':
+      return `the tools/list scenario alone (\`--only tool-list\`), ${repetitions} repetition(s), systems interleaved within each; fixed-rate (open-loop) arrivals with latency from the intended send time; every answer checked for its entry count`;
+    case 'tracing':
+      return `the tracing scenario alone (\`--only tracing\`): none of the five systems, only the gateways of scenario 5 and its backend; ${repetitions} repetition(s)`;
+    default:
+      return 'the configuration scenario alone (`--only configuration`)';
+  }
 }
 
 function environmentSection(results: BenchResults): string[] {
@@ -63,15 +70,9 @@ function environmentSection(results: BenchResults): string[] {
           `- Method: ${s.repetitions} repetition(s), systems interleaved within each; fixed-rate (open-loop) arrivals with latency from the intended send time; ${s.toolCall.initialWarmup.durationMs / 1000} s warm-up per system, then ${s.toolCall.warmupMs / 1000} s warm-up + ${s.toolCall.measureMs / 1000} s measured per rate; saturation = closed loop, ${s.toolCall.saturation.concurrency} clients, ${s.toolCall.saturation.measureMs / 1000} s; every answer checked (JSON-RPC result, echoed text, tool count)`,
           `- MCP client load: JSON-RPC over Streamable HTTP (POST, \`accept: application/json, text/event-stream\`), ${s.toolCall.sessions} sessions per system opened with initialize + notifications/initialized, their \`mcp-protocol-version\` and, where the path hands one out (${withSessions || 'none did'}), \`mcp-session-id\` on every request; the backends are stateless`,
         ]
-      : results.toolList
-        ? [`- Method: the tools/list scenario alone (\`--only tool-list\`), ${s.repetitions} repetition(s), systems interleaved within each; fixed-rate (open-loop) arrivals with latency from the intended send time; every answer checked for its entry count`]
-        : [`- Method: the configuration scenario alone (\`--only configuration\`)`]),
+      : [`- Method: ${aloneMethod(results, s.repetitions)}`]),
     '',
-    ...table(
-      ['system', 'set-up'],
-      results.systems.map((system) => [`${system.id} ${system.name}`, system.setup]),
-    ),
-    '',
+    ...(results.systems.length > 0 ? [...table(['system', 'set-up'], results.systems.map((system) => [`${system.id} ${system.name}`, system.setup])), ''] : []),
   ];
 }
 
@@ -226,6 +227,14 @@ function cpuCell(runs: TracingRun[]): string {
   return ['envoy', 'sidecar', 'control-plane'].map((name) => (runs.length ? num(spreadOf(runs.map((run) => run.cpuMicrosPerCall[name])).median, 0) : '–')).join(' / ');
 }
 
+/** Envoy's CPU µs per call a variant adds over tracing off, paired by repetition (pairedAddedMedian). */
+function envoyAddedOverOff(tracing: TracingResults, variant: string, load: string): string {
+  if (variant === 'off') return '';
+  const envoyCpu = (id: string) =>
+    tracing.runs.filter((run) => run.variant === id && run.load === load).map((run) => ({ repetition: run.repetition, value: run.cpuMicrosPerCall.envoy }));
+  return signedMicros(pairedAddedMedian(envoyCpu('off'), envoyCpu(variant)));
+}
+
 function tracingSection(results: BenchResults, tracing: TracingResults): string[] {
   const loads = [String(results.settings.tracing.ratePerSecond), SATURATION];
   const rows: string[][] = [];
@@ -244,6 +253,7 @@ function tracingSection(results: BenchResults, tracing: TracingResults): string[
         `${times(f.latencyMs.p50.median, off?.latencyMs.p50.median)} / ${times(f.latencyMs.p99.median, off?.latencyMs.p99.median)}`,
         times(f.throughput.median, off?.throughput.median),
         cpuCell(tracing.runs.filter((run) => run.variant === variant.id && run.load === load)),
+        envoyAddedOverOff(tracing, variant.id, load),
         String(tracing.envoySpansSent[variant.id] ?? 0),
       ]);
     }
@@ -251,9 +261,9 @@ function tracingSection(results: BenchResults, tracing: TracingResults): string[
   return [
     '## 5. Tracing (issue 15)',
     '',
-    `tools/call through gateways that differ only in tracing (${tracing.setup}). Median over repetitions (min–max); ratios against tracing off.`,
+    `tools/call through gateways that differ only in tracing (${tracing.setup}). Median over repetitions (min–max); ratios against tracing off; "added over off (paired)" is the median over repetitions of the difference within each repetition (steadier on a shared machine than the difference of the medians).`,
     '',
-    ...table(['load', 'tracing', 'p50', 'p99', 'ok/s', 'errors/sent', '×off p50 / p99', '×off ok/s', 'CPU µs per call: Envoy / sidecar / control plane', 'spans Envoy exported (whole scenario)'], rows),
+    ...table(['load', 'tracing', 'p50', 'p99', 'ok/s', 'errors/sent', '×off p50 / p99', '×off ok/s', 'CPU µs per call: Envoy / sidecar / control plane', 'Envoy CPU µs per call added over off (paired)', 'spans Envoy exported (whole scenario)'], rows),
     '',
     ...errorLines(tracing.runs, (run) => `tracing ${run.variant} at ${run.load === SATURATION ? SATURATION : `${run.load} req/s`}`),
     ...attributeCostLines(tracing.attributeCosts, results.settings.repetitions),
@@ -320,7 +330,7 @@ export function renderMarkdown(results: BenchResults, chartFile: string | undefi
   return [
     `# MCP gateway benchmark — ${results.mode} run`,
     '',
-    `Run ${results.startedAt} → ${results.finishedAt} (${Math.round(results.durationSeconds / 60)} min) with \`scripts/bench.sh${results.mode === 'quick' ? ' --quick' : ''}${onlyOption(results)}\`. Systems: A backend direct (the floor), B plain Envoy, C this gateway, D Envoy 1.40 mcp_router, E naive Node proxy — all on 127.0.0.1.`,
+    `Run ${results.startedAt} → ${results.finishedAt} (${Math.round(results.durationSeconds / 60)} min) with \`scripts/bench.sh${results.mode === 'quick' ? ' --quick' : ''}${results.only ? ` --only ${results.only}` : ''}\`.${results.systems.length > 0 ? ' Systems: A backend direct (the floor), B plain Envoy, C this gateway, D Envoy 1.40 mcp_router, E naive Node proxy — all on 127.0.0.1.' : ''}`,
     '',
     ...(chartFile ? [`![latency distributions](${chartFile})`, ''] : []),
     ...targetsSection(results),

@@ -3,6 +3,10 @@ import { ConfigurationResults } from '../scenarios/configuration';
 import { StreamingResults } from '../scenarios/streaming';
 import { ToolCallResults } from '../scenarios/tool-call';
 import { ToolListResults } from '../scenarios/tool-list';
+
+/** Scenarios `scripts/bench.sh --only <name>` runs alone: tools/list (3), tracing (5). */
+export const SCENARIOS_RUN_ALONE = ['tool-list', 'configuration', 'tracing'] as const;
+export type ScenarioRunAlone = (typeof SCENARIOS_RUN_ALONE)[number];
 import { TracingResults } from '../scenarios/tracing';
 import { BenchSettings } from '../settings';
 import { CpuPlan } from '../systems/process-group';
@@ -25,11 +29,13 @@ export interface BenchResults {
    */
   loadAverages: { after: string; oneMinute: number; fiveMinutes: number }[];
   settings: BenchSettings;
+  /** The scenario run alone (`--only`), if one was. */
+  only?: ScenarioRunAlone;
   systems: { id: SystemId; name: string; setup: string }[];
-  /** Scenarios 1, 2 and 4: absent in a run of the tools/list scenario alone (`--only tool-list`). */
+  /** Scenarios 1, 2 and 4: absent in a run of one scenario alone (`--only tool-list`, `--only tracing`). */
   toolCall?: ToolCallResults;
   streaming?: StreamingResults;
-  /** Absent in a run of the configuration scenario alone (`--only configuration`). */
+  /** Scenario 3: absent in a run of the configuration or tracing scenario alone. */
   toolList?: ToolListResults;
   configuration?: ConfigurationResults;
   tracing?: TracingResults;
@@ -74,10 +80,11 @@ export function tracingFigures(results: TracingResults, variant: string, load: s
 }
 
 export function toolListFigures(
-  results: ToolListResults,
+  results: ToolListResults | undefined,
   system: SystemId,
   variant: ListVariant,
 ): (RepeatedFigures & { pageLatencyMs: LatencySpread; pagesPerListing: number }) | undefined {
+  if (!results) return undefined;
   const runs = results.runs.filter((run) => run.system === system && run.variant === variant);
   const figures = repeated(runs);
   if (!figures) return undefined;
@@ -86,10 +93,10 @@ export function toolListFigures(
 
 /** The gateway's prompts/list or resources/list over the repetitions (undefined: not measured in this run). */
 export function surfaceListFigures(
-  results: ToolListResults,
+  results: ToolListResults | undefined,
   method: 'prompts/list' | 'resources/list',
 ): (RepeatedFigures & { pageLatencyMs: LatencySpread; pagesPerListing: number; entries: number }) | undefined {
-  const runs = (results.surfaceRuns ?? []).filter((run) => run.method === method);
+  const runs = (results?.surfaceRuns ?? []).filter((run) => run.method === method);
   const figures = repeated(runs);
   if (!figures) return undefined;
   return {
