@@ -489,11 +489,14 @@ export function surfaceMatches(path: string, backendName: string, separator: str
  */
 export const SESSION_END_FILTERS = {
   'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: { ends_sessions: true } }),
-  'envoy.filters.http.ext_authz': { '@type': TYPE_URL.extAuthzPerRoute, disabled: true },
 };
 
-/** Routes of the gateway lane: the call script does not run, and the session check is never asked. */
+/**
+ * Routes of the gateway lane: the call script does not run. The session check needs no config of its
+ * own to stay off here (nor on the DELETE route): it is asked only when the script sets its flag
+ * (sessionCheckFilter's filter_enabled_metadata), which the script never does on these routes; a
+ * disabling config on each of thousands of routes cost Envoy megabytes (docs/adr/0008-data-path-lanes.md).
+ */
 export const GATEWAY_LANE_FILTERS = {
   'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { disabled: true }),
-  'envoy.filters.http.ext_authz': { '@type': TYPE_URL.extAuthzPerRoute, disabled: true },
 };

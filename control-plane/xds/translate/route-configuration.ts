@@ -46,7 +46,7 @@ function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolService
     name: `${route.key}/call/${backend.name}`,
     ...(settings.tracing && routeTracing(GATEWAY_SPANS.forward, route.key, backend.name)),
     match: callMatch(route.path, backend.name, catalog.separator),
-    metadata: quotas.metadata,
+    ...(quotas.metadata && { metadata: quotas.metadata }),
     route: {
       cluster: backend.clusterName,
       prefix_rewrite: path,
@@ -172,7 +172,7 @@ function gatewayRoute(
     name,
     ...tracing,
     match,
-    ...(quotas && { metadata: quotas.metadata }),
+    ...(quotas?.metadata && { metadata: quotas.metadata }),
     route: {
       cluster: SIDECAR_CLUSTER_NAME,
       timeout: GATEWAY_LANE_TIMEOUT,
