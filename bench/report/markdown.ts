@@ -323,6 +323,13 @@ function configurationSection(results: BenchResults, configuration: Configuratio
     '',
     ...table(['when', 'control plane', 'sidecar', 'Envoy'], [memory('small registry', c.memoryBefore), memory(`${c.size.routes.toLocaleString('en-US')} routes`, c.memoryAfter)]),
     '',
+    `Envoy after the last route serves (RSS each second for 20 s; then tcmalloc's allocated and heap size from the admin /memory; its route table as dumped, ${c.envoySettled.routes.toLocaleString('en-US')} routes):`,
+    '',
+    ...table(
+      ['RSS median (min–max), MB', 'RSS at 20 s, MB', 'allocated, MB', 'heap size, MB', 'route table, JSON MB'],
+      [[cell(c.envoySettled.rssMb, 20), num(c.envoySettled.lastRssMb, 0), num(c.envoySettled.allocatedMb, 1), num(c.envoySettled.heapSizeMb, 1), num(c.envoySettled.routeTableJsonBytes / 1024 / 1024, 2)]],
+    ),
+    '',
   ];
 }
 

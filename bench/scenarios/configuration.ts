@@ -39,6 +39,21 @@ export interface ProcessMemory {
   envoyMb: number;
 }
 
+/**
+ * Envoy's memory after the last big route serves: its RSS each second for SETTLE_SAMPLE_MS (tcmalloc
+ * gives freed pages back in the background, so a single reading depends on when it is taken), then
+ * tcmalloc's own figures from the admin /memory (allocated is what the configuration holds, steadier
+ * than RSS), and the size of the route table Envoy holds (its config dump, JSON bytes).
+ */
+export interface EnvoySettledMemory {
+  rssMb: Spread;
+  lastRssMb: number;
+  allocatedMb: number;
+  heapSizeMb: number;
+  routeTableJsonBytes: number;
+  routes: number;
+}
+
 export interface ConfigurationResults {
   registryChange: { trials: RegistryChangeTrial[]; toolsListMs: Spread; toolsCallMs: Spread };
   size: { routes: number; toolServicesPerRoute: number; toolServices: number; backendUrls: number; toolsPerBackend: number };
@@ -62,6 +77,8 @@ export interface ConfigurationResults {
   sidecarCatalogStream: { breaks: number; lastReason?: string };
   memoryBefore: ProcessMemory;
   memoryAfter: ProcessMemory;
+  /** Envoy once the big change has settled: what it holds in use, against what its RSS says. */
+  envoySettled: EnvoySettledMemory;
   settings: { xds: string; catalogRefreshMs: number; registrySource: string };
 }
 
@@ -71,6 +88,7 @@ const CATALOG_REFRESH_MS = 600_000;
 const ROUTE_POLL_MS = 5;
 const METRICS_POLL_MS = 50;
 const LAST_ROUTE_GRACE_MS = 10_000;
+const SETTLE_SAMPLE_MS = 20_000;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -149,6 +167,31 @@ function catalogStreamBreaks(stack: GatewayStack): { breaks: number; lastReason?
 function memoryOf(stack: GatewayStack): ProcessMemory {
   const pid = (name: string) => stack.processes.get(name)?.child.pid;
   return { controlPlaneMb: rssMb(pid('control-plane')), sidecarMb: rssMb(pid('sidecar')), envoyMb: rssMb(pid('envoy')) };
+}
+
+async function envoySettledMemory(stack: GatewayStack): Promise<EnvoySettledMemory> {
+  const envoyPid = stack.processes.get('envoy')?.child.pid;
+  const samples: number[] = [];
+  for (let elapsed = 0; elapsed < SETTLE_SAMPLE_MS; elapsed += 1000) {
+    samples.push(rssMb(envoyPid));
+    await sleep(1000);
+  }
+  const lastRssMb = rssMb(envoyPid);
+  const memory = (await (await fetch(`${stack.envoyAdminUrl}/memory`)).json()) as { allocated: string; heap_size: string };
+  // Read last: the dump itself costs Envoy memory for a moment.
+  const dump = await (await fetch(`${stack.envoyAdminUrl}/config_dump?resource=dynamic_route_configs`)).text();
+  const routes = (JSON.parse(dump) as { configs: { route_config: { virtual_hosts?: { routes?: unknown[] }[] } }[] }).configs
+    .flatMap((config) => config.route_config.virtual_hosts ?? [])
+    .reduce((count, host) => count + (host.routes?.length ?? 0), 0);
+  const mb = (bytes: string) => Number(bytes) / 1024 / 1024;
+  return {
+    rssMb: spreadOf(samples),
+    lastRssMb,
+    allocatedMb: mb(memory.allocated),
+    heapSizeMb: mb(memory.heap_size),
+    routeTableJsonBytes: Buffer.byteLength(dump),
+    routes,
+  };
 }
 
 /** Polls `probe` until it holds; the time it took from `sinceMs`, or null at the deadline. */
@@ -252,6 +295,7 @@ export async function runConfigurationScenario(group: ProcessGroup, settings: Be
     latest = await metricsText(stack);
     const memoryAfter = memoryOf(stack);
     const streamAfter = catalogStreamBreaks(stack);
+    const envoySettled = await envoySettledMemory(stack);
     const delta = (name: string, labels: Record<string, string> = {}) => metric(latest, name, labels) - metric(before, name, labels);
     const buildCount = delta('mcpgw_xds_snapshot_build_seconds_count');
     const result: ConfigurationResults = {
@@ -286,6 +330,7 @@ export async function runConfigurationScenario(group: ProcessGroup, settings: Be
       sidecarCatalogStream: { breaks: streamAfter.breaks - breaksBefore, lastReason: streamAfter.lastReason },
       memoryBefore,
       memoryAfter,
+      envoySettled,
       settings: { xds: 'state of the world (GRPC)', catalogRefreshMs: CATALOG_REFRESH_MS, registrySource: 'dev Portal (ETag long-poll)' },
     };
     log(

@@ -270,3 +270,20 @@ describe('per-caller concurrency limits in the registry', () => {
     expect(problems[0]).toMatchObject({ field: 'routes[0].toolServices[0].quotas.tools[0]', message: expect.stringMatching(/needs calls or concurrency/) });
   });
 });
+
+describe("a route's quota metadata (what its refusals are named from)", () => {
+  it('is on a route with limits, on both lanes', () => {
+    const ir = buildGatewayIR(loadRegistryFile(path.join(projectPath('test', 'fixtures', 'registries'), 'quotas.yaml')));
+    const demo = ir.routes.find((route) => route.key === 'demo')!;
+    const service = ir.toolServices.find((candidate) => candidate.catalogKey === demo.backends[0].catalogKey)!;
+    expect(callRouteQuotas(demo, service).metadata?.filter_metadata['mcpgw.quota']).toMatchObject({ route: 'demo', lane: 'calls' });
+    expect(gatewayRouteQuotas(demo).metadata?.filter_metadata['mcpgw.quota']).toEqual({ route: 'demo', lane: 'discovery' });
+  });
+
+  it('is left out where nothing reads it: a route without limits (thousands of them cost Envoy megabytes)', () => {
+    const { registry } = validateRegistry({ routes: [{ key: 'plain', toolServices: [service('a')] }] });
+    const ir = buildGatewayIR(registry!);
+    expect(callRouteQuotas(ir.routes[0], ir.toolServices[0]).metadata).toBeUndefined();
+    expect(gatewayRouteQuotas(ir.routes[0]).metadata).toBeUndefined();
+  });
+});

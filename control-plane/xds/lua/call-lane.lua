@@ -53,6 +53,19 @@ local concat = table.concat
 
 local M = {}
 
+-- What every route shares: gateway constants and the defaults a route's filter_context leaves out
+-- (call-lane.ts, ROUTE_CONTEXT_DEFAULTS), set once by the prelude the control plane puts on this
+-- script's first line; empty when a test loads the script bare. A route's own value, false included, wins.
+local route_defaults = ROUTE_CONTEXT_DEFAULTS or {}
+local RouteContext = {}
+RouteContext.__index = RouteContext
+function RouteContext:get(key)
+  local value = self.own:get(key)
+  if value == nil then return route_defaults[key] end
+  return value
+end
+function M.route_context(h) return setmetatable({ own = h:filterContext() }, RouteContext) end
+
 local MCP_NS = "envoy.filters.http.mcp"
 local NS = "mcpgw"
 local OUTCOME_KEY = "mcpgw/outcome"
@@ -706,7 +719,7 @@ end
 -- A prompts/get, completion/complete or resources/* request on its backend's route: the name or URI
 -- checked and put back into the backend's own, then the same era, session and credential handling as a call.
 local function forward_request(h, request)
-  local context = h:filterContext()
+  local context = M.route_context(h)
   local backend, route, separator, scheme = context:get("backend"), context:get("route"), context:get("separator"), context:get("scheme")
   local era, sessionful = context:get("era"), context:get("sessionful")
   local per_caller, credential_mode = context:get("per_caller_credentials"), context:get("credential_mode")
@@ -812,7 +825,7 @@ function envoy_on_request(h)
   if id ~= nil and type(id) ~= "string" and type(id) ~= "number" then
     return error_reply(h, nil, INVALID_REQUEST, ID_RULE, nil, "400")
   end
-  local context = h:filterContext()
+  local context = M.route_context(h)
   local backend, route, separator = context:get("backend"), context:get("route"), context:get("separator")
   local exposed = request.params and request.params.name
   local own = sub(exposed, #backend + #separator + 1)
@@ -1414,6 +1427,7 @@ local function call_of(h)
   local attempts = tonumber(headers:get("x-envoy-attempt-count") or "1") or 1
   local started = tonumber(ours.started_ms) or h:timestamp()
   local meta = request.params and request.params._meta
+  local context = M.route_context(h)
   local call = {
     backend = ours.backend,
     tool = ours.tool,
@@ -1429,9 +1443,9 @@ local function call_of(h)
     content_type = headers:get("content-type") or "",
     length = tonumber(headers:get("content-length") or ""),
     method = ours.method or "tools/call",
-    scheme = h:filterContext():get("scheme"),
-    annotate = h:filterContext():get("annotate"),
-    sidecar = h:filterContext():get("sidecar_cluster"),
+    scheme = context:get("scheme"),
+    annotate = context:get("annotate"),
+    sidecar = context:get("sidecar_cluster"),
     traced = ours.traced,
     -- A call an approval let through: a 2026-07-28 backend may ask its client for input first.
     approval_id = ours.approval == "granted" and ours.approval_id or nil,

@@ -86,13 +86,13 @@ export function authenticatedRouteParts(route: RouteIR) {
 }
 
 /**
- * The validated payload for the sidecar (docs/auth.md), set by Envoy from jwt_authn's metadata on a
- * gateway-lane route after removing whatever a client sent under that name; on an open route the
- * header is only removed. A call route only removes it: a backend never sees the caller's claims.
+ * The validated payload for the sidecar (docs/auth.md): whatever a client sent under that name is
+ * removed from every request by the virtual host (route-configuration.ts), after which Envoy sets it from
+ * jwt_authn's metadata on a gateway-lane route (on an open route there is none: the header stays
+ * removed). A call route sets nothing: a backend never sees the caller's claims.
  */
 export const CALLER_HEADER_REMOVED = { request_headers_to_remove: [CALLER_PAYLOAD_HEADER] };
 export const CALLER_HEADER_SET = {
-  ...CALLER_HEADER_REMOVED,
   request_headers_to_add: [
     {
       header: { key: CALLER_PAYLOAD_HEADER, value: `%DYNAMIC_METADATA(${JWT_METADATA.namespace}:${JWT_METADATA.payloadKey})%` },

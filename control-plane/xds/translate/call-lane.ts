@@ -1,6 +1,6 @@
 import * as fs from 'node:fs';
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
-import { AccessRuleMessage, CatalogSnapshotMessage } from '../../catalog/catalog-store';
+import { AccessRuleMessage, CATALOG_DEFAULTS, CatalogSnapshotMessage } from '../../catalog/catalog-store';
 import { BackendCredentials, RouteAuthIR } from '../../ir/gateway-ir';
 import { CALLER_PAYLOAD_HEADER, JWT_METADATA } from '../../auth/caller-identity';
 import { MODERN_PROTOCOL_VERSION } from '../../sidecar/modern-era';
@@ -65,7 +65,7 @@ export interface CallLaneCatalog {
 }
 
 /** Before any catalog: no tool is served yet, so every call is answered "unknown tool". */
-export const EMPTY_CALL_LANE_CATALOG: CallLaneCatalog = { separator: '__', routes: new Map() };
+export const EMPTY_CALL_LANE_CATALOG: CallLaneCatalog = { separator: CATALOG_DEFAULTS.toolNameSeparator, routes: new Map() };
 
 /**
  * How Envoy treats one tools/call, as the script's flags: its own deadline (`t=`), retries beyond "never
@@ -146,6 +146,48 @@ export type HttpFilter = { name: string; disabled?: boolean } & ({ typed_config:
 const CALL_SCRIPT = projectPath('control-plane/xds/lua/call-lane.lua');
 let callScript: string | undefined;
 
+/** How long the call script waits for a backend's credentials: above the sidecar's IdP timeout (5 s by default). */
+export const BACKEND_CREDENTIAL_TIMEOUT_MS = 6_000;
+
+/**
+ * What the call script takes for a key a route's filter_context leaves out: the gateway's constants,
+ * and per backend the commonest value. Envoy keeps each route's context apart, so at 1,000 routes ×
+ * 5 Tool Services these repeated on every call route cost it megabytes (docs/adr/0008-data-path-lanes.md,
+ * Envoy memory); they reach it once, in the script's prelude. Constants only, never the registry's or
+ * the catalog's: the Listener that carries the script must not change when they do.
+ */
+export const ROUTE_CONTEXT_DEFAULTS = {
+  separator: CATALOG_DEFAULTS.toolNameSeparator,
+  era: 'session',
+  sessionful: true,
+  // Call routes annotate the answer with the call's outcome; prompt and resource routes say false.
+  annotate: true,
+  fallback: '',
+  per_caller_credentials: false,
+  credential_mode: 'none',
+  sidecar_cluster: SIDECAR_CLUSTER_NAME,
+  credential_cluster: SIDECAR_CHECK_CLUSTER_NAME,
+  credential_timeout_ms: BACKEND_CREDENTIAL_TIMEOUT_MS,
+} as const satisfies Record<string, string | number | boolean>;
+
+/** A route's context as Envoy gets it: without what the script's defaults already say. */
+function withoutDefaults(context: Record<string, unknown>): Record<string, unknown> {
+  const defaults: Record<string, unknown> = ROUTE_CONTEXT_DEFAULTS;
+  return Object.fromEntries(Object.entries(context).filter(([key, value]) => defaults[key] !== value));
+}
+
+const luaValue = (value: string | number | boolean) => (typeof value === 'string' ? JSON.stringify(value) : String(value));
+
+/**
+ * The script's prelude: ROUTE_CONTEXT_DEFAULTS as a Lua table, on the script's first line (a comment),
+ * so that line numbers in Envoy's Lua errors still match the file. The values are plain ASCII, where a
+ * JSON string is a Lua string.
+ */
+function scriptPrelude(): string {
+  const fields = Object.entries(ROUTE_CONTEXT_DEFAULTS).map(([key, value]) => `${key} = ${luaValue(value)}`);
+  return `local ROUTE_CONTEXT_DEFAULTS = { ${fields.join(', ')} }; `;
+}
+
 /**
  * The listener's Lua filter, running the call script with each call route's own rules. It cannot be
  * off at the listener and turned on by a call route: Envoy settles which filters run when a request
@@ -153,7 +195,7 @@ let callScript: string | undefined;
  * turn it off instead (gatewayLaneFilters).
  */
 export function callScriptFilter(): HttpFilter {
-  callScript ??= fs.readFileSync(CALL_SCRIPT, 'utf8');
+  callScript ??= scriptPrelude() + fs.readFileSync(CALL_SCRIPT, 'utf8');
   return {
     name: 'envoy.filters.http.lua',
     typed_config: typedStruct(TYPE_URL.lua, {
@@ -280,9 +322,6 @@ export interface CallLaneToolQuotas {
  * Tool Service ids (no ";" in either); a tool's own limit is added by the script as `tool=<in flight>`.
  */
 export const inFlightLimitsContext = (limits: InFlightLimitIR[]) => limits.map((limit) => `${limit.inFlight}=${limit.name}`).join(';');
-/** How long the call script waits for a backend's credentials: above the sidecar's IdP timeout (5 s by default). */
-export const BACKEND_CREDENTIAL_TIMEOUT_MS = 6_000;
-
 /** What the script knows of a backend on every one of its routes. */
 function backendContext(routeKey: string, backendName: string, separator: string, backend: CallLaneBackend | undefined): Record<string, unknown> {
   return {
@@ -384,7 +423,7 @@ export function callRouteFilters(
     context.concurrency_deadline_ms = quotas.deadlineMs;
   }
   return {
-    'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: context }),
+    'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: withoutDefaults(context) }),
   };
 }
 
@@ -400,10 +439,15 @@ export function surfaceRouteFilters(
   auth: RouteAuthIR | undefined,
   credentials: BackendCredentials['mode'],
 ) {
-  const context: Record<string, unknown> = { ...backendContext(routeKey, backendName, separator, backend), ...credentialContext(credentials), ...(auth && authContext(auth)) };
+  const context: Record<string, unknown> = {
+    ...backendContext(routeKey, backendName, separator, backend),
+    annotate: false,
+    ...credentialContext(credentials),
+    ...(auth && authContext(auth)),
+  };
   for (const prompt of backend?.prompts ?? []) context[`prompt:${prompt}`] = '';
   return {
-    'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: context }),
+    'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: withoutDefaults(context) }),
   };
 }
 
@@ -445,11 +489,14 @@ export function surfaceMatches(path: string, backendName: string, separator: str
  */
 export const SESSION_END_FILTERS = {
   'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: { ends_sessions: true } }),
-  'envoy.filters.http.ext_authz': { '@type': TYPE_URL.extAuthzPerRoute, disabled: true },
 };
 
-/** Routes of the gateway lane: the call script does not run, and the session check is never asked. */
+/**
+ * Routes of the gateway lane: the call script does not run. The session check needs no config of its
+ * own to stay off here (nor on the DELETE route): it is asked only when the script sets its flag
+ * (sessionCheckFilter's filter_enabled_metadata), which the script never does on these routes; a
+ * disabling config on each of thousands of routes cost Envoy megabytes (docs/adr/0008-data-path-lanes.md).
+ */
 export const GATEWAY_LANE_FILTERS = {
   'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { disabled: true }),
-  'envoy.filters.http.ext_authz': { '@type': TYPE_URL.extAuthzPerRoute, disabled: true },
 };

@@ -38,7 +38,7 @@ export const DESCRIPTOR_KEYS = {
 /** The ratelimit service's domain of every shared limit. */
 export const RATELIMIT_DOMAIN = 'mcpgw';
 
-/** The per-route metadata the refusals' names are formed from (route key, lane, Tool Service id, concurrency limit). */
+/** The per-route metadata the refusals' names are formed from (route key, lane, Tool Service id, concurrency limit), on routes with limits. */
 export const QUOTA_ROUTE_METADATA = 'mcpgw.quota';
 /** The header naming the limit a refusal is for. */
 export const LIMIT_HEADER = 'x-mcpgw-limit';
@@ -280,10 +280,14 @@ function routeQuotaParts(limits: RouteLimits, metadata: Record<string, unknown>)
         typedStruct(TYPE_URL.rateLimitPerRoute, { rate_limits: entries.map((actions) => ({ actions })) }),
       ]),
   );
+  // Only the route's own limits read it (their entries, and a concurrency refusal's reply): a route
+  // without any carries none, which at thousands of routes is megabytes of Envoy's memory
+  // (docs/adr/0008-data-path-lanes.md, Envoy memory).
+  const read = rateLimits.length > 0 || Object.keys(shared).length > 0 || 'concurrency' in metadata;
   return {
     rateLimits,
     sharedFilters: shared,
-    metadata: { filter_metadata: { [QUOTA_ROUTE_METADATA]: metadata } },
+    ...(read && { metadata: { filter_metadata: { [QUOTA_ROUTE_METADATA]: metadata } } }),
   };
 }
 

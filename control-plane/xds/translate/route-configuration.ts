@@ -46,7 +46,7 @@ function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolService
     name: `${route.key}/call/${backend.name}`,
     ...(settings.tracing && routeTracing(GATEWAY_SPANS.forward, route.key, backend.name)),
     match: callMatch(route.path, backend.name, catalog.separator),
-    metadata: quotas.metadata,
+    ...(quotas.metadata && { metadata: quotas.metadata }),
     route: {
       cluster: backend.clusterName,
       prefix_rewrite: path,
@@ -54,13 +54,7 @@ function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolService
       // By default no whole-response deadline (a tools/call may stream for minutes), only an idle limit.
       timeout: duration(service.timeouts.requestTimeoutMs),
       idle_timeout: duration(service.timeouts.idleTimeoutMs),
-      // Always safe: the request never reached the backend. The call script widens this per request for
-      // read-only and idempotent tools. Envoy never retries once response bytes went downstream.
-      retry_policy: {
-        retry_on: 'connect-failure,reset-before-request',
-        num_retries: 2,
-        retry_back_off: { base_interval: '0.025s', max_interval: '0.250s' },
-      },
+      // No retry_policy: the virtual host's (CALL_RETRY_POLICY) applies.
       ...(quotas.rateLimits.length > 0 && { rate_limits: quotas.rateLimits }),
     },
     typed_per_filter_config: {
@@ -79,18 +73,13 @@ function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolService
 }
 
 /**
- * Neither the caller's claims nor its own Authorization ever reach a Tool Service (docs/auth.md):
- * removed as the request leaves, after every filter (a service-account cluster's injector then sets
- * its own). With per-caller credentials the call script moved the caller's token aside for the
- * sidecar and set the Authorization the backend gets; what is removed then is the moved copy.
+ * Neither the caller's claims (removed by the virtual host) nor its own Authorization ever reach a Tool
+ * Service (docs/auth.md): removed as the request leaves, after every filter (a service-account cluster's
+ * injector then sets its own). With per-caller credentials the call script moved the caller's token aside
+ * for the sidecar and set the Authorization the backend gets; what is removed then is the moved copy.
  */
 function callerHeadersRemoval(service: ToolServiceIR) {
-  return {
-    request_headers_to_remove: [
-      ...CALLER_HEADER_REMOVED.request_headers_to_remove,
-      perCallerCredentials(service.credentials) ? CHECK_HEADERS.callerAuthorization : 'authorization',
-    ],
-  };
+  return { request_headers_to_remove: [perCallerCredentials(service.credentials) ? CHECK_HEADERS.callerAuthorization : 'authorization'] };
 }
 
 /**
@@ -110,6 +99,19 @@ function surfaceRoutes(route: RouteIR, backend: RouteBackendIR, service: ToolSer
     typed_per_filter_config: filters,
   }));
 }
+
+/**
+ * The retries of a call (and of a backend's prompt and resource routes), always safe: the request never
+ * reached the backend. The call script widens them per request for read-only and idempotent tools.
+ * Envoy never retries once response bytes went downstream. It is the virtual host's, which every route
+ * without its own takes, rather than each call route's: thousands of copies cost Envoy megabytes
+ * (docs/adr/0008-data-path-lanes.md, Envoy memory). Sidecar-lane routes set their own.
+ */
+const CALL_RETRY_POLICY = {
+  retry_on: 'connect-failure,reset-before-request',
+  num_retries: 2,
+  retry_back_off: { base_interval: '0.025s', max_interval: '0.250s' },
+};
 
 /** A stream the sidecars hold for as long as the client keeps it: no deadline, only an idle limit; one a dead replica reset goes to another. */
 function sidecarStreamRoute(route: RouteIR, name: string, match: Record<string, unknown>, traced: boolean) {
@@ -170,7 +172,7 @@ function gatewayRoute(
     name,
     ...tracing,
     match,
-    ...(quotas && { metadata: quotas.metadata }),
+    ...(quotas?.metadata && { metadata: quotas.metadata }),
     route: {
       cluster: SIDECAR_CLUSTER_NAME,
       timeout: GATEWAY_LANE_TIMEOUT,
@@ -237,12 +239,18 @@ export function buildRouteConfiguration(
   return {
     '@type': TYPE_URL.routeConfiguration,
     name: ROUTE_CONFIG_NAME,
+    // A route's header changes come after its virtual host's: the virtual host removes the caller
+    // header from every request, and a gateway-lane route then sets it (CALLER_HEADER_SET).
+    most_specific_header_mutations_wins: true,
     virtual_hosts: [
       {
         name: 'mcp',
         domains: servedDomains(access.allowedHosts, ir.routes.flatMap((route) => (route.auth ? [new URL(route.auth.resource).host] : []))),
         // Callers see x-envoy-attempt-count on every proxied response.
         include_attempt_count_in_response: true,
+        // Shared by every route rather than repeated on each (docs/adr/0008-data-path-lanes.md, Envoy memory).
+        retry_policy: CALL_RETRY_POLICY,
+        ...CALLER_HEADER_REMOVED,
         typed_per_filter_config: { 'envoy.filters.http.cors': corsPolicy(access.allowedOrigins) },
         routes: [
           ...routes,

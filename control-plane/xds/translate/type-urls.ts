@@ -9,7 +9,6 @@ export const TYPE_URL = {
   clusterLoadAssignment: `${prefix}envoy.config.endpoint.v3.ClusterLoadAssignment`,
   httpConnectionManager: `${prefix}envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager`,
   extAuthz: `${prefix}envoy.extensions.filters.http.ext_authz.v3.ExtAuthz`,
-  extAuthzPerRoute: `${prefix}envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute`,
   router: `${prefix}envoy.extensions.filters.http.router.v3.Router`,
   httpProtocolOptions: `${prefix}envoy.extensions.upstreams.http.v3.HttpProtocolOptions`,
   upstreamTls: `${prefix}envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext`,
