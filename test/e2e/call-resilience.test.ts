@@ -116,12 +116,20 @@ describe('call resilience through the real Envoy', () => {
   it("counts every outcome in the control plane's metrics (from Envoy's call log) and writes it to the access log", async () => {
     const calls = (outcome: string) =>
       metricValue(stack, 'mcpgw_tool_calls_total', { route: outcome === 'denied' ? 'readers' : 'ops', backend: 'reports', outcome });
-    // Envoy sends its call log in batches, at least every second.
-    await waitFor('the call log to reach the control plane', async () => ((await calls('denied')) === 2 ? true : undefined));
-    expect(await calls('ok')).toBe(2);
-    expect(await calls('failed')).toBeGreaterThanOrEqual(3);
-    expect(await calls('degraded')).toBe(1);
-    expect(await calls('denied')).toBe(2);
+    // Envoy sends its call log in batches, each worker its own: wait for every outcome, not the first batch.
+    const counted = async () => ({ ok: await calls('ok'), failed: await calls('failed'), degraded: await calls('degraded'), denied: await calls('denied') });
+    const atLeastExpected = (seen: Awaited<ReturnType<typeof counted>>) => seen.ok >= 2 && seen.failed >= 3 && seen.degraded >= 1 && seen.denied >= 2;
+    let last: Awaited<ReturnType<typeof counted>> | undefined;
+    const seen = await waitFor('every outcome in the call log at the control plane', async () => {
+      last = await counted();
+      return atLeastExpected(last) ? last : undefined;
+    }).catch((error: Error) => {
+      throw new Error(`${error.message}; last counted ${JSON.stringify(last)}`);
+    });
+    expect(seen.ok).toBe(2);
+    expect(seen.failed).toBeGreaterThanOrEqual(3);
+    expect(seen.degraded).toBe(1);
+    expect(seen.denied).toBe(2);
     await waitFor('the access log to be written', async () => (toolCallAccessLog(dir).length >= 8 ? true : undefined));
     const outcomes = toolCallAccessLog(dir).map((entry) => `${entry.tool} ${entry.outcome}`);
     expect(outcomes).toEqual(expect.arrayContaining(['read_report ok', 'send_email failed', 'read_report degraded', 'send_email denied', 'slow_read failed']));
