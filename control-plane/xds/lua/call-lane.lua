@@ -83,6 +83,7 @@ local CHECK_BACKEND_SESSION = "x-mcpgw-backend-session"
 local CHECK_GATEWAY_SESSION = "x-mcpgw-gateway-session"
 local CALLER_AUTHORIZATION = "x-mcpgw-caller-authorization"
 local SPAN_IDS_HEADER = "x-mcpgw-span"
+local POOLED_LANE_HEADER = "x-mcpgw-lane"
 
 local JWT_NS = "envoy.filters.http.jwt_authn"
 local JWT_PAYLOAD = "jwt_payload"
@@ -887,6 +888,13 @@ function envoy_on_request(h)
     headers = h:headers()
   end
   ask_session_check(h, headers, route, backend, modern_client, sessionful, caller and caller.owner or "", caller_authorization)
+  if modern_client and sessionful and era == "session" then
+    -- In the pooled session: the backend's pooled-call route (a sidecar that resumes the call's stream
+    -- if the backend ends it before the answer; docs/adr/0018-stream-relaying.md). The edge drops a
+    -- client's own header of this name, so only this line picks that route.
+    headers:replace(POOLED_LANE_HEADER, "pooled")
+    h:clearRouteCache()
+  end
 end
 
 -- Per-caller backend credentials (token exchange, passthrough): the sidecar makes them from the
