@@ -893,6 +893,7 @@ function envoy_on_request(h)
     -- if the backend ends it before the answer; docs/adr/0018-stream-relaying.md). The edge drops a
     -- client's own header of this name, so only this line picks that route.
     headers:replace(POOLED_LANE_HEADER, "pooled")
+    h:streamInfo():dynamicMetadata():set(NS, "pooled_lane", true)
     h:clearRouteCache()
   end
 end
@@ -1337,7 +1338,9 @@ local function call_of(h)
   local request = metadata:get(MCP_NS) or {}
   local authz = metadata:get(AUTHZ_NS) or {}
   local headers = h:headers()
-  local attempts = tonumber(headers:get("x-envoy-attempt-count") or "1") or 1
+  -- On the pooled-call lane Envoy's attempts are at sidecars (one that refused the connection never
+  -- passed the call on), and the sidecar sends a call to its backend once.
+  local attempts = ours.pooled_lane and 1 or tonumber(headers:get("x-envoy-attempt-count") or "1") or 1
   local started = tonumber(ours.started_ms) or h:timestamp()
   local meta = request.params and request.params._meta
   local call = {
