@@ -1,11 +1,8 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import { parseArgs } from 'node:util';
-import { stringify } from 'yaml';
-import { freePorts, waitFor } from '../control-plane/devstack/processes';
-import { GatewayStack } from '../control-plane/devstack/stack';
 import { projectPath } from '../control-plane/shared/paths';
-import { ServerRequestsService } from '../test/support/server-requests-service';
+import { withAskerGateway } from './asker-gateway';
 import { cpuMs } from './load/process-cpu';
 import { summarize } from './load/stats';
 
@@ -96,36 +93,19 @@ function markdown(rows: Row[], context: { measuredAt: string; loadAverage1m: num
 async function main(): Promise<void> {
   const { values } = parseArgs({ options: { calls: { type: 'string', default: '200' } } });
   const calls = Number(values.calls);
-  fs.rmSync(LOG_DIR, { recursive: true, force: true });
-  fs.mkdirSync(LOG_DIR, { recursive: true });
-  const [weather, jobs] = await freePorts(2);
-  const backend = await ServerRequestsService.start();
-  let stack: GatewayStack | undefined;
-  try {
-    const registryFile = `${LOG_DIR}/registry.yaml`;
-    fs.writeFileSync(registryFile, stringify({ routes: [{ key: 'pooled', toolServices: [{ name: 'asker', url: backend.url }] }] }));
-    stack = await GatewayStack.start({ registryFile, logDir: LOG_DIR, samples: [{ service: 'weather', port: weather }, { service: 'jobs', port: jobs }] });
-    const gateway = stack.gatewayUrl('pooled');
-    await waitFor('the backend in the catalog', async () => {
-      const response = await fetch(gateway, { method: 'POST', headers: POST_HEADERS, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }) });
-      return (await response.text()).includes('asker__steps') ? true : undefined;
-    }, { timeoutMs: 60_000, intervalMs: 200 });
-    const sidecars = [...stack.processes.entries()].filter(([name]) => name.startsWith('sidecar')).map(([, process]) => process.child.pid!);
+  await withAskerGateway(LOG_DIR, 'pooled', async ({ gateway, sidecarPids }) => {
     const rows: Row[] = [];
     for (const steps of [1, 10]) {
       const args = { steps, interval_ms: 0 };
-      rows.push(await measure('session client (check only)', steps, await sessionCaller(gateway, args), calls, sidecars));
-      rows.push(await measure('2026-07-28 client, lane', steps, modernCaller(gateway, args), calls, sidecars));
+      rows.push(await measure('session client (check only)', steps, await sessionCaller(gateway, args), calls, sidecarPids));
+      rows.push(await measure('2026-07-28 client, lane', steps, modernCaller(gateway, args), calls, sidecarPids));
     }
-    rows.push(await measure('2026-07-28 client, lane, resumed', 10, modernCaller(gateway, { steps: 10, interval_ms: 0, close_after: 1, close_anyway: true }), calls, sidecars));
+    rows.push(await measure('2026-07-28 client, lane, resumed', 10, modernCaller(gateway, { steps: 10, interval_ms: 0, close_after: 1, close_anyway: true }), calls, sidecarPids));
     const context = { measuredAt: new Date().toISOString(), loadAverage1m: Math.round(os.loadavg()[0] * 100) / 100, calls };
     fs.writeFileSync(projectPath('bench', 'results', 'pooled-call-lane.json'), `${JSON.stringify({ ...context, cores: os.availableParallelism(), rows }, null, 2)}\n`);
     fs.writeFileSync(projectPath('bench', 'results', 'pooled-call-lane.md'), markdown(rows, context));
     process.stdout.write(markdown(rows, context));
-  } finally {
-    await stack?.stop();
-    await backend.stop();
-  }
+  });
 }
 
 void main();
