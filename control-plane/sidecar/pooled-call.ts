@@ -97,8 +97,8 @@ export class PooledCallLane {
         signal: left.signal,
       });
       const contentType = response.headers.get('content-type');
-      const length = response.headers.get('content-length');
-      res.writeHead(response.status, { ...(contentType && { 'content-type': contentType }), ...(length && { 'content-length': length }) });
+      // Without the backend's content-length: fetch hands over the body decoded.
+      res.writeHead(response.status, contentType ? { 'content-type': contentType } : {});
       res.flushHeaders();
       if (!response.body) return;
       let relayed = await this.relay(response.body, res, left.signal);
@@ -155,7 +155,8 @@ export class PooledCallLane {
     try {
       for await (const chunk of body) {
         parser.feed(decoder.decode(chunk, { stream: true }));
-        if (!res.write(chunk)) await Promise.race([once(res, 'drain'), once(res, 'close')]);
+        // The client's pace: a client that left aborts `signal` (and this wait with it).
+        if (!res.write(chunk)) await once(res, 'drain', { signal });
       }
     } catch (error) {
       // The backend ended it (or the client left): what follows decides.
