@@ -104,6 +104,7 @@ export class PooledCallLane {
       let relayed = await this.relay(response.body, res, left.signal);
       if (!(contentType ?? '').includes('text/event-stream')) return;
       while (!relayed.answered && relayed.lastEventId !== undefined && !left.signal.aborted) {
+        this.context.log.info("resuming a pooled call's stream its backend ended before the answer", { route, backend: name });
         const resumed = await this.resume(backend.name, backendSessionId, () =>
           this.streams.stream(backend, caller, resumeRequest(backendSessionId, protocolVersion, relayed.lastEventId!), left.signal, async (resumption, signal) => {
             if (!resumption.ok || !(resumption.headers.get('content-type') ?? '').includes('text/event-stream') || !resumption.body) {
@@ -157,6 +158,9 @@ export class PooledCallLane {
         parser.feed(decoder.decode(chunk, { stream: true }));
         // The client's pace: a client that left aborts `signal` (and this wait with it).
         if (!res.write(chunk)) await once(res, 'drain', { signal });
+        // The call is answered: the stream ends here, whether or not the backend would keep it open (a
+        // resumed stream whose answer was replayed may stay open at the backend).
+        if (seen.answered) break;
       }
     } catch (error) {
       // The backend ended it (or the client left): what follows decides.

@@ -286,6 +286,18 @@ describe('streams through the gateway: backend requests outside calls, resumable
     }
   }, 30_000);
 
+  it('a 2026-07-28 client whose backend answered before the sidecar resumed gets the answer from the replay, and the stream ends there', async () => {
+    // The answer comes 1 ms after the close: it is among the events the resume replays, on a GET the
+    // backend keeps open afterwards.
+    const response = await postJsonRpc(
+      stack.gatewayUrl('asks'),
+      modernStepsCall(9, { steps: 2, interval_ms: 1, close_after: 1, close_anyway: true }),
+      { ...MCP_POST_HEADERS, 'mcp-protocol-version': '2026-07-28', 'mcp-method': 'tools/call', 'mcp-name': 'asker__steps' },
+    );
+    expect(response.text).toContain('done after 2 steps');
+    expect(response.text).toContain('"outcome":"ok"');
+  }, 20_000);
+
   it('a 2026-07-28 client whose backend closes the pooled session’s stream and cannot resume it gets the call’s -32004, failed', async () => {
     const client = new V2Client({ name: 'v2-agent', version: '1.0.0' }, { versionNegotiation: { mode: 'auto' } });
     await client.connect(new V2Transport(new URL(stack.gatewayUrl('asks'))));
