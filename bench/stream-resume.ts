@@ -1,15 +1,12 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import { parseArgs } from 'node:util';
-import { stringify } from 'yaml';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { createParser } from 'eventsource-parser';
-import { freePorts, waitFor } from '../control-plane/devstack/processes';
-import { GatewayStack } from '../control-plane/devstack/stack';
 import { projectPath } from '../control-plane/shared/paths';
-import { ServerRequestsService } from '../test/support/server-requests-service';
+import { withAskerGateway } from './asker-gateway';
 import { cpuMs } from './load/process-cpu';
 import { summarize } from './load/stats';
 
@@ -124,34 +121,17 @@ function markdown(rows: Row[], context: { measuredAt: string; loadAverage1m: num
 async function main(): Promise<void> {
   const { values } = parseArgs({ options: { resumes: { type: 'string', default: '30' } } });
   const resumes = Number(values.resumes);
-  fs.rmSync(LOG_DIR, { recursive: true, force: true });
-  fs.mkdirSync(LOG_DIR, { recursive: true });
-  const [weather, jobs] = await freePorts(2);
-  const backend = await ServerRequestsService.start();
-  let stack: GatewayStack | undefined;
-  try {
-    const registryFile = `${LOG_DIR}/registry.yaml`;
-    fs.writeFileSync(registryFile, stringify({ routes: [{ key: 'resume', toolServices: [{ name: 'asker', url: backend.url }] }] }));
-    stack = await GatewayStack.start({ registryFile, logDir: LOG_DIR, samples: [{ service: 'weather', port: weather }, { service: 'jobs', port: jobs }] });
-    const gateway = stack.gatewayUrl('resume');
-    await waitFor('the backend in the catalog', async () => {
-      const response = await fetch(gateway, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }) });
-      return (await response.text()).includes('asker__steps') ? true : undefined;
-    }, { timeoutMs: 60_000, intervalMs: 200 });
-    const sidecars = [...stack.processes.entries()].filter(([name]) => name.startsWith('sidecar')).map(([, process]) => process.child.pid!);
+  await withAskerGateway(LOG_DIR, 'resume', async ({ gateway, backend, sidecarPids }) => {
     const rows: Row[] = [];
     for (const events of EVENT_COUNTS) {
       rows.push(await measure('direct', backend.url, 'steps', events, resumes, []));
-      rows.push(await measure('gateway', gateway, 'asker__steps', events, resumes, sidecars));
+      rows.push(await measure('gateway', gateway, 'asker__steps', events, resumes, sidecarPids));
     }
     const context = { measuredAt: new Date().toISOString(), loadAverage1m: Math.round(os.loadavg()[0] * 100) / 100, resumes };
     fs.writeFileSync(projectPath('bench', 'results', 'stream-resume.json'), `${JSON.stringify({ ...context, cores: os.availableParallelism(), rows }, null, 2)}\n`);
     fs.writeFileSync(projectPath('bench', 'results', 'stream-resume.md'), markdown(rows, context));
     process.stdout.write(markdown(rows, context));
-  } finally {
-    await stack?.stop();
-    await backend.stop();
-  }
+  });
 }
 
 void main();

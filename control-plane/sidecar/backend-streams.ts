@@ -112,6 +112,12 @@ export function answerOfResumedCall(message: JsonObject, backend: BackendView, r
   return message;
 }
 
+/** The GET that resumes a backend's stream after its event `lastEventId`, in one of its sessions (MCP resumability). */
+export const resumeRequest = (backendSessionId: string, protocolVersion: string, lastEventId: string) => ({
+  method: 'GET',
+  headers: { accept: 'text/event-stream', 'mcp-session-id': backendSessionId, 'mcp-protocol-version': protocolVersion, 'last-event-id': lastEventId },
+});
+
 export class BackendStreams {
   private held = 0;
   private warnedFull = false;
@@ -140,18 +146,29 @@ export class BackendStreams {
    * next waits longer. False when the replica already holds its most.
    */
   hold(backend: () => BackendView | undefined, route: string, attempt: (signal: AbortSignal) => Promise<StreamEnd>, signal: AbortSignal, ended: () => void = () => undefined): boolean {
-    if (this.held >= this.limits.total) {
+    if (!this.occupy()) {
       if (!this.warnedFull) this.context.log.warn('this sidecar holds its most backend streams: some clients hear nothing from some backends outside their requests', { limit: this.limits.total });
       this.warnedFull = true;
       return false;
     }
-    this.held++;
     void this.keepListening(backend, route, attempt, signal).finally(() => {
-      this.held--;
-      if (this.held < this.limits.total) this.warnedFull = false;
+      this.vacate();
       ended();
     });
     return true;
+  }
+
+  /** Takes one of the replica's backend-stream slots (a held stream, a resume, a pooled call); false when it holds its most. */
+  occupy(): boolean {
+    if (this.held >= this.limits.total) return false;
+    this.held++;
+    return true;
+  }
+
+  /** Gives back a slot occupy took. */
+  vacate(): void {
+    this.held--;
+    if (this.held < this.limits.total) this.warnedFull = false;
   }
 
   private async keepListening(backendNow: () => BackendView | undefined, route: string, attempt: (signal: AbortSignal) => Promise<StreamEnd>, signal: AbortSignal): Promise<void> {
@@ -292,25 +309,30 @@ export class BackendStreams {
       res.writeHead(refusal.status, refusal.headers);
       res.end(refusal.body);
     };
-    if (this.held >= this.limits.total) return refuse(503, 'this gateway replica holds its most backend streams: resume again later');
+    if (!this.occupy()) return refuse(503, 'this gateway replica holds its most backend streams: resume again later');
+    try {
+      await this.resumeIn(gateway, backend, resumption, head, res, refuse);
+    } finally {
+      this.vacate();
+    }
+  }
+
+  private async resumeIn(
+    gateway: GatewaySession,
+    backend: BackendView,
+    resumption: Resumption,
+    head: RequestHead,
+    res: http.ServerResponse,
+    refuse: (status: number, message: string) => void,
+  ): Promise<void> {
     const session = await this.context.sessions.get(gateway.id, { fresh: true });
     const backendSessionId = session?.backends[backend.name];
     if (!session || !backendSessionId) return refuse(400, `there is no session with backend "${backend.name}" to resume a stream in`);
     this.context.log.info(`resuming a stream of backend ${backend.name}`, { route: session.route, backend: backend.name });
     const closed = new AbortController();
     res.on('close', () => closed.abort());
-    const init = {
-      method: 'GET',
-      headers: {
-        accept: 'text/event-stream',
-        'mcp-session-id': backendSessionId,
-        'mcp-protocol-version': session.protocolVersion,
-        'last-event-id': resumption.lastEventId,
-      },
-    };
-    this.held++;
     try {
-      await this.stream(backend, clientOf(head), init, closed.signal, async (response) => {
+      await this.stream(backend, clientOf(head), resumeRequest(backendSessionId, session.protocolVersion, resumption.lastEventId), closed.signal, async (response) => {
         if (!response.ok || !(response.headers.get('content-type') ?? '').includes('text/event-stream') || !response.body) {
           await response.body?.cancel();
           if (response.status === 404) await this.context.sessions.forgetBackend(session.id, backend.name, backendSessionId);
@@ -323,7 +345,6 @@ export class BackendStreams {
     } catch (error) {
       if (!res.headersSent) refuse(502, `backend ${backend.name} could not resume the stream: ${(error as Error).message}`);
     } finally {
-      this.held--;
       res.end();
     }
   }

@@ -1,11 +1,12 @@
 import * as http from 'node:http';
 import { z } from 'zod';
 import { APPROVAL_CHECK_PATH, APPROVAL_CONTINUATION_PATH, ApprovalCheck, approvalCheckRequestSchema, approvalCheckResponse, approvalContinuationSchema, noApprovalPages } from '../approval/approval-check';
-import { SESSION_CHECK_PATH } from '../xds/translate/settings';
+import { POOLED_CALL_PATH, SESSION_CHECK_PATH } from '../xds/translate/settings';
 import { Decision, GatewayContext, RequestHead, respondError } from './decision';
 import { JSON_RPC } from './json-rpc';
 import { BackendStreams } from './backend-streams';
 import { ListChangedStreams } from './list-changed-streams';
+import { PooledCallLane } from './pooled-call';
 import { ListenStreams } from './subscriptions-listen';
 import { decideOnBody, decideOnHead, routeKeyOf } from './mcp-gateway';
 import { StatelessCallSessions, answerBackendCredential, checkCall, forgetLostSession, lostSessionSchema } from './session-check';
@@ -22,7 +23,9 @@ import { SpanKind, Tracing } from '../shared/tracing';
  * - `/internal/server-request`: the call script's record of a request a backend sends its client.
  * - `/internal/approval-check`: the call script's question whether a call has its approval,
  *   `/internal/approval-continuation`: its report that the backend asked the client of an approved
- *   call for input (2026-07-28), and `/approvals/...`: the approval pages (control-plane/approval/, through Envoy).
+ *   call for input (2026-07-28), and `/approvals/...`: the approval pages (control-plane/approval/, through Envoy);
+ * - `/internal/pooled-call`: a stateless client's call in a pooled backend session, which the sidecar
+ *   forwards and resumes if its backend ends the stream early (pooled-call.ts).
  */
 
 /** Where the call script reports a lost backend session (control-plane/xds/lua/call-lane.lua). */
@@ -90,6 +93,7 @@ const APPROVALS_PREFIX = '/approvals/';
 
 export class GatewayServer {
   private readonly statelessSessions: StatelessCallSessions;
+  private readonly pooledCalls: PooledCallLane;
 
   constructor(
     private readonly context: GatewayContext,
@@ -101,6 +105,7 @@ export class GatewayServer {
     private readonly tracing: Tracing = Tracing.off,
   ) {
     this.statelessSessions = new StatelessCallSessions(context);
+    this.pooledCalls = new PooledCallLane(context, backendStreams);
   }
 
   readonly handle = (req: http.IncomingMessage, res: http.ServerResponse): void => {
@@ -113,7 +118,9 @@ export class GatewayServer {
           ? this.backendCredential(req, res)
           : path === SERVER_REQUEST_PATH
             ? this.serverRequest(req, res)
-            : path === APPROVAL_CHECK_PATH
+            : path === POOLED_CALL_PATH
+              ? this.pooledCall(req, res)
+              : path === APPROVAL_CHECK_PATH
               ? this.approvalCheck(req, res)
               : path === APPROVAL_CONTINUATION_PATH
                 ? this.approvalContinuation(req, res)
@@ -153,6 +160,12 @@ export class GatewayServer {
     }
     await this.context.sessions.expectAnswer(parsed.data.gatewaySessionId, parsed.data.backend, parsed.data.requestId);
     send(res, 204, {}, '');
+  }
+
+  private async pooledCall(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    // Envoy's mcp filter bounded the body already; this bound is the sidecar's own.
+    const body = await readBody(req, this.options.maxRequestBodyBytes);
+    await this.pooledCalls.forward(headOf(req, POOLED_CALL_PATH), body, res);
   }
 
   private async lostSession(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {

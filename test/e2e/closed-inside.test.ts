@@ -10,6 +10,7 @@ import { INTERNAL_CERTIFICATE_SECRET } from '../../control-plane/xds/translate/i
 import { TYPE_URL } from '../../control-plane/xds/translate/type-urls';
 import { callToolContent, controlPlaneStatus, listedTools, startGateway } from '../support/gateway-fixture';
 import { adsRequest, catalogRequest, envoyStatAt, internalHttpRequest, startEnvoyWith, waitFor } from '../support/internal-peers';
+import { ServerRequestsService } from '../support/server-requests-service';
 
 /**
  * The inside refuses strangers (docs/adr/0017-closed-inside.md): real Envoys, control plane and
@@ -25,9 +26,17 @@ describe('a closed inside refuses strangers', () => {
   let issue: (identity: InternalIdentity) => { dir: string };
   let otherCa: InternalPki;
   const envoys: ManagedProcess[] = [];
+  /** A stateful backend: a 2026-07-28 client's call to it goes through the sidecar's pooled-call lane. */
+  let asker: ServerRequestsService;
 
   beforeAll(async () => {
-    ({ stack, dir } = await startGateway('closed-inside', (b) => ({ routes: [{ key: 'demo', toolServices: [{ name: 'weather', url: b.weather }] }] })));
+    asker = await ServerRequestsService.start();
+    ({ stack, dir } = await startGateway('closed-inside', (b) => ({
+      routes: [
+        { key: 'demo', toolServices: [{ name: 'weather', url: b.weather }] },
+        { key: 'pooled', toolServices: [{ name: 'asker', url: asker.url }] },
+      ],
+    })));
     caFile = path.join(stack.internalTlsDir({ role: 'sidecar', name: 'sidecar' }), INTERNAL_TLS_FILES.ca);
     grpcAddress = `127.0.0.1:${stack.ports.grpc}`;
     issue = (identity) => ({ dir: stack.internalTlsDir(identity) });
@@ -36,6 +45,7 @@ describe('a closed inside refuses strangers', () => {
   afterAll(async () => {
     for (const envoy of envoys) await envoy.stop();
     await stack?.stop();
+    await asker?.stop();
   });
 
   /** A directory with a certificate of the other CA for `identity`, beside our CA (the stranger trusts us). */
@@ -50,6 +60,25 @@ describe('a closed inside refuses strangers', () => {
     const nodes = (await controlPlaneStatus(stack)).xds.nodes as { node: { id: string } }[];
     expect(nodes.map((node) => node.node.id)).toContain(ourEnvoyNode());
     expect(await listedTools(stack.gatewayUrl('demo'))).toEqual(['weather__get_forecast', 'weather__get_alerts']);
+  });
+
+  it("carries a 2026-07-28 client's call in a pooled backend session through the sidecar's lane, which reaches the backend over the inside's mutual TLS", async () => {
+    await waitFor('the stateful backend in the catalog', async () => (((await listedTools(stack.gatewayUrl('pooled'))) ?? []).includes('asker__steps') ? true : undefined));
+    const resumesBefore = asker.resumedFrom.length;
+    const response = await fetch(stack.gatewayUrl('pooled'), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2026-07-28', 'mcp-method': 'tools/call', 'mcp-name': 'asker__steps' },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'tools/call',
+        params: { name: 'asker__steps', arguments: { steps: 2, interval_ms: 100, close_after: 1, close_anyway: true }, _meta: { 'io.modelcontextprotocol/protocolVersion': '2026-07-28', 'io.modelcontextprotocol/clientCapabilities': {}, progressToken: 'p' } },
+      }),
+    });
+    // The backend closed the stream after the first step (its progress notification carried the event id
+    // the resume starts from): the rest came on the sidecar's resume.
+    expect(await response.text()).toContain('done after 2 steps');
+    expect(asker.resumedFrom.length).toBe(resumesBefore + 1);
   });
 
   it('gives an Envoy without a valid client certificate no xDS: no listener, no cluster, no secret', async () => {

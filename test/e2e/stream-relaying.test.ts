@@ -13,6 +13,7 @@ import {
 import { createParser } from 'eventsource-parser';
 import { ManagedProcess, freePort, waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
+import { POOLED_LANE_HEADER } from '../../control-plane/xds/translate/settings';
 import { startEverythingServer } from '../support/everything-server';
 import { MCP_POST_HEADERS, listedTools, metricValue, postJsonRpc, startGateway, testDir } from '../support/gateway-fixture';
 import { ModernToolService } from '../support/modern-tool-service';
@@ -45,6 +46,20 @@ async function answeringClient(url: string): Promise<Client> {
  * GET now comes (40–84 ms at load average 12–16; 2–18 ms directly).
  */
 const EAGER_ASK_MS = 250;
+
+/** One of Envoy's counters of its egress listener, where the sidecars reach backends. */
+async function egressStat(stack: GatewayStack, name: 'downstream_rq_active' | 'downstream_rq_total'): Promise<number> {
+  const text = await (await fetch(`${stack.envoyAdminUrl}/stats?filter=^http\\.mcp_egress\\.${name}$`)).text();
+  return Number(/: (\d+)/.exec(text)?.[1] ?? NaN);
+}
+
+/** A 2026-07-28 tools/call of asker__steps, as a raw body. */
+const modernStepsCall = (id: number, args: Record<string, unknown>) => ({
+  jsonrpc: '2.0',
+  id,
+  method: 'tools/call',
+  params: { name: 'asker__steps', arguments: args, _meta: { 'io.modelcontextprotocol/protocolVersion': '2026-07-28', 'io.modelcontextprotocol/clientCapabilities': {}, progressToken: 'p' } },
+});
 
 const textOf = (result: unknown) => (((result as { content?: { text: string }[] }).content) ?? [])[0]?.text;
 
@@ -242,25 +257,107 @@ describe('streams through the gateway: backend requests outside calls, resumable
     expect(text).not.toMatch(/^(id|retry):/m);
   }, 30_000);
 
-  // The gateway does not resume such a call (docs/adr/0018-stream-relaying.md, "Gaps closed later", 1:
-  // Envoy's Lua cannot append to an answer its backend ended); the client gets the call's error when
-  // the backend ends the stream, not its own timeout. Seen failing before: 'Request timed out'.
-  it('a 2026-07-28 client whose backend closes the pooled session’s stream mid-call anyway gets the call’s -32004 when it ends', async () => {
+  // Such a client cannot resume (its revision has no event ids): the gateway does, in the sidecar's
+  // pooled-call lane (docs/adr/0018-stream-relaying.md, "Gaps closed later", 1). Seen failing before it:
+  // the call's -32004 "backend asker ended the stream of tools/call steps before its answer".
+  it('a 2026-07-28 client whose backend closes the pooled session’s stream mid-call anyway gets the tool’s result, its progress streamed as it happens', async () => {
     const client = new V2Client({ name: 'v2-agent', version: '1.0.0' }, { versionNegotiation: { mode: 'auto' } });
     await client.connect(new V2Transport(new URL(stack.gatewayUrl('asks'))));
+    const resumesBefore = asker.resumedFrom.length;
     try {
       expect(client.getNegotiatedProtocolVersion()).toBe('2026-07-28');
-      const progress: number[] = [];
-      // Its own timeout is far past the first step (300 ms), when the backend ends the stream.
-      const call = client.callTool(
+      const started = performance.now();
+      const progress: { step: number; at: number }[] = [];
+      const result = await client.callTool(
         { name: 'asker__steps', arguments: { steps: 3, interval_ms: 300, close_after: 1, close_anyway: true } },
-        { onprogress: ({ progress: step }) => progress.push(step), timeout: 8000 },
+        { onprogress: ({ progress: step }) => progress.push({ step, at: performance.now() - started }), timeout: 8000 },
       );
-      await expect(call).rejects.toMatchObject({ code: -32004, message: expect.stringContaining('backend asker ended the stream of tools/call steps before its answer') });
-      expect(progress).toEqual([1]);
+      const resultAt = performance.now() - started;
+      expect(textOf(result)).toBe('done after 3 steps');
+      expect(progress.map(({ step }) => step)).toEqual([1, 2, 3]);
+      // As they happened (300 ms apart at the backend), not bunched at the end.
+      expect(progress[2].at - progress[0].at).toBeGreaterThan(400);
+      expect(resultAt - progress[0].at).toBeGreaterThan(400);
+      expect(result._meta?.['mcpgw/outcome']).toMatchObject({ outcome: 'ok', backend: 'asker', tool: 'steps', attempts: 1 });
+      // The rest came from the backend's own events, resumed once.
+      expect(asker.resumedFrom.length).toBe(resumesBefore + 1);
     } finally {
       await client.close();
     }
+  }, 30_000);
+
+  it('a 2026-07-28 client whose backend answered before the sidecar resumed gets the answer from the replay, and the stream ends there', async () => {
+    // The answer comes 1 ms after the close: it is among the events the resume replays, on a GET the
+    // backend keeps open afterwards.
+    const response = await postJsonRpc(
+      stack.gatewayUrl('asks'),
+      modernStepsCall(9, { steps: 2, interval_ms: 1, close_after: 1, close_anyway: true }),
+      { ...MCP_POST_HEADERS, 'mcp-protocol-version': '2026-07-28', 'mcp-method': 'tools/call', 'mcp-name': 'asker__steps' },
+    );
+    expect(response.text).toContain('done after 2 steps');
+    expect(response.text).toContain('"outcome":"ok"');
+  }, 20_000);
+
+  it('a 2026-07-28 client whose backend closes the pooled session’s stream and cannot resume it gets the call’s -32004, failed', async () => {
+    const client = new V2Client({ name: 'v2-agent', version: '1.0.0' }, { versionNegotiation: { mode: 'auto' } });
+    await client.connect(new V2Transport(new URL(stack.gatewayUrl('asks'))));
+    asker.refuseResumes = true;
+    try {
+      const call = client.callTool(
+        { name: 'asker__steps', arguments: { steps: 3, interval_ms: 300, close_after: 1, close_anyway: true } },
+        { timeout: 8000 },
+      );
+      await expect(call).rejects.toMatchObject({
+        code: -32004,
+        message: expect.stringContaining('backend asker ended the stream of tools/call steps before its answer'),
+        data: expect.objectContaining({ outcome: 'failed', backend: 'asker', tool: 'steps' }),
+      });
+    } finally {
+      asker.refuseResumes = false;
+      await client.close();
+    }
+  }, 30_000);
+
+  it('a 2026-07-28 client leaving a resumed pooled call ends the sidecar’s stream to the backend', async () => {
+    const baseline = await egressStat(stack, 'downstream_rq_active');
+    const leaving = new AbortController();
+    const response = await fetch(stack.gatewayUrl('asks'), {
+      method: 'POST',
+      signal: leaving.signal,
+      headers: { ...MCP_POST_HEADERS, 'mcp-protocol-version': '2026-07-28', 'mcp-method': 'tools/call', 'mcp-name': 'asker__steps' },
+      body: JSON.stringify(modernStepsCall(8, { steps: 50, interval_ms: 200, close_after: 1, close_anyway: true })),
+    });
+    const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
+    let seen = '';
+    // Step 2 comes on the resumed stream.
+    while (!seen.includes('"progress":2')) {
+      const { value, done } = await reader.read();
+      if (done) throw new Error(`the call's stream ended after ${JSON.stringify(seen)}`);
+      seen += value;
+    }
+    expect(await egressStat(stack, 'downstream_rq_active')).toBeGreaterThan(baseline);
+    leaving.abort();
+    // The backend's stream would go on for about 10 s more.
+    await waitFor('the sidecar’s resumed stream ended', async () => ((await egressStat(stack, 'downstream_rq_active')) === baseline ? true : undefined), { timeoutMs: 5000 });
+  }, 30_000);
+
+  it('a client cannot choose the sidecar’s pooled-call lane: its own lane header is dropped at the edge', async () => {
+    const url = stack.gatewayUrl('asks');
+    const opened = await postJsonRpc(url, { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'lane-picker', version: '1.0.0' } } });
+    const inSession = { ...MCP_POST_HEADERS, 'mcp-session-id': opened.headers.get('mcp-session-id')!, 'mcp-protocol-version': '2025-11-25' };
+    await postJsonRpc(url, { jsonrpc: '2.0', method: 'notifications/initialized' }, inSession);
+    const sessionCall = (id: number) =>
+      postJsonRpc(url, { jsonrpc: '2.0', id, method: 'tools/call', params: { name: 'asker__steps', arguments: { steps: 1, interval_ms: 1 } } }, { ...inSession, [POOLED_LANE_HEADER]: 'pooled' });
+    // The first call opens the client's session with the backend (through the egress listener).
+    expect((await sessionCall(2)).text).toContain('done after 1 steps');
+    const before = await egressStat(stack, 'downstream_rq_total');
+    expect((await sessionCall(3)).text).toContain('done after 1 steps');
+    // Straight to the backend: nothing through the sidecar's lane, which reaches it through the egress listener.
+    expect(await egressStat(stack, 'downstream_rq_total')).toBe(before);
+    // A stateless client's call to the same backend does take that lane (the count sees it).
+    const pooled = await postJsonRpc(url, modernStepsCall(4, { steps: 1, interval_ms: 1 }), { ...MCP_POST_HEADERS, 'mcp-protocol-version': '2026-07-28', 'mcp-method': 'tools/call', 'mcp-name': 'asker__steps' });
+    expect(pooled.text).toContain('done after 1 steps');
+    expect(await egressStat(stack, 'downstream_rq_total')).toBeGreaterThan(before);
   }, 30_000);
 
   it('a request a backend sends on its standalone stream right after its session opened reaches the client', async () => {

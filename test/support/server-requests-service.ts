@@ -30,7 +30,9 @@ export interface ServerRequestAnswer {
  *   resumable, as the SDK sends it; with `close_anyway` also for older clients (a backend that does
  *   not follow the revision it negotiated: docs/adr/0018-stream-relaying.md, the pooled session);
  * - with `rootsAfterInitializedMs`, each session's client is asked `roots/list` on the standalone
- *   stream that long after its `notifications/initialized` (a backend that asks at once).
+ *   stream that long after its `notifications/initialized` (a backend that asks at once);
+ * - while `refuseResumes` is set, a GET with Last-Event-ID is answered 500 (a backend that closes a
+ *   call's stream and then cannot give the rest).
  */
 export class ServerRequestsService extends LoopbackMcpService {
   readonly answers: ServerRequestAnswer[] = [];
@@ -38,6 +40,8 @@ export class ServerRequestsService extends LoopbackMcpService {
   readonly resumedFrom: string[] = [];
   /** Calls of `steps` that ran to their end. */
   stepsCompleted = 0;
+  /** Refuse every resume (a GET with Last-Event-ID) with 500. */
+  refuseResumes = false;
 
   private constructor(
     port: number,
@@ -51,10 +55,13 @@ export class ServerRequestsService extends LoopbackMcpService {
     const app = createMcpExpressApp({ host: LOOPBACK });
     mountStatefulMcp(app, new Map(), () => service.mcpServer(), {
       transportOptions: () => ({ eventStore: new InMemoryEventStore(), retryInterval: 200 }),
-      admit: (req) => {
+      admit: (req, res) => {
         const lastEventId = req.headers['last-event-id'];
-        if (typeof lastEventId === 'string') service.resumedFrom.push(lastEventId);
-        return true;
+        if (typeof lastEventId !== 'string') return true;
+        service.resumedFrom.push(lastEventId);
+        if (!service.refuseResumes) return true;
+        res.status(500).send('this backend lost the events of its streams');
+        return false;
       },
     });
     await service.listen(app);

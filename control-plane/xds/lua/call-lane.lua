@@ -99,6 +99,7 @@ local CHECK_BACKEND_SESSION = "x-mcpgw-backend-session"
 local CHECK_GATEWAY_SESSION = "x-mcpgw-gateway-session"
 local CALLER_AUTHORIZATION = "x-mcpgw-caller-authorization"
 local SPAN_IDS_HEADER = "x-mcpgw-span"
+local POOLED_LANE_HEADER = "x-mcpgw-lane"
 
 local JWT_NS = "envoy.filters.http.jwt_authn"
 local JWT_PAYLOAD = "jwt_payload"
@@ -963,6 +964,14 @@ function envoy_on_request(h)
     headers = h:headers()
   end
   ask_session_check(h, headers, route, backend, modern_client, sessionful, caller and caller.owner or "", caller_authorization, in_flight)
+  if modern_client and sessionful and era == "session" then
+    -- In the pooled session: the backend's pooled-call route (a sidecar that resumes the call's stream
+    -- if the backend ends it before the answer; docs/adr/0018-stream-relaying.md). The edge drops a
+    -- client's own header of this name, so only this line picks that route.
+    headers:replace(POOLED_LANE_HEADER, "pooled")
+    h:streamInfo():dynamicMetadata():set(NS, "pooled_lane", true)
+    h:clearRouteCache()
+  end
 end
 
 -- Per-caller backend credentials (token exchange, passthrough): the sidecar makes them from the
@@ -1424,7 +1433,9 @@ local function call_of(h)
   local request = metadata:get(MCP_NS) or {}
   local authz = metadata:get(AUTHZ_NS) or {}
   local headers = h:headers()
-  local attempts = tonumber(headers:get("x-envoy-attempt-count") or "1") or 1
+  -- On the pooled-call lane Envoy's attempts are at sidecars (one that refused the connection never
+  -- passed the call on), and the sidecar sends a call to its backend once.
+  local attempts = ours.pooled_lane and 1 or tonumber(headers:get("x-envoy-attempt-count") or "1") or 1
   local started = tonumber(ours.started_ms) or h:timestamp()
   local meta = request.params and request.params._meta
   local context = M.route_context(h)

@@ -19,6 +19,7 @@ import {
   LISTENER_NAME,
   MCP_METADATA_NAMESPACE,
   METADATA_NAMESPACE,
+  POOLED_LANE_HEADER,
   ROUTE_CONFIG_NAME,
 } from './settings';
 import { connectionManagerTracing, spanIdsFilter } from './tracing';
@@ -137,10 +138,11 @@ function agentTlsSocket() {
 /**
  * Before Envoy reads a request's headers: a client's own Forwarded, and its own X-Forwarded-For unless
  * a trusted load balancer in front writes it, are dropped, so that the X-Forwarded-For a backend gets
- * holds the address Envoy saw (use_remote_address appends it) and nothing a client made up.
+ * holds the address Envoy saw (use_remote_address appends it) and nothing a client made up. So is its
+ * own lane header: only the call script picks the sidecar's pooled-call route (before any route is chosen).
  */
-function clientAddressHeadersDropped(xffNumTrustedHops: number) {
-  const dropped = xffNumTrustedHops === 0 ? ['forwarded', 'x-forwarded-for'] : ['forwarded'];
+function clientHeadersDropped(xffNumTrustedHops: number) {
+  const dropped = [...(xffNumTrustedHops === 0 ? ['forwarded', 'x-forwarded-for'] : ['forwarded']), POOLED_LANE_HEADER];
   return {
     name: 'envoy.http.early_header_mutation.header_mutation',
     typed_config: typedStruct(TYPE_URL.earlyHeaderMutation, { mutations: dropped.map((remove) => ({ remove })) }),
@@ -177,7 +179,7 @@ function edgeConnectionManagerSettings(edge: EdgeSettings) {
     // headers (retries, timeouts) are not taken from an external client.
     use_remote_address: true,
     xff_num_trusted_hops: edge.xffNumTrustedHops,
-    early_header_mutation_extensions: [clientAddressHeadersDropped(edge.xffNumTrustedHops)],
+    early_header_mutation_extensions: [clientHeadersDropped(edge.xffNumTrustedHops)],
     // One spelling per path: dot segments resolved, slashes merged; an escaped slash is refused (no
     // route key has one: ROUTE_KEY_PATTERN).
     normalize_path: true,

@@ -5,7 +5,7 @@ import { CALLER_HEADER_REMOVED, CALLER_HEADER_SET, SigningKeys, authenticatedRou
 import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, callRouteFilters, surfaceMatches, surfaceRouteFilters } from './call-lane';
 import { duration } from './duration';
 import { callRouteQuotas, gatewayRouteQuotas } from './quotas';
-import { CHECK_HEADERS, EGRESS_ROUTE_CONFIG_NAME, EGRESS_UPSTREAM_HEADER, GatewaySettings, MCP_METADATA_NAMESPACE, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
+import { CHECK_HEADERS, EGRESS_ROUTE_CONFIG_NAME, EGRESS_UPSTREAM_HEADER, GatewaySettings, MCP_METADATA_NAMESPACE, POOLED_CALL_PATH, POOLED_LANE_HEADER, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { GATEWAY_SPANS, routeTracing } from './tracing';
 import { TYPE_URL, typedStruct } from './type-urls';
 
@@ -71,6 +71,44 @@ function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolService
     response_headers_to_remove: ['mcp-session-id'],
   };
 }
+
+/**
+ * The pooled-call lane (docs/adr/0018-stream-relaying.md, "Gaps closed later", 1) of a backend of a
+ * session-based revision that keeps sessions: a stateless client's call that goes in its pooled session,
+ * named so by the call script (POOLED_LANE_HEADER, which a client cannot send: the edge drops it), goes
+ * to a sidecar, which forwards it through the egress listener and, when the backend ends the call's
+ * stream before the answer, resumes it there. Everything else is the call route's: the script and its
+ * rules, the session check, limits, deadline. The sidecar makes the backend's credentials itself, as for
+ * all its requests on a caller's behalf: it gets the caller's token the script moved, not the one the
+ * script made.
+ */
+function pooledCallRoute(route: RouteIR, backend: RouteBackendIR, call: ReturnType<typeof callRoute>) {
+  return {
+    ...call,
+    name: `${route.key}/pooled-call/${backend.name}`,
+    match: { ...call.match, headers: [{ name: POOLED_LANE_HEADER, present_match: true }] },
+    route: {
+      cluster: SIDECAR_STREAMS_CLUSTER_NAME,
+      prefix_rewrite: POOLED_CALL_PATH,
+      timeout: call.route.timeout,
+      idle_timeout: call.route.idle_timeout,
+      // Only what never reached a sidecar: the call may have begun at the backend.
+      retry_policy: SIDECAR_RETRY_POLICY,
+      ...(call.route.rate_limits && { rate_limits: call.route.rate_limits }),
+    },
+    request_headers_to_add: [
+      { header: { key: CHECK_HEADERS.route, value: route.key }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' },
+      { header: { key: CHECK_HEADERS.backend, value: backend.name }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' },
+    ],
+    request_headers_to_remove: ['authorization', POOLED_LANE_HEADER],
+  };
+}
+
+/** A backend whose stateless clients' calls go in a pooled session (ADR-0008), which the pooled-call lane may resume. */
+const hasPooledSession = (catalog: CallLaneCatalog, routeKey: string, backendName: string) => {
+  const rules = catalog.routes.get(routeKey)?.backends.get(backendName);
+  return rules?.era === 'session' && rules.sessionful;
+};
 
 /**
  * Neither the caller's claims (removed by the virtual host) nor its own Authorization ever reach a Tool
@@ -209,10 +247,14 @@ function routesOf(
   const lanes = [
     ...[...route.backends]
       .sort((a, b) => b.name.length - a.name.length || a.name.localeCompare(b.name))
-      .flatMap((backend) => [
-        callRoute(route, backend, services.get(backend.catalogKey)!, catalog, settings),
-        ...surfaceRoutes(route, backend, services.get(backend.catalogKey)!, catalog, settings),
-      ]),
+      .flatMap((backend) => {
+        const call = callRoute(route, backend, services.get(backend.catalogKey)!, catalog, settings);
+        return [
+          ...(hasPooledSession(catalog, route.key, backend.name) ? [pooledCallRoute(route, backend, call)] : []),
+          call,
+          ...surfaceRoutes(route, backend, services.get(backend.catalogKey)!, catalog, settings),
+        ];
+      }),
     streamsRoute(route, settings.tracing !== undefined),
     listenRoute(route, settings.tracing !== undefined),
     gatewayRoute(`${route.key}/end`, { path_separated_prefix: route.path, headers: [{ name: ':method', string_match: { exact: 'DELETE' } }] }, answered, SESSION_END_FILTERS),

@@ -230,3 +230,13 @@ export const CHECK_STATUS = {
    */
   JSON_RPC_ERROR: 424,
 } as const;
+
+/**
+ * The call script sets this on a stateless (2026-07-28) client's call that goes in a pooled backend
+ * session, and asks Envoy to choose the route again: the backend's pooled-call route, whose upstream is
+ * a sidecar that resumes the call's stream when the backend ends it before the answer
+ * (docs/adr/0018-stream-relaying.md). A client's own header of this name is dropped at the edge.
+ */
+export const POOLED_LANE_HEADER = 'x-mcpgw-lane';
+/** Where the pooled-call route sends such a call on a sidecar. */
+export const POOLED_CALL_PATH = '/internal/pooled-call';
