@@ -964,7 +964,7 @@ function envoy_on_request(h)
     headers = h:headers()
   end
   ask_session_check(h, headers, route, backend, modern_client, sessionful, caller and caller.owner or "", caller_authorization, in_flight)
-  if modern_client and sessionful and era == "session" then
+  if modern_client and sessionful and era == "session" and context:get("pooled_call_lane") then
     -- In the pooled session: the backend's pooled-call route (a sidecar that resumes the call's stream
     -- if the backend ends it before the answer; docs/adr/0018-stream-relaying.md). The edge drops a
     -- client's own header of this name, so only this line picks that route.
