@@ -24,7 +24,9 @@ export async function withAskerGateway<T>(logDir: string, routeKey: string, run:
   let stack: GatewayStack | undefined;
   try {
     const registryFile = `${logDir}/registry.yaml`;
-    fs.writeFileSync(registryFile, stringify({ routes: [{ key: routeKey, toolServices: [{ name: 'asker', url: backend.url }] }] }));
+    // Opted in to the pooled-call lane, which the pooled-call bench measures (session clients never take it).
+    const asker = { name: 'asker', url: backend.url, transport: { resumeCutPooledCalls: true } };
+    fs.writeFileSync(registryFile, stringify({ routes: [{ key: routeKey, toolServices: [asker] }] }));
     stack = await GatewayStack.start({ registryFile, logDir, samples: [{ service: 'weather', port: weather }, { service: 'jobs', port: jobs }] });
     const gateway = stack.gatewayUrl(routeKey);
     await waitFor('the backend in the catalog', async () => {

@@ -62,6 +62,11 @@ export interface ToolServiceIR {
   endpoint: UpstreamEndpoint;
   timeouts: typeof TRANSPORT_DEFAULTS;
   healthCheckPath?: string;
+  /**
+   * Its stateless clients' calls in its pooled backend session go through the sidecars' pooled-call
+   * lane, which resumes a stream the backend ends before the answer (transport.resumeCutPooledCalls).
+   */
+  resumeCutPooledCalls: boolean;
   /** Answer for read-only tools when every attempt failed (a degraded result). */
   fallbackText?: string;
   /** Where the token the control plane lists this Tool Service's tools with is kept; read at each listing, so it can rotate. */
@@ -195,7 +200,7 @@ function toolServiceIR(service: ToolService): ToolServiceIR {
   const parsed = new URL(service.url);
   const tls = parsed.protocol === 'https:';
   const host = parsed.hostname.replace(/^\[(.*)\]$/, '$1');
-  const { tls: tlsSettings, healthCheckPath, ...timeouts } = service.transport ?? {};
+  const { tls: tlsSettings, healthCheckPath, resumeCutPooledCalls = false, ...timeouts } = service.transport ?? {};
   const clientCert = tlsSettings?.clientCertFile && tlsSettings.clientKeyFile ? { certFile: tlsSettings.clientCertFile, keyFile: tlsSettings.clientKeyFile } : undefined;
   const endpoint: UpstreamEndpoint = {
     host,
@@ -216,6 +221,7 @@ function toolServiceIR(service: ToolService): ToolServiceIR {
     timeouts: effectiveTimeouts,
     credentials,
     ...(healthCheckPath && { healthCheckPath }),
+    resumeCutPooledCalls,
     ...(service.fallback && { fallbackText: service.fallback.text }),
     quotas,
   };

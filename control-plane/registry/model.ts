@@ -70,6 +70,12 @@ export const transportSchema = z
     idleTimeoutMs: z.number().int().min(1).max(DAY_MS).optional(),
     /** An HTTP GET health check on this path instead of the default TCP connect check. */
     healthCheckPath: z.string().regex(/^\/[^\s]*$/, 'must be an absolute path such as /healthz').optional(),
+    /**
+     * A stateless (2026-07-28) client's call in this Tool Service's pooled backend session goes through a
+     * sidecar that resumes the call's stream if the backend ends it before the answer (default false:
+     * the call goes straight to the backend). Its price is in docs/registry.md.
+     */
+    resumeCutPooledCalls: z.boolean().optional(),
     tls: z
       .object({
         /** PEM bundle to verify the backend with, instead of the system CA bundle. */

@@ -26,7 +26,7 @@ describe('a closed inside refuses strangers', () => {
   let issue: (identity: InternalIdentity) => { dir: string };
   let otherCa: InternalPki;
   const envoys: ManagedProcess[] = [];
-  /** A stateful backend: a 2026-07-28 client's call to it goes through the sidecar's pooled-call lane. */
+  /** A stateful backend that opted in: a 2026-07-28 client's call to it goes through the sidecar's pooled-call lane. */
   let asker: ServerRequestsService;
 
   beforeAll(async () => {
@@ -34,7 +34,7 @@ describe('a closed inside refuses strangers', () => {
     ({ stack, dir } = await startGateway('closed-inside', (b) => ({
       routes: [
         { key: 'demo', toolServices: [{ name: 'weather', url: b.weather }] },
-        { key: 'pooled', toolServices: [{ name: 'asker', url: asker.url }] },
+        { key: 'pooled', toolServices: [{ name: 'asker', url: asker.url, transport: { resumeCutPooledCalls: true } }] },
       ],
     })));
     caFile = path.join(stack.internalTlsDir({ role: 'sidecar', name: 'sidecar' }), INTERNAL_TLS_FILES.ca);

@@ -13,7 +13,7 @@ import {
 import { createParser } from 'eventsource-parser';
 import { ManagedProcess, freePort, waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
-import { POOLED_LANE_HEADER } from '../../control-plane/xds/translate/settings';
+import { POOLED_LANE_HEADER, SIDECAR_STREAMS_CLUSTER_NAME } from '../../control-plane/xds/translate/settings';
 import { startEverythingServer } from '../support/everything-server';
 import { MCP_POST_HEADERS, listedTools, metricValue, postJsonRpc, startGateway, testDir } from '../support/gateway-fixture';
 import { ModernToolService } from '../support/modern-tool-service';
@@ -53,6 +53,15 @@ async function egressStat(stack: GatewayStack, name: 'downstream_rq_active' | 'd
   return Number(/: (\d+)/.exec(text)?.[1] ?? NaN);
 }
 
+/** Requests Envoy sent to the sidecars' stream cluster (held streams, resumes, the pooled-call lane). */
+async function sidecarStreamRequests(stack: GatewayStack): Promise<number> {
+  const name = `cluster.${SIDECAR_STREAMS_CLUSTER_NAME}.upstream_rq_total`;
+  const text = await (await fetch(`${stack.envoyAdminUrl}/stats?filter=^${name.replace(/\./g, '\\.')}$`)).text();
+  const count = /: (\d+)/.exec(text)?.[1];
+  if (count === undefined) throw new Error(`Envoy has no ${name}: ${text}`);
+  return Number(count);
+}
+
 /** A 2026-07-28 tools/call of asker__steps, as a raw body. */
 const modernStepsCall = (id: number, args: Record<string, unknown>) => ({
   jsonrpc: '2.0',
@@ -84,12 +93,14 @@ describe('streams through the gateway: backend requests outside calls, resumable
           {
             key: 'asks',
             toolServices: [
-              { name: 'asker', url: asker.url },
+              // Opted in to the pooled-call lane; the same backend as "plain" on route "direct" is not.
+              { name: 'asker', url: asker.url, transport: { resumeCutPooledCalls: true } },
               { name: 'every', url: `http://127.0.0.1:${everythingPort}/mcp` },
             ],
           },
           { key: 'dual', toolServices: [{ name: 'both', url: dual.url }] },
           { key: 'eager', toolServices: [{ name: 'eager', url: eager.url }] },
+          { key: 'direct', toolServices: [{ name: 'plain', url: asker.url }] },
         ],
       }),
       { sidecars: 2, catalogRefreshMs: 600_000 },
@@ -99,7 +110,8 @@ describe('streams through the gateway: backend requests outside calls, resumable
       return tools.includes('asker__steps') && tools.some((name) => name.startsWith('every__')) ? true : undefined;
     });
     await waitFor('the eager backend in the catalog', async () => (((await listedTools(stack.gatewayUrl('eager'))) ?? []).includes('eager__steps') ? true : undefined));
-    await waitFor('the dual-era backend in the catalog', async () => (((await listedTools(stack.gatewayUrl('dual'))) ?? []).includes('both__shout') ? true : undefined));
+    await waitFor('the backend without the pooled-call lane in the catalog', async () => (((await listedTools(stack.gatewayUrl('direct'))) ?? []).includes('plain__steps') ? true : undefined));
+        await waitFor('the dual-era backend in the catalog', async () => (((await listedTools(stack.gatewayUrl('dual'))) ?? []).includes('both__shout') ? true : undefined));
   });
   afterAll(async () => {
     await stack?.stop();
@@ -316,6 +328,25 @@ describe('streams through the gateway: backend requests outside calls, resumable
       asker.refuseResumes = false;
       await client.close();
     }
+  }, 30_000);
+
+  // The lane costs a sidecar's CPU on every such call and makes the call depend on a sidecar, for a
+  // backend that breaks its pooled session's revision: a Tool Service opts in (transport.resumeCutPooledCalls).
+  // Seen failing before the opt-in: the call went through the lane and was resumed (its result, no -32004).
+  it('a 2026-07-28 client’s pooled call to a Tool Service that did not opt in goes straight to the backend, and a cut stream is its -32004, failed', async () => {
+    const url = stack.gatewayUrl('direct');
+    const modernHeaders = { ...MCP_POST_HEADERS, 'mcp-protocol-version': '2026-07-28', 'mcp-method': 'tools/call', 'mcp-name': 'plain__steps' };
+    const call = modernStepsCall(2, { steps: 3, interval_ms: 100, close_after: 1, close_anyway: true });
+    const before = await sidecarStreamRequests(stack);
+    const resumesBefore = asker.resumedFrom.length;
+    const cut = await postJsonRpc(url, { ...call, params: { ...call.params, name: 'plain__steps' } }, modernHeaders);
+    expect(cut.text).toContain('-32004');
+    expect(cut.text).toContain('backend plain ended the stream of tools/call steps before its answer');
+    expect(cut.text).toContain('"outcome":"failed"');
+    expect(cut.text).not.toContain('done after 3 steps');
+    // Nothing to the sidecars' stream cluster, where the lane's route sends a call; nothing resumed.
+    expect(await sidecarStreamRequests(stack)).toBe(before);
+    expect(asker.resumedFrom.length).toBe(resumesBefore);
   }, 30_000);
 
   it('a 2026-07-28 client leaving a resumed pooled call ends the sidecar’s stream to the backend', async () => {

@@ -164,7 +164,7 @@ describe("the call script's tool limits", () => {
     }).tools;
     const backend = { era: 'session' as const, sessionful: false, tools: new Map([['get_alerts', 'r'], ['run_job', ''], ['echo', '']]), denied: new Map(), approvals: new Map(), prompts: new Set<string>(), serves: { prompts: false, resources: false, subscriptions: false, completions: false }, fallbackText: '' };
     const route = { backends: new Map([['weather', backend]]), accessRules: [] };
-    const config = callRouteFilters('demo', 'weather', '__', route, undefined, { annotate: true, auditArguments: false, credentials: 'none', quotas: { toolServiceId: 'weather', tools, inFlight: [], deadlineMs: 600_000 } })[
+    const config = callRouteFilters('demo', 'weather', '__', route, undefined, { annotate: true, auditArguments: false, credentials: 'none', quotas: { toolServiceId: 'weather', tools, inFlight: [], deadlineMs: 600_000 }, pooledCallLane: false })[
       'envoy.filters.http.lua'
     ] as unknown as { value: { filter_context: Record<string, unknown> } };
     expect(config.value.filter_context).toMatchObject({

@@ -71,6 +71,23 @@ describe('registry validation', () => {
     expect(problems[0].message).toMatch(/already registered with another URL, transport, credentials, fallback or quotas \(http:\/\/127.0.0.1:1\/mcp\)/);
   });
 
+  it('rejects one Tool Service id that opts in to the pooled-call lane on one route and not on another', () => {
+    const url = 'http://127.0.0.1:1/mcp';
+    const { problems } = validateRegistry({
+      routes: [
+        { key: 'one', toolServices: [{ id: 'svc', name: 'a', url, transport: { resumeCutPooledCalls: true } }] },
+        { key: 'two', toolServices: [{ id: 'svc', name: 'b', url }] },
+      ],
+    });
+    expect(problems[0]).toMatchObject({ route: 'two', field: 'routes[1].toolServices[0]' });
+    expect(problems[0].message).toMatch(/already registered with another URL, transport/);
+  });
+
+  it('rejects a pooled-call lane setting that is not a boolean', () => {
+    const { problems } = validateRegistry({ routes: [{ key: 'one', toolServices: [{ name: 'a', url: 'http://127.0.0.1:1/mcp', transport: { resumeCutPooledCalls: 'yes' } }] }] });
+    expect(problems.map((problem) => problem.field)).toEqual(['routes[0].toolServices[0].transport.resumeCutPooledCalls']);
+  });
+
   it('rejects a document that is not a registry, suggesting the key an unknown one most likely meant', () => {
     expect(validateRegistry({ route: [] }).problems.map(describeProblem)).toEqual([
       'routes: Invalid input: expected array, received undefined',

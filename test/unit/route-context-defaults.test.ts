@@ -21,11 +21,12 @@ const backend = (extra: Partial<CallLaneBackend> = {}): CallLaneBackend => ({
 });
 
 type LuaPerRoute = { value: { filter_context: Record<string, unknown> } };
-const callContext = (rules: CallLaneBackend, credentials: 'none' | 'tokenExchange' = 'none', separator = '__') =>
+const callContext = (rules: CallLaneBackend, credentials: 'none' | 'tokenExchange' = 'none', separator = '__', pooledCallLane = false) =>
   (callRouteFilters('demo', 'weather_eu', separator, { backends: new Map([['weather_eu', rules]]), accessRules: [] }, undefined, {
     annotate: true,
     auditArguments: false,
     credentials,
+    pooledCallLane,
   })['envoy.filters.http.lua'] as unknown as LuaPerRoute).value.filter_context;
 
 describe("a call route's context", () => {
@@ -46,6 +47,11 @@ describe("a call route's context", () => {
       credential_mode: 'tokenExchange',
       'tool:get': 'r',
     });
+  });
+
+  it('says it takes the pooled-call lane only when its Tool Service opted in (transport.resumeCutPooledCalls)', () => {
+    expect(callContext(backend(), 'none', '__', true).pooled_call_lane).toBe(true);
+    expect(callContext(backend())).not.toHaveProperty('pooled_call_lane');
   });
 
   it("of a prompt or resource route says it does not annotate answers (the default is a call route's)", () => {

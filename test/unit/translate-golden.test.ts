@@ -167,3 +167,32 @@ describe('Tool Services that share an upstream', () => {
     expect(routes.find((route) => route.name === 'hasty/call/jobs')?.route?.timeout).toBe('0.500s');
   });
 });
+
+describe('the pooled-call lane (docs/adr/0018-stream-relaying.md, "Gaps closed later", 1)', () => {
+  it('is a route of a session-era backend only when its Tool Service opted in, and only then does the call route name it to the script', () => {
+    const url = 'http://127.0.0.1:18102/mcp';
+    const ir = buildGatewayIR({
+      routes: [
+        {
+          key: 'r',
+          toolServices: [
+            { id: 'resumed', name: 'resumed', url, transport: { resumeCutPooledCalls: true } },
+            { id: 'direct', name: 'direct', url },
+          ],
+        },
+      ],
+    });
+    const routes = (translate(ir, catalogFor(ir), settings, NO_SIGNING_KEYS)[TYPE_URL.routeConfiguration][0] as unknown as {
+      virtual_hosts: { routes: { name: string; typed_per_filter_config?: Record<string, { value: { filter_context: Record<string, unknown> } }> }[] }[];
+    }).virtual_hosts[0].routes;
+    const names = routes.map((route) => route.name);
+    expect(names).toContain('r/pooled-call/resumed');
+    expect(names.filter((name) => name.includes('/pooled-call/'))).toEqual(['r/pooled-call/resumed']);
+    const scriptContext = (name: string) => routes.find((route) => route.name === name)!.typed_per_filter_config!['envoy.filters.http.lua'].value.filter_context;
+    expect(scriptContext('r/call/resumed').pooled_call_lane).toBe(true);
+    // The script's default (false): a route without the lane carries nothing for it.
+    expect(scriptContext('r/call/direct')).not.toHaveProperty('pooled_call_lane');
+    // One cluster still: the lane is the route's, not the upstream's.
+    expect(new Set(ir.toolServices.map((service) => service.clusterName)).size).toBe(1);
+  });
+});

@@ -833,6 +833,8 @@ function envoy_on_request(h)
   local flags = context:get("tool:" .. own)
   local rule = flags == nil and context:get("deny:" .. own) or nil
   local era, sessionful, fallback = context:get("era"), context:get("sessionful"), context:get("fallback")
+  -- Only a Tool Service that opted in (transport.resumeCutPooledCalls) has a pooled-call route.
+  local pooled_call_lane = context:get("pooled_call_lane")
   local per_caller, credential_mode = context:get("per_caller_credentials"), context:get("credential_mode")
   local credential_cluster, credential_timeout = context:get("credential_cluster"), context:get("credential_timeout_ms")
   local modern_client = request.params._meta ~= nil and request.params._meta["io.modelcontextprotocol/protocolVersion"] ~= nil
@@ -964,7 +966,7 @@ function envoy_on_request(h)
     headers = h:headers()
   end
   ask_session_check(h, headers, route, backend, modern_client, sessionful, caller and caller.owner or "", caller_authorization, in_flight)
-  if modern_client and sessionful and era == "session" then
+  if pooled_call_lane and modern_client and sessionful and era == "session" then
     -- In the pooled session: the backend's pooled-call route (a sidecar that resumes the call's stream
     -- if the backend ends it before the answer; docs/adr/0018-stream-relaying.md). The edge drops a
     -- client's own header of this name, so only this line picks that route.

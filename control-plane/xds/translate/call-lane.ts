@@ -168,6 +168,8 @@ export const ROUTE_CONTEXT_DEFAULTS = {
   sidecar_cluster: SIDECAR_CLUSTER_NAME,
   credential_cluster: SIDECAR_CHECK_CLUSTER_NAME,
   credential_timeout_ms: BACKEND_CREDENTIAL_TIMEOUT_MS,
+  // Only a backend whose Tool Service opts in (transport.resumeCutPooledCalls) has a pooled-call route.
+  pooled_call_lane: false,
 } as const satisfies Record<string, string | number | boolean>;
 
 /** A route's context as Envoy gets it: without what the script's defaults already say. */
@@ -384,12 +386,13 @@ export function callRouteFilters(
   separator: string,
   route: CallLaneRoute | undefined,
   auth: RouteAuthIR | undefined,
-  options: { annotate: boolean; auditArguments: boolean; credentials: BackendCredentials['mode']; quotas?: CallLaneToolQuotas },
+  options: { annotate: boolean; auditArguments: boolean; credentials: BackendCredentials['mode']; quotas?: CallLaneToolQuotas; pooledCallLane: boolean },
 ) {
   const backend = route?.backends.get(backendName);
   const context: Record<string, unknown> = {
     ...backendContext(routeKey, backendName, separator, backend),
     annotate: options.annotate,
+    pooled_call_lane: options.pooledCallLane,
     fallback: backend?.fallbackText ?? '',
     ...credentialContext(options.credentials),
     ...(auth && authContext(auth)),

@@ -63,6 +63,7 @@ function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolService
         auditArguments: settings.auditArguments,
         credentials: service.credentials.mode,
         quotas: toolQuotas,
+        pooledCallLane: takesPooledCallLane(service, catalog, route.key, backend.name),
       }),
       ...quotas.sharedFilters,
     },
@@ -104,10 +105,14 @@ function pooledCallRoute(route: RouteIR, backend: RouteBackendIR, call: ReturnTy
   };
 }
 
-/** A backend whose stateless clients' calls go in a pooled session (ADR-0008), which the pooled-call lane may resume. */
-const hasPooledSession = (catalog: CallLaneCatalog, routeKey: string, backendName: string) => {
+/**
+ * A backend whose stateless clients' calls go in a pooled session (ADR-0008) and whose Tool Service opted
+ * in to the pooled-call lane: a sidecar's CPU on each such call, and the call depends on a sidecar, only
+ * for a backend that may end a call's stream early although the pooled session has no such thing.
+ */
+const takesPooledCallLane = (service: ToolServiceIR, catalog: CallLaneCatalog, routeKey: string, backendName: string) => {
   const rules = catalog.routes.get(routeKey)?.backends.get(backendName);
-  return rules?.era === 'session' && rules.sessionful;
+  return service.resumeCutPooledCalls && rules?.era === 'session' && rules.sessionful;
 };
 
 /**
@@ -248,11 +253,12 @@ function routesOf(
     ...[...route.backends]
       .sort((a, b) => b.name.length - a.name.length || a.name.localeCompare(b.name))
       .flatMap((backend) => {
-        const call = callRoute(route, backend, services.get(backend.catalogKey)!, catalog, settings);
+        const service = services.get(backend.catalogKey)!;
+        const call = callRoute(route, backend, service, catalog, settings);
         return [
-          ...(hasPooledSession(catalog, route.key, backend.name) ? [pooledCallRoute(route, backend, call)] : []),
+          ...(takesPooledCallLane(service, catalog, route.key, backend.name) ? [pooledCallRoute(route, backend, call)] : []),
           call,
-          ...surfaceRoutes(route, backend, services.get(backend.catalogKey)!, catalog, settings),
+          ...surfaceRoutes(route, backend, service, catalog, settings),
         ];
       }),
     streamsRoute(route, settings.tracing !== undefined),
