@@ -1,3 +1,4 @@
+import { CALLER_CLAIM_HEADERS, CALLER_HEADER_NAMES } from '../../auth/caller-identity';
 import { EGRESS_FAILURE_BODY } from '../../shared/egress-fetch';
 import { TypedJson } from '../protobuf/proto-json';
 import { originCheckFilter } from './access';
@@ -14,8 +15,6 @@ import {
   EGRESS_ROUTE_CONFIG_NAME,
   EdgeSettings,
   GatewaySettings,
-  JWT_METADATA_NAMESPACE,
-  JWT_PAYLOAD_KEY,
   LISTENER_NAME,
   MCP_METADATA_NAMESPACE,
   METADATA_NAMESPACE,
@@ -24,8 +23,8 @@ import {
 import { connectionManagerTracing, spanIdsFilter } from './tracing';
 import { TYPE_URL, typedStruct } from './type-urls';
 
-/** A claim of the caller's validated token (jwt_authn), cut to a bounded length: the token's issuer chose it. */
-const claimOf = (claim: string) => `%DYNAMIC_METADATA(${JWT_METADATA_NAMESPACE}:${JWT_PAYLOAD_KEY}:${claim}):256%`;
+/** The caller of a call as the call script recorded it, cut to a bounded length: the token's issuer chose it. */
+const callerOf = (part: 'iss' | 'sub' | 'client') => `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:caller_${part}):256%`;
 
 const accessLog = {
   name: 'envoy.access_loggers.stdout',
@@ -54,12 +53,13 @@ const accessLog = {
         tool: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:tool):128%`,
         // Set by the call script when it knows the call's outcome: ok, failed, degraded or denied.
         outcome: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:outcome)%`,
-        // Who called (docs/approval-and-audit.md): absent on open routes. Keycloak names the client in
-        // `azp`; RFC 9068 tokens in `client_id`.
-        caller_iss: claimOf('iss'),
-        caller_sub: claimOf('sub'),
-        caller_client_id: claimOf('client_id'),
-        caller_azp: claimOf('azp'),
+        // Who called (docs/approval-and-audit.md), as the call script recorded it from jwt_authn's claim
+        // headers (the route removes those before the request leaves, and the log sees the request as
+        // it left): calls, prompts and resources on routes with auth; absent elsewhere. The client is
+        // `client_id` (RFC 9068), else `azp` (Keycloak).
+        caller_iss: callerOf('iss'),
+        caller_sub: callerOf('sub'),
+        caller_client_id: callerOf('client'),
       },
     },
   },
@@ -114,6 +114,8 @@ const callLog = {
     },
     // The limit a refusal names (docs/quotas.md).
     additional_response_headers_to_log: [LIMIT_HEADER, 'x-ratelimit-limit'],
+    // Who called, for the audit: only the claims it names, not the token's payload.
+    additional_request_headers_to_log: [CALLER_CLAIM_HEADERS.iss, CALLER_CLAIM_HEADERS.sub, CALLER_CLAIM_HEADERS.client_id, CALLER_CLAIM_HEADERS.azp],
   },
 };
 
@@ -137,10 +139,11 @@ function agentTlsSocket() {
 /**
  * Before Envoy reads a request's headers: a client's own Forwarded, and its own X-Forwarded-For unless
  * a trusted load balancer in front writes it, are dropped, so that the X-Forwarded-For a backend gets
- * holds the address Envoy saw (use_remote_address appends it) and nothing a client made up.
+ * holds the address Envoy saw (use_remote_address appends it) and nothing a client made up. A client's
+ * own copies of the caller's claim headers are dropped too: only jwt_authn sets them (docs/auth.md).
  */
-function clientAddressHeadersDropped(xffNumTrustedHops: number) {
-  const dropped = xffNumTrustedHops === 0 ? ['forwarded', 'x-forwarded-for'] : ['forwarded'];
+function clientHeadersDropped(xffNumTrustedHops: number) {
+  const dropped = [...(xffNumTrustedHops === 0 ? ['forwarded', 'x-forwarded-for'] : ['forwarded']), ...CALLER_HEADER_NAMES];
   return {
     name: 'envoy.http.early_header_mutation.header_mutation',
     typed_config: typedStruct(TYPE_URL.earlyHeaderMutation, { mutations: dropped.map((remove) => ({ remove })) }),
@@ -177,7 +180,7 @@ function edgeConnectionManagerSettings(edge: EdgeSettings) {
     // headers (retries, timeouts) are not taken from an external client.
     use_remote_address: true,
     xff_num_trusted_hops: edge.xffNumTrustedHops,
-    early_header_mutation_extensions: [clientAddressHeadersDropped(edge.xffNumTrustedHops)],
+    early_header_mutation_extensions: [clientHeadersDropped(edge.xffNumTrustedHops)],
     // One spelling per path: dot segments resolved, slashes merged; an escaped slash is refused (no
     // route key has one: ROUTE_KEY_PATTERN).
     normalize_path: true,

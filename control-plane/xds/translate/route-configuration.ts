@@ -1,7 +1,7 @@
 import { GatewayIR, RouteBackendIR, RouteIR, ToolServiceIR, perCallerCredentials } from '../../ir/gateway-ir';
 import { TypedJson } from '../protobuf/proto-json';
 import { corsPolicy, hostDeniedVirtualHost, servedDomains } from './access';
-import { CALLER_HEADER_REMOVED, CALLER_HEADER_SET, SigningKeys, authenticatedRouteParts, keysUnavailableRoute, metadataDocumentRoute } from './auth';
+import { CALLER_HEADERS_REMOVED, SigningKeys, authenticatedRouteParts, keysUnavailableRoute, metadataDocumentRoute } from './auth';
 import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, callRouteFilters, surfaceMatches, surfaceRouteFilters } from './call-lane';
 import { duration } from './duration';
 import { callRouteQuotas, gatewayRouteQuotas } from './quotas';
@@ -87,7 +87,7 @@ function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolService
 function callerHeadersRemoval(service: ToolServiceIR) {
   return {
     request_headers_to_remove: [
-      ...CALLER_HEADER_REMOVED.request_headers_to_remove,
+      ...CALLER_HEADERS_REMOVED.request_headers_to_remove,
       perCallerCredentials(service.credentials) ? CHECK_HEADERS.callerAuthorization : 'authorization',
     ],
   };
@@ -114,7 +114,6 @@ function surfaceRoutes(route: RouteIR, backend: RouteBackendIR, service: ToolSer
 /** A stream the sidecars hold for as long as the client keeps it: no deadline, only an idle limit; one a dead replica reset goes to another. */
 function sidecarStreamRoute(route: RouteIR, name: string, match: Record<string, unknown>, traced: boolean) {
   return {
-    ...CALLER_HEADER_SET,
     name: `${route.key}/${name}`,
     ...(traced && routeTracing(GATEWAY_SPANS.stream, route.key)),
     match: { path_separated_prefix: route.path, ...match },
@@ -166,7 +165,6 @@ function gatewayRoute(
   quotas?: GatewayRouteQuotas,
 ) {
   return {
-    ...CALLER_HEADER_SET,
     name,
     ...tracing,
     match,
