@@ -98,7 +98,7 @@ export interface LogEntry {
     /** Envoy's route: `<key>/call/<backend>` (call lane), `<key>/gateway` (what the gateway answers itself), … */
     route_name?: string;
   };
-  request?: { path?: string; original_path?: string; request_id?: string };
+  request?: { path?: string; original_path?: string; request_id?: string; request_headers?: Record<string, string> };
   response?: { response_code?: { value?: number } | null; response_code_details?: string; response_headers?: Record<string, string> };
 }
 

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { CALL_OUTCOMES, LogEntry, fromStruct, limitedRecordOf, outcomeOf, secondsOf } from '../admin/call-log';
-import { JWT_METADATA_NAMESPACE, JWT_PAYLOAD_KEY, MCP_METADATA_NAMESPACE, METADATA_NAMESPACE } from '../xds/translate/settings';
+import { CALLER_CLAIM_HEADERS } from '../auth/caller-identity';
+import { MCP_METADATA_NAMESPACE, METADATA_NAMESPACE } from '../xds/translate/settings';
 import { argumentsHash } from './arguments-hash';
 
 /**
@@ -93,7 +94,6 @@ export function auditEventOf(entry: LogEntry): AuditEvent | undefined {
   const metadata = common.metadata?.filter_metadata ?? {};
   const ours = fromStruct(metadata[METADATA_NAMESPACE]);
   const parsed = fromStruct(metadata[MCP_METADATA_NAMESPACE]);
-  const jwt = fromStruct(metadata[JWT_METADATA_NAMESPACE])[JWT_PAYLOAD_KEY];
   const status = entry.response?.response_code?.value ?? 0;
   const method = str(parsed.method) ?? str(ours.method);
   const refused = status >= 401 && status <= 403;
@@ -120,7 +120,11 @@ export function auditEventOf(entry: LogEntry): AuditEvent | undefined {
   }
   const attempts = common.upstream_request_attempt_count ?? 0;
   const hash = typeof ours.arguments === 'string' ? argumentsHash(ours.arguments) : undefined;
-  const caller = jwt && typeof jwt === 'object' ? callerOf(jwt as Record<string, unknown>) : undefined;
+  // The call script's record of the caller (call lane), else jwt_authn's claim headers (requests the gateway answered).
+  const headers = entry.request?.request_headers ?? {};
+  const caller =
+    callerOf({ iss: ours.caller_iss, sub: ours.caller_sub, client_id: ours.caller_client }) ??
+    callerOf({ iss: headers[CALLER_CLAIM_HEADERS.iss], sub: headers[CALLER_CLAIM_HEADERS.sub], client_id: headers[CALLER_CLAIM_HEADERS.client_id], azp: headers[CALLER_CLAIM_HEADERS.azp] });
   const route = str(ours.route) ?? routeOf(common.route_name, entry.request?.original_path || entry.request?.path);
   const approver = callerOf({ iss: ours.approver_iss, sub: ours.approver_sub });
   const approvalId = str(ours.approval_id);

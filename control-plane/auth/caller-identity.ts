@@ -2,81 +2,80 @@ import { z } from 'zod';
 
 /**
  * Who is calling (docs/auth.md), as Envoy's jwt_authn validated it: the sidecar gets the token's
- * payload only from Envoy, in a header Envoy sets from its own metadata on every gateway-lane route
- * and in every session check (a client's copy is removed first), never from anything a client sent.
+ * claims only from Envoy, in headers jwt_authn sets from the token it validated (CALLER_CLAIM_HEADERS),
+ * never from anything a client sent.
  */
 export interface CallerIdentity {
   issuer: string;
   subject: string;
   /** The client the token was issued to: `client_id` (RFC 9068), else `azp`. */
   clientId?: string;
-  /** `scope` (space-delimited, or a list once Envoy normalized it) and `scp`, together. */
+  /** `scope` and `scp` (space-delimited, or lists), together. */
   scopes: string[];
   /** The strings at the route's groups claim. */
   groups: string[];
 }
 
-/** The header Envoy sets from `%DYNAMIC_METADATA(envoy.filters.http.jwt_authn:jwt_payload)%`: the payload as JSON. */
-export const CALLER_PAYLOAD_HEADER = 'x-mcpgw-jwt-payload';
-/** The dynamic-metadata namespace and key jwt_authn leaves the validated payload under. */
-export const JWT_METADATA = { namespace: 'envoy.filters.http.jwt_authn', payloadKey: 'jwt_payload' } as const;
+/**
+ * The validated token's claims the gateway reads, each in a request header jwt_authn sets from the
+ * token it validated (`claim_to_headers`): a string claim as it is, a list as base64 of its JSON.
+ * A client's own copies are removed before jwt_authn runs (the listener's early header mutation),
+ * and every call route removes them again before a backend could see them.
+ */
+export const CALLER_CLAIM_HEADERS = {
+  iss: 'x-mcpgw-claim-iss',
+  sub: 'x-mcpgw-claim-sub',
+  client_id: 'x-mcpgw-claim-client-id',
+  azp: 'x-mcpgw-claim-azp',
+  scope: 'x-mcpgw-claim-scope',
+  scp: 'x-mcpgw-claim-scp',
+  /** The route's groups claim (its provider's: providers are per groups claim). */
+  groups: 'x-mcpgw-claim-groups',
+  preferred_username: 'x-mcpgw-claim-username',
+} as const;
+export type CallerClaim = keyof typeof CALLER_CLAIM_HEADERS;
+export const CALLER_HEADER_NAMES: readonly string[] = Object.values(CALLER_CLAIM_HEADERS);
 
-const scopeClaim = z.union([z.string(), z.array(z.string())]).optional();
+/** A claim header's raw value as Node's HTTP parser gives it (bytes as latin1 characters), as UTF-8 text. */
+const text = (header: string | undefined) => (header === undefined || header === '' ? undefined : Buffer.from(header, 'latin1').toString('utf8'));
 
-const payloadSchema = z.looseObject({
-  iss: z.string().min(1),
-  sub: z.string().min(1),
-  client_id: z.string().min(1).optional(),
-  azp: z.string().min(1).optional(),
-  scope: scopeClaim,
-  scp: scopeClaim,
-});
+const stringList = z.array(z.unknown()).transform((values) => values.filter((value): value is string => typeof value === 'string'));
 
-const words = (claim: string | string[] | undefined) => (typeof claim === 'string' ? claim.split(' ') : (claim ?? [])).filter(Boolean);
-
-function claimAt(payload: Record<string, unknown>, path: readonly string[]): unknown {
-  return path.reduce<unknown>((node, name) => (typeof node === 'object' && node !== null && !Array.isArray(node) ? (node as Record<string, unknown>)[name] : undefined), payload);
+/** A claim that may be a list (Envoy: base64 of its JSON) or one string (as it is). */
+function listClaim(header: string | undefined): string[] {
+  const value = text(header);
+  if (value === undefined) return [];
+  if (/^[A-Za-z0-9+/]+={0,2}$/.test(value)) {
+    try {
+      const list = stringList.safeParse(JSON.parse(Buffer.from(value, 'base64').toString('utf8')));
+      if (list.success) return list.data;
+    } catch {
+      // Not a list Envoy encoded: a string claim that only looks like base64.
+    }
+  }
+  return [value];
 }
 
-function groupsAt(payload: Record<string, unknown>, path: readonly string[]): string[] {
-  const value = claimAt(payload, path);
-  if (typeof value === 'string') return [value];
-  return Array.isArray(value) ? value.filter((group): group is string => typeof group === 'string') : [];
+const words = (claims: string[]) => claims.flatMap((claim) => claim.split(' ')).filter(Boolean);
+
+/**
+ * The caller of a request: undefined when Envoy validated no token (an open route: no issuer and
+ * subject header), which then counts as no identity at all.
+ */
+export function callerIdentityOf(header: (name: string) => string | undefined): CallerIdentity | undefined {
+  const issuer = text(header(CALLER_CLAIM_HEADERS.iss));
+  const subject = text(header(CALLER_CLAIM_HEADERS.sub));
+  if (issuer === undefined || subject === undefined) return undefined;
+  const clientId = text(header(CALLER_CLAIM_HEADERS.client_id)) ?? text(header(CALLER_CLAIM_HEADERS.azp));
+  return {
+    issuer,
+    subject,
+    ...(clientId && { clientId }),
+    scopes: [...new Set(words([...listClaim(header(CALLER_CLAIM_HEADERS.scope)), ...listClaim(header(CALLER_CLAIM_HEADERS.scp))]))],
+    groups: listClaim(header(CALLER_CLAIM_HEADERS.groups)),
+  };
 }
 
 /** The owner a session is bound to (docs/adr/0011-caller-identity.md): issuer and subject. */
 export const ownerOf = (caller: CallerIdentity | undefined): string | undefined => (caller ? `${caller.issuer} ${caller.subject}` : undefined);
 
-/** One payload is parsed once: every request made with the same token carries the same header. */
-const PARSED_MAX = 10_000;
-const parsed = new Map<string, CallerIdentity | undefined>();
-
-/**
- * The caller of a request: undefined when Envoy validated no token (an open route), and also for a
- * payload that is not one (no iss or sub), which then counts as no identity at all.
- * `header` is the raw value as Node's HTTP parser gives it (bytes as latin1 characters).
- */
-export function callerIdentityOf(header: string | undefined, groupsClaim: readonly string[]): CallerIdentity | undefined {
-  if (header === undefined || header === '') return undefined;
-  const key = `${groupsClaim.join('\n')}\n\n${header}`;
-  if (parsed.has(key)) return parsed.get(key);
-  let caller: CallerIdentity | undefined;
-  try {
-    const payload = payloadSchema.safeParse(JSON.parse(Buffer.from(header, 'latin1').toString('utf8')));
-    if (payload.success) {
-      const { iss, sub, client_id: clientId, azp, scope, scp } = payload.data;
-      caller = {
-        issuer: iss,
-        subject: sub,
-        ...((clientId ?? azp) && { clientId: clientId ?? azp }),
-        scopes: [...new Set([...words(scope), ...words(scp)])],
-        groups: groupsAt(payload.data, groupsClaim),
-      };
-    }
-  } catch {
-    caller = undefined;
-  }
-  if (parsed.size >= PARSED_MAX) parsed.clear();
-  parsed.set(key, caller);
-  return caller;
-}

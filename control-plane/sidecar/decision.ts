@@ -1,5 +1,5 @@
 import type { ConcurrencySlots } from '../quotas/concurrency-slots';
-import { CALLER_PAYLOAD_HEADER, CallerIdentity, callerIdentityOf } from '../auth/caller-identity';
+import { CallerIdentity, callerIdentityOf } from '../auth/caller-identity';
 import type { BackendCredentialsProvider } from '../credentials/backend-credentials';
 import { Logger } from '../shared/log';
 import { CallOutcome, CallOutcomeName } from './call-response';
@@ -141,5 +141,5 @@ export function clientOf(head: RequestHead): Caller {
  * undefined on an open route, whatever a client sent.
  */
 export function callerOf(head: RequestHead, view: Pick<RouteCatalogView, 'groupsClaim'>): CallerIdentity | undefined {
-  return view.groupsClaim ? callerIdentityOf(head.headers.get(CALLER_PAYLOAD_HEADER), view.groupsClaim) : undefined;
+  return view.groupsClaim ? callerIdentityOf((name) => head.headers.get(name)) : undefined;
 }

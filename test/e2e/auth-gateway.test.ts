@@ -229,18 +229,39 @@ describe('the gateway as an OAuth 2.1 resource server (Keycloak 26, Envoy 1.40, 
     expect((await rpc({ jsonrpc: '2.0', id: 3, method: 'tools/list' }, tokens.alice, inSession)).status).toBe(200);
   });
 
-  it('takes the caller from Envoy alone: a client-sent payload header claiming to be alice changes nothing', async () => {
+  it("takes the caller from Envoy alone: claim headers a client sends claiming to be alice change nothing, and reach no backend", async () => {
     const claims = decodeJwt(tokens.alice);
-    const forged = JSON.stringify({ iss: claims.iss, sub: claims.sub, scope: ['tools:read', 'tools:call'], groups: ['approvers'] });
+    // Every header jwt_authn fills from a validated token, as a client would forge them.
+    const forged = {
+      'x-mcpgw-claim-iss': String(claims.iss),
+      'x-mcpgw-claim-sub': String(claims.sub),
+      'x-mcpgw-claim-client-id': 'forged-client',
+      'x-mcpgw-claim-scope': 'tools:read tools:call',
+      'x-mcpgw-claim-groups': 'approvers',
+    };
     const opened = await rpc(
       { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'a', version: '1' } } },
       tokens.alice,
     );
-    const inAliceSession = { 'mcp-session-id': opened.headers.get('mcp-session-id')!, 'mcp-protocol-version': '2025-11-25', 'x-mcpgw-jwt-payload': forged };
-    expect((await rpc({ jsonrpc: '2.0', id: 2, method: 'tools/list' }, tokens.bob, inAliceSession)).status).toBe(404);
-    expect((await call('spy__open_tool', tokens.bob, inAliceSession)).status).toBe(404);
-    const bobList = (await rpc({ jsonrpc: '2.0', id: 3, method: 'tools/list' }, tokens.bob, { 'x-mcpgw-jwt-payload': forged })).json().result.tools as { name: string }[];
+    const inAliceSession = { 'mcp-session-id': opened.headers.get('mcp-session-id')!, 'mcp-protocol-version': '2025-11-25' };
+    // Bob's valid token with alice's subject forged: the token's identity wins (alice's session is not bob's).
+    expect((await rpc({ jsonrpc: '2.0', id: 2, method: 'tools/list' }, tokens.bob, { ...inAliceSession, ...forged })).status).toBe(404);
+    expect((await call('spy__open_tool', tokens.bob, { ...inAliceSession, ...forged })).status).toBe(404);
+    // Nor do forged groups or scopes count: bob is neither an approver nor holder of tools:call.
+    const bobList = (await rpc({ jsonrpc: '2.0', id: 3, method: 'tools/list' }, tokens.bob, forged)).json().result.tools as { name: string }[];
     expect(bobList.map((tool) => tool.name)).not.toContain('spy__admin_reset');
+    spy.calls.length = 0;
+    expect((await call('spy__admin_reset', tokens.bob, forged)).json().error).toMatchObject({ code: -32003 });
+    expect((await call('spy__run_task', tokens.bob, forged)).status).toBe(403);
+    // Without a token, forged claims are refused like no token at all.
+    expect((await call('spy__open_tool', '', forged)).status).toBe(401);
+    expect((await rpc({ jsonrpc: '2.0', id: 4, method: 'tools/list' }, undefined, forged)).status).toBe(401);
+    expect(spy.calls).toEqual([]);
+    // The caller's own (validated) claims never reach a backend either.
+    spy.callHeaderNames.length = 0;
+    expect(messageOf((await call('spy__open_tool', tokens.bob, forged)).text).result.content[0].text).toBe('called open_tool');
+    expect(spy.callHeaderNames).toHaveLength(1);
+    expect(spy.callHeaderNames[0].filter((name) => name.startsWith('x-mcpgw-'))).toEqual([]);
   });
 
   it('refuses a browser page of another origin 403, answers an allowed origin\'s CORS preflight, and refuses another Host 403', async () => {

@@ -32,6 +32,8 @@ export class ScriptedToolService extends LoopbackMcpService {
   private descriptionBytes = 0;
   /** The names of the tools called so far, in order: what reached this backend. */
   readonly calls: string[] = [];
+  /** The request header names of each call, in the same order. */
+  readonly callHeaderNames: string[][] = [];
 
   /** What the next tools/list declares. */
   setTools(toolNames: string[]): void {
@@ -57,8 +59,9 @@ export class ScriptedToolService extends LoopbackMcpService {
         ...(end < this.toolNames.length && { nextCursor: String(end) }),
       };
     });
-    server.setRequestHandler(CallToolRequestSchema, async (request) => {
+    server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
       this.calls.push(request.params.name);
+      this.callHeaderNames.push(Object.keys(extra.requestInfo?.headers ?? {}));
       return { content: [{ type: 'text', text: `called ${request.params.name}` }] };
     });
     return server;

@@ -9,6 +9,7 @@ import * as client from 'prom-client';
 import { z } from 'zod';
 import { LogEntry } from '../../control-plane/admin/call-log';
 import { argumentsHash, canonicalJson } from '../../control-plane/audit/arguments-hash';
+import { CALLER_CLAIM_HEADERS } from '../../control-plane/auth/caller-identity';
 import { auditEventOf, auditEventSchema } from '../../control-plane/audit/audit-event';
 import { AuditLog } from '../../control-plane/audit/audit-log';
 import { projectPath } from '../../control-plane/shared/paths';
@@ -38,11 +39,16 @@ interface EntryShape {
   headers?: Record<string, string>;
 }
 
+/** The claim headers jwt_authn sets (string claims only here), as the call log names them. */
+const claimHeaders = (claims: Record<string, unknown> = {}) =>
+  Object.fromEntries(
+    Object.entries(CALLER_CLAIM_HEADERS).flatMap(([claim, header]) => (typeof claims[claim] === 'string' ? [[header, claims[claim] as string]] : [])),
+  );
+
 function entry(shape: EntryShape): LogEntry {
   const filterMetadata: Record<string, unknown> = {};
   if (shape.ours) filterMetadata.mcpgw = protoStruct(shape.ours);
   if (shape.mcp) filterMetadata['envoy.filters.http.mcp'] = protoStruct(shape.mcp);
-  if (shape.jwt) filterMetadata['envoy.filters.http.jwt_authn'] = protoStruct({ jwt_payload: shape.jwt });
   return {
     common_properties: {
       start_time: { seconds: '1767225600', nanos: 250_000_000 },
@@ -52,7 +58,7 @@ function entry(shape: EntryShape): LogEntry {
       route_name: shape.routeName ?? '',
       upstream_request_attempt_count: shape.attempts ?? 0,
     },
-    request: { path: shape.path ?? '/mcp/demo', original_path: '', request_id: 'req-1' },
+    request: { path: shape.path ?? '/mcp/demo', original_path: '', request_id: 'req-1', request_headers: claimHeaders(shape.jwt) },
     response: { response_code: { value: shape.status }, response_code_details: shape.details ?? 'via_upstream', response_headers: shape.headers ?? {} },
   };
 }
@@ -113,6 +119,11 @@ describe('an audit event from a call-log entry', () => {
 
   it('prefers the RFC 9068 client_id claim to azp', () => {
     expect(auditEventOf(entry(call({ jwt: { ...ALICE, client_id: 'agent-batch' } })))?.caller?.client_id).toBe('agent-batch');
+  });
+
+  it("takes the call script's record of the caller first (the call route removed the claim headers before the log)", () => {
+    const recorded = { ...call().ours, caller_iss: 'http://idp/realms/mcpgw', caller_sub: 'b2', caller_client: 'agent-batch' };
+    expect(auditEventOf(entry(call({ ours: recorded })))?.caller).toEqual({ issuer: 'http://idp/realms/mcpgw', subject: 'b2', client_id: 'agent-batch' });
   });
 
   it('no caller on an open route', () => {

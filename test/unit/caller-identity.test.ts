@@ -1,6 +1,6 @@
 import { AccessRuleMessage } from '../../control-plane/catalog/catalog-store';
 import { accessDecision } from '../../control-plane/auth/access-rules';
-import { CALLER_PAYLOAD_HEADER, CallerIdentity, callerIdentityOf, ownerOf } from '../../control-plane/auth/caller-identity';
+import { CALLER_CLAIM_HEADERS, CallerIdentity, callerIdentityOf, ownerOf } from '../../control-plane/auth/caller-identity';
 import { RequestHead } from '../../control-plane/sidecar/decision';
 import { decideOnBody } from '../../control-plane/sidecar/mcp-gateway';
 import { buildRouteViews } from '../../control-plane/sidecar/route-catalog';
@@ -11,18 +11,35 @@ import { sidecarContext } from '../support/sidecar-context';
 import { backendCatalog, catalogSnapshot } from './catalog-fixtures';
 
 /**
- * The caller as the sidecar sees it (docs/auth.md): the payload Envoy's jwt_authn validated, in the
- * header Envoy sets; the access rules the sidecar applies to tools/list (the call script applies the
+ * The caller as the sidecar sees it (docs/auth.md): the claims Envoy's jwt_authn validated, in the
+ * headers it sets; the access rules the sidecar applies to tools/list (the call script applies the
  * same to calls: test/unit/lua/call-lane.spec.lua); sessions bound to issuer and subject.
  */
 
-const payload = (claims: Record<string, unknown>) => Buffer.from(JSON.stringify(claims), 'utf8').toString('latin1');
+/**
+ * The claim headers Envoy's jwt_authn sets from a validated token (claim_to_headers, seen in Envoy 1.40):
+ * a string claim as its UTF-8 bytes, a list as base64 of its JSON; the groups claim from its path.
+ */
+function claimHeaders(claims: Record<string, unknown>, groupsClaim: readonly string[] = ['groups']): Map<string, string> {
+  const at = (path: readonly string[]) => path.reduce<unknown>((node, name) => (node && typeof node === 'object' ? (node as Record<string, unknown>)[name] : undefined), claims);
+  const headers = new Map<string, string>();
+  for (const [claim, header] of Object.entries(CALLER_CLAIM_HEADERS)) {
+    const value = at(claim === 'groups' ? groupsClaim : [claim]);
+    if (typeof value === 'string') headers.set(header, Buffer.from(value, 'utf8').toString('latin1'));
+    else if (Array.isArray(value)) headers.set(header, Buffer.from(JSON.stringify(value), 'utf8').toString('base64'));
+  }
+  return headers;
+}
+const callerOfClaims = (claims: Record<string, unknown>, groupsClaim?: readonly string[]) => {
+  const headers = claimHeaders(claims, groupsClaim);
+  return callerIdentityOf((name) => headers.get(name));
+};
 const ALICE = { iss: 'https://idp.example', sub: 'alice-id', azp: 'agent-cli', scope: ['openid', 'tools:read'], groups: ['engineering'] };
 const BOB = { iss: 'https://idp.example', sub: 'bob-id', azp: 'agent-cli', scope: 'tools:read tools:call', groups: ['support'] };
 
-describe('the caller from the payload Envoy forwards', () => {
+describe('the caller from the claim headers Envoy sets', () => {
   it.each<[string, Record<string, unknown>, string[], Partial<CallerIdentity> | undefined]>([
-    ['scope as Envoy normalizes it (a list)', ALICE, ['groups'], { subject: 'alice-id', clientId: 'agent-cli', scopes: ['openid', 'tools:read'], groups: ['engineering'] }],
+    ['scope as a list', ALICE, ['groups'], { subject: 'alice-id', clientId: 'agent-cli', scopes: ['openid', 'tools:read'], groups: ['engineering'] }],
     ['scope as a space-delimited string, and scp', { iss: 'i', sub: 's', scope: 'a b', scp: ['c', 'a'] }, ['groups'], { scopes: ['a', 'b', 'c'], groups: [] }],
     ['client_id before azp', { iss: 'i', sub: 's', client_id: 'c1', azp: 'c2' }, ['groups'], { clientId: 'c1' }],
     ['groups at a nested claim', { iss: 'i', sub: 's', realm_access: { roles: ['admin', 7] } }, ['realm_access', 'roles'], { groups: ['admin'] }],
@@ -30,26 +47,29 @@ describe('the caller from the payload Envoy forwards', () => {
     ['non-ASCII claims (UTF-8 bytes)', { iss: 'i', sub: 'Åsa' }, ['groups'], { subject: 'Åsa' }],
     ['no sub', { iss: 'i' }, ['groups'], undefined],
   ])('reads %s', (_case, claims, groupsClaim, expected) => {
-    const caller = callerIdentityOf(payload(claims), groupsClaim);
+    const caller = callerOfClaims(claims, groupsClaim);
     if (expected === undefined) expect(caller).toBeUndefined();
     else expect(caller).toMatchObject(expected);
   });
 
-  it('has no caller without the header, or with a header that is not JSON', () => {
-    expect(callerIdentityOf(undefined, ['groups'])).toBeUndefined();
-    expect(callerIdentityOf('', ['groups'])).toBeUndefined();
-    expect(callerIdentityOf('{not json', ['groups'])).toBeUndefined();
+  it('has no caller without an issuer and a subject', () => {
+    expect(callerIdentityOf(() => undefined)).toBeUndefined();
+    expect(callerIdentityOf((name) => (name === CALLER_CLAIM_HEADERS.sub ? 's' : ''))).toBeUndefined();
+  });
+
+  it('takes a string claim that only looks like base64 as it is', () => {
+    expect(callerOfClaims({ iss: 'i', sub: 's', groups: 'abcd' })?.groups).toEqual(['abcd']);
   });
 
   it('binds to issuer and subject', () => {
-    expect(ownerOf(callerIdentityOf(payload(ALICE), ['groups']))).toBe('https://idp.example alice-id');
+    expect(ownerOf(callerOfClaims(ALICE))).toBe('https://idp.example alice-id');
     expect(ownerOf(undefined)).toBeUndefined();
   });
 });
 
 describe('access rules', () => {
   const rule = (fields: Partial<AccessRuleMessage>): AccessRuleMessage => ({ required_scopes: [], allow_subjects: [], allow_groups: [], allow_clients: [], ...fields });
-  const alice = callerIdentityOf(payload(ALICE), ['groups'])!;
+  const alice = callerOfClaims(ALICE)!;
 
   it.each<[string, AccessRuleMessage | undefined, ReturnType<typeof accessDecision>]>([
     ['no rule', undefined, { allowed: true }],
@@ -90,11 +110,11 @@ describe('the sidecar on a route with auth', () => {
     method: 'POST',
     path: `/mcp/${route}`,
     headers: new Map(
-      Object.entries({ 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...(claims && { [CALLER_PAYLOAD_HEADER]: payload(claims) }), ...extra }),
+      Object.entries({ 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...(claims && Object.fromEntries(claimHeaders(claims))), ...extra }),
     ),
   });
   const listNames = (claims: Record<string, unknown> | undefined, cursor?: string) => {
-    const answer = answerToolsList(guarded, cursor === undefined ? undefined : { cursor }, { caller: claims && callerIdentityOf(payload(claims), ['groups']) });
+    const answer = answerToolsList(guarded, cursor === undefined ? undefined : { cursor }, { caller: claims && callerOfClaims(claims) });
     if (!answer.ok) throw new Error(answer.message);
     return { names: JSON.parse(toolsListBody(1, answer.result).toString()).result.tools.map((tool: { name: string }) => tool.name), next: answer.result.nextCursor };
   };
@@ -113,7 +133,7 @@ describe('the sidecar on a route with auth', () => {
     const pages: string[][] = [];
     let cursor: string | undefined;
     do {
-      const answer = answerToolsList(paged, cursor === undefined ? undefined : { cursor }, { caller: callerIdentityOf(payload(ALICE), ['groups']) });
+      const answer = answerToolsList(paged, cursor === undefined ? undefined : { cursor }, { caller: callerOfClaims(ALICE) });
       if (!answer.ok) throw new Error(answer.message);
       pages.push(JSON.parse(toolsListBody(1, answer.result).toString()).result.tools.map((tool: { name: string }) => tool.name));
       cursor = answer.result.nextCursor;

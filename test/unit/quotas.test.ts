@@ -132,16 +132,9 @@ describe('who a caller is', () => {
   const sharedEntries = (parts: ReturnType<typeof callRouteQuotas>) =>
     Object.values(parts.sharedFilters).flatMap((config) => (config as unknown as { value: { rate_limits: { actions: unknown[] }[] } }).value.rate_limits);
 
-  it("is the validated token's subject on a route with auth, from jwt_authn's metadata (never a header)", () => {
+  it("is the validated token's subject on a route with auth, from jwt_authn's claim header (a client's copy is removed before it)", () => {
     const [entry] = sharedEntries(callRouteQuotas(route('signed-in'), jobs));
-    expect(entry.actions).toContainEqual({
-      metadata: {
-        descriptor_key: 'caller',
-        metadata_key: { key: 'envoy.filters.http.jwt_authn', path: [{ key: 'jwt_payload' }, { key: 'sub' }] },
-        source: 'DYNAMIC',
-        default_value: '(no subject)',
-      },
-    });
+    expect(entry.actions).toContainEqual({ request_headers: { descriptor_key: 'caller', header_name: 'x-mcpgw-claim-sub' } });
     expect(JSON.stringify(entry.actions)).not.toContain('remote_address');
   });
 

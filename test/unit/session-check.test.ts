@@ -184,8 +184,7 @@ describe('per-caller concurrency in the session check (docs/quotas.md)', () => {
     );
     const { context } = sidecarContext(signedIn);
     const { asked, slots } = slotsAnswering(async () => ({ taken: true, lease: { id: 'lease-2', keys: ['k'] } }));
-    const payload = JSON.stringify({ iss: 'https://idp.example.com', sub: 'alice' });
-    const head = checkHead('modern', { ...limits, 'x-mcpgw-jwt-payload': payload }, 'signed');
+    const head = checkHead('modern', { ...limits, 'x-mcpgw-claim-iss': 'https://idp.example.com', 'x-mcpgw-claim-sub': 'alice' }, 'signed');
     expect((await checkCall(head, { ...context, concurrency: slots }, new StatelessCallSessions(context))).status).toBe(CHECK_STATUS.ALLOW);
     expect(asked.map(({ caller }) => caller)).toEqual(['subject https://idp.example.com alice']);
   });

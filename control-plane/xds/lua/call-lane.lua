@@ -28,7 +28,6 @@
 --   ["access:<n>"]                an access rule (docs/auth.md): scopes = {required scope, ...},
 --                                 subjects / groups / clients = {[allowed value] = true} (absent: no condition)
 --   auth                          true when the route takes tokens (Envoy's jwt_authn validated this one)
---   groups_claim                  where the caller's groups are in the token: {name, ...}
 --   auth_scopes                   {[scope] = true}: the route's scopes, kept in a scope challenge
 --   resource_metadata             the route's protected-resource metadata URL (RFC 9728)
 --   scheme                        the backend's name as its resources' URI scheme prefix ("_" written "-")
@@ -101,8 +100,11 @@ local CALLER_AUTHORIZATION = "x-mcpgw-caller-authorization"
 local SPAN_IDS_HEADER = "x-mcpgw-span"
 local POOLED_LANE_HEADER = "x-mcpgw-lane"
 
-local JWT_NS = "envoy.filters.http.jwt_authn"
-local JWT_PAYLOAD = "jwt_payload"
+-- The caller's claims, as jwt_authn copied them from the token it validated (claim_to_headers).
+local CLAIM_HEADER = {
+  iss = "x-mcpgw-claim-iss", sub = "x-mcpgw-claim-sub", client_id = "x-mcpgw-claim-client-id", azp = "x-mcpgw-claim-azp",
+  scope = "x-mcpgw-claim-scope", scp = "x-mcpgw-claim-scp", groups = "x-mcpgw-claim-groups", username = "x-mcpgw-claim-username",
+}
 
 local TOOL_DENIED = -32003
 local INSUFFICIENT_SCOPE = -32031
@@ -411,10 +413,12 @@ function M.without_gateway_answer(s, params, elicitation_id)
 end
 
 -- Headers of the gateway's own namespace mean nothing from a client and must not reach a backend.
+-- The caller's claims (x-mcpgw-claim-*) are jwt_authn's, never a client's (the listener removes a
+-- client's copies first): kept for the session check, and removed by the route as the request leaves.
 local function remove_owned_headers(headers)
   local owned = {}
   for name, _ in pairs(headers) do
-    if sub(name, 1, 8) == "x-mcpgw-" then owned[#owned + 1] = name end
+    if sub(name, 1, 8) == "x-mcpgw-" and sub(name, 9, 14) ~= "claim-" then owned[#owned + 1] = name end
   end
   for _, name in ipairs(owned) do headers:remove(name) end
 end
@@ -575,33 +579,93 @@ local function words_into(set, claim)
   end
 end
 
--- The caller as jwt_authn validated it: the payload (Envoy normalized `scope` into a list) and the
--- route's groups claim path. nil without a payload with iss and sub.
-function M.caller_of(payload, groups_claim)
-  if type(payload) ~= "table" or type(payload.iss) ~= "string" or type(payload.sub) ~= "string" then return nil end
-  local scopes = {}
-  words_into(scopes, payload.scope)
-  words_into(scopes, payload.scp)
-  local node = payload
-  for _, name in ipairs(groups_claim or { "groups" }) do
-    node = type(node) == "table" and node[name] or nil
+-- Base64 (standard alphabet, padded, as Envoy encodes a list claim) to bytes; nil for anything else.
+local BASE64_DIGITS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+local BASE64_VALUE = {}
+for i = 1, #BASE64_DIGITS do BASE64_VALUE[byte(BASE64_DIGITS, i)] = i - 1 end
+function M.base64_decode(text)
+  if #text % 4 ~= 0 or not find(text, "^[A-Za-z0-9+/]+=?=?$") then return nil end
+  local out = {}
+  for i = 1, #text, 4 do
+    local a, b, c, d = byte(text, i, i + 3)
+    local n = BASE64_VALUE[a] * 262144 + BASE64_VALUE[b] * 4096 + (BASE64_VALUE[c] or 0) * 64 + (BASE64_VALUE[d] or 0)
+    local first, second, third = math.floor(n / 65536), math.floor(n / 256) % 256, n % 256
+    if d ~= 61 then out[#out + 1] = string.char(first, second, third)
+    elseif c ~= 61 then out[#out + 1] = string.char(first, second)
+    else out[#out + 1] = string.char(first) end
   end
-  local groups = {}
-  if type(node) == "string" then groups[1] = node
-  elseif type(node) == "table" then
-    for _, group in ipairs(node) do
-      if type(group) == "string" then groups[#groups + 1] = group end
+  return concat(out)
+end
+
+-- A JSON string's text (s[i] its opening quote, s[e] its closing one): escapes resolved, \u to UTF-8.
+local function json_string_text(s, i, e)
+  local raw = sub(s, i + 1, e - 1)
+  if not find(raw, "\\", 1, true) then return raw end
+  return (gsub(raw, "\\(u?)(%x?%x?%x?%x?)(.?)", function(u, hex, rest)
+    if u == "u" and #hex == 4 then
+      local code = tonumber(hex, 16)
+      if code < 128 then return string.char(code) .. rest end
+      if code < 2048 then return string.char(192 + math.floor(code / 64), 128 + code % 64) .. rest end
+      return string.char(224 + math.floor(code / 4096), 128 + math.floor(code / 64) % 64, 128 + code % 64) .. rest
     end
+    local escaped = sub(hex .. rest, 1, 1)
+    local plain = ({ b = "\b", f = "\f", n = "\n", r = "\r", t = "\t" })[escaped] or escaped
+    return plain .. sub(hex .. rest, 2)
+  end))
+end
+
+-- A claim header's strings: jwt_authn copies a list claim as base64 of its JSON, a string as it is.
+-- Decoded once per worker and value (agents resend the same token).
+local CLAIM_LISTS_MAX = 1000
+local claim_lists, claim_lists_count = {}, 0
+function M.claim_strings(value)
+  if value == nil or value == "" then return {} end
+  local known = claim_lists[value]
+  if known then return known end
+  local list
+  local json = M.base64_decode(value)
+  local items = json and elements(json, skip_ws(json, 1))
+  if items then
+    list = {}
+    for _, span in ipairs(items) do
+      if byte(json, span[1]) == 34 then list[#list + 1] = json_string_text(json, span[1], span[2]) end
+    end
+  else
+    list = { value }
   end
-  local client = payload.client_id
-  if type(client) ~= "string" then client = payload.azp end
+  if claim_lists_count >= CLAIM_LISTS_MAX then claim_lists, claim_lists_count = {}, 0 end
+  claim_lists[value], claim_lists_count = list, claim_lists_count + 1
+  return list
+end
+
+-- The caller as jwt_authn validated it, from the claim headers it set (control-plane/auth/caller-identity.ts;
+-- a client's own copies are removed before jwt_authn runs). nil without an issuer and a subject.
+function M.caller_of(headers)
+  local iss, subject = headers:get(CLAIM_HEADER.iss), headers:get(CLAIM_HEADER.sub)
+  if not iss or iss == "" or not subject or subject == "" then return nil end
+  local scopes = {}
+  for _, claim in ipairs({ CLAIM_HEADER.scope, CLAIM_HEADER.scp }) do
+    for _, words in ipairs(M.claim_strings(headers:get(claim))) do words_into(scopes, words) end
+  end
+  local client = headers:get(CLAIM_HEADER.client_id)
+  if not client or client == "" then client = headers:get(CLAIM_HEADER.azp) end
   return {
-    owner = payload.iss .. " " .. payload.sub,
-    subject = payload.sub,
-    client = type(client) == "string" and client or nil,
+    owner = iss .. " " .. subject,
+    issuer = iss,
+    subject = subject,
+    client = client ~= "" and client or nil,
     scopes = scopes,
-    groups = groups,
+    groups = M.claim_strings(headers:get(CLAIM_HEADER.groups)),
   }
+end
+
+-- The caller in the call's own metadata, for the access log and the audit: the route removes the claim
+-- headers before the request leaves, so the logs no longer see them there.
+local function log_caller(metadata, caller)
+  if not caller then return end
+  metadata:set(NS, "caller_iss", caller.issuer)
+  metadata:set(NS, "caller_sub", caller.subject)
+  if caller.client then metadata:set(NS, "caller_client", caller.client) end
 end
 
 -- "allow"; "denied" and the condition the caller fails (no other token of theirs would do); or
@@ -740,7 +804,8 @@ local function forward_request(h, request)
   if is_prompt then own = sub(exposed, #backend + #separator + 1) else own = M.own_uri(exposed, scheme) end
   local modern_client = params._meta ~= nil and params._meta["io.modelcontextprotocol/protocolVersion"] ~= nil
   -- The caller (routes with auth), read before the body: the session check's memory is per caller.
-  local caller = context:get("auth") and M.caller_of((h:streamInfo():dynamicMetadata():get(JWT_NS) or {})[JWT_PAYLOAD], context:get("groups_claim")) or nil
+  local caller = context:get("auth") and M.caller_of(h:headers()) or nil
+  log_caller(h:streamInfo():dynamicMetadata(), caller)
   era, sessionful = M.era_for(era, sessionful, modern_client)
   if modern_client and (method == "resources/subscribe" or method == "resources/unsubscribe") then
     -- The stateless revision subscribes with subscriptions/listen; as the sidecar answers removed methods.
@@ -869,7 +934,8 @@ function envoy_on_request(h)
   -- Read here: the filter context cannot be read once the body was (reading it yields).
   local in_flight = tool and M.in_flight_limits(context, tool)
   -- What the access rule needs, read before the body (reading it yields, and handles end there).
-  local caller = context:get("auth") and M.caller_of((metadata:get(JWT_NS) or {})[JWT_PAYLOAD], context:get("groups_claim")) or nil
+  local caller = context:get("auth") and M.caller_of(h:headers()) or nil
+  log_caller(metadata, caller)
   local access_rule = tool and tool.access and (context:get("access:" .. tool.access) or {})
   local auth_scopes, resource_metadata = context:get("auth_scopes"), context:get("resource_metadata")
   -- With tracing on, Envoy's span ids (a filter before this script overwrites any client's value);
@@ -1044,13 +1110,16 @@ end
 -- the client's session or capabilities (and a 2026-07-28 retry's inputResponses and requestState), and the caller as
 -- jwt_authn validated it.
 function M.approval_request(h, call)
-  local jwt = h:streamInfo():dynamicMetadata():get(JWT_NS)
-  local claims = jwt and jwt.jwt_payload
+  local headers = h:headers()
+  local claim = function(name)
+    local value = headers:get(CLAIM_HEADER[name])
+    return value ~= "" and value or nil
+  end
   local caller = "null"
-  if claims and type(claims.iss) == "string" and type(claims.sub) == "string" then
-    caller = '{"iss":' .. json_string(claims.iss) .. ',"sub":' .. json_string(claims.sub)
-      .. ',"client_id":' .. optional_string(claims.client_id) .. ',"azp":' .. optional_string(claims.azp)
-      .. ',"preferred_username":' .. optional_string(claims.preferred_username) .. "}"
+  if claim("iss") and claim("sub") then
+    caller = '{"iss":' .. json_string(claim("iss")) .. ',"sub":' .. json_string(claim("sub"))
+      .. ',"client_id":' .. optional_string(claim("client_id")) .. ',"azp":' .. optional_string(claim("azp"))
+      .. ',"preferred_username":' .. optional_string(claim("username")) .. "}"
   end
   return '{"route":' .. json_string(call.route) .. ',"backend":' .. json_string(call.backend) .. ',"tool":' .. json_string(call.tool)
     .. ',"exposed":' .. json_string(call.exposed) .. ',"id":' .. id_json(call.id) .. ',"rule":' .. (call.rule or "null")

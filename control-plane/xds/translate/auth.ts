@@ -1,5 +1,5 @@
 import { GatewayIR, RouteAuthIR, RouteIR } from '../../ir/gateway-ir';
-import { CALLER_PAYLOAD_HEADER, JWT_METADATA } from '../../auth/caller-identity';
+import { CALLER_CLAIM_HEADERS, CALLER_HEADER_NAMES, CallerClaim } from '../../auth/caller-identity';
 import { TypedJson } from '../protobuf/proto-json';
 import { TYPE_URL } from './type-urls';
 
@@ -19,8 +19,26 @@ export const AUTH_ROUTE_METADATA = 'mcpgw.auth';
 export type SigningKeys = ReadonlyMap<string, string>;
 export const NO_SIGNING_KEYS: SigningKeys = new Map();
 
-/** One provider per key source and clock skew: routes of one issuer share its keys and differ in their audiences only. */
-const providerName = (auth: RouteAuthIR) => `${auth.keys.name}_skew${auth.clockSkewSeconds}`;
+/**
+ * One provider per key source, clock skew and groups claim: routes of one issuer share its keys and
+ * differ in their audiences only (and in where their groups are, which the provider copies).
+ */
+const providerName = (auth: RouteAuthIR) => `${auth.keys.name}_skew${auth.clockSkewSeconds}_${auth.groupsClaim.join('.')}`;
+
+/** The claims jwt_authn copies into the caller's headers: the named ones, and the route's groups claim (a path, '.'-separated). */
+function claimHeaders(auth: RouteAuthIR) {
+  const claimNames: Record<CallerClaim, string> = {
+    iss: 'iss',
+    sub: 'sub',
+    client_id: 'client_id',
+    azp: 'azp',
+    scope: 'scope',
+    scp: 'scp',
+    groups: auth.groupsClaim.join('.'),
+    preferred_username: 'preferred_username',
+  };
+  return Object.entries(claimNames).map(([claim, claimName]) => ({ header_name: CALLER_CLAIM_HEADERS[claim as CallerClaim], claim_name: claimName }));
+}
 
 /** The listener's jwt_authn: its configuration comes by ECDS, never in the listener itself. */
 export function jwtAuthnFilter() {
@@ -38,7 +56,7 @@ export const validatedRoutes = (ir: GatewayIR, keys: SigningKeys) => ir.routes.f
 
 /**
  * jwt_authn's configuration (the ECDS resource): a provider per issuer (keys inline, the validated
- * payload left in metadata with `scope` as a list, the token kept in the request for backend
+ * claims the gateway reads copied into headers, the token kept in the request for backend
  * credentials made from it), a requirement per route (that provider, the route's audiences). Always sent, also
  * with no route of auth: the listener waits for it.
  */
@@ -56,8 +74,10 @@ export function jwtAuthnConfig(ir: GatewayIR, keys: SigningKeys): TypedJson {
       // subject token, docs/adr/0013-backend-credentials.md). It never reaches a backend: every call
       // route removes it as the request leaves, and the sidecar's own requests never carry it.
       forward: true,
-      payload_in_metadata: JWT_METADATA.payloadKey,
-      normalize_payload_in_metadata: { space_delimited_claims: ['scope'] },
+      // Only the claims the gateway reads, as headers (not the payload in dynamic metadata: every
+      // reader of the metadata, the call log's copy of all of it above all, cost ~100 µs of Envoy CPU
+      // per call; docs/adr/0011-caller-identity.md, Numbers).
+      claim_to_headers: claimHeaders(auth),
       clock_skew_seconds: auth.clockSkewSeconds,
       // Agents send the same token on every request: a verified token is kept (its expiry is still
       // checked on every use), so its signature and JSON are not worked through again per request.
@@ -86,20 +106,10 @@ export function authenticatedRouteParts(route: RouteIR) {
 }
 
 /**
- * The validated payload for the sidecar (docs/auth.md): whatever a client sent under that name is
- * removed from every request by the virtual host (route-configuration.ts), after which Envoy sets it from
- * jwt_authn's metadata on a gateway-lane route (on an open route there is none: the header stays
- * removed). A call route sets nothing: a backend never sees the caller's claims.
+ * Where a request leaves toward a backend (a call route), the caller's claim headers are removed:
+ * a backend never sees the caller's claims (nor, on an open route, whatever a client sent by those names).
  */
-export const CALLER_HEADER_REMOVED = { request_headers_to_remove: [CALLER_PAYLOAD_HEADER] };
-export const CALLER_HEADER_SET = {
-  request_headers_to_add: [
-    {
-      header: { key: CALLER_PAYLOAD_HEADER, value: `%DYNAMIC_METADATA(${JWT_METADATA.namespace}:${JWT_METADATA.payloadKey})%` },
-      append_action: 'OVERWRITE_IF_EXISTS_OR_ADD',
-    },
-  ],
-};
+export const CALLER_HEADERS_REMOVED = { request_headers_to_remove: [...CALLER_HEADER_NAMES] };
 
 /** RFC 9728 protected-resource metadata of a route, served by Envoy at its well-known path. */
 export function metadataDocumentRoute(route: RouteIR) {

@@ -2,7 +2,7 @@ import * as fs from 'node:fs';
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { AccessRuleMessage, CATALOG_DEFAULTS, CatalogSnapshotMessage } from '../../catalog/catalog-store';
 import { BackendCredentials, RouteAuthIR } from '../../ir/gateway-ir';
-import { CALLER_PAYLOAD_HEADER, JWT_METADATA } from '../../auth/caller-identity';
+import { CALLER_HEADER_NAMES } from '../../auth/caller-identity';
 import { MODERN_PROTOCOL_VERSION } from '../../sidecar/modern-era';
 import { schemeNameOf } from '../../catalog/resource-naming';
 import { projectPath } from '../../shared/paths';
@@ -228,9 +228,11 @@ const formatterOf = (key: string) => `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:${
 
 /**
  * Client headers the session check sees: its session, protocol version, what a backend session is
- * opened with on the client's behalf, and (per-caller credentials) the caller's token the script moved.
+ * opened with on the client's behalf, (per-caller credentials) the caller's token the script moved,
+ * and the caller's claims as jwt_authn validated them (a client's own copies are removed before
+ * jwt_authn runs; absent on open routes).
  */
-const CHECKED_CLIENT_HEADERS = ['mcp-session-id', 'mcp-protocol-version', CHECK_HEADERS.callerAuthorization, 'traceparent', 'tracestate', 'baggage'];
+const CHECKED_CLIENT_HEADERS = ['mcp-session-id', 'mcp-protocol-version', CHECK_HEADERS.callerAuthorization, 'traceparent', 'tracestate', 'baggage', ...CALLER_HEADER_NAMES];
 
 /**
  * core.v3.RetryPolicy of the session check: only what never reached a sidecar, on another replica.
@@ -272,9 +274,6 @@ export function sessionCheckFilter(timeoutMs: number): HttpFilter {
             { key: CHECK_HEADERS.deadline, value: String(timeoutMs - SESSION_CHECK_MARGIN_MS) },
             { key: CHECK_HEADERS.concurrency, value: formatterOf('concurrency') },
             { key: CHECK_HEADERS.clientAddress, value: '%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%' },
-            // The caller as jwt_authn validated it (absent on open routes): a client's own header of
-            // this name is not among the headers the check is sent (allowed_headers).
-            { key: CALLER_PAYLOAD_HEADER, value: `%DYNAMIC_METADATA(${JWT_METADATA.namespace}:${JWT_METADATA.payloadKey})%` },
           ],
         },
         authorization_response: {
@@ -354,7 +353,6 @@ function accessRuleContext(rule: AccessRuleMessage) {
 function authContext(auth: RouteAuthIR) {
   return {
     auth: true,
-    groups_claim: auth.groupsClaim,
     auth_scopes: asSet(auth.scopesSupported),
     resource_metadata: auth.metadataUrl,
   };

@@ -1,3 +1,4 @@
+import { CALLER_CLAIM_HEADERS, CALLER_HEADER_NAMES } from '../../auth/caller-identity';
 import { EGRESS_FAILURE_BODY } from '../../shared/egress-fetch';
 import { TypedJson } from '../protobuf/proto-json';
 import { originCheckFilter } from './access';
@@ -14,8 +15,6 @@ import {
   EGRESS_ROUTE_CONFIG_NAME,
   EdgeSettings,
   GatewaySettings,
-  JWT_METADATA_NAMESPACE,
-  JWT_PAYLOAD_KEY,
   LISTENER_NAME,
   MCP_METADATA_NAMESPACE,
   METADATA_NAMESPACE,
@@ -25,8 +24,8 @@ import {
 import { connectionManagerTracing, spanIdsFilter } from './tracing';
 import { TYPE_URL, typedStruct } from './type-urls';
 
-/** A claim of the caller's validated token (jwt_authn), cut to a bounded length: the token's issuer chose it. */
-const claimOf = (claim: string) => `%DYNAMIC_METADATA(${JWT_METADATA_NAMESPACE}:${JWT_PAYLOAD_KEY}:${claim}):256%`;
+/** The caller of a call as the call script recorded it, cut to a bounded length: the token's issuer chose it. */
+const callerOf = (part: 'iss' | 'sub' | 'client') => `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:caller_${part}):256%`;
 
 const accessLog = {
   name: 'envoy.access_loggers.stdout',
@@ -55,12 +54,13 @@ const accessLog = {
         tool: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:tool):128%`,
         // Set by the call script when it knows the call's outcome: ok, failed, degraded or denied.
         outcome: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:outcome)%`,
-        // Who called (docs/approval-and-audit.md): absent on open routes. Keycloak names the client in
-        // `azp`; RFC 9068 tokens in `client_id`.
-        caller_iss: claimOf('iss'),
-        caller_sub: claimOf('sub'),
-        caller_client_id: claimOf('client_id'),
-        caller_azp: claimOf('azp'),
+        // Who called (docs/approval-and-audit.md), as the call script recorded it from jwt_authn's claim
+        // headers (the route removes those before the request leaves, and the log sees the request as
+        // it left): calls, prompts and resources on routes with auth; absent elsewhere. The client is
+        // `client_id` (RFC 9068), else `azp` (Keycloak).
+        caller_iss: callerOf('iss'),
+        caller_sub: callerOf('sub'),
+        caller_client_id: callerOf('client'),
       },
     },
   },
@@ -115,6 +115,8 @@ const callLog = {
     },
     // The limit a refusal names (docs/quotas.md).
     additional_response_headers_to_log: [LIMIT_HEADER, 'x-ratelimit-limit'],
+    // Who called, for the audit: only the claims it names, not the token's payload.
+    additional_request_headers_to_log: [CALLER_CLAIM_HEADERS.iss, CALLER_CLAIM_HEADERS.sub, CALLER_CLAIM_HEADERS.client_id, CALLER_CLAIM_HEADERS.azp],
   },
 };
 
@@ -140,9 +142,10 @@ function agentTlsSocket() {
  * a trusted load balancer in front writes it, are dropped, so that the X-Forwarded-For a backend gets
  * holds the address Envoy saw (use_remote_address appends it) and nothing a client made up. So is its
  * own lane header: only the call script picks the sidecar's pooled-call route (before any route is chosen).
+ * A client's own copies of the caller's claim headers are dropped too: only jwt_authn sets them (docs/auth.md).
  */
 function clientHeadersDropped(xffNumTrustedHops: number) {
-  const dropped = [...(xffNumTrustedHops === 0 ? ['forwarded', 'x-forwarded-for'] : ['forwarded']), POOLED_LANE_HEADER];
+  const dropped = [...(xffNumTrustedHops === 0 ? ['forwarded', 'x-forwarded-for'] : ['forwarded']), POOLED_LANE_HEADER, ...CALLER_HEADER_NAMES];
   return {
     name: 'envoy.http.early_header_mutation.header_mutation',
     typed_config: typedStruct(TYPE_URL.earlyHeaderMutation, { mutations: dropped.map((remove) => ({ remove })) }),

@@ -1,4 +1,4 @@
-import { JWT_METADATA } from '../../auth/caller-identity';
+import { CALLER_CLAIM_HEADERS } from '../../auth/caller-identity';
 import { GatewayIR, RouteIR, ToolServiceIR } from '../../ir/gateway-ir';
 import { LimitIR, Rate, ToolQuotaIR, WhenServiceDown, rateText } from '../../ir/quotas-ir';
 import { TypedJson } from '../protobuf/proto-json';
@@ -206,23 +206,16 @@ const fromOurMetadata = (descriptorKey: string, key: string): Action => ({
   metadata: { descriptor_key: descriptorKey, metadata_key: { key: METADATA_NAMESPACE, path: [{ key }] }, source: 'DYNAMIC' },
 });
 
-/** The caller of a token without `sub`: all such tokens count as one caller. */
-export const NO_SUBJECT = '(no subject)';
-
 /**
  * Who the caller is, to a route: on a route with auth the validated token's subject, which jwt_authn
- * (before these filters) left in its metadata — a client cannot set it; on an open route the client's
+ * (before these filters) copied into its claim header — a client cannot set it; on an open route the client's
  * address.
  */
 const callerAction = (route: RouteIR): Action =>
   route.auth
     ? {
-        metadata: {
-          descriptor_key: DESCRIPTOR_KEYS.caller,
-          metadata_key: { key: JWT_METADATA.namespace, path: [{ key: JWT_METADATA.payloadKey }, { key: 'sub' }] },
-          source: 'DYNAMIC',
-          default_value: NO_SUBJECT,
-        },
+        // jwt_authn's copy of the validated subject (a client's own is removed before it runs).
+        request_headers: { descriptor_key: DESCRIPTOR_KEYS.caller, header_name: CALLER_CLAIM_HEADERS.sub },
       }
     : { remote_address: {} };
 

@@ -1,7 +1,7 @@
 import { GatewayIR, RouteBackendIR, RouteIR, ToolServiceIR, perCallerCredentials } from '../../ir/gateway-ir';
 import { TypedJson } from '../protobuf/proto-json';
 import { corsPolicy, hostDeniedVirtualHost, servedDomains } from './access';
-import { CALLER_HEADER_REMOVED, CALLER_HEADER_SET, SigningKeys, authenticatedRouteParts, keysUnavailableRoute, metadataDocumentRoute } from './auth';
+import { CALLER_HEADERS_REMOVED, SigningKeys, authenticatedRouteParts, keysUnavailableRoute, metadataDocumentRoute } from './auth';
 import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, callRouteFilters, surfaceMatches, surfaceRouteFilters } from './call-lane';
 import { duration } from './duration';
 import { callRouteQuotas, gatewayRouteQuotas } from './quotas';
@@ -122,7 +122,12 @@ const takesPooledCallLane = (service: ToolServiceIR, catalog: CallLaneCatalog, r
  * for the sidecar and set the Authorization the backend gets; what is removed then is the moved copy.
  */
 function callerHeadersRemoval(service: ToolServiceIR) {
-  return { request_headers_to_remove: [perCallerCredentials(service.credentials) ? CHECK_HEADERS.callerAuthorization : 'authorization'] };
+  return {
+    request_headers_to_remove: [
+      ...CALLER_HEADERS_REMOVED.request_headers_to_remove,
+      perCallerCredentials(service.credentials) ? CHECK_HEADERS.callerAuthorization : 'authorization',
+    ],
+  };
 }
 
 /**
@@ -159,7 +164,6 @@ const CALL_RETRY_POLICY = {
 /** A stream the sidecars hold for as long as the client keeps it: no deadline, only an idle limit; one a dead replica reset goes to another. */
 function sidecarStreamRoute(route: RouteIR, name: string, match: Record<string, unknown>, traced: boolean) {
   return {
-    ...CALLER_HEADER_SET,
     name: `${route.key}/${name}`,
     ...(traced && routeTracing(GATEWAY_SPANS.stream, route.key)),
     match: { path_separated_prefix: route.path, ...match },
@@ -211,7 +215,6 @@ function gatewayRoute(
   quotas?: GatewayRouteQuotas,
 ) {
   return {
-    ...CALLER_HEADER_SET,
     name,
     ...tracing,
     match,
@@ -287,9 +290,6 @@ export function buildRouteConfiguration(
   return {
     '@type': TYPE_URL.routeConfiguration,
     name: ROUTE_CONFIG_NAME,
-    // A route's header changes come after its virtual host's: the virtual host removes the caller
-    // header from every request, and a gateway-lane route then sets it (CALLER_HEADER_SET).
-    most_specific_header_mutations_wins: true,
     virtual_hosts: [
       {
         name: 'mcp',
@@ -298,7 +298,6 @@ export function buildRouteConfiguration(
         include_attempt_count_in_response: true,
         // Shared by every route rather than repeated on each (docs/adr/0008-data-path-lanes.md, Envoy memory).
         retry_policy: CALL_RETRY_POLICY,
-        ...CALLER_HEADER_REMOVED,
         typed_per_filter_config: { 'envoy.filters.http.cors': corsPolicy(access.allowedOrigins) },
         routes: [
           ...routes,

@@ -185,9 +185,6 @@ export const METADATA_NAMESPACE = 'mcpgw';
 export const MCP_METADATA_NAMESPACE = 'envoy.filters.http.mcp';
 /** ext_authz's namespace: the headers the session check names in dynamic_metadata_from_headers. */
 export const EXT_AUTHZ_METADATA_NAMESPACE = 'envoy.filters.http.ext_authz';
-/** jwt_authn's namespace: the validated token's claims under `jwt_payload` (docs/auth.md). */
-export const JWT_METADATA_NAMESPACE = 'envoy.filters.http.jwt_authn';
-export const JWT_PAYLOAD_KEY = 'jwt_payload';
 /** Headers the session check receives from the call script's metadata and may send back. */
 export const CHECK_HEADERS = {
   route: 'x-mcpgw-route',
