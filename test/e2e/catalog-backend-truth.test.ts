@@ -1,7 +1,7 @@
 import { ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { freePort, waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
-import { SampleBackends, connectClientHoldingStream, controlPlaneStatus, listedTools, postJsonRpc, startGateway } from '../support/gateway-fixture';
+import { SampleBackends, connectClientHoldingStream, controlPlaneStatus, listedTools, listedToolsOnceServed, postJsonRpc, startGateway } from '../support/gateway-fixture';
 import { ScriptedToolService } from '../support/scripted-tool-service';
 
 /**
@@ -126,6 +126,8 @@ describe('a backend that comes back', () => {
     });
     expect(down).toMatchObject({ state: 'missing', last_error: `connection refused (127.0.0.1:${latePort})` });
 
+    // The control plane's status can be ahead of the sidecar's catalog (sent once Envoy has the routes).
+    await waitFor('the sidecar to serve the route', () => listedToolsOnceServed(stack.gatewayUrl('demo')));
     // Told only on a stream held before the backend comes back.
     const client = await connectClientHoldingStream(stack.gatewayUrl('demo'));
     let notified = 0;
