@@ -53,6 +53,8 @@ describe('catalog rules and tools/list answers (real Envoy, sidecar, control pla
       ],
       // Pages of 100 here, to test paging; the default is every tool in one answer.
     }), { toolsListPageSize: 100 }));
+    // Both backends listed, as the sidecar serves them (a big listing can come after Envoy is up).
+    await waitFor('the wide route with both backends listed', async () => ((await toolsList('wide'))._meta['mcpgw/federation'].degradedBackends.length === 0 ? true : undefined));
     client = await connectClient(stack.gatewayUrl('wide'));
   });
 
