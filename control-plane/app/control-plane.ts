@@ -8,6 +8,7 @@ import { closeServer, listen } from '../shared/http-listen';
 import { ControlPlaneMetrics } from '../admin/metrics';
 import { XdsStatusTracker } from '../admin/xds-status';
 import { registerStateMetrics } from '../admin/state-metrics';
+import { CatalogPublication } from '../catalog/catalog-publication';
 import { catalogServiceHandlers } from '../catalog/catalog-service';
 import { CatalogSettings, CatalogSnapshotMessage, CatalogStore, RelistSettings } from '../catalog/catalog-store';
 import { directCatalogAccess } from '../catalog/catalog-access';
@@ -34,7 +35,8 @@ import { SpanKind, Tracing } from '../shared/tracing';
 import { ConcurrencyLimit } from '../shared/concurrency-limit';
 import { LastGoodStore, SavedRoute } from '../state/last-good-store';
 import { adsServiceHandlers } from '../xds/server/ads-server';
-import { XdsPublisher } from '../xds/server/publisher';
+import { ENVOY_ANSWER_TIMEOUT_MS, XdsPublisher } from '../xds/server/publisher';
+import { TYPE_URL } from '../xds/translate/type-urls';
 import { SnapshotCache } from '../xds/server/snapshot-cache';
 import { XdsResources, translate } from '../xds/translate';
 import { EMPTY_CALL_LANE_CATALOG, callLaneCatalogOf } from '../xds/translate/call-lane';
@@ -138,6 +140,12 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     const translatedMs = performance.now() - started;
     return publisher.publish(resources, (encodedMs) => metrics.snapshotBuildSeconds.observe((translatedMs + encodedMs) / 1000));
   };
+  // The sidecars get a catalog version once Envoy can call what it lists (docs/xds.md).
+  const routesAnswered = () => {
+    const routes = cache.current().get(TYPE_URL.routeConfiguration);
+    return routes ? xdsStatus.waitForAnswers(TYPE_URL.routeConfiguration, routes.version, ENVOY_ANSWER_TIMEOUT_MS) : Promise.resolve();
+  };
+  const sidecarCatalog = new CatalogPublication(catalog.current(), routesAnswered);
   let savedAtStart: SavedRoute[] | undefined;
 
   /** The ratelimit service's configuration follows the registry's shared limits; they count nothing without a service. */
@@ -181,7 +189,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   catalog.on('change', (snapshot: CatalogSnapshotMessage) => {
     callLane = callLaneCatalogOf(snapshot);
     callMetrics.expect(snapshot);
-    void publishXds();
+    sidecarCatalog.offer(snapshot, publishXds());
     for (const state of ['ok', 'stale', 'missing']) {
       metrics.catalogBackends.set({ state }, snapshot.routes.flatMap((route) => route.backends).filter((b) => b.state === state).length);
     }
@@ -266,7 +274,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
 
   const server = new grpc.Server({ interceptors: options.internalTls ? [callerCheck(CONTROL_PLANE_CALLERS, log)] : [] });
   server.addService(grpcServices.aggregatedDiscovery().service, adsServiceHandlers(cache, xdsStatus.callbacks()));
-  server.addService(grpcServices.catalogDiscovery().service, catalogServiceHandlers(catalog, log));
+  server.addService(grpcServices.catalogDiscovery().service, catalogServiceHandlers(catalog, sidecarCatalog, log));
   // A request a backend failed marks it degraded at once (docs/tools-list.md), whatever the method.
   const degradeOnFailure = {
     backendFailed: (route: string, backend: string, reason: string) => {

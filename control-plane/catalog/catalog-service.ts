@@ -1,6 +1,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { Logger } from '../shared/log';
 import { z } from 'zod';
+import { CatalogFeed } from './catalog-publication';
 import { CatalogSnapshotMessage, CatalogStore } from './catalog-store';
 
 /** mcpgw.catalog.v1.ToolServiceReport, checked at the edge: either a failure or a list change. */
@@ -9,17 +10,20 @@ const toolServiceReportSchema = z
   .refine((report) => report.list_changed || report.failure !== '', 'a report names a failure or a list change');
 type ToolServiceReport = z.input<typeof toolServiceReportSchema>;
 
-/** Serves mcpgw.catalog.v1.CatalogDiscovery: the current catalog at once, then every change. */
-export function catalogServiceHandlers(store: CatalogStore, log: Logger): grpc.UntypedServiceImplementation {
+/**
+ * Serves mcpgw.catalog.v1.CatalogDiscovery: the feed's current catalog at once, then every change it
+ * sends (catalog-publication.ts); reports go to the store.
+ */
+export function catalogServiceHandlers(store: CatalogStore, feed: CatalogFeed, log: Logger): grpc.UntypedServiceImplementation {
   return {
     WatchCatalog(call: grpc.ServerWritableStream<{ sidecar_id: string }, CatalogSnapshotMessage>) {
       const sidecarId = call.request.sidecar_id || call.getPeer();
       log.info('sidecar subscribed to the catalog', { sidecarId });
       const push = (snapshot: CatalogSnapshotMessage) => call.write(snapshot);
-      push(store.current());
-      store.on('change', push);
+      push(feed.current());
+      feed.on('change', push);
       call.on('cancelled', () => {
-        store.off('change', push);
+        feed.off('change', push);
         log.info('sidecar unsubscribed', { sidecarId });
       });
     },

@@ -81,6 +81,11 @@ export interface StackOptions {
   /** Control plane replicas (1 by default), all on the one registry; every Envoy's bootstrap lists them all. */
   controlPlanes?: number;
   /**
+   * The port Envoy dials for a control plane's xDS, when something sits in between (a test's relay
+   * that holds the control plane's pushes back); the control plane's own port by default.
+   */
+  envoyXdsPort?: (controlPlanePort: number) => number;
+  /**
    * A Redis of the caller's (e.g. `sentinel://127.0.0.1:26379/mcpgw`) for the control planes and the
    * sidecars; the stack then starts no Redis of its own.
    */
@@ -573,7 +578,7 @@ export class GatewayStack {
           adsApiType: this.options.xdsApiType ?? 'GRPC',
           adminAddress: HOST,
           adminPort,
-          xds: this.controlPlanePorts.map(({ main }) => ({ host: HOST, port: main })),
+          xds: this.controlPlanePorts.map(({ main }) => ({ host: HOST, port: this.options.envoyXdsPort?.(main) ?? main })),
           ...(this.inside && { internalTls: { certDir: this.internalTlsDir(ENVOY_CERTIFICATE), sdsDir: path.join(this.options.logDir, `${instance}-sds`) } }),
           overload: { ...overloadForThisHost(), ...this.options.envoyOverload },
         },

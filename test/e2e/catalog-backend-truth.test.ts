@@ -1,7 +1,7 @@
 import { ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { freePort, waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
-import { SampleBackends, connectClient, controlPlaneStatus, listedTools, postJsonRpc, startGateway } from '../support/gateway-fixture';
+import { SampleBackends, connectClientHoldingStream, controlPlaneStatus, listedTools, listedToolsOnceServed, postJsonRpc, startGateway } from '../support/gateway-fixture';
 import { ScriptedToolService } from '../support/scripted-tool-service';
 
 /**
@@ -104,9 +104,14 @@ describe('a backend that comes back', () => {
   beforeAll(async () => {
     latePort = await freePort();
     // The catalog's full refresh stays at its 30 s default: only the fast re-listing can find the backend in time.
-    ({ stack } = await startGateway('catalog-backend-back', (b) => ({
-      routes: [{ key: 'demo', toolServices: [{ name: 'jobs', url: b.jobs }, { name: 'late', url: `http://127.0.0.1:${latePort}/mcp` }] }],
-    })));
+    // Its backoff is capped at 2 s here (10 s by default, with jitter 12 s: too close to the test's bound on a loaded host).
+    ({ stack } = await startGateway(
+      'catalog-backend-back',
+      (b) => ({
+        routes: [{ key: 'demo', toolServices: [{ name: 'jobs', url: b.jobs }, { name: 'late', url: `http://127.0.0.1:${latePort}/mcp` }] }],
+      }),
+      { extraArgs: { controlPlane: ['--catalog-retry-max-ms', '2000'] } },
+    ));
   });
 
   afterAll(async () => {
@@ -121,14 +126,15 @@ describe('a backend that comes back', () => {
     });
     expect(down).toMatchObject({ state: 'missing', last_error: `connection refused (127.0.0.1:${latePort})` });
 
-    const client = await connectClient(stack.gatewayUrl('demo'));
+    // The control plane's status can be ahead of the sidecar's catalog (sent once Envoy has the routes).
+    await waitFor('the sidecar to serve the route', () => listedToolsOnceServed(stack.gatewayUrl('demo')));
+    // Told only on a stream held before the backend comes back.
+    const client = await connectClientHoldingStream(stack.gatewayUrl('demo'));
     let notified = 0;
     client.setNotificationHandler(ToolListChangedNotificationSchema, async () => {
       notified++;
     });
     try {
-      // The SDK opens its GET stream after initialization; give it a moment to be held.
-      await new Promise((resolve) => setTimeout(resolve, 300));
       late = await ScriptedToolService.start(['ping'], 50, latePort);
       await waitFor('the list_changed notification', async () => (notified > 0 ? true : undefined), { timeoutMs: 15_000 });
       expect((await client.listTools()).tools.map((tool) => tool.name)).toEqual(['jobs__run_job', 'jobs__echo', 'jobs__whoami', 'late__ping']);

@@ -3,6 +3,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { ManagedProcess, freePort, waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
+import { TYPE_URL } from '../../control-plane/xds/translate/type-urls';
 import { connectClient, controlPlaneStatus, metricValue, postJsonRpc, startGateway } from '../support/gateway-fixture';
 import { ScriptedToolService } from '../support/scripted-tool-service';
 
@@ -52,6 +53,8 @@ describe('catalog rules and tools/list answers (real Envoy, sidecar, control pla
       ],
       // Pages of 100 here, to test paging; the default is every tool in one answer.
     }), { toolsListPageSize: 100 }));
+    // Both backends listed, as the sidecar serves them (a big listing can come after Envoy is up).
+    await waitFor('the wide route with both backends listed', async () => ((await toolsList('wide'))._meta['mcpgw/federation'].degradedBackends.length === 0 ? true : undefined));
     client = await connectClient(stack.gatewayUrl('wide'));
   });
 
@@ -202,6 +205,13 @@ describe('catalog rules and tools/list answers (real Envoy, sidecar, control pla
     ]);
     expect(await metricValue(stack, 'mcpgw_catalog_reported_tools', { rule: 'route-tool-cap', action: 'dropped' })).toBe(74);
 
+    // The sidecar may hear from the new control plane before Envoy has reconnected to it: until Envoy
+    // has its routes (the separator is in their call rules), a dotted name is "being added".
+    await waitFor("Envoy to have answered the new control plane's routes", async () => {
+      const nodes = (await controlPlaneStatus(stack)).xds.nodes as { sent: Record<string, string>; acked: Record<string, string> }[];
+      const routes = (node: (typeof nodes)[number]) => node.acked[TYPE_URL.routeConfiguration];
+      return nodes.length === 1 && routes(nodes[0]) !== undefined && routes(nodes[0]) === nodes[0].sent[TYPE_URL.routeConfiguration] ? true : undefined;
+    });
     const dotted = await connectClient(stack.gatewayUrl('wide'));
     try {
       expect(textOf(await dotted.callTool({ name: 'toolbox.t001', arguments: {} }))).toBe('called t001');

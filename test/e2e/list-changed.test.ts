@@ -1,7 +1,7 @@
 import { ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { waitFor } from '../../control-plane/devstack/processes';
-import { connectClient, listedTools, postJsonRpc, startGateway, MCP_POST_HEADERS } from '../support/gateway-fixture';
+import { connectClientHoldingStream, listedTools, postJsonRpc, startGateway, MCP_POST_HEADERS } from '../support/gateway-fixture';
 import { ScriptedToolService } from '../support/scripted-tool-service';
 
 /**
@@ -25,15 +25,13 @@ describe('tools/list_changed through the gateway (real Envoy, SDK client)', () =
   const refresh = () => fetch(`${stack.controlPlaneAdminUrl}/catalog/refresh?route=live`, { method: 'POST' });
 
   it('tells a client with a session that its tools changed, and not when they did not', async () => {
-    const client = await connectClient(stack.gatewayUrl('live'));
+    const client = await connectClientHoldingStream(stack.gatewayUrl('live'));
     let notified = 0;
     client.setNotificationHandler(ToolListChangedNotificationSchema, async () => {
       notified++;
     });
     try {
       expect(client.getServerCapabilities()?.tools).toEqual({ listChanged: true });
-      // The SDK opens its GET stream after initialization; give it a moment to be held.
-      await new Promise((resolve) => setTimeout(resolve, 300));
       await refresh();
       // A refresh that changes nothing is no news.
       await new Promise((resolve) => setTimeout(resolve, 300));

@@ -1,6 +1,7 @@
 import { waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
-import { listedTools, metricValue, startGateway } from '../support/gateway-fixture';
+import { buildGatewayIR } from '../../control-plane/ir/gateway-ir';
+import { SampleBackends, envoyStat, listedTools, metricValue, startGateway } from '../support/gateway-fixture';
 import { clientFrom, fetchFrom, refusal } from '../support/callers';
 
 /**
@@ -11,9 +12,13 @@ import { clientFrom, fetchFrom, refusal } from '../support/callers';
 
 describe('per-instance limits and concurrency limits', () => {
   let stack: GatewayStack;
+  /** The cluster of the Tool Service with a concurrency limit: the limit is its circuit breaker. */
+  let busyCluster: string;
+  const busyJobs = (url: string) => ({ id: 'jobs-two-at-a-time', name: 'jobs', url, quotas: { concurrency: { total: 2 } } });
 
   beforeAll(async () => {
-    ({ stack } = await startGateway('quotas', (b) => ({
+    let backends: SampleBackends;
+    ({ stack, backends } = await startGateway('quotas', (b) => ({
       quotas: { discovery: { perCaller: '1000/minute' } },
       routes: [
         { key: 'callers', quotas: { calls: { perCaller: '3/minute' } }, toolServices: [{ name: 'jobs', url: b.jobs }] },
@@ -26,10 +31,11 @@ describe('per-instance limits and concurrency limits', () => {
         { key: 'discovery', quotas: { discovery: { perCaller: '2/minute' } }, toolServices: [{ name: 'jobs', url: b.jobs }] },
         {
           key: 'busy',
-          toolServices: [{ id: 'jobs-two-at-a-time', name: 'jobs', url: b.jobs, quotas: { concurrency: { total: 2 } } }],
+          toolServices: [busyJobs(b.jobs)],
         },
       ],
     })));
+    busyCluster = buildGatewayIR({ routes: [{ key: 'busy', toolServices: [busyJobs(backends.jobs)] }] }).clusters[0].clusterName;
     for (const route of ['callers', 'tools', 'busy']) await waitFor(`route ${route} to serve tools`, async () => ((await listedTools(stack.gatewayUrl(route)))?.length ? true : undefined));
   });
   afterAll(async () => stack?.stop());
@@ -132,13 +138,12 @@ describe('per-instance limits and concurrency limits', () => {
     const calls = hanging.map(({ client }) => client.callTool({ name: 'jobs__run_job', arguments: { steps: 200, interval_ms: 100 } }, undefined, { timeout: 60_000 }).catch(() => undefined));
     const other = await clientFrom(url, '127.0.0.2');
     try {
-      await waitFor('two calls in flight to the Tool Service', async () => {
-        const refused = await refusal(other.client.callTool({ name: 'jobs__echo', arguments: { text: 'x' } })).catch(() => undefined);
-        return refused;
-      }).then((refused) => {
-        expect(refused.status).toBe(429);
-        expect(refused.error).toMatchObject({ code: -32029, data: { outcome: 'limited', limit: 'tool-service:jobs-two-at-a-time/concurrency', in_flight_limit: 2 } });
-      });
+      // Both hanging calls hold the Tool Service's slots (its cluster's circuit breaker is at capacity)
+      // before the other caller asks: asked sooner, its call could take a slot a hanging call then lacks.
+      await waitFor('two calls in flight to the Tool Service', async () => ((await envoyStat(stack, `cluster.${busyCluster}.circuit_breakers.default.rq_open`)) === 1 ? true : undefined));
+      const refused = await refusal(other.client.callTool({ name: 'jobs__echo', arguments: { text: 'x' } }));
+      expect(refused.status).toBe(429);
+      expect(refused.error).toMatchObject({ code: -32029, data: { outcome: 'limited', limit: 'tool-service:jobs-two-at-a-time/concurrency', in_flight_limit: 2 } });
       await Promise.all(hanging.map(({ close }) => close()));
       await Promise.all(calls);
       await waitFor('the Tool Service to take calls again', async () =>

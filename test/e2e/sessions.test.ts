@@ -185,6 +185,9 @@ describe('sessions through the gateway (server-everything, real Envoy and Redis)
     const whoami = async () => ((await client.callTool({ name: 'waiter__whoami', arguments: {} })).content as { text: string }[])[0].text;
     const before = await whoami();
     const gatewaySession = transport.sessionId;
+    // The gateway listens in the backend session for the client's GET stream: a GET that reached the
+    // waiter after it forgot would be a 404 that ends the session before this test's call can.
+    await waitFor('the gateway to listen in the backend session', async () => (waiter.listenedIn.includes(before) ? true : undefined));
     waiter.forgetSessions();
     await expect(client.callTool({ name: 'waiter__whoami', arguments: {} })).rejects.toThrow(
       /-32004.*backend waiter lost the session of this call and ran nothing: call again/,

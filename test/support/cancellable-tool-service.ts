@@ -16,6 +16,8 @@ import { mountStatefulMcp } from './stateful-mcp';
 export class CancellableToolService extends LoopbackMcpService {
   readonly started: { session: string; requestId: string | number }[] = [];
   readonly cancelled: { session: string; requestId: string | number; reason: unknown }[] = [];
+  /** Sessions a standalone GET stream was opened in (it reached the service while the session was known). */
+  readonly listenedIn: string[] = [];
   /** Sessions ended by a client's DELETE. */
   readonly closedSessions: string[] = [];
 
@@ -30,7 +32,11 @@ export class CancellableToolService extends LoopbackMcpService {
     const service = new CancellableToolService(port);
     mountStatefulMcp(app, service.transports, () => service.mcpServer(), {
       admit: (req, res) => {
-        if (acceptedTokens.some((token) => req.headers.authorization === `Bearer ${token}`)) return true;
+        if (acceptedTokens.some((token) => req.headers.authorization === `Bearer ${token}`)) {
+          const session = req.headers['mcp-session-id'];
+          if (req.method === 'GET' && typeof session === 'string' && service.transports.has(session)) service.listenedIn.push(session);
+          return true;
+        }
         service.unauthorized++;
         res.status(401).json({ jsonrpc: '2.0', id: null, error: { code: -32000, message: 'Unauthorized' } });
         return false;

@@ -5,7 +5,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { GatewayStack, StackOptions } from '../../control-plane/devstack/stack';
 import { buildGatewayIR } from '../../control-plane/ir/gateway-ir';
-import { freePorts } from '../../control-plane/devstack/processes';
+import { freePorts, waitFor } from '../../control-plane/devstack/processes';
 import { projectPath } from '../../control-plane/shared/paths';
 import { ROUTE_CONFIG_NAME } from '../../control-plane/xds/translate/settings';
 
@@ -73,6 +73,24 @@ export async function callToolContent(url: string, name: string, args: Record<st
 export async function connectClient(url: string): Promise<Client> {
   const client = new Client({ name: 'e2e-test-client', version: '1.0.0' });
   await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+  return client;
+}
+
+/**
+ * An SDK client whose standalone GET stream the gateway holds: the SDK opens it after initialization,
+ * and the sidecar answers 200 once it has registered it for the route's notifications, so a change
+ * after this is told on it.
+ */
+export async function connectClientHoldingStream(url: string): Promise<Client> {
+  let streamHeld = false;
+  const notingStream = async (input: string | URL | Request, init?: RequestInit) => {
+    const response = await fetch(input, init);
+    if (init?.method === 'GET' && response.ok) streamHeld = true;
+    return response;
+  };
+  const client = new Client({ name: 'e2e-test-client', version: '1.0.0' });
+  await client.connect(new StreamableHTTPClientTransport(new URL(url), { fetch: notingStream }));
+  await waitFor("the client's GET stream to be held", async () => (streamHeld ? true : undefined));
   return client;
 }
 

@@ -4,6 +4,9 @@ import { jwtAuthnKeepingRemoved } from '../translate/auth';
 import { EncodingMemo, buildSnapshot } from './snapshot';
 import { SnapshotCache } from './snapshot-cache';
 
+/** How long a publication waits for Envoys to answer before going on without the slow ones. */
+export const ENVOY_ANSWER_TIMEOUT_MS = 5000;
+
 export interface AnswerWaiter {
   /** Resolves once every connected Envoy has answered `version` of `typeUrl`, or after timeoutMs. */
   waitForAnswers(typeUrl: string, version: string, timeoutMs: number): Promise<void>;
@@ -24,7 +27,7 @@ export class XdsPublisher {
   constructor(
     private readonly cache: SnapshotCache,
     private readonly envoys: AnswerWaiter,
-    private readonly drainTimeoutMs = 5000,
+    private readonly drainTimeoutMs = ENVOY_ANSWER_TIMEOUT_MS,
   ) {}
 
   /**
