@@ -197,7 +197,7 @@ const adminTokenFileOption = () =>
   new Option('--admin-token-file <file>', 'a bearer token (at least 16 characters) every admin request but /healthz and /readyz must carry; required when --admin is not loopback').env('MCPGW_ADMIN_TOKEN_FILE');
 const redisPasswordFileOption = () =>
   new Option('--redis-password-file <file>', "the Redis ACL user's password (the user goes in the address: redis://USER@HOST:PORT); overrides a password in the address").env('MCPGW_REDIS_PASSWORD_FILE');
-const redisCaOption = () => new Option('--redis-ca <file>', 'the CA a rediss:// Redis certificate must chain to (default: the system CAs)').env('MCPGW_REDIS_CA');
+const redisCaOption = () => new Option('--redis-ca <file>', 'the CA the certificates of a rediss:// Redis or of sentinels:// Sentinels and their Redis must chain to (default: the system CAs)').env('MCPGW_REDIS_CA');
 const redisAuthOf = (options: { redisPasswordFile?: string; redisCa?: string }): RedisAuth => ({
   ...(options.redisPasswordFile && { password: readRedisPassword(options.redisPasswordFile) }),
   ...(options.redisCa && { tlsCaFile: options.redisCa }),
@@ -450,7 +450,7 @@ withOptions(withOptions(withOptions(withIdpOptions(subcommand('control-plane', '
   .addOption(new Option('--registry <file>', 'a static registry file (phase F1, docs/adr/0000-federation-decisions.md §10); or --portal').conflicts('portal'))
   .addOption(new Option('--portal <url>', 'the Portal base URL, e.g. http://portal:8080').argParser(parsedBy(url('the Portal base URL, e.g. http://portal:8080'))))
   .addOption(new Option('--portal-token <token>', 'bearer token for the Portal').env('MCPGW_PORTAL_TOKEN'))
-  .addOption(redisOption('Redis for last-good state and giving back per-caller concurrency slots (the same Redis as the sidecars): redis://HOST:PORT, or sentinel://HOST:PORT[,HOST:PORT...]/PRIMARY_NAME'))
+  .addOption(redisOption('Redis for last-good state and giving back per-caller concurrency slots (the same Redis as the sidecars): redis://HOST:PORT, or sentinel://HOST:PORT[,HOST:PORT...]/PRIMARY_NAME (rediss:// and sentinels:// for TLS)'))
   .addOption(new Option('--redis-prefix <prefix>', 'prefix of every Redis key').default('mcpgw:'))
   .addOption(hostPortOption('--grpc <host:port>', 'gRPC server: ADS for Envoy and the catalog stream for sidecars').makeOptionMandatory())
   .addOption(hostPortOption('--admin <host:port>', 'admin HTTP: /healthz /readyz /status /metrics /config/xds /dashboard').default(CONTROL_PLANE_ADMIN, '127.0.0.1:18001'))
@@ -692,7 +692,7 @@ withIdpOptions(subcommand('sidecar', 'run the MCP sidecar: the gateway lane (wha
     ),
   )
   .addOption(internalTlsOption())
-  .addOption(redisOption('Redis for sessions and per-caller concurrency slots shared by every replica: redis://HOST:PORT, or sentinel://HOST:PORT[,HOST:PORT...]/PRIMARY_NAME; without it sessions live in this process'))
+  .addOption(redisOption('Redis for sessions and per-caller concurrency slots shared by every replica: redis://HOST:PORT, or sentinel://HOST:PORT[,HOST:PORT...]/PRIMARY_NAME (rediss:// and sentinels:// for TLS); without it sessions live in this process'))
   .addOption(
     new Option('--redis-wait-replicas <n>', 'Redis replicas that must hold a new session before initialize is answered (WAIT, 200 ms at most); default 1 with sentinel://, else 0')
       .argParser(parsedBy(z.coerce.number({ message: 'must be a whole number, 0 or more' }).int('must be a whole number, 0 or more').min(0, 'must be a whole number, 0 or more'))),

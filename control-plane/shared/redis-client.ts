@@ -22,23 +22,24 @@ export const REDIS_TIMEOUT_DEFAULTS: RedisTimeouts = { connectTimeoutMs: 2000, c
  * - `redis://[[user]:password@]HOST:PORT[/DB]` (or `rediss://` for TLS): one Redis, or a Service in front of the primary;
  * - `sentinel://[[user]:password@]HOST:PORT[,HOST:PORT…]/PRIMARY[/DB]`: the Sentinels that know the
  *   primary named PRIMARY (Sentinel's `monitor` name). The client asks them for the primary, and again
- *   after a failover. A password is the data nodes' and the Sentinels' alike.
+ *   after a failover. A password is the data nodes' and the Sentinels' alike. `sentinels://` (as
+ *   `rediss://`): TLS to the Sentinels and to the data nodes they name, both checked against --redis-ca.
  */
 export type RedisAddress =
   | { kind: 'url'; url: string }
-  | { kind: 'sentinel'; sentinels: { host: string; port: number }[]; primaryName: string; db: number; username?: string; password?: string };
+  | { kind: 'sentinel'; tls: boolean; sentinels: { host: string; port: number }[]; primaryName: string; db: number; username?: string; password?: string };
 
 export const REDIS_ADDRESS_RULE =
-  'must be redis://HOST:PORT (rediss:// for TLS) or sentinel://HOST:PORT[,HOST:PORT...]/PRIMARY_NAME, optionally with user:password@ and /DB';
+  'must be redis://HOST:PORT (rediss:// for TLS) or sentinel://HOST:PORT[,HOST:PORT...]/PRIMARY_NAME (sentinels:// for TLS), optionally with user:password@ and /DB';
 
-const SENTINEL_ADDRESS = /^sentinel:\/\/(?:([^:@/]*)(?::([^@/]*))?@)?([^/@]+)\/([^/?#]+)(?:\/(\d+))?$/;
+const SENTINEL_ADDRESS = /^sentinel(s?):\/\/(?:([^:@/]*)(?::([^@/]*))?@)?([^/@]+)\/([^/?#]+)(?:\/(\d+))?$/;
 
 /** Reads a Redis address; throws an Error saying what is wrong with it. */
 export function parseRedisAddress(value: string): RedisAddress {
-  if (value.startsWith('sentinel://')) {
+  if (/^sentinels?:\/\//.test(value)) {
     const match = SENTINEL_ADDRESS.exec(value);
     if (!match) throw new Error(REDIS_ADDRESS_RULE);
-    const [, username, password, hosts, primaryName, db] = match;
+    const [, tls, username, password, hosts, primaryName, db] = match;
     const sentinels = hosts.split(',').map((entry) => {
       const hostPort = /^([^:\s]+):(\d{1,5})$/.exec(entry.trim());
       const port = Number(hostPort?.[2]);
@@ -47,6 +48,7 @@ export function parseRedisAddress(value: string): RedisAddress {
     });
     return {
       kind: 'sentinel',
+      tls: tls === 's',
       sentinels,
       primaryName: decodeURIComponent(primaryName),
       db: db ? Number(db) : 0,
@@ -72,7 +74,7 @@ export function describeRedisAddress(value: string): string {
 /**
  * What authenticates the gateway to Redis besides its address (docs/adr/0017-closed-inside.md): the
  * ACL user's password (from a file: never on a command line, never logged), which overrides a password
- * in the address, and the CA that a `rediss://` Redis's certificate must chain to.
+ * in the address, and the CA that a `rediss://` Redis's (or a `sentinels://` setup's) certificates must chain to.
  */
 export interface RedisAuth {
   password?: string;
@@ -99,8 +101,12 @@ const reconnectOnReadOnly = (error: Error) => (error.message.startsWith('READONL
  */
 export function connectionOptions(address: string, auth?: RedisAuth): RedisOptions {
   const parsed = parseRedisAddress(address);
+  const tlsOptions = () => (auth?.tlsCaFile ? { ca: fs.readFileSync(auth.tlsCaFile) } : {});
   if (parsed.kind === 'sentinel') {
+    const tls = parsed.tls ? tlsOptions() : undefined;
     return {
+      // sentinelTLS for the Sentinels; tls with enableTLSForSentinelMode for the primary and replicas they name.
+      ...(tls && { sentinelTLS: tls, tls, enableTLSForSentinelMode: true }),
       sentinels: parsed.sentinels,
       name: parsed.primaryName,
       db: parsed.db,
@@ -127,7 +133,7 @@ export function connectionOptions(address: string, auth?: RedisAuth): RedisOptio
     db: url.pathname.length > 1 ? Number(url.pathname.slice(1)) : 0,
     ...(decoded(url.username) && { username: decoded(url.username) }),
     ...(password !== undefined && { password }),
-    ...(url.protocol === 'rediss:' && { tls: auth?.tlsCaFile ? { ca: fs.readFileSync(auth.tlsCaFile) } : {} }),
+    ...(url.protocol === 'rediss:' && { tls: tlsOptions() }),
   };
 }
 

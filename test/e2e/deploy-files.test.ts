@@ -308,6 +308,55 @@ describe('the Helm chart', () => {
     expect(scripts['start-sentinel.sh']).toMatch(/requirepass "\$REDIS_PASSWORD"\n\s*sentinel auth-pass mcpgw \$REDIS_PASSWORD/);
   });
 
+  it("serves the chart's Redis and Sentinels over TLS only when redis.sentinel.tls is on, and the gateway connects with sentinels:// and the CA", () => {
+    const { manifests } = render('sentinel-tls');
+    const ca = Buffer.from(named(manifests, 'Secret', 'internal-ca').data!['tls.crt'], 'base64').toString();
+    const tlsSecret = named(manifests, 'Secret', 'redis-tls');
+    const certificate = new X509Certificate(Buffer.from(tlsSecret.data!['tls.crt'], 'base64'));
+    expect(certificate.verify(new X509Certificate(ca).publicKey)).toBe(true);
+    expect(Buffer.from(tlsSecret.data!['ca.crt'], 'base64').toString()).toBe(ca);
+    // Every pod's name under the headless Service (the Sentinels announce those), loopback for the probes.
+    expect(certificate.checkHost(`${RELEASE}-mcp-gateway-redis-4.${serviceHost('redis')}`)).toBeDefined();
+    expect(certificate.checkIP('127.0.0.1')).toBe('127.0.0.1');
+    expect([certificate.keyUsage]).toEqual([expect.arrayContaining([SERVER_AUTH, CLIENT_AUTH])]);
+
+    const scripts = named(manifests, 'ConfigMap', 'redis-scripts').data!;
+    expect(scripts['start-redis.sh']).toContain('--port 0 --tls-port 6379 --tls-cert-file /tls/tls.crt --tls-key-file /tls/tls.key --tls-ca-cert-file /tls/ca.crt');
+    expect(scripts['start-redis.sh']).toContain('--tls-replication yes');
+    const sentinelConf = scripts['start-sentinel.sh'].split('\n').map((line) => line.trim());
+    expect(sentinelConf).toEqual(expect.arrayContaining(['port 0', 'tls-port 26379', 'tls-cert-file /tls/tls.crt', 'tls-key-file /tls/tls.key', 'tls-ca-cert-file /tls/ca.crt', 'tls-replication yes']));
+    expect(sentinelConf).not.toContain('port 26379');
+    for (const script of Object.values(scripts)) expect(script).not.toMatch(/redis-cli (?!--tls --cacert \/tls\/ca\.crt)/);
+    const redisPod = named(manifests, 'StatefulSet', 'redis').spec.template.spec;
+    for (const container of redisPod.containers) {
+      expect(container.volumeMounts).toContainEqual({ name: 'tls', mountPath: '/tls', readOnly: true });
+      expect(container.readinessProbe.exec.command.slice(0, 4)).toEqual(['redis-cli', '--tls', '--cacert', '/tls/ca.crt']);
+    }
+    expect(redisPod.volumes).toContainEqual({ name: 'tls', secret: { secretName: `${RELEASE}-mcp-gateway-redis-tls` } });
+
+    const address = named(manifests, 'Secret', 'redis-address').stringData!.address;
+    expect(address).toMatch(/^sentinels:\/\//);
+    for (const deployment of ['control-plane', 'sidecar']) {
+      const pod = named(manifests, 'Deployment', deployment).spec.template.spec;
+      expect(containerOf(named(manifests, 'Deployment', deployment), deployment).args).toContain('--redis-ca=/etc/mcpgw/redis-ca/ca.crt');
+      expect(pod.volumes).toContainEqual({ name: 'redis-ca', secret: { secretName: `${RELEASE}-mcp-gateway-redis-tls` } });
+    }
+
+    // Off (the default): plain ports, no certificate, no CA.
+    const plain = render('default').manifests;
+    expect(plain.some((manifest) => manifest.metadata.name.endsWith('redis-tls'))).toBe(false);
+    expect(named(plain, 'ConfigMap', 'redis-scripts').data!['start-sentinel.sh']).not.toContain('tls-port');
+    expect(containerOf(named(plain, 'Deployment', 'sidecar'), 'sidecar').args.some((arg: string) => arg.startsWith('--redis-ca'))).toBe(false);
+  });
+
+  it('asks for the Redis TLS Secret when the internal certificates are yours, and uses the one given', () => {
+    const yours = ['--set', 'inside.certificates.source=existingSecrets', '--set', 'inside.certificates.existingSecrets.envoy=e,inside.certificates.existingSecrets.sidecar=s,inside.certificates.existingSecrets.controlPlane=c'];
+    expect(helm('template', RELEASE, CHART, ...valuesFile('sentinel-tls'), ...yours).stderr).toContain('set redis.sentinel.tls.existingSecret');
+    const { manifests } = render('sentinel-tls', [...yours, '--set', 'redis.sentinel.tls.existingSecret=my-redis-tls']);
+    expect(named(manifests, 'StatefulSet', 'redis').spec.template.spec.volumes).toContainEqual({ name: 'tls', secret: { secretName: 'my-redis-tls' } });
+    expect(named(manifests, 'Deployment', 'sidecar').spec.template.spec.volumes).toContainEqual({ name: 'redis-ca', secret: { secretName: 'my-redis-tls' } });
+  });
+
   it('takes the internal certificates and the Redis password from Secrets of yours, and asks for all three', () => {
     const { manifests } = render('default', [
       '--set', 'inside.certificates.source=existingSecrets',

@@ -13,6 +13,8 @@ import { KEYCLOAK_STARTUP_MS, Keycloak, keycloak } from '../support/keycloak';
 import { startPrometheus } from '../support/prometheus';
 import { startRedisSentinel } from '../support/redis-sentinel';
 import { TestRedis } from '../support/redis-server';
+import { DevInside } from '../../control-plane/devstack/dev-inside';
+import { createRedisClient } from '../../control-plane/shared/redis-client';
 import { tools } from '../support/tools';
 
 /**
@@ -205,6 +207,28 @@ describe('Chromium via playwright-core', () => {
 });
 
 describe('redis-sentinel', () => {
+  test('with TLS on (the chart\'s redis.sentinel.tls), the gateway\'s client reaches the primary by sentinels:// and the CA', async () => {
+    const tls = DevInside.create(path.join(dir, 'sentinel-tls-inside'), 60).redisTlsFiles();
+    const primary = await TestRedis.start(dir, [], tls);
+    try {
+      const sentinel = await startRedisSentinel(path.join(dir, 'sentinel-tls'), { primaryPort: primary.port, tls });
+      let overTls: ReturnType<typeof createRedisClient> | undefined;
+      try {
+        overTls = createRedisClient(`sentinels://127.0.0.1:${sentinel.port}/mcpgw`, { connectTimeoutMs: 1000, commandTimeoutMs: 1000 }, { auth: { tlsCaFile: tls.caFile } });
+        const client = overTls;
+        // The first tries fail until the client has asked the Sentinel and connected to the primary (no offline queue).
+        expect(await waitFor('the client over TLS to write to the primary', () => client.set('sentinel-tls', 'yes'))).toBe('OK');
+        expect(await client.get('sentinel-tls')).toBe('yes');
+        expect((await client.info('server')).match(/tcp_port:(\d+)/)?.[1]).toBe(String(primary.port));
+      } finally {
+        overTls?.disconnect();
+        await sentinel.stop();
+      }
+    } finally {
+      await primary.stop();
+    }
+  });
+
   test('starts and reports the primary it watches', async () => {
     const primary = await TestRedis.start(dir);
     try {

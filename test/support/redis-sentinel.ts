@@ -2,7 +2,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import Redis from 'ioredis';
 import { ManagedProcess, freePort, portAccepts } from '../../control-plane/devstack/processes';
-import { TestRedis } from './redis-server';
+import { RedisTlsFiles, TestRedis } from './redis-server';
 import { tools } from './tools';
 
 export interface RedisSentinel {
@@ -15,16 +15,22 @@ export interface RedisSentinel {
 /**
  * One Redis Sentinel (Debian's redis-sentinel) on a free loopback port, watching the primary at
  * 127.0.0.1:`primaryPort` under `masterName`, quick to declare it down (1 s). Sentinel rewrites its
- * config file, so it lives in `dir`.
+ * config file, so it lives in `dir`. With `tls`, as the chart's with redis.sentinel.tls: TLS only, to
+ * its clients and to the Redis it watches.
  */
-export async function startRedisSentinel(dir: string, { primaryPort, masterName = 'mcpgw' }: { primaryPort: number; masterName?: string }): Promise<RedisSentinel> {
+export async function startRedisSentinel(
+  dir: string,
+  { primaryPort, masterName = 'mcpgw', tls }: { primaryPort: number; masterName?: string; tls?: RedisTlsFiles },
+): Promise<RedisSentinel> {
   fs.mkdirSync(dir, { recursive: true });
   const port = await freePort();
   const configFile = path.join(dir, `sentinel-${port}.conf`);
   fs.writeFileSync(
     configFile,
     [
-      `port ${port}`,
+      ...(tls
+        ? ['port 0', `tls-port ${port}`, `tls-cert-file ${tls.certFile}`, `tls-key-file ${tls.keyFile}`, `tls-ca-cert-file ${tls.caFile}`, 'tls-auth-clients no', 'tls-replication yes']
+        : [`port ${port}`]),
       'bind 127.0.0.1',
       `dir ${dir}`,
       `sentinel monitor ${masterName} 127.0.0.1 ${primaryPort} 1`,
@@ -40,7 +46,7 @@ export async function startRedisSentinel(dir: string, { primaryPort, masterName 
     logFile: path.join(dir, `sentinel-${port}.log`),
     textLines: 'all',
   });
-  const client = new Redis({ host: '127.0.0.1', port, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => 200 });
+  const client = new Redis({ host: '127.0.0.1', port, ...(tls && { tls: { ca: fs.readFileSync(tls.caFile) } }), lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => 200 });
   const primaryAddress = async () => {
     const reply = (await client.call('SENTINEL', 'get-master-addr-by-name', masterName)) as [string, string] | null;
     if (!reply) throw new Error(`sentinel on port ${port} knows no primary ${masterName}`);

@@ -2,6 +2,13 @@ import * as path from 'node:path';
 import Redis from 'ioredis';
 import { ManagedProcess, freePort, portAccepts, waitFor } from '../../control-plane/devstack/processes';
 
+/** A server certificate, its key and the CA a client checks it against (DevInside.redisTlsFiles()). */
+export interface RedisTlsFiles {
+  certFile: string;
+  keyFile: string;
+  caFile: string;
+}
+
 /** A real redis-server of the test's own on a free loopback port, which the test can freeze (SIGSTOP) and thaw. */
 export class TestRedis {
   private constructor(
@@ -9,13 +16,17 @@ export class TestRedis {
     private readonly process: ManagedProcess,
   ) {}
 
-  static async start(logDir: string, extraArgs: string[] = []): Promise<TestRedis> {
+  /** With `tls`: TLS only, on the same port (no client certificates; replication over TLS). */
+  static async start(logDir: string, extraArgs: string[] = [], tls?: RedisTlsFiles): Promise<TestRedis> {
     const port = await freePort();
+    const tlsArgs = tls
+      ? ['--port', '0', '--tls-port', String(port), '--tls-cert-file', tls.certFile, '--tls-key-file', tls.keyFile, '--tls-ca-cert-file', tls.caFile, '--tls-auth-clients', 'no', '--tls-replication', 'yes']
+      : [];
     const process = new ManagedProcess({
       name: `redis-${port}`,
       command: 'redis-server',
       // --dir: a replica writes the snapshot its primary sends (dump.rdb) there, not into the working tree.
-      args: ['--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no', '--dir', logDir, ...extraArgs],
+      args: ['--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no', '--dir', logDir, ...tlsArgs, ...extraArgs],
       logFile: path.join(logDir, `redis-${port}.log`),
     });
     await waitFor('redis to accept connections', () => portAccepts(port));

@@ -68,7 +68,7 @@ address
 {{- range $ordinal := until (int .Values.redis.sentinel.replicas) -}}
 {{- $hosts = append $hosts (printf "%s-%d.%s.%s.svc.%s:26379" $redis $ordinal $redis $.Release.Namespace $.Values.clusterDomain) -}}
 {{- end -}}
-{{- printf "sentinel://%s/%s" (join "," $hosts) .Values.redis.sentinel.primaryName -}}
+{{- printf "%s://%s/%s" (ternary "sentinels" "sentinel" .Values.redis.sentinel.tls.enabled) (join "," $hosts) .Values.redis.sentinel.primaryName -}}
 {{- end -}}
 
 {{/* Environment every gateway process shares: its pod name (replica id), Redis from the Secret. */}}
@@ -150,6 +150,9 @@ affinity:
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- if and (eq .Values.redis.mode "sentinel") .Values.redis.sentinel.tls.enabled (not .Values.redis.sentinel.tls.existingSecret) (ne .Values.inside.certificates.source "generate") -}}
+{{- fail "redis.sentinel.tls.enabled with inside.certificates.source existingSecrets: set redis.sentinel.tls.existingSecret (a Secret with tls.crt, tls.key, ca.crt)" -}}
+{{- end -}}
 {{- if and (eq .Values.redis.mode "sentinel") (lt (int .Values.redis.sentinel.replicas) (int .Values.redis.sentinel.quorum)) -}}
 {{- fail "redis.sentinel.quorum is larger than redis.sentinel.replicas: no failover could ever be agreed" -}}
 {{- end -}}
@@ -186,15 +189,22 @@ affinity:
 - --redis-password-file=/etc/mcpgw/redis-auth/password
 {{- end }}
 {{- if include "mcpgw.redisCaSecret" . }}
-- --redis-ca=/etc/mcpgw/redis-ca/{{ .Values.redis.external.caSecret.key }}
+- --redis-ca=/etc/mcpgw/redis-ca/{{ ternary .Values.redis.external.caSecret.key "ca.crt" (eq .Values.redis.mode "external") }}
 {{- end }}
 {{- end -}}
 
-{{/* The Secret with the CA an external rediss:// Redis's certificate chains to, if one is set. */}}
+{{/* The Secret with the CA Redis's certificate chains to, if there is one: an external rediss:// Redis's, or the chart's Redis with TLS (key ca.crt). */}}
 {{- define "mcpgw.redisCaSecret" -}}
 {{- if eq .Values.redis.mode "external" -}}
 {{- .Values.redis.external.caSecret.name -}}
+{{- else if .Values.redis.sentinel.tls.enabled -}}
+{{- include "mcpgw.redisTlsSecret" . -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The Secret (tls.crt, tls.key, ca.crt) the chart's Redis and Sentinels serve TLS with. */}}
+{{- define "mcpgw.redisTlsSecret" -}}
+{{- default (include "mcpgw.component" (dict "root" . "component" "redis-tls")) .Values.redis.sentinel.tls.existingSecret -}}
 {{- end -}}
 
 {{- define "mcpgw.insideMounts" -}}
