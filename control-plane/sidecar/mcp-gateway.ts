@@ -28,6 +28,7 @@ import { answerUnplacedRequest, isPlacedMethod } from './surface-requests';
 import { honoredFilter, listenParamsSchema } from './subscriptions-listen';
 import { RESUME_CALL_PREFIX, answerResumedCall, answerUnplacedCall, brokenCallAnswer, resumeTargetOf, resumedCallOutcome } from './tool-call';
 import { ListAudience, answerList, listBody } from './tools-list';
+import { ENVOY_UNKNOWN_ROUTE_HEADER } from '../xds/translate/settings';
 
 /** The sidecar's decisions on requests: answered here, or sent on to exactly one backend (tool-call.ts). */
 
@@ -73,7 +74,13 @@ export async function decideOnHead(head: RequestHead, context: GatewayContext): 
   if (error) return error;
   const view = context.lookup(key!);
   if (!view) {
-    return respondError(404, null, JSON_RPC.INVALID_REQUEST, `unknown route key "${key}"`, 'unknown_route');
+    if (head.headers.get(ENVOY_UNKNOWN_ROUTE_HEADER) === 'true') {
+      return respondError(404, null, JSON_RPC.INVALID_REQUEST, `unknown route key "${key}"`, 'unknown_route');
+    }
+    // Envoy routed the key: the catalog of a route just added is on its way (it waits for Envoy's ACK).
+    return respondError(503, null, JSON_RPC.INTERNAL_ERROR, `route "${key}" is being added to the gateway: call again`, 'route_pending', {
+      'retry-after': '1',
+    });
   }
   // A POST's body says which era it is from, and so how an unknown version is answered (decideOnMessage).
   if (head.method !== 'POST' && unsupportedVersionHeader(head)) return unsupportedVersion(head);

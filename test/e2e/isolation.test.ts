@@ -1,7 +1,8 @@
 import * as http from 'node:http';
+import { waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { EdgeToolService } from '../support/edge-tool-service';
-import { MCP_POST_HEADERS, clusterOf, connectClient, envoyStat, listedTools, postJsonRpc, startGateway } from '../support/gateway-fixture';
+import { MCP_POST_HEADERS, clusterOf, connectClient, envoyStat, listedTools, listedToolsOnceServed, postJsonRpc, startGateway } from '../support/gateway-fixture';
 
 /**
  * Isolation at the default limits (docs/adr/0009-edge-hardening.md): one client holding 1,100 calls on
@@ -27,6 +28,10 @@ describe('one backend, route or client cannot refuse requests on another', () =>
         { key: 'other', toolServices: [{ name: 'jobs', url: b.jobs }] },
       ],
     })));
+    // The catalog reaches the sidecar after Envoy's ACK: until then a route answers "being added".
+    for (const route of ['busy', 'other']) {
+      await waitFor(`route ${route} served`, () => listedToolsOnceServed(stack.gatewayUrl(route)));
+    }
     // Client A: one session, and 1,100 calls of a tool that never answers, each on its own connection.
     sessionA = await initializeSession(stack.gatewayUrl('busy'));
     for (let index = 0; index < HUNG_CALLS; index++) {

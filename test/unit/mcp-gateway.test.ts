@@ -6,6 +6,7 @@ import { decideOnBody, decideOnHead } from '../../control-plane/sidecar/mcp-gate
 import { buildRouteViews } from '../../control-plane/sidecar/route-catalog';
 import { CachedSessionStore, SessionEndings } from '../../control-plane/sidecar/sessions/session-cache';
 import { MemorySessionStore } from '../../control-plane/sidecar/sessions/session-store';
+import { ENVOY_UNKNOWN_ROUTE_HEADER } from '../../control-plane/xds/translate/settings';
 import { quietLogger } from '../support/quiet-logger';
 import { sidecarContext } from '../support/sidecar-context';
 import { backendCatalog, catalogSnapshot } from './catalog-fixtures';
@@ -43,13 +44,19 @@ describe('sidecar decisions on the request head', () => {
   it.each([
     ['/mcp without a route key', head('POST', '/mcp'), 400, -32600, 'route key is required: use /mcp/{routeKey}'],
     ['/mcp/ without a route key', head('POST', '/mcp/?x=1'), 400, -32600, 'route key is required: use /mcp/{routeKey}'],
-    ['an unknown route key', head('POST', '/mcp/other'), 404, -32600, 'unknown route key "other"'],
+    ['a route key Envoy has no route for', head('POST', '/mcp/other', { ...POST_HEADERS, [ENVOY_UNKNOWN_ROUTE_HEADER]: 'true' }), 404, -32600, 'unknown route key "other"'],
+    ['a route key Envoy routed that the catalog has not yet', head('POST', '/mcp/other'), 503, -32603, 'route "other" is being added to the gateway: call again'],
     ['a path outside /mcp', head('POST', '/admin'), 404, -32600, 'not an MCP route: use /mcp/{routeKey}'],
     ['GET (no standalone SSE stream yet)', head('GET'), 405, -32600, 'method GET is not allowed on this endpoint'],
     ['a wrong Content-Type', head('POST', '/mcp/demo', { ...POST_HEADERS, 'content-type': 'text/plain' }), 415, -32600, 'Content-Type must be application/json'],
     ['a missing Accept', head('POST', '/mcp/demo', { 'content-type': 'application/json' }), 406, -32600, 'Accept must list both application/json and text/event-stream'],
   ])('answers %s itself', async (_case, request, status, code, message) => {
     expect(await responded(decideOnHead(request, context))).toEqual({ status, message: { jsonrpc: '2.0', id: null, error: { code, message } } });
+  });
+
+  it('asks a client to call again soon when Envoy knows a route before the catalog does', async () => {
+    const decision = await decideOnHead(head('POST', '/mcp/other'), context);
+    expect(decision.kind === 'respond' && decision.headers['retry-after']).toBe('1');
   });
 
   it('reads the body of a well-formed POST, with a query string or a charset', async () => {

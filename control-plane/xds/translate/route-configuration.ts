@@ -5,7 +5,7 @@ import { CALLER_HEADERS_REMOVED, SigningKeys, authenticatedRouteParts, keysUnava
 import { CallLaneCatalog, GATEWAY_LANE_FILTERS, SESSION_END_FILTERS, callMatch, callRouteFilters, surfaceMatches, surfaceRouteFilters } from './call-lane';
 import { duration } from './duration';
 import { callRouteQuotas, gatewayRouteQuotas } from './quotas';
-import { CHECK_HEADERS, EGRESS_ROUTE_CONFIG_NAME, EGRESS_UPSTREAM_HEADER, GatewaySettings, MCP_METADATA_NAMESPACE, POOLED_CALL_PATH, POOLED_LANE_HEADER, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
+import { CHECK_HEADERS, EGRESS_ROUTE_CONFIG_NAME, ENVOY_UNKNOWN_ROUTE_HEADER, EGRESS_UPSTREAM_HEADER, GatewaySettings, MCP_METADATA_NAMESPACE, POOLED_CALL_PATH, POOLED_LANE_HEADER, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { GATEWAY_SPANS, routeTracing } from './tracing';
 import { TYPE_URL, typedStruct } from './type-urls';
 
@@ -302,7 +302,10 @@ export function buildRouteConfiguration(
         routes: [
           ...routes,
           // /mcp without a key, or a key no route has: the sidecar says which.
-          gatewayRoute('unknown_route', { path_separated_prefix: '/mcp' }, undefined),
+          {
+            ...gatewayRoute('unknown_route', { path_separated_prefix: '/mcp' }, undefined),
+            request_headers_to_add: [{ header: { key: ENVOY_UNKNOWN_ROUTE_HEADER, value: 'true' }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' }],
+          },
           // The approval pages people open in a browser (docs/approval-and-audit.md): HTML and forms, not MCP.
           gatewayRoute('approval_pages', { path_separated_prefix: APPROVAL_PAGES_PATH }, undefined, APPROVAL_PAGE_FILTERS),
           {

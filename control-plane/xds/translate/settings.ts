@@ -186,6 +186,13 @@ export const MCP_METADATA_NAMESPACE = 'envoy.filters.http.mcp';
 /** ext_authz's namespace: the headers the session check names in dynamic_metadata_from_headers. */
 export const EXT_AUTHZ_METADATA_NAMESPACE = 'envoy.filters.http.ext_authz';
 /** Headers the session check receives from the call script's metadata and may send back. */
+/**
+ * Set by Envoy's catch-all `unknown_route` only: the route key is unknown to Envoy too. Without it a key
+ * the sidecar's catalog does not know yet is one Envoy already routes (a registry change reaches Envoy
+ * before the catalog, which waits for Envoy's ACK): "being added, call again", not 404.
+ */
+export const ENVOY_UNKNOWN_ROUTE_HEADER = 'x-mcpgw-envoy-unknown-route';
+
 export const CHECK_HEADERS = {
   route: 'x-mcpgw-route',
   backend: 'x-mcpgw-backend',
