@@ -79,6 +79,15 @@ const ENTRIES = [
     response: { response_code: { value: 429 }, response_code_details: 'request_rate_limited', response_headers: { 'x-mcpgw-limit': 'route:demo/discovery/per-caller' } },
   },
   {
+    common_properties: common({
+      upstream_request_attempt_count: 0,
+      response_flags: { unauthorized_details: { reason: 'EXTERNAL_SERVICE' } },
+      metadata: { filter_metadata: { mcpgw: struct({ route: 'demo', backend: 'jobs', tool: 'echo', method: 'tools/call', check: true }) } },
+    }),
+    request: { path: '/mcp/demo', request_id: 'req-5' },
+    response: { response_code: { value: 404 }, response_code_details: 'ext_authz_denied' },
+  },
+  {
     common_properties: common({ upstream_request_attempt_count: 0, route_name: '', metadata: undefined }),
     request: { path: '/mcp/demo', request_id: 'req-4', request_headers: { 'x-mcpgw-claim-iss': 'http://idp', 'x-mcpgw-claim-sub': 'b2' } },
     response: { response_code: { value: 401 }, response_code_details: 'jwt_authn_access_denied{Jwt_is_missing}' },
@@ -111,10 +120,10 @@ describe("the lean decoder of Envoy's call log", () => {
 
   it('gives every consumer what the whole decoding gives it', () => {
     const expected = consumed(whole);
-    expect(expected.calls).toHaveLength(2);
+    expect(expected.calls.map((call) => call.outcome)).toEqual(['ok', 'degraded', 'invalid']);
     expect(expected.limited).toHaveLength(1);
     expect(expected.failures).toHaveLength(1);
-    expect(expected.audit.filter(Boolean)).toHaveLength(3);
+    expect(expected.audit.filter(Boolean)).toHaveLength(4);
     expect(expected.leases[0]).toBe('bGVhc2U');
     expect(consumed(lean)).toEqual(expected);
   });
