@@ -57,7 +57,7 @@ export interface CallObserver {
   record(call: CallRecord): void;
 }
 
-/** A google.protobuf.Struct/Value as @grpc/proto-loader decodes it, back to plain JSON. */
+/** A google.protobuf.Struct/Value as decoded (protobufjs messages: `kind` names a Value's member), back to plain JSON. */
 export type StructValue = { fields?: Record<string, ProtoValue> };
 type ProtoValue = { kind?: string; stringValue?: string; numberValue?: number; boolValue?: boolean; structValue?: StructValue; listValue?: { values?: ProtoValue[] } };
 
@@ -86,7 +86,11 @@ export function fromStruct(struct: StructValue | undefined): Record<string, unkn
 type ProtoDuration = { seconds?: string | number | { toString(): string }; nanos?: number };
 export const secondsOf = (duration: ProtoDuration | undefined) => Number(String(duration?.seconds ?? 0)) + (duration?.nanos ?? 0) / 1e9;
 
-/** The parts of envoy.data.accesslog.v3.HTTPAccessLogEntry the gateway reads. */
+/**
+ * The parts of envoy.data.accesslog.v3.HTTPAccessLogEntry the gateway reads. The call log is decoded
+ * for these fields only (call-log-decoding.ts READ_FIELDS and READ_NAMESPACES): a field or metadata
+ * namespace read here must be named there too.
+ */
 export interface LogEntry {
   common_properties?: {
     upstream_remote_address?: { socket_address?: { address?: string; port_value?: number } };
