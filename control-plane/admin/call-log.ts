@@ -10,8 +10,8 @@ import { LIMIT_HEADER } from '../xds/translate/quotas';
 /**
  * Every tools/call, as Envoy's call lane logs it (docs/adr/0008-data-path-lanes.md): Envoy streams its
  * access log entries of call routes over gRPC (AccessLogService, batched every 50 ms, off the request
- * path) to the control plane, which turns them into per-call metrics and the dashboard's history. No
- * call passes through Node.
+ * path) to the control plane, which decodes only what it reads (call-log-decoding.ts) and turns it
+ * into per-call metrics and the dashboard's history. No call passes through Node.
  */
 
 /**
@@ -57,8 +57,8 @@ export interface CallObserver {
   record(call: CallRecord): void;
 }
 
-/** A google.protobuf.Struct/Value as @grpc/proto-loader decodes it, back to plain JSON. */
-type StructValue = { fields?: Record<string, ProtoValue> };
+/** A google.protobuf.Struct/Value as decoded (protobufjs messages: `kind` names a Value's member), back to plain JSON. */
+export type StructValue = { fields?: Record<string, ProtoValue> };
 type ProtoValue = { kind?: string; stringValue?: string; numberValue?: number; boolValue?: boolean; structValue?: StructValue; listValue?: { values?: ProtoValue[] } };
 
 function fromValue(value: ProtoValue): unknown {
@@ -82,10 +82,15 @@ export function fromStruct(struct: StructValue | undefined): Record<string, unkn
   return Object.fromEntries(Object.entries(struct?.fields ?? {}).map(([key, value]) => [key, fromValue(value)]));
 }
 
-type ProtoDuration = { seconds?: string | number; nanos?: number };
-export const secondsOf = (duration: ProtoDuration | undefined) => Number(duration?.seconds ?? 0) + (duration?.nanos ?? 0) / 1e9;
+/** A Duration or Timestamp; its seconds a string (@grpc/proto-loader), a number, or a Long (protobufjs, call-log-decoding.ts). */
+type ProtoDuration = { seconds?: string | number | { toString(): string }; nanos?: number };
+export const secondsOf = (duration: ProtoDuration | undefined) => Number(String(duration?.seconds ?? 0)) + (duration?.nanos ?? 0) / 1e9;
 
-/** The parts of envoy.data.accesslog.v3.HTTPAccessLogEntry the gateway reads. */
+/**
+ * The parts of envoy.data.accesslog.v3.HTTPAccessLogEntry the gateway reads. The call log is decoded
+ * for these fields only (call-log-decoding.ts READ_FIELDS and READ_NAMESPACES): a field or metadata
+ * namespace read here must be named there too.
+ */
 export interface LogEntry {
   common_properties?: {
     upstream_remote_address?: { socket_address?: { address?: string; port_value?: number } };
@@ -107,7 +112,7 @@ export interface CallLogConsumer {
   add(entry: LogEntry): void;
 }
 
-interface StreamMessage {
+export interface StreamMessage {
   http_logs?: { log_entry?: LogEntry[] };
 }
 

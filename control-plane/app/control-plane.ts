@@ -2,6 +2,7 @@ import * as http from 'node:http';
 import * as grpc from '@grpc/grpc-js';
 import { createAdminApp } from '../admin/admin-server';
 import { CallLog, CallMetrics, LimitMetrics, accessLogServiceHandlers } from '../admin/call-log';
+import { leanAccessLogService } from '../admin/call-log-decoding';
 import { CallHistory } from '../admin/call-history';
 import { AuditLog, AuditTarget } from '../audit/audit-log';
 import { closeServer, listen } from '../shared/http-listen';
@@ -288,7 +289,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     ? new ConcurrencySlots(createRedisClient(options.redis.url, { ...REDIS_TIMEOUT_DEFAULTS, ...options.redis.timeouts }, { auth: options.redis.auth }), redisKeyspace(options.redis.prefix))
     : undefined;
   server.addService(
-    grpcServices.accessLog().service,
+    leanAccessLogService(grpcServices.accessLog().service),
     accessLogServiceHandlers(
       [new CallLog([callMetrics, callHistory], undefined, [degradeOnFailure], [limitMetrics]), ...(audit ? [audit] : []), new LeaseReleases(concurrencySlots, log)],
       log,

@@ -462,6 +462,7 @@ withOptions(withOptions(withOptions(withIdpOptions(subcommand('control-plane', '
   )
   .addOption(egressOption(ENVOY_EGRESS_DESCRIPTION))
   .addOption(positiveIntOption('--max-request-body-bytes <bytes>', 'largest JSON-RPC request body, on every HTTP version (413 past it)', GATEWAY_DEFAULTS.maxRequestBodyBytes))
+  .addOption(new Option('--no-envoy-access-log', "no JSON line per request in Envoy's stdout (saves Envoy about 25 µs of CPU per request; calls, metrics and audit are unchanged)"))
   .addOption(
     new Option('--session-check-timeout-ms <ms>', `how long Envoy waits for the session check; the check answers ${SESSION_CHECK_MARGIN_MS} ms before, naming a backend too slow to open its session (-32004)`)
       .argParser(parsedBy(positiveInt.refine((ms) => ms > SESSION_CHECK_MARGIN_MS, `must be above ${SESSION_CHECK_MARGIN_MS}`)))
@@ -616,6 +617,7 @@ withOptions(withOptions(withOptions(withIdpOptions(subcommand('control-plane', '
           toolServiceLimits: { maxRequests: options.toolServiceMaxRequests, maxPendingRequests: options.toolServiceMaxPending },
           access: accessOf(options.listener, options),
           auditArguments: audit !== undefined,
+          envoyAccessLog: options.envoyAccessLog,
           ...(options.otlpEndpoint && {
             tracing: { otlpEndpoint: options.otlpEndpoint, samplingRatio: options.traceSampling, serviceName: options.envoyTraceServiceName },
           }),

@@ -234,4 +234,18 @@ describe('the audit log file', () => {
     expect(counted.find((value) => value.labels.kind === 'denied_request')?.value).toBe(1);
     fs.rmSync(dir, { recursive: true, force: true });
   });
+
+  it('writes the events of one call-log message in one write, not one per call', async () => {
+    const writes = jest.spyOn(process.stdout, 'write').mockImplementation(() => true);
+    try {
+      const audit = new AuditLog({ kind: 'stdout' }, new client.Registry(), quietLogger);
+      // One message of Envoy's call log: its entries reach the consumers in one go.
+      for (let index = 0; index < 3; index += 1) audit.add(entry(call({ jwt: ALICE })));
+      await Promise.resolve();
+      expect(writes).toHaveBeenCalledTimes(1);
+      expect(String(writes.mock.calls[0][0]).split('\n').filter(Boolean).map((line) => JSON.parse(line).outcome)).toEqual(['ok', 'ok', 'ok']);
+    } finally {
+      writes.mockRestore();
+    }
+  });
 });

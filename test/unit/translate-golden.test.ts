@@ -100,6 +100,16 @@ describe('registry → IR → xDS golden files', () => {
     for (const piece of ['envoy.tracers.opentelemetry', 'otel_collector', 'envoy.filters.http.header_mutation', '"decorator"', '"custom_tags"']) expect(off).not.toContain(piece);
   });
 
+  it("leaves out Envoy's JSON access log when it is off, and keeps the call log the control plane reads", () => {
+    const accessLogsOf = (gateway: GatewaySettings) => {
+      const [listener] = resourcesOf(loadRegistryFile(path.join(FIXTURES, 'two-routes.yaml')), gateway)[TYPE_URL.listener];
+      const manager = JSON.parse(JSON.stringify(listener)).filter_chains[0].filters[0].typed_config;
+      return manager.access_log.map((log: { name: string }) => log.name);
+    };
+    expect(accessLogsOf(settings)).toEqual(['envoy.access_loggers.stdout', 'envoy.access_loggers.http_grpc']);
+    expect(accessLogsOf({ ...settings, envoyAccessLog: false })).toEqual(['envoy.access_loggers.http_grpc']);
+  });
+
   it('is unchanged when the registry lists routes and Tool Services in another order', () => {
     const registry = loadRegistryFile(path.join(FIXTURES, 'two-routes.yaml'));
     const reordered = {

@@ -38,7 +38,8 @@ const RESOURCE_PROTO_FILES = [
   'xds/type/v3/typed_struct.proto',
 ];
 
-function resolveInIncludeDirs(_origin: string, target: string): string {
+/** Where an import of Envoy's protos is found (for a root of other Envoy types than the translator's). */
+export function resolveInIncludeDirs(_origin: string, target: string): string {
   for (const dir of [...ENVOY_PROTO_INCLUDE_DIRS, PROTOBUFJS_DIR]) {
     const candidate = path.join(dir, target);
     if (fs.existsSync(candidate)) return candidate;

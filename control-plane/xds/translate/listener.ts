@@ -213,7 +213,7 @@ export function buildListener(settings: GatewaySettings): TypedJson {
               codec_type: 'AUTO',
               rds: { route_config_name: ROUTE_CONFIG_NAME, config_source: { ads: {}, resource_api_version: 'V3' } },
               ...edgeConnectionManagerSettings(settings.edge),
-              access_log: [accessLog, callLog],
+              access_log: settings.envoyAccessLog ? [accessLog, callLog] : [callLog],
               local_reply_config: localReplyConfig(),
               ...(settings.tracing && { tracing: connectionManagerTracing(settings.tracing) }),
               // CORS answers the preflights of browser pages on allowed origins (they carry no token), the

@@ -49,6 +49,13 @@ export interface GatewaySettings {
    * hash (control-plane/audit/). Off when the control plane writes no audit: then nothing is copied.
    */
   auditArguments: boolean;
+  /**
+   * Envoy's JSON access log of the agents' listener on stdout (docs/observability.md#logs): one line per
+   * request. On by default; off (`--no-envoy-access-log`) saves Envoy about 25 µs of CPU per request
+   * (docs/adr/0008-data-path-lanes.md, "The two access logs"). The call log, metrics and audit do not
+   * depend on it.
+   */
+  envoyAccessLog: boolean;
   /** Envoy's spans (docs/observability.md#traces); absent, no tracer is configured at all. */
   tracing?: GatewayTracing;
 }
@@ -150,6 +157,7 @@ export const GATEWAY_DEFAULTS = {
   } satisfies EdgeSettings,
   toolServiceLimits: { maxRequests: 1024, maxPendingRequests: 1024 } satisfies ToolServiceLimits,
   auditArguments: false,
+  envoyAccessLog: true,
 };
 
 /**
