@@ -96,7 +96,7 @@ async function main(): Promise<void> {
     fs.writeFileSync(registryFile, stringify(registry(`http://${HOST}:${backendPort}/mcp`)));
     const stack = await group.startGateway('gateway', { registryFile, logDir: LOG_DIR, rateLimit: true });
     const pidOf = (name: string) => stack.processes.get(name)!.child.pid!;
-    const pids = { envoy: pidOf('envoy'), sidecar: pidOf('sidecar'), controlPlane: pidOf('control-plane'), redis: pidOf('redis') };
+    const pids = { envoy: pidOf('envoy'), sidecar: pidOf('sidecar'), controlPlane: pidOf('control-plane'), redis: pidOf('redis'), rateLimit: pidOf('ratelimit') };
     runs = await measureVariants(
       ['off', 'local', 'global', 'concurrency'].map((name) => ({ name, url: stack.gatewayUrl(name) })),
       settings,
