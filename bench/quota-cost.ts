@@ -69,7 +69,7 @@ function markdown(runs: VariantRun[], context: { measuredAt: string; mode: strin
     '`off` (no limits); `local` (the route\'s calls per caller and total, the Tool Service\'s total, the tool\'s per caller: four local_ratelimit slots);',
     '`global` (the route\'s calls per caller and total, the Tool Service\'s total, all `shared: true`: one gRPC call to the ratelimit service per tools/call, three descriptors);',
     '`concurrency` (the route\'s calls in flight per caller: the session check on every call, a slot taken in Redis, given back through the call log and the control plane).',
-    `Every rate is ${NEVER_REACHED} and every in-flight limit ${IN_FLIGHT_NEVER_REACHED}: nothing is refused. Control plane and Redis CPU per call include the call log of every variant; concurrency's extra there is giving slots back. tools/call \`bench__echo\` in 8 sessions, 16 clients at saturation; figures are medians over the repetitions; latency in ms, off / local / global / concurrency (ratios local, global, concurrency to off).`,
+    `Every rate is ${NEVER_REACHED} and every in-flight limit ${IN_FLIGHT_NEVER_REACHED}: nothing is refused. Control plane and Redis CPU per call include the call log of every variant; concurrency's extra there is giving slots back; the ratelimit service (on the gateway's core, like Redis) works for \`global\` only. tools/call \`bench__echo\` in 8 sessions, 16 clients at saturation; figures are medians over the repetitions; latency in ms, off / local / global / concurrency (ratios local, global, concurrency to off).`,
     '',
     ...variantTable(runs, 'off', ['local', 'global', 'concurrency']),
     '',
@@ -96,7 +96,7 @@ async function main(): Promise<void> {
     fs.writeFileSync(registryFile, stringify(registry(`http://${HOST}:${backendPort}/mcp`)));
     const stack = await group.startGateway('gateway', { registryFile, logDir: LOG_DIR, rateLimit: true });
     const pidOf = (name: string) => stack.processes.get(name)!.child.pid!;
-    const pids = { envoy: pidOf('envoy'), sidecar: pidOf('sidecar'), controlPlane: pidOf('control-plane'), redis: pidOf('redis') };
+    const pids = { envoy: pidOf('envoy'), sidecar: pidOf('sidecar'), controlPlane: pidOf('control-plane'), redis: pidOf('redis'), rateLimit: pidOf('ratelimit') };
     runs = await measureVariants(
       ['off', 'local', 'global', 'concurrency'].map((name) => ({ name, url: stack.gatewayUrl(name) })),
       settings,

@@ -33,10 +33,12 @@ export interface ProcessIds {
   /** Measured only where a feature puts work there (bench/quota-cost.ts: concurrency slots given back). */
   controlPlane?: number;
   redis?: number;
+  /** The ratelimit service (envoyproxy/ratelimit) of shared limits (bench/quota-cost.ts). */
+  rateLimit?: number;
 }
 
 /** The processes of ProcessIds, as the results tables name them. */
-const PROCESS_LABELS: Record<keyof ProcessIds, string> = { envoy: 'Envoy', sidecar: 'sidecar', controlPlane: 'control plane', redis: 'Redis' };
+const PROCESS_LABELS: Record<keyof ProcessIds, string> = { envoy: 'Envoy', sidecar: 'sidecar', controlPlane: 'control plane', redis: 'Redis', rateLimit: 'ratelimit service' };
 
 export interface Variant {
   name: string;

@@ -17,6 +17,11 @@ export function rateLimitBinary(): string | undefined {
   return fs.existsSync(candidate) ? candidate : undefined;
 }
 
+/** The over-limit cache (LOCAL_CACHE_SIZE_IN_BYTES): 1 MiB holds some ten thousand over-limit keys. */
+export const OVER_LIMIT_CACHE_BYTES = 1024 * 1024;
+/** Go's GC target for the service: a heap up to five times its live size between collections (tens of MB). */
+export const RATELIMIT_GOGC = 400;
+
 export interface RateLimitServicePorts {
   grpc: number;
   http: number;
@@ -31,7 +36,8 @@ export function rateLimitConfigFile(dir: string): string {
 /**
  * Its settings (environment variables). Counters live in Redis under their own key prefix; a config
  * file that appears half-written is never read (dot files are skipped, and the control plane renames
- * a finished file into place).
+ * a finished file into place). What it costs per call is set here too (docs/quotas.md, "Running the
+ * ratelimit service"; measured in docs/adr/0016-quotas.md).
  */
 export function rateLimitEnvironment(
   dir: string,
@@ -43,7 +49,14 @@ export function rateLimitEnvironment(
     // The gateway's Redis ACL user (docs/adr/0017-closed-inside.md): its keys are under mcpgw: too.
     ...(redis.password !== undefined && { REDIS_AUTH: redis.user ? `${redis.user}:${redis.password}` : redis.password }),
     ...(redis.tlsCaFile && { REDIS_TLS: 'true', REDIS_TLS_CACERT: redis.tlsCaFile }),
-    USE_STATSD: 'false',
+    // Without a sink the service dumps every stat into its log every 10 s; the gateway's refusals are
+    // counted from Envoy's call log and Envoy's own ratelimit stats, so the service keeps none.
+    DISABLE_STATS: 'true',
+    // A caller already over a shared limit is refused from the service's memory until the window
+    // ends: a client in a loop past its limit costs no Redis round trip.
+    LOCAL_CACHE_SIZE_IN_BYTES: String(OVER_LIMIT_CACHE_BYTES),
+    // Its live heap is a few MB: at Go's default (100) it collects every few hundred calls.
+    GOGC: String(RATELIMIT_GOGC),
     LOG_LEVEL: 'warn',
     LOG_FORMAT: 'json',
     HOST: host,

@@ -59,6 +59,23 @@ describe('shared limits', () => {
     );
   });
 
+  it('refuses a caller already over a shared limit from the service\'s memory: further refused calls add nothing to its count in Redis', async () => {
+    // Over the limit of four a minute (already, after the test above).
+    for (let id = 1; (await call(first, 'shared', id)).status !== 429; id++) expect(id).toBeLessThan(5);
+    const redis = first.redisClient();
+    try {
+      // The service's key of this minute's count: <prefix><domain>_<key>_<value>_…_<window start, s>.
+      const window = Math.floor(Date.now() / 60_000) * 60;
+      const key = `mcpgw:ratelimit:mcpgw_limit_route:shared/calls_scope_shared_${window}`;
+      const counted = await redis.get(key);
+      expect(Number(counted)).toBeGreaterThan(4);
+      for (const id of [6, 7, 8]) expect((await call(id % 2 ? first : second, 'shared', id)).status).toBe(429);
+      expect(await redis.get(key)).toBe(counted);
+    } finally {
+      redis.disconnect();
+    }
+  });
+
   it('lets the calls of a whenServiceDown: allow limit through and refuses those of a refuse limit (503) while the service is down, and counts again once it is back', async () => {
     expect((await call(first, 'open')).status).toBe(200);
     expect((await call(first, 'closed')).status).toBe(200);
