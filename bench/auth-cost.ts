@@ -17,9 +17,13 @@ import { VariantRun, measureVariants, targetsVerdict, variantTable } from './var
 
 /**
  * What caller identity costs a tools/call (issue 11, docs/adr/0011-caller-identity.md): one gateway,
- * one backend, two routes to it — `open` (no auth) and `authed` (Envoy's jwt_authn validating an RS256
+ * one backend, routes to it — `open` (no auth) and `authed` (Envoy's jwt_authn validating an RS256
  * token of a local issuer, and the call script applying the tool's access rule: a required scope and a
- * group) — measured in the same run, interleaved, at fixed rates (p50/p99) and at saturation.
+ * group) — measured in the same run, interleaved, at fixed rates (p50/p99) and at saturation. Two more
+ * variants split the cost into its pieces, each paired with `open` in the same repetition: `token`
+ * (the same token sent to the open route, not validated there: what its bytes cost) and `validated`
+ * (a route with auth and no rule: validation, the claim headers and the caller's record, without the
+ * access decision).
  *   scripts/bench.sh auth [--quick]     (node dist/bench/auth-cost.js [--quick])
  * Writes bench/results/auth.json and .md (a --quick run: auth-quick.*).
  */
@@ -27,6 +31,8 @@ import { VariantRun, measureVariants, targetsVerdict, variantTable } from './var
 const LOG_DIR = projectPath('.run', 'bench', 'auth');
 const RESULTS_DIR = projectPath('bench', 'results');
 const TARGETS = { p50Ratio: 1.05, saturationRatio: 0.95 };
+/** The variants measured against `open`, smallest difference first; the targets are `authed`'s. */
+const PIECES = ['token', 'validated', 'authed'];
 
 const log = (line: string) => process.stdout.write(`[bench auth] ${line}\n`);
 
@@ -64,11 +70,12 @@ function markdown(runs: VariantRun[], context: { measuredAt: string; mode: strin
     '# Caller identity: tools/call with and without JWT validation and per-tool authorization',
     '',
     `Measured ${context.measuredAt} (${context.mode} run) on ${context.cores} cores, load average ${context.load.map((value) => value.toFixed(2)).join(' / ')} (1 / 5 min)${context.pinned ? '; load generator on the last core, the gateway on the others' : ''}, by \`scripts/bench.sh auth\`.`,
-    'One gateway (Envoy 1.40, control plane, sidecar, Redis), one stateless bench backend, two routes to it in the same run, measured in turn:',
-    '`open` (no auth) and `authed` (jwt_authn validating a ~1 KB RS256 token of a local issuer, keys by ECDS; the call script applying the tool\'s rule: `requiredScopes: [tools:call]`, `allowGroups: [bench]`; sessions bound to the caller).',
+    'One gateway (Envoy 1.40, control plane, sidecar, Redis), one stateless bench backend, routes to it in the same run, measured in turn:',
+    '`open` (no auth) and `authed` (jwt_authn validating a ~1 KB RS256 token of a local issuer, keys by ECDS; the call script applying the tool\'s rule: `requiredScopes: [tools:call]`, `allowGroups: [bench]`; sessions bound to the caller);',
+    'and the pieces between them: `token` (the same token sent to `open`, where nothing validates it) and `validated` (a route with auth and no rule: jwt_authn, its claim headers and the call script\'s record of the caller, no access decision).',
     'tools/call `bench__echo` in 8 sessions, 16 clients at saturation; figures are medians over the repetitions; latency in ms, open / authed (ratio).',
     '',
-    ...variantTable(runs, 'open', ['authed']),
+    ...variantTable(runs, 'open', PIECES),
     '',
     targetsVerdict(runs, 'open', 'authed', TARGETS),
     '',
@@ -107,16 +114,20 @@ async function main(): Promise<void> {
             auth: { issuer: issuer.issuer },
             toolServices: [{ ...backend, policy: { rules: [{ tools: [ECHO_TOOL], requiredScopes: ['tools:call'], allowGroups: ['bench'] }] } }],
           },
+          { key: 'validated', auth: { issuer: issuer.issuer }, toolServices: [backend] },
         ],
       }),
     );
     const stack = await group.startGateway('gateway', { registryFile, logDir: LOG_DIR });
-    const authed = stack.gatewayUrl('authed');
+    // Each route's token names that route's resource URL as its audience (the default audience).
+    const bearer = (route: string) => ({ authorization: `Bearer ${issuer.token(stack.gatewayUrl(route))}` });
     const pids = { envoy: stack.processes.get('envoy')!.child.pid!, sidecar: stack.processes.get('sidecar')!.child.pid! };
     runs = await measureVariants(
       [
         { name: 'open', url: stack.gatewayUrl('open') },
-        { name: 'authed', url: authed, headers: { authorization: `Bearer ${issuer.token(authed)}` } },
+        { name: 'token', url: stack.gatewayUrl('open'), headers: bearer('open') },
+        { name: 'validated', url: stack.gatewayUrl('validated'), headers: bearer('validated') },
+        { name: 'authed', url: stack.gatewayUrl('authed'), headers: bearer('authed') },
       ],
       settings,
       pids,
