@@ -28,16 +28,14 @@ const callContext = (rules: CallLaneBackend, credentials: 'none' | 'tokenExchang
     credentials,
     pooledCallLane,
   })['envoy.filters.http.lua'] as unknown as LuaPerRoute).value.filter_context;
-/** A route's context without the version of its rules (tested on its own below). */
-const rulesOf = ({ rules_version: _version, ...rules }: Record<string, unknown>) => rules;
 
 describe("a call route's context", () => {
   it('carries none of the gateway constants or defaults', () => {
-    expect(rulesOf(callContext(backend()))).toEqual({ route: 'demo', backend: 'weather_eu', scheme: 'weather-eu', 'tool:get': 'r' });
+    expect(callContext(backend())).toEqual({ route: 'demo', backend: 'weather_eu', scheme: 'weather-eu', 'tool:get': 'r' });
   });
 
   it('carries each value that differs from the defaults', () => {
-    expect(rulesOf(callContext(backend({ era: 'modern', sessionful: false, fallbackText: 'later' }), 'tokenExchange', '.'))).toEqual({
+    expect(callContext(backend({ era: 'modern', sessionful: false, fallbackText: 'later' }), 'tokenExchange', '.')).toEqual({
       route: 'demo',
       backend: 'weather_eu',
       scheme: 'weather-eu',
@@ -54,17 +52,6 @@ describe("a call route's context", () => {
   it('says it takes the pooled-call lane only when its Tool Service opted in (transport.resumeCutPooledCalls)', () => {
     expect(callContext(backend(), 'none', '__', true).pooled_call_lane).toBe(true);
     expect(callContext(backend())).not.toHaveProperty('pooled_call_lane');
-  });
-
-  it('names the version of its rules, under which the call script keeps what it read of them: the same rules one version, other rules another', () => {
-    const version = callContext(backend()).rules_version;
-    expect(version).toMatch(/^[A-Za-z0-9_-]{16}$/);
-    expect(callContext(backend()).rules_version).toBe(version);
-    expect(callContext(backend({ tools: new Map([['get', 'r;f']]) })).rules_version).not.toBe(version);
-    expect(callContext(backend({ denied: new Map([['drop', 'denyTools: drop']]) })).rules_version).not.toBe(version);
-    const surface = surfaceRouteFilters('demo', 'weather_eu', '__', backend(), undefined, 'none')['envoy.filters.http.lua'] as unknown as LuaPerRoute;
-    expect(surface.value.filter_context.rules_version).toMatch(/^[A-Za-z0-9_-]{16}$/);
-    expect(surface.value.filter_context.rules_version).not.toBe(version);
   });
 
   it("of a prompt or resource route says it does not annotate answers (the default is a call route's)", () => {

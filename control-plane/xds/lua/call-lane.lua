@@ -56,47 +56,14 @@ local M = {}
 -- (call-lane.ts, ROUTE_CONTEXT_DEFAULTS), set once by the prelude the control plane puts on this
 -- script's first line; empty when a test loads the script bare. A route's own value, false included, wins.
 local route_defaults = ROUTE_CONTEXT_DEFAULTS or {}
--- A route's rules as this worker read them, by the version the control plane gives each route's rules
--- (call-lane.ts, RULES_VERSION_KEY: a digest of its whole filter_context, so changed rules are another
--- version): each read from Envoy is a call out of Lua that builds the value anew, about twenty a call
--- before this memory. Every key read once holds its value, or ABSENT. Bounded: past RULES_MAX values
--- (a client can ask for any tool name) the memory starts over.
-local RULES_VERSION_KEY = "rules_version"
-local ABSENT = {}
-local RULES_MAX = 50000
-local rules_by_version, rules_count = {}, 0
 local RouteContext = {}
 RouteContext.__index = RouteContext
 function RouteContext:get(key)
-  local known, value = self.known, nil
-  if known then
-    value = known[key]
-    if value == nil then
-      value = self.own:get(key)
-      if value == nil then value = ABSENT end
-      known[key], rules_count = value, rules_count + 1
-    end
-    if value == ABSENT then value = nil end
-  else
-    value = self.own:get(key)
-  end
+  local value = self.own:get(key)
   if value == nil then return route_defaults[key] end
   return value
 end
-function M.route_context(h)
-  local own = h:filterContext()
-  local version = own:get(RULES_VERSION_KEY)
-  local known = nil
-  if version ~= nil then
-    if rules_count >= RULES_MAX then rules_by_version, rules_count = {}, 0 end
-    known = rules_by_version[version]
-    if not known then
-      known = {}
-      rules_by_version[version] = known
-    end
-  end
-  return setmetatable({ own = own, known = known }, RouteContext)
-end
+function M.route_context(h) return setmetatable({ own = h:filterContext() }, RouteContext) end
 
 local MCP_NS = "envoy.filters.http.mcp"
 local NS = "mcpgw"
@@ -567,18 +534,6 @@ function M.tool_flags(flags)
   return parsed
 end
 
--- M.tool_flags once per worker and flags text (a route's tools share a few); bounded as the route rules are.
-local TOOL_FLAGS_MAX = 10000
-local tool_flags_known, tool_flags_count = {}, 0
-local function parsed_tool_flags(flags)
-  local parsed = tool_flags_known[flags]
-  if parsed then return parsed end
-  if tool_flags_count >= TOOL_FLAGS_MAX then tool_flags_known, tool_flags_count = {}, 0 end
-  parsed = M.tool_flags(flags)
-  tool_flags_known[flags], tool_flags_count = parsed, tool_flags_count + 1
-  return parsed
-end
-
 local function id_json(id)
   if id == nil then return "null" end
   if type(id) == "string" then return json_string(id) end
@@ -828,7 +783,8 @@ end
 
 -- A prompts/get, completion/complete or resources/* request on its backend's route: the name or URI
 -- checked and put back into the backend's own, then the same era, session and credential handling as a call.
-local function forward_request(h, request, context)
+local function forward_request(h, request)
+  local context = M.route_context(h)
   local backend, route, separator, scheme = context:get("backend"), context:get("route"), context:get("separator"), context:get("scheme")
   local era, sessionful = context:get("era"), context:get("sessionful")
   local per_caller, credential_mode = context:get("per_caller_credentials"), context:get("credential_mode")
@@ -922,20 +878,20 @@ end
 -- yields, and reading the body yields: everything needed from them is read first, and they are
 -- fetched again afterwards.
 function envoy_on_request(h)
-  local context = M.route_context(h)
-  if context:get("ends_sessions") then
+  if h:filterContext():get("ends_sessions") then
     -- A DELETE on its way to the sidecar: this worker stops remembering checks of that session now.
     local ended = h:headers():get("mcp-session-id")
     if ended then M.checked_forget(ended .. "\n") end
     return
   end
   local request = h:streamInfo():dynamicMetadata():get(MCP_NS)
-  if request and FORWARDED[request.method] then return forward_request(h, request, context) end
+  if request and FORWARDED[request.method] then return forward_request(h, request) end
   if not request or request.method ~= "tools/call" then return end
   local id = request.id
   if id ~= nil and type(id) ~= "string" and type(id) ~= "number" then
     return error_reply(h, nil, INVALID_REQUEST, ID_RULE, nil, "400")
   end
+  local context = M.route_context(h)
   local backend, route, separator = context:get("backend"), context:get("route"), context:get("separator")
   local exposed = request.params and request.params.name
   local own = sub(exposed, #backend + #separator + 1)
@@ -959,7 +915,7 @@ function envoy_on_request(h)
   metadata:set(NS, "tool", own)
   if id ~= nil then metadata:set(NS, "rpc_id", id) end
   metadata:set(NS, "rpc_id_json", id_json(id))
-  local tool = flags and parsed_tool_flags(flags)
+  local tool = flags and M.tool_flags(flags)
 
   -- A tool the route does not serve: refused before anything reaches the backend.
   local function refuse()
@@ -1575,7 +1531,7 @@ local function call_of(h)
     traced = ours.traced,
     -- A call an approval let through: a 2026-07-28 backend may ask its client for input first.
     approval_id = ours.approval == "granted" and ours.approval_id or nil,
-    approval_cluster = context:get("approval_cluster"),
+    approval_cluster = h:filterContext():get("approval_cluster"),
   }
   -- What the answer is to, for the errors that name it.
   call.what = call.method .. " " .. (call.tool or "")

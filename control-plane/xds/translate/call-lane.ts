@@ -1,5 +1,4 @@
 import * as fs from 'node:fs';
-import { createHash } from 'node:crypto';
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { AccessRuleMessage, CATALOG_DEFAULTS, CatalogSnapshotMessage } from '../../catalog/catalog-store';
 import { BackendCredentials, RouteAuthIR } from '../../ir/gateway-ir';
@@ -173,19 +172,10 @@ export const ROUTE_CONTEXT_DEFAULTS = {
   pooled_call_lane: false,
 } as const satisfies Record<string, string | number | boolean>;
 
-/** Where a route's context names the version of its rules (call-lane.lua, RULES_VERSION_KEY). */
-const RULES_VERSION_KEY = 'rules_version';
-
-/**
- * A route's context as Envoy gets it: without what the script's defaults already say, and with the
- * version of its rules, a digest of all the rest (96 bits). The call script keeps what it read of a
- * route's rules per worker under that version instead of reading them from Envoy on every call
- * (docs/adr/0008-data-path-lanes.md, the saturation regression); changed rules are another version.
- */
-function luaRouteContext(context: Record<string, unknown>): Record<string, unknown> {
+/** A route's context as Envoy gets it: without what the script's defaults already say. */
+function withoutDefaults(context: Record<string, unknown>): Record<string, unknown> {
   const defaults: Record<string, unknown> = ROUTE_CONTEXT_DEFAULTS;
-  const own = Object.fromEntries(Object.entries(context).filter(([key, value]) => defaults[key] !== value));
-  return { ...own, [RULES_VERSION_KEY]: createHash('sha256').update(JSON.stringify(own)).digest('base64url').slice(0, 16) };
+  return Object.fromEntries(Object.entries(context).filter(([key, value]) => defaults[key] !== value));
 }
 
 const luaValue = (value: string | number | boolean) => (typeof value === 'string' ? JSON.stringify(value) : String(value));
@@ -434,7 +424,7 @@ export function callRouteFilters(
     context.concurrency_deadline_ms = quotas.deadlineMs;
   }
   return {
-    'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: luaRouteContext(context) }),
+    'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: withoutDefaults(context) }),
   };
 }
 
@@ -458,7 +448,7 @@ export function surfaceRouteFilters(
   };
   for (const prompt of backend?.prompts ?? []) context[`prompt:${prompt}`] = '';
   return {
-    'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: luaRouteContext(context) }),
+    'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: withoutDefaults(context) }),
   };
 }
 

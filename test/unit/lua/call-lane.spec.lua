@@ -400,25 +400,3 @@ check("continuation without requestState",
 check("a complete result continues nothing", continuation('{"jsonrpc":"2.0","id":7,"result":{"content":[]}}'), nil)
 check("another id's answer continues nothing", continuation('{"jsonrpc":"2.0","id":8,"result":{"resultType":"input_required","requestState":"s"}}'), nil)
 check("an error continues nothing", continuation('{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"input_required"}}'), nil)
-
--- a route's rules: read from Envoy once per worker and rules version (each read builds the value anew)
-local reads = 0
-local function route_handle(fields)
-  local context = { get = function(_, key) reads = reads + 1 return fields[key] end }
-  return { filterContext = function() return context end }
-end
-local versioned = route_handle({ rules_version = "v1", backend = "w", annotate = false, ["tool:get"] = "r" })
-local function read_rules(context)
-  return table.concat({ tostring(context:get("backend")), tostring(context:get("annotate")), tostring(context:get("tool:get")), tostring(context:get("tool:nope")) }, " ")
-end
-check("route rules: first read", read_rules(M.route_context(versioned)), "w false r nil")
-reads = 0
-check("route rules: a known version, the same values", read_rules(M.route_context(versioned)), "w false r nil")
-check("route rules: a known version reads only its version", reads, 1)
-reads = 0
-check("route rules: another version reads anew", read_rules(M.route_context(route_handle({ rules_version = "v2", backend = "x" }))), "x nil nil nil")
-check("route rules: another version's reads", reads, 5)
-reads = 0
-local unversioned = route_handle({ backend = "y" })
-read_rules(M.route_context(unversioned))
-check("route rules: without a version, every read goes to Envoy", reads, 5)
