@@ -44,7 +44,7 @@ function baselineStart(worktree: string): (options: StackOptions) => Promise<Gat
   return (options) => loaded.GatewayStack.start(options);
 }
 
-const revisionOf = (worktree: string) => execFileSync('git', ['-C', worktree, 'log', '-1', '--format=%h %s'], { encoding: 'utf8' }).trim();
+const revisionOf = (worktree: string) => execFileSync('git', ['-C', worktree, 'log', '-1', '--format=%h %<(72,trunc)%s'], { encoding: 'utf8' }).trim();
 
 async function main(): Promise<void> {
   const parsed = Arguments.safeParse(process.argv.slice(2));
@@ -59,6 +59,8 @@ async function main(): Promise<void> {
   const base = benchSettings(quick);
   // Saturation only: the regression was of answers per second; CPU per call is its steadier measure.
   const settings = { ...base, repetitions: quick ? REPETITIONS.quick : REPETITIONS.full, toolCall: { ...base.toolCall, ratesPerSecond: [] } };
+  // Before claimCpus: pinned to its core, this process sees one.
+  const cores = os.availableParallelism();
   const cpuPlan = claimCpus();
   fs.rmSync(LOG_DIR, { recursive: true, force: true });
   const group = new ProcessGroup(LOG_DIR, cpuPlan);
@@ -83,7 +85,7 @@ async function main(): Promise<void> {
   } finally {
     await group.stopAll();
   }
-  const context = { measuredAt: new Date().toISOString(), mode: settings.mode, cores: os.availableParallelism(), load: { before: loadBefore, after: os.loadavg().slice(0, 2) }, pinned: cpuPlan.pinned, revisions };
+  const context = { measuredAt: new Date().toISOString(), mode: settings.mode, cores, load: { before: loadBefore, after: os.loadavg().slice(0, 2) }, pinned: cpuPlan.pinned, revisions };
   const markdown = [
     '# Two revisions of the gateway in one run',
     '',
