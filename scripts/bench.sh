@@ -42,6 +42,11 @@ if [ "${1:-}" = inside ]; then
   shift
   exec node dist/bench/inside-cost.js "$@"
 fi
+# scripts/bench.sh revision <baseline worktree> [--quick]: this tree's gateway against another revision's, in one run (docs/adr/0008-data-path-lanes.md).
+if [ "${1:-}" = revision ]; then
+  shift
+  exec node dist/bench/revision-cost.js "$@"
+fi
 
 # scripts/bench.sh quotas [--quick]: tools/call with rate limiting off, local and global (docs/adr/0016-quotas.md).
 if [ "${1:-}" = quotas ]; then

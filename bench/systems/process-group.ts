@@ -65,9 +65,16 @@ export class ProcessGroup {
     return child;
   }
 
-  /** Starts a whole gateway stack and pins each of its processes to the systems' cores. */
-  async startGateway(name: string, options: Omit<StackOptions, 'ports'>): Promise<GatewayStack> {
-    const stack = await GatewayStack.start({ ...options, ports: await allocateStackPorts() });
+  /**
+   * Starts a whole gateway stack and pins each of its processes to the systems' cores; `start` is
+   * another revision's GatewayStack.start where a bench compares revisions (bench/revision-cost.ts).
+   */
+  async startGateway(
+    name: string,
+    options: Omit<StackOptions, 'ports'>,
+    start: (options: StackOptions) => Promise<GatewayStack> = (stackOptions) => GatewayStack.start(stackOptions),
+  ): Promise<GatewayStack> {
+    const stack = await start({ ...options, ports: await allocateStackPorts() });
     this.members.push({ name, stop: () => stack.stop() });
     for (const member of stack.processes.values()) if (member.child.pid !== undefined) this.pinSystem(member.child.pid);
     return stack;

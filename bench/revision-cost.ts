@@ -1,0 +1,108 @@
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { stringify } from 'yaml';
+import { z } from 'zod';
+import { GatewayStack, StackOptions } from '../control-plane/devstack/stack';
+import { projectPath } from '../control-plane/shared/paths';
+import { benchSettings } from './settings';
+import { allocatePort } from './systems/ports';
+import { ProcessGroup, claimCpus } from './systems/process-group';
+import { startBackendProcess } from './systems/systems';
+import { HOST } from './systems/topology';
+import { ProcessIds, VariantRun, measureVariants, variantTable } from './variant-cost';
+
+/**
+ * Two revisions of the gateway in one run (issue 10, docs/adr/0008-data-path-lanes.md, the saturation
+ * regression): this tree's and a baseline worktree's, each its own GatewayStack (its own control plane,
+ * generated xDS, call script, sidecar and Envoy) on one stateless bench backend, tools/call at
+ * saturation in interleaved repetitions, with Envoy's, the sidecar's and the control plane's CPU per
+ * call paired by repetition. Comparing two full runs of scripts/bench.sh mixes in whatever else the
+ * machine did in between; this does not.
+ *   git worktree add /work/wt/base <revision> && (cd /work/wt/base && npx tsc -p tsconfig.json)
+ *   scripts/bench.sh revision /work/wt/base [--quick]     (node dist/bench/revision-cost.js …)
+ * Writes bench/results/revision-cost.json and .md (a --quick run: revision-cost-quick.*).
+ */
+
+const LOG_DIR = projectPath('.run', 'bench', 'revision');
+const RESULTS_DIR = projectPath('bench', 'results');
+const USAGE = 'usage: scripts/bench.sh revision <baseline worktree, built> [--quick]';
+const REPETITIONS = { full: 12, quick: 2 };
+
+const log = (line: string) => process.stdout.write(`[bench revision] ${line}\n`);
+
+const Arguments = z.tuple([z.string().min(1, USAGE)]).rest(z.literal('--quick'));
+
+/** The baseline worktree's own GatewayStack.start: its processes run its dist/, its script its Lua. */
+function baselineStart(worktree: string): (options: StackOptions) => Promise<GatewayStack> {
+  const stackModule = path.join(worktree, 'dist', 'control-plane', 'devstack', 'stack.js');
+  if (!fs.existsSync(stackModule)) throw new Error(`${worktree}: no ${path.relative(worktree, stackModule)} (build it first: npx tsc -p tsconfig.json). ${USAGE}`);
+  type StackClass = { start(options: StackOptions): Promise<GatewayStack> };
+  const isStackClass = (value: unknown) => typeof value === 'function' && typeof (value as Partial<StackClass>).start === 'function';
+  const loaded = z.object({ GatewayStack: z.custom<StackClass>(isStackClass, `${stackModule} exports no GatewayStack`) }).parse(require(stackModule));
+  return (options) => loaded.GatewayStack.start(options);
+}
+
+const revisionOf = (worktree: string) => execFileSync('git', ['-C', worktree, 'log', '-1', '--format=%h %<(72,trunc)%s'], { encoding: 'utf8' }).trim();
+
+async function main(): Promise<void> {
+  const parsed = Arguments.safeParse(process.argv.slice(2));
+  if (!parsed.success) {
+    process.stderr.write(`${USAGE}\n`);
+    process.exit(2);
+  }
+  const [baselineDir] = parsed.data;
+  const quick = parsed.data.length > 1;
+  const baseline = path.resolve(baselineDir);
+  const startBaseline = baselineStart(baseline);
+  const base = benchSettings(quick);
+  // Saturation only: the regression was of answers per second; CPU per call is its steadier measure.
+  const settings = { ...base, repetitions: quick ? REPETITIONS.quick : REPETITIONS.full, toolCall: { ...base.toolCall, ratesPerSecond: [] } };
+  // Before claimCpus: pinned to its core, this process sees one.
+  const cores = os.availableParallelism();
+  const cpuPlan = claimCpus();
+  fs.rmSync(LOG_DIR, { recursive: true, force: true });
+  const group = new ProcessGroup(LOG_DIR, cpuPlan);
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => void group.stopAll().then(() => process.exit(130)));
+  const revisions = { baseline: revisionOf(baseline), this: revisionOf(projectPath()) };
+  const loadBefore = os.loadavg().slice(0, 2);
+  let runs: VariantRun[];
+  try {
+    const backendPort = await allocatePort();
+    await startBackendProcess(group, 'backend', [{ port: backendPort, fillerTools: 0, listDelayMs: 0, prompts: 0, resources: 0 }]);
+    const registryFile = path.join(LOG_DIR, 'registry.yaml');
+    fs.writeFileSync(registryFile, stringify({ routes: [{ key: 'bench', toolServices: [{ name: 'bench', url: `http://${HOST}:${backendPort}/mcp` }] }] }));
+    const stacks = new Map<string, GatewayStack>([
+      ['baseline', await group.startGateway('baseline', { registryFile, logDir: path.join(LOG_DIR, 'baseline') }, startBaseline)],
+      ['this', await group.startGateway('this', { registryFile, logDir: path.join(LOG_DIR, 'this') })],
+    ]);
+    const pids = (variant: string): ProcessIds => {
+      const pid = (name: string) => stacks.get(variant)!.processes.get(name)!.child.pid!;
+      return { envoy: pid('envoy'), sidecar: pid('sidecar'), controlPlane: pid('control-plane') };
+    };
+    runs = await measureVariants([...stacks].map(([name, stack]) => ({ name, url: stack.gatewayUrl('bench') })), settings, pids, log);
+  } finally {
+    await group.stopAll();
+  }
+  const context = { measuredAt: new Date().toISOString(), mode: settings.mode, cores, load: { before: loadBefore, after: os.loadavg().slice(0, 2) }, pinned: cpuPlan.pinned, revisions };
+  const markdown = [
+    '# Two revisions of the gateway in one run',
+    '',
+    `Measured ${context.measuredAt} (${context.mode} run, ${settings.repetitions} interleaved repetitions) on ${context.cores} cores, load average ${loadBefore.map((value) => value.toFixed(2)).join(' / ')} before and ${context.load.after.map((value) => value.toFixed(2)).join(' / ')} after (1 / 5 min)${context.pinned ? '; load generator on the last core, the gateways on the others' : ''}, by \`scripts/bench.sh revision\`.`,
+    `baseline: ${revisions.baseline}; this: ${revisions.this}. Each its own GatewayStack on one stateless bench backend, tools/call \`bench__echo\` in 8 sessions; medians over the repetitions, baseline / this (ratio).`,
+    '',
+    ...variantTable(runs, 'baseline', ['this']),
+    '',
+  ].join('\n');
+  const name = quick ? 'revision-cost-quick' : 'revision-cost';
+  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.json`), `${JSON.stringify({ ...context, settings: settings.toolCall, repetitions: settings.repetitions, runs }, null, 2)}\n`);
+  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.md`), markdown);
+  log(`wrote bench/results/${name}.json and .md`);
+  process.stdout.write(markdown);
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`[bench revision] failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  process.exit(1);
+});
