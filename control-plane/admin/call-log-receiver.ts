@@ -1,6 +1,6 @@
 import * as net from 'node:net';
 import * as tls from 'node:tls';
-import { decodeMultiStream } from '@msgpack/msgpack';
+import { DecoderOptions, decodeMultiStream } from '@msgpack/msgpack';
 import { z } from 'zod';
 import { InternalTls } from '../shared/internal-tls';
 import { Logger } from '../shared/log';
@@ -28,7 +28,7 @@ const forwardMessageSchema = z.tuple([z.string(), z.array(z.tuple([z.unknown(), 
 export const MAX_PENDING_BYTES = 1024 * 1024;
 
 /** The decoder's own bounds: no header may announce more than a message can hold. */
-const DECODER_LIMITS = { maxStrLength: MAX_PENDING_BYTES, maxBinLength: MAX_PENDING_BYTES, maxExtLength: 64, maxArrayLength: 65_536, maxMapLength: 256 };
+const DECODER_LIMITS: DecoderOptions = { maxStrLength: MAX_PENDING_BYTES, maxBinLength: MAX_PENDING_BYTES, maxExtLength: 64, maxArrayLength: 65_536, maxMapLength: 256 };
 
 /** Counts the bytes fed to the decoder since it last completed a message, and refuses to go past the bound. */
 async function* bounded(socket: AsyncIterable<Buffer>, pending: { bytes: number }): AsyncGenerator<Buffer> {

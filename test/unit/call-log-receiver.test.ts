@@ -1,4 +1,6 @@
+import * as fs from 'node:fs';
 import * as net from 'node:net';
+import * as path from 'node:path';
 import { encode } from '@msgpack/msgpack';
 import { CallLogRecord, MAX_PENDING_BYTES, readCallLogStream, startCallLogReceiver } from '../../control-plane/admin/call-log-receiver';
 import { Logger } from '../../control-plane/shared/log';
@@ -37,6 +39,18 @@ describe('the call log as Envoy\'s fluentd logger sends it', () => {
     }
     const everyByte = Array.from({ length: stream.length - 1 }, (_, index) => index + 1);
     expect(await readAll(chunksOf(stream, everyByte))).toEqual([calls.slice(0, 2), calls.slice(2)]);
+  });
+
+  it('reads the bytes Envoy 1.40 sent, cut at every byte boundary', async () => {
+    // Captured from Envoy 1.40's fluentd logger (envoy-1.40-fluentd-capture.yaml): three flushes of
+    // five requests; a time string as a string, counts as numbers, an absent value as nil.
+    const fromEnvoy = fs.readFileSync(path.join(__dirname, '../fixtures/call-log/envoy-1.40-fluentd-forward.bin'));
+    const whole = await readAll(chunksOf(fromEnvoy, []));
+    expect(whole.map((batch) => batch.map((record) => record.tool))).toEqual([['forecast-1 ✓'], ['forecast-2 ✓', 'forecast-3 ✓'], ['t4', 't5']]);
+    expect(whole[0][0]).toMatchObject({ route: 'a/call/weather', absent: null, attempts: 0, status: 200, flags: '-', details: 'direct_response', start_ms: expect.stringMatching(/^\d{13}$/) });
+    for (let cut = 1; cut < fromEnvoy.length; cut++) {
+      expect(await readAll(chunksOf(fromEnvoy, [cut, Math.min(cut + 3, fromEnvoy.length - 1)].filter((at, index, all) => index === 0 || at > all[index - 1])))).toEqual(whole);
+    }
   });
 
   it('refuses what is not a Forward-mode message, and a message that never completes within the bound', async () => {
