@@ -11,38 +11,35 @@ import { Logger } from '../shared/log';
  * Forward-mode messages in MessagePack, `[tag, [[time, record], …]]`, one per flush, no `chunk`
  * option and so no acknowledgement to send back. Each record is a flat map of the format strings the
  * listener names, only the fields the consumers read. A peer that sends what is not such a stream, or
- * more than MAX_PENDING_BYTES before a message completes, is dropped with a log line.
+ * more than a message may hold before one completes, is dropped with a log line.
  */
 
-/** One call-log record as Envoy formats it: strings, numbers, booleans, or nil where a value was absent. */
-export const callLogRecordSchema = z.record(z.string(), z.union([z.string(), z.number(), z.boolean(), z.null()]));
+/** One call-log record: a map by its keys (each record is checked against its own schema where it is read: call-log.ts). */
+export const callLogRecordSchema = z.record(z.string(), z.unknown());
 export type CallLogRecord = z.output<typeof callLogRecordSchema>;
 
 /** Forward mode: the tag, then the entries of one flush, each its time (seconds, or an EventTime ext) and its record. */
 const forwardMessageSchema = z.tuple([z.string(), z.array(z.tuple([z.unknown(), callLogRecordSchema]))]);
 
-/**
- * Bytes of one message that may arrive before it completes: Envoy flushes at `buffer_size_bytes`
- * (listener.ts CALL_LOG_BUFFER_BYTES, 64 KiB), and one record past that is bounded by the format's cuts.
- */
-export const MAX_PENDING_BYTES = 1024 * 1024;
-
-/** The decoder's own bounds: no header may announce more than a message can hold. */
-const DECODER_LIMITS: DecoderOptions = { maxStrLength: MAX_PENDING_BYTES, maxBinLength: MAX_PENDING_BYTES, maxExtLength: 64, maxArrayLength: 65_536, maxMapLength: 256 };
-
 /** Counts the bytes fed to the decoder since it last completed a message, and refuses to go past the bound. */
-async function* bounded(socket: AsyncIterable<Buffer>, pending: { bytes: number }): AsyncGenerator<Buffer> {
+async function* bounded(socket: AsyncIterable<Buffer>, pending: { bytes: number }, maxMessageBytes: number): AsyncGenerator<Buffer> {
   for await (const chunk of socket) {
     pending.bytes += chunk.length;
-    if (pending.bytes > MAX_PENDING_BYTES) throw new Error(`more than ${MAX_PENDING_BYTES} bytes without a complete message`);
+    if (pending.bytes > maxMessageBytes) throw new Error(`more than ${maxMessageBytes} bytes without a complete message`);
     yield chunk;
   }
 }
 
-/** Reads one connection's Forward-mode messages, each record given to `deliver`, until it ends or breaks its contract. */
-export async function readCallLogStream(socket: AsyncIterable<Buffer>, deliver: (records: CallLogRecord[]) => void): Promise<void> {
+/**
+ * Reads one connection's Forward-mode messages, each one's records given to `deliver`, until it ends
+ * or breaks its contract. `maxMessageBytes`: what one message may hold (Envoy flushes at its
+ * `buffer_size_bytes`, plus the record that went past it); the decoder refuses any header that
+ * announces more.
+ */
+export async function readCallLogStream(socket: AsyncIterable<Buffer>, deliver: (records: CallLogRecord[]) => void, maxMessageBytes: number): Promise<void> {
   const pending = { bytes: 0 };
-  for await (const message of decodeMultiStream(bounded(socket, pending), DECODER_LIMITS)) {
+  const limits: DecoderOptions = { maxStrLength: maxMessageBytes, maxBinLength: maxMessageBytes, maxExtLength: 64, maxArrayLength: maxMessageBytes, maxMapLength: 256 };
+  for await (const message of decodeMultiStream(bounded(socket, pending, maxMessageBytes), limits)) {
     pending.bytes = 0;
     const parsed = forwardMessageSchema.safeParse(message);
     if (!parsed.success) throw new Error(`not a Forward-mode message: ${parsed.error.issues[0]?.message ?? 'unexpected shape'}`);
@@ -63,6 +60,7 @@ export interface CallLogReceiver {
 export async function startCallLogReceiver(options: {
   address: { host: string; port: number };
   internalTls?: InternalTls;
+  maxMessageBytes: number;
   deliver: (records: CallLogRecord[]) => void;
   log: Logger;
 }): Promise<CallLogReceiver> {
@@ -72,7 +70,7 @@ export async function startCallLogReceiver(options: {
     if (socket.destroyed) return;
     sockets.add(socket);
     socket.once('close', () => sockets.delete(socket));
-    readCallLogStream(socket, options.deliver).catch((error: Error) => {
+    readCallLogStream(socket, options.deliver, options.maxMessageBytes).catch((error: Error) => {
       log.warn('dropped a call-log connection that broke the Forward protocol', { peer: socket.remoteAddress, problem: error.message });
       socket.destroy();
     });

@@ -85,7 +85,8 @@ describe('a closed inside refuses strangers', () => {
     const noCertificate = await freePort();
     const otherCaCertificate = await freePort();
     const xds = [{ host: '127.0.0.1', port: stack.ports.grpc }];
-    const base = { adsApiType: 'GRPC' as const, adminAddress: '127.0.0.1', xds, overload: overloadForThisHost() };
+    const callLog = [{ host: '127.0.0.1', port: stack.controlPlanePorts[0].callLog }];
+    const base = { adsApiType: 'GRPC' as const, adminAddress: '127.0.0.1', xds, callLog, overload: overloadForThisHost() };
     envoys.push(await startEnvoyWith({ ...base, nodeId: 'envoy/no-certificate', adminPort: noCertificate }, dir, 'envoy-no-certificate'));
     envoys.push(
       await startEnvoyWith(
@@ -104,7 +105,7 @@ describe('a closed inside refuses strangers', () => {
       await waitFor('the stranger to try three times', async () => ((await envoyStatAt(adminPort, 'cluster.xds_control_plane.upstream_cx_total')) >= 3 ? true : undefined));
       expect(await envoyStatAt(adminPort, 'control_plane.connected_state')).toBe(0);
       expect(await envoyStatAt(adminPort, 'listener_manager.total_listeners_active')).toBe(0);
-      expect(await envoyStatAt(adminPort, 'cluster_manager.active_clusters')).toBe(1); // its bootstrap's own ADS cluster
+      expect(await envoyStatAt(adminPort, 'cluster_manager.active_clusters')).toBe(2); // its bootstrap's own: ADS and the call log
       // Only the secrets of its own bootstrap (its certificate files), none from a control plane.
       const secrets = (await (await fetch(`http://127.0.0.1:${adminPort}/config_dump?resource=dynamic_active_secrets`)).json()) as { configs?: { name: string }[] };
       expect((secrets.configs ?? []).map((secret) => secret.name).filter((name) => name.startsWith('mcpgw_'))).toEqual([]);
@@ -125,6 +126,7 @@ describe('a closed inside refuses strangers', () => {
           adminAddress: '127.0.0.1',
           adminPort: impostorAdmin,
           xds: [{ host: '127.0.0.1', port: stack.ports.grpc }],
+          callLog: [{ host: '127.0.0.1', port: stack.controlPlanePorts[0].callLog }],
           overload: overloadForThisHost(),
           internalTls: { certDir: issue({ role: 'envoy', name: 'envoy-b' }).dir, sdsDir: path.join(dir, 'impostor-sds') },
         },
