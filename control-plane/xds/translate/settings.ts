@@ -168,8 +168,6 @@ export const GATEWAY_DEFAULTS = {
 export const SESSION_CHECK_MARGIN_MS = 500;
 
 export const LISTENER_NAME = 'mcp_gateway';
-/** The control plane's cluster in Envoy's bootstrap (envoy/bootstrap.yaml): ADS, and the call log. */
-export const CONTROL_PLANE_CLUSTER_NAME = 'xds_control_plane';
 /** The bootstrap's cluster of the control planes' call-log ports (envoy/bootstrap.yaml): Envoy's fluentd logger sends there. */
 export const CALL_LOG_CLUSTER_NAME = 'call_log_control_plane';
 export const ROUTE_CONFIG_NAME = 'mcp_routes';
