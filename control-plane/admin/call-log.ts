@@ -55,7 +55,12 @@ export interface CallObserver {
   record(call: CallRecord): void;
 }
 
-const text = z.string().nullish();
+/**
+ * A value Envoy formatted from metadata or headers: a string, else as text. Some are the client's
+ * choice (a tool name sent as a number or an object): such a value is left out (nil), never the whole
+ * record, which also gives back the call's concurrency slots.
+ */
+const text = z.union([z.string(), z.number(), z.boolean()]).transform(String).nullish().catch(null);
 const count = z.number().nullish();
 
 /**

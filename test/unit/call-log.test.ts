@@ -94,6 +94,12 @@ describe('the call log', () => {
     expect(log.recordOf({})).toBeUndefined();
   });
 
+  it("keeps a record whose client-chosen values are not strings (a tool name sent as a number or an object)", () => {
+    const record = callLogEntrySchema.parse({ route: 'demo', backend: 'jobs', tool: 42, rpc_tool: { not: 'a name' }, method: 'tools/call', status: 200, duration_ms: 3, flags: '-' });
+    expect(record).toMatchObject({ tool: '42', rpc_tool: null });
+    expect(log.recordOf(record)).toMatchObject({ route: 'demo', backend: 'jobs', tool: '42', outcome: 'ok' });
+  });
+
   it(`labels at most ${TOOL_LABELS_PER_BACKEND} tools per backend, the rest "other", and keeps the name as sent`, () => {
     const capped = new CallLog([]);
     const labels = Array.from({ length: TOOL_LABELS_PER_BACKEND + 5 }, (_, index) => capped.recordOf(entry({ ours: { tool: `t${index}` } }))!);
