@@ -1,17 +1,15 @@
-import * as grpc from '@grpc/grpc-js';
 import * as client from 'prom-client';
+import { z } from 'zod';
 import { CatalogSnapshotMessage } from '../catalog/catalog-store';
 import { GatewayIR } from '../ir/gateway-ir';
 import { concurrencyLimitName } from '../ir/quotas-ir';
 import { Logger } from '../shared/log';
-import { METADATA_NAMESPACE } from '../xds/translate/settings';
-import { LIMIT_HEADER } from '../xds/translate/quotas';
 
 /**
- * Every tools/call, as Envoy's call lane logs it (docs/adr/0008-data-path-lanes.md): Envoy streams its
- * access log entries of call routes over gRPC (AccessLogService, batched every 50 ms, off the request
- * path) to the control plane, which decodes only what it reads (call-log-decoding.ts) and turns it
- * into per-call metrics and the dashboard's history. No call passes through Node.
+ * Every tools/call, as Envoy's call lane logs it (docs/adr/0008-data-path-lanes.md): Envoy's fluentd
+ * access logger sends a flat record of each (only the fields read here and by the audit), batched
+ * every 50 ms, off the request path, to the control plane (call-log-receiver.ts), which turns it into
+ * per-call metrics and the dashboard's history. No call passes through Node.
  */
 
 /**
@@ -57,67 +55,84 @@ export interface CallObserver {
   record(call: CallRecord): void;
 }
 
-/** A google.protobuf.Struct/Value as decoded (protobufjs messages: `kind` names a Value's member), back to plain JSON. */
-export type StructValue = { fields?: Record<string, ProtoValue> };
-type ProtoValue = { kind?: string; stringValue?: string; numberValue?: number; boolValue?: boolean; structValue?: StructValue; listValue?: { values?: ProtoValue[] } };
-
-function fromValue(value: ProtoValue): unknown {
-  switch (value.kind) {
-    case 'stringValue':
-      return value.stringValue;
-    case 'numberValue':
-      return value.numberValue;
-    case 'boolValue':
-      return value.boolValue;
-    case 'structValue':
-      return fromStruct(value.structValue);
-    case 'listValue':
-      return (value.listValue?.values ?? []).map(fromValue);
-    default:
-      return null;
-  }
-}
-
-export function fromStruct(struct: StructValue | undefined): Record<string, unknown> {
-  return Object.fromEntries(Object.entries(struct?.fields ?? {}).map(([key, value]) => [key, fromValue(value)]));
-}
-
-/** A Duration or Timestamp; its seconds a string (@grpc/proto-loader), a number, or a Long (protobufjs, call-log-decoding.ts). */
-type ProtoDuration = { seconds?: string | number | { toString(): string }; nanos?: number };
-export const secondsOf = (duration: ProtoDuration | undefined) => Number(String(duration?.seconds ?? 0)) + (duration?.nanos ?? 0) / 1e9;
+/**
+ * A value Envoy formatted from metadata or headers: a string, else as text. Some are the client's
+ * choice (a tool name sent as a number or an object): such a value is left out (nil), never the whole
+ * record, which also gives back the call's concurrency slots.
+ */
+const text = z.union([z.string(), z.number(), z.boolean()]).transform(String).nullish().catch(null);
+const count = z.number().nullish();
 
 /**
- * The parts of envoy.data.accesslog.v3.HTTPAccessLogEntry the gateway reads. The call log is decoded
- * for these fields only (call-log-decoding.ts READ_FIELDS and READ_NAMESPACES): a field or metadata
- * namespace read here must be named there too.
+ * One call-log record as the listener's fluentd logger formats it (control-plane/xds/translate/listener.ts
+ * CALL_LOG_RECORD names the format string of each key): flat, only what the consumers read, an absent
+ * value nil. The audit's fields are in the record only when the control plane writes an audit.
  */
-export interface LogEntry {
-  common_properties?: {
-    upstream_remote_address?: { socket_address?: { address?: string; port_value?: number } };
-    upstream_transport_failure_reason?: string;
-    start_time?: ProtoDuration;
-    time_to_last_downstream_tx_byte?: ProtoDuration;
-    upstream_request_attempt_count?: number;
-    response_flags?: Record<string, unknown>;
-    metadata?: { filter_metadata?: Record<string, StructValue> };
-    /** Envoy's route: `<key>/call/<backend>` (call lane), `<key>/gateway` (what the gateway answers itself), … */
-    route_name?: string;
-  };
-  request?: { path?: string; original_path?: string; request_id?: string; request_headers?: Record<string, string> };
-  response?: { response_code?: { value?: number } | null; response_code_details?: string; response_headers?: Record<string, string> };
-}
+export const callLogEntrySchema = z.object({
+  // The call script's record of the call (its dynamic metadata).
+  route: text,
+  backend: text,
+  tool: text,
+  method: text,
+  outcome: text,
+  answered: z.boolean().nullish(),
+  fallback: text,
+  // The mcp filter's parse of the request: the JSON-RPC method, either lane.
+  rpc_method: text,
+  // The session check's concurrency lease (docs/adr/0016-quotas.md).
+  lease: text,
+  // Envoy's own: start in ms since the epoch (a formatted time, so a string), duration, answer, failure.
+  start_ms: z.union([z.number(), z.string().regex(/^\d+$/).transform(Number)]).nullish(),
+  duration_ms: count,
+  status: count,
+  details: text,
+  /** Envoy's response flags by their long names, comma-separated (`-` for none). */
+  flags: text,
+  attempts: count,
+  /** Envoy's route: `<key>/call/<backend>` (call lane), `<key>/gateway` (what the gateway answers itself), … */
+  envoy_route: text,
+  upstream: text,
+  upstream_tls_failure: text,
+  /** The limit a refusal names (x-mcpgw-limit), and the shared limits' x-ratelimit-limit. */
+  limit: text,
+  ratelimit_limit: text,
+  // The audit's (only with an audit): what was called, with what, by whom, and what was decided.
+  rpc_tool: text,
+  arguments: text,
+  reason: text,
+  rule: text,
+  credential: text,
+  caller_iss: text,
+  caller_sub: text,
+  caller_client: text,
+  approval: text,
+  approval_id: text,
+  approver_iss: text,
+  approver_sub: text,
+  request_id: text,
+  path: text,
+  /** jwt_authn's claim headers, for requests the gateway answered itself (the call script records the caller on calls). */
+  claim_iss: text,
+  claim_sub: text,
+  claim_client_id: text,
+  claim_azp: text,
+});
+export type LogEntry = z.output<typeof callLogEntrySchema>;
 
-/** What consumes Envoy's call-log entries: the calls (CallLog) and the audit (control-plane/audit/). */
+/** The record's keys only an audit reads: left out of the record without one. */
+export const AUDIT_ONLY_KEYS = [
+  'rpc_tool', 'arguments', 'reason', 'rule', 'credential', 'caller_iss', 'caller_sub', 'caller_client', 'approval', 'approval_id',
+  'approver_iss', 'approver_sub', 'request_id', 'path', 'claim_iss', 'claim_sub', 'claim_client_id', 'claim_azp',
+] as const satisfies readonly (keyof LogEntry)[];
+
+/** What consumes Envoy's call-log entries: the calls (CallLog), the audit (control-plane/audit/) and the slot releases. */
 export interface CallLogConsumer {
   add(entry: LogEntry): void;
 }
 
-export interface StreamMessage {
-  http_logs?: { log_entry?: LogEntry[] };
-}
+/** Envoy's response flags by their long names (`-`: none). */
+export const flagsOf = (entry: LogEntry): Set<string> => new Set((entry.flags ?? '').split(',').filter((flag) => flag !== '' && flag !== '-'));
 
-/** Envoy's failure flags are booleans, except `unauthorized_details` (an ext_authz denial), an object when set. */
-const envoyFailed = (flags: Record<string, unknown>) => Object.values(flags).some(Boolean);
 
 /**
  * The call script records the outcome when it knows it (denied, or the answer's final message). A
@@ -126,14 +141,14 @@ const envoyFailed = (flags: Record<string, unknown>) => Object.values(flags).som
  * `failed` there, but nothing failed). A call Envoy itself answered (backend down, timed out, reset)
  * has only Envoy's failure flags: degraded when a fallback was served, failed otherwise.
  */
-export function outcomeOf(ours: Record<string, unknown>, entry: LogEntry): CallOutcome {
-  const sessionUnknown = entry.response?.response_code_details === 'ext_authz_denied' && entry.response?.response_code?.value === 404;
+export function outcomeOf(entry: LogEntry): CallOutcome {
+  const sessionUnknown = entry.details === 'ext_authz_denied' && entry.status === 404;
   if (sessionUnknown) return 'invalid';
   if (refusedByLimit(entry)) return 'limited';
-  const recorded = ours.outcome;
-  if (typeof recorded === 'string' && (CALL_OUTCOMES as readonly string[]).includes(recorded)) return recorded as CallOutcome;
-  if (ours.answered === true) return 'invalid';
-  if (envoyFailed(entry.common_properties?.response_flags ?? {})) return ours.fallback !== undefined ? 'degraded' : 'failed';
+  const recorded = entry.outcome;
+  if (recorded && (CALL_OUTCOMES as readonly string[]).includes(recorded)) return recorded as CallOutcome;
+  if (entry.answered === true) return 'invalid';
+  if (flagsOf(entry).size > 0) return entry.fallback != null ? 'degraded' : 'failed';
   return 'ok';
 }
 
@@ -143,9 +158,8 @@ export function outcomeOf(ours: Record<string, unknown>, entry: LogEntry): CallO
  * their limit (its circuit breaker, answered 429), or a caller's (the session check, answered 429).
  */
 function refusedByLimit(entry: LogEntry): boolean {
-  const flags = entry.common_properties?.response_flags ?? {};
-  const status = entry.response?.response_code?.value;
-  return Boolean(flags.rate_limited || flags.rate_limit_service_error || ((flags.upstream_overflow || flags.unauthorized_details) && status === 429));
+  const flags = flagsOf(entry);
+  return flags.has('RateLimited') || flags.has('RateLimitServiceError') || ((flags.has('UpstreamOverflow') || flags.has('UnauthorizedExternalService')) && entry.status === 429);
 }
 
 /** A request a limit refused, on either lane. */
@@ -165,10 +179,9 @@ const sharedLimitNames = (header: string) => [...header.matchAll(/name="([^"]*)"
 
 export function limitedRecordOf(entry: LogEntry): LimitedRecord | undefined {
   if (!refusedByLimit(entry)) return undefined;
-  const [route, kind] = (entry.common_properties?.route_name ?? '').split('/');
+  const [route, kind] = (entry.envoy_route ?? '').split('/');
   if (!route || (kind !== 'call' && kind !== 'gateway')) return undefined;
-  const headers = entry.response?.response_headers ?? {};
-  const named = headers[LIMIT_HEADER] ?? sharedLimitNames(headers['x-ratelimit-limit'] ?? '').join(' | ');
+  const named = entry.limit ?? sharedLimitNames(entry.ratelimit_limit ?? '').join(' | ');
   return { route, lane: kind === 'call' ? 'calls' : 'discovery', limit: named || 'shared (the ratelimit service did not answer)' };
 }
 
@@ -242,19 +255,17 @@ const detailWords = (details: string) => (/\{(.*)\}$/s.exec(details)?.[1] ?? det
  * error, or the gateway refused the request before it).
  */
 export function backendFailureOf(entry: LogEntry): string | undefined {
-  const common = entry.common_properties ?? {};
-  const flags = common.response_flags ?? {};
-  const details = entry.response?.response_code_details ?? '';
-  const status = entry.response?.response_code?.value ?? 0;
-  const socket = common.upstream_remote_address?.socket_address;
-  const where = socket?.address ? ` (${socket.address}${socket.port_value ? `:${socket.port_value}` : ''})` : '';
+  const flags = flagsOf(entry);
+  const details = entry.details ?? '';
+  const status = entry.status ?? 0;
+  const where = entry.upstream ? ` (${entry.upstream})` : '';
   if (/connection.?refused/i.test(details)) return `connection refused${where}`;
-  const tls = common.upstream_transport_failure_reason || (/TLS.?error/i.test(details) ? details : '');
+  const tls = entry.upstream_tls_failure || (/TLS.?error/i.test(details) ? details : '');
   if (tls) return `TLS error: ${detailWords(tls).replace(/^.*?TLS error:?\s*/i, '').slice(0, 200)}`;
-  if (flags.upstream_request_timeout) return `timed out after ${Math.round(secondsOf(common.time_to_last_downstream_tx_byte) * 1000)} ms`;
-  if (flags.no_healthy_upstream) return 'no healthy upstream (Envoy\'s health checks or outlier detection took every endpoint out)';
-  if (flags.upstream_connection_failure) return `connection failed${where}: ${detailWords(details)}`;
-  if (flags.upstream_connection_termination || flags.upstream_remote_reset) return `connection reset by the Tool Service${where}`;
+  if (flags.has('UpstreamRequestTimeout')) return `timed out after ${Math.round(entry.duration_ms ?? 0)} ms`;
+  if (flags.has('NoHealthyUpstream')) return 'no healthy upstream (Envoy\'s health checks or outlier detection took every endpoint out)';
+  if (flags.has('UpstreamConnectionFailure')) return `connection failed${where}: ${detailWords(details)}`;
+  if (flags.has('UpstreamConnectionTermination') || flags.has('UpstreamRemoteReset')) return `connection reset by the Tool Service${where}`;
   if (status >= 500 && details === 'via_upstream') return `HTTP ${status} from the Tool Service`;
   return undefined;
 }
@@ -275,24 +286,21 @@ export class CallLog implements CallLogConsumer {
   ) {}
 
   recordOf(entry: LogEntry): CallRecord | undefined {
-    const common = entry.common_properties ?? {};
-    const ours = fromStruct(common.metadata?.filter_metadata?.[METADATA_NAMESPACE]);
-    const route = typeof ours.route === 'string' ? ours.route : undefined;
-    const backend = typeof ours.backend === 'string' ? ours.backend : undefined;
+    const { route, backend } = entry;
     if (!route || !backend) return undefined;
-    const tool = typeof ours.tool === 'string' ? ours.tool.slice(0, TOOL_NAME_MAX) : '';
-    const seconds = secondsOf(common.time_to_last_downstream_tx_byte);
-    const started = common.start_time ? secondsOf(common.start_time) * 1000 : undefined;
+    const tool = (entry.tool ?? '').slice(0, TOOL_NAME_MAX);
+    const seconds = (entry.duration_ms ?? 0) / 1000;
+    const started = entry.start_ms ?? 0;
     return {
-      endedAt: started !== undefined && started > 0 ? started + seconds * 1000 : this.now(),
+      endedAt: started > 0 ? started + seconds * 1000 : this.now(),
       route,
       backend,
       tool,
       toolLabel: this.toolLabels.label(route, backend, tool),
-      outcome: outcomeOf(ours, entry),
+      outcome: outcomeOf(entry),
       seconds,
-      attempts: common.upstream_request_attempt_count ?? 0,
-      detail: entry.response?.response_code_details ?? '',
+      attempts: entry.attempts ?? 0,
+      detail: entry.details ?? '',
     };
   }
 
@@ -300,12 +308,12 @@ export class CallLog implements CallLogConsumer {
     // A refusal by a limit, on either lane: the gateway lane's carry no backend.
     const limited = limitedRecordOf(entry);
     if (limited) for (const observer of this.limitObservers) observer.record(limited);
-    const ours = fromStruct(entry.common_properties?.metadata?.filter_metadata?.[METADATA_NAMESPACE]);
-    if (typeof ours.route !== 'string' || typeof ours.backend !== 'string') return;
-    const failure = ours.answered === true ? undefined : backendFailureOf(entry);
-    if (failure) for (const observer of this.failureObservers) observer.backendFailed(ours.route, ours.backend, failure);
+    const { route, backend } = entry;
+    if (!route || !backend) return;
+    const failure = entry.answered === true ? undefined : backendFailureOf(entry);
+    if (failure) for (const observer of this.failureObservers) observer.backendFailed(route, backend, failure);
     // The forwarded methods of prompts and resources run on the same script; only calls are counted as calls.
-    if (ours.method !== undefined && ours.method !== 'tools/call') return;
+    if (entry.method != null && entry.method !== 'tools/call') return;
     const call = this.recordOf(entry);
     if (call) for (const observer of this.observers) observer.record(call);
   }
@@ -351,17 +359,22 @@ export class CallMetrics implements CallObserver {
   }
 }
 
-/** envoy.service.accesslog.v3.AccessLogService: Envoy's stream of call-log entries, each given to every consumer. */
-export function accessLogServiceHandlers(consumers: CallLogConsumer[], log: Logger): grpc.UntypedServiceImplementation {
-  return {
-    StreamAccessLogs(call: grpc.ServerReadableStream<StreamMessage, unknown>, callback: grpc.sendUnaryData<unknown>) {
-      call.on('data', (message: StreamMessage) => {
-        for (const entry of message.http_logs?.log_entry ?? []) {
-          for (const consumer of consumers) consumer.add(entry);
-        }
-      });
-      call.on('error', (error: Error) => log.warn('an Envoy access log stream failed', { error: error.message }));
-      call.on('end', () => callback(null, {}));
-    },
+/**
+ * Each record of Envoy's call log (call-log-receiver.ts), checked against the record's schema, given to
+ * every consumer; a record that does not fit is left out with a log line, at most every 10 s.
+ */
+export function callLogDelivery(consumers: CallLogConsumer[], log: Logger): (records: Record<string, unknown>[]) => void {
+  let lastWarningAt = -Infinity;
+  return (records) => {
+    for (const record of records) {
+      const parsed = callLogEntrySchema.safeParse(record);
+      if (!parsed.success) {
+        if (performance.now() - lastWarningAt < 10_000) continue;
+        lastWarningAt = performance.now();
+        log.warn('a call-log record does not fit its schema: left out', { problem: parsed.error.issues[0]?.path.join('.') + ': ' + parsed.error.issues[0]?.message });
+        continue;
+      }
+      for (const consumer of consumers) consumer.add(parsed.data);
+    }
   };
 }

@@ -1,8 +1,8 @@
 import * as http from 'node:http';
 import * as grpc from '@grpc/grpc-js';
 import { createAdminApp } from '../admin/admin-server';
-import { CallLog, CallMetrics, LimitMetrics, accessLogServiceHandlers } from '../admin/call-log';
-import { leanAccessLogService } from '../admin/call-log-decoding';
+import { CallLog, CallMetrics, LimitMetrics, callLogDelivery } from '../admin/call-log';
+import { startCallLogReceiver } from '../admin/call-log-receiver';
 import { CallHistory } from '../admin/call-history';
 import { AuditLog, AuditTarget } from '../audit/audit-log';
 import { closeServer, listen } from '../shared/http-listen';
@@ -42,6 +42,7 @@ import { SnapshotCache } from '../xds/server/snapshot-cache';
 import { XdsResources, translate } from '../xds/translate';
 import { EMPTY_CALL_LANE_CATALOG, callLaneCatalogOf } from '../xds/translate/call-lane';
 import { GatewaySettings } from '../xds/translate/settings';
+import { CALL_LOG_BUFFER_BYTES } from '../xds/translate/listener';
 import { hasSharedLimits, rateLimitServiceConfig, writeRateLimitServiceConfig } from '../quotas/ratelimit-service-config';
 import { SIGNING_KEY_DEFAULTS, SigningKeySettings, SigningKeyStore } from '../auth/signing-keys';
 
@@ -50,6 +51,8 @@ export interface ControlPlaneOptions {
   gateway: GatewaySettings;
   /** host:port of the gRPC server: ADS for Envoy and the catalog stream for sidecars. */
   grpcAddress: string;
+  /** Where Envoy's call log arrives (envoy/bootstrap.yaml's call-log cluster): a TCP port, mutual TLS with internalTls. */
+  callLogAddress: { host: string; port: number };
   admin: { host: string; port: number };
   /** The bearer token the admin port asks for (required off loopback: docs/adr/0017-closed-inside.md). */
   adminTokenFile?: TokenFile;
@@ -69,7 +72,7 @@ export interface ControlPlaneOptions {
   /** Naming rules, cap and page size of the catalogs sidecars serve (docs/tools-list.md). */
   catalog: CatalogSettings;
   /**
-   * Mutual TLS on the gRPC port (docs/adr/0017-closed-inside.md): only Envoys (ADS, call log) and
+   * Mutual TLS on the gRPC and call-log ports (docs/adr/0017-closed-inside.md): only Envoys (ADS, call log) and
    * sidecars (catalog stream) with certificates of the internal CA, each for what its role may do, an
    * Envoy only for the node id its certificate names. Without it the port is plain (loopback only).
    */
@@ -98,6 +101,7 @@ export const CONTROL_PLANE_SPANS = {
 
 export interface RunningControlPlane {
   grpcPort: number;
+  callLogPort: number;
   adminPort: number;
   stop(): Promise<void>;
 }
@@ -288,13 +292,17 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const concurrencySlots = options.redis
     ? new ConcurrencySlots(createRedisClient(options.redis.url, { ...REDIS_TIMEOUT_DEFAULTS, ...options.redis.timeouts }, { auth: options.redis.auth }), redisKeyspace(options.redis.prefix))
     : undefined;
-  server.addService(
-    leanAccessLogService(grpcServices.accessLog().service),
-    accessLogServiceHandlers(
+  const callLog = await startCallLogReceiver({
+    address: options.callLogAddress,
+    internalTls: options.internalTls,
+    // A batch of Envoy's buffer, and one record past it whose arguments fill a request body.
+    maxMessageBytes: CALL_LOG_BUFFER_BYTES + options.gateway.maxRequestBodyBytes + 64 * 1024,
+    deliver: callLogDelivery(
       [new CallLog([callMetrics, callHistory], undefined, [degradeOnFailure], [limitMetrics]), ...(audit ? [audit] : []), new LeaseReleases(concurrencySlots, log)],
       log,
     ),
-  );
+    log,
+  });
   const grpcPort = await new Promise<number>((resolve, reject) =>
     server.bindAsync(options.grpcAddress, options.internalTls?.serverCredentials() ?? grpc.ServerCredentials.createInsecure(), (error, port) =>
       error ? reject(error) : resolve(port),
@@ -331,10 +339,11 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   registry.start();
   void catalog.refresh();
   const catalogTimer = setInterval(() => void catalog.refresh(), options.catalogRefreshMs);
-  log.info('control plane started', { grpcPort, adminPort, source: options.source.description, registry: registry.currentStatus().origin, audit: audit?.describe() ?? 'off' });
+  log.info('control plane started', { grpcPort, callLogPort: callLog.port, adminPort, source: options.source.description, registry: registry.currentStatus().origin, audit: audit?.describe() ?? 'off' });
 
   return {
     grpcPort,
+    callLogPort: callLog.port,
     adminPort,
     stop: async () => {
       clearInterval(catalogTimer);
@@ -342,6 +351,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       signingKeys.close();
       await registry.stop();
       server.forceShutdown();
+      await callLog.close();
       options.internalTls?.close();
       await lastGood?.close();
       concurrencySlots?.close();

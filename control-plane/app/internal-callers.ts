@@ -21,11 +21,6 @@ const nodeIdOf = (message: unknown) => (message as { node?: { id?: string } | nu
 export const CONTROL_PLANE_CALLERS: Record<string, CallerRule> = {
   '/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources': { role: 'envoy', claimedName: nodeIdOf, firstMessageClaims: true },
   '/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources': { role: 'envoy', claimedName: nodeIdOf, firstMessageClaims: true },
-  '/envoy.service.accesslog.v3.AccessLogService/StreamAccessLogs': {
-    role: 'envoy',
-    claimedName: (message) => (message as { identifier?: { node?: { id?: string } | null } | null }).identifier?.node?.id || undefined,
-    firstMessageClaims: false,
-  },
   '/mcpgw.catalog.v1.CatalogDiscovery/WatchCatalog': {
     role: 'sidecar',
     claimedName: (message) => (message as { sidecar_id?: string }).sidecar_id || undefined,

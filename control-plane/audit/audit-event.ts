@@ -1,7 +1,5 @@
 import { z } from 'zod';
-import { CALL_OUTCOMES, LogEntry, fromStruct, limitedRecordOf, outcomeOf, secondsOf } from '../admin/call-log';
-import { CALLER_CLAIM_HEADERS } from '../auth/caller-identity';
-import { MCP_METADATA_NAMESPACE, METADATA_NAMESPACE } from '../xds/translate/settings';
+import { CALL_OUTCOMES, LogEntry, limitedRecordOf, outcomeOf } from '../admin/call-log';
 import { argumentsHash } from './arguments-hash';
 
 /**
@@ -90,23 +88,18 @@ function callerOf(claims: Record<string, unknown>): AuditEvent['caller'] {
 
 /** The audit event of one call-log entry, or undefined for an entry that is neither a tools/call nor refused. */
 export function auditEventOf(entry: LogEntry): AuditEvent | undefined {
-  const common = entry.common_properties ?? {};
-  const metadata = common.metadata?.filter_metadata ?? {};
-  const ours = fromStruct(metadata[METADATA_NAMESPACE]);
-  const parsed = fromStruct(metadata[MCP_METADATA_NAMESPACE]);
-  const status = entry.response?.response_code?.value ?? 0;
-  const method = str(parsed.method) ?? str(ours.method);
+  const status = entry.status ?? 0;
+  const method = str(entry.rpc_method) ?? str(entry.method);
   const refused = status >= 401 && status <= 403;
   if (method !== 'tools/call' && !refused) return undefined;
 
-  const backend = str(ours.backend);
-  const params = (parsed.params ?? {}) as Record<string, unknown>;
+  const backend = str(entry.backend);
   let outcome: AuditEvent['outcome'];
-  let reason = str(ours.reason);
+  let reason = str(entry.reason);
   const limited = limitedRecordOf(entry);
   if (refused) {
     outcome = 'denied';
-    reason ??= str(entry.response?.response_code_details) ?? `HTTP ${status}`;
+    reason ??= str(entry.details) ?? `HTTP ${status}`;
   } else if (limited) {
     // Refused by a rate or concurrency limit (docs/quotas.md), on either lane: the reason names it.
     outcome = 'limited';
@@ -116,23 +109,23 @@ export function auditEventOf(entry: LogEntry): AuditEvent | undefined {
     outcome = 'invalid';
     reason ??= 'no backend of the route has this tool name';
   } else {
-    outcome = outcomeOf(ours, entry);
+    outcome = outcomeOf(entry);
   }
-  const attempts = common.upstream_request_attempt_count ?? 0;
-  const hash = typeof ours.arguments === 'string' ? argumentsHash(ours.arguments) : undefined;
+  const attempts = entry.attempts ?? 0;
+  const hash = typeof entry.arguments === 'string' ? argumentsHash(entry.arguments) : undefined;
   // The call script's record of the caller (call lane), else jwt_authn's claim headers (requests the gateway answered).
-  const headers = entry.request?.request_headers ?? {};
   const caller =
-    callerOf({ iss: ours.caller_iss, sub: ours.caller_sub, client_id: ours.caller_client }) ??
-    callerOf({ iss: headers[CALLER_CLAIM_HEADERS.iss], sub: headers[CALLER_CLAIM_HEADERS.sub], client_id: headers[CALLER_CLAIM_HEADERS.client_id], azp: headers[CALLER_CLAIM_HEADERS.azp] });
-  const route = str(ours.route) ?? routeOf(common.route_name, entry.request?.original_path || entry.request?.path);
-  const approver = callerOf({ iss: ours.approver_iss, sub: ours.approver_sub });
-  const approvalId = str(ours.approval_id);
-  const tool = str(ours.tool) ?? str(params.name);
+    callerOf({ iss: entry.caller_iss, sub: entry.caller_sub, client_id: entry.caller_client }) ??
+    callerOf({ iss: entry.claim_iss, sub: entry.claim_sub, client_id: entry.claim_client_id, azp: entry.claim_azp });
+  const route = str(entry.route) ?? routeOf(entry.envoy_route ?? undefined, entry.path ?? undefined);
+  const approver = callerOf({ iss: entry.approver_iss, sub: entry.approver_sub });
+  const approvalId = str(entry.approval_id);
+  const tool = str(entry.tool) ?? str(entry.rpc_tool);
+  const requestId = str(entry.request_id);
   return {
     audit_version: AUDIT_SCHEMA_VERSION,
-    time: new Date(secondsOf(common.start_time) * 1000).toISOString(),
-    ...(str(entry.request?.request_id) ? { request_id: entry.request!.request_id } : {}),
+    time: new Date(entry.start_ms ?? 0).toISOString(),
+    ...(requestId ? { request_id: requestId } : {}),
     kind: method === 'tools/call' ? 'tools/call' : 'denied_request',
     ...(method ? { method } : {}),
     ...(caller ? { caller } : {}),
@@ -142,16 +135,16 @@ export function auditEventOf(entry: LogEntry): AuditEvent | undefined {
     ...(hash ? { arguments_sha256: hash } : {}),
     outcome,
     ...(reason ? { reason } : {}),
-    ...(str(ours.rule) ? { rule: str(ours.rule) } : {}),
+    ...(str(entry.rule) ? { rule: str(entry.rule) } : {}),
     http_status: status,
     attempts,
-    elapsed_ms: Math.round(secondsOf(common.time_to_last_downstream_tx_byte) * 1000),
+    elapsed_ms: Math.round(entry.duration_ms ?? 0),
     approval: {
-      decision: pick(APPROVAL_DECISIONS, ours.approval, 'not_required'),
+      decision: pick(APPROVAL_DECISIONS, entry.approval, 'not_required'),
       ...(approvalId ? { id: approvalId } : {}),
       ...(approver ? { approver: { issuer: approver.issuer, subject: approver.subject } } : {}),
     },
     // Nothing reached a backend, nothing was carried.
-    credential_mode: attempts === 0 ? 'none' : pick(CREDENTIAL_MODES, ours.credential, 'none'),
+    credential_mode: attempts === 0 ? 'none' : pick(CREDENTIAL_MODES, entry.credential, 'none'),
   };
 }

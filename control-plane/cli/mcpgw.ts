@@ -73,6 +73,12 @@ const hostPort = z.string().transform((value, ctx): HostPort => {
   return { host: match[1], port: port.data };
 });
 const joined = (address: HostPort) => `${address.host}:${address.port}`;
+/**
+ * Where a control plane takes Envoy's call log when --call-log does not say: its gRPC address's host,
+ * two ports up (the port after it is the admin's by default), on either side (control-plane and envoy-bootstrap).
+ */
+const CALL_LOG_PORT_OFFSET = 2;
+const callLogBeside = (grpc: HostPort): HostPort => ({ host: grpc.host, port: grpc.port + CALL_LOG_PORT_OFFSET });
 /** HOST:PORT[,HOST:PORT…]: replicas of one part, each an endpoint (a DNS name: each of its records). */
 const hostPortList = z.string().transform((value, ctx): HostPort[] => {
   const addresses: HostPort[] = [];
@@ -453,6 +459,7 @@ withOptions(withOptions(withOptions(withIdpOptions(subcommand('control-plane', '
   .addOption(redisOption('Redis for last-good state and giving back per-caller concurrency slots (the same Redis as the sidecars): redis://HOST:PORT, or sentinel://HOST:PORT[,HOST:PORT...]/PRIMARY_NAME (rediss:// and sentinels:// for TLS)'))
   .addOption(new Option('--redis-prefix <prefix>', 'prefix of every Redis key').default('mcpgw:'))
   .addOption(hostPortOption('--grpc <host:port>', 'gRPC server: ADS for Envoy and the catalog stream for sidecars').makeOptionMandatory())
+  .addOption(hostPortOption('--call-log <host:port>', `where Envoy's call log arrives (TCP; mutual TLS with --internal-tls); default: --grpc's host, its port + ${CALL_LOG_PORT_OFFSET}`))
   .addOption(hostPortOption('--admin <host:port>', 'admin HTTP: /healthz /readyz /status /metrics /config/xds /dashboard').default(CONTROL_PLANE_ADMIN, '127.0.0.1:18001'))
   .addOption(hostPortOption('--listener <host:port>', "Envoy's listener agents connect to").makeOptionMandatory())
   .addOption(
@@ -546,6 +553,7 @@ withOptions(withOptions(withOptions(withIdpOptions(subcommand('control-plane', '
       internalTls: insideOptions.internalTls,
       internal: [
         { flag: '--grpc', addresses: [options.grpc] },
+        { flag: '--call-log', addresses: [options.callLog ?? callLogBeside(options.grpc)] },
         { flag: '--sidecar', addresses: options.sidecar },
         { flag: '--egress', addresses: [options.egress] },
       ],
@@ -583,6 +591,7 @@ withOptions(withOptions(withOptions(withIdpOptions(subcommand('control-plane', '
           : new PortalRegistrySource({ baseUrl: options.portal!, token: options.portalToken || undefined }),
         redis: options.redis ? { url: options.redis, prefix: options.redisPrefix, timeouts: redisTimeoutsOf(options), auth: inside.redisAuth } : undefined,
         grpcAddress: joined(options.grpc),
+        callLogAddress: options.callLog ?? callLogBeside(options.grpc),
         admin: options.admin,
         adminTokenFile: inside.adminTokenFile,
         internalTls: inside.internalTls,
@@ -870,6 +879,7 @@ subcommand('envoy-bootstrap', 'print envoy/bootstrap.yaml filled in (or write it
   .requiredOption('--node-id <id>', "Envoy's node id (unique per Envoy); with --internal-tls its certificate must vouch for it (its name, or NAME/…)")
   .addOption(hostPortOption('--admin <host:port>', "Envoy's admin interface: loopback only (it has no authentication)").makeOptionMandatory())
   .addOption(new Option('--xds <host:port,...>', "the control planes' --grpc addresses, one per replica (or a DNS name)").argParser(parsedBy(hostPortList)).makeOptionMandatory())
+  .addOption(new Option('--call-log <host:port,...>', `the control planes' --call-log addresses; default: each --xds address, its port + ${CALL_LOG_PORT_OFFSET}`).argParser(parsedBy(hostPortList)))
   .addOption(new Option('--ads <type>', 'state of the world (GRPC) or incremental (DELTA_GRPC)').choices(['GRPC', 'DELTA_GRPC'] as const).default('GRPC' as const))
   .addOption(internalTlsOption())
   .addOption(new Option('--output <file>', 'write the bootstrap here instead of printing it; with --internal-tls its two SDS files go beside it (required then)'))
@@ -883,7 +893,10 @@ subcommand('envoy-bootstrap', 'print envoy/bootstrap.yaml filled in (or write it
     }
     const problem = insideProblem({
       internalTls: options.internalTls,
-      internal: [{ flag: '--xds', addresses: options.xds }],
+      internal: [
+        { flag: '--xds', addresses: options.xds },
+        { flag: '--call-log', addresses: options.callLog ?? options.xds.map(callLogBeside) },
+      ],
       admin: options.statsListener && { flag: '--stats-listener', address: options.statsListener, tokenFile: options.statsTokenFile, tokenFlag: '--stats-token-file' },
     });
     if (problem) command.error(problem, { exitCode: USAGE_ERROR });
@@ -901,6 +914,7 @@ subcommand('envoy-bootstrap', 'print envoy/bootstrap.yaml filled in (or write it
       adminAddress: options.admin.host,
       adminPort: options.admin.port,
       xds: options.xds,
+      callLog: options.callLog ?? options.xds.map(callLogBeside),
       overload: { maxHeapBytes: options.maxHeapBytes, maxDownstreamConnections: options.maxDownstreamConnections },
       ...(options.internalTls && { internalTls: { certDir: path.resolve(options.internalTls), sdsDir: path.dirname(path.resolve(options.output!)) } }),
       ...(options.statsListener && {

@@ -19,6 +19,8 @@ export interface BootstrapValues {
    * stream; when its control plane goes away it reconnects to another (docs/adr/0010-deployment.md).
    */
   xds: { host: string; port: number }[];
+  /** The control planes' call-log addresses (--call-log): each an endpoint of the call-log cluster, the same replicas as `xds`. */
+  callLog: { host: string; port: number }[];
   /**
    * Mutual TLS towards the control planes (docs/adr/0017-closed-inside.md): `certDir` holds this
    * Envoy's internal certificate (tls.crt, tls.key, ca.crt); `sdsDir` is where the two SDS files that
@@ -82,10 +84,11 @@ function bootstrapSdsFiles(certDir: string): Record<keyof typeof BOOTSTRAP_SDS_F
 }
 
 /**
- * The ADS cluster's transport socket: TLS 1.3 with this Envoy's certificate, accepting only a control
- * plane's (its SAN), whatever address it was reached at; ALPN h2 for gRPC. One line of YAML (JSON).
+ * A transport socket towards the control planes: TLS 1.3 with this Envoy's certificate, accepting
+ * only a control plane's (its SAN), whatever address it was reached at; ALPN h2 for gRPC (the ADS
+ * cluster), none for the call log's plain TCP stream. One line of YAML (JSON).
  */
-function xdsTransportSocket(internalTls: BootstrapValues['internalTls']): string {
+function controlPlaneTransportSocket(internalTls: BootstrapValues['internalTls'], alpn: string[]): string {
   if (!internalTls) return '';
   const sds = (name: string, file: string) => ({
     name,
@@ -97,7 +100,7 @@ function xdsTransportSocket(internalTls: BootstrapValues['internalTls']): string
       '@type': 'type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext',
       common_tls_context: {
         tls_params: INTERNAL_TLS_PARAMS,
-        alpn_protocols: ['h2'],
+        ...(alpn.length > 0 && { alpn_protocols: alpn }),
         tls_certificate_sds_secret_configs: [sds('internal_certificate', BOOTSTRAP_SDS_FILES.certificate)],
         combined_validation_context: {
           default_validation_context: { match_typed_subject_alt_names: roleSanMatchers('control-plane') },
@@ -109,8 +112,8 @@ function xdsTransportSocket(internalTls: BootstrapValues['internalTls']): string
   return `transport_socket: ${JSON.stringify(socket)}`;
 }
 
-/** The ADS cluster's lb_endpoints as one YAML flow sequence. */
-function xdsEndpoints(xds: BootstrapValues['xds']): string {
+/** A cluster's lb_endpoints (the ADS cluster's, the call log's) as one YAML flow sequence. */
+function controlPlaneEndpoints(xds: BootstrapValues['xds']): string {
   if (xds.length === 0) throw new Error('the Envoy bootstrap needs at least one control plane address');
   const endpoint = ({ host, port }: { host: string; port: number }) =>
     `{ endpoint: { address: { socket_address: { address: ${JSON.stringify(host)}, port_value: ${port} } } } }`;
@@ -173,8 +176,10 @@ export function renderBootstrap(values: BootstrapValues): string {
     ADS_API_TYPE: values.adsApiType,
     ADMIN_ADDRESS: values.adminAddress,
     ADMIN_PORT: String(values.adminPort),
-    XDS_ENDPOINTS: xdsEndpoints(values.xds),
-    XDS_TRANSPORT_SOCKET: xdsTransportSocket(values.internalTls),
+    XDS_ENDPOINTS: controlPlaneEndpoints(values.xds),
+    XDS_TRANSPORT_SOCKET: controlPlaneTransportSocket(values.internalTls, ['h2']),
+    CALL_LOG_ENDPOINTS: controlPlaneEndpoints(values.callLog),
+    CALL_LOG_TRANSPORT_SOCKET: controlPlaneTransportSocket(values.internalTls, []),
     STATS_LISTENERS: statsListener(values).listeners,
     STATS_CLUSTER: statsListener(values).cluster,
     MAX_HEAP_BYTES: String(values.overload.maxHeapBytes),

@@ -127,6 +127,11 @@ export interface ReplicaPorts {
   admin: number;
 }
 
+/** A control plane replica's ports: also where Envoy's call log arrives. */
+export interface ControlPlanePorts extends ReplicaPorts {
+  callLog: number;
+}
+
 /** Where every component sends its spans, and the share of new traces kept (docs/observability.md#traces). */
 export interface StackTracing {
   otlpEndpoint: string;
@@ -194,7 +199,7 @@ export class GatewayStack {
     /** Every sidecar replica's ports, the first one's being ports.sidecar and ports.sidecarAdmin. */
     readonly sidecarPorts: ReplicaPorts[],
     /** Every control plane replica's ports, the first one's being ports.grpc and ports.controlPlaneAdmin. */
-    readonly controlPlanePorts: ReplicaPorts[],
+    readonly controlPlanePorts: ControlPlanePorts[],
     /** The stack's CA, certificates and Redis password; none with plainInside. */
     readonly inside: DevInside | undefined,
   ) {}
@@ -213,11 +218,13 @@ export class GatewayStack {
       const free = await freePorts(2 * Math.max(0, count - 1));
       return Array.from({ length: Math.max(0, count - 1) }, (_, index) => ({ main: free[2 * index], admin: free[2 * index + 1] }));
     };
+    const controlPlanes = [{ main: ports.grpc, admin: ports.controlPlaneAdmin }, ...(await morePorts(options.controlPlanes ?? 1))];
+    const callLogPorts = await freePorts(controlPlanes.length);
     return new GatewayStack(
       options,
       ports,
       [{ main: ports.sidecar, admin: ports.sidecarAdmin }, ...(await morePorts(options.sidecars ?? 1))],
-      [{ main: ports.grpc, admin: ports.controlPlaneAdmin }, ...(await morePorts(options.controlPlanes ?? 1))],
+      controlPlanes.map((replica, index) => ({ ...replica, callLog: callLogPorts[index] })),
       options.plainInside ? undefined : DevInside.create(path.join(options.logDir, 'inside'), options.internalCertificateTtlMinutes ?? 30 * 24 * 60),
     );
   }
@@ -500,7 +507,7 @@ export class GatewayStack {
    */
   controlPlaneArgs(replica = 0): string[] {
     const name = GatewayStack.replicaName('control-plane', replica);
-    const { main: grpcPort, admin: adminPort } = this.controlPlanePorts[replica];
+    const { main: grpcPort, admin: adminPort, callLog: callLogPort } = this.controlPlanePorts[replica];
     return [
       CLI, 'control-plane',
       ...(this.usesPortal ? ['--portal', this.portalUrl] : ['--registry', this.options.registryFile]),
@@ -509,6 +516,7 @@ export class GatewayStack {
       ...this.internalTlsArgs({ role: 'control-plane', name }),
       ...(this.inside ? ['--envoy-internal-tls', this.internalTlsDir(ENVOY_CERTIFICATE)] : []),
       '--grpc', `${HOST}:${grpcPort}`,
+      '--call-log', `${HOST}:${callLogPort}`,
       '--admin', `${HOST}:${adminPort}`,
       '--listener', `${HOST}:${this.ports.listener}`,
       '--sidecar', this.sidecarPorts.map(({ main }) => `${HOST}:${main}`).join(','),
@@ -579,6 +587,7 @@ export class GatewayStack {
           adminAddress: HOST,
           adminPort,
           xds: this.controlPlanePorts.map(({ main }) => ({ host: HOST, port: this.options.envoyXdsPort?.(main) ?? main })),
+          callLog: this.controlPlanePorts.map(({ callLog }) => ({ host: HOST, port: callLog })),
           ...(this.inside && { internalTls: { certDir: this.internalTlsDir(ENVOY_CERTIFICATE), sdsDir: path.join(this.options.logDir, `${instance}-sds`) } }),
           overload: { ...overloadForThisHost(), ...this.options.envoyOverload },
         },

@@ -1,10 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import Redis from 'ioredis';
 import { z } from 'zod';
-import { CallLogConsumer, LogEntry, fromStruct } from '../admin/call-log';
+import { CallLogConsumer, LogEntry } from '../admin/call-log';
 import { toolConcurrencyName } from '../ir/quotas-ir';
 import { Logger } from '../shared/log';
-import { CHECK_HEADERS, EXT_AUTHZ_METADATA_NAMESPACE } from '../xds/translate/settings';
 
 /**
  * Per-caller concurrency limits (docs/adr/0016-quotas.md, Concurrency): each caller's tools/call in
@@ -150,8 +149,8 @@ export class LeaseReleases implements CallLogConsumer {
   ) {}
 
   add(entry: LogEntry): void {
-    const header = fromStruct(entry.common_properties?.metadata?.filter_metadata?.[EXT_AUTHZ_METADATA_NAMESPACE])[CHECK_HEADERS.concurrencyLease];
-    if (header === undefined) return;
+    const header = entry.lease;
+    if (header == null) return;
     if (!this.slots) return this.warn('a call that held concurrency slots ended, but the control plane has no --redis to give them back: they lapse at their deadline');
     const lease = this.slots.leaseOf(header);
     if (!lease) return this.warn('the call log reported a lease that is not one of this gateway\'s: ignored');

@@ -27,6 +27,5 @@ function lookupService(file: string, serviceName: string): ServiceConstructor {
 export const grpcServices = {
   aggregatedDiscovery: () =>
     lookupService('envoy/service/discovery/v3/ads.proto', 'envoy.service.discovery.v3.AggregatedDiscoveryService'),
-  accessLog: () => lookupService('envoy/service/accesslog/v3/als.proto', 'envoy.service.accesslog.v3.AccessLogService'),
   catalogDiscovery: () => lookupService('mcpgw/catalog/v1/catalog.proto', 'mcpgw.catalog.v1.CatalogDiscovery'),
 };

@@ -2,6 +2,7 @@ import { isDeepStrictEqual } from 'node:util';
 import { TypedJson } from './protobuf/proto-json';
 import { XdsResources } from './translate';
 import { TYPE_URL } from './translate/type-urls';
+import { CALL_LOG_CLUSTER_NAME } from './translate/settings';
 
 /**
  * What an SRE reviews: the xDS a registry produces, as a static Envoy bootstrap that
@@ -20,9 +21,20 @@ function withoutType({ '@type': _type, ...rest }: TypedJson): Record<string, unk
 }
 
 /**
+ * The bootstrap's call-log cluster (envoy/bootstrap.yaml), which the listener's call log names: here
+ * towards a control plane on loopback at the default --call-log port (--grpc's default + 2).
+ */
+const STATIC_CALL_LOG_CLUSTER = {
+  name: CALL_LOG_CLUSTER_NAME,
+  type: 'STATIC',
+  connect_timeout: '1s',
+  load_assignment: { cluster_name: CALL_LOG_CLUSTER_NAME, endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: '127.0.0.1', port_value: 18002 } } } }] }] },
+};
+
+/**
  * The same resources as one static bootstrap: the RDS reference of the listener is replaced by the
  * route configuration it names, and a filter whose configuration comes by ECDS by that
- * configuration, since a static bootstrap has no ADS to ask.
+ * configuration, since a static bootstrap has no ADS to ask; with the call log's cluster of the bootstrap.
  */
 export function asStaticBootstrap(resources: XdsResources): Record<string, unknown> {
   const routeConfigs = new Map(resources[TYPE_URL.routeConfiguration].map((config) => [config.name as string, withoutType(config)]));
@@ -45,7 +57,7 @@ export function asStaticBootstrap(resources: XdsResources): Record<string, unkno
     node: { id: 'mcpgw-render', cluster: 'mcp-gateway' },
     static_resources: {
       listeners: resources[TYPE_URL.listener].map((listener) => inlineRoutes(withoutType(listener))),
-      clusters: resources[TYPE_URL.cluster].map(withoutType),
+      clusters: [...resources[TYPE_URL.cluster].map(withoutType), STATIC_CALL_LOG_CLUSTER],
     },
   };
 }

@@ -1,5 +1,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import * as tls from 'node:tls';
+import { encode } from '@msgpack/msgpack';
 import * as grpc from '@grpc/grpc-js';
 import { overloadForThisHost } from '../../control-plane/devstack/envoy';
 import { InternalPki, writeSecretDirectory } from '../../control-plane/devstack/internal-pki';
@@ -8,7 +10,7 @@ import { GatewayStack } from '../../control-plane/devstack/stack';
 import { INTERNAL_TLS_FILES, InternalIdentity } from '../../control-plane/shared/internal-tls';
 import { INTERNAL_CERTIFICATE_SECRET } from '../../control-plane/xds/translate/internal-tls';
 import { TYPE_URL } from '../../control-plane/xds/translate/type-urls';
-import { callToolContent, controlPlaneStatus, listedTools, startGateway } from '../support/gateway-fixture';
+import { callToolContent, controlPlaneStatus, listedTools, metricValue, startGateway } from '../support/gateway-fixture';
 import { adsRequest, catalogRequest, envoyStatAt, internalHttpRequest, startEnvoyWith, waitFor } from '../support/internal-peers';
 import { ServerRequestsService } from '../support/server-requests-service';
 
@@ -85,7 +87,8 @@ describe('a closed inside refuses strangers', () => {
     const noCertificate = await freePort();
     const otherCaCertificate = await freePort();
     const xds = [{ host: '127.0.0.1', port: stack.ports.grpc }];
-    const base = { adsApiType: 'GRPC' as const, adminAddress: '127.0.0.1', xds, overload: overloadForThisHost() };
+    const callLog = [{ host: '127.0.0.1', port: stack.controlPlanePorts[0].callLog }];
+    const base = { adsApiType: 'GRPC' as const, adminAddress: '127.0.0.1', xds, callLog, overload: overloadForThisHost() };
     envoys.push(await startEnvoyWith({ ...base, nodeId: 'envoy/no-certificate', adminPort: noCertificate }, dir, 'envoy-no-certificate'));
     envoys.push(
       await startEnvoyWith(
@@ -104,7 +107,7 @@ describe('a closed inside refuses strangers', () => {
       await waitFor('the stranger to try three times', async () => ((await envoyStatAt(adminPort, 'cluster.xds_control_plane.upstream_cx_total')) >= 3 ? true : undefined));
       expect(await envoyStatAt(adminPort, 'control_plane.connected_state')).toBe(0);
       expect(await envoyStatAt(adminPort, 'listener_manager.total_listeners_active')).toBe(0);
-      expect(await envoyStatAt(adminPort, 'cluster_manager.active_clusters')).toBe(1); // its bootstrap's own ADS cluster
+      expect(await envoyStatAt(adminPort, 'cluster_manager.active_clusters')).toBe(2); // its bootstrap's own: ADS and the call log
       // Only the secrets of its own bootstrap (its certificate files), none from a control plane.
       const secrets = (await (await fetch(`http://127.0.0.1:${adminPort}/config_dump?resource=dynamic_active_secrets`)).json()) as { configs?: { name: string }[] };
       expect((secrets.configs ?? []).map((secret) => secret.name).filter((name) => name.startsWith('mcpgw_'))).toEqual([]);
@@ -125,6 +128,7 @@ describe('a closed inside refuses strangers', () => {
           adminAddress: '127.0.0.1',
           adminPort: impostorAdmin,
           xds: [{ host: '127.0.0.1', port: stack.ports.grpc }],
+          callLog: [{ host: '127.0.0.1', port: stack.controlPlanePorts[0].callLog }],
           overload: overloadForThisHost(),
           internalTls: { certDir: issue({ role: 'envoy', name: 'envoy-b' }).dir, sdsDir: path.join(dir, 'impostor-sds') },
         },
@@ -138,7 +142,7 @@ describe('a closed inside refuses strangers', () => {
     await waitFor('the impostor to be refused three times', async () => (refusals() >= 3 ? true : undefined));
     expect(await envoyStatAt(impostorAdmin, 'control_plane.connected_state')).toBe(0);
     expect(await envoyStatAt(impostorAdmin, 'listener_manager.total_listeners_active')).toBe(0);
-    expect(await envoyStatAt(impostorAdmin, 'cluster_manager.active_clusters')).toBe(1);
+    expect(await envoyStatAt(impostorAdmin, 'cluster_manager.active_clusters')).toBe(2); // its bootstrap's own: ADS and the call log
     const impostorSecrets = (await (await fetch(`http://127.0.0.1:${impostorAdmin}/config_dump?resource=dynamic_active_secrets`)).json()) as { configs?: { name: string }[] };
     expect((impostorSecrets.configs ?? []).map((secret) => secret.name).filter((name) => name.startsWith('mcpgw_'))).toEqual([]);
 
@@ -154,6 +158,30 @@ describe('a closed inside refuses strangers', () => {
     const own = await askSecret(envoyB, 'envoy-b/pod-1');
     expect(own).toMatchObject({ message: { type_url: TYPE_URL.secret } });
     expect((own as { message: { resources: unknown[] } }).message.resources).toHaveLength(1);
+  });
+
+  it("reads the call-log port only from an Envoy's certificate of our CA", async () => {
+    const port = stack.controlPlanePorts[0].callLog;
+    /** One Forward-mode message reporting a call on route demo, backend `reporter` (a name no registry has). */
+    const report = (reporter: string) =>
+      Buffer.from(encode(['mcpgw_calls', [[0, { route: 'demo', backend: reporter, tool: 'echo', method: 'tools/call', outcome: 'ok', status: 200, duration_ms: 1, attempts: 1, flags: '-' }]]]));
+    const send = (certDir: string | undefined, reporter: string) =>
+      new Promise<void>((resolve) => {
+        const files = certDir && { cert: fs.readFileSync(path.join(certDir, INTERNAL_TLS_FILES.certificate)), key: fs.readFileSync(path.join(certDir, INTERNAL_TLS_FILES.key)) };
+        const socket = tls.connect({ host: '127.0.0.1', port, ca: fs.readFileSync(caFile), servername: 'control-plane', checkServerIdentity: () => undefined, ...files }, () => {
+          socket.write(report(reporter));
+          setTimeout(() => socket.end(), 300);
+        });
+        socket.on('error', () => undefined);
+        socket.on('close', () => resolve());
+      });
+    const reported = (reporter: string) => metricValue(stack, 'mcpgw_tool_calls_total', { backend: reporter });
+    await send(undefined, 'no-certificate');
+    await send(issue({ role: 'sidecar', name: 'sidecar' }).dir, 'a-sidecar');
+    await send(strangerDir({ role: 'envoy', name: 'envoy' }), 'other-ca');
+    await send(issue({ role: 'envoy', name: 'envoy' }).dir, 'our-envoy');
+    await waitFor('the Envoy-certified report to be counted', async () => ((await reported('our-envoy')) === 1 ? true : undefined));
+    expect([await reported('no-certificate'), await reported('a-sidecar'), await reported('other-ca')]).toEqual([0, 0, 0]);
   });
 
   it('serves the catalog stream only to sidecars, each under the id its certificate vouches for', async () => {

@@ -43,9 +43,7 @@ describe('concurrency slots in Redis', () => {
     const taken = await slots.take(caller, { deadlineMs: 60_000, limits: [service] });
     if (!taken.taken) throw new Error('not taken');
     expect((await slots.take(caller, { deadlineMs: 60_000, limits: [service] })).taken).toBe(false);
-    const entry: LogEntry = {
-      common_properties: { metadata: { filter_metadata: { 'envoy.filters.http.ext_authz': { fields: { 'x-mcpgw-concurrency-lease': { kind: 'stringValue', stringValue: leaseHeaderOf(taken.lease) } } } } } },
-    };
+    const entry: LogEntry = { lease: leaseHeaderOf(taken.lease) };
     new LeaseReleases(slots, quietLogger).add(entry);
     const client = redis.client();
     try {

@@ -162,7 +162,7 @@ describe('the Helm chart', () => {
     expect(budgets.sort()).toEqual(['control-plane', 'envoy', 'redis', 'sidecar'].map((component) => `${RELEASE}-mcp-gateway-${component}`));
   });
 
-  it("lets only Envoy reach the sidecars, only the sidecars Envoy's egress listener, Envoy and the sidecars the control planes, only the gateway Redis", () => {
+  it("lets only Envoy reach the sidecars, only the sidecars Envoy's egress listener, Envoy and the sidecars the control planes (Envoy alone their call-log port), only the gateway Redis", () => {
     const { manifests } = render('default');
     const peersOf = (component: string) =>
       Object.fromEntries(
@@ -172,7 +172,7 @@ describe('the Helm chart', () => {
         ]),
       );
     expect(peersOf('sidecar')).toEqual({ http: ['envoy'] });
-    expect(peersOf('control-plane')).toEqual({ grpc: ['envoy', 'sidecar'] });
+    expect(peersOf('control-plane')).toEqual({ grpc: ['envoy', 'sidecar'], 'call-log': ['envoy'] });
     expect(peersOf('redis')).toEqual({ redis: ['sidecar', 'control-plane', 'redis'], sentinel: ['sidecar', 'control-plane', 'redis'] });
     expect(peersOf('envoy')).toEqual({ mcp: ['anyone'], egress: ['sidecar'] });
   });

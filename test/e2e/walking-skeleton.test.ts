@@ -139,7 +139,7 @@ describe('walking skeleton (real Envoy, sidecar, control plane, MCP SDK peers)',
       static_clusters: { cluster: { name: string } }[];
       dynamic_active_clusters: { cluster: { name: string } }[];
     };
-    expect(clusters.static_clusters.map((entry) => entry.cluster.name)).toEqual(['xds_control_plane']);
+    expect(clusters.static_clusters.map((entry) => entry.cluster.name).sort()).toEqual(['call_log_control_plane', 'xds_control_plane']);
     expect(clusters.dynamic_active_clusters.map((entry) => entry.cluster.name).sort()).toEqual(
       ['mcp_sidecar', 'mcp_sidecar_check', 'mcp_sidecar_streams', 'mcpgw_ratelimit', clusterOf(backends.jobs), clusterOf(backends.weather)].sort(),
     );

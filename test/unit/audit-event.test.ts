@@ -7,24 +7,12 @@ import Ajv2020 from 'ajv/dist/2020';
 import addFormats from 'ajv-formats';
 import * as client from 'prom-client';
 import { z } from 'zod';
-import { LogEntry } from '../../control-plane/admin/call-log';
+import { LogEntry, callLogEntrySchema } from '../../control-plane/admin/call-log';
 import { argumentsHash, canonicalJson } from '../../control-plane/audit/arguments-hash';
-import { CALLER_CLAIM_HEADERS } from '../../control-plane/auth/caller-identity';
 import { auditEventOf, auditEventSchema } from '../../control-plane/audit/audit-event';
 import { AuditLog } from '../../control-plane/audit/audit-log';
 import { projectPath } from '../../control-plane/shared/paths';
 import { quietLogger } from '../support/quiet-logger';
-
-/** A JSON value as @grpc/proto-loader decodes a google.protobuf.Value (the call log's metadata). */
-function protoValue(value: unknown): unknown {
-  if (typeof value === 'string') return { kind: 'stringValue', stringValue: value };
-  if (typeof value === 'number') return { kind: 'numberValue', numberValue: value };
-  if (typeof value === 'boolean') return { kind: 'boolValue', boolValue: value };
-  if (Array.isArray(value)) return { kind: 'listValue', listValue: { values: value.map(protoValue) } };
-  if (value && typeof value === 'object') return { kind: 'structValue', structValue: protoStruct(value as Record<string, unknown>) };
-  return { kind: 'nullValue' };
-}
-const protoStruct = (object: Record<string, unknown>) => ({ fields: Object.fromEntries(Object.entries(object).map(([key, value]) => [key, protoValue(value)])) });
 
 interface EntryShape {
   status: number;
@@ -35,32 +23,37 @@ interface EntryShape {
   path?: string;
   attempts?: number;
   details?: string;
-  flags?: Record<string, unknown>;
-  headers?: Record<string, string>;
+  /** Envoy's response flags by their long names. */
+  flags?: string[];
+  headers?: { 'x-mcpgw-limit'?: string; 'x-ratelimit-limit'?: string };
 }
 
-/** The claim headers jwt_authn sets (string claims only here), as the call log names them. */
-const claimHeaders = (claims: Record<string, unknown> = {}) =>
-  Object.fromEntries(
-    Object.entries(CALLER_CLAIM_HEADERS).flatMap(([claim, header]) => (typeof claims[claim] === 'string' ? [[header, claims[claim] as string]] : [])),
-  );
+/** jwt_authn's claim headers (string claims only), as the record carries them. */
+const claimsOf = (claims: Record<string, unknown> = {}) => {
+  const claim = (name: string) => (typeof claims[name] === 'string' ? claims[name] : null);
+  return { claim_iss: claim('iss'), claim_sub: claim('sub'), claim_client_id: claim('client_id'), claim_azp: claim('azp') };
+};
 
+/** A call-log record as Envoy's fluentd logger formats it with the audit on (listener.ts CALL_LOG_RECORD). */
 function entry(shape: EntryShape): LogEntry {
-  const filterMetadata: Record<string, unknown> = {};
-  if (shape.ours) filterMetadata.mcpgw = protoStruct(shape.ours);
-  if (shape.mcp) filterMetadata['envoy.filters.http.mcp'] = protoStruct(shape.mcp);
-  return {
-    common_properties: {
-      start_time: { seconds: '1767225600', nanos: 250_000_000 },
-      time_to_last_downstream_tx_byte: { seconds: '0', nanos: 42_400_000 },
-      response_flags: shape.flags ?? {},
-      metadata: { filter_metadata: filterMetadata } as never,
-      route_name: shape.routeName ?? '',
-      upstream_request_attempt_count: shape.attempts ?? 0,
-    },
-    request: { path: shape.path ?? '/mcp/demo', original_path: '', request_id: 'req-1', request_headers: claimHeaders(shape.jwt) },
-    response: { response_code: { value: shape.status }, response_code_details: shape.details ?? 'via_upstream', response_headers: shape.headers ?? {} },
-  };
+  const params = (shape.mcp?.params ?? {}) as Record<string, unknown>;
+  return callLogEntrySchema.parse({
+    ...shape.ours,
+    rpc_method: shape.mcp?.method ?? null,
+    rpc_tool: params.name ?? null,
+    start_ms: '1767225600250',
+    duration_ms: 42,
+    flags: shape.flags?.join(',') ?? '-',
+    envoy_route: shape.routeName ?? null,
+    attempts: shape.attempts ?? 0,
+    path: shape.path ?? '/mcp/demo',
+    request_id: 'req-1',
+    ...claimsOf(shape.jwt),
+    status: shape.status,
+    details: shape.details ?? 'via_upstream',
+    limit: shape.headers?.['x-mcpgw-limit'] ?? null,
+    ratelimit_limit: shape.headers?.['x-ratelimit-limit'] ?? null,
+  });
 }
 
 const ALICE = { iss: 'http://idp/realms/mcpgw', sub: 'a1', azp: 'agent-cli', scope: 'tools:call', groups: ['engineering'] };
@@ -153,7 +146,7 @@ describe('an audit event from a call-log entry', () => {
         call({
           jwt: ALICE,
           status: 429,
-          flags: { rate_limited: true },
+          flags: ['RateLimited'],
           headers: { 'x-mcpgw-limit': 'route:demo/calls/per-caller' },
           details: 'local_rate_limited',
           attempts: 0,
@@ -164,7 +157,7 @@ describe('an audit event from a call-log entry', () => {
   });
 
   it('a failed call: Envoy flags without a recorded outcome', () => {
-    const event = auditEventOf(entry(call({ status: 503, ours: { route: 'demo', backend: 'jobs', tool: 'run_job' }, flags: { upstream_connection_failure: true }, attempts: 3 })));
+    const event = auditEventOf(entry(call({ status: 503, ours: { route: 'demo', backend: 'jobs', tool: 'run_job' }, flags: ['UpstreamConnectionFailure'], attempts: 3 })));
     expect(event).toMatchObject({ outcome: 'failed', attempts: 3, http_status: 503 });
   });
 

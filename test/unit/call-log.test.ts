@@ -1,38 +1,27 @@
 import * as client from 'prom-client';
 import { CallHistory, HISTORY_DEFAULTS } from '../../control-plane/admin/call-history';
-import { CallLog, CallMetrics, CallRecord, LogEntry, TOOL_LABELS_PER_BACKEND, backendFailureOf } from '../../control-plane/admin/call-log';
+import { CallLog, CallMetrics, CallRecord, LogEntry, TOOL_LABELS_PER_BACKEND, backendFailureOf, callLogEntrySchema } from '../../control-plane/admin/call-log';
 import { callRecord } from './call-fixtures';
 
 /**
- * Envoy's call-lane access log entries, in the shape @grpc/proto-loader decodes them (these follow
- * entries captured from the real Envoy 1.40 for each kind of answer), and what the control plane
- * makes of them.
+ * Envoy's call-log records as its fluentd logger formats them (listener.ts CALL_LOG_RECORD; the
+ * receiver's test reads bytes the real Envoy 1.40 sent), and what the control plane makes of them.
  */
 type Fields = Record<string, string | number | boolean>;
-const struct = (fields: Fields) => ({
-  fields: Object.fromEntries(
-    Object.entries(fields).map(([key, value]) => [
-      key,
-      typeof value === 'string' ? { kind: 'stringValue', stringValue: value } : typeof value === 'number' ? { kind: 'numberValue', numberValue: value } : { kind: 'boolValue', boolValue: value },
-    ]),
-  ),
-});
 
-const NO_FLAGS = { upstream_connection_failure: false, upstream_request_timeout: false, unauthorized_details: null };
-
-function entry(options: { ours: Fields; flags?: Record<string, unknown>; code?: number; details?: string; ms?: number; attempts?: number; startMs?: number }): LogEntry {
-  const ms = options.ms ?? 12;
-  const startMs = options.startMs ?? 1_800_000_000_000;
-  return {
-    common_properties: {
-      start_time: { seconds: String(Math.floor(startMs / 1000)), nanos: (startMs % 1000) * 1e6 },
-      time_to_last_downstream_tx_byte: { seconds: String(Math.floor(ms / 1000)), nanos: (ms % 1000) * 1e6 },
-      upstream_request_attempt_count: options.attempts ?? 1,
-      response_flags: { ...NO_FLAGS, ...options.flags },
-      metadata: { filter_metadata: { mcpgw: struct({ route: 'demo', backend: 'jobs', method: 'tools/call', ...options.ours }) } },
-    },
-    response: { response_code: { value: options.code ?? 200 }, response_code_details: options.details ?? 'via_upstream' },
-  };
+function entry(options: { ours: Fields; flags?: string[]; code?: number; details?: string; ms?: number; attempts?: number; startMs?: number }): LogEntry {
+  return callLogEntrySchema.parse({
+    route: 'demo',
+    backend: 'jobs',
+    method: 'tools/call',
+    ...options.ours,
+    start_ms: String(options.startMs ?? 1_800_000_000_000),
+    duration_ms: options.ms ?? 12,
+    attempts: options.attempts ?? 1,
+    flags: options.flags?.join(',') ?? '-',
+    status: options.code ?? 200,
+    details: options.details ?? 'via_upstream',
+  });
 }
 
 describe('the call log', () => {
@@ -44,17 +33,17 @@ describe('the call log', () => {
     ['an unknown tool (the script answers -32602 without an outcome)', { ours: { tool: 'nope', answered: true }, details: 'lua_response', attempts: 0 }, 'invalid'],
     [
       'a session the check does not know (404, whatever the answer carries)',
-      { ours: { tool: 'echo', outcome: 'failed', check: true }, flags: { unauthorized_details: { reason: 'EXTERNAL_SERVICE' } }, code: 404, details: 'ext_authz_denied', attempts: 0 },
+      { ours: { tool: 'echo', outcome: 'failed', check: true }, flags: ['UnauthorizedExternalService'], code: 404, details: 'ext_authz_denied', attempts: 0 },
       'invalid',
     ],
     [
       'a backend session the check could not open',
-      { ours: { tool: 'echo', outcome: 'failed', check: true }, flags: { unauthorized_details: { reason: 'EXTERNAL_SERVICE' } }, code: 424, details: 'ext_authz_denied', attempts: 0 },
+      { ours: { tool: 'echo', outcome: 'failed', check: true }, flags: ['UnauthorizedExternalService'], code: 424, details: 'ext_authz_denied', attempts: 0 },
       'failed',
     ],
-    ['a backend that refused the connection, annotated by the script', { ours: { tool: 'echo', outcome: 'failed' }, flags: { upstream_connection_failure: true }, attempts: 3 }, 'failed'],
-    ['a failure Envoy answered without the script seeing it', { ours: { tool: 'echo' }, flags: { upstream_request_timeout: true } }, 'failed'],
-    ['a failure with a fallback served', { ours: { tool: 'read', fallback: 'unavailable' }, flags: { upstream_connection_failure: true } }, 'degraded'],
+    ['a backend that refused the connection, annotated by the script', { ours: { tool: 'echo', outcome: 'failed' }, flags: ['UpstreamConnectionFailure'], attempts: 3 }, 'failed'],
+    ['a failure Envoy answered without the script seeing it', { ours: { tool: 'echo' }, flags: ['UpstreamRequestTimeout'] }, 'failed'],
+    ['a failure with a fallback served', { ours: { tool: 'read', fallback: 'unavailable' }, flags: ['UpstreamConnectionFailure'] }, 'degraded'],
     ['an answer the script did not annotate', { ours: { tool: 'echo' } }, 'ok'],
   ])('counts %s', (_case, options, outcome) => {
     expect(log.recordOf(entry(options))?.outcome).toBe(outcome);
@@ -63,22 +52,22 @@ describe('the call log', () => {
   it.each<[string, Parameters<typeof entry>[0], string | undefined]>([
     [
       'a refused connection, with the upstream address',
-      { ours: { tool: 'echo' }, flags: { upstream_connection_failure: true }, code: 503, details: 'upstream_reset_before_response_started{remote_connection_failure|delayed_connect_error:_Connection_refused}' },
+      { ours: { tool: 'echo' }, flags: ['UpstreamConnectionFailure'], code: 503, details: 'upstream_reset_before_response_started{remote_connection_failure|delayed_connect_error:_Connection_refused}' },
       'connection refused (127.0.0.1:9)',
     ],
     [
       'a TLS failure',
-      { ours: { tool: 'echo' }, flags: { upstream_connection_failure: true }, code: 503, details: 'upstream_reset_before_response_started{connection_failure|TLS_error:_268435581:SSL_routines:OPENSSL_internal:CERTIFICATE_VERIFY_FAILED}' },
+      { ours: { tool: 'echo' }, flags: ['UpstreamConnectionFailure'], code: 503, details: 'upstream_reset_before_response_started{connection_failure|TLS_error:_268435581:SSL_routines:OPENSSL_internal:CERTIFICATE_VERIFY_FAILED}' },
       'TLS error: 268435581:SSL routines:OPENSSL internal:CERTIFICATE VERIFY FAILED',
     ],
-    ['a timeout', { ours: { tool: 'echo' }, flags: { upstream_request_timeout: true }, code: 504, details: 'upstream_response_timeout', ms: 5000 }, 'timed out after 5000 ms'],
-    ['a reset', { ours: { tool: 'echo' }, flags: { upstream_remote_reset: true }, code: 503, details: 'upstream_reset_before_response_started{remote_reset}' }, 'connection reset by the Tool Service (127.0.0.1:9)'],
+    ['a timeout', { ours: { tool: 'echo' }, flags: ['UpstreamRequestTimeout'], code: 504, details: 'upstream_response_timeout', ms: 5000 }, 'timed out after 5000 ms'],
+    ['a reset', { ours: { tool: 'echo' }, flags: ['UpstreamRemoteReset'], code: 503, details: 'upstream_reset_before_response_started{remote_reset}' }, 'connection reset by the Tool Service (127.0.0.1:9)'],
     ['a 5xx of the backend', { ours: { tool: 'echo' }, code: 502 }, 'HTTP 502 from the Tool Service'],
     ['a JSON-RPC error in a 200', { ours: { tool: 'echo', outcome: 'failed' } }, undefined],
     ['a request the script refused', { ours: { tool: 'nope', answered: true }, details: 'lua_response', attempts: 0 }, undefined],
   ])('names the cause of %s', (_case, options, failure) => {
     const logged = entry(options);
-    logged.common_properties!.upstream_remote_address = { socket_address: { address: '127.0.0.1', port_value: 9 } };
+    logged.upstream = '127.0.0.1:9';
     const reasons: string[] = [];
     new CallLog([], undefined, [{ backendFailed: (_route, _backend, reason) => reasons.push(reason) }]).add(logged);
     expect(reasons).toEqual(failure === undefined ? [] : [failure]);
@@ -89,8 +78,8 @@ describe('the call log', () => {
     const recorded: CallRecord[] = [];
     const failed: string[] = [];
     const log = new CallLog([{ record: (call) => recorded.push(call) }], undefined, [{ backendFailed: (_route, backend) => failed.push(backend) }]);
-    log.add(entry({ ours: { method: 'resources/read', tool: 'file:///a' }, flags: { upstream_connection_failure: true }, code: 503, details: 'x{delayed_connect_error:_Connection_refused}' }));
-    log.add(entry({ ours: { tool: 'echo' }, flags: { upstream_connection_failure: true }, code: 503, details: 'x{delayed_connect_error:_Connection_refused}' }));
+    log.add(entry({ ours: { method: 'resources/read', tool: 'file:///a' }, flags: ['UpstreamConnectionFailure'], code: 503, details: 'x{delayed_connect_error:_Connection_refused}' }));
+    log.add(entry({ ours: { tool: 'echo' }, flags: ['UpstreamConnectionFailure'], code: 503, details: 'x{delayed_connect_error:_Connection_refused}' }));
     expect(failed).toEqual(['jobs', 'jobs']);
     expect(recorded.map((call) => call.tool)).toEqual(['echo']);
   });
@@ -101,8 +90,14 @@ describe('the call log', () => {
   });
 
   it('skips entries of other lanes (no backend in the metadata)', () => {
-    expect(log.recordOf({ common_properties: { metadata: { filter_metadata: { mcpgw: struct({ route: 'demo' }) } } } })).toBeUndefined();
+    expect(log.recordOf({ route: 'demo' })).toBeUndefined();
     expect(log.recordOf({})).toBeUndefined();
+  });
+
+  it("keeps a record whose client-chosen values are not strings (a tool name sent as a number or an object)", () => {
+    const record = callLogEntrySchema.parse({ route: 'demo', backend: 'jobs', tool: 42, rpc_tool: { not: 'a name' }, method: 'tools/call', status: 200, duration_ms: 3, flags: '-' });
+    expect(record).toMatchObject({ tool: '42', rpc_tool: null });
+    expect(log.recordOf(record)).toMatchObject({ route: 'demo', backend: 'jobs', tool: '42', outcome: 'ok' });
   });
 
   it(`labels at most ${TOOL_LABELS_PER_BACKEND} tools per backend, the rest "other", and keeps the name as sent`, () => {
@@ -122,7 +117,7 @@ describe('the call log', () => {
       tools_list_page_size: 0,
       routes: [{ route_key: 'demo', tools: [], prompts: [], resources: [], resource_templates: [], backends: [{ name: 'jobs' } as never], access_rules: [], groups_claim: [] }],
     });
-    new CallLog([metrics]).add(entry({ ours: { tool: 'echo', outcome: 'failed' }, flags: { upstream_connection_failure: true } }));
+    new CallLog([metrics]).add(entry({ ours: { tool: 'echo', outcome: 'failed' }, flags: ['UpstreamConnectionFailure'] }));
     const text = await registry.metrics();
     expect(text).toContain('mcpgw_tool_calls_total{route="demo",backend="jobs",outcome="ok"} 0');
     expect(text).toContain('mcpgw_tool_calls_total{route="demo",backend="jobs",outcome="invalid"} 0');

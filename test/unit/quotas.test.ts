@@ -2,7 +2,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { parse } from 'yaml';
 import * as client from 'prom-client';
-import { CallLog, LimitMetrics, LimitedRecord, limitedRecordOf } from '../../control-plane/admin/call-log';
+import { CallLog, LimitMetrics, LimitedRecord, LogEntry, limitedRecordOf } from '../../control-plane/admin/call-log';
 import { buildGatewayIR } from '../../control-plane/ir/gateway-ir';
 import { routeQuotasIR, toolServiceQuotasIR } from '../../control-plane/ir/quotas-ir';
 import { rateLimitServiceConfig } from '../../control-plane/quotas/ratelimit-service-config';
@@ -173,29 +173,33 @@ describe("the call script's tool limits", () => {
 });
 
 describe('refusals in the call log', () => {
-  const entry = (route: string, flags: Record<string, boolean>, status: number, headers: Record<string, string> = {}) => ({
-    common_properties: { route_name: route, response_flags: flags },
-    response: { response_code: { value: status }, response_headers: headers },
+  /** A call-log record as Envoy's fluentd logger formats it: Envoy's route, its response flags by long name, the limit headers. */
+  const entry = (route: string, flags: string, status: number, headers: { 'x-mcpgw-limit'?: string; 'x-ratelimit-limit'?: string } = {}): LogEntry => ({
+    envoy_route: route,
+    flags,
+    status,
+    limit: headers['x-mcpgw-limit'] ?? null,
+    ratelimit_limit: headers['x-ratelimit-limit'] ?? null,
   });
 
   it.each<[string, ReturnType<typeof entry>, LimitedRecord | undefined]>([
-    ['a per-instance limit on the call lane', entry('demo/call/jobs', { rate_limited: true }, 429, { 'x-mcpgw-limit': 'route:demo/calls/per-caller' }), { route: 'demo', lane: 'calls', limit: 'route:demo/calls/per-caller' }],
-    ['a discovery limit', entry('demo/gateway', { rate_limited: true }, 429, { 'x-mcpgw-limit': 'route:demo/discovery' }), { route: 'demo', lane: 'discovery', limit: 'route:demo/discovery' }],
+    ['a per-instance limit on the call lane', entry('demo/call/jobs', 'RateLimited', 429, { 'x-mcpgw-limit': 'route:demo/calls/per-caller' }), { route: 'demo', lane: 'calls', limit: 'route:demo/calls/per-caller' }],
+    ['a discovery limit', entry('demo/gateway', 'RateLimited', 429, { 'x-mcpgw-limit': 'route:demo/discovery' }), { route: 'demo', lane: 'discovery', limit: 'route:demo/discovery' }],
     [
       'a shared limit, by the names Envoy lists',
-      entry('demo/call/jobs', { rate_limited: true }, 429, { 'x-ratelimit-limit': '4, 4;w=60;name="route:demo/calls", 9;w=1;name="tool-service:jobs/calls"' }),
+      entry('demo/call/jobs', 'RateLimited', 429, { 'x-ratelimit-limit': '4, 4;w=60;name="route:demo/calls", 9;w=1;name="tool-service:jobs/calls"' }),
       { route: 'demo', lane: 'calls', limit: 'route:demo/calls | tool-service:jobs/calls' },
     ],
-    ['a refusing shared limit without its service', entry('demo/call/jobs', { rate_limit_service_error: true }, 503), { route: 'demo', lane: 'calls', limit: 'shared (the ratelimit service did not answer)' }],
-    ['a concurrency limit', entry('demo/call/jobs', { upstream_overflow: true }, 429, { 'x-mcpgw-limit': 'tool-service:jobs/concurrency' }), { route: 'demo', lane: 'calls', limit: 'tool-service:jobs/concurrency' }],
+    ['a refusing shared limit without its service', entry('demo/call/jobs', 'RateLimitServiceError', 503), { route: 'demo', lane: 'calls', limit: 'shared (the ratelimit service did not answer)' }],
+    ['a concurrency limit', entry('demo/call/jobs', 'UpstreamOverflow', 429, { 'x-mcpgw-limit': 'tool-service:jobs/concurrency' }), { route: 'demo', lane: 'calls', limit: 'tool-service:jobs/concurrency' }],
     [
       "a per-caller concurrency limit (the session check's 429)",
-      entry('demo/call/jobs', { unauthorized_details: true } as unknown as Record<string, boolean>, 429, { 'x-mcpgw-limit': 'route:demo/concurrency/per-caller' }),
+      entry('demo/call/jobs', 'UnauthorizedExternalService', 429, { 'x-mcpgw-limit': 'route:demo/concurrency/per-caller' }),
       { route: 'demo', lane: 'calls', limit: 'route:demo/concurrency/per-caller' },
     ],
-    ['a session the check does not know (not a limit)', entry('demo/call/jobs', { unauthorized_details: true } as unknown as Record<string, boolean>, 404), undefined],
-    ['an overflow that is not a limit of ours (no 429)', entry('demo/call/jobs', { upstream_overflow: true }, 503), undefined],
-    ['an answered call', entry('demo/call/jobs', {}, 200), undefined],
+    ['a session the check does not know (not a limit)', entry('demo/call/jobs', 'UnauthorizedExternalService', 404), undefined],
+    ['an overflow that is not a limit of ours (no 429)', entry('demo/call/jobs', 'UpstreamOverflow', 503), undefined],
+    ['an answered call', entry('demo/call/jobs', '-', 200), undefined],
   ])('%s', (_case, logged, expected) => {
     expect(limitedRecordOf(logged)).toEqual(expected);
   });
@@ -203,7 +207,7 @@ describe('refusals in the call log', () => {
   it('reach the limit observers from either lane, also without a backend (the gateway lane)', () => {
     const recorded: LimitedRecord[] = [];
     const log = new CallLog([], undefined, [], [{ record: (limited) => recorded.push(limited) }]);
-    log.add(entry('demo/gateway', { rate_limited: true }, 429, { 'x-mcpgw-limit': 'route:demo/discovery/per-caller' }));
+    log.add(entry('demo/gateway', 'RateLimited', 429, { 'x-mcpgw-limit': 'route:demo/discovery/per-caller' }));
     expect(recorded).toEqual([{ route: 'demo', lane: 'discovery', limit: 'route:demo/discovery/per-caller' }]);
   });
 });

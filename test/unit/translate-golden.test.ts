@@ -1,3 +1,4 @@
+import { AUDIT_ONLY_KEYS, callLogEntrySchema } from '../../control-plane/admin/call-log';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { GatewayIR, buildGatewayIR } from '../../control-plane/ir/gateway-ir';
@@ -106,8 +107,22 @@ describe('registry → IR → xDS golden files', () => {
       const manager = JSON.parse(JSON.stringify(listener)).filter_chains[0].filters[0].typed_config;
       return manager.access_log.map((log: { name: string }) => log.name);
     };
-    expect(accessLogsOf(settings)).toEqual(['envoy.access_loggers.stdout', 'envoy.access_loggers.http_grpc']);
-    expect(accessLogsOf({ ...settings, envoyAccessLog: false })).toEqual(['envoy.access_loggers.http_grpc']);
+    expect(accessLogsOf(settings)).toEqual(['envoy.access_loggers.stdout', 'envoy.access_loggers.fluentd']);
+    expect(accessLogsOf({ ...settings, envoyAccessLog: false })).toEqual(['envoy.access_loggers.fluentd']);
+  });
+
+  it("formats the audit's fields into the call log's record only when the control plane writes an audit", () => {
+    const recordOf = (gateway: GatewaySettings): Record<string, string> => {
+      const [listener] = resourcesOf(loadRegistryFile(path.join(FIXTURES, 'two-routes.yaml')), gateway)[TYPE_URL.listener];
+      const manager = JSON.parse(JSON.stringify(listener)).filter_chains[0].filters[0].typed_config;
+      return manager.access_log.find((log: { name: string }) => log.name === 'envoy.access_loggers.fluentd').typed_config.record;
+    };
+    const withoutAudit = Object.keys(recordOf(settings));
+    const withAudit = Object.keys(recordOf({ ...settings, auditArguments: true }));
+    expect(withoutAudit).not.toEqual(expect.arrayContaining(['arguments']));
+    expect(withAudit.filter((key) => !withoutAudit.includes(key)).sort()).toEqual([...AUDIT_ONLY_KEYS].sort());
+    // Every key the consumers read has its format string.
+    expect(withAudit.sort()).toEqual(Object.keys(callLogEntrySchema.shape).sort());
   });
 
   it('is unchanged when the registry lists routes and Tool Services in another order', () => {

@@ -32,14 +32,14 @@ const RESOURCE_PROTO_FILES = [
   'envoy/extensions/filters/http/upstream_codec/v3/upstream_codec.proto',
   'envoy/extensions/transport_sockets/tls/v3/tls.proto',
   'envoy/extensions/access_loggers/stream/v3/stream.proto',
-  'envoy/extensions/access_loggers/grpc/v3/als.proto',
+  'envoy/extensions/access_loggers/fluentd/v3/fluentd.proto',
   'envoy/config/trace/v3/opentelemetry.proto',
   'envoy/extensions/filters/http/header_mutation/v3/header_mutation.proto',
   'xds/type/v3/typed_struct.proto',
 ];
 
-/** Where an import of Envoy's protos is found (for a root of other Envoy types than the translator's). */
-export function resolveInIncludeDirs(_origin: string, target: string): string {
+/** Where an import of Envoy's protos is found. */
+function resolveInIncludeDirs(_origin: string, target: string): string {
   for (const dir of [...ENVOY_PROTO_INCLUDE_DIRS, PROTOBUFJS_DIR]) {
     const candidate = path.join(dir, target);
     if (fs.existsSync(candidate)) return candidate;

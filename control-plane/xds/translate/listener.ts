@@ -9,8 +9,11 @@ import { LIMIT_HEADER, quotaFilters } from './quotas';
 import { duration } from './duration';
 import { internalListenerTransportSocket } from './internal-tls';
 import { LISTENER_CERTIFICATE_SECRET, sdsSecret } from './secrets';
+import { AUDIT_ONLY_KEYS, LogEntry } from '../../admin/call-log';
 import {
-  CONTROL_PLANE_CLUSTER_NAME,
+  CALL_LOG_CLUSTER_NAME,
+  CHECK_HEADERS,
+  EXT_AUTHZ_METADATA_NAMESPACE,
   EGRESS_LISTENER_NAME,
   EGRESS_ROUTE_CONFIG_NAME,
   EdgeSettings,
@@ -78,47 +81,103 @@ const statusIs = (op: 'GE' | 'LE', value: number) => ({
  * costs little against its entries: the entries are what Envoy and the control plane pay for.
  */
 const CALL_LOG_FLUSH_INTERVAL = '0.050s';
+/** Envoy sends a batch when it reaches this size, or at the flush interval (the receiver bounds what it holds by it). */
+export const CALL_LOG_BUFFER_BYTES = 65536;
+
+const ours = (key: string, cut?: number) => `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:${key})${cut ? `:${cut}` : ''}%`;
+
+/**
+ * The call log's record (control-plane/admin/call-log.ts callLogEntrySchema reads it): one format
+ * string per key, only what the consumers read — Envoy formats and encodes each per call, and pays for
+ * the record's size (docs/adr/0008-data-path-lanes.md, "The two access logs"). Values a client chooses
+ * are cut to a bounded length, except the arguments, whose hash the audit writes (bounded by
+ * --max-request-body-bytes).
+ */
+const CALL_LOG_RECORD = {
+  route: ours('route'),
+  backend: ours('backend'),
+  tool: ours('tool', 128),
+  method: ours('method', 64),
+  outcome: ours('outcome'),
+  answered: ours('answered'),
+  fallback: ours('fallback', 64),
+  rpc_method: `%DYNAMIC_METADATA(${MCP_METADATA_NAMESPACE}:method):64%`,
+  lease: `%DYNAMIC_METADATA(${EXT_AUTHZ_METADATA_NAMESPACE}:${CHECK_HEADERS.concurrencyLease}):512%`,
+  start_ms: '%START_TIME(%s%3f)%',
+  duration_ms: '%DURATION%',
+  status: '%RESPONSE_CODE%',
+  details: '%RESPONSE_CODE_DETAILS%',
+  flags: '%RESPONSE_FLAGS_LONG%',
+  attempts: '%UPSTREAM_REQUEST_ATTEMPT_COUNT%',
+  envoy_route: '%ROUTE_NAME%',
+  upstream: '%UPSTREAM_REMOTE_ADDRESS%',
+  upstream_tls_failure: '%UPSTREAM_TRANSPORT_FAILURE_REASON%',
+  limit: `%RESP(${LIMIT_HEADER}):256%`,
+  ratelimit_limit: '%RESP(X-RATELIMIT-LIMIT):1024%',
+  rpc_tool: `%DYNAMIC_METADATA(${MCP_METADATA_NAMESPACE}:params:name):256%`,
+  arguments: ours('arguments'),
+  reason: ours('reason', 256),
+  rule: ours('rule', 256),
+  credential: ours('credential', 32),
+  caller_iss: callerOf('iss'),
+  caller_sub: callerOf('sub'),
+  caller_client: callerOf('client'),
+  approval: ours('approval', 32),
+  approval_id: ours('approval_id', 128),
+  approver_iss: ours('approver_iss', 256),
+  approver_sub: ours('approver_sub', 256),
+  request_id: '%REQ(X-REQUEST-ID):64%',
+  path: '%REQ(X-ENVOY-ORIGINAL-PATH?:PATH):256%',
+  claim_iss: `%REQ(${CALLER_CLAIM_HEADERS.iss}):256%`,
+  claim_sub: `%REQ(${CALLER_CLAIM_HEADERS.sub}):256%`,
+  claim_client_id: `%REQ(${CALLER_CLAIM_HEADERS.client_id}):256%`,
+  claim_azp: `%REQ(${CALLER_CLAIM_HEADERS.azp}):256%`,
+} satisfies Record<keyof LogEntry, string>;
+
+/** The record without the audit's fields when the control plane writes no audit. */
+function callLogRecord(audit: boolean): Record<string, string> {
+  if (audit) return CALL_LOG_RECORD;
+  return Object.fromEntries(Object.entries(CALL_LOG_RECORD).filter(([key]) => !(AUDIT_ONLY_KEYS as readonly string[]).includes(key)));
+}
 
 /**
  * Every tools/call (either lane), every request refused with 401 to 403, and every request a limit
- * refused on either lane, streamed to the control plane (control-plane/admin/call-log.ts), which
- * counts outcomes and durations by route, backend and tool, refusals by limit, writes the audit
- * (control-plane/audit/), and gives back the concurrency slots of the calls that ended
+ * refused on either lane, sent to the control plane (control-plane/admin/call-log-receiver.ts) by
+ * Envoy's fluentd logger over the call-log cluster (envoy/bootstrap.yaml), which counts outcomes and
+ * durations by route, backend and tool, refusals by limit, writes the audit (control-plane/audit/),
+ * and gives back the concurrency slots of the calls that ended
  * (control-plane/quotas/concurrency-slots.ts): whatever ended a call — its answer, the client gone,
  * a timeout, a reset — Envoy logs it. Batched, off the request path, every CALL_LOG_FLUSH_INTERVAL.
  */
-const callLog = {
-  name: 'envoy.access_loggers.http_grpc',
-  filter: {
-    or_filter: {
-      filters: [
-        {
-          metadata_filter: {
-            matcher: { filter: MCP_METADATA_NAMESPACE, path: [{ key: 'method' }], value: { string_match: { exact: 'tools/call' } } },
-            match_if_key_not_found: false,
+function callLog(audit: boolean) {
+  return {
+    name: 'envoy.access_loggers.fluentd',
+    filter: {
+      or_filter: {
+        filters: [
+          {
+            metadata_filter: {
+              matcher: { filter: MCP_METADATA_NAMESPACE, path: [{ key: 'method' }], value: { string_match: { exact: 'tools/call' } } },
+              match_if_key_not_found: false,
+            },
           },
-        },
-        { and_filter: { filters: [statusIs('GE', DENIED_STATUSES.min), statusIs('LE', DENIED_STATUSES.max)] } },
-        { status_code_filter: { comparison: { op: 'EQ', value: { default_value: 429, runtime_key: 'mcpgw.call_log.limited_status' } } } },
-        { response_flag_filter: { flags: ['RLSE'] } },
-      ],
+          { and_filter: { filters: [statusIs('GE', DENIED_STATUSES.min), statusIs('LE', DENIED_STATUSES.max)] } },
+          { status_code_filter: { comparison: { op: 'EQ', value: { default_value: 429, runtime_key: 'mcpgw.call_log.limited_status' } } } },
+          { response_flag_filter: { flags: ['RLSE'] } },
+        ],
+      },
     },
-  },
-  typed_config: {
-    '@type': TYPE_URL.grpcAccessLog,
-    common_config: {
-      log_name: 'mcpgw_calls',
-      grpc_service: { envoy_grpc: { cluster_name: CONTROL_PLANE_CLUSTER_NAME } },
-      transport_api_version: 'V3',
+    typed_config: {
+      '@type': TYPE_URL.fluentdAccessLog,
+      cluster: CALL_LOG_CLUSTER_NAME,
+      tag: 'mcpgw_calls',
+      stat_prefix: 'mcpgw_calls',
       buffer_flush_interval: CALL_LOG_FLUSH_INTERVAL,
-      buffer_size_bytes: 65536,
+      buffer_size_bytes: CALL_LOG_BUFFER_BYTES,
+      record: callLogRecord(audit),
     },
-    // The limit a refusal names (docs/quotas.md).
-    additional_response_headers_to_log: [LIMIT_HEADER, 'x-ratelimit-limit'],
-    // Who called, for the audit: only the claims it names, not the token's payload.
-    additional_request_headers_to_log: [CALLER_CLAIM_HEADERS.iss, CALLER_CLAIM_HEADERS.sub, CALLER_CLAIM_HEADERS.client_id, CALLER_CLAIM_HEADERS.azp],
-  },
-};
+  };
+}
 
 /**
  * TLS for agents: the certificate is an SDS secret by name, its files read and watched by Envoy, so a
@@ -213,7 +272,7 @@ export function buildListener(settings: GatewaySettings): TypedJson {
               codec_type: 'AUTO',
               rds: { route_config_name: ROUTE_CONFIG_NAME, config_source: { ads: {}, resource_api_version: 'V3' } },
               ...edgeConnectionManagerSettings(settings.edge),
-              access_log: settings.envoyAccessLog ? [accessLog, callLog] : [callLog],
+              access_log: [...(settings.envoyAccessLog ? [accessLog] : []), callLog(settings.auditArguments)],
               local_reply_config: localReplyConfig(),
               ...(settings.tracing && { tracing: connectionManagerTracing(settings.tracing) }),
               // CORS answers the preflights of browser pages on allowed origins (they carry no token), the

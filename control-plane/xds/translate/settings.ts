@@ -45,8 +45,9 @@ export interface GatewaySettings {
   /** Who may reach the gateway: its public URL, and the Host and Origin values it serves (docs/auth.md). */
   access: AccessSettings;
   /**
-   * The call script hands each call's arguments (raw JSON) to the call log, for the audit's arguments
-   * hash (control-plane/audit/). Off when the control plane writes no audit: then nothing is copied.
+   * The control plane writes an audit (control-plane/audit/): the call script hands each call's
+   * arguments (raw JSON) to the call log, for the audit's arguments hash, and the call log's record
+   * carries the audit's fields. Off without an audit: then neither is copied nor formatted.
    */
   auditArguments: boolean;
   /**
@@ -167,8 +168,8 @@ export const GATEWAY_DEFAULTS = {
 export const SESSION_CHECK_MARGIN_MS = 500;
 
 export const LISTENER_NAME = 'mcp_gateway';
-/** The control plane's cluster in Envoy's bootstrap (envoy/bootstrap.yaml): ADS, and the call log. */
-export const CONTROL_PLANE_CLUSTER_NAME = 'xds_control_plane';
+/** The bootstrap's cluster of the control planes' call-log ports (envoy/bootstrap.yaml): Envoy's fluentd logger sends there. */
+export const CALL_LOG_CLUSTER_NAME = 'call_log_control_plane';
 export const ROUTE_CONFIG_NAME = 'mcp_routes';
 /** The egress listener and its routes (one per Tool Service cluster). */
 export const EGRESS_LISTENER_NAME = 'mcp_egress';

@@ -17,7 +17,7 @@ export const TYPE_URL = {
   credentialInjector: `${prefix}envoy.extensions.filters.http.credential_injector.v3.CredentialInjector`,
   upstreamCodec: `${prefix}envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec`,
   stdoutAccessLog: `${prefix}envoy.extensions.access_loggers.stream.v3.StdoutAccessLog`,
-  grpcAccessLog: `${prefix}envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig`,
+  fluentdAccessLog: `${prefix}envoy.extensions.access_loggers.fluentd.v3.FluentdAccessLogConfig`,
   typedStruct: `${prefix}xds.type.v3.TypedStruct`,
   typedExtensionConfig: `${prefix}envoy.config.core.v3.TypedExtensionConfig`,
   jwtAuthn: `${prefix}envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication`,
