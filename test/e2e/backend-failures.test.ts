@@ -70,6 +70,17 @@ describe('backend failures through the real Envoy', () => {
     expect((error.data as { elapsed_ms: number }).elapsed_ms).toBeGreaterThanOrEqual(500);
   });
 
+  it("annotates a JSON-mode backend's answer (read whole in one piece), its content-length following the annotation", async () => {
+    const client = await connectClient(stack.gatewayUrl('hasty'));
+    try {
+      const result = await client.callTool({ name: 'jobs__run_job', arguments: { steps: 1, interval_ms: 0 } });
+      expect(result.content).toEqual([{ type: 'text', text: 'job finished after 1 steps' }]);
+      expect(result._meta?.['mcpgw/outcome']).toMatchObject({ outcome: 'ok', backend: 'jobs', tool: 'run_job', attempts: 1 });
+    } finally {
+      await client.close();
+    }
+  });
+
   it('answers calls to a backend that is down with a JSON-RPC error naming it, keeps the others working', async () => {
     await stack.stopProcess(`tool-service-jobs-${backends.ports.jobs}`);
     const raw = await postJsonRpc(stack.gatewayUrl('demo'), {

@@ -1222,8 +1222,9 @@ end
 
 -- The final result (at `result`, an object), annotated: the call's outcome in _meta (tools/call), and
 -- what a stateless client needs. nil: nothing to add.
-local function annotate_result(s, result, call)
-  local inner = members(s, result)
+-- inner: the result's members, when the caller has them (a scan saved).
+local function annotate_result(s, result, call, inner)
+  inner = inner or members(s, result)
   if not inner then return nil end
   -- A stateless backend asking its client for input: the call is not over.
   if inner.resultType and text_of(s, inner.resultType) == '"input_required"' then return nil end
@@ -1269,8 +1270,9 @@ function M.rewrite_message(s, call)
     if renamed then
       s = renamed
       result = members(s, skip_ws(s, 1)).result
+      inner = nil
     end
-    return annotate_result(s, result[1], call) or renamed, final
+    return annotate_result(s, result[1], call, inner) or renamed, final
   end
   if error_ and byte(s, error_[1]) == 123 and call.outcome then
     local inner = members(s, error_[1])
@@ -1649,6 +1651,18 @@ local function report_continuation(h, call)
   }, report, APPROVAL_CHECK_TIMEOUT_MS)
 end
 
+-- A whole JSON answer (or the first MAX_HELD_JSON_BYTES of one) as the client gets it, its outcome
+-- recorded; nil: sent as it came (not JSON, or nothing to change).
+function M.rewrite_json_answer(h, call, held)
+  local last = M.json_end(held)
+  local message = last and sub(held, 1, last)
+  if message and call.approval_id then M.note_continuation(message, call) end
+  local rewritten = message and call.rewrites and M.rewrite_message(message, call)
+  if call.final then record_outcome(h, call, call.final)
+  elseif message and call.rewrites then record_outcome(h, call, M.carried_outcome(message)) end
+  return rewritten and (rewritten .. sub(held, last + 1)) or nil
+end
+
 function envoy_on_response(h)
   local call = call_of(h)
   if not call then return end
@@ -1674,6 +1688,17 @@ function envoy_on_response(h)
   end
   -- An event stream is always read: its event ids are the gateway's to give (docs/adr/0018-stream-relaying.md).
   if not is_sse and not (is_json and (call.rewrites or call.approval_id)) then return end
+  if is_json and short then
+    -- A short JSON answer (the common one) is read whole in one piece, far below the listener's
+    -- buffer limit: one hand-over to Lua instead of one per chunk; its content-length follows the
+    -- new body.
+    local body = h:body(true)
+    local text = body and body:getBytes(0, body:length()) or ""
+    local rewritten = M.rewrite_json_answer(h, call, text)
+    if rewritten then body:setBytes(rewritten) end
+    if call.continuation then report_continuation(h, call) end
+    return
+  end
   h:headers():remove("content-length")
   if is_json then
     -- A JSON answer is one message: held until it is whole, then rewritten; past the limit, or not
@@ -1685,12 +1710,7 @@ function envoy_on_response(h)
         local last = M.json_end(held)
         if last or #held > MAX_HELD_JSON_BYTES then
           done = true
-          local message = last and sub(held, 1, last)
-          if message and call.approval_id then M.note_continuation(message, call) end
-          local rewritten = message and call.rewrites and M.rewrite_message(message, call)
-          chunk:setBytes(rewritten and (rewritten .. sub(held, last + 1)) or held)
-          if call.final then record_outcome(h, call, call.final)
-          elseif message and call.rewrites then record_outcome(h, call, M.carried_outcome(message)) end
+          chunk:setBytes(M.rewrite_json_answer(h, call, held) or held)
           if call.continuation then report_continuation(h, call) end
         else
           chunk:setBytes("")

@@ -400,3 +400,28 @@ check("continuation without requestState",
 check("a complete result continues nothing", continuation('{"jsonrpc":"2.0","id":7,"result":{"content":[]}}'), nil)
 check("another id's answer continues nothing", continuation('{"jsonrpc":"2.0","id":8,"result":{"resultType":"input_required","requestState":"s"}}'), nil)
 check("an error continues nothing", continuation('{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"input_required"}}'), nil)
+
+-- a whole JSON answer (buffered in one piece, or held chunk by chunk): rewritten, its outcome recorded
+local function json_answer(held, annotated)
+  local recorded = {}
+  local h = { streamInfo = function() return { dynamicMetadata = function() return { set = function(_, _, key, value) recorded[key] = value end } end } end }
+  local answer_call = { backend = "jobs", id = 7, method = "tools/call", rewrites = true }
+  if annotated then
+    answer_call.outcome = function(last_error)
+      answer_call.final = last_error and "failed" or "ok"
+      return '{"outcome":"' .. answer_call.final .. '"}'
+    end
+  end
+  return M.rewrite_json_answer(h, answer_call, held), recorded.outcome
+end
+check("json answer annotated, what follows it kept", (json_answer('{"jsonrpc":"2.0","id":7,"result":{"content":[]}}\n', true)),
+  '{"jsonrpc":"2.0","id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}},"content":[]}}\n')
+check("json answer outcome recorded", select(2, json_answer('{"jsonrpc":"2.0","id":7,"result":{"content":[]}}', true)), "ok")
+check("json answer failed outcome recorded", select(2, json_answer('{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"m"}}', true)), "failed")
+check("json answer not JSON sent as it came", (json_answer('<html>oops', true)), nil)
+check("json answer not JSON records nothing", select(2, json_answer('<html>oops', true)), nil)
+check("json answer unannotated route records a carried outcome",
+  select(2, json_answer('{"jsonrpc":"2.0","id":7,"result":{"content":[],"_meta":{"mcpgw/outcome":{"outcome":"degraded"}}}}', false)), "degraded")
+check("json answer annotated, \"result\" inside a string does not fool it",
+  (json_answer('{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"\\"result\\":{}"}]}}', true)),
+  '{"jsonrpc":"2.0","id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}},"content":[{"type":"text","text":"\\"result\\":{}"}]}}')
