@@ -77,7 +77,12 @@ describe('per-caller concurrency limits', () => {
     await stack?.stop();
     await holding?.stop();
   });
-  afterEach(() => holding.releaseAll());
+  // Each test starts with every slot free: the last calls of the test before give theirs back only when
+  // the call log reports their end (within its flush interval), which can be after the test has ended.
+  afterEach(async () => {
+    holding.releaseAll();
+    await allSlotsGivenBack(stack);
+  });
 
   it("refuses caller A's call past its 2 calls in flight with 429 and -32029 naming the limit, serves caller B meanwhile, and serves A again once its calls ended", async () => {
     const url = stack.gatewayUrl('route-two');
