@@ -27,8 +27,13 @@ import {
 import { connectionManagerTracing, spanIdsFilter } from './tracing';
 import { TYPE_URL, typedStruct } from './type-urls';
 
+/** A key of the call script's dynamic metadata, as the access logs format it; `cut` bounds a value a client or token chose. */
+const ours = (key: string, cut?: number) => `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:${key})${cut ? `:${cut}` : ''}%`;
+/** A key of the mcp filter's parse of the request (either lane). */
+const parsed = (path: string, cut: number) => `%DYNAMIC_METADATA(${MCP_METADATA_NAMESPACE}:${path}):${cut}%`;
+
 /** The caller of a call as the call script recorded it, cut to a bounded length: the token's issuer chose it. */
-const callerOf = (part: 'iss' | 'sub' | 'client') => `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:caller_${part}):256%`;
+const callerOf = (part: 'iss' | 'sub' | 'client') => ours(`caller_${part}`, 256);
 
 const accessLog = {
   name: 'envoy.access_loggers.stdout',
@@ -49,14 +54,14 @@ const accessLog = {
         attempts: '%UPSTREAM_REQUEST_ATTEMPT_COUNT%',
         request_id: '%REQ(X-REQUEST-ID):64%',
         traceparent: '%REQ(TRACEPARENT):64%',
-        route_key: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:route)%`,
+        route_key: ours('route'),
         // The mcp filter's parse of every request, either lane.
-        rpc_method: `%DYNAMIC_METADATA(${MCP_METADATA_NAMESPACE}:method):64%`,
-        rpc_id: `%DYNAMIC_METADATA(${MCP_METADATA_NAMESPACE}:id):64%`,
-        backend: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:backend)%`,
-        tool: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:tool):128%`,
+        rpc_method: parsed('method', 64),
+        rpc_id: parsed('id', 64),
+        backend: ours('backend'),
+        tool: ours('tool', 128),
         // Set by the call script when it knows the call's outcome: ok, failed, degraded or denied.
-        outcome: `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:outcome)%`,
+        outcome: ours('outcome'),
         // Who called (docs/approval-and-audit.md), as the call script recorded it from jwt_authn's claim
         // headers (the route removes those before the request leaves, and the log sees the request as
         // it left): calls, prompts and resources on routes with auth; absent elsewhere. The client is
@@ -84,8 +89,6 @@ const CALL_LOG_FLUSH_INTERVAL = '0.050s';
 /** Envoy sends a batch when it reaches this size, or at the flush interval (the receiver bounds what it holds by it). */
 export const CALL_LOG_BUFFER_BYTES = 65536;
 
-const ours = (key: string, cut?: number) => `%DYNAMIC_METADATA(${METADATA_NAMESPACE}:${key})${cut ? `:${cut}` : ''}%`;
-
 /**
  * The call log's record (control-plane/admin/call-log.ts callLogEntrySchema reads it): one format
  * string per key, only what the consumers read — Envoy formats and encodes each per call, and pays for
@@ -101,7 +104,7 @@ const CALL_LOG_RECORD = {
   outcome: ours('outcome'),
   answered: ours('answered'),
   fallback: ours('fallback', 64),
-  rpc_method: `%DYNAMIC_METADATA(${MCP_METADATA_NAMESPACE}:method):64%`,
+  rpc_method: parsed('method', 64),
   lease: `%DYNAMIC_METADATA(${EXT_AUTHZ_METADATA_NAMESPACE}:${CHECK_HEADERS.concurrencyLease}):512%`,
   start_ms: '%START_TIME(%s%3f)%',
   duration_ms: '%DURATION%',
@@ -114,7 +117,7 @@ const CALL_LOG_RECORD = {
   upstream_tls_failure: '%UPSTREAM_TRANSPORT_FAILURE_REASON%',
   limit: `%RESP(${LIMIT_HEADER}):256%`,
   ratelimit_limit: '%RESP(X-RATELIMIT-LIMIT):1024%',
-  rpc_tool: `%DYNAMIC_METADATA(${MCP_METADATA_NAMESPACE}:params:name):256%`,
+  rpc_tool: parsed('params:name', 256),
   arguments: ours('arguments'),
   reason: ours('reason', 256),
   rule: ours('rule', 256),
