@@ -86,8 +86,8 @@ export const callLogEntrySchema = z.object({
   duration_ms: count,
   status: count,
   details: text,
-  /** Envoy's response flags by their long names, comma-separated (`-` for none). */
-  flags: text,
+  /** Envoy's response flags by their long names, sent comma-separated (`-` for none): read once, as a set. */
+  flags: text.transform((value) => new Set((value ?? '').split(',').filter((flag) => flag !== '' && flag !== '-'))),
   attempts: count,
   /** Envoy's route: `<key>/call/<backend>` (call lane), `<key>/gateway` (what the gateway answers itself), … */
   envoy_route: text,
@@ -130,9 +130,6 @@ export interface CallLogConsumer {
   add(entry: LogEntry): void;
 }
 
-/** Envoy's response flags by their long names (`-`: none). */
-export const flagsOf = (entry: LogEntry): Set<string> => new Set((entry.flags ?? '').split(',').filter((flag) => flag !== '' && flag !== '-'));
-
 
 /**
  * The call script records the outcome when it knows it (denied, or the answer's final message). A
@@ -148,7 +145,7 @@ export function outcomeOf(entry: LogEntry): CallOutcome {
   const recorded = entry.outcome;
   if (recorded && (CALL_OUTCOMES as readonly string[]).includes(recorded)) return recorded as CallOutcome;
   if (entry.answered === true) return 'invalid';
-  if (flagsOf(entry).size > 0) return entry.fallback != null ? 'degraded' : 'failed';
+  if (entry.flags.size > 0) return entry.fallback != null ? 'degraded' : 'failed';
   return 'ok';
 }
 
@@ -158,7 +155,7 @@ export function outcomeOf(entry: LogEntry): CallOutcome {
  * their limit (its circuit breaker, answered 429), or a caller's (the session check, answered 429).
  */
 function refusedByLimit(entry: LogEntry): boolean {
-  const flags = flagsOf(entry);
+  const { flags } = entry;
   return flags.has('RateLimited') || flags.has('RateLimitServiceError') || ((flags.has('UpstreamOverflow') || flags.has('UnauthorizedExternalService')) && entry.status === 429);
 }
 
@@ -255,7 +252,7 @@ const detailWords = (details: string) => (/\{(.*)\}$/s.exec(details)?.[1] ?? det
  * error, or the gateway refused the request before it).
  */
 export function backendFailureOf(entry: LogEntry): string | undefined {
-  const flags = flagsOf(entry);
+  const { flags } = entry;
   const details = entry.details ?? '';
   const status = entry.status ?? 0;
   const where = entry.upstream ? ` (${entry.upstream})` : '';

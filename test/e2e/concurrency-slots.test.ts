@@ -1,6 +1,6 @@
 import { ConcurrencySlots, LEASE_MARGIN_MS, LeaseReleases, inFlightRequestOf, leaseHeaderOf } from '../../control-plane/quotas/concurrency-slots';
 import { redisKeyspace } from '../../control-plane/shared/redis-keys';
-import { LogEntry } from '../../control-plane/admin/call-log';
+import { LogEntry, callLogEntrySchema } from '../../control-plane/admin/call-log';
 import { TestRedis } from '../support/redis-server';
 import { testDir } from '../support/gateway-fixture';
 import { quietLogger } from '../support/quiet-logger';
@@ -43,7 +43,7 @@ describe('concurrency slots in Redis', () => {
     const taken = await slots.take(caller, { deadlineMs: 60_000, limits: [service] });
     if (!taken.taken) throw new Error('not taken');
     expect((await slots.take(caller, { deadlineMs: 60_000, limits: [service] })).taken).toBe(false);
-    const entry: LogEntry = { lease: leaseHeaderOf(taken.lease) };
+    const entry: LogEntry = callLogEntrySchema.parse({ lease: leaseHeaderOf(taken.lease) });
     new LeaseReleases(slots, quietLogger).add(entry);
     const client = redis.client();
     try {

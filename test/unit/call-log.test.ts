@@ -90,8 +90,8 @@ describe('the call log', () => {
   });
 
   it('skips entries of other lanes (no backend in the metadata)', () => {
-    expect(log.recordOf({ route: 'demo' })).toBeUndefined();
-    expect(log.recordOf({})).toBeUndefined();
+    expect(log.recordOf(callLogEntrySchema.parse({ route: 'demo' }))).toBeUndefined();
+    expect(log.recordOf(callLogEntrySchema.parse({}))).toBeUndefined();
   });
 
   it("keeps a record whose client-chosen values are not strings (a tool name sent as a number or an object)", () => {

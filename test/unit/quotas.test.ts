@@ -2,7 +2,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { parse } from 'yaml';
 import * as client from 'prom-client';
-import { CallLog, LimitMetrics, LimitedRecord, LogEntry, limitedRecordOf } from '../../control-plane/admin/call-log';
+import { CallLog, LimitMetrics, LimitedRecord, LogEntry, callLogEntrySchema, limitedRecordOf } from '../../control-plane/admin/call-log';
 import { buildGatewayIR } from '../../control-plane/ir/gateway-ir';
 import { routeQuotasIR, toolServiceQuotasIR } from '../../control-plane/ir/quotas-ir';
 import { rateLimitServiceConfig } from '../../control-plane/quotas/ratelimit-service-config';
@@ -174,13 +174,14 @@ describe("the call script's tool limits", () => {
 
 describe('refusals in the call log', () => {
   /** A call-log record as Envoy's fluentd logger formats it: Envoy's route, its response flags by long name, the limit headers. */
-  const entry = (route: string, flags: string, status: number, headers: { 'x-mcpgw-limit'?: string; 'x-ratelimit-limit'?: string } = {}): LogEntry => ({
-    envoy_route: route,
-    flags,
-    status,
-    limit: headers['x-mcpgw-limit'] ?? null,
-    ratelimit_limit: headers['x-ratelimit-limit'] ?? null,
-  });
+  const entry = (route: string, flags: string, status: number, headers: { 'x-mcpgw-limit'?: string; 'x-ratelimit-limit'?: string } = {}): LogEntry =>
+    callLogEntrySchema.parse({
+      envoy_route: route,
+      flags,
+      status,
+      limit: headers['x-mcpgw-limit'] ?? null,
+      ratelimit_limit: headers['x-ratelimit-limit'] ?? null,
+    });
 
   it.each<[string, ReturnType<typeof entry>, LimitedRecord | undefined]>([
     ['a per-instance limit on the call lane', entry('demo/call/jobs', 'RateLimited', 429, { 'x-mcpgw-limit': 'route:demo/calls/per-caller' }), { route: 'demo', lane: 'calls', limit: 'route:demo/calls/per-caller' }],
