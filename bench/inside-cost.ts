@@ -1,7 +1,6 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { stringify } from 'yaml';
 import { GatewayStack } from '../control-plane/devstack/stack';
 import { buildGatewayIR } from '../control-plane/ir/gateway-ir';
 import { loadRegistryFile } from '../control-plane/registry/static-file';
@@ -11,9 +10,8 @@ import { projectPath } from '../control-plane/shared/paths';
 import { quietLogger } from '../test/support/quiet-logger';
 import { LatencySummary, summarize } from './load/stats';
 import { benchSettings } from './settings';
-import { allocatePort } from './systems/ports';
 import { ProcessGroup, claimCpus } from './systems/process-group';
-import { startBackendProcess } from './systems/systems';
+import { startSingleBackendRoute } from './systems/systems';
 import { HOST } from './systems/topology';
 import { ProcessIds, VariantRun, cpuMicros, measureVariants, targetsVerdict, variantTable } from './variant-cost';
 
@@ -132,10 +130,7 @@ async function main(): Promise<void> {
   let runs: VariantRun[];
   let egress: EgressHop[];
   try {
-    const backendPort = await allocatePort();
-    await startBackendProcess(group, 'backend', [{ port: backendPort, fillerTools: 0, listDelayMs: 0, prompts: 0, resources: 0 }]);
-    const registryFile = path.join(LOG_DIR, 'registry.yaml');
-    fs.writeFileSync(registryFile, stringify({ routes: [{ key: 'bench', toolServices: [{ name: 'bench', url: `http://${HOST}:${backendPort}/mcp` }] }] }));
+    const { registryFile, backendUrl } = await startSingleBackendRoute(group, LOG_DIR);
     const stacks = new Map<Variant, GatewayStack>();
     for (const variant of VARIANTS) {
       stacks.set(variant, await group.startGateway(variant, { registryFile, logDir: path.join(LOG_DIR, variant), plainInside: variant === 'plain' }));
@@ -146,7 +141,7 @@ async function main(): Promise<void> {
     };
     runs = await measureVariants(VARIANTS.map((variant) => ({ name: variant, url: stacks.get(variant)!.gatewayUrl('bench') })), settings, pids, log);
     log('the egress hop: initialize through each egress listener');
-    egress = await measureEgressHop(stacks, registryFile, `http://${HOST}:${backendPort}/mcp`, quick ? EGRESS_REQUESTS.quick : EGRESS_REQUESTS.full);
+    egress = await measureEgressHop(stacks, registryFile, backendUrl, quick ? EGRESS_REQUESTS.quick : EGRESS_REQUESTS.full);
   } finally {
     await group.stopAll();
   }

@@ -2,15 +2,12 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { execFileSync } from 'node:child_process';
-import { stringify } from 'yaml';
 import { z } from 'zod';
 import { GatewayStack, StackOptions } from '../control-plane/devstack/stack';
 import { projectPath } from '../control-plane/shared/paths';
 import { benchSettings } from './settings';
-import { allocatePort } from './systems/ports';
 import { ProcessGroup, claimCpus } from './systems/process-group';
-import { startBackendProcess } from './systems/systems';
-import { HOST } from './systems/topology';
+import { startSingleBackendRoute } from './systems/systems';
 import { ProcessIds, VariantRun, measureVariants, variantTable } from './variant-cost';
 
 /**
@@ -69,10 +66,7 @@ async function main(): Promise<void> {
   const loadBefore = os.loadavg().slice(0, 2);
   let runs: VariantRun[];
   try {
-    const backendPort = await allocatePort();
-    await startBackendProcess(group, 'backend', [{ port: backendPort, fillerTools: 0, listDelayMs: 0, prompts: 0, resources: 0 }]);
-    const registryFile = path.join(LOG_DIR, 'registry.yaml');
-    fs.writeFileSync(registryFile, stringify({ routes: [{ key: 'bench', toolServices: [{ name: 'bench', url: `http://${HOST}:${backendPort}/mcp` }] }] }));
+    const { registryFile } = await startSingleBackendRoute(group, LOG_DIR);
     const stacks = new Map<string, GatewayStack>([
       ['baseline', await group.startGateway('baseline', { registryFile, logDir: path.join(LOG_DIR, 'baseline') }, startBaseline)],
       ['this', await group.startGateway('this', { registryFile, logDir: path.join(LOG_DIR, 'this') })],

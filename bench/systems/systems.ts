@@ -50,6 +50,19 @@ export async function startBackendProcess(group: ProcessGroup, name: string, spe
   for (const spec of specs) await waitFor(`${name} port ${spec.port}`, () => portAccepts(spec.port));
 }
 
+/**
+ * The variant benches' backend: the bench backend alone in its process, and a registry file (in
+ * `dir`) with one route `bench` to it, for every gateway the bench compares.
+ */
+export async function startSingleBackendRoute(group: ProcessGroup, dir: string): Promise<{ registryFile: string; backendUrl: string }> {
+  const port = await allocatePort();
+  await startBackendProcess(group, 'backend', [{ port, fillerTools: 0, listDelayMs: 0, prompts: 0, resources: 0 }]);
+  const backendUrl = `http://${HOST}:${port}/mcp`;
+  const registryFile = path.join(dir, 'registry.yaml');
+  fs.writeFileSync(registryFile, stringify({ routes: [{ key: 'bench', toolServices: [{ name: 'bench', url: backendUrl }] }] }));
+  return { registryFile, backendUrl };
+}
+
 export async function startBackends(group: ProcessGroup, topology: Topology): Promise<void> {
   await startBackendProcess(group, 'backend-call', topology.callBackendSpecs);
   await startBackendProcess(group, 'backend-fleet', topology.fleetSpecs);
