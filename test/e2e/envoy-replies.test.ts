@@ -52,6 +52,39 @@ describe("Envoy's own replies on the call lane and around it", () => {
     expect(response.json().error).toMatchObject({ code: -32022, message: expect.not.stringContaining('{') });
   });
 
+  describe('requests refused on their headers, with the HTTP status that names the problem', () => {
+    const initialize = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'a', version: '1' } } });
+    async function refusedWith(response: Response, status: number, message: RegExp) {
+      expect(response.status).toBe(status);
+      expect(response.headers.get('content-type')).toBe('application/json');
+      expect(await response.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32600, message: expect.stringMatching(message) } });
+    }
+
+    it.each(['PUT', 'PATCH'])('%s: 405 with Allow (RFC 9110), on an MCP endpoint and elsewhere', async (method) => {
+      for (const url of [stack.gatewayUrl('demo'), `${stack.gatewayUrl('demo').replace(/\/mcp\/demo$/, '')}/elsewhere`]) {
+        const response = await fetch(url, { method, headers: MCP_POST_HEADERS, body: initialize });
+        expect(response.headers.get('allow')).toBe('GET, POST, DELETE');
+        await refusedWith(response, 405, /^method not allowed/);
+      }
+    });
+
+    it.each([['text/plain'], ['application/json-patch+json'], ['application/x-www-form-urlencoded']])('a POST of Content-Type %s: 415', async (contentType) => {
+      const response = await fetch(stack.gatewayUrl('demo'), { method: 'POST', headers: { ...MCP_POST_HEADERS, 'content-type': contentType }, body: initialize });
+      await refusedWith(response, 415, /^unsupported media type/);
+    });
+
+    it.each([['application/json'], ['text/event-stream'], ['*/*']])('a POST that accepts only %s: 406', async (accept) => {
+      const response = await fetch(stack.gatewayUrl('demo'), { method: 'POST', headers: { ...MCP_POST_HEADERS, accept }, body: initialize });
+      await refusedWith(response, 406, /^not acceptable/);
+    });
+
+    it('serves a POST whose JSON Content-Type has parameters, as the mcp filter does', async () => {
+      const response = await fetch(stack.gatewayUrl('demo'), { method: 'POST', headers: { ...MCP_POST_HEADERS, 'content-type': 'application/json; charset=utf-8' }, body: initialize });
+      expect(response.status).toBe(200);
+      expect(response.headers.get('mcp-session-id')).toBeTruthy();
+    });
+  });
+
   it('answers a session call whose backend session cannot be opened with -32004 naming the backend, on HTTP 200', async () => {
     const sessionId = await session();
     await stack.stopProcess(`tool-service-jobs-${backends.ports.jobs}`);

@@ -7,6 +7,7 @@ import { duration } from './duration';
 import { callRouteQuotas, gatewayRouteQuotas } from './quotas';
 import { CHECK_HEADERS, EGRESS_ROUTE_CONFIG_NAME, ENVOY_UNKNOWN_ROUTE_HEADER, EGRESS_UPSTREAM_HEADER, GatewaySettings, MCP_METADATA_NAMESPACE, POOLED_CALL_PATH, POOLED_LANE_HEADER, ROUTE_CONFIG_NAME, SIDECAR_CLUSTER_NAME, SIDECAR_STREAMS_CLUSTER_NAME } from './settings';
 import { GATEWAY_SPANS, routeTracing } from './tracing';
+import { transportRefusalRoutes } from './transport-refusals';
 import { TYPE_URL, typedStruct } from './type-urls';
 
 /** Where the sidecars serve the approval pages. */
@@ -300,6 +301,8 @@ export function buildRouteConfiguration(
         retry_policy: CALL_RETRY_POLICY,
         typed_per_filter_config: { 'envoy.filters.http.cors': corsPolicy(access.allowedOrigins) },
         routes: [
+          // Before any route key's: refused on their headers, whatever path they name.
+          ...transportRefusalRoutes(),
           ...routes,
           // /mcp without a key, or a key no route has: the sidecar says which.
           {

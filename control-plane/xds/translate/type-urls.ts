@@ -10,6 +10,7 @@ export const TYPE_URL = {
   httpConnectionManager: `${prefix}envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager`,
   extAuthz: `${prefix}envoy.extensions.filters.http.ext_authz.v3.ExtAuthz`,
   router: `${prefix}envoy.extensions.filters.http.router.v3.Router`,
+  filterConfig: `${prefix}envoy.config.route.v3.FilterConfig`,
   httpProtocolOptions: `${prefix}envoy.extensions.upstreams.http.v3.HttpProtocolOptions`,
   upstreamTls: `${prefix}envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext`,
   downstreamTls: `${prefix}envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext`,
