@@ -146,6 +146,9 @@ const opening = new Map<string, Promise<string | undefined>>();
 export async function backendSessionFor(session: GatewaySession, backend: BackendView, head: RequestHead, context: GatewayContext): Promise<string | undefined> {
   const known = session.backends[backend.name];
   if (known !== undefined) return known;
+  // A backend whose listing got no session id keeps none: an initialize sent it now would be
+  // forgotten with the request that carried it, and the call would go without a session anyway.
+  if (!backend.sessionful) return '';
   const key = `${session.id} ${backend.name}`;
   const underway = opening.get(key);
   if (underway) return underway;

@@ -50,6 +50,19 @@ describe('the session check of the call lane', () => {
     expect(opened).toEqual(['http://127.0.0.1:9/jobs/mcp']);
   });
 
+  it('opens nothing at a session-era backend that hands out no sessions (as its listing found), and sends the call without one', async () => {
+    const sessionless = buildRouteViews(catalogSnapshot([{ route_key: 'demo', backends: [backendCatalog('plain', ['echo'], { sessionful: false })] }]));
+    const { context, opened, pool, sessionId } = await session(sidecarContext(sessionless));
+    for (let call = 0; call < 2; call++) {
+      expect(await checkCall(checkHead('plain', { 'mcp-session-id': sessionId }), context, pool)).toEqual({
+        status: CHECK_STATUS.ALLOW,
+        headers: { 'x-envoy-auth-headers-to-remove': 'mcp-session-id', 'x-mcpgw-gateway-session': sessionId },
+        body: '',
+      });
+    }
+    expect(opened).toEqual([]);
+  });
+
   it("opens the backend's session once for a session's first calls that arrive together, and sends them all in it", async () => {
     let opening = 0;
     const slowOpen = async () => {
