@@ -127,6 +127,7 @@ async function main(): Promise<void> {
         noteLoad('start-up');
         if (only === 'tool-list') {
           requestScenarios = { toolList: await runToolListScenario(running.systems, topology, settings, log) };
+          noteLoad('tools/list');
         } else if (only === 'streaming') {
           requestScenarios = { streaming: await runStreamingScenario(running.systems, settings, log) };
           noteLoad('streaming');
@@ -139,8 +140,8 @@ async function main(): Promise<void> {
           noteLoad('streaming');
           const toolList = await runToolListScenario(running.systems, topology, settings, log);
           requestScenarios = { toolCall, streaming, toolList, tracing };
+          noteLoad('tools/list');
         }
-        noteLoad('tools/list');
       }
     } finally {
       await systemsGroup.stopAll();
