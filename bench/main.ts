@@ -21,8 +21,9 @@ import { planTopology } from './systems/topology';
 /**
  * The whole benchmark (issue 5): starts the five systems side by side, runs every scenario, stops
  * everything it started, and writes bench/results/<name>.json, .md and -latency.png.
- * Run it with scripts/bench.sh [--quick] [--only tool-list|configuration|tracing]: `--only tool-list`
- * runs scenario 3 alone (tools/list, prompts/list, resources/list of 50 backends), `--only
+ * Run it with scripts/bench.sh [--quick] [--only tool-list|configuration|tracing|streaming]: `--only tool-list`
+ * runs scenario 3 alone (tools/list, prompts/list, resources/list of 50 backends), `--only streaming`
+ * scenario 2 alone (progress notifications through the five systems), `--only
  * configuration` scenario 4 alone (1,000 routes × 5 Tool Services), `--only tracing` scenario 5 alone
  * (the gateways with tracing off and at each sampling ratio, and the static Envoys of the per-piece
  * table; none of the five systems), each writing bench/results/<scenario>.* (quick-<scenario>.* with
@@ -126,6 +127,10 @@ async function main(): Promise<void> {
         noteLoad('start-up');
         if (only === 'tool-list') {
           requestScenarios = { toolList: await runToolListScenario(running.systems, topology, settings, log) };
+          noteLoad('tools/list');
+        } else if (only === 'streaming') {
+          requestScenarios = { streaming: await runStreamingScenario(running.systems, settings, log) };
+          noteLoad('streaming');
         } else {
           const toolCall = await runToolCallScenario(running.systems, settings, log);
           noteLoad('tools/call');
@@ -135,8 +140,8 @@ async function main(): Promise<void> {
           noteLoad('streaming');
           const toolList = await runToolListScenario(running.systems, topology, settings, log);
           requestScenarios = { toolCall, streaming, toolList, tracing };
+          noteLoad('tools/list');
         }
-        noteLoad('tools/list');
       }
     } finally {
       await systemsGroup.stopAll();

@@ -4,7 +4,7 @@
 # gateway with tracing off and at each sampling ratio (issue 15).
 # Writes bench/results/latest.{json,md} and latest-latency.png (a --quick smoke run writes quick.*
 # instead, so it never replaces the numbers the repository carries). About 15 minutes on 2 cores.
-#   scripts/bench.sh [--quick] [--only tool-list|configuration|tracing]   (scenario 3, 4 or 5 alone, into bench/results/<scenario>.*)
+#   scripts/bench.sh [--quick] [--only tool-list|configuration|tracing|streaming]   (scenario 3, 4, 5 or 2 alone, into bench/results/<scenario>.*)
 # The isolation bench (issue 9: one route under load while another's backend holds 2,000 calls, and
 # during a 5,000-connection slow-header flood) runs on its own and writes bench/results/isolation.*:
 #   scripts/bench.sh isolation [--quick]

@@ -43,6 +43,8 @@ function aloneMethod(results: BenchResults, repetitions: number): string {
   switch (results.only) {
     case 'tool-list':
       return `the tools/list scenario alone (\`--only tool-list\`), ${repetitions} repetition(s), systems interleaved within each; fixed-rate (open-loop) arrivals with latency from the intended send time; every answer checked for its entry count`;
+    case 'streaming':
+      return `the streaming scenario alone (\`--only streaming\`), ${repetitions} repetition(s), systems interleaved within each`;
     case 'tracing':
       return `the tracing scenario alone (\`--only tracing\`): none of the five systems, only the gateways of scenario 5 and its backend; ${repetitions} repetition(s)`;
     default:

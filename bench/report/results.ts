@@ -5,7 +5,7 @@ import { ToolCallResults } from '../scenarios/tool-call';
 import { ToolListResults } from '../scenarios/tool-list';
 
 /** Scenarios `scripts/bench.sh --only <name>` runs alone: tools/list (3), tracing (5). */
-export const SCENARIOS_RUN_ALONE = ['tool-list', 'configuration', 'tracing'] as const;
+export const SCENARIOS_RUN_ALONE = ['tool-list', 'configuration', 'tracing', 'streaming'] as const;
 export type ScenarioRunAlone = (typeof SCENARIOS_RUN_ALONE)[number];
 import { TracingResults } from '../scenarios/tracing';
 import { BenchSettings } from '../settings';

@@ -131,13 +131,33 @@ export class StatelessCallSessions {
 }
 
 /**
+ * Backend sessions this replica is opening, by gateway session id and backend name: a client's first
+ * calls often come together (a client that fans out), and each would otherwise open a session of its
+ * own, one initialize and notifications/initialized after another on the backend, the surplus ones
+ * ended again (claimOpenedBackendSession); they wait for the one being opened instead. Gateway session
+ * ids are random, so one table serves every context of the process; an entry lives while it opens.
+ */
+const opening = new Map<string, Promise<string | undefined>>();
+
+/**
  * The backend's own session for this gateway session, opened on first use and recorded for every
  * replica; undefined when the gateway session ended meanwhile.
  */
 export async function backendSessionFor(session: GatewaySession, backend: BackendView, head: RequestHead, context: GatewayContext): Promise<string | undefined> {
   const known = session.backends[backend.name];
   if (known !== undefined) return known;
-  const caller = checkedCaller(head);
+  // A backend whose listing got no session id keeps none: an initialize sent it now would be
+  // forgotten with the request that carried it, and the call would go without a session anyway.
+  if (!backend.sessionful) return '';
+  const key = `${session.id} ${backend.name}`;
+  const underway = opening.get(key);
+  if (underway) return underway;
+  const opened = openAndClaim(session, backend, checkedCaller(head), context).finally(() => opening.delete(key));
+  opening.set(key, opened);
+  return opened;
+}
+
+async function openAndClaim(session: GatewaySession, backend: BackendView, caller: Caller, context: GatewayContext): Promise<string | undefined> {
   const opened = await context.backendSessions.open(backend, session, caller);
   const claim = await claimOpenedBackendSession(context, backend, session, { backendSessionId: opened, protocolVersion: session.protocolVersion, caller });
   return claim.kind === 'claimed' ? claim.backendSessionId : undefined;

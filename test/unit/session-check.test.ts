@@ -50,6 +50,33 @@ describe('the session check of the call lane', () => {
     expect(opened).toEqual(['http://127.0.0.1:9/jobs/mcp']);
   });
 
+  it('opens nothing at a session-era backend that hands out no sessions (as its listing found), and sends the call without one', async () => {
+    const sessionless = buildRouteViews(catalogSnapshot([{ route_key: 'demo', backends: [backendCatalog('plain', ['echo'], { sessionful: false })] }]));
+    const { context, opened, pool, sessionId } = await session(sidecarContext(sessionless));
+    for (let call = 0; call < 2; call++) {
+      expect(await checkCall(checkHead('plain', { 'mcp-session-id': sessionId }), context, pool)).toEqual({
+        status: CHECK_STATUS.ALLOW,
+        headers: { 'x-envoy-auth-headers-to-remove': 'mcp-session-id', 'x-mcpgw-gateway-session': sessionId },
+        body: '',
+      });
+    }
+    expect(opened).toEqual([]);
+  });
+
+  it("opens the backend's session once for a session's first calls that arrive together, and sends them all in it", async () => {
+    let opening = 0;
+    const slowOpen = async () => {
+      opening++;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      return `backend-session-${opening}`;
+    };
+    const { context, opened, closed, pool, sessionId } = await session(sidecarContext(views, slowOpen));
+    const answers = await Promise.all(Array.from({ length: 10 }, () => checkCall(checkHead('jobs', { 'mcp-session-id': sessionId }), context, pool)));
+    expect(answers.map((answer) => answer.headers['x-mcpgw-backend-session'])).toEqual(Array(10).fill('backend-session-1'));
+    expect(opened).toEqual(['http://127.0.0.1:9/jobs/mcp']);
+    expect(closed).toEqual([]);
+  });
+
   it.each([
     ['an unknown session id', () => 'x'.repeat(32), 'demo'],
     ['a forged session id', () => 'forged', 'demo'],

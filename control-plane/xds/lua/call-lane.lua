@@ -1246,6 +1246,14 @@ end
 -- call: { backend, id, modern, method, scheme, outcome = function(last_error_json) -> outcome JSON (tools/call only) }
 -- Only a tools/call's answer is "final": the answers of the other methods carry no resumption ids.
 function M.rewrite_message(s, call)
+  -- Only a message with an id (a request to the client, the call's answer), a log message or a
+  -- resource update is ever changed. Any other (progress above all, the bulk of a streamed answer) is
+  -- told by plain finds and left unparsed: a member named id always has these bytes (members refuses
+  -- escaped keys), and the two methods are matched by their raw text below too.
+  if not find(s, '"id"', 1, true) and not find(s, '"notifications/message"', 1, true)
+    and not (call.scheme and find(s, '"notifications/resources/updated"', 1, true)) then
+    return nil
+  end
   local start = skip_ws(s, 1)
   local top = members(s, start)
   if not top then return nil end
@@ -1732,7 +1740,8 @@ function envoy_on_response(h)
   for chunk in h:bodyChunks() do
     if not passing then
       local length = chunk:length()
-      local out, held, requests, answer_passed = push(chunk:getBytes(0, length))
+      local bytes = chunk:getBytes(0, length)
+      local out, held, requests, answer_passed = push(bytes)
       answered = answered or answer_passed
       if held > MAX_HELD_BYTES then
         -- What is held goes as it came, and the rest of the answer too.
@@ -1745,7 +1754,9 @@ function envoy_on_response(h)
         out, answered = out .. M.ended_before_answer_event(call), true
         record_outcome(h, call, "failed", 502)
       end
-      chunk:setBytes(out)
+      -- Most chunks of a long stream pass as they came (strings are interned: this compares pointers),
+      -- and a buffer left alone is not drained and refilled.
+      if out ~= bytes then chunk:setBytes(out) end
       record_outcome(h, call, call.final)
       call.final = nil
       if call.continuation then report_continuation(h, call) end

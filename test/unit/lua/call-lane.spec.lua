@@ -117,6 +117,10 @@ check("backend request string id scoped", M.rewrite_message('{"method":"elicitat
   '{"method":"elicitation/create","id":"mcpgw:jobs:\\"a\\\\\\"b\\""}')
 check("notification untouched", M.rewrite_message('{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}', call), nil)
 check("not json untouched", M.rewrite_message('hello', call), nil)
+-- Only a message with the bytes "id", a log message or a resource update is parsed: these still are.
+check("notification with an id inside its params untouched", M.rewrite_message('{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1,"message":{"id":3}}}', call), nil)
+check("backend request with its id last scoped", M.rewrite_message('{"jsonrpc":"2.0","method":"roots/list","params":{"_meta":{}} , "id" : 4}', call),
+  '{"jsonrpc":"2.0","method":"roots/list","params":{"_meta":{}} , "id" : "mcpgw:jobs:4"}')
 local modern = { backend = "jobs", id = 7, modern = true, outcome = call.outcome }
 check("modern result gets resultType", M.rewrite_message('{"jsonrpc":"2.0","id":7,"result":{"content":[]}}', modern),
   '{"jsonrpc":"2.0","id":7,"result":{"resultType":"complete","_meta":{"mcpgw/outcome":{"outcome":"ok"}},"content":[]}}')
