@@ -42,15 +42,22 @@ function processCpuMicros(pid: number): number {
 }
 const CLOCK_TICKS = 100;
 
-/** Softirq time (µs) of the given cores so far, from /proc/stat: network delivery on loopback runs there. */
-function softirqMicros(cores: number[]): number {
+/**
+ * The given cores' time so far (µs) from /proc/stat: softirq (network delivery on loopback runs there,
+ * charged to no process), busy (user, nice, system, irq and softirq of whatever ran there) and idle
+ * (idle and iowait); steal, the hypervisor's, is in neither.
+ */
+function coreMicros(cores: number[]): { softirq: number; busy: number; idle: number } {
   const lines = fs.readFileSync('/proc/stat', 'utf8').split('\n');
-  let total = 0;
+  const total = { softirq: 0, busy: 0, idle: 0 };
   for (const core of cores) {
-    const fields = lines.find((line) => line.startsWith(`cpu${core} `))!.trim().split(/\s+/);
-    total += Number(fields[7]);
+    const [user, nice, system, idle, iowait, irq, softirq] = lines.find((line) => line.startsWith(`cpu${core} `))!.trim().split(/\s+/).slice(1).map(Number);
+    total.softirq += softirq;
+    total.busy += user + nice + system + irq + softirq;
+    total.idle += idle + iowait;
   }
-  return (total * 1_000_000) / CLOCK_TICKS;
+  const micros = (ticks: number) => (ticks * 1_000_000) / CLOCK_TICKS;
+  return { softirq: micros(total.softirq), busy: micros(total.busy), idle: micros(total.idle) };
 }
 
 interface SystemRun {
@@ -63,6 +70,12 @@ interface SystemRun {
   errors: number;
   /** CPU µs per answered call, by process, plus `load generator` and `softirq`. */
   cpuUsPerCall: Record<string, number>;
+  /**
+   * The systems' cores per answered call (µs): busy with anything (also what no row counts, and on a
+   * shared machine other work), and idle. On a quiet machine busy less the counted rows is what nobody
+   * counted, and idle at saturation says the systems were not CPU-bound.
+   */
+  core: { busy: number; idle: number };
 }
 
 interface MeasuredSystem {
@@ -125,12 +138,18 @@ async function main(): Promise<void> {
       for (const load of loads) {
         for (const { system, driver } of inRotation(drivers, repetition)) {
           await load.run(driver.issue, warmupMs);
-          const counters = (): Record<string, number> => ({ ...snapshot(system.pids), 'load generator': processCpuMicros(process.pid), softirq: softirqMicros(systemCores) });
+          const counters = () => {
+            const core = coreMicros(systemCores);
+            const processes: Record<string, number> = { ...snapshot(system.pids), 'load generator': processCpuMicros(process.pid), softirq: core.softirq };
+            return { processes, core };
+          };
           const before = counters();
           const result = await load.run(driver.issue, measureMs);
           const after = counters();
-          const perCall = Object.fromEntries(Object.keys(before).map((name) => [name, (after[name] - before[name]) / Math.max(1, result.ok)]));
-          runs.push({ system: system.name, load: load.name, repetition, throughput: result.throughput, ok: result.ok, errors: result.sent - result.ok, cpuUsPerCall: perCall });
+          const answered = Math.max(1, result.ok);
+          const perCall = Object.fromEntries(Object.keys(before.processes).map((name) => [name, (after.processes[name] - before.processes[name]) / answered]));
+          const core = { busy: (after.core.busy - before.core.busy) / answered, idle: (after.core.idle - before.core.idle) / answered };
+          runs.push({ system: system.name, load: load.name, repetition, throughput: result.throughput, ok: result.ok, errors: result.sent - result.ok, cpuUsPerCall: perCall, core });
           log(`${system.name} ${load.name} #${repetition}: ${result.throughput.toFixed(0)} ok/s, ${Object.entries(perCall).map(([name, us]) => `${name} ${us.toFixed(0)}`).join(', ')} µs/call`);
         }
       }
@@ -170,6 +189,9 @@ function report(runs: SystemRun[], context: { loadBefore: number[]; loadAfter: n
       `| --- | ${systems.map(() => '---').join(' | ')} |`,
       ...processes.map((name) => `| ${name} | ${systems.map((system) => cell(median(system, (run) => run.cpuUsPerCall[name]))).join(' | ')} |`),
       `| **sum on the systems' cores** | ${systems.map((system) => cell(median(system, onSystemsCores))).join(' | ')} |`,
+      `| systems' cores busy, anything (/proc/stat) | ${systems.map((system) => cell(median(system, (run) => run.core.busy))).join(' | ')} |`,
+      `| of that, in no row (busy − sum) | ${systems.map((system) => cell(median(system, (run) => run.core.busy - onSystemsCores(run)))).join(' | ')} |`,
+      `| systems' cores idle | ${systems.map((system) => cell(median(system, (run) => run.core.idle))).join(' | ')} |`,
       `| answers/s | ${systems.map((system) => cell(median(system, (run) => run.throughput))).join(' | ')} |`,
       `| wrong or failed answers | ${systems.map((system) => String(runs.filter((run) => run.system === system && run.load === load).reduce((sum, run) => sum + run.errors, 0))).join(' | ')} |`,
       '',
@@ -181,7 +203,8 @@ function report(runs: SystemRun[], context: { loadBefore: number[]; loadAfter: n
     `Measured ${new Date().toISOString()} by \`node dist/bench/call-cost.js\` (${context.repetitions} interleaved repetitions; saturation is 16 clients in a closed loop) on ${context.cores} cores, ` +
       `load average ${context.loadBefore.map((value) => value.toFixed(2)).join(' / ')} before and ${context.loadAfter.map((value) => value.toFixed(2)).join(' / ')} after (1 / 5 min)` +
       `${context.pinned ? '; load generator on the last core, the systems on the others' : ''}. One stateless bench backend; C is GatewayStack with its defaults (audit on, closed inside, stdout access log), ` +
-      "8 MCP sessions per system. CPU µs per answered call, medians over repetitions; softirq is the systems' cores' (loopback delivery, charged to no process; it includes whatever else ran there).",
+      "8 MCP sessions per system. CPU µs per answered call, medians over repetitions; softirq is the systems' cores' (loopback delivery, charged to no process). " +
+      "The cores' busy and idle rows are read from /proc/stat: on a shared machine busy includes other work, on a quiet one busy − sum is what no process row counts.",
     '',
     ...[...new Set(runs.map((run) => run.load))].flatMap(table),
   ].join('\n');
