@@ -21,12 +21,13 @@ import { spreadOf } from './load/stats';
  * message as Envoy's 50 ms flush holds at the quiet run's rate. No Envoy, no socket, no other process:
  * main-thread CPU per record is steady on a loaded machine, so two revisions compare here when a full
  * run cannot tell them apart.
- *   node dist/bench/call-log-cost.js [--records N]       (writes nothing; prints the figures)
+ * With --no-audit the same path without the audit consumer: the difference is the audit's price.
+ *   node dist/bench/call-log-cost.js [--records N] [--no-audit]      (writes nothing; prints the figures)
  */
 
 const RECORDS_PER_MESSAGE = 40;
 const DEFAULT_RECORDS = 20_000;
-const Arguments = z.union([z.tuple([]), z.tuple([z.literal('--records'), z.coerce.number().int().positive()])]);
+const Option = z.union([z.tuple([z.literal('--records'), z.coerce.number().int().positive()]), z.tuple([z.literal('--no-audit')])]);
 const ROUNDS = 5;
 
 /** A bench call's record as Envoy formats it, the audit on. */
@@ -54,16 +55,16 @@ async function* oneMessageATurn(messages: Buffer[]): AsyncGenerator<Buffer> {
 }
 
 /** Main-thread and whole-process CPU µs per record of one pass over `messages`. */
-async function oneRound(messages: Buffer[], records: number, auditFile: string): Promise<{ mainThread: number; process: number }> {
+async function oneRound(messages: Buffer[], records: number, auditFile: string | undefined): Promise<{ mainThread: number; process: number }> {
   const registry = new client.Registry();
-  const audit = new AuditLog({ kind: 'file', file: auditFile, rotateSize: AUDIT_DEFAULTS.rotateSize, maxFiles: 1 }, registry, quiet);
-  const consumers: CallLogConsumer[] = [new CallLog([new CallMetrics(registry)]), audit];
+  const audit = auditFile ? new AuditLog({ kind: 'file', file: auditFile, rotateSize: AUDIT_DEFAULTS.rotateSize, maxFiles: 1 }, registry, quiet) : undefined;
+  const consumers: CallLogConsumer[] = [new CallLog([new CallMetrics(registry)]), ...(audit ? [audit] : [])];
   const deliver = callLogDelivery(consumers, quiet);
   let delivered = 0;
   const thread = process.threadCpuUsage();
   const whole = process.cpuUsage();
   await readCallLogStream(oneMessageATurn(messages), (batch) => ((delivered += batch.length), deliver(batch)), 1 << 20);
-  await audit.close();
+  await audit?.close();
   const threadUsed = process.threadCpuUsage(thread);
   const wholeUsed = process.cpuUsage(whole);
   if (delivered !== records) throw new Error(`${delivered} of ${records} records delivered`);
@@ -71,12 +72,16 @@ async function oneRound(messages: Buffer[], records: number, auditFile: string):
 }
 
 async function main(): Promise<void> {
-  const parsed = Arguments.safeParse(process.argv.slice(2));
-  if (!parsed.success) {
-    process.stderr.write('usage: node dist/bench/call-log-cost.js [--records N]\n');
+  const args = process.argv.slice(2);
+  const options = [];
+  for (let at = 0; at < args.length; at += args[at] === '--records' ? 2 : 1) options.push(Option.safeParse(args[at] === '--records' ? args.slice(at, at + 2) : [args[at]]));
+  if (options.some((option) => !option.success)) {
+    process.stderr.write('usage: node dist/bench/call-log-cost.js [--records N] [--no-audit]\n');
     process.exit(2);
   }
-  const records = parsed.data.length ? parsed.data[1] : DEFAULT_RECORDS;
+  const given = options.map((option) => option.data!);
+  const records = given.find((option) => option[0] === '--records')?.[1] ?? DEFAULT_RECORDS;
+  const audit = !given.some((option) => option[0] === '--no-audit');
   const messages: Buffer[] = [];
   for (let first = 0; first < records; first += RECORDS_PER_MESSAGE) {
     const entries = Array.from({ length: Math.min(RECORDS_PER_MESSAGE, records - first) }, (_, offset) => [Math.floor(Date.now() / 1000), benchRecord(first + offset)]);
@@ -87,14 +92,14 @@ async function main(): Promise<void> {
     const rounds: { mainThread: number; process: number }[] = [];
     // The first round warms the JIT and is left out.
     for (let round = 0; round <= ROUNDS; round++) {
-      const measured = await oneRound(messages, records, path.join(dir, `audit-${round}.jsonl`));
+      const measured = await oneRound(messages, records, audit ? path.join(dir, `audit-${round}.jsonl`) : undefined);
       if (round > 0) rounds.push(measured);
     }
     const median = (pick: (round: { mainThread: number; process: number }) => number) => spreadOf(rounds.map(pick));
     const main = median((round) => round.mainThread);
     const whole = median((round) => round.process);
     process.stdout.write(
-      `call-log receiving path at ${revision()}, ${records} records, ${RECORDS_PER_MESSAGE} a message, audit to a file, ${ROUNDS} rounds, load average ${os.loadavg()[0].toFixed(2)}:\n` +
+      `call-log receiving path at ${revision()}, ${records} records, ${RECORDS_PER_MESSAGE} a message, ${audit ? 'audit to a file' : 'no audit'}, ${ROUNDS} rounds, load average ${os.loadavg()[0].toFixed(2)}:\n` +
         `  main thread ${main.median.toFixed(1)} µs per record (${main.min.toFixed(1)}–${main.max.toFixed(1)}); process ${whole.median.toFixed(1)} µs (${whole.min.toFixed(1)}–${whole.max.toFixed(1)})\n`,
     );
   } finally {
