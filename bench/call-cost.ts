@@ -7,6 +7,7 @@ import { projectPath } from '../control-plane/shared/paths';
 import { IssueRequest, RunResult, runClosedLoop, runFixedRate } from './load/load-runner';
 import { spreadOf } from './load/stats';
 import { benchSettings } from './settings';
+import { CLOCK_TICKS_PER_SECOND, cpuSecondsOf } from './scenarios/cpu-time';
 import { callDriver } from './scenarios/tool-call';
 import { nativeMcpRouterBootstrap } from './systems/envoy-bootstraps';
 import { allocatePort } from './systems/ports';
@@ -30,17 +31,13 @@ import { HOST } from './systems/topology';
 const LOG_DIR = projectPath('.run', 'bench', 'call-cost');
 const RESULTS_DIR = projectPath('bench', 'results');
 const REPETITIONS = { full: 8, quick: 2 };
-/** Below every system's saturation on a loaded machine. */
+/** Below every system's saturation on a quiet machine (on a loaded one C may fall short: its answers/s row says so). */
 const FIXED_RATE = 300;
 
 const log = (line: string) => process.stdout.write(`[bench call-cost] ${line}\n`);
 
 /** A process's CPU time so far (user + system, every thread, also ended ones), in µs. */
-function processCpuMicros(pid: number): number {
-  const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /, '').split(' ');
-  return ((Number(fields[11]) + Number(fields[12])) * 1_000_000) / CLOCK_TICKS;
-}
-const CLOCK_TICKS = 100;
+const processCpuMicros = (pid: number) => cpuSecondsOf(pid) * 1_000_000;
 
 /**
  * The given cores' time so far (µs) from /proc/stat: softirq (network delivery on loopback runs there,
@@ -56,7 +53,7 @@ function coreMicros(cores: number[]): { softirq: number; busy: number; idle: num
     total.busy += user + nice + system + irq + softirq;
     total.idle += idle + iowait;
   }
-  const micros = (ticks: number) => (ticks * 1_000_000) / CLOCK_TICKS;
+  const micros = (ticks: number) => (ticks * 1_000_000) / CLOCK_TICKS_PER_SECOND;
   return { softirq: micros(total.softirq), busy: micros(total.busy), idle: micros(total.idle) };
 }
 
