@@ -42,6 +42,11 @@ if [ "${1:-}" = inside ]; then
   shift
   exec node dist/bench/inside-cost.js "$@"
 fi
+# scripts/bench.sh call-cost [--quick]: every process's CPU per tools/call, A, C and D side by side (docs/adr/0008-data-path-lanes.md).
+if [ "${1:-}" = call-cost ]; then
+  shift
+  exec node dist/bench/call-cost.js "$@"
+fi
 # scripts/bench.sh revision <baseline worktree> [--quick]: this tree's gateway against another revision's, in one run (docs/adr/0008-data-path-lanes.md).
 if [ "${1:-}" = revision ]; then
   shift

@@ -45,22 +45,23 @@ const NAIVE_PROXY_MAIN = projectPath('dist', 'bench', 'naive-proxy', 'main.js');
 const httpOk = async (url: string) => ((await fetch(url)).ok ? true : undefined);
 
 /** One process serving every backend of `specs`, each on its port. */
-export async function startBackendProcess(group: ProcessGroup, name: string, specs: BenchToolServiceSpec[]): Promise<void> {
-  group.spawn(name, process.execPath, [BACKENDS_MAIN, '--spec', JSON.stringify(specs)]);
+export async function startBackendProcess(group: ProcessGroup, name: string, specs: BenchToolServiceSpec[]): Promise<ManagedProcess> {
+  const backend = group.spawn(name, process.execPath, [BACKENDS_MAIN, '--spec', JSON.stringify(specs)]);
   for (const spec of specs) await waitFor(`${name} port ${spec.port}`, () => portAccepts(spec.port));
+  return backend;
 }
 
 /**
  * The variant benches' backend: the bench backend alone in its process, and a registry file (in
  * `dir`) with one route `bench` to it, for every gateway the bench compares.
  */
-export async function startSingleBackendRoute(group: ProcessGroup, dir: string): Promise<{ registryFile: string; backendUrl: string }> {
+export async function startSingleBackendRoute(group: ProcessGroup, dir: string): Promise<{ registryFile: string; backendUrl: string; backendPid: number }> {
   const port = await allocatePort();
-  await startBackendProcess(group, 'backend', [{ port, fillerTools: 0, listDelayMs: 0, prompts: 0, resources: 0 }]);
+  const backend = await startBackendProcess(group, 'backend', [{ port, fillerTools: 0, listDelayMs: 0, prompts: 0, resources: 0 }]);
   const backendUrl = `http://${HOST}:${port}/mcp`;
   const registryFile = path.join(dir, 'registry.yaml');
   fs.writeFileSync(registryFile, stringify({ routes: [{ key: 'bench', toolServices: [{ name: 'bench', url: backendUrl }] }] }));
-  return { registryFile, backendUrl };
+  return { registryFile, backendUrl, backendPid: backend.child.pid! };
 }
 
 export async function startBackends(group: ProcessGroup, topology: Topology): Promise<void> {
