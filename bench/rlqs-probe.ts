@@ -32,7 +32,7 @@ import { HOST } from './systems/topology';
  * directly (not measured). Per variant: Envoy's user-space instructions and CPU per request
  * (`perf stat -p`, load-independent), requests/s at a closed loop of 16 connections (noisy on a
  * shared machine), and the CPU per request of what the variant talks to.
- *   node dist/bench/rlqs-probe.js [--quick]     writes bench/results/rlqs-probe.json and .md
+ *   scripts/bench.sh rlqs-probe [--quick]   (node dist/bench/rlqs-probe.js) writes bench/results/rlqs-probe.json and .md
  * The quota server here is a probe (assignments split evenly between the Envoys that report a
  * bucket), not the gateway's: it shows what Envoy's side costs.
  */
