@@ -216,8 +216,10 @@ async function startEnvoy(group: ProcessGroup, name: string, config: object, adm
   const file = path.join(LOG_DIR, `${name}.yaml`);
   fs.writeFileSync(file, stringify(config));
   const envoyArgs = ['-c', file, '--concurrency', '1', '--use-dynamic-base-id', '--log-level', 'warn'];
+  // Under callgrind the count of instructions does not depend on the core: such an Envoy is left
+  // unpinned, so that a busy systems core does not starve it of requests.
   const envoy = callgrindOut
-    ? group.spawn(name, 'valgrind', ['--tool=callgrind', `--callgrind-out-file=${callgrindOut}.%p`, envoyBinary(), ...envoyArgs])
+    ? group.spawnUnpinned(name, 'valgrind', ['--tool=callgrind', `--callgrind-out-file=${callgrindOut}.%p`, envoyBinary(), ...envoyArgs])
     : group.spawn(name, envoyBinary(), envoyArgs);
   // Under callgrind Envoy starts some fifty times slower.
   await envoy.untilReady(`${name} ready`, async () => ((await fetch(`http://${HOST}:${adminPort}/ready`).then((r) => r.ok).catch(() => false)) ? true : undefined), {
@@ -309,7 +311,7 @@ interface CpuMeasurement {
   requests: number;
   requestsPerSecond: number;
   envoyCpuUsPerRequest: number;
-  /** CPU µs per request of the ratelimit service + Redis (ratelimit) or the quota server (rlqs*). */
+  /** CPU µs per request of the ratelimit service + Redis (ratelimit*). */
   serviceCpuUsPerRequest: number;
   non2xx: number;
 }
@@ -367,7 +369,27 @@ async function callgrindDump(envoy: StartedEnvoy): Promise<number> {
  * the RLQS filter's usage reports): under callgrind the requests served per second vary with the
  * machine's load, and idle work spread over fewer requests would read as a cost per request.
  */
-async function measureInstructions(envoy: StartedEnvoy, seconds: number, wrkScript: string, loadCpu: string): Promise<InstructionMeasurement> {
+/** `count` tools/call POSTs over `CONNECTIONS` keep-alive connections, callers in turn: a fixed amount of work whatever the machine's load. */
+async function sendRequests(envoy: StartedEnvoy, count: number): Promise<number> {
+  let next = 0;
+  let failed = 0;
+  const connection = async () => {
+    while (next < count) {
+      const caller = `caller-${(next++ % CALLERS) + 1}`;
+      const response = await fetch(`http://${HOST}:${envoy.port}/mcp`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-caller': caller }, body: REQUEST });
+      await response.arrayBuffer();
+      if (response.status !== 200) failed += 1;
+    }
+  };
+  await Promise.all(Array.from({ length: CONNECTIONS }, connection));
+  return failed;
+}
+
+/**
+ * Instructions per request for a fixed number of requests, less what the same Envoy spends idle for
+ * as long (timers, stats, the RLQS filter's usage reports), measured just before.
+ */
+async function measureInstructions(envoy: StartedEnvoy, count: number): Promise<InstructionMeasurement> {
   await callgrindDump(envoy);
   const idleStarted = Date.now();
   await new Promise((resolve) => setTimeout(resolve, IDLE_SECONDS * 1000));
@@ -375,7 +397,7 @@ async function measureInstructions(envoy: StartedEnvoy, seconds: number, wrkScri
   const idlePerSecond = idleInstructions / ((Date.now() - idleStarted) / 1000);
   const loadStarted = Date.now();
   const before = await requestsCompleted(envoy.adminPort);
-  const wrk = await runWrk(envoy, seconds, wrkScript, loadCpu);
+  const non2xx = await sendRequests(envoy, count);
   const requests = (await requestsCompleted(envoy.adminPort)) - before;
   const instructions = await callgrindDump(envoy);
   const loadSeconds = (Date.now() - loadStarted) / 1000;
@@ -384,20 +406,26 @@ async function measureInstructions(envoy: StartedEnvoy, seconds: number, wrkScri
     requests,
     envoyInstructionsPerRequest: (instructions - idlePerSecond * loadSeconds) / requests,
     idleInstructionsPerSecond: idlePerSecond,
-    non2xx: non2xxOf(wrk.stdout),
+    non2xx,
   };
 }
 
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
+}
 
 interface Context {
   measuredAt: string;
+  /** Usage reports the quota server received in the whole run, from every rlqs Envoy. */
+  usageReports: number;
   load: number[];
   cores: number;
   cpuRepetitions: number;
   cpuSeconds: number;
   instructionRepetitions: number;
-  instructionSeconds: number;
+  instructionRequests: number;
 }
 
 const signed = (value: number, digits = 1) => `${value >= 0 ? '+' : ''}${value.toLocaleString('en', { maximumFractionDigits: digits, minimumFractionDigits: digits })}`;
@@ -406,24 +434,23 @@ function markdown(cpuRuns: CpuMeasurement[], instructionRuns: InstructionMeasure
   const of = <T extends { variant: VariantName }>(runs: T[], variant: VariantName, pick: (run: T) => number) => median(runs.filter((run) => run.variant === variant).map(pick));
   const instructions = (variant: VariantName) => of(instructionRuns, variant, (run) => run.envoyInstructionsPerRequest);
   const cpu = (variant: VariantName) => of(cpuRuns, variant, (run) => run.envoyCpuUsPerRequest);
-  const rps = (variant: VariantName) => of(cpuRuns, variant, (run) => run.requestsPerSecond);
   const rows = VARIANTS.map((variant) => {
-    const service = of(cpuRuns, variant, (run) => run.serviceCpuUsPerRequest);
+    const service = variant.startsWith('ratelimit') ? of(cpuRuns, variant, (run) => run.serviceCpuUsPerRequest).toFixed(1) : variant.startsWith('rlqs') ? 'usage reports only' : '—';
     const idle = of(instructionRuns, variant, (run) => run.idleInstructionsPerSecond);
-    return `| ${variant} | ${Math.round(instructions(variant)).toLocaleString('en')} (${signed(Math.round(instructions(variant) - instructions('off')), 0)}) | ${(idle / 1e6).toFixed(1)} M | ${cpu(variant).toFixed(1)} (${signed(cpu(variant) - cpu('off'))}) | ${service.toFixed(1)} | ${Math.round(rps(variant))} (${(rps(variant) / rps('off')).toFixed(3)}×) |`;
+    return `| ${variant} | ${Math.round(instructions(variant)).toLocaleString('en')} (${signed(Math.round(instructions(variant) - instructions('off')), 0)}) | ${(idle / 1e6).toFixed(1)} M | ${cpu(variant).toFixed(1)} (${signed(cpu(variant) - cpu('off'))}) | ${service} |`;
   });
   const failed = [...cpuRuns, ...instructionRuns].reduce((sum, run) => sum + run.non2xx, 0);
   return [
     '# Shared limits by mechanism: what Envoy pays per request (bench/rlqs-probe.ts)',
     '',
     `Measured ${context.measuredAt}; load average ${context.load.map((value) => value.toFixed(2)).join(' / ')} (1 / 5 min) on ${context.cores} cores shared with other work.`,
-    `Static Envoy 1.40 (one worker) per variant on core 0, wrk (${CONNECTIONS} connections, ${CALLERS} callers by header) on the last core; upstream a second Envoy answering directly. Every limit ${NEVER_REACHED}/s: nothing refused.`,
-    `Instructions: the same Envoys under valgrind callgrind (every thread, ${context.instructionRepetitions} × ${context.instructionSeconds} s per variant, medians), less what the same Envoy spends idle for as long (measured for ${IDLE_SECONDS} s before each, its own column: timers, stats, the RLQS usage reports) — independent of the machine's load.`,
-    `CPU µs (from /proc) and requests/s: native Envoys, ${context.cpuRepetitions} × ${context.cpuSeconds} s per variant, interleaved, medians; these move with the load.`,
-    'Service CPU: envoyproxy/ratelimit + Redis for `ratelimit`; the probe\'s quota server (in the Node process of the probe, one usage report per bucket per second) for `rlqs*`.',
+    `Static Envoy 1.40 (one worker) per variant, ${CONNECTIONS} connections, ${CALLERS} callers by header; upstream a second Envoy answering directly. Every limit ${NEVER_REACHED}/s: nothing refused.`,
+    `Instructions: the same Envoys under valgrind callgrind (every thread, ${context.instructionRepetitions} × ${context.instructionRequests} requests per variant, medians), less what the same Envoy spends idle for as long (measured for ${IDLE_SECONDS} s before each, its own column: timers, stats, the RLQS usage reports) — independent of the machine's load.`,
+    `CPU µs (from /proc): native Envoys on core 0 under wrk on the last core, ${context.cpuRepetitions} × ${context.cpuSeconds} s per variant, interleaved, medians, while the callgrind Envoys start beside them: indicative only, it moves with the load (requests/s likewise, in the JSON only).`,
+    `Service CPU: envoyproxy/ratelimit + Redis per request for \`ratelimit*\`; the probe's quota server works per usage report, not per request (${context.usageReports} reports in the whole run, one per bucket per second and Envoy).`,
     '',
-    '| variant | Envoy instructions per request (added) | Envoy idle instructions per second | Envoy CPU µs per request (added) | service CPU µs per request | requests/s (against off) |',
-    '| --- | --- | --- | --- | --- | --- |',
+    '| variant | Envoy instructions per request (added) | Envoy idle instructions per second | Envoy CPU µs per request (added), indicative | service CPU µs per request |',
+    '| --- | --- | --- | --- | --- |',
     ...rows,
     '',
     `Refused or failed answers: ${failed}.`,
@@ -446,12 +473,22 @@ function writeWrkScript(file: string): void {
   );
 }
 
+/** `--report <results json>`: the table again from a run's JSON (after a change to the table, not to what is measured). */
+function reportAgain(file: string): void {
+  const { cpuRuns, instructionRuns, ...context } = JSON.parse(fs.readFileSync(file, 'utf8')) as Context & { cpuRuns: CpuMeasurement[]; instructionRuns: InstructionMeasurement[] };
+  const markdownFile = file.replace(/\.json$/, '.md');
+  fs.writeFileSync(markdownFile, markdown(cpuRuns, instructionRuns, context));
+  log(`wrote ${markdownFile}`);
+}
+
 async function main(): Promise<void> {
+  const reportIndex = process.argv.indexOf('--report');
+  if (reportIndex > 0) return reportAgain(process.argv[reportIndex + 1]);
   const quick = process.argv.includes('--quick');
   const cores = os.availableParallelism();
   const plan = quick
-    ? { cpuRepetitions: 2, cpuSeconds: 4, instructionRepetitions: 1, instructionSeconds: 10 }
-    : { cpuRepetitions: 5, cpuSeconds: 8, instructionRepetitions: 3, instructionSeconds: 15 };
+    ? { cpuRepetitions: 2, cpuSeconds: 4, instructionRepetitions: 1, instructionRequests: 400 }
+    : { cpuRepetitions: 5, cpuSeconds: 8, instructionRepetitions: 2, instructionRequests: 1500 };
   const cpuPlan = claimCpus();
   const loadCpu = cpuPlan.loadGenerator === 'any' ? '0' : cpuPlan.loadGenerator;
   fs.rmSync(LOG_DIR, { recursive: true, force: true });
@@ -462,6 +499,7 @@ async function main(): Promise<void> {
   const cpuRuns: CpuMeasurement[] = [];
   const instructionRuns: InstructionMeasurement[] = [];
   let quotaServer: grpc.Server | undefined;
+  let usageReports = 0;
   try {
     const ports: Ports = { backend: await allocatePort(), rlqs: await allocatePort(), ratelimit: await allocatePort() };
     const backendAdmin = await allocatePort();
@@ -483,7 +521,10 @@ async function main(): Promise<void> {
 
     const envoys: StartedEnvoy[] = [];
     for (const variant of VARIANTS) envoys.push(await startVariant(variant, false));
-    const servicePidsOf = (variant: VariantName) => (variant.startsWith('ratelimit') ? [services.ratelimit, services.redis] : variant.startsWith('rlqs') ? [process.pid] : []);
+    // Under callgrind Envoy takes minutes to start: those start now, while the native ones are measured.
+    const instrumentedStarting = Promise.all(VARIANTS.map((variant) => startVariant(variant, true)));
+    instrumentedStarting.catch(() => undefined);
+    const servicePidsOf = (variant: VariantName) => (variant.startsWith('ratelimit') ? [services.ratelimit, services.redis] : []);
     for (const envoy of envoys) await warm(envoy);
     for (let repetition = 0; repetition < plan.cpuRepetitions; repetition++) {
       for (const envoy of envoys) {
@@ -493,22 +534,22 @@ async function main(): Promise<void> {
       }
     }
 
-    log('starting the same variants under callgrind (minutes)');
-    const instrumented = await Promise.all(VARIANTS.map((variant) => startVariant(variant, true)));
+    log('waiting for the same variants under callgrind');
+    const instrumented = await instrumentedStarting;
     for (const envoy of instrumented) await warm(envoy);
     for (let repetition = 0; repetition < plan.instructionRepetitions; repetition++) {
       for (const envoy of instrumented) {
-        const run = await measureInstructions(envoy, plan.instructionSeconds, wrkScript, loadCpu);
+        const run = await measureInstructions(envoy, plan.instructionRequests);
         instructionRuns.push(run);
         log(`${run.variant} #${repetition + 1}: ${Math.round(run.envoyInstructionsPerRequest)} instructions per request (${run.requests} requests), ${Math.round(run.idleInstructionsPerSecond)} per second idle`);
       }
     }
-    log(`quota server: ${quota.usageReports()} usage reports received`);
+    usageReports = quota.usageReports();
   } finally {
     await group.stopAll();
     quotaServer?.forceShutdown();
   }
-  const context: Context = { measuredAt: new Date().toISOString(), load: os.loadavg().slice(0, 2), cores, ...plan };
+  const context: Context = { measuredAt: new Date().toISOString(), usageReports, load: os.loadavg().slice(0, 2), cores, ...plan };
   const name = quick ? 'rlqs-probe-quick' : 'rlqs-probe';
   fs.writeFileSync(path.join(RESULTS_DIR, `${name}.json`), `${JSON.stringify({ ...context, cpuRuns, instructionRuns }, null, 2)}\n`);
   fs.writeFileSync(path.join(RESULTS_DIR, `${name}.md`), markdown(cpuRuns, instructionRuns, context));
