@@ -32,7 +32,8 @@ import { HOST } from './systems/topology';
  * directly (not measured). Per variant: Envoy's user-space instructions and CPU per request
  * (`perf stat -p`, load-independent), requests/s at a closed loop of 16 connections (noisy on a
  * shared machine), and the CPU per request of what the variant talks to.
- *   scripts/bench.sh rlqs-probe [--quick]   (node dist/bench/rlqs-probe.js) writes bench/results/rlqs-probe.json and .md
+ *   scripts/bench.sh rlqs-probe [--quick]   (node dist/bench/rlqs-probe.js) writes bench/results/rlqs-probe.json and .md;
+ *   node dist/bench/rlqs-probe.js --behaviour   what the filter does with what the gateway needs: bench/results/rlqs-behaviour.md
  * The quota server here is a probe (assignments split evenly between the Envoys that report a
  * bucket), not the gateway's: it shows what Envoy's side costs.
  */
@@ -95,7 +96,20 @@ function localFilter(limit: string, stage: number) {
   };
 }
 
-function rlqsFilter(limit: string) {
+type BlanketRule = 'ALLOW_ALL' | 'DENY_ALL';
+interface BucketOptions {
+  /** Where the bucket's caller comes from: a request header, or dynamic metadata (where jwt_authn and the call script leave theirs). */
+  caller: 'header' | 'metadata';
+  /** A new bucket before the server's first assignment. */
+  noAssignment: BlanketRule;
+  /** A bucket whose assignment lapsed (the server gone). */
+  expired: BlanketRule;
+}
+const PROBE_BUCKETS: BucketOptions = { caller: 'header', noAssignment: 'ALLOW_ALL', expired: 'ALLOW_ALL' };
+const callerFromMetadata = any('envoy.extensions.matching.common_inputs.network.v3.DynamicMetadataInput', { filter: 'mcpgw', path: [{ key: 'caller' }] });
+
+function rlqsFilter(limit: string, options: BucketOptions = PROBE_BUCKETS) {
+  const bucketCaller = options.caller === 'header' ? callerInput : callerFromMetadata;
   return {
     name: `probe.rlqs.${limit}`,
     typed_config: any('envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig', {
@@ -110,14 +124,14 @@ function rlqsFilter(limit: string) {
                 action: {
                   name: 'bucket',
                   typed_config: any('envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings', {
-                    bucket_id_builder: { bucket_id_builder: { limit: { string_value: limit }, caller: { custom_value: { name: 'caller', typed_config: callerInput } } } },
+                    bucket_id_builder: { bucket_id_builder: { limit: { string_value: limit }, caller: { custom_value: { name: 'caller', typed_config: bucketCaller } } } },
                     reporting_interval: `${REPORTING_INTERVAL_S}s`,
                     deny_response_settings: {
                       http_status: { code: 429 },
                       response_headers_to_add: [{ header: { key: 'x-mcpgw-limit', value: limit } }, { header: { key: 'retry-after', value: '1' } }],
                     },
-                    no_assignment_behavior: { fallback_rate_limit: { blanket_rule: 'ALLOW_ALL' } },
-                    expired_assignment_behavior: { expired_assignment_behavior_timeout: '60s', fallback_rate_limit: { blanket_rule: 'ALLOW_ALL' } },
+                    no_assignment_behavior: { fallback_rate_limit: { blanket_rule: options.noAssignment } },
+                    expired_assignment_behavior: { expired_assignment_behavior_timeout: '60s', fallback_rate_limit: { blanket_rule: options.expired } },
                   }),
                 },
               },
@@ -156,7 +170,7 @@ function limitFilters(variant: VariantName, ports: Ports) {
     case 'rlqs1':
       return [rlqsFilter(LIMITS[0])];
     case 'rlqs3':
-      return LIMITS.map(rlqsFilter);
+      return LIMITS.map((limit) => rlqsFilter(limit));
   }
 }
 
@@ -233,7 +247,15 @@ interface UsageReports {
 }
 
 /** The quota server of this probe: every bucket gets a token bucket of its rate, split between the streams (Envoys) that report it. */
-function startQuotaServer(port: number): Promise<{ server: grpc.Server; usageReports: () => number }> {
+interface Assignment {
+  /** Tokens of each bucket, split between the Envoys that report it. */
+  tokens: number;
+  fillSeconds: number;
+  timeToLiveSeconds: number;
+}
+const NEVER_REACHED_ASSIGNMENT: Assignment = { tokens: NEVER_REACHED, fillSeconds: 1, timeToLiveSeconds: 60 };
+
+function startQuotaServer(port: number, assignment: Assignment = NEVER_REACHED_ASSIGNMENT): Promise<{ server: grpc.Server; usageReports: () => number }> {
   const loaded = grpc.loadPackageDefinition(
     protoLoader.loadSync('envoy/service/rate_limit_quota/v3/rlqs.proto', { keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true, includeDirs: ENVOY_PROTO_INCLUDE_DIRS }),
   );
@@ -252,13 +274,13 @@ function startQuotaServer(port: number): Promise<{ server: grpc.Server; usageRep
           reportersOf.set(key, reporters);
           if (reporters.has(stream)) return [];
           reporters.add(stream);
-          const share = Math.floor(NEVER_REACHED / reporters.size);
+          const share = Math.floor(assignment.tokens / reporters.size);
           return [
             {
               bucket_id,
               quota_assignment_action: {
-                assignment_time_to_live: { seconds: 60 },
-                rate_limit_strategy: { token_bucket: { max_tokens: share, tokens_per_fill: { value: share }, fill_interval: { seconds: 1 } } },
+                assignment_time_to_live: { seconds: assignment.timeToLiveSeconds },
+                rate_limit_strategy: { token_bucket: { max_tokens: share, tokens_per_fill: { value: share }, fill_interval: { seconds: assignment.fillSeconds } } },
               },
             },
           ];
@@ -473,6 +495,99 @@ function writeWrkScript(file: string): void {
   );
 }
 
+/** A Lua filter standing in for the call script: the caller into dynamic metadata, as jwt_authn's `sub` is. */
+const callerIntoMetadata = {
+  name: 'probe.caller',
+  typed_config: any('envoy.extensions.filters.http.lua.v3.Lua', {
+    default_source_code: { inline_string: 'function envoy_on_request(h) h:streamInfo():dynamicMetadata():set("mcpgw", "caller", h:headers():get("x-caller")) end' },
+  }),
+};
+
+/** What each call of a caller answers: 200, or the refusal's status with its x-mcpgw-limit and Retry-After. */
+async function callsOf(port: number, caller: string, count: number): Promise<string> {
+  const answers: string[] = [];
+  for (let call = 0; call < count; call++) {
+    const response = await fetch(`http://${HOST}:${port}/mcp`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-caller': caller }, body: REQUEST });
+    await response.arrayBuffer();
+    answers.push(response.status === 200 ? '200' : `${response.status} (${response.headers.get('x-mcpgw-limit')}, Retry-After ${response.headers.get('retry-after')})`);
+  }
+  return `${caller}: ${answers.join(', ')}`;
+}
+
+/**
+ * `--behaviour`: what Envoy 1.40's rate_limit_quota does with what the gateway needs (ADR-0016,
+ * "Shared limits by RLQS"): a tight assignment (3 calls a minute per bucket, for 2 s), buckets keyed
+ * on a header or on dynamic metadata, fail closed before the first assignment, the server gone, a
+ * per-route configuration. Writes bench/results/rlqs-behaviour.md.
+ */
+async function behaviour(): Promise<void> {
+  const group = new ProcessGroup(LOG_DIR, claimCpus());
+  const lines: string[] = [];
+  const note = (line: string) => {
+    lines.push(`- ${line}`);
+    log(line);
+  };
+  const tight: Assignment = { tokens: 3, fillSeconds: 60, timeToLiveSeconds: 2 };
+  try {
+    const backendPort = await allocatePort();
+    const backendAdmin = await allocatePort();
+    await startEnvoy(group, 'backend', bootstrap(backendAdmin, listener(backendPort, [], { direct_response: { status: 200, body: { inline_string: ANSWER } } }), []), backendAdmin);
+    const scenario = async (name: string, options: BucketOptions, route: object = {}) => {
+      const quotaPort = await allocatePort();
+      const quota = await startQuotaServer(quotaPort, tight);
+      const port = await allocatePort();
+      const adminPort = await allocatePort();
+      const clusters = [staticCluster('backend', backendPort, false), staticCluster('rlqs', quotaPort, true)];
+      const filters = [callerIntoMetadata, rlqsFilter('route:demo/calls/per-caller', options)];
+      try {
+        await startEnvoy(group, `envoy-${name}`, bootstrap(adminPort, listener(port, filters, { route: { cluster: 'backend' }, ...route }), clusters), adminPort);
+      } catch (error) {
+        quota.server.forceShutdown();
+        throw error;
+      }
+      return { port, quota: quota.server };
+    };
+
+    const byHeader = await scenario('header', PROBE_BUCKETS);
+    note(`buckets by header, 3 calls a minute assigned: ${await callsOf(byHeader.port, 'caller-alice', 6)}; ${await callsOf(byHeader.port, 'caller-bob', 2)}`);
+    byHeader.quota.forceShutdown();
+    await new Promise((resolve) => setTimeout(resolve, (tight.timeToLiveSeconds + 1) * 1000));
+    note(`quota server stopped, assignments lapsed, expired → ALLOW_ALL: ${await callsOf(byHeader.port, 'caller-alice', 2)}`);
+
+    const closed = await scenario('closed', { caller: 'header', noAssignment: 'DENY_ALL', expired: 'DENY_ALL' });
+    note(`no assignment → DENY_ALL, server up: ${await callsOf(closed.port, 'caller-alice', 6)}; ${await callsOf(closed.port, 'caller-bob', 2)}`);
+    closed.quota.forceShutdown();
+    await new Promise((resolve) => setTimeout(resolve, (tight.timeToLiveSeconds + 1) * 1000));
+    note(`quota server stopped, expired → DENY_ALL: ${await callsOf(closed.port, 'caller-bob', 2)}`);
+
+    const byMetadata = await scenario('metadata', { ...PROBE_BUCKETS, caller: 'metadata' });
+    note(`buckets by dynamic metadata (DynamicMetadataInput), 3 calls a minute assigned: ${await callsOf(byMetadata.port, 'caller-alice', 6)}`);
+    byMetadata.quota.forceShutdown();
+
+    const override = any('envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaOverride', { domain: 'other' });
+    const perRoute = await scenario('per-route', PROBE_BUCKETS, { typed_per_filter_config: { 'probe.rlqs.route:demo/calls/per-caller': override } }).then(
+      () => 'accepted',
+      (error: Error) => `refused: ${/doesn't support[^;]*/.exec(error.message)?.[0] ?? error.message.slice(0, 200)}`,
+    );
+    note(`a per-route RateLimitQuotaOverride: ${perRoute}`);
+  } finally {
+    await group.stopAll();
+  }
+  const file = path.join(RESULTS_DIR, 'rlqs-behaviour.md');
+  fs.writeFileSync(
+    file,
+    [
+      '# What Envoy 1.40\'s rate_limit_quota (RLQS) does with what the gateway needs (`node dist/bench/rlqs-probe.js --behaviour`)',
+      '',
+      `Run ${new Date().toISOString()}. One rate_limit_quota filter, a bucket per (limit, caller); the probe's quota server assigns each bucket ${tight.tokens} calls per ${tight.fillSeconds} s for ${tight.timeToLiveSeconds} s. Refusals: 429 with the bucket's static headers. Each caller's calls in order:`,
+      '',
+      ...lines,
+      '',
+    ].join('\n'),
+  );
+  log(`wrote ${file}`);
+}
+
 /** `--report <results json>`: the table again from a run's JSON (after a change to the table, not to what is measured). */
 function reportAgain(file: string): void {
   const { cpuRuns, instructionRuns, ...context } = JSON.parse(fs.readFileSync(file, 'utf8')) as Context & { cpuRuns: CpuMeasurement[]; instructionRuns: InstructionMeasurement[] };
@@ -484,6 +599,7 @@ function reportAgain(file: string): void {
 async function main(): Promise<void> {
   const reportIndex = process.argv.indexOf('--report');
   if (reportIndex > 0) return reportAgain(process.argv[reportIndex + 1]);
+  if (process.argv.includes('--behaviour')) return behaviour();
   const quick = process.argv.includes('--quick');
   const cores = os.availableParallelism();
   const plan = quick
