@@ -58,4 +58,9 @@ if [ "${1:-}" = quotas ]; then
   shift
   exec node dist/bench/quota-cost.js "$@"
 fi
+# scripts/bench.sh rlqs-probe [--quick]: what a shared limit costs Envoy per request by mechanism (docs/adr/0016-quotas.md).
+if [ "${1:-}" = rlqs-probe ]; then
+  shift
+  exec node dist/bench/rlqs-probe.js "$@"
+fi
 exec node dist/bench/main.js "$@"

@@ -59,9 +59,24 @@ export class ProcessGroup {
   }
 
   spawn(name: string, command: string, args: string[]): ManagedProcess {
+    const child = this.start(name, command, args);
+    if (child.child.pid !== undefined) this.pinSystem(child.child.pid);
+    return child;
+  }
+
+  /**
+   * A process whose measure does not depend on the core it runs on (instructions counted under
+   * callgrind), free to run on any core: it would inherit the load generator's otherwise.
+   */
+  spawnUnpinned(name: string, command: string, args: string[]): ManagedProcess {
+    const child = this.start(name, command, args);
+    if (this.cpus.pinned && child.child.pid !== undefined) pin(child.child.pid, `0-${os.cpus().length - 1}`);
+    return child;
+  }
+
+  private start(name: string, command: string, args: string[]): ManagedProcess {
     const child = new ManagedProcess({ name, command, args, logFile: path.join(this.logDir, `${name}.log`) });
     this.members.push({ name, stop: () => child.stop() });
-    if (child.child.pid !== undefined) this.pinSystem(child.child.pid);
     return child;
   }
 
