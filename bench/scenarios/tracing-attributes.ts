@@ -23,7 +23,7 @@ export const ATTRIBUTE_VARIANTS = [
   'tracer',
   /** + the MCP attributes of every span (the HCM's custom tags). */
   'MCP attributes',
-  /** + the filter that hands the span's ids to the call script. */
+  /** + the filter that hands the span's ids to the call script (skipped: the load sends no traceparent). */
   'span ids filter',
   /** + a route's span name and attributes. */
   'route span name and attributes',

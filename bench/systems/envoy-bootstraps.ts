@@ -13,7 +13,8 @@ const ROUTER_TYPE = 'type.googleapis.com/envoy.extensions.filters.http.router.v3
 const MCP_TYPE = 'type.googleapis.com/envoy.extensions.filters.http.mcp.v3.Mcp';
 const MCP_ROUTER_TYPE = 'type.googleapis.com/envoy.extensions.filters.http.mcp_router.v3.McpRouter';
 
-function staticCluster(backend: BackendEndpoint) {
+/** A cluster of one static endpoint (a backend of the topology, or any id and port). */
+export function staticCluster(backend: Pick<BackendEndpoint, 'id' | 'port'>) {
   return {
     name: backend.id,
     type: 'STATIC',
@@ -25,7 +26,8 @@ function staticCluster(backend: BackendEndpoint) {
   };
 }
 
-function listener(name: string, port: number, routes: unknown[], httpFilters: unknown[]) {
+/** A plain HTTP listener on HOST: these routes, these HTTP filters. */
+export function listener(name: string, port: number, routes: unknown[], httpFilters: unknown[]) {
   return {
     name,
     address: { socket_address: { address: HOST, port_value: port } },

@@ -202,6 +202,24 @@ describe('traces of calls through the gateway (real Jaeger, Envoy 1.40, sidecar,
     expect(spanNamed(spans, 'test-backend', 'modern tools/call')!.parentSpanId).toBe(forward.spanId);
   });
 
+  it("traces a call without trace context in a trace of Envoy's own, with the MCP attributes (the span ids filter skips it)", async () => {
+    const answer = await postJsonRpc(
+      gateway.url,
+      { jsonrpc: '2.0', id: 8, method: 'tools/call', params: { name: 'modern__echo', arguments: { text: 'untraced' }, _meta: { 'io.modelcontextprotocol/protocolVersion': '2026-07-28', 'io.modelcontextprotocol/clientCapabilities': {} } } },
+      { ...MCP_POST_HEADERS, 'mcp-protocol-version': '2026-07-28', 'mcp-method': 'tools/call', 'mcp-name': 'modern__echo' },
+    );
+    expect(answer.status).toBe(200);
+    const call = modern.requests('tools/call').at(-1)!;
+    const [, traceId, forwardSpanId] = /^00-([0-9a-f]{32})-([0-9a-f]{16})-01$/.exec(call.traceparent ?? '') ?? [];
+    expect(traceId).toBeDefined();
+    expect(call.metaTraceparent).toBeUndefined();
+
+    const forward = await jaeger.untilTrace(traceId, (found) => spanNamed(found, 'mcpgw-envoy', 'mcp.gateway.forward'));
+    expect(forward.spanId).toBe(forwardSpanId);
+    expect(forward.parentSpanId).toBeUndefined();
+    expect(forward.tags).toMatchObject({ 'mcp.gateway.backend': 'modern', 'mcp.gateway.outcome': 'ok', 'mcp.gateway.attempts': '1', 'mcp.session.present': 'false' });
+  });
+
   it('gives a failed call error status and its outcome', async () => {
     await gateway.service('doomed').stop();
     const span = agent.tracer.startSpan('agent task', { kind: SpanKind.CLIENT });

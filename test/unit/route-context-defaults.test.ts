@@ -61,7 +61,7 @@ describe("a call route's context", () => {
 });
 
 describe("the call script's route defaults, on LuaJIT", () => {
-  const source = (callScriptFilter() as unknown as { typed_config: { value: { default_source_code: { inline_string: string } } } }).typed_config.value
+  const source = (callScriptFilter(false) as unknown as { typed_config: { value: { default_source_code: { inline_string: string } } } }).typed_config.value
     .default_source_code.inline_string;
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'route-defaults-'));
   afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));

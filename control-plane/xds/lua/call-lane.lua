@@ -40,8 +40,9 @@
 -- session check read in dynamic metadata (namespace mcpgw). The response side scopes the ids of
 -- requests the backend sends its client, puts the outcome into the final message, and turns a
 -- backend's non-JSON failure or a lost backend session into a JSON-RPC error.
--- With tracing on (an x-mcpgw-span header names Envoy's span of the call), it also names that span in
--- params._meta.traceparent, and leaves the attributes of the span in metadata (docs/observability.md#traces).
+-- With tracing on (TRACING, set by the prelude with the gateway's tracer), it leaves the attributes of the
+-- span in metadata and, where an x-mcpgw-span header names Envoy's span of the call, names that span in
+-- params._meta.traceparent (docs/observability.md#traces).
 --
 -- No JSON or SSE library exists inside Envoy's Lua: the scanning below only finds the members of an
 -- object and the end of an event; it never builds values. Requests reaching it were parsed and
@@ -938,16 +939,16 @@ function envoy_on_request(h)
   log_caller(metadata, caller)
   local access_rule = tool and tool.access and (context:get("access:" .. tool.access) or {})
   local auth_scopes, resource_metadata = context:get("auth_scopes"), context:get("resource_metadata")
-  -- With tracing on, Envoy's span ids (a filter before this script overwrites any client's value);
-  -- with it off, a client's own header could only make the script write into _meta a traceparent the
-  -- client could have written there itself.
+  -- With tracing on, the span's attributes; and Envoy's span ids, which a filter before this script
+  -- writes (over any client's value) for a request with a traceparent, the only ones whose _meta names
+  -- the gateway's span. With tracing off the header is not read: a client's own could only make the
+  -- script write into _meta a traceparent the client could have written there itself.
   local request_headers = h:headers()
-  local span_ids = request_headers:get(SPAN_IDS_HEADER)
   local gateway_traceparent
-  if span_ids then
-    metadata:set(NS, "traced", true)
+  if TRACING then
     metadata:set(NS, "session_present", request_headers:get("mcp-session-id") ~= nil)
-    gateway_traceparent = M.gateway_traceparent(span_ids, request_headers:get("traceparent"))
+    local span_ids = request_headers:get(SPAN_IDS_HEADER)
+    gateway_traceparent = span_ids and M.gateway_traceparent(span_ids, request_headers:get("traceparent"))
   end
 
   -- The body was read whole by the mcp filter already: this only hands it over (and yields).
@@ -1538,14 +1539,13 @@ local function call_of(h)
     scheme = context:get("scheme"),
     annotate = context:get("annotate"),
     sidecar = context:get("sidecar_cluster"),
-    traced = ours.traced,
     -- A call an approval let through: a 2026-07-28 backend may ask its client for input first.
     approval_id = ours.approval == "granted" and ours.approval_id or nil,
     approval_cluster = h:filterContext():get("approval_cluster"),
   }
   -- What the answer is to, for the errors that name it.
   call.what = call.method .. " " .. (call.tool or "")
-  if call.traced then metadata:set(NS, "attempts", attempts) end
+  if TRACING then metadata:set(NS, "attempts", attempts) end
   -- The check let this call go to a backend that needs no session of its own: remember that for the
   -- session's next calls on this worker. (A backend session is never remembered: the backend may lose
   -- it, and every worker must learn that at once.)
@@ -1574,7 +1574,7 @@ local function record_outcome(h, call, outcome, http_status)
   if not outcome then return end
   local metadata = h:streamInfo():dynamicMetadata()
   metadata:set(NS, "outcome", outcome)
-  if call.traced and outcome == "failed" then
+  if TRACING and outcome == "failed" then
     metadata:set(NS, "failure_status", tostring(http_status and http_status >= 500 and http_status or 502))
   end
 end

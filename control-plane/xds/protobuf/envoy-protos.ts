@@ -35,6 +35,9 @@ const RESOURCE_PROTO_FILES = [
   'envoy/extensions/access_loggers/fluentd/v3/fluentd.proto',
   'envoy/config/trace/v3/opentelemetry.proto',
   'envoy/extensions/filters/http/header_mutation/v3/header_mutation.proto',
+  'envoy/extensions/common/matching/v3/extension_matcher.proto',
+  'envoy/type/matcher/v3/http_inputs.proto',
+  'envoy/extensions/filters/common/matcher/action/v3/skip_action.proto',
   'xds/type/v3/typed_struct.proto',
 ];
 

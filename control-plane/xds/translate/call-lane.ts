@@ -144,7 +144,7 @@ function parseCapabilities(json: string): Record<string, unknown> {
 export type HttpFilter = { name: string; disabled?: boolean } & ({ typed_config: TypedJson } | { config_discovery: Record<string, unknown> });
 
 const CALL_SCRIPT = projectPath('control-plane/xds/lua/call-lane.lua');
-let callScript: string | undefined;
+let callScriptFile: string | undefined;
 
 /** How long the call script waits for a backend's credentials: above the sidecar's IdP timeout (5 s by default). */
 export const BACKEND_CREDENTIAL_TIMEOUT_MS = 6_000;
@@ -181,23 +181,24 @@ function withoutDefaults(context: Record<string, unknown>): Record<string, unkno
 const luaValue = (value: string | number | boolean) => (typeof value === 'string' ? JSON.stringify(value) : String(value));
 
 /**
- * The script's prelude: ROUTE_CONTEXT_DEFAULTS as a Lua table, on the script's first line (a comment),
- * so that line numbers in Envoy's Lua errors still match the file. The values are plain ASCII, where a
- * JSON string is a Lua string.
+ * The script's prelude: ROUTE_CONTEXT_DEFAULTS as a Lua table, and TRACING (Envoy's tracer is on: the
+ * script leaves the span's attributes in metadata), on the script's first line (a comment), so that line
+ * numbers in Envoy's Lua errors still match the file. The values are plain ASCII, where a JSON string is
+ * a Lua string.
  */
-function scriptPrelude(): string {
+function scriptPrelude(tracing: boolean): string {
   const fields = Object.entries(ROUTE_CONTEXT_DEFAULTS).map(([key, value]) => `${key} = ${luaValue(value)}`);
-  return `local ROUTE_CONTEXT_DEFAULTS = { ${fields.join(', ')} }; `;
+  return `local ROUTE_CONTEXT_DEFAULTS = { ${fields.join(', ')} }; local TRACING = ${tracing}; `;
 }
 
 /**
  * The listener's Lua filter, running the call script with each call route's own rules. It cannot be
  * off at the listener and turned on by a call route: Envoy settles which filters run when a request
  * starts, before the mcp filter has read the body that picks the call route. Gateway lane routes
- * turn it off instead (gatewayLaneFilters).
+ * turn it off instead (gatewayLaneFilters). Tracing is a listener setting, so the script may know it.
  */
-export function callScriptFilter(): HttpFilter {
-  callScript ??= scriptPrelude() + fs.readFileSync(CALL_SCRIPT, 'utf8');
+export function callScriptFilter(tracing: boolean): HttpFilter {
+  const callScript = scriptPrelude(tracing) + (callScriptFile ??= fs.readFileSync(CALL_SCRIPT, 'utf8'));
   return {
     name: 'envoy.filters.http.lua',
     typed_config: typedStruct(TYPE_URL.lua, {

@@ -291,7 +291,7 @@ export function buildListener(settings: GatewaySettings): TypedJson {
                 jwtAuthnFilter(),
                 mcpFilter(settings.maxRequestBodyBytes),
                 ...(settings.tracing ? [spanIdsFilter()] : []),
-                callScriptFilter(),
+                callScriptFilter(settings.tracing !== undefined),
                 ...quotaFilters(settings.quotas),
                 sessionCheckFilter(settings.sessionCheckTimeoutMs),
                 { name: 'envoy.filters.http.router', typed_config: { '@type': TYPE_URL.router } },

@@ -230,7 +230,8 @@ export const CHECK_HEADERS = {
 
 /**
  * With tracing on, the call script learns the ids of Envoy's span of the call from this header
- * (`<trace id>-<span id>`, added before the script runs), to write them into params._meta.
+ * (`<trace id>-<span id>`, added before the script runs, only to a request with a traceparent), to
+ * write them into params._meta.
  */
 export const SPAN_IDS_HEADER = 'x-mcpgw-span';
 

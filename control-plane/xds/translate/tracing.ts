@@ -101,10 +101,13 @@ export function connectionManagerTracing(tracing: GatewayTracing) {
 /**
  * Puts the ids of Envoy's span of this request into a header the call script reads (and removes), so
  * that it can name that span in params._meta too. A substitution format string needs a filter: the
- * Lua filter has no access to the span.
+ * Lua filter has no access to the span. Only for a request with a traceparent header: the script names
+ * the gateway's span in _meta only when the header names the same trace (Envoy's span continues the
+ * header's trace), so without one nobody reads the ids, and the filter is skipped (match_delegate)
+ * instead of formatting them on every call.
  */
 export function spanIdsFilter(): HttpFilter {
-  return {
+  const spanIds = {
     name: 'envoy.filters.http.header_mutation',
     typed_config: {
       '@type': TYPE_URL.headerMutation,
@@ -112,6 +115,24 @@ export function spanIdsFilter(): HttpFilter {
         request_mutations: [
           { append: { header: { key: SPAN_IDS_HEADER, value: '%TRACE_ID%-%SPAN_ID%' }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' } },
         ],
+      },
+    },
+  };
+  const hasTraceparent = {
+    single_predicate: {
+      input: { name: 'traceparent', typed_config: { '@type': TYPE_URL.requestHeaderInput, header_name: 'traceparent' } },
+      value_match: { safe_regex: { google_re2: {}, regex: '.*' } },
+    },
+  };
+  return {
+    name: 'envoy.filters.http.match_delegate',
+    typed_config: {
+      '@type': TYPE_URL.extensionWithMatcher,
+      extension_config: spanIds,
+      xds_matcher: {
+        matcher_list: {
+          matchers: [{ predicate: { not_matcher: hasTraceparent }, on_match: { action: { name: 'skip', typed_config: { '@type': TYPE_URL.skipFilter } } } }],
+        },
       },
     },
   };

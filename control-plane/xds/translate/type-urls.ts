@@ -29,6 +29,9 @@ export const TYPE_URL = {
   celFilter: `${prefix}envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter`,
   openTelemetryConfig: `${prefix}envoy.config.trace.v3.OpenTelemetryConfig`,
   headerMutation: `${prefix}envoy.extensions.filters.http.header_mutation.v3.HeaderMutation`,
+  extensionWithMatcher: `${prefix}envoy.extensions.common.matching.v3.ExtensionWithMatcher`,
+  requestHeaderInput: `${prefix}envoy.type.matcher.v3.HttpRequestHeaderMatchInput`,
+  skipFilter: `${prefix}envoy.extensions.filters.common.matcher.action.v3.SkipFilter`,
   // Newer than the protos the project ships (ADR-0002): these travel as TypedStruct.
   mcp: `${prefix}envoy.extensions.filters.http.mcp.v3.Mcp`,
   mcpOverride: `${prefix}envoy.extensions.filters.http.mcp.v3.McpOverride`,
