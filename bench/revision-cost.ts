@@ -1,14 +1,14 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { execFileSync } from 'node:child_process';
 import { z } from 'zod';
-import { GatewayStack, StackOptions } from '../control-plane/devstack/stack';
+import { GatewayStack } from '../control-plane/devstack/stack';
 import { projectPath } from '../control-plane/shared/paths';
 import { benchSettings } from './settings';
 import { ProcessGroup, claimCpus } from './systems/process-group';
 import { startSingleBackendRoute } from './systems/systems';
 import { ProcessIds, VariantRun, measureVariants, variantTable } from './variant-cost';
+import { baselineStart, revisionOf } from './systems/baseline';
 
 /**
  * Two revisions of the gateway in one run (issue 10, docs/adr/0008-data-path-lanes.md, the saturation
@@ -31,17 +31,6 @@ const log = (line: string) => process.stdout.write(`[bench revision] ${line}\n`)
 
 const Arguments = z.tuple([z.string().min(1, USAGE)]).rest(z.literal('--quick'));
 
-/** The baseline worktree's own GatewayStack.start: its processes run its dist/, its script its Lua. */
-function baselineStart(worktree: string): (options: StackOptions) => Promise<GatewayStack> {
-  const stackModule = path.join(worktree, 'dist', 'control-plane', 'devstack', 'stack.js');
-  if (!fs.existsSync(stackModule)) throw new Error(`${worktree}: no ${path.relative(worktree, stackModule)} (build it first: npx tsc -p tsconfig.json). ${USAGE}`);
-  type StackClass = { start(options: StackOptions): Promise<GatewayStack> };
-  const isStackClass = (value: unknown) => typeof value === 'function' && typeof (value as Partial<StackClass>).start === 'function';
-  const loaded = z.object({ GatewayStack: z.custom<StackClass>(isStackClass, `${stackModule} exports no GatewayStack`) }).parse(require(stackModule));
-  return (options) => loaded.GatewayStack.start(options);
-}
-
-const revisionOf = (worktree: string) => execFileSync('git', ['-C', worktree, 'log', '-1', '--format=%h %<(72,trunc)%s'], { encoding: 'utf8' }).trim();
 
 async function main(): Promise<void> {
   const parsed = Arguments.safeParse(process.argv.slice(2));

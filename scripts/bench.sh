@@ -53,6 +53,12 @@ if [ "${1:-}" = revision ]; then
   exec node dist/bench/revision-cost.js "$@"
 fi
 
+# scripts/bench.sh list-cost [<baseline worktree>] [--repetitions N]: where a whole 5,000-tool tools/list's time and CPU go (docs/adr/0008-data-path-lanes.md).
+if [ "${1:-}" = list-cost ]; then
+  shift
+  exec node dist/bench/list-cost.js "$@"
+fi
+
 # scripts/bench.sh quotas [--quick]: tools/call with rate limiting off, local and global (docs/adr/0016-quotas.md).
 if [ "${1:-}" = quotas ]; then
   shift

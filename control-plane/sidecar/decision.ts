@@ -17,7 +17,7 @@ import type { HonoredFilter } from './subscriptions-listen';
  * on to the backend that asked.
  */
 export type Decision =
-  | { kind: 'respond'; status: number; headers: Record<string, string>; body: string | Buffer; reason: string; metadata?: RequestMetadata }
+  | { kind: 'respond'; status: number; headers: Record<string, string>; body: ResponseBody; reason: string; metadata?: RequestMetadata }
   | { kind: 'read-body' }
   | { kind: 'stream'; session: GatewaySession; head: RequestHead }
   | { kind: 'resume'; session: GatewaySession; backend: BackendView; resumption: Resumption; head: RequestHead }
@@ -52,20 +52,42 @@ export interface RequestHead {
   headers: Map<string, string>;
 }
 
+/**
+ * A body that goes out in parts, one after another, never joined (tools-list.ts listBody): a whole
+ * list's entries are the catalog's own bytes, shared by every answer of a catalog version. Joined, each
+ * answer of a 5,000-tool list made a 1.74 MB copy outside V8's heap, and that memory's pressure made
+ * V8 mark and compact the whole heap every few answers (docs/adr/0008-data-path-lanes.md, "List answers").
+ */
+export class PartedBody {
+  /** In bytes, as a Buffer's length. */
+  readonly length: number;
+
+  constructor(readonly parts: readonly Buffer[]) {
+    this.length = parts.reduce((sum, part) => sum + part.length, 0);
+  }
+
+  /** The whole body as text (tests and logs; the sidecar never joins it to answer). */
+  toString(): string {
+    return Buffer.concat(this.parts).toString('utf8');
+  }
+}
+
+export type ResponseBody = string | Buffer | PartedBody;
+
 export const GATEWAY_SERVER_INFO = { name: 'mcp-federation-gateway', version: '0.1.0' };
 
 const JSON_HEADERS = { 'content-type': 'application/json' };
 
 export type Respond = Extract<Decision, { kind: 'respond' }>;
-/** An answer serialized here, as text (errors and small results); only list answers come as bytes. */
+/** An answer serialized here, as text (errors and small results); only list answers come in parts. */
 export type TextRespond = Respond & { body: string };
 
 export function respondJson(status: number, payload: unknown, reason: string, headers: Record<string, string> = {}): TextRespond {
   return respondBody(status, JSON.stringify(payload), reason, headers);
 }
 
-/** A JSON answer already serialized: text, or the bytes of a list answer (tools-list.ts listBody). */
-export function respondBody<Body extends string | Buffer>(status: number, body: Body, reason: string, headers: Record<string, string> = {}): Respond & { body: Body } {
+/** A JSON answer already serialized: text, or the parts of a list answer (tools-list.ts listBody). */
+export function respondBody<Body extends ResponseBody>(status: number, body: Body, reason: string, headers: Record<string, string> = {}): Respond & { body: Body } {
   return { kind: 'respond', status, headers: { ...JSON_HEADERS, ...headers }, body, reason };
 }
 

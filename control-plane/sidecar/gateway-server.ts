@@ -2,7 +2,7 @@ import * as http from 'node:http';
 import { z } from 'zod';
 import { APPROVAL_CHECK_PATH, APPROVAL_CONTINUATION_PATH, ApprovalCheck, approvalCheckRequestSchema, approvalCheckResponse, approvalContinuationSchema, noApprovalPages } from '../approval/approval-check';
 import { POOLED_CALL_PATH, SESSION_CHECK_PATH } from '../xds/translate/settings';
-import { Decision, GatewayContext, RequestHead, respondError } from './decision';
+import { Decision, GatewayContext, PartedBody, RequestHead, ResponseBody, respondError } from './decision';
 import { JSON_RPC } from './json-rpc';
 import { BackendStreams } from './backend-streams';
 import { ListChangedStreams } from './list-changed-streams';
@@ -76,9 +76,17 @@ function headOf(req: http.IncomingMessage, path: string): RequestHead {
   return { method: req.method ?? '', path, headers };
 }
 
-function send(res: http.ServerResponse, status: number, headers: Record<string, string>, body: string | Buffer): void {
-  res.writeHead(status, headers);
-  res.end(body);
+function send(res: http.ServerResponse, status: number, headers: Record<string, string>, body: ResponseBody): void {
+  if (!(body instanceof PartedBody)) {
+    res.writeHead(status, headers);
+    res.end(body);
+    return;
+  }
+  res.writeHead(status, { ...headers, 'content-length': String(body.length) });
+  // Corked until end(): the head and the parts leave together in one writev, none of them copied.
+  res.cork();
+  for (const part of body.parts) res.write(part);
+  res.end();
 }
 
 export interface GatewayServerOptions {

@@ -3,6 +3,7 @@ import { ClientNeed, allows } from '../catalog/client-needs';
 import { accessDecision } from '../auth/access-rules';
 import { CallerIdentity } from '../auth/caller-identity';
 import { compareBackendNames } from '../catalog/tool-exposure';
+import { PartedBody } from './decision';
 import { JsonRpcId } from './json-rpc';
 import { BackendView, CatalogList, LIST_METHODS, ListKind, ListMethod, ListedItem, RouteCatalogView, listOf } from './route-catalog';
 
@@ -136,13 +137,13 @@ function federationMeta(view: RouteCatalogView, kind: ListKind): FederationMeta 
 
 /**
  * The JSON-RPC answer for a page, with `fields` before the entries and `meta` merged into `_meta`: the
- * entries go in as the bytes answerList gave (serialized once per catalog version), so a route of
- * thousands of tools costs a copy, not a serialization.
+ * entries go in as the bytes answerList gave (serialized once per catalog version), between a head and
+ * an end made per answer, and are never copied into the answer (PartedBody).
  */
-export function listBody(member: string, id: JsonRpcId, result: CatalogListResult, fields: Record<string, unknown> = {}, meta: Record<string, unknown> = {}): Buffer {
+export function listBody(member: string, id: JsonRpcId, result: CatalogListResult, fields: Record<string, unknown> = {}, meta: Record<string, unknown> = {}): PartedBody {
   const rest = { ...fields, ...(result.nextCursor !== undefined && { nextCursor: result.nextCursor }), _meta: { ...result._meta, ...meta } };
   const tail = JSON.stringify(rest).slice(1);
-  return Buffer.concat([Buffer.from(`{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"${member}":[`), result.entries, Buffer.from(`],${tail}}`)]);
+  return new PartedBody([Buffer.from(`{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"${member}":[`), result.entries, Buffer.from(`],${tail}}`)]);
 }
 
 /**
