@@ -65,7 +65,7 @@ async function startIssuer() {
   return { issuer, token, stop: () => closeServer(server) };
 }
 
-function markdown(runs: VariantRun[], context: { measuredAt: string; mode: string; cores: number; load: number[]; pinned: boolean }): string {
+function markdown(runs: VariantRun[], context: { measuredAt: string; mode: string; cores: number; load: number[]; pinned: boolean; repetitions: number }): string {
   return [
     '# Caller identity: tools/call with and without JWT validation and per-tool authorization',
     '',
@@ -73,7 +73,8 @@ function markdown(runs: VariantRun[], context: { measuredAt: string; mode: strin
     'One gateway (Envoy 1.40, control plane, sidecar, Redis), one stateless bench backend, routes to it in the same run, measured in turn:',
     '`open` (no auth) and `authed` (jwt_authn validating a ~1 KB RS256 token of a local issuer, keys by ECDS; the call script applying the tool\'s rule: `requiredScopes: [tools:call]`, `allowGroups: [bench]`; sessions bound to the caller);',
     'and the pieces between them: `token` (the same token sent to `open`, where nothing validates it) and `validated` (a route with auth and no rule: jwt_authn, its claim headers and the call script\'s record of the caller, no access decision).',
-    'tools/call `bench__echo` in 8 sessions, 16 clients at saturation; figures are medians over the repetitions; latency in ms, open / authed (ratio).',
+    `tools/call \`bench__echo\` in 8 sessions, 16 clients at saturation, ${context.repetitions} repetitions, each measuring the variants in another order (each variant in each position and after each other variant equally often);`,
+    'figures are medians over the repetitions, latency in ms, open / token / validated / authed; ratios (to open) are the medians of the ratios within each repetition, as are the CPU figures added over open.',
     '',
     ...variantTable(runs, 'open', PIECES),
     '',
@@ -85,9 +86,10 @@ function markdown(runs: VariantRun[], context: { measuredAt: string; mode: strin
 async function main(): Promise<void> {
   const quick = process.argv.includes('--quick');
   // Rates below saturation (p50 at 500 req/s measures a queue on a shared 2-core machine), and more
-  // repetitions than the main bench: the two variants differ by little, the machine by much.
+  // repetitions than the main bench: the variants differ by little, the machine by much. Twice the
+  // number of variants, so that the balanced order of the variants (balancedOrder) comes round twice.
   const base = benchSettings(quick);
-  const settings = { ...base, repetitions: quick ? 1 : 5, toolCall: { ...base.toolCall, ratesPerSecond: [100, 250] } };
+  const settings = { ...base, repetitions: quick ? 1 : 8, toolCall: { ...base.toolCall, ratesPerSecond: [100, 250] } };
   const cores = os.availableParallelism();
   const cpuPlan = claimCpus();
   fs.rmSync(LOG_DIR, { recursive: true, force: true });
@@ -137,7 +139,7 @@ async function main(): Promise<void> {
     await stopAll();
   }
   const name = quick ? 'auth-quick' : 'auth';
-  const context = { measuredAt: new Date().toISOString(), mode: settings.mode, cores, load: os.loadavg().slice(0, 2), pinned: cpuPlan.pinned };
+  const context = { measuredAt: new Date().toISOString(), mode: settings.mode, cores, load: os.loadavg().slice(0, 2), pinned: cpuPlan.pinned, repetitions: settings.repetitions };
   fs.writeFileSync(path.join(RESULTS_DIR, `${name}.json`), `${JSON.stringify({ ...context, settings: settings.toolCall, repetitions: settings.repetitions, runs }, null, 2)}\n`);
   fs.writeFileSync(path.join(RESULTS_DIR, `${name}.md`), markdown(runs, context));
   log(`wrote bench/results/${name}.json and .md`);
