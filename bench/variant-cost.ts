@@ -68,10 +68,10 @@ async function driver(variant: Variant, sessions: number, timeoutMs: number) {
   return { issue, close: () => client.close() };
 }
 
-type Driver = Awaited<ReturnType<typeof driver>>;
+export type Driver = Awaited<ReturnType<typeof driver>>;
 
 /** A driver whose first call is answered right, retried while the gateway comes up (routes, keys, catalog). */
-async function readyDriver(variant: Variant, settings: BenchSettings): Promise<Driver> {
+export async function readyDriver(variant: Variant, settings: BenchSettings): Promise<Driver> {
   const deadline = Date.now() + 60_000;
   for (;;) {
     try {
