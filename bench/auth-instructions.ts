@@ -88,13 +88,15 @@ async function main(): Promise<void> {
   const counted: Record<string, RepeatedValue[]> = {};
   try {
     const { variants, pids } = await startAuthVariants(group, issuer, LOG_DIR, { envoyStartTimeoutMs: ENVOY_START_TIMEOUT_MS });
-    execFileSync('callgrind_control', ['--instr=on', String(pids.envoy)], { stdio: 'ignore' });
     const drivers = new Map<string, Driver>();
+    // Every path warmed up before instrumenting and again after (turning it on translates Envoy's code anew).
     for (const variant of variants) {
       drivers.set(variant.name, await readyDriver(variant, settings));
       await callBlock(drivers.get(variant.name)!, plan.warmupCalls);
       counted[variant.name] = [];
     }
+    execFileSync('callgrind_control', ['--instr=on', String(pids.envoy)], { stdio: 'ignore' });
+    for (const driver of drivers.values()) await callBlock(driver, plan.warmupCalls);
     for (let repetition = 1; repetition <= plan.repetitions; repetition++) {
       for (const name of balancedOrder([...drivers.keys()], repetition)) {
         execFileSync('callgrind_control', ['--zero', String(pids.envoy)], { stdio: 'ignore' });
@@ -119,7 +121,7 @@ async function main(): Promise<void> {
     '# Caller identity: Envoy instructions per tools/call',
     '',
     `Counted ${context.measuredAt} (${context.mode} run) by valgrind callgrind on Envoy (load average ${context.load.map((value) => value.toFixed(2)).join(' / ')}: the counts do not depend on it), by \`scripts/bench.sh auth-instructions\`.`,
-    `The gateway of \`scripts/bench.sh auth\` (bench/auth-setup.ts); per variant and repetition, Envoy's instructions over ${plan.calls} tools/call \`bench__echo\` (${IN_FLIGHT} in flight, 8 sessions), after ${plan.warmupCalls} uncounted; ${plan.repetitions} repetitions in a balanced order.`,
+    `The gateway of \`scripts/bench.sh auth\` (bench/auth-setup.ts); per variant and repetition, Envoy's instructions over ${plan.calls} tools/call \`bench__echo\` (${IN_FLIGHT} in flight, 8 sessions), after ${plan.warmupCalls} uncounted before instrumenting and as many after; ${plan.repetitions} repetitions in a balanced order.`,
     'Everything Envoy runs in that time is counted (its timers and stats flushes too, alike for every variant). Thousands of instructions per call: median (min–max), and added over `open`, the median of the differences within each repetition.',
     '',
     '| variant | k instructions per call | added over open (paired) |',
