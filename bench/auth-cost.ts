@@ -1,18 +1,10 @@
 import * as fs from 'node:fs';
-import * as http from 'node:http';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { generateKeyPairSync, randomUUID, sign } from 'node:crypto';
-import { AddressInfo } from 'node:net';
-import { stringify } from 'yaml';
-import { closeServer } from '../control-plane/shared/http-listen';
 import { projectPath } from '../control-plane/shared/paths';
-import { ECHO_TOOL } from './backends/bench-tool-service';
+import { startAuthVariants, startIssuer } from './auth-setup';
 import { benchSettings } from './settings';
-import { allocatePort } from './systems/ports';
 import { ProcessGroup, claimCpus } from './systems/process-group';
-import { startBackendProcess } from './systems/systems';
-import { HOST } from './systems/topology';
 import { VariantRun, measureVariants, targetsVerdict, variantTable } from './variant-cost';
 
 /**
@@ -36,36 +28,7 @@ const PIECES = ['token', 'validated', 'authed'];
 
 const log = (line: string) => process.stdout.write(`[bench auth] ${line}\n`);
 
-/** An OpenID Connect issuer in this process: discovery and JWKS for the control plane, RS256 tokens for the load. */
-async function startIssuer() {
-  const { privateKey, publicKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
-  const jwk = { ...publicKey.export({ format: 'jwk' }), kid: 'bench-1', alg: 'RS256', use: 'sig' };
-  let issuer = '';
-  const server = http.createServer((req, res) => {
-    res.setHeader('content-type', 'application/json');
-    if (req.url === '/.well-known/openid-configuration') res.end(JSON.stringify({ issuer, jwks_uri: `${issuer}/jwks` }));
-    else if (req.url === '/jwks') res.end(JSON.stringify({ keys: [jwk] }));
-    else res.writeHead(404).end('{}');
-  });
-  await new Promise<void>((resolve) => server.listen(0, HOST, resolve));
-  issuer = `http://${HOST}:${(server.address() as AddressInfo).port}`;
-  const b64 = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
-  /** A token shaped like Keycloak's (about 1 KB): the claims jwt_authn parses and the rules read. */
-  const token = (audience: string) => {
-    const now = Math.floor(Date.now() / 1000);
-    const header = b64({ alg: 'RS256', typ: 'JWT', kid: jwk.kid });
-    const payload = b64({
-      exp: now + 3600, iat: now, jti: randomUUID(), iss: issuer, aud: [audience, 'mcp-gateway'], sub: randomUUID(), typ: 'Bearer',
-      azp: 'agent-cli', sid: randomUUID(), scope: 'openid profile email tools:read tools:call', email_verified: true,
-      groups: ['bench', 'engineering'], preferred_username: 'bench-agent', name: 'Bench Agent', email: 'bench-agent@example.com',
-      realm_access: { roles: ['tools-read', 'tools-call', 'offline_access', 'uma_authorization'] },
-    });
-    return `${header}.${payload}.${sign('sha256', Buffer.from(`${header}.${payload}`), privateKey).toString('base64url')}`;
-  };
-  return { issuer, token, stop: () => closeServer(server) };
-}
-
-function markdown(runs: VariantRun[], context: { measuredAt: string; mode: string; cores: number; load: number[]; pinned: boolean }): string {
+function markdown(runs: VariantRun[], context: { measuredAt: string; mode: string; cores: number; load: number[]; pinned: boolean; repetitions: number }): string {
   return [
     '# Caller identity: tools/call with and without JWT validation and per-tool authorization',
     '',
@@ -73,7 +36,8 @@ function markdown(runs: VariantRun[], context: { measuredAt: string; mode: strin
     'One gateway (Envoy 1.40, control plane, sidecar, Redis), one stateless bench backend, routes to it in the same run, measured in turn:',
     '`open` (no auth) and `authed` (jwt_authn validating a ~1 KB RS256 token of a local issuer, keys by ECDS; the call script applying the tool\'s rule: `requiredScopes: [tools:call]`, `allowGroups: [bench]`; sessions bound to the caller);',
     'and the pieces between them: `token` (the same token sent to `open`, where nothing validates it) and `validated` (a route with auth and no rule: jwt_authn, its claim headers and the call script\'s record of the caller, no access decision).',
-    'tools/call `bench__echo` in 8 sessions, 16 clients at saturation; figures are medians over the repetitions; latency in ms, open / authed (ratio).',
+    `tools/call \`bench__echo\` in 8 sessions, 16 clients at saturation, ${context.repetitions} repetitions, each measuring the variants in another order (each variant in each position and after each other variant equally often);`,
+    'figures are medians over the repetitions, latency in ms, open / token / validated / authed; ratios (to open) are the medians of the ratios within each repetition, as are the CPU figures added over open.',
     '',
     ...variantTable(runs, 'open', PIECES),
     '',
@@ -85,9 +49,10 @@ function markdown(runs: VariantRun[], context: { measuredAt: string; mode: strin
 async function main(): Promise<void> {
   const quick = process.argv.includes('--quick');
   // Rates below saturation (p50 at 500 req/s measures a queue on a shared 2-core machine), and more
-  // repetitions than the main bench: the two variants differ by little, the machine by much.
+  // repetitions than the main bench: the variants differ by little, the machine by much. Twice the
+  // number of variants, so that the balanced order of the variants (balancedOrder) comes round twice.
   const base = benchSettings(quick);
-  const settings = { ...base, repetitions: quick ? 1 : 5, toolCall: { ...base.toolCall, ratesPerSecond: [100, 250] } };
+  const settings = { ...base, repetitions: quick ? 1 : 8, toolCall: { ...base.toolCall, ratesPerSecond: [100, 250] } };
   const cores = os.availableParallelism();
   const cpuPlan = claimCpus();
   fs.rmSync(LOG_DIR, { recursive: true, force: true });
@@ -100,44 +65,13 @@ async function main(): Promise<void> {
   for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => void stopAll().then(() => process.exit(130)));
   let runs: VariantRun[];
   try {
-    const backendPort = await allocatePort();
-    await startBackendProcess(group, 'backend', [{ port: backendPort, fillerTools: 0, listDelayMs: 0, prompts: 0, resources: 0 }]);
-    const backend = { name: 'bench', url: `http://${HOST}:${backendPort}/mcp` };
-    const registryFile = path.join(LOG_DIR, 'registry.yaml');
-    fs.writeFileSync(
-      registryFile,
-      stringify({
-        routes: [
-          { key: 'open', toolServices: [backend] },
-          {
-            key: 'authed',
-            auth: { issuer: issuer.issuer },
-            toolServices: [{ ...backend, policy: { rules: [{ tools: [ECHO_TOOL], requiredScopes: ['tools:call'], allowGroups: ['bench'] }] } }],
-          },
-          { key: 'validated', auth: { issuer: issuer.issuer }, toolServices: [backend] },
-        ],
-      }),
-    );
-    const stack = await group.startGateway('gateway', { registryFile, logDir: LOG_DIR });
-    // Each route's token names that route's resource URL as its audience (the default audience).
-    const bearer = (route: string) => ({ authorization: `Bearer ${issuer.token(stack.gatewayUrl(route))}` });
-    const pids = { envoy: stack.processes.get('envoy')!.child.pid!, sidecar: stack.processes.get('sidecar')!.child.pid! };
-    runs = await measureVariants(
-      [
-        { name: 'open', url: stack.gatewayUrl('open') },
-        { name: 'token', url: stack.gatewayUrl('open'), headers: bearer('open') },
-        { name: 'validated', url: stack.gatewayUrl('validated'), headers: bearer('validated') },
-        { name: 'authed', url: stack.gatewayUrl('authed'), headers: bearer('authed') },
-      ],
-      settings,
-      pids,
-      log,
-    );
+    const { variants, pids } = await startAuthVariants(group, issuer, LOG_DIR);
+    runs = await measureVariants(variants, settings, pids, log);
   } finally {
     await stopAll();
   }
   const name = quick ? 'auth-quick' : 'auth';
-  const context = { measuredAt: new Date().toISOString(), mode: settings.mode, cores, load: os.loadavg().slice(0, 2), pinned: cpuPlan.pinned };
+  const context = { measuredAt: new Date().toISOString(), mode: settings.mode, cores, load: os.loadavg().slice(0, 2), pinned: cpuPlan.pinned, repetitions: settings.repetitions };
   fs.writeFileSync(path.join(RESULTS_DIR, `${name}.json`), `${JSON.stringify({ ...context, settings: settings.toolCall, repetitions: settings.repetitions, runs }, null, 2)}\n`);
   fs.writeFileSync(path.join(RESULTS_DIR, `${name}.md`), markdown(runs, context));
   log(`wrote bench/results/${name}.json and .md`);

@@ -2,9 +2,8 @@ import * as fs from 'node:fs';
 import { ECHO_TOOL } from './backends/bench-tool-service';
 import { RunResult, runClosedLoop, runFixedRate } from './load/load-runner';
 import { McpHttpClient, echoOutcome, openSession } from './load/mcp-client';
-import { LatencySummary, pairedAddedMedian, signedMicros, spreadOf, summarize } from './load/stats';
+import { LatencySummary, RepeatedValue, pairedAddedMedian, pairedRatioMedian, signedMicros, spreadOf, summarize } from './load/stats';
 import { BenchSettings } from './settings';
-import { inRotation } from './systems/systems';
 
 /**
  * What a feature costs a tools/call: variants of one gateway (routes to the same bench backend, with
@@ -69,10 +68,10 @@ async function driver(variant: Variant, sessions: number, timeoutMs: number) {
   return { issue, close: () => client.close() };
 }
 
-type Driver = Awaited<ReturnType<typeof driver>>;
+export type Driver = Awaited<ReturnType<typeof driver>>;
 
 /** A driver whose first call is answered right, retried while the gateway comes up (routes, keys, catalog). */
-async function readyDriver(variant: Variant, settings: BenchSettings): Promise<Driver> {
+export async function readyDriver(variant: Variant, settings: BenchSettings): Promise<Driver> {
   const deadline = Date.now() + 60_000;
   for (;;) {
     try {
@@ -89,8 +88,24 @@ async function readyDriver(variant: Variant, settings: BenchSettings): Promise<D
 }
 
 /**
+ * The order repetition `repetition` (from 1) measures the variants in: rows of a Williams design, so
+ * that over every `variants.length` repetitions (twice that for an odd count) each variant is measured
+ * in each position equally often and right after each other variant equally often. A plain rotation
+ * keeps every variant's predecessor the same (`token` always after `open`), so whatever a run leaves
+ * behind for the next (a backlog, a hot or cold cache) always lands on the same variant.
+ */
+export function balancedOrder<T>(variants: T[], repetition: number): T[] {
+  const count = variants.length;
+  const row = (repetition - 1) % (count % 2 === 0 ? count : 2 * count);
+  // Column j of row 0 is 0, 1, n-1, 2, n-2, …; row r adds r to each (mod n); odd counts add the rows reversed.
+  const offsets = Array.from({ length: count }, (_, column) => (column % 2 === 1 ? (column + 1) / 2 : (count - column / 2) % count));
+  const order = offsets.map((offset) => variants[(offset + row) % count]);
+  return row < count ? order : order.reverse();
+}
+
+/**
  * Every variant at every rate of settings.toolCall.ratesPerSecond, then at saturation, each
- * repetition in another order of the variants; `log` gets a line per measured run.
+ * repetition in another order of the variants (balancedOrder); `log` gets a line per measured run.
  */
 export async function measureVariants(
   variants: Variant[],
@@ -125,13 +140,13 @@ export async function measureVariants(
     const names = variants.map((variant) => variant.name);
     for (let repetition = 1; repetition <= settings.repetitions; repetition++) {
       for (const rate of settings.toolCall.ratesPerSecond) {
-        for (const name of inRotation(names, repetition)) {
+        for (const name of balancedOrder(names, repetition)) {
           const { issue } = drivers.get(name)!;
           await runFixedRate(issue, { rate, durationMs: settings.toolCall.warmupMs, maxInFlight: settings.maxInFlight });
           record(name, String(rate), repetition, await measured(name, () => runFixedRate(issue, { rate, durationMs: settings.toolCall.measureMs, maxInFlight: settings.maxInFlight })));
         }
       }
-      for (const name of inRotation(names, repetition)) {
+      for (const name of balancedOrder(names, repetition)) {
         const { issue } = drivers.get(name)!;
         const { concurrency, warmupMs, measureMs } = settings.toolCall.saturation;
         await runClosedLoop(issue, { concurrency, durationMs: warmupMs });
@@ -148,21 +163,29 @@ export async function measureVariants(
 export const medianOf = (runs: VariantRun[], variant: string, load: string, pick: (run: VariantRun) => number) =>
   spreadOf(runs.filter((run) => run.variant === variant && run.load === load).map(pick)).median;
 
+/** One figure of a variant at a load, per repetition. */
+const repeatedValues = (runs: VariantRun[], variant: string, load: string, pick: (run: VariantRun) => number): RepeatedValue[] =>
+  runs.filter((run) => run.variant === variant && run.load === load).map((run) => ({ repetition: run.repetition, value: pick(run) }));
+
+/** A variant's figure as a multiple of the baseline's at a load, paired by repetition (pairedRatioMedian). */
+export const pairedRatioOf = (runs: VariantRun[], baseline: string, variant: string, load: string, pick: (run: VariantRun) => number) =>
+  pairedRatioMedian(repeatedValues(runs, baseline, load, pick), repeatedValues(runs, variant, load, pick)) ?? Number.NaN;
+
 /**
- * A markdown table of each variant against the baseline, per load: p50, p99, answers/s with the
- * variant's ratio to the baseline, CPU per call, and Envoy's CPU per call each variant adds (pairedAddedMedian).
+ * A markdown table of each variant against the baseline, per load: p50, p99, answers/s (medians) with
+ * the variant's ratio to the baseline paired by repetition, CPU per call, and Envoy's CPU per call each
+ * variant adds (pairedAddedMedian).
  */
 export function variantTable(runs: VariantRun[], baseline: string, others: string[]): string[] {
   const loads = [...new Set(runs.map((run) => run.load))];
   const all = [baseline, ...others];
   const cell = (load: string, pick: (run: VariantRun) => number, digits: number, withRatio: boolean) => {
     const values = all.map((variant) => medianOf(runs, variant, load, pick));
-    const ratios = values.slice(1).map((value) => (value / values[0]).toFixed(3));
+    const ratios = others.map((variant) => pairedRatioOf(runs, baseline, variant, load, pick).toFixed(3));
     return `${values.map((value) => value.toFixed(digits)).join(' / ')}${withRatio ? ` (${ratios.join(', ')}×)` : ''}`;
   };
   const processes = (Object.keys(PROCESS_LABELS) as (keyof ProcessIds)[]).filter((name) => runs.every((run) => run.cpuUsPerCall[name] !== undefined));
-  const envoyCpu = (variant: string, load: string) =>
-    runs.filter((run) => run.variant === variant && run.load === load).map((run) => ({ repetition: run.repetition, value: run.cpuUsPerCall.envoy }));
+  const envoyCpu = (variant: string, load: string) => repeatedValues(runs, variant, load, (run) => run.cpuUsPerCall.envoy);
   const envoyAdded = (load: string) => others.map((variant) => signedMicros(pairedAddedMedian(envoyCpu(baseline, load), envoyCpu(variant, load)))).join(', ');
   // Envoy's CPU column is followed by what each variant adds to it, paired per repetition (steadier on a shared machine).
   const cpuColumns = processes.flatMap((name) => [
@@ -191,13 +214,13 @@ export interface CostTargets {
 
 /**
  * The results file's verdict line: the variant's p50 ratio at each fixed rate and its saturation
- * ratio against the baseline, each met or not, and the wrong or failed answers of the whole run.
+ * ratio against the baseline (each paired by repetition), each met or not, and the wrong or failed
+ * answers of the whole run.
  */
 export function targetsVerdict(runs: VariantRun[], baseline: string, variant: string, targets: CostTargets, label = 'Targets'): string {
   const loads = [...new Set(runs.map((run) => run.load))].filter((load) => load !== 'saturation');
-  const p50Ratios = loads.map((load) => medianOf(runs, variant, load, (run) => run.latencyMs.p50) / medianOf(runs, baseline, load, (run) => run.latencyMs.p50));
-  const saturationRatio =
-    medianOf(runs, variant, 'saturation', (run) => run.throughput) / medianOf(runs, baseline, 'saturation', (run) => run.throughput);
+  const p50Ratios = loads.map((load) => pairedRatioOf(runs, baseline, variant, load, (run) => run.latencyMs.p50));
+  const saturationRatio = pairedRatioOf(runs, baseline, variant, 'saturation', (run) => run.throughput);
   const errors = runs.reduce((sum, run) => sum + run.errors, 0);
   const verdict = (met: boolean) => (met ? 'met' : 'NOT met');
   return (

@@ -37,6 +37,11 @@ if [ "${1:-}" = auth ]; then
   shift
   exec node dist/bench/auth-cost.js "$@"
 fi
+# scripts/bench.sh auth-instructions [--quick]: Envoy's instructions per tools/call of the same variants, by callgrind.
+if [ "${1:-}" = auth-instructions ]; then
+  shift
+  exec node dist/bench/auth-instructions.js "$@"
+fi
 # scripts/bench.sh inside [--quick]: tools/call with a plain and a closed inside (docs/adr/0017-closed-inside.md).
 if [ "${1:-}" = inside ]; then
   shift

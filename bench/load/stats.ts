@@ -69,6 +69,18 @@ export function pairedAddedMedian(baseline: RepeatedValue[], variant: RepeatedVa
   return added.length === 0 ? undefined : spreadOf(added).median;
 }
 
+/**
+ * The variant's figure as a multiple of the baseline's: the median over repetitions of the ratio
+ * within each repetition (undefined when no repetition has both). Like pairedAddedMedian, a drift of
+ * the machine between repetitions moves both sides of each ratio alike; the ratio of two medians
+ * taken over different repetitions would read that drift as a difference between the variants.
+ */
+export function pairedRatioMedian(baseline: RepeatedValue[], variant: RepeatedValue[]): number | undefined {
+  const baseByRepetition = new Map(baseline.map((entry) => [entry.repetition, entry.value]));
+  const ratios = variant.filter((entry) => baseByRepetition.has(entry.repetition)).map((entry) => entry.value / baseByRepetition.get(entry.repetition)!);
+  return ratios.length === 0 ? undefined : spreadOf(ratios).median;
+}
+
 /** A paired difference in whole µs with its sign ("+12", "-3"), or "–" when there is none. */
 export function signedMicros(micros: number | undefined): string {
   if (micros === undefined) return '–';

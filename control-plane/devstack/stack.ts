@@ -70,6 +70,8 @@ export interface StackOptions {
   listenerTls?: { certFile: string; keyFile: string };
   /** Envoy's overload limits, where they differ from the defaults for this host (overloadForThisHost). */
   envoyOverload?: Partial<OverloadSettings>;
+  /** How long Envoy may take to be LIVE and to listen (default 20 s): longer for an Envoy run under valgrind (bench/auth-instructions.ts). */
+  envoyStartTimeoutMs?: number;
   /** The control plane writes its audit to `auditFile` (true by default; false: no audit, as a control plane without --audit-log). */
   audit?: boolean;
   /** More options for the control plane and the sidecar (e.g. `--audit-log FILE`, the IdP of backend credentials), after the stack's own. */
@@ -605,8 +607,9 @@ export class GatewayStack {
           ],
           { stdoutFile: path.join(this.options.logDir, `${name}-access.log`), textLines: 'not-json' },
         );
-        await envoy.untilReady(`${name} to be LIVE`, async () => (listensOn(envoy.child.pid!, adminPort) ? httpOk(`http://${HOST}:${adminPort}/ready`) : undefined));
-        await envoy.untilReady('the gateway listener from LDS', listening(envoy, this.ports.listener));
+        const startTimeout = { timeoutMs: this.options.envoyStartTimeoutMs };
+        await envoy.untilReady(`${name} to be LIVE`, async () => (listensOn(envoy.child.pid!, adminPort) ? httpOk(`http://${HOST}:${adminPort}/ready`) : undefined), startTimeout);
+        await envoy.untilReady('the gateway listener from LDS', listening(envoy, this.ports.listener), startTimeout);
         this.envoyBaseId = baseId;
         return envoy;
       };

@@ -1,10 +1,11 @@
+import * as fs from 'node:fs';
 import * as http from 'node:http';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
-import { MCP_POST_HEADERS, envoyStat, postJsonRpc, startGateway } from '../support/gateway-fixture';
+import { MCP_POST_HEADERS, envoyStat, postJsonRpc, startGateway, toolCallAccessLog } from '../support/gateway-fixture';
 import { decodeJwt } from '../support/jwt';
 import { KEYCLOAK_STARTUP_MS, Keycloak, keycloak } from '../support/keycloak';
 import { ScriptedBrowserOAuthProvider } from '../support/oauth-client';
@@ -28,6 +29,7 @@ describe('the gateway as an OAuth 2.1 resource server (Keycloak 26, Envoy 1.40, 
   let idp: Keycloak;
   let spy: ScriptedToolService;
   let stack: GatewayStack;
+  let dir: string;
   let demo: string;
   const tokens: Record<'alice' | 'bob' | 'carol', string> = { alice: '', bob: '', carol: '' };
 
@@ -47,7 +49,7 @@ describe('the gateway as an OAuth 2.1 resource server (Keycloak 26, Envoy 1.40, 
       idp.tokenFor('bob', { scopes: ['tools:read', 'tools:call'] }),
       idp.tokenFor('carol', { scopes: ['tools:read'] }),
     ]);
-    ({ stack } = await startGateway(
+    ({ stack, dir } = await startGateway(
       'auth-gateway',
       (backends) => ({
         routes: [
@@ -203,6 +205,26 @@ describe('the gateway as an OAuth 2.1 resource server (Keycloak 26, Envoy 1.40, 
     } finally {
       await connected.close();
     }
+  });
+
+  it("names the caller of a forwarded call in Envoy's access log and in the audit: the token's issuer, subject and client", async () => {
+    // The route removes the claim headers as the call leaves: what the logs see is the call script's record.
+    const claims = decodeJwt(tokens.alice);
+    const client = claims.client_id ?? claims.azp;
+    expect((await call('spy__open_tool', tokens.alice)).status).toBe(200);
+    const logged = await waitFor('the access log line of alice\'s call', async () =>
+      toolCallAccessLog(dir).find((entry) => entry.tool === 'open_tool' && entry.caller_sub === claims.sub),
+    );
+    expect(logged).toMatchObject({ route_key: 'demo', caller_iss: idp.issuer, caller_client_id: client });
+    const audited = await waitFor('the audit event of alice\'s call', async () =>
+      fs
+        .readFileSync(stack.auditFile, 'utf8')
+        .split('\n')
+        .filter(Boolean)
+        .map((line) => JSON.parse(line) as Record<string, any>)
+        .find((event) => event.tool === 'open_tool' && event.outcome === 'ok' && event.caller?.subject === claims.sub),
+    );
+    expect(audited.caller).toMatchObject({ issuer: idp.issuer, subject: claims.sub, client_id: client });
   });
 
   it('binds a session to the caller who opened it: another user\'s token on its id is 404 on POST, GET, DELETE and calls; no token is 401', async () => {

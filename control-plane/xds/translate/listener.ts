@@ -32,8 +32,11 @@ const ours = (key: string, cut?: number) => `%DYNAMIC_METADATA(${METADATA_NAMESP
 /** A key of the mcp filter's parse of the request (either lane). */
 const parsed = (path: string, cut: number) => `%DYNAMIC_METADATA(${MCP_METADATA_NAMESPACE}:${path}):${cut}%`;
 
-/** The caller of a call as the call script recorded it, cut to a bounded length: the token's issuer chose it. */
-const callerOf = (part: 'iss' | 'sub' | 'client') => ours(`caller_${part}`, 256);
+/**
+ * The caller of a call as the call script recorded it (one value, `caller`, holding the three parts),
+ * cut to a bounded length: the token's issuer chose it.
+ */
+const callerOf = (part: 'iss' | 'sub' | 'client') => ours(`caller:${part}`, 256);
 
 const accessLog = {
   name: 'envoy.access_loggers.stdout',

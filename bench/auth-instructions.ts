@@ -1,0 +1,145 @@
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { envoyBinary } from '../control-plane/devstack/envoy';
+import { projectPath } from '../control-plane/shared/paths';
+import { startAuthVariants, startIssuer } from './auth-setup';
+import { RepeatedValue, pairedAddedMedian, spreadOf } from './load/stats';
+import { benchSettings } from './settings';
+import { ProcessGroup, claimCpus } from './systems/process-group';
+import { Driver, balancedOrder, readyDriver } from './variant-cost';
+
+/**
+ * Envoy's instructions per tools/call of each identity variant (bench/auth-setup.ts), counted by
+ * valgrind's callgrind around a fixed number of calls: unlike CPU time, the count does not grow when
+ * other work shares the cores, so two builds measured at different times on a busy machine compare
+ * (perf's hardware counters are not available in this VM). Envoy runs under callgrind (some 50× slower),
+ * so this counts, it does not time. Counters are zeroed before and dumped after each variant's block of
+ * calls; the blocks run in balancedOrder, and what a variant adds over `open` is paired by repetition.
+ *   scripts/bench.sh auth-instructions [--quick]     (node dist/bench/auth-instructions.js [--quick])
+ * Writes bench/results/auth-instructions.json and .md (a --quick run: auth-instructions-quick.*).
+ */
+
+const LOG_DIR = projectPath('.run', 'bench', 'auth-instructions');
+const RESULTS_DIR = projectPath('bench', 'results');
+const PLAN = { full: { repetitions: 8, calls: 150, warmupCalls: 50 }, quick: { repetitions: 4, calls: 100, warmupCalls: 30 } };
+/** Envoy under valgrind needs minutes, not seconds, to start on a busy machine. */
+const ENVOY_START_TIMEOUT_MS = 300_000;
+/** Calls in flight at once: the 8 sessions of a variant in turn, a few at a time (callgrind runs one thread at a time). */
+const IN_FLIGHT = 4;
+
+const log = (line: string) => process.stdout.write(`[bench auth-instructions] ${line}\n`);
+
+/**
+ * Envoy under callgrind, as ENVOY_BIN for the gateway's stack: not instrumented until told
+ * (callgrind_control --instr=on), so that it starts within the stack's time for it; one output file per dump.
+ */
+function callgrindEnvoy(outDir: string): string {
+  const wrapper = path.join(outDir, 'envoy-under-callgrind.sh');
+  const outFile = path.join(outDir, 'callgrind.out');
+  fs.writeFileSync(wrapper, `#!/bin/sh\nexec valgrind --tool=callgrind --callgrind-out-file=${outFile} --instr-atstart=no --dump-line=no "${envoyBinary()}" "$@"\n`, { mode: 0o755 });
+  return wrapper;
+}
+
+/** The instructions Envoy ran since its counters were last zeroed: dumps them and reads the dump's totals. */
+async function dumpedInstructions(envoyPid: number, outDir: string): Promise<number> {
+  const dumps = () => new Set(fs.readdirSync(outDir).filter((name) => name.startsWith('callgrind.out')));
+  const before = dumps();
+  execFileSync('callgrind_control', ['--dump', String(envoyPid)], { stdio: 'ignore' });
+  for (let attempt = 0; attempt < 600; attempt++) {
+    const added = [...dumps()].filter((name) => !before.has(name));
+    const totals = added.length === 1 ? /^(?:totals|summary): (\d+)/m.exec(fs.readFileSync(path.join(outDir, added[0]), 'utf8')) : null;
+    if (totals) return Number(totals[1]);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error(`callgrind wrote no dump for Envoy (pid ${envoyPid}) in 60 s`);
+}
+
+/**
+ * `calls` tools/call of one variant, IN_FLIGHT at a time. A counted block throws on a wrong answer (it
+ * would count something else); a warm-up block lets one pass (the session check may time out while
+ * valgrind translates Envoy's code).
+ */
+async function callBlock(driver: Driver, calls: number, counted = true): Promise<void> {
+  let left = calls;
+  const worker = async () => {
+    while (left-- > 0) {
+      const outcome = await driver.issue();
+      if (outcome.error && counted) throw new Error(`wrong answer under callgrind: ${outcome.error}`);
+    }
+  };
+  await Promise.all(Array.from({ length: IN_FLIGHT }, worker));
+}
+
+async function main(): Promise<void> {
+  const quick = process.argv.includes('--quick');
+  const plan = quick ? PLAN.quick : PLAN.full;
+  // Slow Envoy: a call may take far longer than the load benches allow.
+  const settings = { ...benchSettings(quick), requestTimeoutMs: 60_000 };
+  fs.rmSync(LOG_DIR, { recursive: true, force: true });
+  fs.mkdirSync(LOG_DIR, { recursive: true });
+  const outDir = path.join(LOG_DIR, 'callgrind');
+  fs.mkdirSync(outDir);
+  process.env.ENVOY_BIN = callgrindEnvoy(outDir);
+  const group = new ProcessGroup(LOG_DIR, claimCpus());
+  const issuer = await startIssuer();
+  const stopAll = async () => {
+    await group.stopAll();
+    await issuer.stop();
+  };
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => void stopAll().then(() => process.exit(130)));
+  const counted: Record<string, RepeatedValue[]> = {};
+  try {
+    const { variants, pids } = await startAuthVariants(group, issuer, LOG_DIR, { envoyStartTimeoutMs: ENVOY_START_TIMEOUT_MS });
+    const drivers = new Map<string, Driver>();
+    // Every path warmed up before instrumenting and again after (turning it on translates Envoy's code anew).
+    for (const variant of variants) {
+      drivers.set(variant.name, await readyDriver(variant, settings));
+      await callBlock(drivers.get(variant.name)!, plan.warmupCalls, false);
+      counted[variant.name] = [];
+    }
+    execFileSync('callgrind_control', ['--instr=on', String(pids.envoy)], { stdio: 'ignore' });
+    for (const driver of drivers.values()) await callBlock(driver, plan.warmupCalls, false);
+    for (let repetition = 1; repetition <= plan.repetitions; repetition++) {
+      for (const name of balancedOrder([...drivers.keys()], repetition)) {
+        execFileSync('callgrind_control', ['--zero', String(pids.envoy)], { stdio: 'ignore' });
+        await callBlock(drivers.get(name)!, plan.calls);
+        const perCall = (await dumpedInstructions(pids.envoy, outDir)) / plan.calls;
+        counted[name].push({ repetition, value: perCall });
+        log(`${name} #${repetition}: ${(perCall / 1000).toFixed(1)} k instructions per call`);
+      }
+    }
+    for (const open of drivers.values()) open.close();
+  } finally {
+    await stopAll();
+  }
+  const name = quick ? 'auth-instructions-quick' : 'auth-instructions';
+  const context = { measuredAt: new Date().toISOString(), mode: quick ? 'quick' : 'full', load: os.loadavg().slice(0, 2), ...plan };
+  const kilo = (value: number | undefined) => (value === undefined ? '–' : `${value >= 0 ? '+' : ''}${(value / 1000).toFixed(1)}`);
+  const rows = Object.entries(counted).map(([variant, values]) => {
+    const spread = spreadOf(values.map((entry) => entry.value));
+    return `| ${variant} | ${(spread.median / 1000).toFixed(1)} (${(spread.min / 1000).toFixed(1)}–${(spread.max / 1000).toFixed(1)}) | ${variant === 'open' ? '' : kilo(pairedAddedMedian(counted.open, values))} |`;
+  });
+  const markdown = [
+    '# Caller identity: Envoy instructions per tools/call',
+    '',
+    `Counted ${context.measuredAt} (${context.mode} run) by valgrind callgrind on Envoy (load average ${context.load.map((value) => value.toFixed(2)).join(' / ')}: the counts do not depend on it), by \`scripts/bench.sh auth-instructions\`.`,
+    `The gateway of \`scripts/bench.sh auth\` (bench/auth-setup.ts); per variant and repetition, Envoy's instructions over ${plan.calls} tools/call \`bench__echo\` (${IN_FLIGHT} in flight, 8 sessions), after ${plan.warmupCalls} uncounted before instrumenting and as many after; ${plan.repetitions} repetitions in a balanced order.`,
+    'Everything Envoy runs in that time is counted (its timers and stats flushes too, alike for every variant). Thousands of instructions per call: median (min–max), and added over `open`, the median of the differences within each repetition.',
+    '',
+    '| variant | k instructions per call | added over open (paired) |',
+    '| --- | --- | --- |',
+    ...rows,
+    '',
+  ].join('\n');
+  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.json`), `${JSON.stringify({ ...context, counted }, null, 2)}\n`);
+  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.md`), markdown);
+  log(`wrote bench/results/${name}.json and .md`);
+  process.stdout.write(markdown);
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`[bench auth-instructions] failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  process.exit(1);
+});
