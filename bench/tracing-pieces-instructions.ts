@@ -60,51 +60,30 @@ function bootstrap(variant: Variant, ports: { admin: number; listener: number; c
     layered_runtime: { layers: [{ name: 'static', static_layer: { 'tracing.opentelemetry.min_flush_spans': 512, 'tracing.opentelemetry.flush_interval_ms': 1000 } }] },
     static_resources: {
       listeners: [
-        {
-          name: 'agents',
-          address: { socket_address: { address: HOST, port_value: ports.listener } },
-          filter_chains: [
+        listener(
+          'agents',
+          ports.listener,
+          [
             {
-              filters: [
-                {
-                  name: 'envoy.filters.network.http_connection_manager',
-                  typed_config: {
-                    '@type': TYPE_URL.httpConnectionManager,
-                    stat_prefix: 'agents',
-                    ...(index >= 1 && { tracing: withTags ? hcmTracing : { ...hcmTracing, custom_tags: [] } }),
-                    route_config: {
-                      virtual_hosts: [
-                        {
-                          name: 'all',
-                          domains: ['*'],
-                          routes: [
-                            {
-                              match: { prefix: '/' },
-                              route: { cluster: 'upstream' },
-                              ...(index >= 1 && (withTags ? routeTracing(GATEWAY_SPANS.forward, 'bench', 'bench') : { decorator: { operation: GATEWAY_SPANS.forward, propagate: false } })),
-                            },
-                          ],
-                        },
-                      ],
-                    },
-                    http_filters: [
-                      ...spanIds,
-                      {
-                        name: 'envoy.filters.http.ext_authz',
-                        typed_config: {
-                          '@type': TYPE_URL.extAuthz,
-                          transport_api_version: 'V3',
-                          http_service: { server_uri: { uri: `http://check`, cluster: 'check', timeout: '60s' }, path_prefix: '/check' },
-                        },
-                      },
-                      { name: 'envoy.filters.http.router', typed_config: { '@type': TYPE_URL.router } },
-                    ],
-                  },
-                },
-              ],
+              match: { prefix: '/' },
+              route: { cluster: 'upstream' },
+              ...(index >= 1 && (withTags ? routeTracing(GATEWAY_SPANS.forward, 'bench', 'bench') : { decorator: { operation: GATEWAY_SPANS.forward, propagate: false } })),
             },
           ],
-        },
+          [
+            ...spanIds,
+            {
+              name: 'envoy.filters.http.ext_authz',
+              typed_config: {
+                '@type': TYPE_URL.extAuthz,
+                transport_api_version: 'V3',
+                http_service: { server_uri: { uri: `http://check`, cluster: 'check', timeout: '60s' }, path_prefix: '/check' },
+              },
+            },
+            { name: 'envoy.filters.http.router', typed_config: { '@type': TYPE_URL.router } },
+          ],
+          index >= 1 ? { tracing: withTags ? hcmTracing : { ...hcmTracing, custom_tags: [] } } : {},
+        ),
         answering('check', ports.check),
         answering('upstream', ports.upstream),
       ],

@@ -3,6 +3,7 @@ import { TYPE_URL } from '../../control-plane/xds/translate/type-urls';
 import { runClosedLoop } from '../load/load-runner';
 import { McpHttpClient } from '../load/mcp-client';
 import { BenchSettings } from '../settings';
+import { listener } from '../systems/envoy-bootstraps';
 import { allocatePort } from '../systems/ports';
 import { ProcessGroup } from '../systems/process-group';
 import { inRotation, startEnvoy } from '../systems/systems';
@@ -55,40 +56,19 @@ function bootstrap(variant: AttributeVariant, adminPort: number, listenerPort: n
     layered_runtime: { layers: [{ name: 'static', static_layer: { 'tracing.opentelemetry.min_flush_spans': 512, 'tracing.opentelemetry.flush_interval_ms': 1000 } }] },
     static_resources: {
       listeners: [
-        {
-          name: 'attributes',
-          address: { socket_address: { address: HOST, port_value: listenerPort } },
-          filter_chains: [
+        listener(
+          'attributes',
+          listenerPort,
+          [
             {
-              filters: [
-                {
-                  name: 'envoy.filters.network.http_connection_manager',
-                  typed_config: {
-                    '@type': TYPE_URL.httpConnectionManager,
-                    stat_prefix: 'attributes',
-                    ...(index >= 1 && { tracing: index >= 2 ? hcmTracing : { ...hcmTracing, custom_tags: [] } }),
-                    route_config: {
-                      virtual_hosts: [
-                        {
-                          name: 'all',
-                          domains: ['*'],
-                          routes: [
-                            {
-                              match: { prefix: '/' },
-                              direct_response: { status: 200, body: { inline_string: 'ok' } },
-                              ...(index >= 4 && routeTracing(GATEWAY_SPANS.forward, 'bench', 'bench')),
-                            },
-                          ],
-                        },
-                      ],
-                    },
-                    http_filters: [...(index >= 3 ? [spanIdsFilter()] : []), { name: 'envoy.filters.http.router', typed_config: { '@type': TYPE_URL.router } }],
-                  },
-                },
-              ],
+              match: { prefix: '/' },
+              direct_response: { status: 200, body: { inline_string: 'ok' } },
+              ...(index >= 4 && routeTracing(GATEWAY_SPANS.forward, 'bench', 'bench')),
             },
           ],
-        },
+          [...(index >= 3 ? [spanIdsFilter()] : []), { name: 'envoy.filters.http.router', typed_config: { '@type': TYPE_URL.router } }],
+          index >= 1 ? { tracing: index >= 2 ? hcmTracing : { ...hcmTracing, custom_tags: [] } } : {},
+        ),
       ],
       clusters: [collector],
     },

@@ -26,8 +26,8 @@ export function staticCluster(backend: Pick<BackendEndpoint, 'id' | 'port'>) {
   };
 }
 
-/** A plain HTTP listener on HOST: these routes, these HTTP filters. */
-export function listener(name: string, port: number, routes: unknown[], httpFilters: unknown[]) {
+/** A plain HTTP listener on HOST: these routes, these HTTP filters (and any other connection manager settings, such as tracing). */
+export function listener(name: string, port: number, routes: unknown[], httpFilters: unknown[], connectionManager: Record<string, unknown> = {}) {
   return {
     name,
     address: { socket_address: { address: HOST, port_value: port } },
@@ -43,6 +43,7 @@ export function listener(name: string, port: number, routes: unknown[], httpFilt
               stream_idle_timeout: '300s',
               route_config: { name, virtual_hosts: [{ name, domains: ['*'], routes }] },
               http_filters: httpFilters,
+              ...connectionManager,
             },
           },
         ],
