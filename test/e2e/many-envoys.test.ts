@@ -1,6 +1,7 @@
 import { XdsApiType } from '../../control-plane/devstack/envoy';
 import { freePort, waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
+import { transportRefusalRoutes } from '../../control-plane/xds/translate/transport-refusals';
 import { TYPE_URL } from '../../control-plane/xds/translate/type-urls';
 import { SampleBackends, clusterOf, controlPlaneStatus, envoyDynamicClusters, envoyRouteNames, startGateway } from '../support/gateway-fixture';
 
@@ -27,7 +28,7 @@ describe.each<XdsApiType>(['GRPC', 'DELTA_GRPC'])('several Envoys on one control
     });
     expect(new Set(nodes.map((node) => node.node.id)).size).toBe(2);
     for (const adminUrl of [stack.envoyAdminUrl, secondAdminUrl]) {
-      expect(await envoyRouteNames(adminUrl)).toEqual(['demo/call/weather', 'demo/streams', 'demo/listen', 'demo/end', 'demo/gateway', 'unknown_route', 'approval_pages', 'not_found', 'host_denied']);
+      expect(await envoyRouteNames(adminUrl)).toEqual([...transportRefusalRoutes().map((route) => route.name), 'demo/call/weather', 'demo/streams', 'demo/listen', 'demo/end', 'demo/gateway', 'unknown_route', 'approval_pages', 'not_found', 'host_denied']);
     }
   });
 

@@ -119,6 +119,11 @@ describe('walking skeleton (real Envoy, sidecar, control plane, MCP SDK peers)',
     const routeConfig = routes.dynamic_route_configs.map((config) => config.route_config).find((config) => config.name === 'mcp_routes')!;
     expect(routeConfig).toBeDefined();
     expect(routeConfig.virtual_hosts[0].routes.map((route) => route.name)).toEqual([
+      // Refused on their headers before any route key's (405 / 415 / 406, docs/errors.md).
+      'method_not_allowed',
+      'unsupported_media_type',
+      'not_acceptable_without_json',
+      'not_acceptable_without_event_stream',
       'demo/call/weather',
       'demo/call/jobs',
       'demo/streams',
