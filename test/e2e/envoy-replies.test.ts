@@ -1,5 +1,6 @@
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { MCP_POST_HEADERS, SampleBackends, listedTools, postJsonRpc, startGateway } from '../support/gateway-fixture';
+import { SpyToolService } from '../support/spy-tool-service';
 
 /**
  * Replies Envoy makes itself, each in JSON-RPC form with the status the client needs: the session
@@ -9,14 +10,20 @@ import { MCP_POST_HEADERS, SampleBackends, listedTools, postJsonRpc, startGatewa
 describe("Envoy's own replies on the call lane and around it", () => {
   let stack: GatewayStack;
   let backends: SampleBackends;
+  /** A backend that keeps sessions (the sample ones keep none: the gateway opens no session there). */
+  let keeper: SpyToolService;
 
   beforeAll(async () => {
+    keeper = await SpyToolService.start();
     ({ stack, backends } = await startGateway('envoy-replies', (b) => ({
-      routes: [{ key: 'demo', toolServices: [{ name: 'jobs', url: b.jobs }] }],
+      routes: [{ key: 'demo', toolServices: [{ name: 'jobs', url: b.jobs }, { name: 'keeper', url: keeper.url }] }],
     })));
     await listedTools(stack.gatewayUrl('demo'));
   });
-  afterAll(async () => stack?.stop());
+  afterAll(async () => {
+    await stack?.stop();
+    await keeper?.stop();
+  });
 
   async function session(): Promise<string> {
     const answer = await postJsonRpc(stack.gatewayUrl('demo'), {
@@ -28,8 +35,8 @@ describe("Envoy's own replies on the call lane and around it", () => {
     expect(answer.status).toBe(200);
     return answer.headers.get('mcp-session-id')!;
   }
-  const call = (sessionId: string) =>
-    postJsonRpc(stack.gatewayUrl('demo'), { jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name: 'jobs__echo', arguments: { text: 'x' } } }, {
+  const call = (sessionId: string, tool = 'jobs__echo') =>
+    postJsonRpc(stack.gatewayUrl('demo'), { jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name: tool, arguments: { text: 'x' } } }, {
       ...MCP_POST_HEADERS,
       'mcp-session-id': sessionId,
       'mcp-protocol-version': '2025-11-25',
@@ -87,10 +94,18 @@ describe("Envoy's own replies on the call lane and around it", () => {
 
   it('answers a session call whose backend session cannot be opened with -32004 naming the backend, on HTTP 200', async () => {
     const sessionId = await session();
+    await keeper.stop();
+    const response = await call(sessionId, 'keeper__echo');
+    expect(response.status).toBe(200);
+    expect(response.json()).toMatchObject({ id: 7, error: { code: -32004, message: expect.stringContaining('backend keeper could not open a session') } });
+  });
+
+  it('answers a session call to a backend that keeps no sessions, and is gone, with -32004 naming the backend, on HTTP 200', async () => {
+    const sessionId = await session();
     await stack.stopProcess(`tool-service-jobs-${backends.ports.jobs}`);
     const response = await call(sessionId);
     expect(response.status).toBe(200);
-    expect(response.json()).toMatchObject({ id: 7, error: { code: -32004, message: expect.stringContaining('backend jobs could not open a session') } });
+    expect(response.json()).toMatchObject({ id: 7, error: { code: -32004, message: expect.stringContaining('backend jobs is unavailable') } });
   });
 
   // Last: it stops the sidecar.
