@@ -28,50 +28,28 @@ if ! .venv/bin/python -c 'import matplotlib' 2>/dev/null; then
   .venv/bin/pip install --quiet --disable-pip-version-check "$CHART_PACKAGE"
 fi
 
-if [ "${1:-}" = isolation ]; then
-  shift
-  exec node dist/bench/isolation.js "$@"
-fi
-# scripts/bench.sh auth [--quick]: tools/call with and without caller identity (docs/adr/0011-caller-identity.md).
-if [ "${1:-}" = auth ]; then
-  shift
-  exec node dist/bench/auth-cost.js "$@"
-fi
-# scripts/bench.sh auth-instructions [--quick]: Envoy's instructions per tools/call of the same variants, by callgrind.
-if [ "${1:-}" = auth-instructions ]; then
-  shift
-  exec node dist/bench/auth-instructions.js "$@"
-fi
-# scripts/bench.sh inside [--quick]: tools/call with a plain and a closed inside (docs/adr/0017-closed-inside.md).
-if [ "${1:-}" = inside ]; then
-  shift
-  exec node dist/bench/inside-cost.js "$@"
-fi
-# scripts/bench.sh call-cost [--quick]: every process's CPU per tools/call, A, C and D side by side (docs/adr/0008-data-path-lanes.md).
-if [ "${1:-}" = call-cost ]; then
-  shift
-  exec node dist/bench/call-cost.js "$@"
-fi
-# scripts/bench.sh revision <baseline worktree> [--quick]: this tree's gateway against another revision's, in one run (docs/adr/0008-data-path-lanes.md).
-if [ "${1:-}" = revision ]; then
-  shift
-  exec node dist/bench/revision-cost.js "$@"
-fi
-
-# scripts/bench.sh list-cost [<baseline worktree>] [--repetitions N]: where a whole 5,000-tool tools/list's time and CPU go (docs/adr/0008-data-path-lanes.md).
-if [ "${1:-}" = list-cost ]; then
-  shift
-  exec node dist/bench/list-cost.js "$@"
-fi
-
-# scripts/bench.sh quotas [--quick]: tools/call with rate limiting off, local and global (docs/adr/0016-quotas.md).
-if [ "${1:-}" = quotas ]; then
-  shift
-  exec node dist/bench/quota-cost.js "$@"
-fi
-# scripts/bench.sh rlqs-probe [--quick]: what a shared limit costs Envoy per request by mechanism (docs/adr/0016-quotas.md).
-if [ "${1:-}" = rlqs-probe ]; then
-  shift
-  exec node dist/bench/rlqs-probe.js "$@"
-fi
-exec node dist/bench/main.js "$@"
+# The benches that run on their own, each writing its own bench/results/<name>.*; anything else is the
+# full run (or one scenario of it, --only) of dist/bench/main.js.
+case "${1:-}" in
+  # isolation [--quick]: one route under load beside another's held calls and a slow-header flood (issue 9).
+  isolation) entry=isolation ;;
+  # auth [--quick]: tools/call with and without caller identity (docs/adr/0011-caller-identity.md).
+  auth) entry=auth-cost ;;
+  # auth-instructions [--quick]: Envoy's instructions per tools/call of the same variants, by callgrind.
+  auth-instructions) entry=auth-instructions ;;
+  # inside [--quick]: tools/call with a plain and a closed inside (docs/adr/0017-closed-inside.md).
+  inside) entry=inside-cost ;;
+  # call-cost [--quick]: every process's CPU per tools/call, A, C and D side by side (docs/adr/0008-data-path-lanes.md).
+  call-cost) entry=call-cost ;;
+  # revision <baseline worktree> [--quick]: this tree's gateway against another revision's, in one run (docs/adr/0008-data-path-lanes.md).
+  revision) entry=revision-cost ;;
+  # list-cost [<baseline worktree>] [--repetitions N]: where a whole 5,000-tool tools/list's time and CPU go (docs/adr/0008-data-path-lanes.md).
+  list-cost) entry=list-cost ;;
+  # quotas [--quick]: tools/call with rate limiting off, local and global (docs/adr/0016-quotas.md).
+  quotas) entry=quota-cost ;;
+  # rlqs-probe [--quick]: what a shared limit costs Envoy per request by mechanism (docs/adr/0016-quotas.md).
+  rlqs-probe) entry=rlqs-probe ;;
+  *) exec node dist/bench/main.js "$@" ;;
+esac
+shift
+exec node "dist/bench/$entry.js" "$@"
