@@ -7,6 +7,7 @@ import { projectPath } from '../control-plane/shared/paths';
 import { startAuthVariants, startIssuer } from './auth-setup';
 import { RepeatedValue, pairedAddedMedian, spreadOf } from './load/stats';
 import { benchSettings } from './settings';
+import { dumpedInstructions } from './systems/callgrind';
 import { ProcessGroup, claimCpus } from './systems/process-group';
 import { Driver, balancedOrder, readyDriver } from './variant-cost';
 
@@ -40,20 +41,6 @@ function callgrindEnvoy(outDir: string): string {
   const outFile = path.join(outDir, 'callgrind.out');
   fs.writeFileSync(wrapper, `#!/bin/sh\nexec valgrind --tool=callgrind --callgrind-out-file=${outFile} --instr-atstart=no --dump-line=no "${envoyBinary()}" "$@"\n`, { mode: 0o755 });
   return wrapper;
-}
-
-/** The instructions Envoy ran since its counters were last zeroed: dumps them and reads the dump's totals. */
-async function dumpedInstructions(envoyPid: number, outDir: string): Promise<number> {
-  const dumps = () => new Set(fs.readdirSync(outDir).filter((name) => name.startsWith('callgrind.out')));
-  const before = dumps();
-  execFileSync('callgrind_control', ['--dump', String(envoyPid)], { stdio: 'ignore' });
-  for (let attempt = 0; attempt < 600; attempt++) {
-    const added = [...dumps()].filter((name) => !before.has(name));
-    const totals = added.length === 1 ? /^(?:totals|summary): (\d+)/m.exec(fs.readFileSync(path.join(outDir, added[0]), 'utf8')) : null;
-    if (totals) return Number(totals[1]);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-  throw new Error(`callgrind wrote no dump for Envoy (pid ${envoyPid}) in 60 s`);
 }
 
 /**
@@ -105,7 +92,7 @@ async function main(): Promise<void> {
       for (const name of balancedOrder([...drivers.keys()], repetition)) {
         execFileSync('callgrind_control', ['--zero', String(pids.envoy)], { stdio: 'ignore' });
         await callBlock(drivers.get(name)!, plan.calls);
-        const perCall = (await dumpedInstructions(pids.envoy, outDir)) / plan.calls;
+        const perCall = (await dumpedInstructions(pids.envoy, outDir, 'callgrind.out')) / plan.calls;
         counted[name].push({ repetition, value: perCall });
         log(`${name} #${repetition}: ${(perCall / 1000).toFixed(1)} k instructions per call`);
       }

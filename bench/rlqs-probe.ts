@@ -11,6 +11,7 @@ import { envoyBinary } from '../control-plane/devstack/envoy';
 import { portAccepts, waitFor } from '../control-plane/devstack/processes';
 import { rateLimitBinary, rateLimitConfigFile, rateLimitEnvironment } from '../control-plane/devstack/ratelimit';
 import { ENVOY_PROTO_INCLUDE_DIRS } from '../control-plane/xds/protobuf/envoy-protos';
+import { dumpedInstructions } from './systems/callgrind';
 import { allocatePort } from './systems/ports';
 import { ProcessGroup, claimCpus } from './systems/process-group';
 import { HOST } from './systems/topology';
@@ -371,20 +372,8 @@ async function measureCpu(envoy: StartedEnvoy, seconds: number, servicePids: num
   };
 }
 
-/** Asks callgrind to write what it counted since its last dump; answers that dump's instruction total. */
-async function callgrindDump(envoy: StartedEnvoy): Promise<number> {
-  const prefix = path.basename(`${envoy.callgrindOut!}.${envoy.pid}.`);
-  const dumps = () => fs.readdirSync(LOG_DIR).filter((file) => file.startsWith(prefix)).map((file) => Number(file.slice(prefix.length)));
-  const before = Math.max(0, ...dumps());
-  await execFileAsync('callgrind_control', ['-d', String(envoy.pid)]);
-  const dump = await waitFor('callgrind dump', async () => {
-    const latest = Math.max(0, ...dumps());
-    if (latest <= before) return undefined;
-    const text = fs.readFileSync(path.join(LOG_DIR, `${prefix}${latest}`), 'utf8');
-    return /^totals: (\d+)/m.exec(text)?.[1];
-  });
-  return Number(dump);
-}
+/** What callgrind counted in this Envoy since its last dump. */
+const callgrindDump = (envoy: StartedEnvoy) => dumpedInstructions(envoy.pid, LOG_DIR, path.basename(`${envoy.callgrindOut!}.${envoy.pid}.`));
 
 /**
  * Instructions per request under load, less what the same Envoy spends idle for as long (timers, stats,
