@@ -1,4 +1,5 @@
 import * as fs from 'node:fs';
+import { cpuSecondsOf } from './scenarios/cpu-time';
 import * as path from 'node:path';
 import { freePorts } from '../control-plane/devstack/processes';
 import { GatewayStack } from '../control-plane/devstack/stack';
@@ -25,11 +26,7 @@ const CALLS = argument('calls', 4000);
 const CONCURRENCY = argument('concurrency', 8);
 const SIZES = [{ label: '100 B', bytes: 100 }, { label: '64 KiB', bytes: 64 * 1024 }];
 
-/** utime + stime of a process, in µs (clock ticks of 10 ms on Linux). */
-function cpuMicros(pid: number): number {
-  const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-  return (Number(fields[11]) + Number(fields[12])) * 10_000;
-}
+const cpuMicros = (pid: number) => cpuSecondsOf(pid) * 1_000_000;
 
 async function load(url: string, bytes: number): Promise<number> {
   const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'jobs__echo', arguments: { text: 'x'.repeat(bytes) } } });

@@ -1,4 +1,5 @@
 import * as fs from 'node:fs';
+import { threadsCpuNanosecondsOf } from './scenarios/cpu-time';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -102,18 +103,6 @@ async function caller(url: string, opener: string, authorization: () => string |
     return echoOutcome(answer, id, 'bench');
   };
   return { issue, close: () => client.close() };
-}
-
-/** CPU time a process has used (ns), every thread of it: Linux's per-task schedstat. */
-function cpuNanoseconds(pid: number): number {
-  const tasks = fs.readdirSync(`/proc/${pid}/task`);
-  return tasks.reduce((sum, task) => {
-    try {
-      return sum + Number(fs.readFileSync(`/proc/${pid}/task/${task}/schedstat`, 'utf8').split(' ')[0]);
-    } catch {
-      return sum; // a thread that ended meanwhile
-    }
-  }, 0);
 }
 
 const round = (value: number) => Math.round(value * 1000) / 1000;
@@ -236,10 +225,10 @@ async function main(): Promise<void> {
       const order = [...modes.slice(repetition % modes.length), ...modes.slice(0, repetition % modes.length)];
       for (const each of order) {
         await runFixedRate(callers[each].issue, { rate: settings.rate, durationMs: settings.warmupMs, maxInFlight: 64 });
-        const before = { envoy: cpuNanoseconds(pids.envoy), sidecar: cpuNanoseconds(pids.sidecar) };
+        const before = { envoy: threadsCpuNanosecondsOf(pids.envoy), sidecar: threadsCpuNanosecondsOf(pids.sidecar) };
         pooled[each].push(await runFixedRate(callers[each].issue, { rate: settings.rate, durationMs: settings.measureMs, maxInFlight: 64 }));
-        cpu[each].envoy += cpuNanoseconds(pids.envoy) - before.envoy;
-        cpu[each].sidecar += cpuNanoseconds(pids.sidecar) - before.sidecar;
+        cpu[each].envoy += threadsCpuNanosecondsOf(pids.envoy) - before.envoy;
+        cpu[each].sidecar += threadsCpuNanosecondsOf(pids.sidecar) - before.sidecar;
       }
     }
 

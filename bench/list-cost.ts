@@ -1,4 +1,5 @@
 import * as fs from 'node:fs';
+import { threadsCpuNanosecondsOf } from './scenarios/cpu-time';
 import * as http from 'node:http';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -57,18 +58,7 @@ function parseArguments(argv: string[]) {
   return parsed.data;
 }
 
-/** CPU time of every thread of a process so far, in µs (schedstat's first field is ns on the CPU). */
-function threadsCpuMicros(pid: number): number {
-  let ns = 0;
-  for (const tid of fs.readdirSync(`/proc/${pid}/task`)) {
-    try {
-      ns += Number(fs.readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
-    } catch {
-      // The thread ended between the listing and the read.
-    }
-  }
-  return ns / 1000;
-}
+const threadsCpuMicros = (pid: number) => threadsCpuNanosecondsOf(pid) / 1000;
 
 interface Timed {
   /** performance.now() at the last byte. */

@@ -11,6 +11,7 @@ import { envoyBinary } from '../control-plane/devstack/envoy';
 import { portAccepts, waitFor } from '../control-plane/devstack/processes';
 import { rateLimitBinary, rateLimitConfigFile, rateLimitEnvironment } from '../control-plane/devstack/ratelimit';
 import { ENVOY_PROTO_INCLUDE_DIRS } from '../control-plane/xds/protobuf/envoy-protos';
+import { cpuSecondsOf } from './scenarios/cpu-time';
 import { dumpedInstructions } from './systems/callgrind';
 import { allocatePort } from './systems/ports';
 import { ProcessGroup, claimCpus } from './systems/process-group';
@@ -317,12 +318,7 @@ async function startRateLimitService(group: ProcessGroup, ports: Ports): Promise
   return { ratelimit: service.child.pid!, redis: redis.child.pid! };
 }
 
-/** Clock ticks of user + system time of a process. */
-function cpuTicks(pid: number): number {
-  const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-  return Number(fields[11]) + Number(fields[12]);
-}
-const TICK_US = 1_000_000 / 100;
+const cpuMicros = (pid: number) => cpuSecondsOf(pid) * 1_000_000;
 
 async function requestsCompleted(adminPort: number): Promise<number> {
   const text = await (await fetch(`http://${HOST}:${adminPort}/stats?filter=^http\\.probe\\.downstream_rq_completed$`)).text();
@@ -356,18 +352,18 @@ const non2xxOf = (wrkOutput: string) => Number(/Non-2xx or 3xx responses: (\d+)/
 
 async function measureCpu(envoy: StartedEnvoy, seconds: number, servicePids: number[], wrkScript: string, loadCpu: string): Promise<CpuMeasurement> {
   const before = await requestsCompleted(envoy.adminPort);
-  const envoyBefore = cpuTicks(envoy.pid);
-  const serviceBefore = servicePids.reduce((sum, pid) => sum + cpuTicks(pid), 0);
+  const envoyBefore = cpuMicros(envoy.pid);
+  const serviceBefore = servicePids.reduce((sum, pid) => sum + cpuMicros(pid), 0);
   const wrk = await runWrk(envoy, seconds, wrkScript, loadCpu);
   const requests = (await requestsCompleted(envoy.adminPort)) - before;
-  const envoyTicks = cpuTicks(envoy.pid) - envoyBefore;
-  const serviceTicks = servicePids.reduce((sum, pid) => sum + cpuTicks(pid), 0) - serviceBefore;
+  const envoyMicros = cpuMicros(envoy.pid) - envoyBefore;
+  const serviceMicros = servicePids.reduce((sum, pid) => sum + cpuMicros(pid), 0) - serviceBefore;
   return {
     variant: envoy.variant,
     requests,
     requestsPerSecond: requests / seconds,
-    envoyCpuUsPerRequest: (envoyTicks * TICK_US) / requests,
-    serviceCpuUsPerRequest: (serviceTicks * TICK_US) / requests,
+    envoyCpuUsPerRequest: envoyMicros / requests,
+    serviceCpuUsPerRequest: serviceMicros / requests,
     non2xx: non2xxOf(wrk.stdout),
   };
 }

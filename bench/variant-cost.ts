@@ -1,4 +1,4 @@
-import * as fs from 'node:fs';
+import { cpuSecondsOf } from './scenarios/cpu-time';
 import { ECHO_TOOL } from './backends/bench-tool-service';
 import { RunResult, runClosedLoop, runFixedRate } from './load/load-runner';
 import { McpHttpClient, echoOutcome, openSession } from './load/mcp-client';
@@ -47,11 +47,7 @@ export interface Variant {
 }
 
 /** A process's CPU time so far (user + system, all threads), in µs, from /proc. */
-export function cpuMicros(pid: number): number {
-  const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-  // utime and stime are fields 14 and 15 of stat, 12 and 13 after the command; clock ticks of 10 ms.
-  return (Number(fields[11]) + Number(fields[12])) * 10_000;
-}
+export const cpuMicros = (pid: number) => cpuSecondsOf(pid) * 1_000_000;
 
 /** tools/call bench__echo in `sessions` sessions of the variant's route, in turn. */
 async function driver(variant: Variant, sessions: number, timeoutMs: number) {

@@ -9,3 +9,19 @@ export function cpuSecondsOf(pid: number): number {
   const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /, '').split(' ');
   return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SECOND;
 }
+
+/**
+ * CPU time of every thread of a process so far, in ns (/proc/<pid>/task/<tid>/schedstat, whose first
+ * field is the time on a CPU): finer than the clock ticks of cpuSecondsOf, for work of a few ms.
+ */
+export function threadsCpuNanosecondsOf(pid: number): number {
+  let ns = 0;
+  for (const tid of fs.readdirSync(`/proc/${pid}/task`)) {
+    try {
+      ns += Number(fs.readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
+    } catch {
+      // The thread ended between the listing and the read.
+    }
+  }
+  return ns;
+}
