@@ -1,3 +1,4 @@
+import * as http from 'node:http';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { MCP_POST_HEADERS, SampleBackends, listedTools, postJsonRpc, startGateway } from '../support/gateway-fixture';
 import { SpyToolService } from '../support/spy-tool-service';
@@ -83,6 +84,25 @@ describe("Envoy's own replies on the call lane and around it", () => {
     it.each([['application/json'], ['text/event-stream'], ['*/*']])('a POST that accepts only %s: 406', async (accept) => {
       const response = await fetch(stack.gatewayUrl('demo'), { method: 'POST', headers: { ...MCP_POST_HEADERS, accept }, body: initialize });
       await refusedWith(response, 406, /^not acceptable/);
+    });
+
+    it('a POST without Accept or Content-Type at all: 406 and 415 (fetch always adds an Accept, so plain node:http)', async () => {
+      const post = (headers: Record<string, string>) =>
+        new Promise<{ status: number; body: string }>((resolve, reject) => {
+          const request = http.request(stack.gatewayUrl('demo'), { method: 'POST', headers }, (response) => {
+            let body = '';
+            response.on('data', (chunk) => (body += chunk));
+            response.on('end', () => resolve({ status: response.statusCode ?? 0, body }));
+          });
+          request.on('error', reject);
+          request.end(initialize);
+        });
+      const noAccept = await post({ 'content-type': 'application/json' });
+      expect(noAccept.status).toBe(406);
+      expect(JSON.parse(noAccept.body)).toMatchObject({ error: { code: -32600, message: expect.stringMatching(/^not acceptable/) } });
+      const noContentType = await post({ accept: MCP_POST_HEADERS.accept });
+      expect(noContentType.status).toBe(415);
+      expect(JSON.parse(noContentType.body)).toMatchObject({ error: { code: -32600, message: expect.stringMatching(/^unsupported media type/) } });
     });
 
     it('serves a POST whose JSON Content-Type has parameters, as the mcp filter does', async () => {

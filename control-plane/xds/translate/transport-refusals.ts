@@ -32,7 +32,9 @@ const refusal = (name: string, match: Record<string, unknown>, status: number, m
   typed_per_filter_config: NOTHING_TO_PARSE,
 });
 
-const headerNotMatching = (name: string, regex: string) => ({ name, string_match: { safe_regex: { regex } }, invert_match: true });
+// An absent header is read as empty, so that it fails the test too (Envoy's default: no match at all).
+const headerNotMatching = (name: string, regex: string) => ({ name, string_match: { safe_regex: { regex } }, invert_match: true, treat_missing_header_as_empty: true });
+const headerNotContaining = (name: string, text: string) => ({ name, string_match: { contains: text }, invert_match: true, treat_missing_header_as_empty: true });
 const post = { name: ':method', string_match: { exact: 'POST' } };
 const onMcpPaths = (...headers: Record<string, unknown>[]) => ({ path_separated_prefix: '/mcp', headers: [post, ...headers] });
 
@@ -54,7 +56,7 @@ export function transportRefusalRoutes() {
     ...['application/json', 'text/event-stream'].map((type) =>
       refusal(
         `not_acceptable_without_${type.split('/')[1].replace(/-/g, '_')}`,
-        onMcpPaths(headerNotMatching('accept', `.*${type.replace('/', '\\/')}.*`)),
+        onMcpPaths(headerNotContaining('accept', type)),
         406,
         'not acceptable: a POST to an MCP endpoint must accept both application/json and text/event-stream (Accept)',
       ),
