@@ -100,6 +100,13 @@ export function answerTo(answer: HttpAnswer, id: number): JsonRpcMessage {
 }
 
 /**
+ * What the bench's client declares at initialize: sampling, elicitation and roots, as the clients
+ * users run do (Inspector, Claude Code, the SDKs' example clients) — issue 10 measures with such a
+ * client, since a gateway may treat a session differently by what its client can answer.
+ */
+export const CLIENT_CAPABILITIES = { sampling: {}, elicitation: {}, roots: { listChanged: true } };
+
+/**
  * What an MCP client does before its first call: initialize, then notifications/initialized. The
  * headers it returns (protocol version, the session id when the path hands one out, and
  * `extraHeaders`, e.g. the bearer token) go on every later request of this session.
@@ -110,7 +117,7 @@ export async function openSession(client: McpHttpClient, url: string, timeoutMs:
     jsonrpc: '2.0',
     id,
     method: 'initialize',
-    params: { protocolVersion: MCP_PROTOCOL_VERSION, capabilities: {}, clientInfo: { name: 'mcpgw-bench', version: '1.0.0' } },
+    params: { protocolVersion: MCP_PROTOCOL_VERSION, capabilities: CLIENT_CAPABILITIES, clientInfo: { name: 'mcpgw-bench', version: '1.0.0' } },
   };
   const answer = await client.post(url, JSON.stringify(initialize), { headers: extraHeaders, timeoutMs });
   const result = answerTo(answer, id).result as { protocolVersion?: string };

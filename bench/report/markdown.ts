@@ -70,7 +70,7 @@ function environmentSection(results: BenchResults): string[] {
     ...(results.toolCall
       ? [
           `- Method: ${s.repetitions} repetition(s), systems interleaved within each; fixed-rate (open-loop) arrivals with latency from the intended send time; ${s.toolCall.initialWarmup.durationMs / 1000} s warm-up per system, then ${s.toolCall.warmupMs / 1000} s warm-up + ${s.toolCall.measureMs / 1000} s measured per rate; saturation = closed loop, ${s.toolCall.saturation.concurrency} clients, ${s.toolCall.saturation.measureMs / 1000} s; every answer checked (JSON-RPC result, echoed text, tool count)`,
-          `- MCP client load: JSON-RPC over Streamable HTTP (POST, \`accept: application/json, text/event-stream\`), ${s.toolCall.sessions} sessions per system opened with initialize + notifications/initialized, their \`mcp-protocol-version\` and, where the path hands one out (${withSessions || 'none did'}), \`mcp-session-id\` on every request; the backends are stateless`,
+          `- MCP client load: JSON-RPC over Streamable HTTP (POST, \`accept: application/json, text/event-stream\`), ${s.toolCall.sessions} sessions per system opened with initialize (the client declares sampling, elicitation and roots) + notifications/initialized, a ~1 KB RS256 bearer token on every request to every system (C validates it and applies a per-tool rule on every route), their \`mcp-protocol-version\` and, where the path hands one out (${withSessions || 'none did'}), \`mcp-session-id\` on every request; the backends are stateless`,
         ]
       : [`- Method: ${aloneMethod(results, s.repetitions)}`]),
     '',

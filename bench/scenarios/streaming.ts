@@ -86,7 +86,7 @@ export async function runStreamingScenario(systems: SystemUnderTest[], settings:
     for (const system of inRotation(systems, repetition)) {
       const client = new McpHttpClient(concurrency);
       try {
-        const session = await openSession(client, system.callUrl, settings.requestTimeoutMs);
+        const session = await openSession(client, system.callUrl, settings.requestTimeoutMs, system.requestHeaders);
         const calls: CallFrames[] = [];
         let started = 0;
         const worker = async () => {

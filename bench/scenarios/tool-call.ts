@@ -56,12 +56,15 @@ export interface ToolCallResults {
 
 const ECHO_TEXT = 'bench';
 
+/** Where a driver sends tools/call, and the headers its agent sends with every request (its bearer token). */
+export type CallPath = Pick<SystemUnderTest, 'callUrl' | 'toolPrefix'> & Partial<Pick<SystemUnderTest, 'requestHeaders'>>;
+
 /** One MCP client per system: its sessions, and a request that checks the echo came back. */
-export async function callDriver(system: Pick<SystemUnderTest, 'callUrl' | 'toolPrefix'>, settings: BenchSettings): Promise<{ issue: IssueRequest; sessionIds: boolean; close(): void }> {
+export async function callDriver(system: CallPath, settings: BenchSettings): Promise<{ issue: IssueRequest; sessionIds: boolean; close(): void }> {
   const client = new McpHttpClient(64);
   const sessions: Record<string, string>[] = [];
   for (let index = 0; index < settings.toolCall.sessions; index++) {
-    sessions.push(await openSession(client, system.callUrl, settings.requestTimeoutMs));
+    sessions.push(await openSession(client, system.callUrl, settings.requestTimeoutMs, system.requestHeaders));
   }
   let turn = 0;
   const issue: IssueRequest = async () => {
@@ -74,7 +77,7 @@ export async function callDriver(system: Pick<SystemUnderTest, 'callUrl' | 'tool
 }
 
 /** Why a fresh MCP session cannot call the echo tool on this path right now, if it cannot. */
-async function callProblem(system: Pick<SystemUnderTest, 'callUrl' | 'toolPrefix'>, settings: BenchSettings): Promise<string | undefined> {
+async function callProblem(system: CallPath, settings: BenchSettings): Promise<string | undefined> {
   let driver: Awaited<ReturnType<typeof callDriver>> | undefined;
   try {
     driver = await callDriver(system, settings);

@@ -63,10 +63,10 @@ const MAX_PAGES = 1_000;
  * each nextCursor until there is none. The listing's latency runs from its intended start to the last
  * page; each page's own request time is kept too.
  */
-async function listDriver(url: string, expected: number, settings: BenchSettings, method: ListMethod = 'tools/list') {
+async function listDriver(url: string, headers: Record<string, string>, expected: number, settings: BenchSettings, method: ListMethod = 'tools/list') {
   const member = LIST_METHODS[method];
   const client = new McpHttpClient(256);
-  const session = await openSession(client, url, settings.requestTimeoutMs);
+  const session = await openSession(client, url, settings.requestTimeoutMs, headers);
   const pageLatenciesMs: number[] = [];
   let pagesPerListing = 0;
   const issue: IssueRequest = async () => {
@@ -138,7 +138,7 @@ export async function runToolListScenario(
   for (let repetition = 1; repetition <= settings.repetitions; repetition++) {
     for (const variant of LIST_VARIANTS) {
       for (const { system, urls } of inRotation(capable, repetition)) {
-        const driver = await listDriver(urls[variant], expectedTools[variant], settings);
+        const driver = await listDriver(urls[variant], system.requestHeaders, expectedTools[variant], settings);
         try {
           await waitUntilComplete(driver.issue, `${system.id} ${variant} tools/list`, log);
           for (let index = 0; index < toolList.warmupRequests; index++) await driver.issue();
@@ -188,7 +188,7 @@ async function runSurfaceLists(systems: SystemUnderTest[], topology: Topology, s
   const runs: SurfaceListRun[] = [];
   for (let repetition = 1; repetition <= settings.repetitions; repetition++) {
     for (const method of ['prompts/list', 'resources/list'] as const) {
-      const driver = await listDriver(url, expected[method], settings, method);
+      const driver = await listDriver(url, gateway.requestHeaders, expected[method], settings, method);
       try {
         await waitUntilComplete(driver.issue, `C ${method}`, log);
         for (let index = 0; index < settings.toolList.warmupRequests; index++) await driver.issue();

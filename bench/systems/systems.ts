@@ -9,6 +9,7 @@ import { NaiveProxyConfig } from '../naive-proxy/naive-proxy';
 import { nativeMcpRouterBootstrap, plainEnvoyBootstrap } from './envoy-bootstraps';
 import { allocatePort } from './ports';
 import { ProcessGroup } from './process-group';
+import { GATEWAY_AUDIENCE, Issuer, startIssuer } from './issuer';
 import { HOST, LIST_VARIANTS, ListVariant, RouteSpec, Topology, allRoutes } from './topology';
 
 export type SystemId = 'A' | 'B' | 'C' | 'D' | 'E';
@@ -21,6 +22,8 @@ export interface SystemUnderTest {
   toolPrefix: string;
   /** tools/list of the 50-backend route by variant, or why this path cannot answer it. */
   list: { urls: Record<ListVariant, string> } | { unsupported: string };
+  /** What the agent sends with every request on this path: its bearer token (the same token to every system; only C validates it). */
+  requestHeaders: Record<string, string>;
 }
 
 /**
@@ -86,11 +89,24 @@ function listUrls(urlOf: (route: RouteSpec) => string, topology: Topology): Reco
   return Object.fromEntries(LIST_VARIANTS.map((variant) => [variant, urlOf(topology.listRoutes[variant])])) as Record<ListVariant, string>;
 }
 
-function gatewayRegistry(topology: Topology) {
+/**
+ * The gateway as users run it (issue 10's measuring conditions): every route validates the agent's
+ * token (issuer, signature, audience, expiry) and every Tool Service has a per-tool rule, a scope and a
+ * group the token must carry, applied to each tools/call and to what tools/list shows.
+ */
+const BENCH_ACCESS_RULE = { tools: ['*'], requiredScopes: ['tools:call'], allowGroups: ['bench'] };
+
+function gatewayRegistry(topology: Topology, issuer: Issuer) {
   return {
     routes: allRoutes(topology).map((route) => ({
       key: route.key,
-      toolServices: route.backends.map((backend) => ({ id: backend.endpoint.id, name: backend.name, url: backend.endpoint.url })),
+      auth: { issuer: issuer.issuer, audiences: [GATEWAY_AUDIENCE] },
+      toolServices: route.backends.map((backend) => ({
+        id: backend.endpoint.id,
+        name: backend.name,
+        url: backend.endpoint.url,
+        policy: { rules: [BENCH_ACCESS_RULE] },
+      })),
     })),
   };
 }
@@ -104,9 +120,13 @@ export async function startSystems(group: ProcessGroup, topology: Topology, opti
 
   const gatewayDir = path.join(group.logDir, 'gateway');
   fs.mkdirSync(gatewayDir, { recursive: true });
+  const issuer = await startIssuer();
+  group.adoptBeside('issuer', undefined, issuer.stop);
   const registryFile = path.join(gatewayDir, 'registry.yaml');
-  fs.writeFileSync(registryFile, stringify(gatewayRegistry(topology)));
+  // Every Tool Service's rule written out in full: the dev Portal refuses YAML aliases.
+  fs.writeFileSync(registryFile, stringify(gatewayRegistry(topology, issuer), { aliasDuplicateObjects: false }));
   const gateway = await group.startGateway('gateway', { registryFile, logDir: gatewayDir });
+  const requestHeaders = { authorization: `Bearer ${issuer.token(gateway.gatewayUrl(call.key))}` };
 
   const routerAdmin = await allocatePort();
   const routerListeners: { port: number; route: RouteSpec }[] = [];
@@ -133,6 +153,7 @@ export async function startSystems(group: ProcessGroup, topology: Topology, opti
         callUrl: direct.url,
         toolPrefix: '',
         list: { unsupported: 'one MCP backend cannot list the tools of 50 others' },
+        requestHeaders,
       },
       {
         id: 'B',
@@ -140,6 +161,7 @@ export async function startSystems(group: ProcessGroup, topology: Topology, opti
         callUrl: routeUrl(plain.listener, call.key),
         toolPrefix: '',
         list: { unsupported: 'plain Envoy has no MCP awareness: it forwards a request to one backend and cannot aggregate tools/list' },
+        requestHeaders,
       },
       {
         id: 'C',
@@ -147,6 +169,7 @@ export async function startSystems(group: ProcessGroup, topology: Topology, opti
         callUrl: gateway.gatewayUrl(call.key),
         toolPrefix: prefix(call),
         list: { urls: listUrls((route) => gateway.gatewayUrl(route.key), topology) },
+        requestHeaders,
       },
       {
         id: 'D',
@@ -154,6 +177,7 @@ export async function startSystems(group: ProcessGroup, topology: Topology, opti
         callUrl: routeUrl(routerPort.get(call.key)!, call.key),
         toolPrefix: prefix(call),
         list: { urls: listUrls((route) => routeUrl(routerPort.get(route.key)!, route.key), topology) },
+        requestHeaders,
       },
       {
         id: 'E',
@@ -161,12 +185,13 @@ export async function startSystems(group: ProcessGroup, topology: Topology, opti
         callUrl: routeUrl(naivePort, call.key),
         toolPrefix: prefix(call),
         list: { urls: listUrls((route) => routeUrl(naivePort, route.key), topology) },
+        requestHeaders,
       },
     ],
     notes: {
       A: `bench/backends: MCP SDK Server + StreamableHTTPServerTransport (stateless: a fresh server and transport per request; SSE answers), ${direct.url}`,
       B: 'Envoy 1.40, static bootstrap: HCM + router, one STATIC cluster, route timeout 0s, default worker count',
-      C: 'GatewayStack: Redis, dev Portal, control plane (catalog refresh 30 s default), sidecar (gateway lane and session check), Envoy (call lane) over SotW ADS',
+      C: 'GatewayStack: Redis, dev Portal, control plane (catalog refresh 30 s default), sidecar (gateway lane and session check), Envoy (call lane) over SotW ADS; every route validates the agent\'s RS256 token (a local issuer, keys by ECDS) and every Tool Service has a per-tool rule (scope tools:call, group bench)',
       D: 'Envoy 1.40, static bootstrap: envoy.filters.http.mcp + envoy.filters.http.mcp_router (terminal), one listener per route, per-backend timeout 5 s (its default)',
       E: `bench/naive-proxy: node:http, keep-alive agent, tools/list fanned out per request (per-backend timeout ${options.naiveListTimeoutMs} ms), tools/call piped`,
     },
