@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { ClientNeed, allows } from '../catalog/client-needs';
+import type { AccessRuleMessage } from '../catalog/catalog-store';
 import { accessDecision } from '../auth/access-rules';
 import { CallerIdentity } from '../auth/caller-identity';
 import { compareBackendNames } from '../catalog/tool-exposure';
@@ -147,21 +148,22 @@ export function listBody(member: string, id: JsonRpcId, result: CatalogListResul
 }
 
 /**
- * Each list's whole entries as bytes, made by the first answer that serves every entry (the common
- * case: a client that declares what the tools need, no per-caller rule hiding any). A view is built
- * anew for each catalog version, so the bytes go with the version they were made from.
+ * The whole entries of a list, or of what one audience is shown of it, as bytes: made by the first
+ * answer that serves them all, then shared by every answer that does (the common case: a client whose
+ * capabilities and caller keep the same entries). A view is built anew for each catalog version, so the
+ * bytes go with the version they were made from.
  */
-const wholeLists = new WeakMap<CatalogList, Buffer>();
+const wholeEntries = new WeakMap<{ items: ListedItem[] }, Buffer>();
 
 const joined = (page: ListedItem[]) => Buffer.from(page.map((item) => item.json).join(','));
 
-/** A page's entries as bytes: the list's whole bytes when the page is the whole list (pages keep the list's order). */
-function entriesOf(list: CatalogList, page: ListedItem[]): Buffer {
-  if (page.length === 0 || page.length !== list.items.length) return joined(page);
-  let whole = wholeLists.get(list);
+/** A page's entries as bytes: the bytes of all of `shown` when the page is all of it (pages keep its order). */
+function entriesOf(shown: { items: ListedItem[] }, page: ListedItem[]): Buffer {
+  if (page.length === 0 || page.length !== shown.items.length) return joined(page);
+  let whole = wholeEntries.get(shown);
   if (!whole) {
     whole = joined(page);
-    wholeLists.set(list, whole);
+    wholeEntries.set(shown, whole);
   }
   return whole;
 }
@@ -170,23 +172,84 @@ export const toolsListBody = (id: JsonRpcId, result: CatalogListResult, fields?:
   listBody('tools', id, result, fields, meta);
 
 /**
- * The entries from `start` on this audience may use, at most `count` of them (and whether more
- * follow): what its declared capabilities allow, and what its caller may call (docs/auth.md). A list
- * whose entries depend on neither is a slice of the list serialized once.
+ * What decides, for a list whose entries depend on who asks, which entries an audience is shown: the
+ * list's distinct access rules (one decision each per caller) and its distinct (backend, needs) pairs
+ * (one decision each per client's capabilities). Audiences that decide alike on all of them are shown
+ * the same entries, so they share one `shown` list — and its bytes — per catalog version.
  */
-function pageFor(list: CatalogList, audience: ListAudience, start: number, count: number): { page: ListedItem[]; more: boolean } {
-  const { offeredBy, caller } = audience;
-  const byCapabilities = offeredBy !== undefined && list.conditional;
-  if (!byCapabilities && !list.byCaller) return { page: list.items.slice(start, start + count), more: start + count < list.items.length };
-  const page: ListedItem[] = [];
-  for (let index = start; index < list.items.length; index++) {
-    const item = list.items[index];
-    if (byCapabilities && item.needs.length > 0 && !allows(offeredBy(item.backend), item.needs)) continue;
-    if (item.accessRule && !accessDecision(item.accessRule, caller).allowed) continue;
-    if (page.length === count) return { page, more: true };
-    page.push(item);
+interface ListDeciders {
+  rules: Map<AccessRuleMessage, number>;
+  needs: Map<string, { index: number; backend: BackendView; needs: readonly string[] }>;
+  /** The entries shown, by the decisions that select them; the most recently used few. */
+  shown: Map<string, { items: ListedItem[] }>;
+}
+
+/** Audiences of distinct decisions whose entries a list keeps at once (each may hold its bytes: a 5,000-tool list is ≈1.7 MB). */
+const SHOWN_LISTS_KEPT = 8;
+
+const decidersByList = new WeakMap<CatalogList, ListDeciders>();
+
+const needsKey = (item: ListedItem) => `${item.backend.name}\n${item.needs.join('\n')}`;
+
+function decidersOf(list: CatalogList): ListDeciders {
+  let deciders = decidersByList.get(list);
+  if (!deciders) {
+    deciders = { rules: new Map(), needs: new Map(), shown: new Map() };
+    for (const item of list.items) {
+      if (item.accessRule && !deciders.rules.has(item.accessRule)) deciders.rules.set(item.accessRule, deciders.rules.size);
+      if (item.needs.length > 0 && !deciders.needs.has(needsKey(item))) {
+        deciders.needs.set(needsKey(item), { index: deciders.needs.size, backend: item.backend, needs: item.needs });
+      }
+    }
+    decidersByList.set(list, deciders);
   }
-  return { page, more: false };
+  return deciders;
+}
+
+/** The entries of `list` this audience is shown: each rule decided once for its caller, each need once for its capabilities. */
+function shownTo(list: CatalogList, audience: ListAudience, byCapabilities: boolean): { items: ListedItem[] } {
+  const { offeredBy, caller } = audience;
+  const deciders = decidersOf(list);
+  const ruleAllows = [...deciders.rules.keys()].map((rule) => accessDecision(rule, caller).allowed);
+  const needsMet = [...deciders.needs.values()].map(({ backend, needs }) => !byCapabilities || allows(offeredBy!(backend), needs));
+  const key = `${ruleAllows.map(Number).join('')}|${needsMet.map(Number).join('')}`;
+  let shown = deciders.shown.get(key);
+  if (shown) {
+    deciders.shown.delete(key);
+  } else {
+    shown = {
+      items: list.items.filter(
+        (item) => (!item.accessRule || ruleAllows[deciders.rules.get(item.accessRule)!]) && (item.needs.length === 0 || needsMet[deciders.needs.get(needsKey(item))!.index]),
+      ),
+    };
+    if (deciders.shown.size >= SHOWN_LISTS_KEPT) deciders.shown.delete(deciders.shown.keys().next().value!);
+  }
+  deciders.shown.set(key, shown);
+  return shown;
+}
+
+/** Index of the first of `items` (in the list's order) at or after position `start` of the whole list. */
+function firstFrom(items: ListedItem[], start: number): number {
+  let low = 0;
+  let high = items.length;
+  while (low < high) {
+    const middle = (low + high) >>> 1;
+    if (items[middle].position < start) low = middle + 1;
+    else high = middle;
+  }
+  return low;
+}
+
+/**
+ * The entries from `start` (a position in the whole list) on this audience may use, at most `count` of
+ * them, whether more follow, and the list they are a page of: what its declared capabilities allow, and
+ * what its caller may call (docs/auth.md).
+ */
+function pageFor(list: CatalogList, audience: ListAudience, start: number, count: number): { page: ListedItem[]; more: boolean; of: { items: ListedItem[] } } {
+  const byCapabilities = audience.offeredBy !== undefined && list.conditional;
+  const of = byCapabilities || list.byCaller ? shownTo(list, audience, byCapabilities) : list;
+  const from = firstFrom(of.items, start);
+  return { page: of.items.slice(from, from + count), more: from + count < of.items.length, of };
 }
 
 /**
@@ -208,13 +271,13 @@ export function answerList(view: RouteCatalogView, method: ListMethod, params: u
     start = resumeIndex(list, cursor);
   }
   const pageSize = view.toolsListPageSize > 0 ? view.toolsListPageSize : list.items.length;
-  const { page, more } = pageFor(list, audience, start, pageSize);
+  const { page, more, of } = pageFor(list, audience, start, pageSize);
   const last = page.at(-1);
   return {
     ok: true,
     result: {
       page,
-      entries: entriesOf(list, page),
+      entries: entriesOf(of, page),
       ...(more && last && { nextCursor: encodeCursor({ route: view.key, ...(listName && { list: listName }), after: last.key, backend: last.backend.name, index: last.index }) }),
       _meta: { [FEDERATION_META_KEY]: federationMeta(view, kind) },
     },

@@ -141,6 +141,38 @@ describe('the sidecar on a route with auth', () => {
     expect(pages).toEqual([['jobs__open'], ['jobs__open2']]);
   });
 
+  it('serves callers who decide alike on every rule the same bytes, and one who decides otherwise its own', () => {
+    const entries = (claims: Record<string, unknown>) => {
+      const answer = answerToolsList(guarded, undefined, { caller: callerOfClaims(claims) });
+      if (!answer.ok) throw new Error(answer.message);
+      return answer.result.entries;
+    };
+    const alice = entries(ALICE);
+    expect(entries(ALICE)).toBe(alice);
+    // Another subject with Alice's scopes and groups: the same decisions, so the same list.
+    expect(entries({ ...ALICE, sub: 'carol-id' })).toBe(alice);
+    const bob = entries(BOB);
+    expect(bob).not.toBe(alice);
+    expect(JSON.parse(`[${bob.toString()}]`).map((tool: { name: string }) => tool.name)).toEqual(['jobs__open', 'jobs__run', 'jobs__support_only', 'jobs__open2', 'pooled__echo']);
+  });
+
+  it('lists each caller its own tools past the number of distinct audiences it keeps at once', () => {
+    const groups = ['g0', 'g1', 'g2', 'g3', 'g4'];
+    const groupRules: AccessRuleMessage[] = groups.map((group) => ({ required_scopes: [], allow_subjects: [], allow_groups: [group], allow_clients: [] }));
+    const many = buildRouteViews(
+      catalogSnapshot([{ route_key: 'many', backends: [backendCatalog('jobs', ['open', ...groups])], access: { rules: groupRules, ruleOf: (_backend, index) => index } }]),
+    ).get('many')!;
+    // 32 callers, one per subset of the five groups, twice over: each sees the open tool and its groups' tools.
+    for (let round = 0; round < 2; round++) {
+      for (let subset = 0; subset < 2 ** groups.length; subset++) {
+        const held = groups.filter((_group, bit) => subset & (1 << bit));
+        const answer = answerToolsList(many, undefined, { caller: callerOfClaims({ ...ALICE, groups: held }) });
+        if (!answer.ok) throw new Error(answer.message);
+        expect(answer.result.page.map((item) => item.key)).toEqual(['jobs__open', ...held.map((group) => `jobs__${group}`)]);
+      }
+    }
+  });
+
   it('ignores the header on an open route: no caller there, whatever a client sends', async () => {
     const { context } = sidecarContext(views);
     const initialize = { jsonrpc: '2.0', id: 0, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'a', version: '1' } } };
