@@ -1,4 +1,5 @@
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { stringify } from 'yaml';
 import { GatewayStack } from '../../control-plane/devstack/stack';
@@ -8,7 +9,7 @@ import { BenchSettings } from '../settings';
 import { ProcessGroup } from '../systems/process-group';
 import { inRotation } from '../systems/systems';
 import { Topology } from '../systems/topology';
-import { cpuSecondsOf } from './cpu-time';
+import { coreMicros, coresOfList, cpuSecondsOf, runQueueWaitMicrosOf } from './cpu-time';
 import { AttributeCostRun, runAttributeCosts } from './tracing-attributes';
 import { MeasuredRun, SATURATION, callDriver, measuredRun, runLine, waitUntilCallsAnswer } from './tool-call';
 
@@ -29,10 +30,25 @@ export interface TracingVariant {
 export interface TracingRun extends MeasuredRun {
   variant: string;
   /**
-   * CPU time the gateway's own processes spent per correct answer during the run (µs), by process:
-   * the cost of tracing wherever the collector runs and whatever else shares the machine.
+   * CPU time per correct answer during the run (µs), by process: every process of the variant's
+   * gateway (Envoy, sidecar, control plane, Redis, dev Portal), the bench backend, Jaeger, the load
+   * generator, and `softirq`, the systems' cores' kernel time for loopback delivery that no process is
+   * charged for (the spans' export included). The cost of tracing wherever it is paid.
    */
   cpuMicrosPerCall: Record<string, number>;
+  /**
+   * Both sides' cores per correct answer (µs, /proc/stat): busy with anything and idle. Idle on the
+   * systems' core at saturation means the gateway was not what limited the rate; none on the load
+   * generator's core means the load generator (and Jaeger beside it) was.
+   */
+  cores: { systems: CoreUse; loadGenerator: CoreUse };
+  /** Time per correct answer (µs) the load generator's event loop waited, runnable, for its core. */
+  loadGeneratorRunQueueWaitMicros: number;
+}
+
+export interface CoreUse {
+  busy: number;
+  idle: number;
 }
 
 export interface TracingResults {
@@ -46,16 +62,34 @@ export interface TracingResults {
 }
 
 const READY_TIMEOUT_MS = 60_000;
-/** The gateway's processes whose CPU time is counted (GatewayStack process names). */
-const COUNTED_PROCESSES = ['envoy', 'sidecar', 'control-plane'];
 
-/** Runs `measure` and tells the CPU each counted process of `stack` spent meanwhile, per correct answer. */
-async function withCpuPerCall(stack: GatewayStack, measure: () => Promise<MeasuredRun>): Promise<MeasuredRun & { cpuMicrosPerCall: Record<string, number> }> {
-  const pids = COUNTED_PROCESSES.map((name) => [name, stack.processes.get(name)!.child.pid!] as const);
-  const before = pids.map(([, pid]) => cpuSecondsOf(pid));
+/** Process ids whose CPU time a run counts, by name, and the cores on either side. */
+interface Counted {
+  pids: Record<string, number>;
+  systemCores: number[];
+  loadGeneratorCores: number[];
+}
+
+/** Runs `measure` and tells the CPU each counted process and both sides' cores spent meanwhile, per correct answer. */
+async function withCpuPerCall(counted: Counted, measure: () => Promise<MeasuredRun>): Promise<MeasuredRun & Pick<TracingRun, 'cpuMicrosPerCall' | 'cores' | 'loadGeneratorRunQueueWaitMicros'>> {
+  const snapshot = () => {
+    const systems = coreMicros(counted.systemCores);
+    const processes: Record<string, number> = Object.fromEntries(Object.entries(counted.pids).map(([name, pid]) => [name, cpuSecondsOf(pid) * 1e6]));
+    processes.softirq = systems.softirq;
+    return { processes, systems, loadGenerator: coreMicros(counted.loadGeneratorCores), runQueueWait: runQueueWaitMicrosOf(process.pid) };
+  };
+  const before = snapshot();
   const run = await measure();
-  const cpuMicrosPerCall = Object.fromEntries(pids.map(([name, pid], index) => [name, ((cpuSecondsOf(pid) - before[index]) * 1e6) / Math.max(1, run.ok)]));
-  return { ...run, cpuMicrosPerCall };
+  const after = snapshot();
+  const perCall = (micros: number) => micros / Math.max(1, run.ok);
+  const cpuMicrosPerCall = Object.fromEntries(Object.keys(before.processes).map((name) => [name, perCall(after.processes[name] - before.processes[name])]));
+  const use = (side: 'systems' | 'loadGenerator') => ({ busy: perCall(after[side].busy - before[side].busy), idle: perCall(after[side].idle - before[side].idle) });
+  return {
+    ...run,
+    cpuMicrosPerCall,
+    cores: { systems: use('systems'), loadGenerator: use('loadGenerator') },
+    loadGeneratorRunQueueWaitMicros: perCall(after.runQueueWait - before.runQueueWait),
+  };
 }
 
 const variantId = (ratio: number | null) => (ratio === null ? 'off' : `${+(ratio * 100).toFixed(2)} %`);
@@ -67,7 +101,13 @@ async function envoySpansSent(stack: GatewayStack): Promise<number> {
   return stats.stats[0]?.value ?? 0;
 }
 
-export async function runTracingScenario(group: ProcessGroup, topology: Topology, settings: BenchSettings, log: (line: string) => void): Promise<TracingResults> {
+export async function runTracingScenario(
+  group: ProcessGroup,
+  topology: Topology,
+  callBackendPid: number,
+  settings: BenchSettings,
+  log: (line: string) => void,
+): Promise<TracingResults> {
   const dir = path.join(group.logDir, 'tracing');
   const jaeger = await startJaeger(path.join(dir, 'jaeger'));
   group.adoptBeside('jaeger', jaeger.pid, () => jaeger.stop());
@@ -96,10 +136,22 @@ export async function runTracingScenario(group: ProcessGroup, topology: Topology
   const { toolCall, tracing } = settings;
   const drivers = new Map<string, Awaited<ReturnType<typeof callDriver>>>();
   const runs: TracingRun[] = [];
-  const record = (variant: string, run: MeasuredRun & { cpuMicrosPerCall: Record<string, number> }) => {
+  const cores = (list: string) => (group.cpus.pinned ? coresOfList(list) : coresOfList(`0-${os.availableParallelism() - 1}`));
+  const counted = (variant: string): Counted => ({
+    pids: {
+      ...Object.fromEntries([...stacks.get(variant)!.processes].map(([name, member]) => [name, member.child.pid!])),
+      backend: callBackendPid,
+      ...(jaeger.pid !== undefined && { jaeger: jaeger.pid }),
+      'load generator': process.pid,
+    },
+    systemCores: cores(group.cpus.systemsUnderTest),
+    loadGeneratorCores: cores(group.cpus.loadGenerator),
+  });
+  const record = (variant: string, run: MeasuredRun & Pick<TracingRun, 'cpuMicrosPerCall' | 'cores' | 'loadGeneratorRunQueueWaitMicros'>) => {
     runs.push({ variant, ...run });
     const cpu = Object.entries(run.cpuMicrosPerCall).map(([name, micros]) => `${name} ${micros.toFixed(0)}`).join(', ');
-    log(`${runLine(`tracing ${variant}`, run)}; CPU µs per call: ${cpu}`);
+    const idle = `idle µs per call: systems' core ${run.cores.systems.idle.toFixed(0)}, load generator's ${run.cores.loadGenerator.idle.toFixed(0)}; load generator waited for its core ${run.loadGeneratorRunQueueWaitMicros.toFixed(0)} µs per call`;
+    log(`${runLine(`tracing ${variant}`, run)}; CPU µs per call: ${cpu}; ${idle}`);
   };
   try {
     for (const entry of paths) {
@@ -113,14 +165,13 @@ export async function runTracingScenario(group: ProcessGroup, topology: Topology
         const { issue } = drivers.get(variant)!;
         const rate = tracing.ratePerSecond;
         await runFixedRate(issue, { rate, durationMs: toolCall.warmupMs, maxInFlight: settings.maxInFlight });
-        const stack = stacks.get(variant)!;
-        record(variant, await withCpuPerCall(stack, async () => measuredRun(String(rate), repetition, await runFixedRate(issue, { rate, durationMs: toolCall.measureMs, maxInFlight: settings.maxInFlight }))));
+        record(variant, await withCpuPerCall(counted(variant), async () => measuredRun(String(rate), repetition, await runFixedRate(issue, { rate, durationMs: toolCall.measureMs, maxInFlight: settings.maxInFlight }))));
       }
       for (const { variant } of order) {
         const { issue } = drivers.get(variant)!;
         const { concurrency, warmupMs, measureMs } = toolCall.saturation;
         await runClosedLoop(issue, { concurrency, durationMs: warmupMs });
-        record(variant, await withCpuPerCall(stacks.get(variant)!, async () => measuredRun(SATURATION, repetition, await runClosedLoop(issue, { concurrency, durationMs: measureMs }))));
+        record(variant, await withCpuPerCall(counted(variant), async () => measuredRun(SATURATION, repetition, await runClosedLoop(issue, { concurrency, durationMs: measureMs }))));
       }
     }
   } finally {
