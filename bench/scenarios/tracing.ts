@@ -63,6 +63,14 @@ export interface TracingResults {
 
 const READY_TIMEOUT_MS = 60_000;
 
+/** The rows of cpuMicrosPerCall spent on the systems' core: the gateway's processes, the backend and softirq. */
+export const SYSTEMS_CORE_ROWS = ['envoy', 'sidecar', 'control-plane', 'redis', 'portal', 'backend', 'softirq'] as const;
+
+/** CPU µs per call a run's counted processes and softirq spent on the systems' core. */
+export function systemsCoreMicrosPerCall(run: Pick<TracingRun, 'cpuMicrosPerCall'>): number {
+  return SYSTEMS_CORE_ROWS.reduce((sum, name) => sum + (run.cpuMicrosPerCall[name] ?? 0), 0);
+}
+
 /** Process ids whose CPU time a run counts, by name, and the cores on either side. */
 interface Counted {
   pids: Record<string, number>;

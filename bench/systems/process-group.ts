@@ -97,17 +97,11 @@ export class ProcessGroup {
 
   /**
    * Something started elsewhere that this group stops with the rest, pinned with the load generator:
-   * a part of the deployment around the systems (a trace collector), not of the systems measured. It
-   * runs there under SCHED_IDLE, on the cycles the load generator leaves: at the load generator's own
-   * priority it took turns with it, and a load generator kept waiting leaves the systems' core idle,
-   * which showed as a lower saturation of the systems (bench/scenarios/tracing.ts). The systems still
-   * pay all they do for it (building, serialising and sending what it receives) on their own core.
+   * a part of the deployment around the systems (a trace collector), not of the systems measured.
    */
   adoptBeside(name: string, pid: number | undefined, stop: () => Promise<void>): void {
     this.members.push({ name, stop });
-    if (pid === undefined) return;
-    if (this.cpus.pinned) pin(pid, this.cpus.loadGenerator);
-    execFileSync('chrt', ['--idle', '-a', '-p', '0', String(pid)], { stdio: 'ignore' });
+    if (this.cpus.pinned && pid !== undefined) pin(pid, this.cpus.loadGenerator);
   }
 
   private pinSystem(pid: number): void {
