@@ -229,6 +229,13 @@ function cpuCell(runs: TracingRun[]): string {
   return ['envoy', 'sidecar', 'control-plane'].map((name) => (runs.length ? num(spreadOf(runs.map((run) => run.cpuMicrosPerCall[name])).median, 0) : '–')).join(' / ');
 }
 
+/** The spans a variant's Envoy exported over the scenario, and per request it served when the run counted those. */
+function spansCell(tracing: TracingResults, variant: string): string {
+  const spans = tracing.envoySpansSent[variant] ?? 0;
+  const requests = tracing.envoyRequestsServed?.[variant];
+  return requests ? `${spans} (${(spans / requests).toFixed(3)} per request)` : String(spans);
+}
+
 /** A figure of each repetition of a variant at a load. */
 function perRepetition(tracing: TracingResults, variant: string, load: string, pick: (run: TracingRun) => number): RepeatedValue[] {
   return tracing.runs.filter((run) => run.variant === variant && run.load === load).map((run) => ({ repetition: run.repetition, value: pick(run) }));
@@ -316,7 +323,7 @@ function tracingSection(results: BenchResults, tracing: TracingResults): string[
         pairedTimesOff(tracing, variant.id, load, (run) => run.throughput),
         cpuCell(tracing.runs.filter((run) => run.variant === variant.id && run.load === load)),
         addedOverOff(tracing, variant.id, load, (run) => run.cpuMicrosPerCall.envoy),
-        String(tracing.envoySpansSent[variant.id] ?? 0),
+        spansCell(tracing, variant.id),
       ]);
     }
   }

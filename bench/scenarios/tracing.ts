@@ -2,6 +2,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { stringify } from 'yaml';
+import { z } from 'zod';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { startJaeger } from '../../test/support/jaeger';
 import { runClosedLoop, runFixedRate } from '../load/load-runner';
@@ -19,6 +20,16 @@ import { MeasuredRun, SATURATION, callDriver, measuredRun, runLine, waitUntilCal
  * run, interleaved, at a fixed rate and at saturation. The load sends no traceparent, so the ratio
  * decides which calls are traced. Jaeger runs on the load generator's core: the cost measured is the
  * gateway's own (tracer, attributes, export), not the collector's.
+ *
+ * Every run also says where both cores went, per answered call (issue 15, session 8): each process on
+ * the systems' core (the gateway's, the backend), their softirq (the spans' export over loopback is
+ * delivered there), what no process row counts, and idle; on the load generator's core the load
+ * generator, Jaeger, idle, and how long the load generator waited for its core. A saturation ratio
+ * worse than the systems' CPU per call implies is then either idle on the systems' core (the load side
+ * held them back) or other work on it, and the table says which: the bench charges the gateway for
+ * everything its processes and their packets cost, and names what is not theirs instead of guessing.
+ * Jaeger stays at the bench's priority: measured, it costs 5–27 µs of its core per call at 100 %
+ * (a few per cent of that core at a quiet run's rate), too little to hold the load generator back.
  */
 
 export interface TracingVariant {
@@ -56,6 +67,12 @@ export interface TracingResults {
   runs: TracingRun[];
   /** Spans each variant's Envoy exported over the scenario (its `tracing.opentelemetry.spans_sent`). */
   envoySpansSent: Record<string, number>;
+  /**
+   * Requests each variant's Envoy served on the agents' listener over the scenario (its
+   * `http.mcp_gateway.downstream_rq_total`, warm-ups included, as the spans): the spans per request
+   * say what besides the call's own span is exported (the session check's, initialize's).
+   */
+  envoyRequestsServed?: Record<string, number>;
   /** What each piece of Envoy's tracing costs by itself (tracing-attributes.ts). */
   attributeCosts: AttributeCostRun[];
   setup: string;
@@ -102,11 +119,13 @@ async function withCpuPerCall(counted: Counted, measure: () => Promise<MeasuredR
 
 const variantId = (ratio: number | null) => (ratio === null ? 'off' : `${+(ratio * 100).toFixed(2)} %`);
 
-async function envoySpansSent(stack: GatewayStack): Promise<number> {
-  const stats = (await (await fetch(`${stack.envoyAdminUrl}/stats?format=json&filter=${encodeURIComponent('^tracing\\.opentelemetry\\.spans_sent$')}`)).json()) as {
-    stats: { name: string; value: number }[];
-  };
-  return stats.stats[0]?.value ?? 0;
+const envoyStatsSchema = z.object({ stats: z.array(z.object({ name: z.string(), value: z.number().optional() })) });
+
+/** A counter of Envoy's admin stats (0 when Envoy has none of that name). */
+async function envoyCounter(stack: GatewayStack, name: string): Promise<number> {
+  const filter = `^${name.replace(/\./g, '\\.')}$`;
+  const body = envoyStatsSchema.parse(await (await fetch(`${stack.envoyAdminUrl}/stats?format=json&filter=${encodeURIComponent(filter)}`)).json());
+  return body.stats.find((stat) => stat.name === name)?.value ?? 0;
 }
 
 export async function runTracingScenario(
@@ -186,12 +205,17 @@ export async function runTracingScenario(
     for (const driver of drivers.values()) driver.close();
   }
   const envoySpans: Record<string, number> = {};
-  for (const variant of variants) envoySpans[variant.id] = await envoySpansSent(stacks.get(variant.id)!);
+  const envoyRequests: Record<string, number> = {};
+  for (const variant of variants) {
+    envoySpans[variant.id] = await envoyCounter(stacks.get(variant.id)!, 'tracing.opentelemetry.spans_sent');
+    envoyRequests[variant.id] = await envoyCounter(stacks.get(variant.id)!, 'http.mcp_gateway.downstream_rq_total');
+  }
   const attributeCosts = await runAttributeCosts(group, jaeger.otlpHttpUrl, settings, log);
   return {
     variants,
     runs,
     envoySpansSent: envoySpans,
+    envoyRequestsServed: envoyRequests,
     attributeCosts,
     setup: `three GatewayStacks with only the call route (${call.key}), the same bench backend; tracing off, or --otlp-endpoint to Jaeger v1.76.0 (OTLP/HTTP, in-memory store, pinned to the load generator's CPU) with --trace-sampling as named; the load sends no traceparent`,
   };
