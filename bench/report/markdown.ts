@@ -229,11 +229,11 @@ function cpuCell(runs: TracingRun[]): string {
   return ['envoy', 'sidecar', 'control-plane'].map((name) => (runs.length ? num(spreadOf(runs.map((run) => run.cpuMicrosPerCall[name])).median, 0) : '–')).join(' / ');
 }
 
-/** The spans a variant's Envoy exported over the scenario, and per request it served when the run counted those. */
+/** The spans a variant's Envoy exported over the scenario, and per request it served. */
 function spansCell(tracing: TracingResults, variant: string): string {
   const spans = tracing.envoySpansSent[variant] ?? 0;
-  const requests = tracing.envoyRequestsServed?.[variant];
-  return requests ? `${spans} (${(spans / requests).toFixed(3)} per request)` : String(spans);
+  const requests = tracing.envoyRequestsServed[variant] ?? 0;
+  return requests > 0 ? `${spans} (${(spans / requests).toFixed(3)} per request)` : String(spans);
 }
 
 /** A figure of each repetition of a variant at a load. */
@@ -259,7 +259,7 @@ function pairedTimesOff(tracing: TracingResults, variant: string, load: string, 
  * measured saturation is not the gateway's cost alone.
  */
 function tracingCoreLines(tracing: TracingResults): string[] {
-  const runs = tracing.runs.filter((run) => run.load === SATURATION && run.cores !== undefined);
+  const runs = tracing.runs.filter((run) => run.load === SATURATION);
   if (runs.length === 0) return [];
   const median = (variant: string, pick: (run: TracingRun) => number) => num(spreadOf(runs.filter((run) => run.variant === variant).map(pick)).median, 0);
   const rows = tracing.variants.map(({ id }) => [

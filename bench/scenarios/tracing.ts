@@ -49,8 +49,8 @@ export interface TracingRun extends MeasuredRun {
   cpuMicrosPerCall: Record<string, number>;
   /**
    * Both sides' cores per correct answer (µs, /proc/stat): busy with anything and idle. Idle on the
-   * systems' core at saturation means the gateway was not what limited the rate; none on the load
-   * generator's core means the load generator (and Jaeger beside it) was.
+   * systems' core at saturation says the systems were not what limited the rate (the load side held
+   * them back); busy beyond the processes counted says other work took part of it.
    */
   cores: { systems: CoreUse; loadGenerator: CoreUse };
   /** Time per correct answer (µs) the load generator's event loop waited, runnable, for its core. */
@@ -72,7 +72,7 @@ export interface TracingResults {
    * `http.mcp_gateway.downstream_rq_total`, warm-ups included, as the spans): the spans per request
    * say what besides the call's own span is exported (the session check's, initialize's).
    */
-  envoyRequestsServed?: Record<string, number>;
+  envoyRequestsServed: Record<string, number>;
   /** What each piece of Envoy's tracing costs by itself (tracing-attributes.ts). */
   attributeCosts: AttributeCostRun[];
   setup: string;

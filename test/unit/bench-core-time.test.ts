@@ -31,7 +31,7 @@ describe("the systems' core per call", () => {
     expect(SYSTEMS_CORE_ROWS).not.toContain('jaeger');
   });
 
-  it('counts a process a run did not measure (an older results file) as nothing, not as NaN', () => {
+  it('counts a process the gateway did not start (no Redis, no Portal) as nothing, not as NaN', () => {
     expect(systemsCoreMicrosPerCall({ cpuMicrosPerCall: { envoy: 273, sidecar: 5, 'control-plane': 60 } })).toBe(338);
   });
 });

@@ -40,6 +40,7 @@ function tracingResults(okPerSecond: Record<string, number[]>): Omit<BenchResult
       variants: Object.keys(okPerSecond).map((id) => ({ id, samplingRatio: id === 'off' ? null : Number.parseFloat(id) / 100 })),
       runs,
       envoySpansSent: {},
+      envoyRequestsServed: {},
       attributeCosts: [],
       setup: '',
     },
