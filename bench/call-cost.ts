@@ -7,7 +7,7 @@ import { projectPath } from '../control-plane/shared/paths';
 import { IssueRequest, RunResult, runClosedLoop, runFixedRate } from './load/load-runner';
 import { spreadOf } from './load/stats';
 import { benchSettings } from './settings';
-import { CLOCK_TICKS_PER_SECOND, cpuSecondsOf } from './scenarios/cpu-time';
+import { coreMicros, cpuSecondsOf } from './scenarios/cpu-time';
 import { callDriver } from './scenarios/tool-call';
 import { nativeMcpRouterBootstrap } from './systems/envoy-bootstraps';
 import { allocatePort } from './systems/ports';
@@ -38,24 +38,6 @@ const log = (line: string) => process.stdout.write(`[bench call-cost] ${line}\n`
 
 /** A process's CPU time so far (user + system, every thread, also ended ones), in µs. */
 const processCpuMicros = (pid: number) => cpuSecondsOf(pid) * 1_000_000;
-
-/**
- * The given cores' time so far (µs) from /proc/stat: softirq (network delivery on loopback runs there,
- * charged to no process), busy (user, nice, system, irq and softirq of whatever ran there) and idle
- * (idle and iowait); steal, the hypervisor's, is in neither.
- */
-function coreMicros(cores: number[]): { softirq: number; busy: number; idle: number } {
-  const lines = fs.readFileSync('/proc/stat', 'utf8').split('\n');
-  const total = { softirq: 0, busy: 0, idle: 0 };
-  for (const core of cores) {
-    const [user, nice, system, idle, iowait, irq, softirq] = lines.find((line) => line.startsWith(`cpu${core} `))!.trim().split(/\s+/).slice(1).map(Number);
-    total.softirq += softirq;
-    total.busy += user + nice + system + irq + softirq;
-    total.idle += idle + iowait;
-  }
-  const micros = (ticks: number) => (ticks * 1_000_000) / CLOCK_TICKS_PER_SECOND;
-  return { softirq: micros(total.softirq), busy: micros(total.busy), idle: micros(total.idle) };
-}
 
 interface SystemRun {
   system: string;

@@ -115,11 +115,11 @@ async function main(): Promise<void> {
       const topology = await planTopology(settings.toolList.fleet);
       if (only === 'tracing') {
         // Scenario 5 starts its own gateways: only the call route's backend is needed.
-        await startBackendProcess(systemsGroup, 'backend-call', topology.callBackendSpecs);
-        requestScenarios = { tracing: await runTracingScenario(systemsGroup, topology, settings, log) };
+        const callBackend = await startBackendProcess(systemsGroup, 'backend-call', topology.callBackendSpecs);
+        requestScenarios = { tracing: await runTracingScenario(systemsGroup, topology, callBackend.child.pid!, settings, log) };
         noteLoad('tracing');
       } else {
-        await startBackends(systemsGroup, topology);
+        const backends = await startBackends(systemsGroup, topology);
         const running = await startSystems(systemsGroup, topology, { naiveListTimeoutMs: settings.toolList.naiveListTimeoutMs });
         systems = running.systems.map((system) => ({ id: system.id, name: system.name, setup: running.notes[system.id] }));
         log(`systems up: ${running.systems.map((system) => `${system.id} ${system.callUrl}`).join(', ')}`);
@@ -134,7 +134,7 @@ async function main(): Promise<void> {
         } else {
           const toolCall = await runToolCallScenario(running.systems, settings, log);
           noteLoad('tools/call');
-          const tracing = await runTracingScenario(systemsGroup, topology, settings, log);
+          const tracing = await runTracingScenario(systemsGroup, topology, backends.call.child.pid!, settings, log);
           noteLoad('tracing');
           const streaming = await runStreamingScenario(running.systems, settings, log);
           noteLoad('streaming');

@@ -1,9 +1,9 @@
-import { Spread, pairedAddedMedian, signedMicros, spreadOf } from '../load/stats';
+import { RepeatedValue, Spread, pairedAddedMedian, pairedRatioMedian, signedMicros, spreadOf } from '../load/stats';
 import { ConfigurationResults } from '../scenarios/configuration';
 import { StreamingResults } from '../scenarios/streaming';
 import { SATURATION, ToolCallResults } from '../scenarios/tool-call';
 import { ToolListResults } from '../scenarios/tool-list';
-import { TracingResults, TracingRun } from '../scenarios/tracing';
+import { SYSTEMS_CORE_ROWS, TracingResults, TracingRun, systemsCoreMicrosPerCall } from '../scenarios/tracing';
 import { ATTRIBUTE_VARIANTS, AttributeCostRun } from '../scenarios/tracing-attributes';
 import { SystemId } from '../systems/systems';
 import { LIST_VARIANTS, ListVariant } from '../systems/topology';
@@ -229,12 +229,79 @@ function cpuCell(runs: TracingRun[]): string {
   return ['envoy', 'sidecar', 'control-plane'].map((name) => (runs.length ? num(spreadOf(runs.map((run) => run.cpuMicrosPerCall[name])).median, 0) : '–')).join(' / ');
 }
 
-/** Envoy's CPU µs per call a variant adds over tracing off, paired by repetition (pairedAddedMedian). */
-function envoyAddedOverOff(tracing: TracingResults, variant: string, load: string): string {
-  if (variant === 'off') return '';
-  const envoyCpu = (id: string) =>
-    tracing.runs.filter((run) => run.variant === id && run.load === load).map((run) => ({ repetition: run.repetition, value: run.cpuMicrosPerCall.envoy }));
-  return signedMicros(pairedAddedMedian(envoyCpu('off'), envoyCpu(variant)));
+/** The spans a variant's Envoy exported over the scenario, and per request it served. */
+function spansCell(tracing: TracingResults, variant: string): string {
+  const spans = tracing.envoySpansSent[variant] ?? 0;
+  const requests = tracing.envoyRequestsServed[variant] ?? 0;
+  return requests > 0 ? `${spans} (${(spans / requests).toFixed(3)} per request)` : String(spans);
+}
+
+/** A figure of each repetition of a variant at a load. */
+function perRepetition(tracing: TracingResults, variant: string, load: string, pick: (run: TracingRun) => number): RepeatedValue[] {
+  return tracing.runs.filter((run) => run.variant === variant && run.load === load).map((run) => ({ repetition: run.repetition, value: pick(run) }));
+}
+
+/** CPU µs per call a variant adds over tracing off, paired by repetition (pairedAddedMedian). */
+function addedOverOff(tracing: TracingResults, variant: string, load: string, pick: (run: TracingRun) => number): string {
+  return variant === 'off' ? '' : signedMicros(pairedAddedMedian(perRepetition(tracing, 'off', load, pick), perRepetition(tracing, variant, load, pick)));
+}
+
+/** A variant's figure as a multiple of tracing off's, paired by repetition (pairedRatioMedian). */
+function pairedTimesOff(tracing: TracingResults, variant: string, load: string, pick: (run: TracingRun) => number): string {
+  const ratio = pairedRatioMedian(perRepetition(tracing, 'off', load, pick), perRepetition(tracing, variant, load, pick));
+  return ratio === undefined ? 'n/a' : `${ratio.toFixed(2)}×`;
+}
+
+/**
+ * Where both cores went at saturation, per call: the systems' core (each process counted, softirq, what
+ * no row counts, idle) and the load generator's (the load generator, Jaeger, idle, and how long the load
+ * generator waited for its core). Idle on the systems' core, or a large uncounted share, says the
+ * measured saturation is not the gateway's cost alone.
+ */
+function tracingCoreLines(tracing: TracingResults): string[] {
+  const runs = tracing.runs.filter((run) => run.load === SATURATION);
+  if (runs.length === 0) return [];
+  const median = (variant: string, pick: (run: TracingRun) => number) => num(spreadOf(runs.filter((run) => run.variant === variant).map(pick)).median, 0);
+  const rows = tracing.variants.map(({ id }) => [
+    id,
+    ...SYSTEMS_CORE_ROWS.map((name) => median(id, (run) => run.cpuMicrosPerCall[name] ?? 0)),
+    median(id, systemsCoreMicrosPerCall),
+    addedOverOff(tracing, id, SATURATION, systemsCoreMicrosPerCall),
+    median(id, (run) => run.cores.systems.busy - systemsCoreMicrosPerCall(run)),
+    median(id, (run) => run.cores.systems.idle),
+    median(id, (run) => run.cpuMicrosPerCall['load generator'] ?? 0),
+    median(id, (run) => run.cpuMicrosPerCall.jaeger ?? 0),
+    median(id, (run) => run.cores.loadGenerator.idle),
+    median(id, (run) => run.loadGeneratorRunQueueWaitMicros),
+    id === 'off' ? '' : pairedTimesOff(tracing, id, SATURATION, (run) => 1 / systemsCoreMicrosPerCall(run)),
+  ]);
+  return [
+    "Where the cores went at saturation, µs per answered call (medians over repetitions; /proc/<pid>/stat per process, /proc/stat per core). The systems' core: each process, softirq (loopback delivery, the spans' export included), their sum, what the core was busy with that no row counts (other work on the machine), and idle. The load generator's core: the load generator, Jaeger, idle, and the time the load generator's event loop waited, runnable, for its core. The last column is the saturation the systems' CPU per call alone implies (off's sum over the variant's, paired by repetition): what the measured ×off would be if the systems' core did nothing else and never idled.",
+    '',
+    ...table(
+      [
+        'tracing',
+        'Envoy',
+        'sidecar',
+        'control plane',
+        'Redis',
+        'Portal',
+        'backend',
+        'softirq',
+        "sum on the systems' core",
+        'sum added over off (paired)',
+        "systems' core busy, no row",
+        "systems' core idle",
+        'load generator',
+        'Jaeger',
+        "load generator's core idle",
+        'load generator waited for its core',
+        '×off implied by the sum',
+      ],
+      rows,
+    ),
+    '',
+  ];
 }
 
 function tracingSection(results: BenchResults, tracing: TracingResults): string[] {
@@ -253,21 +320,22 @@ function tracingSection(results: BenchResults, tracing: TracingResults): string[
         cell(f.throughput, f.repetitions),
         `${f.errors}/${f.sent}`,
         `${times(f.latencyMs.p50.median, off?.latencyMs.p50.median)} / ${times(f.latencyMs.p99.median, off?.latencyMs.p99.median)}`,
-        times(f.throughput.median, off?.throughput.median),
+        pairedTimesOff(tracing, variant.id, load, (run) => run.throughput),
         cpuCell(tracing.runs.filter((run) => run.variant === variant.id && run.load === load)),
-        envoyAddedOverOff(tracing, variant.id, load),
-        String(tracing.envoySpansSent[variant.id] ?? 0),
+        addedOverOff(tracing, variant.id, load, (run) => run.cpuMicrosPerCall.envoy),
+        spansCell(tracing, variant.id),
       ]);
     }
   }
   return [
     '## 5. Tracing (issue 15)',
     '',
-    `tools/call through gateways that differ only in tracing (${tracing.setup}). Median over repetitions (min–max); ratios against tracing off; "added over off (paired)" is the median over repetitions of the difference within each repetition (steadier on a shared machine than the difference of the medians).`,
+    `tools/call through gateways that differ only in tracing (${tracing.setup}). Median over repetitions (min–max); "×off ok/s" is the median over repetitions of the ratio to tracing off within each repetition, "added over off (paired)" likewise of the difference (both steadier on a shared machine than figures of the medians); the p50 / p99 ratios are of the medians.`,
     '',
     ...table(['load', 'tracing', 'p50', 'p99', 'ok/s', 'errors/sent', '×off p50 / p99', '×off ok/s', 'CPU µs per call: Envoy / sidecar / control plane', 'Envoy CPU µs per call added over off (paired)', 'spans Envoy exported (whole scenario)'], rows),
     '',
     ...errorLines(tracing.runs, (run) => `tracing ${run.variant} at ${run.load === SATURATION ? SATURATION : `${run.load} req/s`}`),
+    ...tracingCoreLines(tracing),
     ...attributeCostLines(tracing.attributeCosts, results.settings.repetitions),
   ];
 }

@@ -25,3 +25,38 @@ export function threadsCpuNanosecondsOf(pid: number): number {
   }
   return ns;
 }
+
+/**
+ * Time of the given cores so far (µs) from /proc/stat: softirq (network delivery on loopback runs there,
+ * charged to no process), busy (user, nice, system, irq and softirq of whatever ran there) and idle
+ * (idle and iowait); steal, the hypervisor's, is in neither.
+ */
+export function coreMicros(cores: number[]): { softirq: number; busy: number; idle: number } {
+  const lines = fs.readFileSync('/proc/stat', 'utf8').split('\n');
+  const total = { softirq: 0, busy: 0, idle: 0 };
+  for (const core of cores) {
+    const [user, nice, system, idle, iowait, irq, softirq] = lines.find((line) => line.startsWith(`cpu${core} `))!.trim().split(/\s+/).slice(1).map(Number);
+    total.softirq += softirq;
+    total.busy += user + nice + system + irq + softirq;
+    total.idle += idle + iowait;
+  }
+  const micros = (ticks: number) => (ticks * 1_000_000) / CLOCK_TICKS_PER_SECOND;
+  return { softirq: micros(total.softirq), busy: micros(total.busy), idle: micros(total.idle) };
+}
+
+/** The cores of a taskset list such as `0`, `0-2` or `0,3-4`. */
+export function coresOfList(list: string): number[] {
+  return list.split(',').flatMap((part) => {
+    const [first, last = first] = part.split('-').map(Number);
+    return Array.from({ length: last - first + 1 }, (_, index) => first + index);
+  });
+}
+
+/**
+ * How long the main thread of a process has waited, runnable, for a core so far (µs): the second field
+ * of /proc/<pid>/schedstat. For the load generator, the time its event loop was kept from reading
+ * answers and sending the next requests by whatever else ran on its core.
+ */
+export function runQueueWaitMicrosOf(pid: number): number {
+  return Number(fs.readFileSync(`/proc/${pid}/schedstat`, 'utf8').split(' ')[1]) / 1000;
+}

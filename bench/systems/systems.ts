@@ -67,9 +67,9 @@ export async function startSingleBackendRoute(group: ProcessGroup, dir: string):
   return { registryFile, backendUrl, backendPid: backend.child.pid! };
 }
 
-export async function startBackends(group: ProcessGroup, topology: Topology): Promise<void> {
-  await startBackendProcess(group, 'backend-call', topology.callBackendSpecs);
-  await startBackendProcess(group, 'backend-fleet', topology.fleetSpecs);
+export async function startBackends(group: ProcessGroup, topology: Topology): Promise<{ call: ManagedProcess; fleet: ManagedProcess }> {
+  const call = await startBackendProcess(group, 'backend-call', topology.callBackendSpecs);
+  return { call, fleet: await startBackendProcess(group, 'backend-fleet', topology.fleetSpecs) };
 }
 
 /** A static Envoy of the bench, with `config` as its bootstrap. */

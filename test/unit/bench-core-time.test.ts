@@ -1,0 +1,37 @@
+import * as os from 'node:os';
+import { coreMicros, coresOfList } from '../../bench/scenarios/cpu-time';
+import { SYSTEMS_CORE_ROWS, systemsCoreMicrosPerCall } from '../../bench/scenarios/tracing';
+
+/** What scenario 5 reads to say where both cores went (bench/scenarios/tracing.ts, cpu-time.ts). */
+describe('the cores of a CPU plan', () => {
+  it('reads taskset lists: one core, a range, and both mixed', () => {
+    expect(coresOfList('0')).toEqual([0]);
+    expect(coresOfList('0-2')).toEqual([0, 1, 2]);
+    expect(coresOfList('0,3-4')).toEqual([0, 3, 4]);
+  });
+
+  it("reads the cores' busy and idle time from /proc/stat: together they grow with the wall time", async () => {
+    const cores = coresOfList(`0-${os.availableParallelism() - 1}`);
+    const total = (times: { busy: number; idle: number }) => times.busy + times.idle;
+    const before = coreMicros(cores);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const after = coreMicros(cores);
+    // Each core's clock ticks run with the wall time (less what the hypervisor stole): at least half of it.
+    expect(total(after) - total(before)).toBeGreaterThan(cores.length * 100_000);
+    expect(after.softirq).toBeLessThanOrEqual(after.busy);
+  });
+});
+
+describe("the systems' core per call", () => {
+  it('sums the processes on the systems\' core and softirq, never the load generator or the collector beside it', () => {
+    const run = {
+      cpuMicrosPerCall: { envoy: 320, sidecar: 10, 'control-plane': 60, redis: 1, portal: 0, backend: 205, softirq: 14, jaeger: 15, 'load generator': 44 },
+    };
+    expect(systemsCoreMicrosPerCall(run)).toBe(610);
+    expect(SYSTEMS_CORE_ROWS).not.toContain('jaeger');
+  });
+
+  it('counts a process the gateway did not start (no Redis, no Portal) as nothing, not as NaN', () => {
+    expect(systemsCoreMicrosPerCall({ cpuMicrosPerCall: { envoy: 273, sidecar: 5, 'control-plane': 60 } })).toBe(338);
+  });
+});
