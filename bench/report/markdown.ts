@@ -1,6 +1,6 @@
 import { RepeatedValue, Spread, pairedAddedMedian, pairedRatioMedian, signedMicros, spreadOf } from '../load/stats';
 import { ConfigurationResults } from '../scenarios/configuration';
-import { StreamingResults } from '../scenarios/streaming';
+import { NEAR_CALL_START_MS, StreamingResults } from '../scenarios/streaming';
 import { SATURATION, ToolCallResults } from '../scenarios/tool-call';
 import { ToolListResults } from '../scenarios/tool-list';
 import { SYSTEMS_CORE_ROWS, TracingResults, TracingRun, systemsCoreMicrosPerCall } from '../scenarios/tracing';
@@ -160,6 +160,13 @@ function streamingSection(results: BenchResults, streaming: StreamingResults): s
       ['system', 'first frame p50', 'first frame p99', 'later frames p50', 'later frames p99', 'later frames max', 'added over A p50 / p99', '×A / ×D (later p99)', 'request → first frame p50', 'frames'],
       rows,
     ),
+    '',
+    `Where the slowest 1 % of each repetition's later frames (those that make its p99) sit, summed over repetitions: among their own call's last two frames (the calls of a wave end together there), and sent within ${NEAR_CALL_START_MS} ms of another call's request (its request processing and, on C, its session check).`,
+    '',
+    ...ids.flatMap((id) => {
+      const late = figures[id]?.lateFrames;
+      return late ? [`- ${systemName(results, id)}: of ${late.late} slowest frames, ${late.atOwnCallEnd} at their call's end, ${late.nearAnotherCallStart} near another call's start`] : [];
+    }),
     '',
     ...errorLines(streaming.runs, (run) => systemName(results, run.system)),
   ];

@@ -1,6 +1,6 @@
 import { LatencySummary, Spread, spreadOf, spreadOfSummaries } from '../load/stats';
 import { ConfigurationResults } from '../scenarios/configuration';
-import { StreamingResults } from '../scenarios/streaming';
+import { LateFrames, StreamingResults } from '../scenarios/streaming';
 import { ToolCallResults } from '../scenarios/tool-call';
 import { ToolListResults } from '../scenarios/tool-list';
 
@@ -111,6 +111,8 @@ export interface StreamingFigures {
   firstFrameMs: LatencySpread;
   laterFramesMs: LatencySpread;
   requestToFirstFrameMs: LatencySpread;
+  /** Summed over repetitions. */
+  lateFrames: LateFrames;
   framesReceived: number;
   framesExpected: number;
   errors: number;
@@ -123,6 +125,11 @@ export function streamingFigures(results: StreamingResults, system: SystemId): S
     firstFrameMs: spreadOfSummaries(runs.map((run) => run.firstFrameMs)),
     laterFramesMs: spreadOfSummaries(runs.map((run) => run.laterFramesMs)),
     requestToFirstFrameMs: spreadOfSummaries(runs.map((run) => run.requestToFirstFrameMs)),
+    lateFrames: {
+      late: runs.reduce((sum, run) => sum + run.lateFrames.late, 0),
+      atOwnCallEnd: runs.reduce((sum, run) => sum + run.lateFrames.atOwnCallEnd, 0),
+      nearAnotherCallStart: runs.reduce((sum, run) => sum + run.lateFrames.nearAnotherCallStart, 0),
+    },
     framesReceived: runs.reduce((sum, run) => sum + run.framesReceived, 0),
     framesExpected: runs.reduce((sum, run) => sum + run.framesExpected, 0),
     errors: runs.reduce((sum, run) => sum + Object.values(run.errors).reduce((a, b) => a + b, 0), 0),

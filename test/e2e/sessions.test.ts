@@ -1,4 +1,5 @@
 import * as fs from 'node:fs';
+import * as http from 'node:http';
 import * as path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -7,7 +8,7 @@ import { ManagedProcess, freePort, waitFor } from '../../control-plane/devstack/
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { CancellableToolService } from '../support/cancellable-tool-service';
 import { startEverythingServer } from '../support/everything-server';
-import { listedTools, postJsonRpc, startGateway, testDir, listedToolsOnceServed } from '../support/gateway-fixture';
+import { MCP_POST_HEADERS, listedTools, postJsonRpc, startGateway, testDir, listedToolsOnceServed } from '../support/gateway-fixture';
 
 /**
  * Sessions across the gateway with a real stateful backend (@modelcontextprotocol/server-everything):
@@ -20,6 +21,7 @@ describe('sessions through the gateway (server-everything, real Envoy and Redis)
   let lateEverything: ManagedProcess | undefined;
   let latePort: number;
   let everythingPort: number;
+  let jsonJobsPort: number;
   let waiter: CancellableToolService;
   const clients: Client[] = [];
   /**
@@ -38,16 +40,23 @@ describe('sessions through the gateway (server-everything, real Envoy and Redis)
     const waiterTokenFile = path.join(ownDir, 'waiter.token');
     fs.writeFileSync(waiterTokenFile, `${WAITER_TOKEN}\n`);
     everything = await startEverythingServer(port, path.join(ownDir, 'everything.log'));
+    jsonJobsPort = await freePort();
     ({ stack, dir } = await startGateway('sessions', (b) => ({
       routes: [
         { key: 'stateful', toolServices: [{ name: 'everything', url: `http://127.0.0.1:${port}/mcp` }, { name: 'jobs', url: b.jobs }] },
         { key: 'late', toolServices: [{ name: 'jobs', url: b.jobs }, { id: 'late-everything', name: 'later', url: `http://127.0.0.1:${latePort}/mcp` }] },
+        // A backend without sessions that answers in one JSON body once the result is ready: its
+        // first byte comes as late as its answer.
+        { key: 'json', toolServices: [{ id: 'jobs-json', name: 'jobs', url: `http://127.0.0.1:${jsonJobsPort}/mcp` }, { name: 'weather', url: b.weather }] },
         {
           key: 'cancel',
           toolServices: [{ name: 'jobs', url: b.jobs }, { name: 'waiter', url: waiter.url, credentials: { mode: 'serviceAccount', tokenFile: waiterTokenFile } }],
         },
       ],
     })));
+    await stack.startSample('jobs', jsonJobsPort, { jsonResponse: true });
+    await fetch(`${stack.controlPlaneAdminUrl}/catalog/refresh?route=json`, { method: 'POST' });
+    await waitFor('the catalog of the JSON-mode backend', async () => (((await listedTools(stack.gatewayUrl('json'))) ?? []).includes('jobs__run_job') ? true : undefined));
   });
 
   afterAll(async () => {
@@ -130,6 +139,41 @@ describe('sessions through the gateway (server-everything, real Envoy and Redis)
     });
     expect(stale.status).toBe(404);
     expect(stale.json().error.code).toBe(-32001);
+  });
+
+  it('lets no call of an ended session through once a second has passed since its check, however long the checked call took to answer', async () => {
+    // jobs keeps no sessions: the Envoy worker that checked a call of this session remembers the
+    // check for 1 s (docs/adr/0008-data-path-lanes.md). The slow call and the call after it share one
+    // connection, so one worker; the DELETE takes another.
+    const { transport } = await connect('json');
+    const sessionId = transport.sessionId!;
+    const oneConnection = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    const url = new URL(stack.gatewayUrl('json'));
+    const call = (id: number, name: string, args: Record<string, unknown>) =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const request = http.request(url, { method: 'POST', agent: oneConnection, headers: { ...MCP_POST_HEADERS, 'mcp-session-id': sessionId } }, (response) => {
+          let body = '';
+          response.setEncoding('utf8');
+          response.on('data', (chunk: string) => (body += chunk));
+          response.on('end', () => resolve({ status: response.statusCode!, body }));
+        });
+        request.on('error', reject);
+        request.end(JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name, arguments: args } }));
+      });
+    try {
+      const startedAt = performance.now();
+      // Its answer (and with it, its first byte) comes 1.5 s after the check let it go.
+      const slow = call(1, 'jobs__run_job', { steps: 1, interval_ms: 1500 });
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      await transport.terminateSession();
+      expect((await slow).body).toContain('job finished after 1 steps');
+      expect(performance.now() - startedAt).toBeGreaterThan(1_000);
+      const afterTheEnd = await call(2, 'jobs__echo', { text: 'after the end' });
+      expect(afterTheEnd.status).toBe(404);
+      expect(JSON.parse(afterTheEnd.body).error.code).toBe(-32001);
+    } finally {
+      oneConnection.destroy();
+    }
   });
 
   it("carries a backend's sampling and elicitation requests to the client, and the client's answers back", async () => {

@@ -1549,9 +1549,10 @@ local function call_of(h)
   if TRACING then metadata:set(NS, "attempts", attempts) end
   -- The check let this call go to a backend that needs no session of its own: remember that for the
   -- session's next calls on this worker. (A backend session is never remembered: the backend may lose
-  -- it, and every worker must learn that at once.)
+  -- it, and every worker must learn that at once.) From when the call was checked, not from its
+  -- answer: a backend slow to answer must not stretch how long an ended session is honoured.
   if ours.checked_key and authz[CHECK_GATEWAY_SESSION] and not authz[CHECK_BACKEND_SESSION] then
-    M.checked_remember(ours.checked_key, h:timestamp())
+    M.checked_remember(ours.checked_key, started)
   end
   -- Only a call's answer is annotated; the answers of the other methods are rewritten (their resource
   -- URIs, their log messages) whether or not the route annotates calls.
