@@ -86,13 +86,24 @@ function listUrls(urlOf: (route: RouteSpec) => string, topology: Topology): Reco
   return Object.fromEntries(LIST_VARIANTS.map((variant) => [variant, urlOf(topology.listRoutes[variant])])) as Record<ListVariant, string>;
 }
 
-function gatewayRegistry(topology: Topology) {
+/** The gateway's registry of the given routes, each Tool Service with the endpoint's id as its own. */
+export function gatewayRegistry(routes: RouteSpec[]) {
   return {
-    routes: allRoutes(topology).map((route) => ({
+    routes: routes.map((route) => ({
       key: route.key,
       toolServices: route.backends.map((backend) => ({ id: backend.endpoint.id, name: backend.name, url: backend.endpoint.url })),
     })),
   };
+}
+
+/** D: Envoy's mcp_router with one listener per route; returns each route key's port. */
+export async function startMcpRouter(group: ProcessGroup, routes: RouteSpec[]): Promise<{ router: ManagedProcess; routerPort: Map<string, number> }> {
+  const routerAdmin = await allocatePort();
+  const routerListeners: { port: number; route: RouteSpec }[] = [];
+  for (const route of routes) routerListeners.push({ port: await allocatePort(), route });
+  const routerPort = new Map(routerListeners.map((entry) => [entry.route.key, entry.port]));
+  const router = await startEnvoy(group, 'envoy-mcp-router', nativeMcpRouterBootstrap(routerAdmin, routerListeners), routerAdmin, [...routerPort.values()]);
+  return { router, routerPort };
 }
 
 export async function startSystems(group: ProcessGroup, topology: Topology, options: { naiveListTimeoutMs: number }): Promise<RunningSystems> {
@@ -105,14 +116,10 @@ export async function startSystems(group: ProcessGroup, topology: Topology, opti
   const gatewayDir = path.join(group.logDir, 'gateway');
   fs.mkdirSync(gatewayDir, { recursive: true });
   const registryFile = path.join(gatewayDir, 'registry.yaml');
-  fs.writeFileSync(registryFile, stringify(gatewayRegistry(topology)));
+  fs.writeFileSync(registryFile, stringify(gatewayRegistry(allRoutes(topology))));
   const gateway = await group.startGateway('gateway', { registryFile, logDir: gatewayDir });
 
-  const routerAdmin = await allocatePort();
-  const routerListeners: { port: number; route: RouteSpec }[] = [];
-  for (const route of allRoutes(topology)) routerListeners.push({ port: await allocatePort(), route });
-  const routerPort = new Map(routerListeners.map((entry) => [entry.route.key, entry.port]));
-  await startEnvoy(group, 'envoy-mcp-router', nativeMcpRouterBootstrap(routerAdmin, routerListeners), routerAdmin, [...routerPort.values()]);
+  const { routerPort } = await startMcpRouter(group, allRoutes(topology));
 
   const naivePort = await allocatePort();
   const naiveConfig: NaiveProxyConfig = {
