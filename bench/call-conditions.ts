@@ -9,7 +9,7 @@ import { projectPath } from '../control-plane/shared/paths';
 import { IssueRequest, runClosedLoop } from './load/load-runner';
 import { spreadOf } from './load/stats';
 import { benchSettings } from './settings';
-import { cpuSecondsOf } from './scenarios/cpu-time';
+import { contextSwitchesOf, cpuSecondsOf } from './scenarios/cpu-time';
 import { callDriver, waitUntilCallsAnswer } from './scenarios/tool-call';
 import { callgrindEnvoy, dumpedInstructions } from './systems/callgrind';
 import { ProcessGroup, claimCpus } from './systems/process-group';
@@ -85,7 +85,7 @@ async function main(): Promise<void> {
   const systems: Measured[] = [];
   try {
     const topology = await planTopology(settings.toolList.fleet);
-    await startBackends(group, topology);
+    const callBackend = await startBackends(group, topology);
     const call = topology.callRoute;
     const toolPrefix = `${call.backends[0].name}__`;
     if (!options.instructions) {
@@ -109,7 +109,11 @@ async function main(): Promise<void> {
       const pids = Object.fromEntries([...stack.processes].map(([name, member]) => [name, member.child.pid!]));
       systems.push({ name: registry.name, pids, ...(await callDriver(system, settings)) });
     }
-    for (const system of systems) results[system.name] = {};
+    for (const system of systems) {
+      results[system.name] = {};
+      // The backend every system's calls reach: counted with each in the /proc mode (its share grows as a path's rate falls).
+      if (!options.instructions) system.pids.backend = callBackend.child.pid!;
+    }
     const note = (system: Measured, row: string, value: number) => (results[system.name][row] ??= []).push(value);
     if (options.instructions) {
       // Every path warmed up before instrumenting and again after (turning it on translates Envoy's code anew).
@@ -134,13 +138,16 @@ async function main(): Promise<void> {
       for (let repetition = 1; repetition <= options.repetitions; repetition++) {
         for (const system of inRotation(systems, repetition)) {
           await runClosedLoop(system.issue, { concurrency, durationMs: warmupMs });
-          const before = Object.fromEntries(Object.entries(system.pids).map(([name, pid]) => [name, cpuSecondsOf(pid)]));
+          const before = Object.fromEntries(Object.entries(system.pids).map(([name, pid]) => [name, { cpu: cpuSecondsOf(pid), switches: contextSwitchesOf(pid) }]));
           const result = await runClosedLoop(system.issue, { concurrency, durationMs: measureMs });
           const answered = Math.max(1, result.ok);
           note(system, 'answers/s', result.throughput);
           note(system, 'wrong or failed', result.sent - result.ok);
-          for (const [name, pid] of Object.entries(system.pids)) note(system, `${name} CPU µs per call`, ((cpuSecondsOf(pid) - before[name]) * 1e6) / answered);
-          log(`${system.name} #${repetition}: ${result.throughput.toFixed(0)} ok/s, ${Object.entries(results[system.name]).map(([row, values]) => `${row} ${values.at(-1)!.toFixed(0)}`).join(', ')}`);
+          for (const [name, pid] of Object.entries(system.pids)) {
+            note(system, `${name} CPU µs per call`, ((cpuSecondsOf(pid) - before[name].cpu) * 1e6) / answered);
+            note(system, `${name} context switches per call`, (contextSwitchesOf(pid) - before[name].switches) / answered);
+          }
+          log(`${system.name} #${repetition}: ${result.throughput.toFixed(0)} ok/s, ${Object.entries(results[system.name]).map(([row, values]) => `${row} ${values.at(-1)!.toFixed(1)}`).join(', ')}`);
         }
       }
     }
@@ -161,10 +168,10 @@ async function main(): Promise<void> {
 function report(results: Record<string, Record<string, number[]>>, context: { instructions: boolean; repetitions: number; loadBefore: number[]; loadAfter: number[] }): string {
   const systems = Object.keys(results);
   const rows = [...new Set(systems.flatMap((system) => Object.keys(results[system])))];
-  const cell = (values: number[] | undefined) => {
+  const cell = (row: string, values: number[] | undefined) => {
     if (!values?.length) return '–';
     const spread = spreadOf(values);
-    const digits = context.instructions ? 1 : 0;
+    const digits = context.instructions || row.includes('context switches') ? 1 : 0;
     return `${spread.median.toFixed(digits)} (${spread.min.toFixed(digits)}–${spread.max.toFixed(digits)})`;
   };
   const load = (values: number[]) => values.map((value) => value.toFixed(2)).join(' / ');
@@ -176,11 +183,11 @@ function report(results: Record<string, Record<string, number[]>>, context: { in
       'each gateway is called on its call route (`bench__echo`), 8 MCP sessions. ' +
       (context.instructions
         ? `Envoy under valgrind's callgrind: instructions over ${COUNTED.calls} calls (${COUNTED.inFlight} in flight), thousands per call; the count does not depend on other work on the machine. Everything Envoy ran in a block is counted (timers, and the catalog refresh's requests when one lands in it).`
-        : 'Each process\'s CPU per answered call at saturation (16 clients, closed loop), from /proc; on a shared machine these grow with other work, alike for the systems measured in turn.'),
+        : "Each process's CPU and context switches (its live threads', voluntary or not) per answered call at saturation (16 clients, closed loop), from /proc; on a shared machine the CPU grows with other work, alike for the systems measured in turn."),
     '',
     `| | ${systems.join(' | ')} |`,
     `| --- | ${systems.map(() => '---').join(' | ')} |`,
-    ...rows.map((row) => `| ${row} | ${systems.map((system) => cell(results[system][row])).join(' | ')} |`),
+    ...rows.map((row) => `| ${row} | ${systems.map((system) => cell(row, results[system][row])).join(' | ')} |`),
     '',
   ].join('\n');
 }

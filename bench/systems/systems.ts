@@ -64,9 +64,11 @@ export async function startSingleBackendRoute(group: ProcessGroup, dir: string):
   return { registryFile, backendUrl, backendPid: backend.child.pid! };
 }
 
-export async function startBackends(group: ProcessGroup, topology: Topology): Promise<void> {
-  await startBackendProcess(group, 'backend-call', topology.callBackendSpecs);
+/** The call backend's process and the fleet's; returns the call backend's (the one every system's tools/call reaches). */
+export async function startBackends(group: ProcessGroup, topology: Topology): Promise<ManagedProcess> {
+  const callBackend = await startBackendProcess(group, 'backend-call', topology.callBackendSpecs);
   await startBackendProcess(group, 'backend-fleet', topology.fleetSpecs);
+  return callBackend;
 }
 
 /** A static Envoy of the bench, with `config` as its bootstrap. */
