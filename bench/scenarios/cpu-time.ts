@@ -60,3 +60,20 @@ export function coresOfList(list: string): number[] {
 export function runQueueWaitMicrosOf(pid: number): number {
   return Number(fs.readFileSync(`/proc/${pid}/schedstat`, 'utf8').split(' ')[1]) / 1000;
 }
+
+/**
+ * Context switches of every live thread of a process so far (voluntary and not, from
+ * /proc/<pid>/task/<tid>/status): how often its work was handed to or taken from the CPU.
+ */
+export function contextSwitchesOf(pid: number): number {
+  let switches = 0;
+  for (const tid of fs.readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const status = fs.readFileSync(`/proc/${pid}/task/${tid}/status`, 'utf8');
+      for (const match of status.matchAll(/^(?:non)?voluntary_ctxt_switches:\s+(\d+)$/gm)) switches += Number(match[1]);
+    } catch {
+      // The thread ended between the listing and the read.
+    }
+  }
+  return switches;
+}

@@ -2,6 +2,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
+import { envoyBinary } from '../../control-plane/devstack/envoy';
 import { waitFor } from '../../control-plane/devstack/processes';
 
 const execFileAsync = promisify(execFile);
@@ -25,4 +26,15 @@ export async function dumpedInstructions(pid: number, dir: string, filePrefix: s
     { timeoutMs: 60_000 },
   );
   return Number(total);
+}
+
+/**
+ * Envoy under callgrind, as ENVOY_BIN for a gateway stack: not instrumented until told
+ * (callgrind_control --instr=on), so that it starts within the stack's time for it; one output file
+ * per dump, named `outFile` (a `%p` in it becomes the pid, for several Envoys writing into one directory).
+ */
+export function callgrindEnvoy(outDir: string, outFile = path.join(outDir, 'callgrind.out')): string {
+  const wrapper = path.join(outDir, 'envoy-under-callgrind.sh');
+  fs.writeFileSync(wrapper, `#!/bin/sh\nexec valgrind --tool=callgrind --callgrind-out-file=${outFile} --instr-atstart=no --dump-line=no "${envoyBinary()}" "$@"\n`, { mode: 0o755 });
+  return wrapper;
 }

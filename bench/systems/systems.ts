@@ -90,25 +90,36 @@ function listUrls(urlOf: (route: RouteSpec) => string, topology: Topology): Reco
 }
 
 /**
- * The gateway as users run it (issue 10's measuring conditions): every route validates the agent's
- * token (issuer, signature, audience, expiry) and every Tool Service has a per-tool rule, a scope and a
- * group the token must carry, applied to each tools/call and to what tools/list shows.
+ * The gateway's registry of the given routes, each Tool Service with the endpoint's id as its own. With
+ * `issuer`, the gateway as users run it (issue 10's measuring conditions): every route validates the
+ * agent's token (issuer, signature, audience, expiry) and every Tool Service has a per-tool rule, a
+ * scope and a group the token must carry, applied to each tools/call and to what tools/list shows.
  */
 const BENCH_ACCESS_RULE = { tools: ['*'], requiredScopes: ['tools:call'], allowGroups: ['bench'] };
 
-function gatewayRegistry(topology: Topology, issuer: Issuer) {
+export function gatewayRegistry(routes: RouteSpec[], issuer?: Issuer) {
   return {
-    routes: allRoutes(topology).map((route) => ({
+    routes: routes.map((route) => ({
       key: route.key,
-      auth: { issuer: issuer.issuer, audiences: [GATEWAY_AUDIENCE] },
+      ...(issuer && { auth: { issuer: issuer.issuer, audiences: [GATEWAY_AUDIENCE] } }),
       toolServices: route.backends.map((backend) => ({
         id: backend.endpoint.id,
         name: backend.name,
         url: backend.endpoint.url,
-        policy: { rules: [BENCH_ACCESS_RULE] },
+        ...(issuer && { policy: { rules: [BENCH_ACCESS_RULE] } }),
       })),
     })),
   };
+}
+
+/** D: Envoy's mcp_router with one listener per route; returns each route key's port. */
+export async function startMcpRouter(group: ProcessGroup, routes: RouteSpec[]): Promise<{ router: ManagedProcess; routerPort: Map<string, number> }> {
+  const routerAdmin = await allocatePort();
+  const routerListeners: { port: number; route: RouteSpec }[] = [];
+  for (const route of routes) routerListeners.push({ port: await allocatePort(), route });
+  const routerPort = new Map(routerListeners.map((entry) => [entry.route.key, entry.port]));
+  const router = await startEnvoy(group, 'envoy-mcp-router', nativeMcpRouterBootstrap(routerAdmin, routerListeners), routerAdmin, [...routerPort.values()]);
+  return { router, routerPort };
 }
 
 export async function startSystems(group: ProcessGroup, topology: Topology, options: { naiveListTimeoutMs: number }): Promise<RunningSystems> {
@@ -124,15 +135,11 @@ export async function startSystems(group: ProcessGroup, topology: Topology, opti
   group.adoptBeside('issuer', undefined, issuer.stop);
   const registryFile = path.join(gatewayDir, 'registry.yaml');
   // Every Tool Service's rule written out in full: the dev Portal refuses YAML aliases.
-  fs.writeFileSync(registryFile, stringify(gatewayRegistry(topology, issuer), { aliasDuplicateObjects: false }));
+  fs.writeFileSync(registryFile, stringify(gatewayRegistry(allRoutes(topology), issuer), { aliasDuplicateObjects: false }));
   const gateway = await group.startGateway('gateway', { registryFile, logDir: gatewayDir });
   const requestHeaders = { authorization: `Bearer ${issuer.token(gateway.gatewayUrl(call.key))}` };
 
-  const routerAdmin = await allocatePort();
-  const routerListeners: { port: number; route: RouteSpec }[] = [];
-  for (const route of allRoutes(topology)) routerListeners.push({ port: await allocatePort(), route });
-  const routerPort = new Map(routerListeners.map((entry) => [entry.route.key, entry.port]));
-  await startEnvoy(group, 'envoy-mcp-router', nativeMcpRouterBootstrap(routerAdmin, routerListeners), routerAdmin, [...routerPort.values()]);
+  const { routerPort } = await startMcpRouter(group, allRoutes(topology));
 
   const naivePort = await allocatePort();
   const naiveConfig: NaiveProxyConfig = {
