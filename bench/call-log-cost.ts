@@ -17,17 +17,21 @@ import { spreadOf } from './load/stats';
  * docs/adr/0008-data-path-lanes.md, "every process counted"): Forward-mode messages of records shaped
  * as Envoy's fluentd logger sends a bench call (the record of the listener's CALL_LOG_RECORD with the
  * audit's fields, absent values nil), read by readCallLogStream, checked and given to the consumers
- * the control plane has (CallLog with its metrics, and the audit writing to a file), as many records a
- * message as Envoy's 50 ms flush holds at the quiet run's rate. No Envoy, no socket, no other process:
+ * the control plane has (CallLog with its metrics, and the audit writing to a file), 40 records a
+ * message by default (what one of Envoy's two workers batches in 250 ms at 300 calls/s; --per-message
+ * to vary it: the per-message part of the cost, without a socket). No Envoy, no socket, no other process:
  * main-thread CPU per record is steady on a loaded machine, so two revisions compare here when a full
  * run cannot tell them apart.
  * With --no-audit the same path without the audit consumer: the difference is the audit's price.
- *   node dist/bench/call-log-cost.js [--records N] [--no-audit]      (writes nothing; prints the figures)
+ *   node dist/bench/call-log-cost.js [--records N] [--per-message N] [--no-audit]      (writes nothing; prints the figures)
  */
 
 const RECORDS_PER_MESSAGE = 40;
 const DEFAULT_RECORDS = 20_000;
-const Option = z.union([z.tuple([z.literal('--records'), z.coerce.number().int().positive()]), z.tuple([z.literal('--no-audit')])]);
+const Option = z.union([
+  z.tuple([z.enum(['--records', '--per-message']), z.coerce.number().int().positive()]),
+  z.tuple([z.literal('--no-audit')]),
+]);
 const ROUNDS = 5;
 
 /** A bench call's record as Envoy formats it, the audit on. */
@@ -74,17 +78,19 @@ async function oneRound(messages: Buffer[], records: number, auditFile: string |
 async function main(): Promise<void> {
   const args = process.argv.slice(2);
   const options = [];
-  for (let at = 0; at < args.length; at += args[at] === '--records' ? 2 : 1) options.push(Option.safeParse(args[at] === '--records' ? args.slice(at, at + 2) : [args[at]]));
+  const takesValue = (arg: string | undefined) => arg === '--records' || arg === '--per-message';
+  for (let at = 0; at < args.length; at += takesValue(args[at]) ? 2 : 1) options.push(Option.safeParse(takesValue(args[at]) ? args.slice(at, at + 2) : [args[at]]));
   if (options.some((option) => !option.success)) {
-    process.stderr.write('usage: node dist/bench/call-log-cost.js [--records N] [--no-audit]\n');
+    process.stderr.write('usage: node dist/bench/call-log-cost.js [--records N] [--per-message N] [--no-audit]\n');
     process.exit(2);
   }
   const given = options.map((option) => option.data!);
   const records = given.find((option) => option[0] === '--records')?.[1] ?? DEFAULT_RECORDS;
+  const perMessage = given.find((option) => option[0] === '--per-message')?.[1] ?? RECORDS_PER_MESSAGE;
   const audit = !given.some((option) => option[0] === '--no-audit');
   const messages: Buffer[] = [];
-  for (let first = 0; first < records; first += RECORDS_PER_MESSAGE) {
-    const entries = Array.from({ length: Math.min(RECORDS_PER_MESSAGE, records - first) }, (_, offset) => [Math.floor(Date.now() / 1000), benchRecord(first + offset)]);
+  for (let first = 0; first < records; first += perMessage) {
+    const entries = Array.from({ length: Math.min(perMessage, records - first) }, (_, offset) => [Math.floor(Date.now() / 1000), benchRecord(first + offset)]);
     messages.push(Buffer.from(encode(['mcpgw_calls', entries])));
   }
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcpgw-call-log-cost-'));
@@ -99,7 +105,7 @@ async function main(): Promise<void> {
     const main = median((round) => round.mainThread);
     const whole = median((round) => round.process);
     process.stdout.write(
-      `call-log receiving path at ${revision()}, ${records} records, ${RECORDS_PER_MESSAGE} a message, ${audit ? 'audit to a file' : 'no audit'}, ${ROUNDS} rounds, load average ${os.loadavg()[0].toFixed(2)}:\n` +
+      `call-log receiving path at ${revision()}, ${records} records, ${perMessage} a message, ${audit ? 'audit to a file' : 'no audit'}, ${ROUNDS} rounds, load average ${os.loadavg()[0].toFixed(2)}:\n` +
         `  main thread ${main.median.toFixed(1)} µs per record (${main.min.toFixed(1)}–${main.max.toFixed(1)}); process ${whole.median.toFixed(1)} µs (${whole.min.toFixed(1)}–${whole.max.toFixed(1)})\n`,
     );
   } finally {
