@@ -25,7 +25,8 @@ import { spreadOf } from './load/stats';
  * run cannot tell them apart.
  * With --no-audit the same path without the audit consumer: the difference is the audit's price.
  * With --socket the messages come over loopback TCP from another thread, each in a wake-up of its own
- * (no TLS): with --per-message, what a batch costs beside its records.
+ * (no TLS): with --per-message, what a batch costs beside its records. The process figure then also
+ * counts the sending thread: read the main thread's.
  *   node dist/bench/call-log-cost.js [--records N] [--per-message N] [--no-audit] [--socket]      (writes nothing; prints the figures)
  */
 

@@ -41,7 +41,7 @@ case "${1:-}" in
   inside) entry=inside-cost ;;
   # call-cost [--quick]: every process's CPU per tools/call, A, C and D side by side (docs/adr/0008-data-path-lanes.md).
   call-cost) entry=call-cost ;;
-  # revision <baseline worktree> [--quick]: this tree's gateway against another revision's, in one run (docs/adr/0008-data-path-lanes.md).
+  # revision <baseline worktree> [--quick] [--rate N]: this tree's gateway against another revision's, in one run (docs/adr/0008-data-path-lanes.md).
   revision) entry=revision-cost ;;
   # list-cost [<baseline worktree>] [--repetitions N]: where a whole 5,000-tool tools/list's time and CPU go (docs/adr/0008-data-path-lanes.md).
   list-cost) entry=list-cost ;;
