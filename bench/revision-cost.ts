@@ -18,33 +18,45 @@ import { baselineStart, revisionOf } from './systems/baseline';
  * call paired by repetition. Comparing two full runs of scripts/bench.sh mixes in whatever else the
  * machine did in between; this does not.
  *   git worktree add /work/wt/base <revision> && (cd /work/wt/base && npx tsc -p tsconfig.json)
- *   scripts/bench.sh revision /work/wt/base [--quick]     (node dist/bench/revision-cost.js …)
- * Writes bench/results/revision-cost.json and .md (a --quick run: revision-cost-quick.*).
+ *   scripts/bench.sh revision /work/wt/base [--quick] [--rate N]     (node dist/bench/revision-cost.js …)
+ * With --rate N, also at N req/s (where the control plane's wake-ups weigh more than at saturation).
+ * Writes bench/results/revision-cost.json and .md (a --quick run: revision-cost-quick.*; with --rate N: revision-cost-N-rps.*).
  */
 
 const LOG_DIR = projectPath('.run', 'bench', 'revision');
 const RESULTS_DIR = projectPath('bench', 'results');
-const USAGE = 'usage: scripts/bench.sh revision <baseline worktree, built> [--quick]';
+const USAGE = 'usage: scripts/bench.sh revision <baseline worktree, built> [--quick] [--rate N]';
 const REPETITIONS = { full: 12, quick: 2 };
 
 const log = (line: string) => process.stdout.write(`[bench revision] ${line}\n`);
 
-const Arguments = z.tuple([z.string().min(1, USAGE)]).rest(z.literal('--quick'));
+const Arguments = z.object({
+  baseline: z.string().min(1, USAGE),
+  quick: z.boolean(),
+  rate: z.coerce.number().int().positive().optional(),
+});
+
+/** The baseline worktree, then --quick and --rate N in any order. */
+function argumentsOf(args: string[]) {
+  const rateAt = args.indexOf('--rate');
+  const rest = args.slice(1).filter((_, index) => rateAt < 0 || (index + 1 !== rateAt && index + 1 !== rateAt + 1));
+  if (rest.some((arg) => arg !== '--quick')) return Arguments.safeParse({});
+  return Arguments.safeParse({ baseline: args[0], quick: rest.length > 0, rate: rateAt > 0 ? args[rateAt + 1] : undefined });
+}
 
 
 async function main(): Promise<void> {
-  const parsed = Arguments.safeParse(process.argv.slice(2));
+  const parsed = argumentsOf(process.argv.slice(2));
   if (!parsed.success) {
     process.stderr.write(`${USAGE}\n`);
     process.exit(2);
   }
-  const [baselineDir] = parsed.data;
-  const quick = parsed.data.length > 1;
+  const { baseline: baselineDir, quick, rate } = parsed.data;
   const baseline = path.resolve(baselineDir);
   const startBaseline = baselineStart(baseline);
   const base = benchSettings(quick);
-  // Saturation only: the regression was of answers per second; CPU per call is its steadier measure.
-  const settings = { ...base, repetitions: quick ? REPETITIONS.quick : REPETITIONS.full, toolCall: { ...base.toolCall, ratesPerSecond: [] } };
+  // Saturation (the regression was of answers per second; CPU per call is its steadier measure), and the rate asked for.
+  const settings = { ...base, repetitions: quick ? REPETITIONS.quick : REPETITIONS.full, toolCall: { ...base.toolCall, ratesPerSecond: rate ? [rate] : [] } };
   // Before claimCpus: pinned to its core, this process sees one.
   const cores = os.availableParallelism();
   const cpuPlan = claimCpus();
@@ -78,7 +90,7 @@ async function main(): Promise<void> {
     ...variantTable(runs, 'baseline', ['this']),
     '',
   ].join('\n');
-  const name = quick ? 'revision-cost-quick' : 'revision-cost';
+  const name = `revision-cost${rate ? `-${rate}-rps` : ''}${quick ? '-quick' : ''}`;
   fs.writeFileSync(path.join(RESULTS_DIR, `${name}.json`), `${JSON.stringify({ ...context, settings: settings.toolCall, repetitions: settings.repetitions, runs }, null, 2)}\n`);
   fs.writeFileSync(path.join(RESULTS_DIR, `${name}.md`), markdown);
   log(`wrote bench/results/${name}.json and .md`);

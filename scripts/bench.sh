@@ -43,7 +43,7 @@ case "${1:-}" in
   call-cost) entry=call-cost ;;
   # call-conditions [--instructions] [--repetitions N]: the gateway with call-cost's registry against the full bench's (docs/adr/0008-data-path-lanes.md).
   call-conditions) entry=call-conditions ;;
-  # revision <baseline worktree> [--quick]: this tree's gateway against another revision's, in one run (docs/adr/0008-data-path-lanes.md).
+  # revision <baseline worktree> [--quick] [--rate N]: this tree's gateway against another revision's, in one run (docs/adr/0008-data-path-lanes.md).
   revision) entry=revision-cost ;;
   # list-cost [<baseline worktree>] [--repetitions N]: where a whole 5,000-tool tools/list's time and CPU go (docs/adr/0008-data-path-lanes.md).
   list-cost) entry=list-cost ;;

@@ -1,6 +1,6 @@
 import { waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
-import { listedTools, metricValue, startGateway } from '../support/gateway-fixture';
+import { envoyStat, listedTools, metricValue, startGateway } from '../support/gateway-fixture';
 import { clientFrom, refusal } from '../support/callers';
 import { HoldingToolService } from '../support/holding-tool-service';
 
@@ -102,7 +102,7 @@ describe('per-caller concurrency limits', () => {
 
       holding.releaseAll();
       expect(await Promise.all(held)).toEqual([[{ type: 'text', text: 'released held 0' }], [{ type: 'text', text: 'released held 1' }]]);
-      // The call log reports each end within its flush interval (50 ms): A's slots are back soon.
+      // The call log sends the ends of calls that held slots within 50 ms: A's slots are back soon.
       await allSlotsGivenBack(stack);
       const again = await holdCalls(holding, a, 2);
       holding.releaseAll();
@@ -193,6 +193,30 @@ describe('per-caller concurrency limits', () => {
     } finally {
       await a.close();
     }
+  });
+
+  it("sends the records of calls that held slots in the call log's quick batches and every other in its slower ones, each call once", async () => {
+    const batched = async () => ({
+      leased: await envoyStat(stack, 'access_logs.fluentd.mcpgw_leased_calls.entries_buffered'),
+      others: await envoyStat(stack, 'access_logs.fluentd.mcpgw_calls.entries_buffered'),
+      counted: await metricValue(stack, 'mcpgw_tool_calls_total', { route: 'route-two' }),
+    });
+    const before = await batched();
+    const a = await clientFrom(stack.gatewayUrl('route-two'), A);
+    try {
+      const held = await holdCalls(holding, a, 2);
+      // Past the limit: refused by the session check, which took no slot.
+      expect((await refusal(a.client.callTool({ name: 'holding__echo', arguments: { text: 'third' } }))).status).toBe(429);
+      holding.releaseAll();
+      await Promise.all(held);
+    } finally {
+      await a.close();
+    }
+    await waitFor('the three calls counted', async () => ((await batched()).counted - before.counted >= 3 ? true : undefined));
+    // Longer than the slower batch's interval: a record sent by both loggers would have been counted twice by now.
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    const after = await batched();
+    expect({ leased: after.leased - before.leased, others: after.others - before.others, counted: after.counted - before.counted }).toEqual({ leased: 2, others: 1, counted: 3 });
   });
 
   it('counts the refusals as limited in the call metrics and by their limit, and leaves no slot taken', async () => {

@@ -107,8 +107,23 @@ describe('registry → IR → xDS golden files', () => {
       const manager = JSON.parse(JSON.stringify(listener)).filter_chains[0].filters[0].typed_config;
       return manager.access_log.map((log: { name: string }) => log.name);
     };
-    expect(accessLogsOf(settings)).toEqual(['envoy.access_loggers.stdout', 'envoy.access_loggers.fluentd']);
-    expect(accessLogsOf({ ...settings, envoyAccessLog: false })).toEqual(['envoy.access_loggers.fluentd']);
+    expect(accessLogsOf(settings)).toEqual(['envoy.access_loggers.stdout', 'envoy.access_loggers.fluentd', 'envoy.access_loggers.fluentd']);
+    expect(accessLogsOf({ ...settings, envoyAccessLog: false })).toEqual(['envoy.access_loggers.fluentd', 'envoy.access_loggers.fluentd']);
+  });
+
+  it('sends the call log in two batches of the same record, split by whether the call holds a concurrency lease, the leased calls every 50 ms', () => {
+    const [listener] = resourcesOf(loadRegistryFile(path.join(FIXTURES, 'two-routes.yaml')), { ...settings, auditArguments: true })[TYPE_URL.listener];
+    const manager = JSON.parse(JSON.stringify(listener)).filter_chains[0].filters[0].typed_config;
+    const [leased, others] = manager.access_log.filter((log: { name: string }) => log.name === 'envoy.access_loggers.fluentd');
+    expect(leased.typed_config).toEqual({ ...others.typed_config, stat_prefix: 'mcpgw_leased_calls', buffer_flush_interval: '0.050s' });
+    expect(others.typed_config).toMatchObject({ stat_prefix: 'mcpgw_calls', buffer_flush_interval: '0.250s' });
+    // The same records are chosen; then the lease decides: present and not empty, or absent or empty (Envoy's metadata filter has no negation).
+    const [chosen, leasedHalf] = leased.filter.and_filter.filters;
+    const [chosenToo, otherHalf] = others.filter.and_filter.filters;
+    expect(chosenToo).toEqual(chosen);
+    const lease = { filter: 'envoy.filters.http.ext_authz', path: [{ key: 'x-mcpgw-concurrency-lease' }] };
+    expect(leasedHalf.metadata_filter).toEqual({ matcher: { ...lease, value: { string_match: { safe_regex: { regex: '.+' } } } }, match_if_key_not_found: false });
+    expect(otherHalf.metadata_filter).toEqual({ matcher: { ...lease, value: { string_match: { exact: '' } } }, match_if_key_not_found: true });
   });
 
   it("formats the audit's fields into the call log's record only when the control plane writes an audit", () => {

@@ -84,11 +84,15 @@ const statusIs = (op: 'GE' | 'LE', value: number) => ({
 });
 
 /**
- * How long a finished call waits for the call log's next batch: a caller at its concurrency limit
- * calls again this soon after one of its calls ended (docs/adr/0016-quotas.md, Concurrency). A batch
- * costs little against its entries: the entries are what Envoy and the control plane pay for.
+ * The call log's two batches (docs/adr/0008-data-path-lanes.md, "The call log's batches"). A call that
+ * holds concurrency slots waits at most LEASED_CALLS_FLUSH_INTERVAL for its record to leave: a caller
+ * at its concurrency limit calls again this soon after one of its calls ended (docs/adr/0016-quotas.md,
+ * Concurrency). Every other record waits at most CALL_LOG_FLUSH_INTERVAL: what reads them (metrics,
+ * the dashboard, the audit, a backend marked degraded) needs no quicker answer, and each batch wakes
+ * the control plane — at 300 calls/s 50 ms batches cost it about as much as the records they carried.
  */
-const CALL_LOG_FLUSH_INTERVAL = '0.050s';
+const LEASED_CALLS_FLUSH_INTERVAL = '0.050s';
+const CALL_LOG_FLUSH_INTERVAL = '0.250s';
 /** Envoy sends a batch when it reaches this size, or at the flush interval (the receiver bounds what it holds by it). */
 export const CALL_LOG_BUFFER_BYTES = 65536;
 
@@ -148,37 +152,59 @@ function callLogRecord(audit: boolean): Record<string, string> {
 
 /**
  * Every tools/call (either lane), every request refused with 401 to 403, and every request a limit
- * refused on either lane, sent to the control plane (control-plane/admin/call-log-receiver.ts) by
- * Envoy's fluentd logger over the call-log cluster (envoy/bootstrap.yaml), which counts outcomes and
- * durations by route, backend and tool, refusals by limit, writes the audit (control-plane/audit/),
- * and gives back the concurrency slots of the calls that ended
- * (control-plane/quotas/concurrency-slots.ts): whatever ended a call — its answer, the client gone,
- * a timeout, a reset — Envoy logs it. Batched, off the request path, every CALL_LOG_FLUSH_INTERVAL.
+ * refused on either lane: what the call log carries.
  */
-function callLog(audit: boolean) {
+const CALL_LOG_FILTER = {
+  or_filter: {
+    filters: [
+      {
+        metadata_filter: {
+          matcher: { filter: MCP_METADATA_NAMESPACE, path: [{ key: 'method' }], value: { string_match: { exact: 'tools/call' } } },
+          match_if_key_not_found: false,
+        },
+      },
+      { and_filter: { filters: [statusIs('GE', DENIED_STATUSES.min), statusIs('LE', DENIED_STATUSES.max)] } },
+      { status_code_filter: { comparison: { op: 'EQ', value: { default_value: 429, runtime_key: 'mcpgw.call_log.limited_status' } } } },
+      { response_flag_filter: { flags: ['RLSE'] } },
+    ],
+  },
+};
+
+/**
+ * Whether the session check gave the call a concurrency lease (a non-empty value), or not (absent or
+ * empty): the two halves of every record, so that each goes in exactly one of the two batches. Envoy's
+ * metadata filter has no negation: the second half is "absent, or equal to the empty string".
+ */
+const leaseMatch = (held: boolean) => ({
+  metadata_filter: {
+    matcher: {
+      filter: EXT_AUTHZ_METADATA_NAMESPACE,
+      path: [{ key: CHECK_HEADERS.concurrencyLease }],
+      value: { string_match: held ? { safe_regex: { regex: '.+' } } : { exact: '' } },
+    },
+    match_if_key_not_found: !held,
+  },
+});
+
+/**
+ * The call log, sent to the control plane (control-plane/admin/call-log-receiver.ts) by Envoy's fluentd
+ * logger over the call-log cluster (envoy/bootstrap.yaml), which counts outcomes and durations by
+ * route, backend and tool, refusals by limit, writes the audit (control-plane/audit/), and gives back
+ * the concurrency slots of the calls that ended (control-plane/quotas/concurrency-slots.ts): whatever
+ * ended a call — its answer, the client gone, a timeout, a reset — Envoy logs it. Off the request path,
+ * in two loggers that split the records by whether the call held slots: the same record, each call in
+ * one of them, the leased calls' batches sent sooner.
+ */
+function callLog(audit: boolean, leased: boolean) {
   return {
     name: 'envoy.access_loggers.fluentd',
-    filter: {
-      or_filter: {
-        filters: [
-          {
-            metadata_filter: {
-              matcher: { filter: MCP_METADATA_NAMESPACE, path: [{ key: 'method' }], value: { string_match: { exact: 'tools/call' } } },
-              match_if_key_not_found: false,
-            },
-          },
-          { and_filter: { filters: [statusIs('GE', DENIED_STATUSES.min), statusIs('LE', DENIED_STATUSES.max)] } },
-          { status_code_filter: { comparison: { op: 'EQ', value: { default_value: 429, runtime_key: 'mcpgw.call_log.limited_status' } } } },
-          { response_flag_filter: { flags: ['RLSE'] } },
-        ],
-      },
-    },
+    filter: { and_filter: { filters: [CALL_LOG_FILTER, leaseMatch(leased)] } },
     typed_config: {
       '@type': TYPE_URL.fluentdAccessLog,
       cluster: CALL_LOG_CLUSTER_NAME,
       tag: 'mcpgw_calls',
-      stat_prefix: 'mcpgw_calls',
-      buffer_flush_interval: CALL_LOG_FLUSH_INTERVAL,
+      stat_prefix: leased ? 'mcpgw_leased_calls' : 'mcpgw_calls',
+      buffer_flush_interval: leased ? LEASED_CALLS_FLUSH_INTERVAL : CALL_LOG_FLUSH_INTERVAL,
       buffer_size_bytes: CALL_LOG_BUFFER_BYTES,
       record: callLogRecord(audit),
     },
@@ -278,7 +304,7 @@ export function buildListener(settings: GatewaySettings): TypedJson {
               codec_type: 'AUTO',
               rds: { route_config_name: ROUTE_CONFIG_NAME, config_source: { ads: {}, resource_api_version: 'V3' } },
               ...edgeConnectionManagerSettings(settings.edge),
-              access_log: [...(settings.envoyAccessLog ? [accessLog] : []), callLog(settings.auditArguments)],
+              access_log: [...(settings.envoyAccessLog ? [accessLog] : []), callLog(settings.auditArguments, true), callLog(settings.auditArguments, false)],
               local_reply_config: localReplyConfig(),
               ...(settings.tracing && { tracing: connectionManagerTracing(settings.tracing) }),
               // CORS answers the preflights of browser pages on allowed origins (they carry no token), the
