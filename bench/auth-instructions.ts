@@ -2,12 +2,11 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { execFileSync } from 'node:child_process';
-import { envoyBinary } from '../control-plane/devstack/envoy';
 import { projectPath } from '../control-plane/shared/paths';
 import { startAuthVariants, startIssuer } from './auth-setup';
 import { RepeatedValue, pairedAddedMedian, spreadOf } from './load/stats';
 import { benchSettings } from './settings';
-import { dumpedInstructions } from './systems/callgrind';
+import { callgrindEnvoy, dumpedInstructions } from './systems/callgrind';
 import { ProcessGroup, claimCpus } from './systems/process-group';
 import { Driver, balancedOrder, readyDriver } from './variant-cost';
 
@@ -31,17 +30,6 @@ const ENVOY_START_TIMEOUT_MS = 300_000;
 const IN_FLIGHT = 4;
 
 const log = (line: string) => process.stdout.write(`[bench auth-instructions] ${line}\n`);
-
-/**
- * Envoy under callgrind, as ENVOY_BIN for the gateway's stack: not instrumented until told
- * (callgrind_control --instr=on), so that it starts within the stack's time for it; one output file per dump.
- */
-function callgrindEnvoy(outDir: string): string {
-  const wrapper = path.join(outDir, 'envoy-under-callgrind.sh');
-  const outFile = path.join(outDir, 'callgrind.out');
-  fs.writeFileSync(wrapper, `#!/bin/sh\nexec valgrind --tool=callgrind --callgrind-out-file=${outFile} --instr-atstart=no --dump-line=no "${envoyBinary()}" "$@"\n`, { mode: 0o755 });
-  return wrapper;
-}
 
 /**
  * `calls` tools/call of one variant, IN_FLIGHT at a time. A counted block throws on a wrong answer (it
