@@ -2,6 +2,8 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { execFileSync } from 'node:child_process';
+import { stringify } from 'yaml';
+import { envoyBinary } from '../control-plane/devstack/envoy';
 import { buildGatewayIR } from '../control-plane/ir/gateway-ir';
 import { validateRegistry } from '../control-plane/registry/validate';
 import { projectPath } from '../control-plane/shared/paths';
@@ -62,8 +64,10 @@ function translatedProviders(issuer: string, jwks: string): { plain: Provider; r
   return { plain: providerOf('plain'), ruled: providerOf('ruled') };
 }
 
-/** Every variant: a provider (none: jwt_authn absent) and what it is. */
-function variantsOf(plain: Provider, ruled: Provider): [string, Provider | undefined][] {
+/** A variant: what it is, its provider (none: jwt_authn absent), and settings of the filter itself. */
+type JwtVariant = [name: string, provider: Provider | undefined, filterSettings?: Record<string, unknown>];
+
+function variantsOf(plain: Provider, ruled: Provider): JwtVariant[] {
   // Session 7's provider: every claim the gateway may read, on every route.
   const everyClaim: Provider = {
     ...plain,
@@ -75,25 +79,35 @@ function variantsOf(plain: Provider, ruled: Provider): [string, Provider | undef
       { header_name: 'x-mcpgw-claim-username', claim_name: 'preferred_username' },
     ],
   };
+  const plus = (...claims: string[]): Provider => ({
+    ...plain,
+    claim_to_headers: [...plain.claim_to_headers, ...everyClaim.claim_to_headers.filter((copy) => claims.includes(copy.claim_name))],
+  });
   return [
     ['off', undefined],
     ['every claim (session 7, every route)', everyClaim],
     ['no rule (translated now)', plain],
     ['scope + group rule (translated now)', ruled],
     ['no claim headers', { ...plain, claim_to_headers: [] }],
+    ['no rule + groups (a list of two)', plus('groups')],
+    ['no rule + scope, scp (a string, absent)', plus('scope', 'scp')],
+    ['no rule + preferred_username', plus('preferred_username')],
     ['no rule, jwt_cache_size 100', { ...plain, jwt_cache_config: { jwt_cache_size: 100 } }],
     ['no rule, JWT cache off', { ...plain, jwt_cache_config: undefined }],
     ['no rule, forward: false', { ...plain, forward: false }],
+    ['no rule, strip_failure_response', plain, { strip_failure_response: true }],
     ['no rule, clear_route_cache', { ...plain, clear_route_cache: true }],
+    ['no rule, forward_payload_header', { ...plain, forward_payload_header: 'x-mcpgw-jwt-payload' }],
+    ['no rule, payload_in_metadata', { ...plain, payload_in_metadata: 'jwt_payload' }],
     ['no rule, payload_in_metadata (normalized)', { ...plain, payload_in_metadata: 'jwt_payload', normalize_payload_in_metadata: { space_delimited_claims: ['scope'] } }],
   ];
 }
 
-function bootstrap(variants: [string, Provider | undefined][], adminPort: number, ports: number[]) {
+function bootstrap(variants: JwtVariant[], adminPort: number, ports: number[]) {
   return {
     admin: { address: { socket_address: { address: HOST, port_value: adminPort } } },
     static_resources: {
-      listeners: variants.map(([_name, provider], index) => {
+      listeners: variants.map(([_name, provider, filterSettings], index) => {
         const route = {
           match: { prefix: '/' },
           direct_response: { status: 200, body: { inline_string: '{"jsonrpc":"2.0","id":1,"result":{}}' } },
@@ -106,6 +120,7 @@ function bootstrap(variants: [string, Provider | undefined][], adminPort: number
             providers: { bench: Object.fromEntries(Object.entries(provider).filter(([, value]) => value !== undefined)) },
             requirement_map: { bench: { provider_and_audiences: { provider_name: 'bench', audiences: [AUDIENCE] } } },
             bypass_cors_preflight: true,
+            ...filterSettings,
           },
         };
         return listener(`variant${index}`, ports[index], [route], [...(jwtAuthn ? [jwtAuthn] : []), { name: 'envoy.filters.http.router', typed_config: { '@type': TYPE_URL.router } }]);
@@ -118,6 +133,7 @@ async function main() {
   const logDir = projectPath('.run', 'bench', 'jwt-authn-instructions');
   fs.rmSync(logDir, { recursive: true, force: true });
   fs.mkdirSync(logDir, { recursive: true });
+  const plainEnvoy = envoyBinary();
   process.env.ENVOY_BIN = callgrindEnvoy(logDir);
   const group = new ProcessGroup(logDir, claimCpus());
   const issuer = await startIssuer();
@@ -128,7 +144,12 @@ async function main() {
     // Away from the kernel's ephemeral range: Envoy takes minutes to bind under valgrind.
     const base = 57_000 + Math.floor(Math.random() * 3_000);
     const ports = variants.map((_, index) => base + 1 + index);
-    const envoy = await startEnvoy(group, 'envoy', bootstrap(variants, base, ports), base, ports, { timeoutMs: 300_000 });
+    const config = bootstrap(variants, base, ports);
+    // Checked by the plain binary first: under valgrind a refused configuration takes minutes to show.
+    const checked = path.join(logDir, 'checked.yaml');
+    fs.writeFileSync(checked, stringify(config));
+    execFileSync(plainEnvoy, ['--mode', 'validate', '-c', checked, '--log-level', 'error'], { stdio: ['ignore', 'ignore', 'inherit'] });
+    const envoy = await startEnvoy(group, 'envoy', config, base, ports, { timeoutMs: 300_000 });
     const pid = envoy.child.pid!;
     const client = new McpHttpClient(IN_FLIGHT);
     const headers = { authorization: `Bearer ${issuer.token(AUDIENCE)}`, 'content-type': 'application/json' };
