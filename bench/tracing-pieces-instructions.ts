@@ -1,4 +1,3 @@
-import { execFileSync } from 'node:child_process';
 import * as path from 'node:path';
 import { projectPath } from '../control-plane/shared/paths';
 import { GATEWAY_SPANS, collectorCluster, connectionManagerTracing, routeTracing, spanIdsFilter } from '../control-plane/xds/translate/tracing';
@@ -8,6 +7,7 @@ import { McpHttpClient } from './load/mcp-client';
 import { ProcessGroup, claimCpus } from './systems/process-group';
 import { listener, staticCluster } from './systems/envoy-bootstraps';
 import { startEnvoy } from './systems/systems';
+import { runningInstructions, zeroInstructions } from './systems/callgrind';
 import { HOST } from './systems/topology';
 
 /**
@@ -92,12 +92,6 @@ function bootstrap(variant: Variant, ports: { admin: number; listener: number; c
   };
 }
 
-function instructions(pid: number): number {
-  const out = execFileSync('callgrind_control', ['-e', 'Ir', String(pid)], { encoding: 'utf8' });
-  return [...out.matchAll(/^\s*Th\s+\d+\s+([\d,]+)\s*$/gm)].reduce((sum, match) => sum + Number(match[1].replace(/,/g, '')), 0);
-}
-const zero = (pid: number) => execFileSync('callgrind_control', ['-z', String(pid)], { stdio: 'ignore' });
-
 async function main() {
   const [wrapper] = process.argv.slice(2);
   process.env.ENVOY_BIN = wrapper;
@@ -136,14 +130,14 @@ async function main() {
     for (let round = 0; round < ROUNDS; round++) {
       await Promise.all(
         envoys.map(async (envoy) => {
-          zero(envoy.pid);
+          zeroInstructions(envoy.pid);
           const started = Date.now();
           await send(envoy.url, REQUESTS);
-          const busy = instructions(envoy.pid);
+          const busy = runningInstructions(envoy.pid);
           const wallMs = Date.now() - started;
-          zero(envoy.pid);
+          zeroInstructions(envoy.pid);
           await new Promise((resolve) => setTimeout(resolve, wallMs));
-          const idle = instructions(envoy.pid);
+          const idle = runningInstructions(envoy.pid);
           results.set(envoy.variant, [...(results.get(envoy.variant) ?? []), (busy - idle) / REQUESTS]);
           log(`round ${round} ${envoy.variant}: ${((busy - idle) / REQUESTS / 1000).toFixed(1)}k per request (idle ${(idle / REQUESTS / 1000).toFixed(1)}k, ${wallMs} ms)`);
         }),

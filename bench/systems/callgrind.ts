@@ -1,6 +1,6 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { execFile } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { promisify } from 'node:util';
 import { envoyBinary } from '../../control-plane/devstack/envoy';
 import { waitFor } from '../../control-plane/devstack/processes';
@@ -38,3 +38,12 @@ export function callgrindEnvoy(outDir: string, outFile = path.join(outDir, 'call
   fs.writeFileSync(wrapper, `#!/bin/sh\nexec valgrind --tool=callgrind --callgrind-out-file=${outFile} --instr-atstart=no --dump-line=no "${envoyBinary()}" "$@"\n`, { mode: 0o755 });
   return wrapper;
 }
+
+/** The instructions every thread of a process under callgrind ran since its counters were last zeroed, without a dump. */
+export function runningInstructions(pid: number): number {
+  const out = execFileSync('callgrind_control', ['-e', 'Ir', String(pid)], { encoding: 'utf8' });
+  return [...out.matchAll(/^\s*Th\s+\d+\s+([\d,]+)\s*$/gm)].reduce((sum, match) => sum + Number(match[1].replace(/,/g, '')), 0);
+}
+
+/** Zeroes the counters of a process under callgrind. */
+export const zeroInstructions = (pid: number) => execFileSync('callgrind_control', ['-z', String(pid)], { stdio: 'ignore' });

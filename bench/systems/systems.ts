@@ -73,13 +73,21 @@ export async function startBackends(group: ProcessGroup, topology: Topology): Pr
 }
 
 /** A static Envoy of the bench, with `config` as its bootstrap. */
-export async function startEnvoy(group: ProcessGroup, name: string, config: unknown, adminPort: number, listenerPorts: number[]): Promise<ManagedProcess> {
+export async function startEnvoy(
+  group: ProcessGroup,
+  name: string,
+  config: unknown,
+  adminPort: number,
+  listenerPorts: number[],
+  /** Longer for an Envoy under valgrind on a busy machine. */
+  { timeoutMs }: { timeoutMs?: number } = {},
+): Promise<ManagedProcess> {
   const file = path.join(group.logDir, `${name}.yaml`);
   fs.writeFileSync(file, stringify(config));
   // Same binary and flags as the gateway's Envoy (control-plane/devstack/stack.ts).
   const envoy = group.spawn(name, envoyBinary(), ['-c', file, '--use-dynamic-base-id', '--log-level', 'warn']);
-  await waitFor(`${name} to be LIVE`, () => httpOk(`http://${HOST}:${adminPort}/ready`));
-  for (const port of listenerPorts) await waitFor(`${name} listener ${port}`, () => portAccepts(port));
+  await waitFor(`${name} to be LIVE`, () => httpOk(`http://${HOST}:${adminPort}/ready`), { timeoutMs });
+  for (const port of listenerPorts) await waitFor(`${name} listener ${port}`, () => portAccepts(port), { timeoutMs });
   return envoy;
 }
 

@@ -149,6 +149,35 @@ describe("jwt_authn's configuration", () => {
     });
   });
 
+  it("copies into headers only the claims a reader of the route needs: groups for a group rule, scopes for a scope rule, the name where approval can be asked", () => {
+    const policy = (policy: Record<string, unknown>) => [service('x', { policy })];
+    const routes = validateRegistry({
+      auth: { issuer: ISSUER },
+      routes: [
+        { key: 'plain', toolServices: [service('x')] },
+        { key: 'grouped', toolServices: policy({ rules: [{ tools: ['admin_*'], allowGroups: ['admins'] }] }) },
+        { key: 'scoped', toolServices: policy({ rules: [{ tools: ['*'], requiredScopes: ['tools:call'] }] }) },
+        { key: 'approving', toolServices: policy({ approvalAtRisk: 'high' }) },
+        { key: 'approvingrule', toolServices: policy({ rules: [{ tools: ['pay'], approval: 'required' }] }) },
+      ],
+    });
+    expect(routes.problems).toEqual([]);
+    const routeIR = buildGatewayIR(routes.registry);
+    const config = jwtAuthnConfig(routeIR, new Map([[routeIR.routes[0].auth!.keys.name, '{"keys":[]}']])) as unknown as {
+      typed_config: { providers: Record<string, { claim_to_headers: { header_name: string; claim_name: string }[] }>; requirement_map: Record<string, { provider_and_audiences: { provider_name: string } }> };
+    };
+    const claimsOf = (route: string) => {
+      const provider = config.typed_config.providers[config.typed_config.requirement_map[route].provider_and_audiences.provider_name];
+      return provider.claim_to_headers.map((copy) => copy.claim_name).sort();
+    };
+    const always = ['azp', 'client_id', 'iss', 'sub'];
+    expect(claimsOf('plain')).toEqual(always);
+    expect(claimsOf('grouped')).toEqual([...always, 'groups'].sort());
+    expect(claimsOf('scoped')).toEqual([...always, 'scope', 'scp'].sort());
+    expect(claimsOf('approving')).toEqual([...always, 'preferred_username'].sort());
+    expect(claimsOf('approvingrule')).toEqual([...always, 'preferred_username'].sort());
+  });
+
   it('keeps a removed route\'s requirement until the routes without it are published, and nothing when nothing is removed', () => {
     const before = jwtAuthnConfig(ir, keys);
     const after = jwtAuthnConfig(buildGatewayIR({ routes: [registry.routes[0]] }), keys);

@@ -20,22 +20,45 @@ export type SigningKeys = ReadonlyMap<string, string>;
 export const NO_SIGNING_KEYS: SigningKeys = new Map();
 
 /**
- * One provider per key source, clock skew and groups claim: routes of one issuer share its keys and
- * differ in their audiences only (and in where their groups are, which the provider copies).
+ * The claims beyond the caller's name (iss, sub, client_id, azp: every call records them) that some
+ * reader of a route needs: the groups for a rule's allowGroups, the scopes for a rule's requiredScopes
+ * (the call script's access decision and scope challenge, the sidecar's tools/list), the display name
+ * for an approval request. jwt_authn copies each configured claim into a header on every request
+ * (a list claim as base64 of its JSON), so a route that reads none of them gets none
+ * (docs/adr/0011-caller-identity.md, Numbers, session 8).
  */
-const providerName = (auth: RouteAuthIR) => `${auth.keys.name}_skew${auth.clockSkewSeconds}_${auth.groupsClaim.join('.')}`;
+function claimsRead(route: RouteIR) {
+  const policies = route.backends.flatMap((backend) => (backend.policy ? [backend.policy] : []));
+  const rules = policies.flatMap((policy) => policy.rules ?? []);
+  return {
+    groups: rules.some((rule) => rule.allowGroups),
+    scopes: rules.some((rule) => rule.requiredScopes),
+    // approvalOf (control-plane/approval/risk.ts) asks only with one of these two.
+    username: policies.some((policy) => policy.approvalAtRisk !== undefined) || rules.some((rule) => rule.approval === 'required'),
+  };
+}
+type ClaimsRead = ReturnType<typeof claimsRead>;
 
-/** The claims jwt_authn copies into the caller's headers: the named ones, and the route's groups claim (a path, '.'-separated). */
-function claimHeaders(auth: RouteAuthIR) {
-  const claimNames: Record<CallerClaim, string> = {
+/**
+ * One provider per key source, clock skew and set of claims copied: routes of one issuer share its keys
+ * and differ in their audiences and in which claims their readers need (and where their groups are).
+ */
+function providerName(auth: RouteAuthIR, read: ClaimsRead) {
+  const claims = [read.groups ? `groups:${auth.groupsClaim.join('.')}` : '', read.scopes ? 'scopes' : '', read.username ? 'username' : ''];
+  return [`${auth.keys.name}_skew${auth.clockSkewSeconds}`, ...claims.filter(Boolean)].join('_');
+}
+
+/** The claims jwt_authn copies into the caller's headers: the caller's name always, the others where read. */
+function claimHeaders(auth: RouteAuthIR, read: ClaimsRead) {
+  const claimNames: Partial<Record<CallerClaim, string>> = {
     iss: 'iss',
     sub: 'sub',
     client_id: 'client_id',
     azp: 'azp',
-    scope: 'scope',
-    scp: 'scp',
-    groups: auth.groupsClaim.join('.'),
-    preferred_username: 'preferred_username',
+    ...(read.scopes && { scope: 'scope', scp: 'scp' }),
+    // A path, '.'-separated.
+    ...(read.groups && { groups: auth.groupsClaim.join('.') }),
+    ...(read.username && { preferred_username: 'preferred_username' }),
   };
   return Object.entries(claimNames).map(([claim, claimName]) => ({ header_name: CALLER_CLAIM_HEADERS[claim as CallerClaim], claim_name: claimName }));
 }
@@ -65,7 +88,8 @@ export function jwtAuthnConfig(ir: GatewayIR, keys: SigningKeys): TypedJson {
   const requirements: Record<string, unknown> = {};
   for (const route of validatedRoutes(ir, keys)) {
     const auth = route.auth!;
-    providers[providerName(auth)] = {
+    const read = claimsRead(route);
+    providers[providerName(auth, read)] = {
       issuer: auth.issuer,
       local_jwks: { inline_string: keys.get(auth.keys.name) },
       // MCP: the token travels in the Authorization header only, never in the query string.
@@ -77,13 +101,13 @@ export function jwtAuthnConfig(ir: GatewayIR, keys: SigningKeys): TypedJson {
       // Only the claims the gateway reads, as headers (not the payload in dynamic metadata: every
       // reader of the metadata, the call log's copy of all of it above all, cost ~100 µs of Envoy CPU
       // per call; docs/adr/0011-caller-identity.md, Numbers).
-      claim_to_headers: claimHeaders(auth),
+      claim_to_headers: claimHeaders(auth, read),
       clock_skew_seconds: auth.clockSkewSeconds,
       // Agents send the same token on every request: a verified token is kept (its expiry is still
       // checked on every use), so its signature and JSON are not worked through again per request.
       jwt_cache_config: { jwt_cache_size: 1000 },
     };
-    requirements[route.key] = { provider_and_audiences: { provider_name: providerName(auth), audiences: auth.audiences } };
+    requirements[route.key] = { provider_and_audiences: { provider_name: providerName(auth, read), audiences: auth.audiences } };
   }
   return {
     '@type': TYPE_URL.typedExtensionConfig,
