@@ -8,9 +8,10 @@ import { projectPath } from '../control-plane/shared/paths';
 import { portAccepts, waitFor } from '../control-plane/devstack/processes';
 import { RateLimitGrpcListener, rateLimitBinary, rateLimitConfigFile, rateLimitEnvironment } from '../control-plane/devstack/ratelimit';
 import { cpuSecondsOf } from './scenarios/cpu-time';
+import { dumpedInstructions } from './systems/callgrind';
 import { allocatePort } from './systems/ports';
 import { ProcessGroup, claimCpus } from './systems/process-group';
-import { ANSWER, any, bootstrap, listener, median, requestsCompleted, startEnvoy, staticCluster, writeWrkScript } from './systems/static-envoy';
+import { ANSWER, any, bootstrap, listener, median, requestsCompleted, sendToolCalls, startEnvoy, staticCluster, writeWrkScript } from './systems/static-envoy';
 import { HOST } from './systems/topology';
 
 /**
@@ -21,16 +22,24 @@ import { HOST } from './systems/topology';
  * one Redis. The variants differ in one setting each from `today` (the gateway's settings before
  * this probe); `off` has no limit filter. Every limit is far above the load: nothing is refused.
  * Per variant, measured in turn and interleaved: CPU µs per request of Envoy, of the service and of
- * Redis (from /proc), requests/s of a closed loop of 16 connections (wrk on the last core).
- *   node dist/bench/ratelimit-settings.js [--quick]   writes bench/results/ratelimit-settings.{json,md}
+ * Redis (from /proc), requests/s of a closed loop of 16 connections (wrk on the last core) — or, with
+ * --instructions, the instructions per request of Envoy and Redis under valgrind callgrind (a fixed
+ * number of requests, less what each process runs idle for as long: independent of the machine's
+ * load) beside the service's CPU.
+ *   node dist/bench/ratelimit-settings.js [--quick] [--instructions] [--only=a,b]
+ *   writes bench/results/ratelimit-settings[-instructions][-quick].{json,md}
  */
 
-const LOG_DIR = projectPath('.run', 'bench', 'ratelimit-settings');
+/** One folder per mode, so that a CPU run and an instruction run may go side by side. */
+const LOG_DIR = projectPath('.run', 'bench', process.argv.includes('--instructions') ? 'ratelimit-settings-instructions' : 'ratelimit-settings');
 const RESULTS_DIR = projectPath('bench', 'results');
 const CALLERS = 8;
 const CONNECTIONS = 16;
 const NEVER_REACHED = 1_000_000;
 const DOMAIN = 'probe';
+const IDLE_SECONDS = 5;
+/** Under callgrind everything starts and answers tens of times slower. */
+const INSTRUMENTED_START_MS = 600_000;
 const execFileAsync = promisify(execFile);
 const log = (line: string) => process.stdout.write(`[ratelimit-settings] ${line}\n`);
 
@@ -112,10 +121,16 @@ const rateLimitFilter = (overrides: Record<string, unknown> = {}) => ({
   }),
 });
 
+/** A process and, under callgrind, the prefix of its dump files. */
+interface Measured {
+  pid: number;
+  callgrindOut?: string;
+}
+
 interface Started {
   variant: Variant;
-  envoyPid: number;
-  servicePid?: number;
+  envoy: Measured;
+  service?: Measured;
   port: number;
   adminPort: number;
 }
@@ -130,20 +145,43 @@ interface Measurement {
   non2xx: number;
 }
 
-const cpuMicros = (pid: number | undefined) => (pid === undefined ? 0 : cpuSecondsOf(pid) * 1_000_000);
-
-async function startRedis(group: ProcessGroup): Promise<{ pid: number; port: number; socket: string }> {
-  const port = await allocatePort();
-  const socket = path.join(LOG_DIR, 'redis.sock');
-  const redis = group.spawn('redis', 'redis-server', ['--port', String(port), '--bind', HOST, '--unixsocket', socket, '--unixsocketperm', '700', '--save', '', '--appendonly', 'no']);
-  await waitFor('redis', () => portAccepts(port));
-  return { pid: redis.child.pid!, port, socket };
+interface InstructionMeasurement {
+  variant: string;
+  requests: number;
+  envoyInstructionsPerRequest: number;
+  /** The service runs natively: its CPU µs per request, less its idle CPU for as long. */
+  serviceCpuUsPerRequest: number;
+  redisInstructionsPerRequest: number;
+  non2xx: number;
 }
 
-async function startVariant(group: ProcessGroup, variant: Variant, redis: { port: number; socket: string }, backendPort: number): Promise<Started> {
+const cpuMicros = (process: Measured | undefined) => (process === undefined ? 0 : cpuSecondsOf(process.pid) * 1_000_000);
+
+/** `command`, under callgrind (its dumps at `<callgrindOut>.<pid>`, on any core) when `callgrindOut` is given. */
+function spawnMeasured(group: ProcessGroup, name: string, command: string[], callgrindOut?: string) {
+  if (!callgrindOut) return group.spawn(name, command[0], command.slice(1));
+  return group.spawnUnpinned(name, 'valgrind', ['--tool=callgrind', `--callgrind-out-file=${callgrindOut}.%p`, ...command]);
+}
+
+interface Redis extends Measured {
+  port: number;
+  socket: string;
+}
+
+async function startRedis(group: ProcessGroup, instrumented: boolean): Promise<Redis> {
+  const port = await allocatePort();
+  const socket = path.join(LOG_DIR, 'redis.sock');
+  const callgrindOut = instrumented ? path.join(LOG_DIR, 'callgrind.redis') : undefined;
+  const command = ['redis-server', '--port', String(port), '--bind', HOST, '--unixsocket', socket, '--unixsocketperm', '700', '--save', '', '--appendonly', 'no'];
+  const redis = spawnMeasured(group, 'redis', command, callgrindOut);
+  await waitFor('redis', () => portAccepts(port), { timeoutMs: INSTRUMENTED_START_MS });
+  return { pid: redis.child.pid!, callgrindOut, port, socket };
+}
+
+async function startVariant(group: ProcessGroup, variant: Variant, redis: Redis, backendPort: number, instrumented: boolean): Promise<Started> {
   const limits = variant.limits ?? GATEWAY_LIMITS;
   const merged = variant.mergedEntries === true;
-  let servicePid: number | undefined;
+  let service: Measured | undefined;
   let serviceAt: number | string = 0;
   if (!variant.off) {
     const binary = rateLimitBinary();
@@ -155,9 +193,11 @@ async function startVariant(group: ProcessGroup, variant: Variant, redis: { port
     const grpc: RateLimitGrpcListener = variant.grpcUds ? { socketPath: path.join(LOG_DIR, `${variant.name}.grpc.sock`) } : { port: await allocatePort() };
     const ports = { grpc, http: await allocatePort(), debug: await allocatePort() };
     const env = { ...rateLimitEnvironment(dir, ports, variant.redisUds ? { socketPath: redis.socket } : { host: HOST, port: redis.port }), ...variant.env };
-    const service = group.spawn(`ratelimit-${variant.name}`, 'env', [...Object.entries(env).map(([key, value]) => `${key}=${value}`), binary]);
+    // Never under callgrind: an idle Go process does not take callgrind_control's dump request for minutes
+    // (and needs GODEBUG=asyncpreemptoff=1 to run at all); its CPU is measured instead.
+    const process = group.spawn(`ratelimit-${variant.name}`, 'env', [...Object.entries(env).map(([key, value]) => `${key}=${value}`), binary]);
     await waitFor(`ratelimit service ${variant.name}`, () => portAccepts(ports.http));
-    servicePid = service.child.pid;
+    service = { pid: process.child.pid! };
     serviceAt = 'socketPath' in grpc ? grpc.socketPath : grpc.port;
   }
   const port = await allocatePort();
@@ -165,24 +205,63 @@ async function startVariant(group: ProcessGroup, variant: Variant, redis: { port
   const clusters = [staticCluster('backend', backendPort, false), ...(variant.off ? [] : [staticCluster('ratelimit', serviceAt, true)])];
   const route = { route: { cluster: 'backend', ...(!variant.off && { rate_limits: limits.map((limit) => ({ stage: 10, actions: entriesOf(limit, merged) })) }) } };
   const filters = variant.off ? [] : [rateLimitFilter(variant.filter)];
-  const envoyPid = await startEnvoy(group, `envoy-${variant.name}`, bootstrap(adminPort, listener(port, filters, route), clusters), adminPort);
-  return { variant, envoyPid, servicePid, port, adminPort };
+  const envoyOut = instrumented ? path.join(LOG_DIR, `callgrind.envoy-${variant.name}`) : undefined;
+  const envoyPid = await startEnvoy(group, `envoy-${variant.name}`, bootstrap(adminPort, listener(port, filters, route), clusters), adminPort, envoyOut);
+  return { variant, envoy: { pid: envoyPid, callgrindOut: envoyOut }, service, port, adminPort };
 }
 
-async function measure(started: Started, redisPid: number, seconds: number, wrkScript: string, loadCpu: string): Promise<Measurement> {
+async function measure(started: Started, redis: Measured, seconds: number, wrkScript: string, loadCpu: string): Promise<Measurement> {
   const before = await requestsCompleted(started.adminPort);
-  const cpuBefore = [cpuMicros(started.envoyPid), cpuMicros(started.servicePid), cpuMicros(redisPid)];
+  const cpuBefore = [cpuMicros(started.envoy), cpuMicros(started.service), cpuMicros(redis)];
   const wrk = await execFileAsync('taskset', ['-c', loadCpu, 'wrk', '-t1', `-c${CONNECTIONS}`, `-d${seconds}s`, '-s', wrkScript, `http://${HOST}:${started.port}/mcp`]);
   const requests = (await requestsCompleted(started.adminPort)) - before;
-  const [envoy, service, redis] = [cpuMicros(started.envoyPid), cpuMicros(started.servicePid), cpuMicros(redisPid)].map((after, index) => (after - cpuBefore[index]) / requests);
+  const [envoy, service, redisMicros] = [cpuMicros(started.envoy), cpuMicros(started.service), cpuMicros(redis)].map((after, index) => (after - cpuBefore[index]) / requests);
   return {
     variant: started.variant.name,
     requests,
     requestsPerSecond: requests / seconds,
     envoyCpuUsPerRequest: envoy,
     serviceCpuUsPerRequest: service,
-    redisCpuUsPerRequest: started.variant.off ? 0 : redis,
+    redisCpuUsPerRequest: started.variant.off ? 0 : redisMicros,
     non2xx: Number(/Non-2xx or 3xx responses: (\d+)/.exec(wrk.stdout)?.[1] ?? 0),
+  };
+}
+
+/** What callgrind counted in `process` since its last dump (0 for a process that is not there). */
+const countedBy = (process: Measured | undefined) =>
+  process?.callgrindOut ? dumpedInstructions(process.pid, LOG_DIR, `${path.basename(process.callgrindOut)}.${process.pid}.`) : Promise.resolve(0);
+
+/**
+ * Instructions per request of Envoy, the service and Redis for a fixed number of requests, each less
+ * what the same process runs idle for as long (timers, the Go runtime, Redis's cron), measured just before.
+ */
+async function measureInstructions(started: Started, redis: Measured, count: number): Promise<InstructionMeasurement> {
+  const processes = [started.envoy, redis];
+  const dumpAll = () => Promise.all(processes.map(countedBy));
+  await dumpAll();
+  const idleStarted = Date.now();
+  const serviceIdleFrom = cpuMicros(started.service);
+  await new Promise((resolve) => setTimeout(resolve, IDLE_SECONDS * 1000));
+  const idle = await dumpAll();
+  const serviceIdle = cpuMicros(started.service) - serviceIdleFrom;
+  const idleSeconds = (Date.now() - idleStarted) / 1000;
+  const loadStarted = Date.now();
+  const serviceFrom = cpuMicros(started.service);
+  const before = await requestsCompleted(started.adminPort);
+  const non2xx = await sendToolCalls(started.port, count, CONNECTIONS, CALLERS);
+  const requests = (await requestsCompleted(started.adminPort)) - before;
+  const serviceLoaded = cpuMicros(started.service) - serviceFrom;
+  const loaded = await dumpAll();
+  const loadSeconds = (Date.now() - loadStarted) / 1000;
+  const lessIdle = (counted: number, idleCounted: number) => (counted - (idleCounted / idleSeconds) * loadSeconds) / requests;
+  const [envoy, redisInstructions] = loaded.map((instructions, index) => lessIdle(instructions, idle[index]));
+  return {
+    variant: started.variant.name,
+    requests,
+    envoyInstructionsPerRequest: envoy,
+    serviceCpuUsPerRequest: lessIdle(serviceLoaded, serviceIdle),
+    redisInstructionsPerRequest: started.variant.off ? 0 : redisInstructions,
+    non2xx,
   };
 }
 
@@ -190,32 +269,53 @@ interface Context {
   measuredAt: string;
   load: number[];
   cores: number;
+  mode: 'cpu' | 'instructions';
   repetitions: number;
-  seconds: number;
+  /** Seconds of wrk per measurement (cpu), or requests per measurement (instructions). */
+  amount: number;
 }
 
-function markdown(runs: Measurement[], context: Context): string {
-  const of = (variant: string, pick: (run: Measurement) => number) => median(runs.filter((run) => run.variant === variant).map(pick));
-  const total = (run: Measurement) => run.envoyCpuUsPerRequest + run.serviceCpuUsPerRequest + run.redisCpuUsPerRequest;
-  const signed = (value: number) => `${value >= 0 ? '+' : ''}${value.toFixed(1)}`;
+/** A row per variant: each pick per request (Envoy, service, Redis), their sum (per repetition), the sum against `today`. */
+function table<T extends { variant: string }>(runs: T[], picks: ((run: T) => number)[], format: (value: number) => string, extra: (variant: string) => string[] = () => []): string[] {
+  const of = (variant: string, pick: (run: T) => number) => median(runs.filter((run) => run.variant === variant).map(pick));
+  const total = (run: T) => picks.reduce((sum, pick) => sum + pick(run), 0);
   const today = runs.some((run) => run.variant === 'today');
-  const rows = VARIANTS.filter((variant) => runs.some((run) => run.variant === variant.name)).map((variant) => {
-    const cell = (pick: (run: Measurement) => number) => of(variant.name, pick).toFixed(1);
+  return VARIANTS.filter((variant) => runs.some((run) => run.variant === variant.name)).map((variant) => {
     const added = of(variant.name, total) - of('today', total);
-    const perRepetition = runs.filter((run) => run.variant === variant.name).map((run) => total(run).toFixed(0)).join(', ');
-    return `| ${variant.name} | ${variant.what} | ${cell((run) => run.envoyCpuUsPerRequest)} | ${cell((run) => run.serviceCpuUsPerRequest)} | ${cell((run) => run.redisCpuUsPerRequest)} | ${cell(total)} (${perRepetition}) | ${variant.off || !today ? '—' : signed(added)} | ${Math.round(of(variant.name, (run) => run.requestsPerSecond))} |`;
+    const perRepetition = runs.filter((run) => run.variant === variant.name).map((run) => format(total(run))).join(', ');
+    const againstToday = variant.off || !today ? '—' : `${added >= 0 ? '+' : '−'}${format(Math.abs(added))} (${((100 * added) / of('today', total)).toFixed(1)} %)`;
+    return `| ${[variant.name, variant.what, ...picks.map((pick) => format(of(variant.name, pick))), `${format(of(variant.name, total))} (${perRepetition})`, againstToday, ...extra(variant.name)].join(' | ')} |`;
   });
-  const failed = runs.reduce((sum, run) => sum + run.non2xx, 0);
+}
+
+function markdown(runs: Measurement[], instructionRuns: InstructionMeasurement[], context: Context): string {
+  const failed = [...runs, ...instructionRuns].reduce((sum, run) => sum + run.non2xx, 0);
+  const how =
+    context.mode === 'cpu'
+      ? [
+          `${context.repetitions} × ${context.amount} s of wrk (${CONNECTIONS} connections, ${CALLERS} callers by header, on the last core) per variant, interleaved; medians of CPU µs per request from /proc (per-repetition sums in brackets): they move with the machine's load.`,
+          '',
+          '| variant | what differs from `today` | Envoy µs | service µs | Redis µs | all µs (per repetition) | all against today | requests/s |',
+          '| --- | --- | --- | --- | --- | --- | --- | --- |',
+          ...table(runs, [(run) => run.envoyCpuUsPerRequest, (run) => run.serviceCpuUsPerRequest, (run) => run.redisCpuUsPerRequest], (value) => value.toFixed(1), (variant) => [
+            String(Math.round(median(runs.filter((run) => run.variant === variant).map((run) => run.requestsPerSecond)))),
+          ]),
+        ]
+      : [
+          `Envoy and Redis under valgrind callgrind, the service natively (an idle Go process does not take callgrind's dump request in time); ${context.repetitions} × ${context.amount} requests (${CONNECTIONS} connections, ${CALLERS} callers by header) per variant, interleaved; per request, each process less what it runs idle for as long (${IDLE_SECONDS} s measured just before); medians (per-repetition sums in brackets). Instructions are independent of the machine's load; the service's CPU µs (at the low rate callgrind allows) is not.`,
+          '',
+          '| variant | what differs from `today` | Envoy instructions | Redis instructions | Envoy + Redis (per repetition) | Envoy + Redis against today | service CPU µs |',
+          '| --- | --- | --- | --- | --- | --- | --- |',
+          ...table(instructionRuns, [(run) => run.envoyInstructionsPerRequest, (run) => run.redisInstructionsPerRequest], (value) => Math.round(value).toLocaleString('en'), (variant) => [
+            median(instructionRuns.filter((run) => run.variant === variant).map((run) => run.serviceCpuUsPerRequest)).toFixed(1),
+          ]),
+        ];
   return [
     '# Shared limits: what each setting of the path costs per request (bench/ratelimit-settings.ts)',
     '',
     `Measured ${context.measuredAt}; load average ${context.load.map((value) => value.toFixed(2)).join(' / ')} (1 / 5 min) on ${context.cores} cores shared with other work.`,
-    `Static Envoy 1.40 (one worker) per variant with the gateway's shared-limit filter, each asking its own envoyproxy/ratelimit, all on one Redis, all on core 0; wrk (${CONNECTIONS} connections, ${CALLERS} callers by header) on the last core.`,
-    `${context.repetitions} × ${context.seconds} s per variant, interleaved; medians of CPU µs per request from /proc (per-repetition sums in brackets). Every limit ${NEVER_REACHED}/s: nothing refused.`,
-    '',
-    '| variant | what differs from `today` | Envoy µs | service µs | Redis µs | all µs (per repetition) | all against today | requests/s |',
-    '| --- | --- | --- | --- | --- | --- | --- | --- |',
-    ...rows,
+    `Static Envoy 1.40 (one worker) per variant with the gateway's shared-limit filter, each asking its own envoyproxy/ratelimit, all on one Redis. Every limit ${NEVER_REACHED}/s: nothing refused.`,
+    ...how,
     '',
     `Refused or failed answers: ${failed}.`,
     '',
@@ -224,9 +324,10 @@ function markdown(runs: Measurement[], context: Context): string {
 
 async function main(): Promise<void> {
   const quick = process.argv.includes('--quick');
+  const instrumented = process.argv.includes('--instructions');
   const only = process.argv.find((arg) => arg.startsWith('--only='))?.slice('--only='.length).split(',');
   const variants = only ? VARIANTS.filter((variant) => only.includes(variant.name)) : VARIANTS;
-  const plan = quick ? { repetitions: 2, seconds: 3 } : { repetitions: 5, seconds: 6 };
+  const plan = instrumented ? { repetitions: quick ? 1 : 2, amount: quick ? 300 : 1000 } : { repetitions: quick ? 2 : 5, amount: quick ? 3 : 6 };
   const cores = os.availableParallelism();
   const cpuPlan = claimCpus();
   const loadCpu = cpuPlan.loadGenerator === 'any' ? '0' : cpuPlan.loadGenerator;
@@ -236,31 +337,38 @@ async function main(): Promise<void> {
   const wrkScript = path.join(LOG_DIR, 'tools-call.lua');
   writeWrkScript(wrkScript, CALLERS);
   const runs: Measurement[] = [];
+  const instructionRuns: InstructionMeasurement[] = [];
   try {
     const backendPort = await allocatePort();
     const backendAdmin = await allocatePort();
     await startEnvoy(group, 'backend', bootstrap(backendAdmin, listener(backendPort, [], { direct_response: { status: 200, body: { inline_string: ANSWER } } }), []), backendAdmin);
-    const redis = await startRedis(group);
-    const started: Started[] = [];
-    for (const variant of variants) started.push(await startVariant(group, variant, redis, backendPort));
-    for (const each of started) await execFileAsync('wrk', ['-t1', '-c4', '-d2s', '-s', wrkScript, `http://${HOST}:${each.port}/mcp`]);
+    const redis = await startRedis(group, instrumented);
+    // Under callgrind each start takes minutes: all at once.
+    const started = await Promise.all(variants.map((variant) => startVariant(group, variant, redis, backendPort, instrumented)));
+    for (const each of started) await execFileAsync('wrk', ['-t1', '-c4', instrumented ? '-d10s' : '-d2s', '-s', wrkScript, `http://${HOST}:${each.port}/mcp`]);
     for (let repetition = 0; repetition < plan.repetitions; repetition++) {
       // Each repetition in another order, so that no variant always follows the same one.
       const order = repetition % 2 === 0 ? started : [...started].reverse();
       for (const each of order) {
-        const run = await measure(each, redis.pid, plan.seconds, wrkScript, loadCpu);
-        runs.push(run);
-        log(`${run.variant} #${repetition + 1}: Envoy ${run.envoyCpuUsPerRequest.toFixed(1)}, service ${run.serviceCpuUsPerRequest.toFixed(1)}, Redis ${run.redisCpuUsPerRequest.toFixed(1)} µs per request, ${Math.round(run.requestsPerSecond)}/s`);
+        if (instrumented) {
+          const run = await measureInstructions(each, redis, plan.amount);
+          instructionRuns.push(run);
+          log(`${run.variant} #${repetition + 1}: Envoy ${Math.round(run.envoyInstructionsPerRequest)}, Redis ${Math.round(run.redisInstructionsPerRequest)} instructions, service ${run.serviceCpuUsPerRequest.toFixed(1)} µs CPU per request`);
+        } else {
+          const run = await measure(each, redis, plan.amount, wrkScript, loadCpu);
+          runs.push(run);
+          log(`${run.variant} #${repetition + 1}: Envoy ${run.envoyCpuUsPerRequest.toFixed(1)}, service ${run.serviceCpuUsPerRequest.toFixed(1)}, Redis ${run.redisCpuUsPerRequest.toFixed(1)} µs per request, ${Math.round(run.requestsPerSecond)}/s`);
+        }
       }
     }
   } finally {
     await group.stopAll();
   }
-  const context: Context = { measuredAt: new Date().toISOString(), load: os.loadavg().slice(0, 2), cores, ...plan };
-  const name = quick || only ? 'ratelimit-settings-quick' : 'ratelimit-settings';
-  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.json`), `${JSON.stringify({ ...context, runs }, null, 2)}\n`);
-  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.md`), markdown(runs, context));
-  process.stdout.write(markdown(runs, context));
+  const context: Context = { measuredAt: new Date().toISOString(), load: os.loadavg().slice(0, 2), cores, mode: instrumented ? 'instructions' : 'cpu', ...plan };
+  const name = `ratelimit-settings${instrumented ? '-instructions' : ''}${quick ? '-quick' : ''}`;
+  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.json`), `${JSON.stringify({ ...context, runs, instructionRuns }, null, 2)}\n`);
+  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.md`), markdown(runs, instructionRuns, context));
+  process.stdout.write(markdown(runs, instructionRuns, context));
 }
 
 main().catch((error: unknown) => {

@@ -15,7 +15,7 @@ import { dumpedInstructions } from './systems/callgrind';
 import { allocatePort } from './systems/ports';
 import { ProcessGroup, claimCpus } from './systems/process-group';
 import { HOST } from './systems/topology';
-import { ANSWER, REQUEST, any, bootstrap, listener, median, requestsCompleted, startEnvoy, staticCluster, writeWrkScript } from './systems/static-envoy';
+import { ANSWER, REQUEST, any, bootstrap, listener, median, requestsCompleted, sendToolCalls, startEnvoy, staticCluster, writeWrkScript } from './systems/static-envoy';
 
 /**
  * What a shared limit costs Envoy per request, by mechanism (issue 14, docs/adr/0016-quotas.md,
@@ -314,21 +314,6 @@ const callgrindDump = (envoy: StartedEnvoy) => dumpedInstructions(envoy.pid, LOG
  * the RLQS filter's usage reports): under callgrind the requests served per second vary with the
  * machine's load, and idle work spread over fewer requests would read as a cost per request.
  */
-/** `count` tools/call POSTs over `CONNECTIONS` keep-alive connections, callers in turn: a fixed amount of work whatever the machine's load. */
-async function sendRequests(envoy: StartedEnvoy, count: number): Promise<number> {
-  let next = 0;
-  let failed = 0;
-  const connection = async () => {
-    while (next < count) {
-      const caller = `caller-${(next++ % CALLERS) + 1}`;
-      const response = await fetch(`http://${HOST}:${envoy.port}/mcp`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-caller': caller }, body: REQUEST });
-      await response.arrayBuffer();
-      if (response.status !== 200) failed += 1;
-    }
-  };
-  await Promise.all(Array.from({ length: CONNECTIONS }, connection));
-  return failed;
-}
 
 /**
  * Instructions per request for a fixed number of requests, less what the same Envoy spends idle for
@@ -342,7 +327,7 @@ async function measureInstructions(envoy: StartedEnvoy, count: number): Promise<
   const idlePerSecond = idleInstructions / ((Date.now() - idleStarted) / 1000);
   const loadStarted = Date.now();
   const before = await requestsCompleted(envoy.adminPort);
-  const non2xx = await sendRequests(envoy, count);
+  const non2xx = await sendToolCalls(envoy.port, count, CONNECTIONS, CALLERS);
   const requests = (await requestsCompleted(envoy.adminPort)) - before;
   const instructions = await callgrindDump(envoy);
   const loadSeconds = (Date.now() - loadStarted) / 1000;

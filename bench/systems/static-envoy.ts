@@ -98,6 +98,25 @@ export function writeWrkScript(file: string, callers: number): void {
   );
 }
 
+/**
+ * `count` tools/call POSTs over `connections` keep-alive connections, `callers` callers in turn: a fixed
+ * amount of work whatever the machine's load (for instruction counts). Returns how many were not 200.
+ */
+export async function sendToolCalls(port: number, count: number, connections: number, callers: number): Promise<number> {
+  let next = 0;
+  let failed = 0;
+  const connection = async () => {
+    while (next < count) {
+      const caller = `caller-${(next++ % callers) + 1}`;
+      const response = await fetch(`http://${HOST}:${port}/mcp`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-caller': caller }, body: REQUEST });
+      await response.arrayBuffer();
+      if (response.status !== 200) failed += 1;
+    }
+  };
+  await Promise.all(Array.from({ length: connections }, connection));
+  return failed;
+}
+
 export function median(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   const middle = Math.floor(sorted.length / 2);
