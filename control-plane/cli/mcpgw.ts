@@ -75,13 +75,15 @@ const hostPort = z.string().transform((value, ctx): HostPort => {
 const joined = (address: HostPort) => `${address.host}:${address.port}`;
 /** The ratelimit service's address: HOST:PORT, or unix:<absolute path> of its gRPC socket (GRPC_UDS, docs/quotas.md). */
 const rateLimitAddress = z.string().transform((value, ctx): RateLimitServiceAddress => {
-  if (!value.startsWith('unix:')) return endpointOf(hostPort.parse(value));
-  const socketPath = value.slice('unix:'.length);
-  if (!path.isAbsolute(socketPath)) {
-    ctx.addIssue({ code: 'custom', message: 'must be HOST:PORT or unix:<absolute path of a socket>, e.g. 127.0.0.1:8081 or unix:/run/mcpgw/ratelimit.sock' });
-    return z.NEVER;
+  if (value.startsWith('unix:')) {
+    const socketPath = value.slice('unix:'.length);
+    if (path.isAbsolute(socketPath)) return { socketPath };
+  } else {
+    const address = hostPort.safeParse(value);
+    if (address.success) return endpointOf(address.data);
   }
-  return { socketPath };
+  ctx.addIssue({ code: 'custom', message: 'must be HOST:PORT or unix:<absolute path of a socket>, e.g. 127.0.0.1:8081 or unix:/run/mcpgw/ratelimit.sock' });
+  return z.NEVER;
 });
 /**
  * Where a control plane takes Envoy's call log when --call-log does not say: its gRPC address's host,
@@ -316,9 +318,7 @@ const gatewayAddressOptions = [
   egressOption(ENVOY_EGRESS_DESCRIPTION),
 ] as const;
 
-function endpointOf(value: HostPort) {
-  return { address: value.host, port: value.port };
-}
+const endpointOf = (value: HostPort) => ({ address: value.host, port: value.port });
 
 /** The gateway's identity provider (token exchange, client credentials): docs/auth.md, Backends. */
 const IDP_OPTIONS = {
@@ -357,7 +357,7 @@ const credentialOptionsOf = (command: { opts(): OptionValues }) => credentialOpt
 /** The control plane's options of rate limits (docs/quotas.md). */
 const QUOTA_OPTIONS = [
   () =>
-    new Option('--ratelimit <host:port|unix:path>', "the ratelimit service's gRPC address (envoyproxy/ratelimit), which counts shared limits for every Envoy: a Unix socket on Envoy's host costs less per call (docs/quotas.md)").argParser(
+    new Option('--ratelimit <host:port|unix:path>', "the ratelimit service's gRPC address (envoyproxy/ratelimit), which counts shared limits for every Envoy: a port, or a Unix socket on Envoy's host (docs/quotas.md)").argParser(
       parsedBy(rateLimitAddress),
     ),
   () => new Option('--ratelimit-config <file>', "where the control plane writes the ratelimit service's configuration of the registry's shared limits (the service reloads it)"),

@@ -50,12 +50,12 @@ export function rateLimitEnvironment(dir: string, ports: RateLimitServicePorts, 
   return {
     // The gateway's Redis ACL user (docs/adr/0017-closed-inside.md): its keys are under mcpgw: too.
     ...(redis.password !== undefined && { REDIS_AUTH: redis.user ? `${redis.user}:${redis.password}` : redis.password }),
-    // Over a Unix socket each call's Redis pipeline skips loopback TCP (measured in docs/adr/0016-quotas.md).
+    // Over Redis's Unix socket each call's pipeline skips loopback TCP: 2–4 µs of Redis CPU less per call (docs/adr/0016-quotas.md).
     ...('socketPath' in redis
       ? { REDIS_SOCKET_TYPE: 'unix', REDIS_URL: redis.socketPath }
       : { REDIS_SOCKET_TYPE: 'tcp', REDIS_URL: `${redis.host}:${redis.port}`, ...(redis.tlsCaFile && { REDIS_TLS: 'true', REDIS_TLS_CACERT: redis.tlsCaFile }) }),
-    // A Unix socket for Envoy's checks (GRPC_UDS wins over GRPC_HOST/GRPC_PORT): cheaper per call for
-    // Envoy and the service than loopback TCP, and only who may enter its directory can connect.
+    // A Unix socket for Envoy's checks (GRPC_UDS wins over GRPC_HOST/GRPC_PORT): only who may enter its
+    // directory can connect (no open port on the inside, ADR-0017), at the cost of loopback TCP.
     ...('socketPath' in ports.grpc ? { GRPC_UDS: ports.grpc.socketPath } : { GRPC_HOST: host, GRPC_PORT: String(ports.grpc.port) }),
     // Without a sink the service dumps every stat into its log every 10 s; the gateway's refusals are
     // counted from Envoy's call log and Envoy's own ratelimit stats, so the service keeps none.

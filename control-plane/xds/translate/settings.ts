@@ -79,8 +79,8 @@ export interface AccessSettings {
 
 /**
  * Where Envoy reaches the ratelimit service: a host and port, or a Unix domain socket on Envoy's host
- * (what the dev stack and `mcpgw up` use: cheaper per call than loopback TCP, and only processes
- * allowed into its directory can connect; docs/quotas.md).
+ * (what the dev stack and `mcpgw up` use: only processes allowed into its directory can connect;
+ * docs/quotas.md).
  */
 export type RateLimitServiceAddress = { address: string; port: number } | { socketPath: string };
 
