@@ -50,7 +50,7 @@ export function rateLimitEnvironment(dir: string, ports: RateLimitServicePorts, 
   return {
     // The gateway's Redis ACL user (docs/adr/0017-closed-inside.md): its keys are under mcpgw: too.
     ...(redis.password !== undefined && { REDIS_AUTH: redis.user ? `${redis.user}:${redis.password}` : redis.password }),
-    // Over Redis's Unix socket each call's pipeline skips loopback TCP: 2–4 µs of Redis CPU less per call (docs/adr/0016-quotas.md).
+    // Over Redis's Unix socket each call's pipeline skips loopback TCP: 1–4 µs of Redis CPU less per call (docs/adr/0016-quotas.md).
     ...('socketPath' in redis
       ? { REDIS_SOCKET_TYPE: 'unix', REDIS_URL: redis.socketPath }
       : { REDIS_SOCKET_TYPE: 'tcp', REDIS_URL: `${redis.host}:${redis.port}`, ...(redis.tlsCaFile && { REDIS_TLS: 'true', REDIS_TLS_CACERT: redis.tlsCaFile }) }),
