@@ -7,7 +7,6 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { stringify } from 'yaml';
 import { projectPath } from '../control-plane/shared/paths';
-import { envoyBinary } from '../control-plane/devstack/envoy';
 import { portAccepts, waitFor } from '../control-plane/devstack/processes';
 import { rateLimitBinary, rateLimitConfigFile, rateLimitEnvironment } from '../control-plane/devstack/ratelimit';
 import { ENVOY_PROTO_INCLUDE_DIRS } from '../control-plane/xds/protobuf/envoy-protos';
@@ -16,6 +15,7 @@ import { dumpedInstructions } from './systems/callgrind';
 import { allocatePort } from './systems/ports';
 import { ProcessGroup, claimCpus } from './systems/process-group';
 import { HOST } from './systems/topology';
+import { ANSWER, REQUEST, any, bootstrap, listener, median, requestsCompleted, sendToolCalls, startEnvoy, staticCluster, writeWrkScript } from './systems/static-envoy';
 
 /**
  * What a shared limit costs Envoy per request, by mechanism (issue 14, docs/adr/0016-quotas.md,
@@ -54,23 +54,8 @@ const log = (line: string) => process.stdout.write(`[rlqs-probe] ${line}\n`);
 type VariantName = 'off' | 'local' | 'ratelimit' | 'ratelimit-google' | 'rlqs1' | 'rlqs3';
 const VARIANTS: VariantName[] = ['off', 'local', 'ratelimit', 'ratelimit-google', 'rlqs1', 'rlqs3'];
 
-const any = (type: string, value: object) => ({ '@type': `type.googleapis.com/${type}`, ...value });
 const callerInput = any('envoy.type.matcher.v3.HttpRequestHeaderMatchInput', { header_name: 'x-caller' });
-const http2Options = {
-  'envoy.extensions.upstreams.http.v3.HttpProtocolOptions': any('envoy.extensions.upstreams.http.v3.HttpProtocolOptions', {
-    explicit_http_config: { http2_protocol_options: {} },
-  }),
-};
 
-function staticCluster(name: string, port: number, http2: boolean) {
-  return {
-    name,
-    type: 'STATIC',
-    connect_timeout: '1s',
-    load_assignment: { cluster_name: name, endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: HOST, port_value: port } } } }] }] },
-    ...(http2 && { typed_extension_protocol_options: http2Options }),
-  };
-}
 
 /** A descriptor per limit: its name and the caller (the header stands in for the token's subject). */
 const rateLimitActions = (limit: string) => [
@@ -182,36 +167,8 @@ function routeRateLimits(variant: VariantName) {
   return [];
 }
 
-function listener(port: number, httpFilters: object[], route: object) {
-  return {
-    name: 'probe',
-    address: { socket_address: { address: HOST, port_value: port } },
-    filter_chains: [
-      {
-        filters: [
-          {
-            name: 'envoy.filters.network.http_connection_manager',
-            typed_config: any('envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager', {
-              stat_prefix: 'probe',
-              route_config: { virtual_hosts: [{ name: 'all', domains: ['*'], routes: [{ match: { prefix: '/' }, ...route }] }] },
-              http_filters: [...httpFilters, { name: 'envoy.filters.http.router', typed_config: any('envoy.extensions.filters.http.router.v3.Router', {}) }],
-            }),
-          },
-        ],
-      },
-    ],
-  };
-}
 
-function bootstrap(adminPort: number, listenerSpec: object, clusters: object[]) {
-  return {
-    admin: { address: { socket_address: { address: HOST, port_value: adminPort } } },
-    static_resources: { listeners: [listenerSpec], clusters },
-  };
-}
 
-const ANSWER = JSON.stringify({ jsonrpc: '2.0', id: 1, result: { content: [{ type: 'text', text: 'echo' }] } });
-const REQUEST = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'bench__echo', arguments: { text: 'echo' } } });
 
 interface Ports {
   backend: number;
@@ -228,21 +185,6 @@ interface StartedEnvoy {
   callgrindOut?: string;
 }
 
-async function startEnvoy(group: ProcessGroup, name: string, config: object, adminPort: number, callgrindOut?: string): Promise<number> {
-  const file = path.join(LOG_DIR, `${name}.yaml`);
-  fs.writeFileSync(file, stringify(config));
-  const envoyArgs = ['-c', file, '--concurrency', '1', '--use-dynamic-base-id', '--log-level', 'warn'];
-  // Under callgrind the count of instructions does not depend on the core: such an Envoy is left
-  // unpinned, so that a busy systems core does not starve it of requests.
-  const envoy = callgrindOut
-    ? group.spawnUnpinned(name, 'valgrind', ['--tool=callgrind', `--callgrind-out-file=${callgrindOut}.%p`, envoyBinary(), ...envoyArgs])
-    : group.spawn(name, envoyBinary(), envoyArgs);
-  // Under callgrind Envoy starts some fifty times slower.
-  await envoy.untilReady(`${name} ready`, async () => ((await fetch(`http://${HOST}:${adminPort}/ready`).then((r) => r.ok).catch(() => false)) ? true : undefined), {
-    timeoutMs: callgrindOut ? 600_000 : 20_000,
-  });
-  return envoy.child.pid!;
-}
 
 interface UsageReports {
   bucket_quota_usages: { bucket_id: { bucket: Record<string, string> } }[];
@@ -312,7 +254,7 @@ async function startRateLimitService(group: ProcessGroup, ports: Ports): Promise
     descriptors: [{ key: 'caller', rate_limit: { unit: 'second', requests_per_unit: NEVER_REACHED } }],
   });
   fs.writeFileSync(configFile, stringify({ domain: 'probe', descriptors: LIMITS.map(perLimit) }));
-  const env = rateLimitEnvironment(LOG_DIR, { grpc: ports.ratelimit, http: await allocatePort(), debug: await allocatePort() }, { host: HOST, port: redisPort });
+  const env = rateLimitEnvironment(LOG_DIR, { grpc: { port: ports.ratelimit }, http: await allocatePort(), debug: await allocatePort() }, { host: HOST, port: redisPort });
   const service = group.spawn('ratelimit', 'env', [...Object.entries(env).map(([key, value]) => `${key}=${value}`), binary]);
   await waitFor('ratelimit service', () => portAccepts(ports.ratelimit));
   return { ratelimit: service.child.pid!, redis: redis.child.pid! };
@@ -320,10 +262,6 @@ async function startRateLimitService(group: ProcessGroup, ports: Ports): Promise
 
 const cpuMicros = (pid: number) => cpuSecondsOf(pid) * 1_000_000;
 
-async function requestsCompleted(adminPort: number): Promise<number> {
-  const text = await (await fetch(`http://${HOST}:${adminPort}/stats?filter=^http\\.probe\\.downstream_rq_completed$`)).text();
-  return Number(/: (\d+)/.exec(text)?.[1] ?? 'NaN');
-}
 
 interface CpuMeasurement {
   variant: VariantName;
@@ -376,21 +314,6 @@ const callgrindDump = (envoy: StartedEnvoy) => dumpedInstructions(envoy.pid, LOG
  * the RLQS filter's usage reports): under callgrind the requests served per second vary with the
  * machine's load, and idle work spread over fewer requests would read as a cost per request.
  */
-/** `count` tools/call POSTs over `CONNECTIONS` keep-alive connections, callers in turn: a fixed amount of work whatever the machine's load. */
-async function sendRequests(envoy: StartedEnvoy, count: number): Promise<number> {
-  let next = 0;
-  let failed = 0;
-  const connection = async () => {
-    while (next < count) {
-      const caller = `caller-${(next++ % CALLERS) + 1}`;
-      const response = await fetch(`http://${HOST}:${envoy.port}/mcp`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-caller': caller }, body: REQUEST });
-      await response.arrayBuffer();
-      if (response.status !== 200) failed += 1;
-    }
-  };
-  await Promise.all(Array.from({ length: CONNECTIONS }, connection));
-  return failed;
-}
 
 /**
  * Instructions per request for a fixed number of requests, less what the same Envoy spends idle for
@@ -404,7 +327,7 @@ async function measureInstructions(envoy: StartedEnvoy, count: number): Promise<
   const idlePerSecond = idleInstructions / ((Date.now() - idleStarted) / 1000);
   const loadStarted = Date.now();
   const before = await requestsCompleted(envoy.adminPort);
-  const non2xx = await sendRequests(envoy, count);
+  const non2xx = await sendToolCalls(envoy.port, count, CONNECTIONS, CALLERS);
   const requests = (await requestsCompleted(envoy.adminPort)) - before;
   const instructions = await callgrindDump(envoy);
   const loadSeconds = (Date.now() - loadStarted) / 1000;
@@ -417,11 +340,6 @@ async function measureInstructions(envoy: StartedEnvoy, count: number): Promise<
   };
 }
 
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
-}
 
 interface Context {
   measuredAt: string;
@@ -465,20 +383,6 @@ function markdown(cpuRuns: CpuMeasurement[], instructionRuns: InstructionMeasure
   ].join('\n');
 }
 
-function writeWrkScript(file: string): void {
-  fs.writeFileSync(
-    file,
-    [
-      'local n = 0',
-      `local body = '${REQUEST}'`,
-      'request = function()',
-      `  n = n % ${CALLERS} + 1`,
-      '  return wrk.format("POST", nil, {["content-type"] = "application/json", ["x-caller"] = "caller-" .. n}, body)',
-      'end',
-      '',
-    ].join('\n'),
-  );
-}
 
 /** A Lua filter standing in for the call script: the caller into dynamic metadata, as jwt_authn's `sub` is. */
 const callerIntoMetadata = {
@@ -596,7 +500,7 @@ async function main(): Promise<void> {
   const group = new ProcessGroup(LOG_DIR, cpuPlan);
   for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => void group.stopAll().then(() => process.exit(130)));
   const wrkScript = path.join(LOG_DIR, 'tools-call.lua');
-  writeWrkScript(wrkScript);
+  writeWrkScript(wrkScript, CALLERS);
   const cpuRuns: CpuMeasurement[] = [];
   const instructionRuns: InstructionMeasurement[] = [];
   let quotaServer: grpc.Server | undefined;

@@ -53,6 +53,8 @@ case "${1:-}" in
   quotas) entry=quota-cost ;;
   # rlqs-probe [--quick]: what a shared limit costs Envoy per request by mechanism (docs/adr/0016-quotas.md).
   rlqs-probe) entry=rlqs-probe ;;
+  # ratelimit-settings [--quick] [--instructions] [--only=a,b]: the shared-limit path's settings one by one (docs/adr/0016-quotas.md).
+  ratelimit-settings) entry=ratelimit-settings ;;
   *) exec node dist/bench/main.js "$@" ;;
 esac
 shift

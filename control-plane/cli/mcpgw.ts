@@ -17,7 +17,7 @@ import { buildGatewayIR } from '../ir/gateway-ir';
 import { asStaticBootstrap, diffXds, formatDifferences } from '../xds/render';
 import { XdsResources, translate } from '../xds/translate';
 import { EMPTY_CALL_LANE_CATALOG } from '../xds/translate/call-lane';
-import { AccessSettings, AllowList, GATEWAY_DEFAULTS, SESSION_CHECK_MARGIN_MS } from '../xds/translate/settings';
+import { AccessSettings, AllowList, GATEWAY_DEFAULTS, RateLimitServiceAddress, SESSION_CHECK_MARGIN_MS } from '../xds/translate/settings';
 import { defaultAccess, defaultPublicUrl } from '../xds/translate/access';
 import { NO_SIGNING_KEYS } from '../xds/translate/auth';
 import { SIGNING_KEY_DEFAULTS } from '../auth/signing-keys';
@@ -73,6 +73,18 @@ const hostPort = z.string().transform((value, ctx): HostPort => {
   return { host: match[1], port: port.data };
 });
 const joined = (address: HostPort) => `${address.host}:${address.port}`;
+/** The ratelimit service's address: HOST:PORT, or unix:<absolute path> of its gRPC socket (GRPC_UDS, docs/quotas.md). */
+const rateLimitAddress = z.string().transform((value, ctx): RateLimitServiceAddress => {
+  if (value.startsWith('unix:')) {
+    const socketPath = value.slice('unix:'.length);
+    if (path.isAbsolute(socketPath)) return { socketPath };
+  } else {
+    const address = hostPort.safeParse(value);
+    if (address.success) return endpointOf(address.data);
+  }
+  ctx.addIssue({ code: 'custom', message: 'must be HOST:PORT or unix:<absolute path of a socket>, e.g. 127.0.0.1:8081 or unix:/run/mcpgw/ratelimit.sock' });
+  return z.NEVER;
+});
 /**
  * Where a control plane takes Envoy's call log when --call-log does not say: its gRPC address's host,
  * two ports up (the port after it is the admin's by default), on either side (control-plane and envoy-bootstrap).
@@ -344,13 +356,16 @@ const credentialOptionsOf = (command: { opts(): OptionValues }) => credentialOpt
 
 /** The control plane's options of rate limits (docs/quotas.md). */
 const QUOTA_OPTIONS = [
-  () => hostPortOption('--ratelimit <host:port>', "the ratelimit service's gRPC address (envoyproxy/ratelimit), which counts shared limits for every Envoy (docs/quotas.md)"),
+  () =>
+    new Option('--ratelimit <host:port|unix:path>', "the ratelimit service's gRPC address (envoyproxy/ratelimit), which counts shared limits for every Envoy: a port, or a Unix socket on Envoy's host (docs/quotas.md)").argParser(
+      parsedBy(rateLimitAddress),
+    ),
   () => new Option('--ratelimit-config <file>', "where the control plane writes the ratelimit service's configuration of the registry's shared limits (the service reloads it)"),
   () => positiveIntOption('--ratelimit-timeout-ms <ms>', "how long Envoy waits for the ratelimit service before a shared limit's whenServiceDown applies", GATEWAY_DEFAULTS.quotas.rateLimitTimeoutMs),
   () => positiveIntOption('--max-tracked-callers <n>', 'callers each per-instance limit counts apart; past it, the least recently seen starts over', GATEWAY_DEFAULTS.quotas.maxTrackedCallers),
 ];
 const quotaOptionsSchema = z.object({
-  ratelimit: z.object({ host: z.string(), port: z.number() }).optional(),
+  ratelimit: z.union([z.object({ address: z.string(), port: z.number() }), z.object({ socketPath: z.string() })]).optional(),
   ratelimitConfig: z.string().optional(),
   ratelimitTimeoutMs: z.number(),
   maxTrackedCallers: z.number(),
@@ -606,7 +621,7 @@ withOptions(withOptions(withOptions(withIdpOptions(subcommand('control-plane', '
           maxRequestBodyBytes: options.maxRequestBodyBytes,
           sessionCheckTimeoutMs: options.sessionCheckTimeoutMs,
           quotas: {
-            ...(quotaOptions.ratelimit && { rateLimitService: endpointOf(quotaOptions.ratelimit) }),
+            ...(quotaOptions.ratelimit && { rateLimitService: quotaOptions.ratelimit }),
             rateLimitTimeoutMs: quotaOptions.ratelimitTimeoutMs,
             maxTrackedCallers: quotaOptions.maxTrackedCallers,
           },

@@ -145,7 +145,7 @@ export async function runUp(options: UpOptions, say: (line: string) => void): Pr
       `dev portal:          ${stack.portalUrl}/v1/registry (serving ${options.registryFile}; edit the file to change routes)`,
       `redis:               ${stack.redisUrl}`,
       insideLine(stack, options),
-      ...(rateLimit ? [`ratelimit service:   ${HOST}:${stack.ports.rateLimitGrpc} (shared limits; its configuration ${stack.rateLimitConfigFile})`] : []),
+      ...(rateLimit ? [`ratelimit service:   unix:${stack.rateLimitSocket} (shared limits; its configuration ${stack.rateLimitConfigFile})`] : []),
       `audit log:           ${stack.auditFile} (one JSON line per tools/call and refused request)`,
       '',
       'Ctrl-C stops everything; a process that exits on its own is restarted.',

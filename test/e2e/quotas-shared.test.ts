@@ -26,7 +26,7 @@ describe('shared limits', () => {
     second = await GatewayStack.start({
       registryFile: writeRegistry(dir, registry(backends)),
       logDir: dir,
-      sharedRateLimit: { grpcPort: first.ports.rateLimitGrpc, configFile: first.rateLimitConfigFile },
+      sharedRateLimit: { socketPath: first.rateLimitSocket, configFile: first.rateLimitConfigFile },
     });
     for (const stack of [first, second]) {
       for (const route of ['shared', 'open', 'closed']) await waitFor(`route ${route} to serve tools`, async () => ((await listedTools(stack.gatewayUrl(route)))?.length ? true : undefined));

@@ -10,7 +10,8 @@ import { loadRegistryFile } from '../../control-plane/registry/static-file';
 import { validateRegistry } from '../../control-plane/registry/validate';
 import { projectPath } from '../../control-plane/shared/paths';
 import { callRouteFilters } from '../../control-plane/xds/translate/call-lane';
-import { callRouteQuotas, gatewayRouteQuotas } from '../../control-plane/xds/translate/quotas';
+import { callRouteQuotas, gatewayRouteQuotas, rateLimitServiceCluster } from '../../control-plane/xds/translate/quotas';
+import { rateLimitEnvironment } from '../../control-plane/devstack/ratelimit';
 
 const service = (name: string, extra: Record<string, unknown> = {}) => ({ name, url: 'http://127.0.0.1:9000/mcp', ...extra });
 
@@ -122,6 +123,33 @@ describe("the ratelimit service's configuration", () => {
         { key: 'limit', value: 'tool:weather/run_task/calls', descriptors: [{ key: 'scope', rate_limit: { unit: 'day', requests_per_unit: 50, name: 'tool:weather/run_task/calls' } }] },
       ],
     });
+  });
+});
+
+describe("the ratelimit service's address", () => {
+  const settings = { rateLimitTimeoutMs: 200, maxTrackedCallers: 10 };
+  const endpointOf = (cluster: ReturnType<typeof rateLimitServiceCluster>) =>
+    (cluster.load_assignment as { endpoints: { lb_endpoints: { endpoint: { address: unknown } }[] }[] }).endpoints[0].lb_endpoints[0].endpoint.address;
+
+  it("is a Unix socket on Envoy's host in a static cluster (a pipe has no name to resolve)", () => {
+    const cluster = rateLimitServiceCluster({ ...settings, rateLimitService: { socketPath: '/run/mcpgw/ratelimit.sock' } });
+    expect(cluster.type).toBe('STATIC');
+    expect(endpointOf(cluster)).toEqual({ pipe: { path: '/run/mcpgw/ratelimit.sock' } });
+  });
+
+  it('or a host and port, resolved by DNS', () => {
+    const cluster = rateLimitServiceCluster({ ...settings, rateLimitService: { address: 'ratelimit.internal', port: 8081 } });
+    expect(cluster.type).toBe('STRICT_DNS');
+    expect(endpointOf(cluster)).toEqual({ socket_address: { address: 'ratelimit.internal', port_value: 8081 } });
+  });
+
+  it('is where the service the dev stack runs listens, and its Redis is reached the same way', () => {
+    const ports = { grpc: { socketPath: '/s/ratelimit.sock' }, http: 1, debug: 2 };
+    const env = rateLimitEnvironment('/d', ports, { socketPath: '/s/redis.sock', user: 'mcpgw', password: 'p' });
+    expect(env).toMatchObject({ GRPC_UDS: '/s/ratelimit.sock', REDIS_SOCKET_TYPE: 'unix', REDIS_URL: '/s/redis.sock', REDIS_AUTH: 'mcpgw:p' });
+    expect(env.GRPC_PORT).toBeUndefined();
+    const overTcp = rateLimitEnvironment('/d', { ...ports, grpc: { port: 8081 } }, { host: '10.0.0.5', port: 6380, tlsCaFile: '/ca.pem' });
+    expect(overTcp).toMatchObject({ GRPC_HOST: '127.0.0.1', GRPC_PORT: '8081', REDIS_SOCKET_TYPE: 'tcp', REDIS_URL: '10.0.0.5:6380', REDIS_TLS: 'true' });
   });
 });
 

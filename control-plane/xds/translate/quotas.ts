@@ -4,7 +4,7 @@ import { LimitIR, Rate, ToolQuotaIR, WhenServiceDown, rateText } from '../../ir/
 import { TypedJson } from '../protobuf/proto-json';
 import type { HttpFilter } from './call-lane';
 import { duration } from './duration';
-import { METADATA_NAMESPACE, QuotaSettings, RATELIMIT_CLUSTER_NAME } from './settings';
+import { METADATA_NAMESPACE, QuotaSettings, RATELIMIT_CLUSTER_NAME, RateLimitServiceAddress } from './settings';
 import { TYPE_URL, typedStruct } from './type-urls';
 
 /**
@@ -177,13 +177,18 @@ export function quotaFilters(settings: QuotaSettings): HttpFilter[] {
   return [...local, ...shared];
 }
 
+const endpointAddress = (service: RateLimitServiceAddress) =>
+  'socketPath' in service ? { pipe: { path: service.socketPath } } : { socket_address: { address: service.address, port_value: service.port } };
+
 /** The ratelimit service's cluster (gRPC); without a configured service it has no endpoint, and every shared limit meets its whenServiceDown. */
 export function rateLimitServiceCluster(settings: QuotaSettings): TypedJson {
   const service = settings.rateLimitService;
+  const overSocket = service !== undefined && 'socketPath' in service;
   return {
     '@type': TYPE_URL.cluster,
     name: RATELIMIT_CLUSTER_NAME,
-    type: 'STRICT_DNS',
+    // A pipe address has no name to resolve (Envoy refuses one in a STRICT_DNS cluster).
+    type: overSocket ? 'STATIC' : 'STRICT_DNS',
     connect_timeout: '1s',
     typed_extension_protocol_options: {
       'envoy.extensions.upstreams.http.v3.HttpProtocolOptions': {
@@ -193,7 +198,7 @@ export function rateLimitServiceCluster(settings: QuotaSettings): TypedJson {
     },
     load_assignment: {
       cluster_name: RATELIMIT_CLUSTER_NAME,
-      endpoints: service ? [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: service.address, port_value: service.port } } } }] }] : [],
+      endpoints: service ? [{ lb_endpoints: [{ endpoint: { address: endpointAddress(service) } }] }] : [],
     },
   };
 }

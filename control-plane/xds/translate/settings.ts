@@ -77,12 +77,19 @@ export interface AccessSettings {
   allowedOrigins: AllowList;
 }
 
+/**
+ * Where Envoy reaches the ratelimit service: a host and port, or a Unix domain socket on Envoy's host
+ * (what the dev stack and `mcpgw up` use: only processes allowed into its directory can connect;
+ * docs/quotas.md).
+ */
+export type RateLimitServiceAddress = { address: string; port: number } | { socketPath: string };
+
 export interface QuotaSettings {
   /**
    * The ratelimit service (envoyproxy/ratelimit, gRPC) that counts shared limits for every Envoy;
    * without one, every shared limit is a limit its service cannot answer for (its whenServiceDown).
    */
-  rateLimitService?: { address: string; port: number };
+  rateLimitService?: RateLimitServiceAddress;
   /** How long Envoy waits for the ratelimit service before a shared limit's whenServiceDown applies. */
   rateLimitTimeoutMs: number;
   /**
