@@ -51,5 +51,5 @@ export async function startAuthVariants(group: ProcessGroup, issuer: Issuer, log
     { name: 'authed', url: stack.gatewayUrl('authed'), headers: bearer('authed') },
   ];
   const pids = { envoy: stack.processes.get('envoy')!.child.pid!, sidecar: stack.processes.get('sidecar')!.child.pid! };
-  return { variants, pids };
+  return { variants, pids, stack };
 }

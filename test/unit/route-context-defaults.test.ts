@@ -31,7 +31,7 @@ const callContext = (rules: CallLaneBackend, credentials: 'none' | 'tokenExchang
 
 describe("a call route's context", () => {
   it('carries none of the gateway constants or defaults', () => {
-    expect(callContext(backend())).toEqual({ route: 'demo', backend: 'weather_eu', scheme: 'weather-eu', 'tool:get': 'r' });
+    expect(callContext(backend())).toEqual({ route: 'demo', backend: 'weather_eu', scheme: 'weather-eu', 'tool:get': 'r', digest: expect.any(String) });
   });
 
   it('carries each value that differs from the defaults', () => {
@@ -46,6 +46,7 @@ describe("a call route's context", () => {
       per_caller_credentials: true,
       credential_mode: 'tokenExchange',
       'tool:get': 'r',
+      digest: expect.any(String),
     });
   });
 

@@ -57,14 +57,41 @@ local M = {}
 -- (call-lane.ts, ROUTE_CONTEXT_DEFAULTS), set once by the prelude the control plane puts on this
 -- script's first line; empty when a test loads the script bare. A route's own value, false included, wins.
 local route_defaults = ROUTE_CONTEXT_DEFAULTS or {}
+-- Each read of a route's filter_context converts Envoy's protobuf value into a new Lua value (an
+-- access rule or the route's scopes into a new table), some twenty reads a call. A worker remembers
+-- what it read of a route's context by the context's digest (call-lane.ts, contextDigest: a hash of the
+-- whole context, so a context that changes in any value, an access rule included, has another digest
+-- and is read anew; docs/adr/0008-data-path-lanes.md). Bounded; a full memory starts over. A context
+-- without a digest (the session end's, a test's) is read every time.
+local ROUTE_MEMORY_MAX = 2048
+local ABSENT = {}
+local route_memory, route_memory_count = {}, 0
 local RouteContext = {}
 RouteContext.__index = RouteContext
 function RouteContext:get(key)
-  local value = self.own:get(key)
-  if value == nil then return route_defaults[key] end
+  local values = self.values
+  local value = values[key]
+  if value == nil then
+    value = self.own:get(key)
+    if value == nil then value = route_defaults[key] end
+    if value == nil then value = ABSENT end
+    values[key] = value
+  end
+  if value == ABSENT then return nil end
   return value
 end
-function M.route_context(h) return setmetatable({ own = h:filterContext() }, RouteContext) end
+function M.route_context(h)
+  local own = h:filterContext()
+  local digest = own:get("digest")
+  if digest == nil then return setmetatable({ own = own, values = {} }, RouteContext) end
+  local values = route_memory[digest]
+  if values == nil then
+    if route_memory_count >= ROUTE_MEMORY_MAX then route_memory, route_memory_count = {}, 0 end
+    values = {}
+    route_memory[digest], route_memory_count = values, route_memory_count + 1
+  end
+  return setmetatable({ own = own, values = values }, RouteContext)
+end
 
 local MCP_NS = "envoy.filters.http.mcp"
 local NS = "mcpgw"
@@ -519,7 +546,19 @@ function M.meta_traceparent_span(body, params_members)
 end
 
 -- "t=30000;r;f;a=2;q=0" → { deadline_ms = 30000, retry = true, fallback = true, access = "2", quota = "0" }
+-- Parsed once per worker and flags (a route has a handful of distinct ones); the table is shared: read only.
+local FLAGS_MEMORY_MAX = 1024
+local parsed_flags, parsed_flags_count = {}, 0
 function M.tool_flags(flags)
+  local known = parsed_flags[flags]
+  if known then return known end
+  if parsed_flags_count >= FLAGS_MEMORY_MAX then parsed_flags, parsed_flags_count = {}, 0 end
+  local parsed = M.parse_tool_flags(flags)
+  parsed_flags[flags], parsed_flags_count = parsed, parsed_flags_count + 1
+  return parsed
+end
+
+function M.parse_tool_flags(flags)
   local parsed = {}
   for flag in string.gmatch(flags, "[^;]+") do
     local deadline = string.match(flag, "^t=(%d+)$")
@@ -785,8 +824,7 @@ end
 
 -- A prompts/get, completion/complete or resources/* request on its backend's route: the name or URI
 -- checked and put back into the backend's own, then the same era, session and credential handling as a call.
-local function forward_request(h, request)
-  local context = M.route_context(h)
+local function forward_request(h, request, context)
   local backend, route, separator, scheme = context:get("backend"), context:get("route"), context:get("separator"), context:get("scheme")
   local era, sessionful = context:get("era"), context:get("sessionful")
   local per_caller, credential_mode = context:get("per_caller_credentials"), context:get("credential_mode")
@@ -880,20 +918,20 @@ end
 -- yields, and reading the body yields: everything needed from them is read first, and they are
 -- fetched again afterwards.
 function envoy_on_request(h)
-  if h:filterContext():get("ends_sessions") then
+  local context = M.route_context(h)
+  if context:get("ends_sessions") then
     -- A DELETE on its way to the sidecar: this worker stops remembering checks of that session now.
     local ended = h:headers():get("mcp-session-id")
     if ended then M.checked_forget(ended .. "\n") end
     return
   end
   local request = h:streamInfo():dynamicMetadata():get(MCP_NS)
-  if request and FORWARDED[request.method] then return forward_request(h, request) end
+  if request and FORWARDED[request.method] then return forward_request(h, request, context) end
   if not request or request.method ~= "tools/call" then return end
   local id = request.id
   if id ~= nil and type(id) ~= "string" and type(id) ~= "number" then
     return error_reply(h, nil, INVALID_REQUEST, ID_RULE, nil, "400")
   end
-  local context = M.route_context(h)
   local backend, route, separator = context:get("backend"), context:get("route"), context:get("separator")
   local exposed = request.params and request.params.name
   local own = sub(exposed, #backend + #separator + 1)
@@ -1542,7 +1580,7 @@ local function call_of(h)
     sidecar = context:get("sidecar_cluster"),
     -- A call an approval let through: a 2026-07-28 backend may ask its client for input first.
     approval_id = ours.approval == "granted" and ours.approval_id or nil,
-    approval_cluster = h:filterContext():get("approval_cluster"),
+    approval_cluster = context:get("approval_cluster"),
   }
   -- What the answer is to, for the errors that name it.
   call.what = call.method .. " " .. (call.tool or "")

@@ -1,4 +1,5 @@
 import * as fs from 'node:fs';
+import { createHash } from 'node:crypto';
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { AccessRuleMessage, CATALOG_DEFAULTS, CatalogSnapshotMessage } from '../../catalog/catalog-store';
 import { BackendCredentials, RouteAuthIR } from '../../ir/gateway-ir';
@@ -176,6 +177,19 @@ export const ROUTE_CONTEXT_DEFAULTS = {
 function withoutDefaults(context: Record<string, unknown>): Record<string, unknown> {
   const defaults: Record<string, unknown> = ROUTE_CONTEXT_DEFAULTS;
   return Object.fromEntries(Object.entries(context).filter(([key, value]) => defaults[key] !== value));
+}
+
+/**
+ * The digest of a route's whole context (128 bits of SHA-256): each Envoy worker's call script
+ * remembers what it read of a context by it (call-lane.lua, route_context), so any change of a value —
+ * a tool's flags, an access rule, a quota — gives the route another digest, and no worker can go on
+ * deciding a call by the rules it remembers from before (docs/adr/0011-caller-identity.md).
+ */
+export const contextDigest = (context: Record<string, unknown>) => createHash('sha256').update(JSON.stringify(context)).digest('base64url').slice(0, 22);
+
+/** A route's context as the call script gets it: without its defaults, with its digest. */
+function scriptContext(context: Record<string, unknown>): Record<string, unknown> {
+  return { ...withoutDefaults(context), digest: contextDigest(context) };
 }
 
 const luaValue = (value: string | number | boolean) => (typeof value === 'string' ? JSON.stringify(value) : String(value));
@@ -425,7 +439,7 @@ export function callRouteFilters(
     context.concurrency_deadline_ms = quotas.deadlineMs;
   }
   return {
-    'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: withoutDefaults(context) }),
+    'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: scriptContext(context) }),
   };
 }
 
@@ -449,7 +463,7 @@ export function surfaceRouteFilters(
   };
   for (const prompt of backend?.prompts ?? []) context[`prompt:${prompt}`] = '';
   return {
-    'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: withoutDefaults(context) }),
+    'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: scriptContext(context) }),
   };
 }
 
