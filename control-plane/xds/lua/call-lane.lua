@@ -57,15 +57,29 @@ local M = {}
 -- (call-lane.ts, ROUTE_CONTEXT_DEFAULTS), set once by the prelude the control plane puts on this
 -- script's first line; empty when a test loads the script bare. A route's own value, false included, wins.
 local route_defaults = ROUTE_CONTEXT_DEFAULTS or {}
+-- A worker's memory of what `make` gives for a key, at most `max` keys: a full memory starts over (the
+-- keys are few in practice: a route's contexts, its tools' flag strings).
+local function bounded_memory(max, make)
+  local entries, count = {}, 0
+  return function(key)
+    local value = entries[key]
+    if value == nil then
+      if count >= max then entries, count = {}, 0 end
+      value = make(key)
+      entries[key], count = value, count + 1
+    end
+    return value
+  end
+end
+
 -- Each read of a route's filter_context converts Envoy's protobuf value into a new Lua value (an
 -- access rule or the route's scopes into a new table), some twenty reads a call. A worker remembers
 -- what it read of a route's context by the context's digest (call-lane.ts, contextDigest: a hash of the
 -- whole context, so a context that changes in any value, an access rule included, has another digest
 -- and is read anew; docs/adr/0008-data-path-lanes.md). Bounded; a full memory starts over. A context
 -- without a digest (the session end's, a test's) is read every time.
-local ROUTE_MEMORY_MAX = 2048
 local ABSENT = {}
-local route_memory, route_memory_count = {}, 0
+local remembered_context_values = bounded_memory(2048, function() return {} end)
 local RouteContext = {}
 RouteContext.__index = RouteContext
 function RouteContext:get(key)
@@ -83,13 +97,7 @@ end
 function M.route_context(h)
   local own = h:filterContext()
   local digest = own:get("digest")
-  if digest == nil then return setmetatable({ own = own, values = {} }, RouteContext) end
-  local values = route_memory[digest]
-  if values == nil then
-    if route_memory_count >= ROUTE_MEMORY_MAX then route_memory, route_memory_count = {}, 0 end
-    values = {}
-    route_memory[digest], route_memory_count = values, route_memory_count + 1
-  end
+  local values = digest == nil and {} or remembered_context_values(digest)
   return setmetatable({ own = own, values = values }, RouteContext)
 end
 
@@ -546,19 +554,7 @@ function M.meta_traceparent_span(body, params_members)
 end
 
 -- "t=30000;r;f;a=2;q=0" → { deadline_ms = 30000, retry = true, fallback = true, access = "2", quota = "0" }
--- Parsed once per worker and flags (a route has a handful of distinct ones); the table is shared: read only.
-local FLAGS_MEMORY_MAX = 1024
-local parsed_flags, parsed_flags_count = {}, 0
-function M.tool_flags(flags)
-  local known = parsed_flags[flags]
-  if known then return known end
-  if parsed_flags_count >= FLAGS_MEMORY_MAX then parsed_flags, parsed_flags_count = {}, 0 end
-  local parsed = M.parse_tool_flags(flags)
-  parsed_flags[flags], parsed_flags_count = parsed, parsed_flags_count + 1
-  return parsed
-end
-
-function M.parse_tool_flags(flags)
+local function parse_tool_flags(flags)
   local parsed = {}
   for flag in string.gmatch(flags, "[^;]+") do
     local deadline = string.match(flag, "^t=(%d+)$")
@@ -573,6 +569,8 @@ function M.parse_tool_flags(flags)
   end
   return parsed
 end
+-- Parsed once per worker and flags (a route has a handful of distinct ones); the table is shared: read only.
+M.tool_flags = bounded_memory(1024, parse_tool_flags)
 
 local function id_json(id)
   if id == nil then return "null" end
