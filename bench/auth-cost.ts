@@ -1,12 +1,12 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
-import * as path from 'node:path';
 import { projectPath } from '../control-plane/shared/paths';
 import { startAuthVariants } from './auth-setup';
 import { startIssuer } from './systems/issuer';
 import { benchSettings } from './settings';
 import { ProcessGroup, claimCpus } from './systems/process-group';
 import { VariantRun, measureVariants, targetsVerdict, variantTable } from './variant-cost';
+import { writeBenchResults } from './report/results-file';
 
 /**
  * What caller identity costs a tools/call (issue 11, docs/adr/0011-caller-identity.md): one gateway,
@@ -22,7 +22,6 @@ import { VariantRun, measureVariants, targetsVerdict, variantTable } from './var
  */
 
 const LOG_DIR = projectPath('.run', 'bench', 'auth');
-const RESULTS_DIR = projectPath('bench', 'results');
 const TARGETS = { p50Ratio: 1.05, saturationRatio: 0.95 };
 /** The variants measured against `open`, smallest difference first; the targets are `authed`'s. */
 const PIECES = ['token', 'validated', 'authed'];
@@ -73,10 +72,7 @@ async function main(): Promise<void> {
   }
   const name = quick ? 'auth-quick' : 'auth';
   const context = { measuredAt: new Date().toISOString(), mode: settings.mode, cores, load: os.loadavg().slice(0, 2), pinned: cpuPlan.pinned, repetitions: settings.repetitions };
-  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.json`), `${JSON.stringify({ ...context, settings: settings.toolCall, repetitions: settings.repetitions, runs }, null, 2)}\n`);
-  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.md`), markdown(runs, context));
-  log(`wrote bench/results/${name}.json and .md`);
-  process.stdout.write(markdown(runs, context));
+  writeBenchResults(name, { ...context, settings: settings.toolCall, repetitions: settings.repetitions, runs }, markdown(runs, context), log);
 }
 
 main().catch((error: unknown) => {

@@ -10,6 +10,7 @@ import { benchSettings } from './settings';
 import { callgrindEnvoy, dumpedInstructions } from './systems/callgrind';
 import { ProcessGroup, claimCpus } from './systems/process-group';
 import { Driver, balancedOrder, readyDriver } from './variant-cost';
+import { writeBenchResults } from './report/results-file';
 
 /**
  * Envoy's instructions per tools/call of each identity variant (bench/auth-setup.ts), counted by
@@ -23,7 +24,6 @@ import { Driver, balancedOrder, readyDriver } from './variant-cost';
  */
 
 const LOG_DIR = projectPath('.run', 'bench', 'auth-instructions');
-const RESULTS_DIR = projectPath('bench', 'results');
 const PLAN = { full: { repetitions: 8, calls: 150, warmupCalls: 50 }, quick: { repetitions: 4, calls: 100, warmupCalls: 30 } };
 /** Envoy under valgrind needs minutes, not seconds, to start on a busy machine. */
 const ENVOY_START_TIMEOUT_MS = 300_000;
@@ -109,10 +109,7 @@ async function main(): Promise<void> {
     ...rows,
     '',
   ].join('\n');
-  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.json`), `${JSON.stringify({ ...context, counted }, null, 2)}\n`);
-  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.md`), markdown);
-  log(`wrote bench/results/${name}.json and .md`);
-  process.stdout.write(markdown);
+  writeBenchResults(name, { ...context, counted }, markdown, log);
 }
 
 main().catch((error: unknown) => {

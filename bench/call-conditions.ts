@@ -15,6 +15,7 @@ import { callgrindEnvoy, dumpedInstructions } from './systems/callgrind';
 import { ProcessGroup, claimCpus } from './systems/process-group';
 import { gatewayRegistry, inRotation, startBackends, startMcpRouter } from './systems/systems';
 import { HOST, RouteSpec, allRoutes, planTopology } from './systems/topology';
+import { writeBenchResults } from './report/results-file';
 
 /**
  * Does the full bench's registry cost the gateway more per tools/call than call-cost's (issue 10,
@@ -35,7 +36,6 @@ import { HOST, RouteSpec, allRoutes, planTopology } from './systems/topology';
  */
 
 const LOG_DIR = projectPath('.run', 'bench', 'call-conditions');
-const RESULTS_DIR = projectPath('bench', 'results');
 /** Calls per counted block, the uncounted ones before instrumenting and after, and how many in flight (callgrind runs one thread at a time). */
 const COUNTED = { calls: 150, warmupCalls: 50, inFlight: 4 };
 /** Envoy under valgrind needs minutes, not seconds, to start on a busy machine. */
@@ -158,10 +158,7 @@ async function main(): Promise<void> {
   const loadAfter = os.loadavg().slice(0, 2);
   const name = options.instructions ? 'call-conditions-instructions' : 'call-conditions';
   const markdown = report(results, { instructions: options.instructions, repetitions: options.repetitions, loadBefore, loadAfter });
-  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.json`), `${JSON.stringify({ measuredAt: new Date().toISOString(), load: { before: loadBefore, after: loadAfter }, results }, null, 2)}\n`);
-  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.md`), markdown);
-  log(`wrote bench/results/${name}.json and .md`);
-  process.stdout.write(markdown);
+  writeBenchResults(name, { measuredAt: new Date().toISOString(), load: { before: loadBefore, after: loadAfter }, results }, markdown, log);
 }
 
 /** One row per measured figure, a column per system: median over repetitions (min–max). */

@@ -14,6 +14,7 @@ import { allocatePort } from './systems/ports';
 import { ProcessGroup, claimCpus } from './systems/process-group';
 import { inRotation, startEnvoy, startSingleBackendRoute } from './systems/systems';
 import { HOST } from './systems/topology';
+import { writeBenchResults } from './report/results-file';
 
 /**
  * Where a tools/call's CPU goes, every process counted (issue 10, docs/adr/0008-data-path-lanes.md,
@@ -29,7 +30,6 @@ import { HOST } from './systems/topology';
  */
 
 const LOG_DIR = projectPath('.run', 'bench', 'call-cost');
-const RESULTS_DIR = projectPath('bench', 'results');
 const REPETITIONS = { full: 8, quick: 2 };
 /** Below every system's saturation on a quiet machine (on a loaded one C may fall short: its answers/s row says so). */
 const FIXED_RATE = 300;
@@ -140,10 +140,7 @@ async function main(): Promise<void> {
   const loadAfter = os.loadavg().slice(0, 2);
   const markdown = report(runs, { loadBefore, loadAfter, repetitions, cores, pinned: cpuPlan.pinned });
   const name = quick ? 'call-cost-quick' : 'call-cost';
-  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.json`), `${JSON.stringify({ measuredAt: new Date().toISOString(), load: { before: loadBefore, after: loadAfter }, repetitions, runs }, null, 2)}\n`);
-  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.md`), markdown);
-  log(`wrote bench/results/${name}.json and .md`);
-  process.stdout.write(markdown);
+  writeBenchResults(name, { measuredAt: new Date().toISOString(), load: { before: loadBefore, after: loadAfter }, repetitions, runs }, markdown, log);
 }
 
 function snapshot(pids: Record<string, number>): Record<string, number> {

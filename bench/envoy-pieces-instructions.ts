@@ -13,6 +13,7 @@ import { ProcessGroup, claimCpus } from './systems/process-group';
 import { HOST } from './systems/topology';
 import { benchSettings } from './settings';
 import { Driver, balancedOrder, readyDriver } from './variant-cost';
+import { writeBenchResults } from './report/results-file';
 
 /**
  * Where Envoy's instructions per tools/call go, piece by piece (issue 10: C's Envoy share). The
@@ -29,7 +30,6 @@ import { Driver, balancedOrder, readyDriver } from './variant-cost';
  */
 
 const LOG_DIR = projectPath('.run', 'bench', 'envoy-pieces');
-const RESULTS_DIR = projectPath('bench', 'results');
 const PLAN = { full: { rounds: 6, calls: 200, warmupCalls: 60 }, quick: { rounds: 2, calls: 100, warmupCalls: 30 } };
 const ENVOY_START_TIMEOUT_MS = 600_000;
 const IN_FLIGHT = 4;
@@ -274,10 +274,7 @@ async function main(): Promise<void> {
     ...rows,
     '',
   ].join('\n');
-  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.json`), `${JSON.stringify({ ...context, counted }, null, 2)}\n`);
-  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.md`), markdown);
-  log(`wrote bench/results/${name}.json and .md`);
-  process.stdout.write(markdown);
+  writeBenchResults(name, { ...context, counted }, markdown, log);
 }
 
 main().catch((error: unknown) => {

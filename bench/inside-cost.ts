@@ -14,6 +14,7 @@ import { ProcessGroup, claimCpus } from './systems/process-group';
 import { startSingleBackendRoute } from './systems/systems';
 import { HOST } from './systems/topology';
 import { ProcessIds, VariantRun, cpuMicros, measureVariants, targetsVerdict, variantTable } from './variant-cost';
+import { writeBenchResults } from './report/results-file';
 
 /**
  * What the closed inside costs a tools/call (issue 14, docs/adr/0017-closed-inside.md): two gateways
@@ -26,7 +27,6 @@ import { ProcessIds, VariantRun, cpuMicros, measureVariants, targetsVerdict, var
  */
 
 const LOG_DIR = projectPath('.run', 'bench', 'inside');
-const RESULTS_DIR = projectPath('bench', 'results');
 /** Ours, not the issue's (it sets none for the inside): about the auth bench's, for a cost of the same kind. */
 const TARGETS = { p50Ratio: 1.05, saturationRatio: 0.95 };
 type Variant = 'plain' | 'closed';
@@ -147,10 +147,7 @@ async function main(): Promise<void> {
   }
   const name = quick ? 'inside-quick' : 'inside';
   const context = { measuredAt: new Date().toISOString(), mode: settings.mode, cores, load: os.loadavg().slice(0, 2), pinned: cpuPlan.pinned };
-  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.json`), `${JSON.stringify({ ...context, settings: settings.toolCall, repetitions: settings.repetitions, runs, egress }, null, 2)}\n`);
-  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.md`), markdown(runs, egress, context));
-  log(`wrote bench/results/${name}.json and .md`);
-  process.stdout.write(markdown(runs, egress, context));
+  writeBenchResults(name, { ...context, settings: settings.toolCall, repetitions: settings.repetitions, runs, egress }, markdown(runs, egress, context), log);
 }
 
 main().catch((error: unknown) => {

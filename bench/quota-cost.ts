@@ -10,6 +10,7 @@ import { ProcessGroup, claimCpus } from './systems/process-group';
 import { startBackendProcess } from './systems/systems';
 import { HOST } from './systems/topology';
 import { VariantRun, measureVariants, medianOf, variantTable } from './variant-cost';
+import { writeBenchResults } from './report/results-file';
 
 /**
  * What rate limiting costs a tools/call (issue 14, docs/adr/0016-quotas.md): one gateway, one backend,
@@ -26,7 +27,6 @@ import { VariantRun, measureVariants, medianOf, variantTable } from './variant-c
  */
 
 const LOG_DIR = projectPath('.run', 'bench', 'quotas');
-const RESULTS_DIR = projectPath('bench', 'results');
 /** Saturation of each variant against `off` (issue 14). */
 const TARGETS = { local: 0.97, global: 0.9 };
 const NEVER_REACHED = '1000000/second';
@@ -108,10 +108,7 @@ async function main(): Promise<void> {
   }
   const name = quick ? 'quotas-quick' : 'quotas';
   const context = { measuredAt: new Date().toISOString(), mode: settings.mode, cores, load: os.loadavg().slice(0, 2), pinned: cpuPlan.pinned, repetitions: settings.repetitions };
-  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.json`), `${JSON.stringify({ ...context, settings: settings.toolCall, runs }, null, 2)}\n`);
-  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.md`), markdown(runs, context));
-  log(`wrote bench/results/${name}.json and .md`);
-  process.stdout.write(markdown(runs, context));
+  writeBenchResults(name, { ...context, settings: settings.toolCall, runs }, markdown(runs, context), log);
 }
 
 main().catch((error: unknown) => {

@@ -13,6 +13,7 @@ import { allocatePort } from './systems/ports';
 import { ProcessGroup, claimCpus } from './systems/process-group';
 import { ANSWER, any, bootstrap, listener, median, requestsCompleted, sendToolCalls, startEnvoy, staticCluster, writeWrkScript } from './systems/static-envoy';
 import { HOST } from './systems/topology';
+import { writeBenchResults } from './report/results-file';
 
 /**
  * What each setting of a shared limit's path costs per request (issue 14, docs/adr/0016-quotas.md,
@@ -32,7 +33,6 @@ import { HOST } from './systems/topology';
 
 /** One folder per mode, so that a CPU run and an instruction run may go side by side. */
 const LOG_DIR = projectPath('.run', 'bench', process.argv.includes('--instructions') ? 'ratelimit-settings-instructions' : 'ratelimit-settings');
-const RESULTS_DIR = projectPath('bench', 'results');
 const CALLERS = 8;
 const CONNECTIONS = 16;
 const NEVER_REACHED = 1_000_000;
@@ -366,9 +366,7 @@ async function main(): Promise<void> {
   }
   const context: Context = { measuredAt: new Date().toISOString(), load: os.loadavg().slice(0, 2), cores, mode: instrumented ? 'instructions' : 'cpu', ...plan };
   const name = `ratelimit-settings${instrumented ? '-instructions' : ''}${quick ? '-quick' : ''}`;
-  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.json`), `${JSON.stringify({ ...context, runs, instructionRuns }, null, 2)}\n`);
-  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.md`), markdown(runs, instructionRuns, context));
-  process.stdout.write(markdown(runs, instructionRuns, context));
+  writeBenchResults(name, { ...context, runs, instructionRuns }, markdown(runs, instructionRuns, context));
 }
 
 main().catch((error: unknown) => {

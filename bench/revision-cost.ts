@@ -9,6 +9,7 @@ import { ProcessGroup, claimCpus } from './systems/process-group';
 import { startSingleBackendRoute } from './systems/systems';
 import { ProcessIds, VariantRun, measureVariants, variantTable } from './variant-cost';
 import { baselineStart, revisionOf } from './systems/baseline';
+import { writeBenchResults } from './report/results-file';
 
 /**
  * Two revisions of the gateway in one run (issue 10, docs/adr/0008-data-path-lanes.md, the saturation
@@ -24,7 +25,6 @@ import { baselineStart, revisionOf } from './systems/baseline';
  */
 
 const LOG_DIR = projectPath('.run', 'bench', 'revision');
-const RESULTS_DIR = projectPath('bench', 'results');
 const USAGE = 'usage: scripts/bench.sh revision <baseline worktree, built> [--quick] [--rate N]';
 const REPETITIONS = { full: 12, quick: 2 };
 
@@ -91,10 +91,7 @@ async function main(): Promise<void> {
     '',
   ].join('\n');
   const name = `revision-cost${rate ? `-${rate}-rps` : ''}${quick ? '-quick' : ''}`;
-  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.json`), `${JSON.stringify({ ...context, settings: settings.toolCall, repetitions: settings.repetitions, runs }, null, 2)}\n`);
-  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.md`), markdown);
-  log(`wrote bench/results/${name}.json and .md`);
-  process.stdout.write(markdown);
+  writeBenchResults(name, { ...context, settings: settings.toolCall, repetitions: settings.repetitions, runs }, markdown, log);
 }
 
 main().catch((error: unknown) => {

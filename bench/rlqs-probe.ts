@@ -16,6 +16,7 @@ import { allocatePort } from './systems/ports';
 import { ProcessGroup, claimCpus } from './systems/process-group';
 import { HOST } from './systems/topology';
 import { ANSWER, REQUEST, any, bootstrap, listener, median, requestsCompleted, sendToolCalls, startEnvoy, staticCluster, writeWrkScript } from './systems/static-envoy';
+import { RESULTS_DIR, writeBenchResults } from './report/results-file';
 
 /**
  * What a shared limit costs Envoy per request, by mechanism (issue 14, docs/adr/0016-quotas.md,
@@ -41,7 +42,6 @@ import { ANSWER, REQUEST, any, bootstrap, listener, median, requestsCompleted, s
  */
 
 const LOG_DIR = projectPath('.run', 'bench', 'rlqs-probe');
-const RESULTS_DIR = projectPath('bench', 'results');
 const CALLERS = 8;
 const CONNECTIONS = 16;
 const NEVER_REACHED = 1_000_000;
@@ -556,9 +556,7 @@ async function main(): Promise<void> {
   }
   const context: Context = { measuredAt: new Date().toISOString(), usageReports, load: os.loadavg().slice(0, 2), cores, ...plan };
   const name = quick ? 'rlqs-probe-quick' : 'rlqs-probe';
-  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.json`), `${JSON.stringify({ ...context, cpuRuns, instructionRuns }, null, 2)}\n`);
-  fs.writeFileSync(path.join(RESULTS_DIR, `${name}.md`), markdown(cpuRuns, instructionRuns, context));
-  process.stdout.write(markdown(cpuRuns, instructionRuns, context));
+  writeBenchResults(name, { ...context, cpuRuns, instructionRuns }, markdown(cpuRuns, instructionRuns, context));
 }
 
 main().catch((error: unknown) => {
