@@ -178,8 +178,11 @@ export const toolsListBody = (id: JsonRpcId, result: CatalogListResult, fields?:
  * the same entries, so they share one `shown` list — and its bytes — per catalog version.
  */
 interface ListDeciders {
-  rules: Map<AccessRuleMessage, number>;
-  needs: Map<string, { index: number; backend: BackendView; needs: readonly string[] }>;
+  rules: AccessRuleMessage[];
+  needs: { backend: BackendView; needs: readonly string[] }[];
+  /** By an entry's position in the list: the index of its rule in `rules`, of its needs in `needs`; -1 for none. */
+  ruleOf: number[];
+  needsOf: number[];
   /** The entries shown, by the decisions that select them; the most recently used few. */
   shown: Map<string, { items: ListedItem[] }>;
 }
@@ -189,17 +192,26 @@ const SHOWN_LISTS_KEPT = 8;
 
 const decidersByList = new WeakMap<CatalogList, ListDeciders>();
 
-const needsKey = (item: ListedItem) => `${item.backend.name}\n${item.needs.join('\n')}`;
-
 function decidersOf(list: CatalogList): ListDeciders {
   let deciders = decidersByList.get(list);
   if (!deciders) {
-    deciders = { rules: new Map(), needs: new Map(), shown: new Map() };
+    const ruleIndex = new Map<AccessRuleMessage, number>();
+    const needsIndex = new Map<string, number>();
+    deciders = { rules: [], needs: [], ruleOf: [], needsOf: [], shown: new Map() };
     for (const item of list.items) {
-      if (item.accessRule && !deciders.rules.has(item.accessRule)) deciders.rules.set(item.accessRule, deciders.rules.size);
-      if (item.needs.length > 0 && !deciders.needs.has(needsKey(item))) {
-        deciders.needs.set(needsKey(item), { index: deciders.needs.size, backend: item.backend, needs: item.needs });
+      let rule = -1;
+      if (item.accessRule) {
+        rule = ruleIndex.get(item.accessRule) ?? deciders.rules.push(item.accessRule) - 1;
+        ruleIndex.set(item.accessRule, rule);
       }
+      let needs = -1;
+      if (item.needs.length > 0) {
+        const key = `${item.backend.name}\n${item.needs.join('\n')}`;
+        needs = needsIndex.get(key) ?? deciders.needs.push({ backend: item.backend, needs: item.needs }) - 1;
+        needsIndex.set(key, needs);
+      }
+      deciders.ruleOf.push(rule);
+      deciders.needsOf.push(needs);
     }
     decidersByList.set(list, deciders);
   }
@@ -209,22 +221,18 @@ function decidersOf(list: CatalogList): ListDeciders {
 /** The entries of `list` this audience is shown: each rule decided once for its caller, each need once for its capabilities. */
 function shownTo(list: CatalogList, audience: ListAudience, byCapabilities: boolean): { items: ListedItem[] } {
   const { offeredBy, caller } = audience;
-  const deciders = decidersOf(list);
-  const ruleAllows = [...deciders.rules.keys()].map((rule) => accessDecision(rule, caller).allowed);
-  const needsMet = [...deciders.needs.values()].map(({ backend, needs }) => !byCapabilities || allows(offeredBy!(backend), needs));
+  const { rules, needs, ruleOf, needsOf, shown: kept } = decidersOf(list);
+  const ruleAllows = rules.map((rule) => accessDecision(rule, caller).allowed);
+  const needsMet = needs.map((entry) => !byCapabilities || allows(offeredBy!(entry.backend), entry.needs));
   const key = `${ruleAllows.map(Number).join('')}|${needsMet.map(Number).join('')}`;
-  let shown = deciders.shown.get(key);
+  let shown = kept.get(key);
   if (shown) {
-    deciders.shown.delete(key);
+    kept.delete(key);
   } else {
-    shown = {
-      items: list.items.filter(
-        (item) => (!item.accessRule || ruleAllows[deciders.rules.get(item.accessRule)!]) && (item.needs.length === 0 || needsMet[deciders.needs.get(needsKey(item))!.index]),
-      ),
-    };
-    if (deciders.shown.size >= SHOWN_LISTS_KEPT) deciders.shown.delete(deciders.shown.keys().next().value!);
+    shown = { items: list.items.filter((_item, index) => (ruleOf[index] < 0 || ruleAllows[ruleOf[index]]) && (needsOf[index] < 0 || needsMet[needsOf[index]])) };
+    if (kept.size >= SHOWN_LISTS_KEPT) kept.delete(kept.keys().next().value!);
   }
-  deciders.shown.set(key, shown);
+  kept.set(key, shown);
   return shown;
 }
 
