@@ -5,6 +5,8 @@ import { spawnSync } from 'node:child_process';
 import { parse, parseAllDocuments, stringify } from 'yaml';
 import { envoyBinary } from '../../control-plane/devstack/envoy';
 import { rateLimitEnvironment } from '../../control-plane/devstack/ratelimit';
+import { DEV_REDIS_USER } from '../../control-plane/devstack/dev-inside';
+import { loadRegistryFile } from '../../control-plane/registry/static-file';
 import { projectPath } from '../../control-plane/shared/paths';
 import { testDir } from '../support/gateway-fixture';
 import { kubeconform, writeKubeconformSchemas } from '../support/kubernetes-schemas';
@@ -536,6 +538,44 @@ describe('docker-compose.yml', () => {
     for (const [name, service] of Object.entries(services)) if (!oneShot.has(name)) expect([name, Boolean(service.healthcheck)]).toEqual([name, true]);
     expect(services.sidecar.depends_on).toEqual({ redis: { condition: 'service_healthy' }, 'control-plane': { condition: 'service_healthy' } });
     expect(services.envoy.depends_on).toMatchObject({ 'envoy-bootstrap': { condition: 'service_completed_successfully' }, sidecar: { condition: 'service_healthy' } });
+  });
+
+  it("runs the ratelimit service on the socket the control plane's --ratelimit names, in a volume only Envoy shares, reading the file the control plane writes, with the dev stack's settings", () => {
+    type Service = { environment?: Record<string, string>; volumes?: string[]; command?: string[]; build?: { context: string; dockerfile: string }; depends_on?: Record<string, unknown> };
+    const services = parse(fs.readFileSync(composeFile, 'utf8')).services as Record<string, Service>;
+    const rateLimit = services.ratelimit;
+    expect(rateLimit).toBeDefined();
+    const settings = rateLimit.environment!;
+    /** A service's mount (volume, path in the container, read-only) under which `file` lies. */
+    const mountOf = (service: Service, file: string) =>
+      (service.volumes ?? []).map((entry) => entry.split(':')).map(([volume, target, mode]) => ({ volume, target, readOnly: mode === 'ro' })).find(({ target }) => file.startsWith(`${target}/`));
+
+    const controlPlane = services['control-plane'].command!;
+    const socket = optionValue(controlPlane, '--ratelimit')!.replace(/^unix:/, '');
+    expect(settings.GRPC_UDS).toBe(socket);
+    const socketMount = mountOf(services.envoy, socket);
+    expect(mountOf(rateLimit, socket)).toEqual(socketMount);
+    // Besides the two, only the one-shot `inside` (which gives the volume to uid 1000) mounts it.
+    const withSocket = Object.entries(services).filter(([, service]) => (service.volumes ?? []).some((entry) => entry.startsWith(`${socketMount!.volume}:`))).map(([name]) => name);
+    expect(withSocket.sort()).toEqual(['envoy', 'inside', 'ratelimit']);
+    expect([settings.HOST, settings.DEBUG_HOST, settings.GRPC_HOST]).toEqual(['127.0.0.1', '127.0.0.1', undefined]);
+
+    const configFile = optionValue(controlPlane, '--ratelimit-config')!;
+    expect(path.dirname(configFile)).toBe(path.posix.join(settings.RUNTIME_ROOT, settings.RUNTIME_SUBDIRECTORY, 'config'));
+    const written = mountOf(services['control-plane'], configFile);
+    expect(mountOf(rateLimit, configFile)).toEqual({ ...written, readOnly: true });
+    expect(rateLimit.depends_on).toMatchObject({ 'control-plane': { condition: 'service_healthy' } });
+    expect(services.envoy.depends_on).toMatchObject({ ratelimit: { condition: 'service_healthy' } });
+
+    expect(settings).toMatchObject(devstackRateLimitSettings());
+    // The compose stack's Redis as the gateway's ACL user, the password from its file.
+    expect(settings).toMatchObject({ REDIS_TYPE: 'SINGLE', REDIS_SOCKET_TYPE: 'tcp', REDIS_URL: 'redis:6379', REDIS_PASSWORD_FILE: '/inside/dev/redis-password' });
+    const dockerfile = fs.readFileSync(projectPath(rateLimit.build!.context, rateLimit.build!.dockerfile), 'utf8');
+    expect(dockerfile).toContain(`FROM envoyproxy/ratelimit:${pinnedRateLimitCommit()} AS service`);
+    expect(dockerfile).toContain(`REDIS_AUTH=\\"${DEV_REDIS_USER}:$(cat \\"$REDIS_PASSWORD_FILE\\")\\"`);
+    // The registry it mounts has a shared limit, and it is one the control plane accepts.
+    const registry = loadRegistryFile(projectPath('registry', 'compose.yaml'));
+    expect(JSON.stringify(registry)).toContain('"shared":true');
   });
 
   it('passes only options mcpgw knows, to the commands as they are now', () => {
