@@ -2,19 +2,22 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import express from 'express';
 import * as http from 'node:http';
-import { ManagedProcess, waitFor } from '../../control-plane/devstack/processes';
-import { rateLimitConfigFile } from '../../control-plane/devstack/ratelimit';
+import { ManagedProcess, freePorts, waitFor } from '../../control-plane/devstack/processes';
+import { DEV_REDIS_USER } from '../../control-plane/devstack/dev-inside';
+import { rateLimitBinary, rateLimitConfigFile, rateLimitEnvironment } from '../../control-plane/devstack/ratelimit';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { fetchRateLimitConfig } from '../../control-plane/quotas/ratelimit-config-sync';
 import { TokenFile, adminAccess } from '../../control-plane/shared/admin-access';
 import { listen } from '../../control-plane/shared/http-listen';
 import { projectPath } from '../../control-plane/shared/paths';
+import { readRedisPassword } from '../../control-plane/shared/redis-client';
 import { startGateway } from '../support/gateway-fixture';
 
 /**
  * Where the ratelimit service runs beside Envoy, away from every control plane (the Helm chart's
  * Envoy pods), `mcpgw ratelimit-config-sync` keeps its configuration file the same as the one the
- * control plane writes beside itself (docs/deploying.md): a real control plane, the real command.
+ * control plane writes beside itself (docs/deploying.md): a real control plane, the real command, and
+ * a second real ratelimit service that reads only the copy.
  */
 const CLI = projectPath('dist', 'control-plane', 'cli', 'mcpgw.js');
 
@@ -22,6 +25,8 @@ describe('mcpgw ratelimit-config-sync', () => {
   let stack: GatewayStack;
   let dir: string;
   let sync: ManagedProcess;
+  let besideEnvoy: ManagedProcess;
+  let besideEnvoyDebug: string;
   let synced: string;
   let backends: { jobs: string };
 
@@ -31,15 +36,34 @@ describe('mcpgw ratelimit-config-sync', () => {
 
   beforeAll(async () => {
     ({ stack, dir, backends } = await startGateway('ratelimit-config-sync', registry('4/minute'), { rateLimit: true, registryRefreshMs: 500 }));
-    synced = rateLimitConfigFile(path.join(dir, 'beside-envoy'));
+    const serviceDir = path.join(dir, 'beside-envoy');
+    synced = rateLimitConfigFile(serviceDir);
     sync = new ManagedProcess({
       name: 'ratelimit-config-sync',
       command: process.execPath,
       args: [CLI, 'ratelimit-config-sync', `--control-plane=${stack.controlPlaneAdminUrl}`, `--output=${synced}`, '--interval-ms=200'],
       logFile: path.join(dir, 'ratelimit-config-sync.log'),
     });
+    // The service beside "Envoy": its runtime directory is the copy's, as in the chart's Envoy pods.
+    await waitFor('the sync to write a first configuration', async () => (fs.existsSync(synced) ? true : undefined));
+    const [http, debug] = await freePorts(2);
+    besideEnvoyDebug = `http://127.0.0.1:${debug}`;
+    const redis = new URL(stack.redisUrl);
+    besideEnvoy = new ManagedProcess({
+      name: 'ratelimit-beside-envoy',
+      command: rateLimitBinary()!,
+      args: [],
+      env: rateLimitEnvironment(serviceDir, { grpc: { socketPath: path.join(serviceDir, 'ratelimit.sock') }, http, debug }, {
+        host: redis.hostname,
+        port: Number(redis.port),
+        user: DEV_REDIS_USER,
+        password: readRedisPassword(stack.redisPasswordFile!),
+      }),
+      logFile: path.join(dir, 'ratelimit-beside-envoy.log'),
+    });
   });
   afterAll(async () => {
+    await besideEnvoy?.stop();
     await sync?.stop();
     await stack?.stop();
   });
@@ -53,10 +77,17 @@ describe('mcpgw ratelimit-config-sync', () => {
     const first = await waitFor('the copy to match the control plane file', same);
     expect(first).toContain('name: route:shared/calls');
     expect(first).toContain('requests_per_unit: 4');
+    // The service reads the copy (its /rlconfig lists what it loaded) and reloads it when it changes.
+    const loaded = (rate: number) => async () => {
+      const text = await (await fetch(`${besideEnvoyDebug}/rlconfig`)).text().catch(() => '');
+      return text.includes('route:shared/calls') && text.includes(`requests_per_unit=${rate}`) ? text : undefined;
+    };
+    await waitFor('the service beside Envoy to load the copy', loaded(4));
 
     await stack.setPortalRegistry(registry('6/minute')(backends));
     const second = await waitFor('the copy to follow the new rate', async () => ((await same())?.includes('requests_per_unit: 6') ? fs.readFileSync(synced, 'utf8') : undefined));
     expect(second).toContain('name: route:shared/calls');
+    await waitFor('the service beside Envoy to reload the copy', loaded(6));
   });
 });
 
