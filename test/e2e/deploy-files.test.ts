@@ -273,6 +273,17 @@ describe('the Helm chart', () => {
     expect(containerOf(named(off, 'Deployment', 'control-plane'), 'control-plane').args.some((arg: string) => arg.startsWith('--ratelimit'))).toBe(false);
   });
 
+  it('warns after install when the chart-made registry has shared limits but no ratelimit service runs', () => {
+    const notes = (...extra: string[]) => {
+      const result = helm('install', RELEASE, CHART, '--dry-run=client', '--namespace', NAMESPACE, ...valuesFile('ratelimit'), ...extra);
+      expect(result.status).toBe(0);
+      return result.stdout.slice(result.stdout.indexOf('NOTES:'));
+    };
+    expect(notes('--set', 'rateLimit.enabled=false')).toContain('WARNING: the registry has shared limits (shared: true) but no ratelimit service runs');
+    expect(notes()).not.toContain('WARNING');
+    expect(notes('--set', 'rateLimit.enabled=false', '--set', 'registry.configMap.content=routes: []')).not.toContain('WARNING');
+  });
+
   it("gives the ratelimit service the gateway's Redis TLS: the chart's Sentinels' CA, or an external Redis's address, ACL user and CA", () => {
     const tls = render('sentinel-tls').manifests;
     const sentinel = containerOf(named(tls, 'Deployment', 'envoy'), 'ratelimit');
