@@ -19,6 +19,8 @@ export interface AdminSources extends DashboardSources {
   /** Refreshes the Tool Services of one route, or all; false for an unknown route key. */
   refreshCatalog(routeKey?: string): Promise<boolean>;
   xdsResources(): XdsResources;
+  /** The ratelimit service's configuration of the registry's shared limits, as its file holds it (docs/quotas.md). */
+  rateLimitServiceConfig(): string;
   /** The issuers' signing keys the routes with auth are validated with. */
   signingKeys(): SigningKeyStatus[];
   metrics: MetricsRegistry;
@@ -113,6 +115,11 @@ export function createAdminApp(sources: AdminSources, tokenFile?: TokenFile): ex
   });
   app.get('/config/xds', (_req, res) => {
     res.json(sources.xdsResources());
+  });
+  // For a ratelimit service on another host than this control plane (an Envoy pod's, in the Helm
+  // chart): `mcpgw ratelimit-config-sync` copies it into the service's runtime directory.
+  app.get('/config/ratelimit', (_req, res) => {
+    res.type('application/yaml').send(sources.rateLimitServiceConfig());
   });
   mountDashboard(app, sources);
   return app;

@@ -43,7 +43,7 @@ import { XdsResources, translate } from '../xds/translate';
 import { EMPTY_CALL_LANE_CATALOG, callLaneCatalogOf } from '../xds/translate/call-lane';
 import { GatewaySettings } from '../xds/translate/settings';
 import { CALL_LOG_BUFFER_BYTES } from '../xds/translate/listener';
-import { hasSharedLimits, rateLimitServiceConfig, writeRateLimitServiceConfig } from '../quotas/ratelimit-service-config';
+import { hasSharedLimits, rateLimitServiceConfig, rateLimitServiceConfigText, writeRateLimitServiceConfig } from '../quotas/ratelimit-service-config';
 import { SIGNING_KEY_DEFAULTS, SigningKeySettings, SigningKeyStore } from '../auth/signing-keys';
 
 export interface ControlPlaneOptions {
@@ -316,6 +316,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       surfaceFindings: (routeKey) => catalog.surfaceFindings(routeKey),
       refreshCatalog: (routeKey) => catalog.refreshNow(routeKey),
       xdsResources: () => resources,
+      rateLimitServiceConfig: () => rateLimitServiceConfigText(rateLimitServiceConfig(ir)),
       nodes: () => xdsStatus.list(),
       rejectingNodes: () => xdsStatus.rejectingNodeCount(),
       callHistory: () => callHistory.view(),

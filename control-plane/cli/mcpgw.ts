@@ -37,6 +37,7 @@ import { MIN_KEY_BYTES } from '../approval/approval-store';
 import { Tracing } from '../shared/tracing';
 import { BACKEND_STREAM_DEFAULTS } from '../sidecar/backend-streams';
 import { stopOnSignals } from './signals';
+import { startRateLimitConfigSync } from '../quotas/ratelimit-config-sync';
 import { UpError, runUp } from './up';
 
 /**
@@ -817,6 +818,26 @@ withIdpOptions(subcommand('sidecar', 'run the MCP sidecar: the gateway lane (wha
     } catch (error) {
       failStart(log, error);
     }
+  });
+
+subcommand('ratelimit-config-sync', "keep a ratelimit service's configuration file in step with a control plane's (its admin's GET /config/ratelimit), where the service runs beside Envoy rather than beside a control plane (docs/deploying.md)")
+  .addOption(new Option('--control-plane <url>', "a control plane's admin base URL, e.g. http://control-plane:18001").argParser(parsedBy(url('an http(s) URL of a control plane admin port'))).makeOptionMandatory())
+  .addOption(new Option('--admin-token-file <file>', "the control planes' admin token (needed off loopback; read at every request)").env('MCPGW_ADMIN_TOKEN_FILE'))
+  .requiredOption('--output <file>', "the service's configuration file: <RUNTIME_ROOT>/<RUNTIME_SUBDIRECTORY>/config/<name>.yaml (written whole, only when it changed)")
+  .addOption(positiveIntOption('--interval-ms <ms>', 'how often to ask', 5000))
+  .addOption(positiveIntOption('--timeout-ms <ms>', 'limit for one request', 2000))
+  .addOption(logLevelOption())
+  .action((options) => {
+    const log = componentLogger('ratelimit-config-sync', options.logLevel);
+    const running = startRateLimitConfigSync({
+      controlPlane: options.controlPlane,
+      adminTokenFile: options.adminTokenFile,
+      output: path.resolve(options.output),
+      intervalMs: options.intervalMs,
+      timeoutMs: options.timeoutMs,
+      log,
+    });
+    stopOnSignals(running.stop);
   });
 
 subcommand('dev-inside', 'write a dev CA, one internal certificate per part, an admin token and a Redis ACL configuration into a directory (docker compose; production uses its own CA)')

@@ -60,7 +60,16 @@ export const hasSharedLimits = (ir: GatewayIR) => sharedLimits(ir).length > 0;
  * file that appears there. Returns whether the file changed.
  */
 export function writeRateLimitServiceConfig(file: string, config: RateLimitServiceConfig): boolean {
-  const text = `# Written by the mcpgw control plane from the registry's shared limits (docs/quotas.md); do not edit.\n${toYaml(config)}`;
+  return writeRateLimitServiceConfigText(file, rateLimitServiceConfigText(config));
+}
+
+/** The file's text: what the control plane writes and what its admin serves at GET /config/ratelimit. */
+export function rateLimitServiceConfigText(config: RateLimitServiceConfig): string {
+  return `# Written by the mcpgw control plane from the registry's shared limits (docs/quotas.md); do not edit.\n${toYaml(config)}`;
+}
+
+/** Writes a configuration's text (see writeRateLimitServiceConfig): renamed into place, only when it changed. */
+export function writeRateLimitServiceConfigText(file: string, text: string): boolean {
   if (fs.existsSync(file) && fs.readFileSync(file, 'utf8') === text) return false;
   fs.mkdirSync(path.dirname(file), { recursive: true });
   const staging = path.join(path.dirname(path.dirname(file)), `.${path.basename(file)}.${process.pid}.tmp`);

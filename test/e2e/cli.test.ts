@@ -20,7 +20,7 @@ describe('mcpgw help and usage', () => {
     for (const flag of ['--help', '-h']) {
       const help = mcpgw(flag);
       expect(help.code).toBe(0);
-      for (const command of ['up', 'control-plane', 'sidecar', 'validate', 'render', 'diff', 'envoy-bootstrap', 'dev-inside']) expect(help.stdout).toContain(`  ${command} `);
+      for (const command of ['up', 'control-plane', 'sidecar', 'validate', 'render', 'diff', 'envoy-bootstrap', 'dev-inside', 'ratelimit-config-sync']) expect(help.stdout).toContain(`  ${command} `);
     }
     const { version } = JSON.parse(fs.readFileSync(projectPath('package.json'), 'utf8')) as { version: string };
     expect(mcpgw('--version')).toEqual({ code: 0, stdout: `${version}\n`, stderr: '' });

@@ -4,6 +4,9 @@ import * as path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { parse, parseAllDocuments, stringify } from 'yaml';
 import { envoyBinary } from '../../control-plane/devstack/envoy';
+import { rateLimitEnvironment } from '../../control-plane/devstack/ratelimit';
+import { DEV_REDIS_USER } from '../../control-plane/devstack/dev-inside';
+import { loadRegistryFile } from '../../control-plane/registry/static-file';
 import { projectPath } from '../../control-plane/shared/paths';
 import { testDir } from '../support/gateway-fixture';
 import { kubeconform, writeKubeconformSchemas } from '../support/kubernetes-schemas';
@@ -71,6 +74,29 @@ const unknownOptions = (args: string[]) => {
   const known = knownOptions(command);
   return rest.map((arg) => arg.split('=')[0]).filter((option) => option.startsWith('--') && !known.has(option));
 };
+
+/** The value of `--name=value` in an argument list. */
+const optionValue = (args: string[], name: string) => args.find((arg) => arg.startsWith(`${name}=`))?.slice(name.length + 1);
+/** A container's environment variables that have a value of their own (not from a Secret). */
+const envOf = (container: { env: { name: string; value?: string }[] }) =>
+  Object.fromEntries(container.env.filter((entry) => entry.value !== undefined).map((entry) => [entry.name, entry.value!]));
+/** The mount of a container under which `file` lies. */
+const mountHolding = (container: { volumeMounts: { name: string; mountPath: string; readOnly?: boolean }[] }, file: string) =>
+  container.volumeMounts.find((mount) => file.startsWith(`${mount.mountPath}/`));
+/**
+ * The ratelimit service's settings `mcpgw up` and the dev stack use (control-plane/devstack/ratelimit.ts)
+ * that do not depend on where it runs: a deployment must run it with the same ones.
+ */
+function devstackRateLimitSettings(): Record<string, string> {
+  const placeOrStore = new Set(['HOST', 'PORT', 'DEBUG_HOST', 'DEBUG_PORT', 'RUNTIME_ROOT', 'GRPC_UDS', 'GRPC_HOST', 'GRPC_PORT']);
+  const environment = rateLimitEnvironment('/any', { grpc: { socketPath: '/any.sock' }, http: 1, debug: 2 }, { host: 'redis', port: 6379 });
+  return Object.fromEntries(Object.entries(environment).filter(([name]) => !placeOrStore.has(name) && !name.startsWith('REDIS_')) as [string, string][]);
+}
+/** The commit test/tools/ratelimit/go.mod pins (the service the tests and `mcpgw up` run): upstream tags its image by the first 8 hex digits. */
+function pinnedRateLimitCommit(): string {
+  const goMod = fs.readFileSync(projectPath('test', 'tools', 'ratelimit', 'go.mod'), 'utf8');
+  return /github\.com\/envoyproxy\/ratelimit v\S+-([0-9a-f]{12})\b/.exec(goMod)![1].slice(0, 8);
+}
 
 let dir: string;
 let schemaLocation: string;
@@ -175,6 +201,104 @@ describe('the Helm chart', () => {
     expect(peersOf('control-plane')).toEqual({ grpc: ['envoy', 'sidecar'], 'call-log': ['envoy'] });
     expect(peersOf('redis')).toEqual({ redis: ['sidecar', 'control-plane', 'redis'], sentinel: ['sidecar', 'control-plane', 'redis'] });
     expect(peersOf('envoy')).toEqual({ mcp: ['anyone'], egress: ['sidecar'] });
+  });
+
+  it("runs the ratelimit service in each Envoy pod (rateLimit.enabled): on the socket the control plane's --ratelimit names, in a directory only Envoy shares, configured from the file the config sync writes, with the dev stack's settings", () => {
+    const { manifests } = render('ratelimit');
+    const envoyDeployment = named(manifests, 'Deployment', 'envoy');
+    const pod = envoyDeployment.spec.template.spec;
+    const envoy = containerOf(envoyDeployment, 'envoy');
+    const rateLimit = containerOf(envoyDeployment, 'ratelimit');
+    expect(rateLimit).toBeDefined();
+    const settings = envOf(rateLimit);
+
+    // The socket: where the control plane tells Envoy to ask, where the service listens, in one emptyDir of the pod.
+    const controlPlane = containerOf(named(manifests, 'Deployment', 'control-plane'), 'control-plane');
+    const socket = optionValue(controlPlane.args, '--ratelimit')!.replace(/^unix:/, '');
+    expect(settings.GRPC_UDS).toBe(socket);
+    const socketMounts = [envoy, rateLimit].map((container) => mountHolding(container, socket));
+    expect(socketMounts[0]).toEqual(socketMounts[1]);
+    expect(pod.volumes).toContainEqual({ name: socketMounts[0]!.name, emptyDir: {} });
+    for (const container of [...pod.containers, ...pod.initContainers].filter((entry: any) => !['envoy', 'ratelimit'].includes(entry.name))) {
+      expect([container.name, (container.volumeMounts as any[]).some((mount) => mount.name === socketMounts[0]!.name)]).toEqual([container.name, false]);
+    }
+    // No port on the pod's address: gRPC on the socket only, health and debug on loopback.
+    expect(rateLimit.ports).toBeUndefined();
+    expect([settings.HOST, settings.DEBUG_HOST, settings.GRPC_HOST]).toEqual(['127.0.0.1', '127.0.0.1', undefined]);
+    // Envoy's uid: the socket the service creates is its owner's, and Envoy connects to it.
+    expect(rateLimit.securityContext.runAsUser).toBe(envoy.securityContext.runAsUser);
+
+    // The configuration: the sync (started first, kept running) writes the file the service reads, through one emptyDir.
+    const sync = (pod.initContainers as any[]).find((container) => container.name === 'ratelimit-config-sync');
+    expect(sync.restartPolicy).toBe('Always');
+    expect(pod.initContainers.map((container: any) => container.name)).toEqual(['bootstrap', 'ratelimit-config-sync']);
+    expect(unknownOptions(sync.args)).toEqual([]);
+    const output = optionValue(sync.args, '--output')!;
+    expect(path.dirname(output)).toBe(path.posix.join(settings.RUNTIME_ROOT, settings.RUNTIME_SUBDIRECTORY, 'config'));
+    const [written, read] = [sync, rateLimit].map((container) => mountHolding(container, output));
+    expect(written).toEqual({ name: read!.name, mountPath: read!.mountPath });
+    expect(read).toMatchObject({ mountPath: settings.RUNTIME_ROOT, readOnly: true });
+    expect(pod.volumes).toContainEqual({ name: read!.name, emptyDir: {} });
+    expect(sync.startupProbe.exec.command).toEqual(['test', '-s', output]);
+    // It asks the control planes' admin Service, with the admin token the pod mounts.
+    expect(optionValue(sync.args, '--control-plane')).toBe(`http://${serviceHost('control-plane')}:18001`);
+    expect(mountHolding(sync, optionValue(sync.args, '--admin-token-file')!)).toMatchObject({ name: 'admin-token' });
+
+    // Every setting of the dev stack that does not depend on where the service runs.
+    expect(settings).toMatchObject(devstackRateLimitSettings());
+    // The image the tests run (built from the same commit), by its exact tag.
+    expect(rateLimit.image).toBe(`envoyproxy/ratelimit:${pinnedRateLimitCommit()}`);
+    expect(rateLimit.resources.requests).toBeDefined();
+    // The pod is ready while its service answers its health check (the image has no probe of its own).
+    expect(sync.readinessProbe.exec.command.join(' ')).toContain(`http://127.0.0.1:${settings.PORT}/healthcheck`);
+    expect([rateLimit.readinessProbe, rateLimit.livenessProbe]).toEqual([undefined, undefined]);
+    expect(sync.livenessProbe).toBeDefined();
+
+    // The chart's Redis through its Sentinels, with the gateway's password for Redis and Sentinels alike.
+    expect(settings.REDIS_TYPE).toBe('SENTINEL');
+    expect(settings.REDIS_URL).toBe(['mcpgw', ...[0, 1, 2].map((ordinal) => `${RELEASE}-mcp-gateway-redis-${ordinal}.${serviceHost('redis')}:26379`)].join(','));
+    expect(rateLimit.env).toContainEqual({ name: 'REDIS_PASSWORD', valueFrom: { secretKeyRef: { name: `${RELEASE}-mcp-gateway-redis-auth`, key: 'password' } } });
+    expect([settings.REDIS_AUTH, settings.REDIS_SENTINEL_AUTH]).toEqual(['$(REDIS_PASSWORD)', '$(REDIS_PASSWORD)']);
+    expect(settings.REDIS_TLS).toBeUndefined();
+    // Only Envoy pods are let in besides: to the control planes' admin port and to Redis.
+    const peersOf = (component: string, port: string) =>
+      (named(manifests, 'NetworkPolicy', component).spec.ingress as any[]).find((rule) => rule.ports[0].port === port).from.map((peer: any) => peer.podSelector.matchLabels['app.kubernetes.io/component']);
+    expect(peersOf('control-plane', 'admin')).toEqual(['envoy']);
+    expect(peersOf('redis', 'redis')).toContain('envoy');
+    expect(peersOf('redis', 'sentinel')).toContain('envoy');
+
+    // Off (the default): no service, no --ratelimit.
+    const off = render('default').manifests;
+    expect((named(off, 'Deployment', 'envoy').spec.template.spec.containers as any[]).map((container) => container.name)).toEqual(['envoy']);
+    expect(containerOf(named(off, 'Deployment', 'control-plane'), 'control-plane').args.some((arg: string) => arg.startsWith('--ratelimit'))).toBe(false);
+  });
+
+  it('warns after install when the chart-made registry has shared limits but no ratelimit service runs', () => {
+    const notes = (...extra: string[]) => {
+      const result = helm('install', RELEASE, CHART, '--dry-run=client', '--namespace', NAMESPACE, ...valuesFile('ratelimit'), ...extra);
+      expect(result.status).toBe(0);
+      return result.stdout.slice(result.stdout.indexOf('NOTES:'));
+    };
+    expect(notes('--set', 'rateLimit.enabled=false')).toContain('WARNING: the registry has shared limits (shared: true) but no ratelimit service runs');
+    expect(notes()).not.toContain('WARNING');
+    expect(notes('--set', 'rateLimit.enabled=false', '--set', 'registry.configMap.content=routes: []')).not.toContain('WARNING');
+  });
+
+  it("gives the ratelimit service the gateway's Redis TLS: the chart's Sentinels' CA, or an external Redis's address, ACL user and CA", () => {
+    const tls = render('sentinel-tls').manifests;
+    const sentinel = containerOf(named(tls, 'Deployment', 'envoy'), 'ratelimit');
+    expect(envOf(sentinel)).toMatchObject({ REDIS_TLS: 'true', REDIS_TLS_CACERT: '/etc/mcpgw/redis-ca/ca.crt' });
+    expect(mountHolding(sentinel, '/etc/mcpgw/redis-ca/ca.crt')).toMatchObject({ name: 'redis-ca' });
+    expect(named(tls, 'Deployment', 'envoy').spec.template.spec.volumes).toContainEqual({ name: 'redis-ca', secret: { secretName: `${RELEASE}-mcp-gateway-redis-tls` } });
+
+    const external = render('external-redis').manifests;
+    const service = containerOf(named(external, 'Deployment', 'envoy'), 'ratelimit');
+    const controlPlane = containerOf(named(external, 'Deployment', 'control-plane'), 'control-plane');
+    expect(envOf(service)).toMatchObject({ REDIS_TYPE: 'SINGLE', REDIS_URL: 'redis.example.internal:6380', REDIS_AUTH: 'mcpgw:$(REDIS_PASSWORD)', REDIS_TLS: 'true' });
+    // The same CA file and password the control planes are given.
+    expect(`--redis-ca=${envOf(service).REDIS_TLS_CACERT}`).toBe(controlPlane.args.find((arg: string) => arg.startsWith('--redis-ca=')));
+    expect(service.env).toContainEqual({ name: 'REDIS_PASSWORD', valueFrom: { secretKeyRef: { name: 'managed-redis-password', key: 'password' } } });
+    expect(helm('template', RELEASE, CHART, '--set', 'rateLimit.enabled=true,redis.mode=external,redis.external.address=redis://r:6379').stderr).toContain('set rateLimit.externalRedis.url');
   });
 
   it('takes the registry from a Portal with its token from a Secret', () => {
@@ -425,6 +549,44 @@ describe('docker-compose.yml', () => {
     for (const [name, service] of Object.entries(services)) if (!oneShot.has(name)) expect([name, Boolean(service.healthcheck)]).toEqual([name, true]);
     expect(services.sidecar.depends_on).toEqual({ redis: { condition: 'service_healthy' }, 'control-plane': { condition: 'service_healthy' } });
     expect(services.envoy.depends_on).toMatchObject({ 'envoy-bootstrap': { condition: 'service_completed_successfully' }, sidecar: { condition: 'service_healthy' } });
+  });
+
+  it("runs the ratelimit service on the socket the control plane's --ratelimit names, in a volume only Envoy shares, reading the file the control plane writes, with the dev stack's settings", () => {
+    type Service = { environment?: Record<string, string>; volumes?: string[]; command?: string[]; build?: { context: string; dockerfile: string }; depends_on?: Record<string, unknown> };
+    const services = parse(fs.readFileSync(composeFile, 'utf8')).services as Record<string, Service>;
+    const rateLimit = services.ratelimit;
+    expect(rateLimit).toBeDefined();
+    const settings = rateLimit.environment!;
+    /** A service's mount (volume, path in the container, read-only) under which `file` lies. */
+    const mountOf = (service: Service, file: string) =>
+      (service.volumes ?? []).map((entry) => entry.split(':')).map(([volume, target, mode]) => ({ volume, target, readOnly: mode === 'ro' })).find(({ target }) => file.startsWith(`${target}/`));
+
+    const controlPlane = services['control-plane'].command!;
+    const socket = optionValue(controlPlane, '--ratelimit')!.replace(/^unix:/, '');
+    expect(settings.GRPC_UDS).toBe(socket);
+    const socketMount = mountOf(services.envoy, socket);
+    expect(mountOf(rateLimit, socket)).toEqual(socketMount);
+    // Besides the two, only the one-shot `inside` (which gives the volume to uid 1000) mounts it.
+    const withSocket = Object.entries(services).filter(([, service]) => (service.volumes ?? []).some((entry) => entry.startsWith(`${socketMount!.volume}:`))).map(([name]) => name);
+    expect(withSocket.sort()).toEqual(['envoy', 'inside', 'ratelimit']);
+    expect([settings.HOST, settings.DEBUG_HOST, settings.GRPC_HOST]).toEqual(['127.0.0.1', '127.0.0.1', undefined]);
+
+    const configFile = optionValue(controlPlane, '--ratelimit-config')!;
+    expect(path.dirname(configFile)).toBe(path.posix.join(settings.RUNTIME_ROOT, settings.RUNTIME_SUBDIRECTORY, 'config'));
+    const written = mountOf(services['control-plane'], configFile);
+    expect(mountOf(rateLimit, configFile)).toEqual({ ...written, readOnly: true });
+    expect(rateLimit.depends_on).toMatchObject({ 'control-plane': { condition: 'service_healthy' } });
+    expect(services.envoy.depends_on).toMatchObject({ ratelimit: { condition: 'service_healthy' } });
+
+    expect(settings).toMatchObject(devstackRateLimitSettings());
+    // The compose stack's Redis as the gateway's ACL user, the password from its file.
+    expect(settings).toMatchObject({ REDIS_TYPE: 'SINGLE', REDIS_SOCKET_TYPE: 'tcp', REDIS_URL: 'redis:6379', REDIS_PASSWORD_FILE: '/inside/dev/redis-password' });
+    const dockerfile = fs.readFileSync(projectPath(rateLimit.build!.context, rateLimit.build!.dockerfile), 'utf8');
+    expect(dockerfile).toContain(`FROM envoyproxy/ratelimit:${pinnedRateLimitCommit()} AS service`);
+    expect(dockerfile).toContain(`REDIS_AUTH=\\"${DEV_REDIS_USER}:$(cat \\"$REDIS_PASSWORD_FILE\\")\\"`);
+    // The registry it mounts has a shared limit, and it is one the control plane accepts.
+    const registry = loadRegistryFile(projectPath('registry', 'compose.yaml'));
+    expect(JSON.stringify(registry)).toContain('"shared":true');
   });
 
   it('passes only options mcpgw knows, to the commands as they are now', () => {

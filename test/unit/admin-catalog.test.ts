@@ -49,6 +49,7 @@ describe('control plane admin: catalog status and on-demand refresh', () => {
         return routeKey === undefined || catalog.routes.some((route) => route.route_key === routeKey);
       },
       xdsResources: () => ({}),
+      rateLimitServiceConfig: () => '',
       nodes: () => [],
       signingKeys: () => [],
       rejectingNodes: () => 0,

@@ -63,12 +63,17 @@ address
 
 {{/* With the chart's Sentinel setup: every Sentinel by its pod's stable name. */}}
 {{- define "mcpgw.sentinelAddress" -}}
+{{- printf "%s://%s/%s" (ternary "sentinels" "sentinel" .Values.redis.sentinel.tls.enabled) (include "mcpgw.sentinelHosts" .) .Values.redis.sentinel.primaryName -}}
+{{- end -}}
+
+{{/* HOST:PORT,… of every Sentinel of the chart's Redis. */}}
+{{- define "mcpgw.sentinelHosts" -}}
 {{- $redis := include "mcpgw.component" (dict "root" . "component" "redis") -}}
 {{- $hosts := list -}}
 {{- range $ordinal := until (int .Values.redis.sentinel.replicas) -}}
 {{- $hosts = append $hosts (printf "%s-%d.%s.%s.svc.%s:26379" $redis $ordinal $redis $.Release.Namespace $.Values.clusterDomain) -}}
 {{- end -}}
-{{- printf "%s://%s/%s" (ternary "sentinels" "sentinel" .Values.redis.sentinel.tls.enabled) (join "," $hosts) .Values.redis.sentinel.primaryName -}}
+{{- join "," $hosts -}}
 {{- end -}}
 
 {{/* Environment every gateway process shares: its pod name (replica id), Redis from the Secret. */}}
@@ -152,6 +157,9 @@ affinity:
 {{- end -}}
 {{- if and (eq .Values.redis.mode "sentinel") .Values.redis.sentinel.tls.enabled (not .Values.redis.sentinel.tls.existingSecret) (ne .Values.inside.certificates.source "generate") -}}
 {{- fail "redis.sentinel.tls.enabled with inside.certificates.source existingSecrets: set redis.sentinel.tls.existingSecret (a Secret with tls.crt, tls.key, ca.crt)" -}}
+{{- end -}}
+{{- if and .Values.rateLimit.enabled (eq .Values.redis.mode "external") (not .Values.rateLimit.externalRedis.url) -}}
+{{- fail "rateLimit.enabled with redis.mode external: set rateLimit.externalRedis.url (HOST:PORT, or PRIMARY,HOST:PORT,… with rateLimit.externalRedis.type SENTINEL): the ratelimit service takes no redis:// address" -}}
 {{- end -}}
 {{- if and (eq .Values.redis.mode "sentinel") (lt (int .Values.redis.sentinel.replicas) (int .Values.redis.sentinel.quorum)) -}}
 {{- fail "redis.sentinel.quorum is larger than redis.sentinel.replicas: no failover could ever be agreed" -}}
