@@ -127,7 +127,7 @@ async function withCpuPerCall(counted: Counted, measure: () => Promise<MeasuredR
     cores: { systems: use('systems'), loadGenerator: use('loadGenerator') },
     loadGeneratorRunQueueWaitMicros: perCall(after.runQueueWait - before.runQueueWait),
     uncountedOnSystemsCore: Object.fromEntries(
-      Object.entries(uncountedThreadMicros(before.threads, after.threads, { pids: new Set(Object.values(counted.pids)), cores: counted.systemCores, labels: counted.labels }))
+      Object.entries(uncountedThreadMicros(before.threads, after.threads, { pids: new Set(Object.values(counted.pids)), cores: counted.systemCores, labels: counted.labels, bench: process.pid }))
         .map(([name, micros]) => [name, perCall(micros)] as const)
         .filter(([, micros]) => micros >= 0.5)
         .sort(([, a], [, b]) => b - a),
@@ -239,6 +239,6 @@ export async function runTracingScenario(
     envoySpansSent: envoySpans,
     envoyRequestsServed: envoyRequests,
     attributeCosts,
-    setup: `three GatewayStacks with only the call route (${call.key}), the same bench backend; tracing off, or --otlp-endpoint to Jaeger v1.76.0 (OTLP/HTTP, in-memory store, pinned to the load generator's CPU) with --trace-sampling as named; the load sends no traceparent`,
+    setup: `three GatewayStacks with only the call route (${call.key}), the same bench backend; tracing off, or --otlp-endpoint to Jaeger v1.76.0 (OTLP/HTTP, in-memory store, pinned to the load generator's CPU) with --trace-sampling as named; the load sends no traceparent; in a full run after the five systems of scenarios 1–3 are stopped, so that nothing else of the bench's runs on the systems' core`,
   };
 }
