@@ -19,8 +19,9 @@ import { startBackendProcess, startBackends, startSystems } from './systems/syst
 import { planTopology } from './systems/topology';
 
 /**
- * The whole benchmark (issue 5): starts the five systems side by side, runs every scenario, stops
- * everything it started, and writes bench/results/<name>.json, .md and -latency.png.
+ * The whole benchmark (issue 5): starts the five systems side by side, runs scenarios 1–3 on them and
+ * stops them, then scenario 5 (its own gateways, alone on the systems' core) and scenario 4 (its own
+ * gateway and backends), and writes bench/results/<name>.json, .md and -latency.png.
  * Run it with scripts/bench.sh [--quick] [--only tool-list|configuration|tracing|streaming]: `--only tool-list`
  * runs scenario 3 alone (tools/list, prompts/list, resources/list of 50 backends), `--only streaming`
  * scenario 2 alone (progress notifications through the five systems), `--only
