@@ -311,6 +311,39 @@ function tracingCoreLines(tracing: TracingResults): string[] {
   ];
 }
 
+/** How many of a run's uncounted threads the per-repetition table names. */
+const UNCOUNTED_NAMED = 4;
+
+/**
+ * The systems' core at saturation run by run, with what ran there besides the counted processes, by
+ * thread (every thread's schedstat): a burst of other work during one repetition shows as that run's
+ * "no row", and the medians of the table above cannot say whether it was tracing's or the machine's.
+ */
+function tracingUncountedLines(tracing: TracingResults): string[] {
+  const runs = tracing.runs.filter((run) => run.load === SATURATION && run.uncountedOnSystemsCore !== undefined);
+  if (runs.length === 0) return [];
+  const rows = [...runs]
+    .sort((a, b) => a.repetition - b.repetition)
+    .map((run) => [
+      String(run.repetition),
+      run.variant,
+      num(run.throughput, 0),
+      num(systemsCoreMicrosPerCall(run), 0),
+      num(run.cores.systems.busy - systemsCoreMicrosPerCall(run), 0),
+      num(Object.values(run.uncountedOnSystemsCore).reduce((sum, micros) => sum + micros, 0), 0),
+      Object.entries(run.uncountedOnSystemsCore)
+        .slice(0, UNCOUNTED_NAMED)
+        .map(([name, micros]) => `${name} ${num(micros, 1)}`)
+        .join(', '),
+    ]);
+  return [
+    "The systems' core at saturation, run by run (µs per answered call): the counted sum, the core's busy time no row counts (/proc/stat), the threads outside the counted processes that ran there (every thread's /proc/<pid>/task/<tid>/schedstat, by the core each was last on; the other variants' idle gateways are named so), and the largest of them. Softirq run in a process's own context is in that process's row, and a thread that ended during the run is in neither column.",
+    '',
+    ...table(['repetition', 'tracing', 'ok/s', 'counted sum', 'busy, no row', 'threads not counted', 'largest threads not counted'], rows),
+    '',
+  ];
+}
+
 function tracingSection(results: BenchResults, tracing: TracingResults): string[] {
   const loads = [String(results.settings.tracing.ratePerSecond), SATURATION];
   const rows: string[][] = [];
@@ -343,6 +376,7 @@ function tracingSection(results: BenchResults, tracing: TracingResults): string[
     '',
     ...errorLines(tracing.runs, (run) => `tracing ${run.variant} at ${run.load === SATURATION ? SATURATION : `${run.load} req/s`}`),
     ...tracingCoreLines(tracing),
+    ...tracingUncountedLines(tracing),
     ...attributeCostLines(tracing.attributeCosts, results.settings.repetitions),
   ];
 }

@@ -77,3 +77,63 @@ export function contextSwitchesOf(pid: number): number {
   }
   return switches;
 }
+
+/** One thread's CPU time so far (ns, /proc/<pid>/task/<tid>/schedstat) and the core it last ran on. */
+interface ThreadTime {
+  /** The process's name (its main thread's command), or the kernel thread's. */
+  process: string;
+  pid: number;
+  /** The process's parent: to tell the bench's own processes from the rest of the machine's. */
+  parentPid: number;
+  cpuNanos: number;
+  core: number;
+}
+
+/** Every thread on the machine, by `pid/tid`: for naming what ran on a core that no counted process explains. */
+export function threadTimes(): Map<string, ThreadTime> {
+  const threads = new Map<string, ThreadTime>();
+  for (const pidEntry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(pidEntry)) continue;
+    try {
+      const process = fs.readFileSync(`/proc/${pidEntry}/comm`, 'utf8').trim();
+      for (const tid of fs.readdirSync(`/proc/${pidEntry}/task`)) {
+        const stat = fs.readFileSync(`/proc/${pidEntry}/task/${tid}/stat`, 'utf8').replace(/^.*\) /, '').split(' ');
+        const cpuNanos = Number(fs.readFileSync(`/proc/${pidEntry}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
+        // Field 39 of stat (`processor`), the 37th after the command name.
+        // Field 4 of stat (the parent's pid), the 2nd after the command name.
+        threads.set(`${pidEntry}/${tid}`, { process, pid: Number(pidEntry), parentPid: Number(stat[1]), cpuNanos, core: Number(stat[36]) });
+      }
+    } catch {
+      // The process or thread ended between the listing and the read.
+    }
+  }
+  return threads;
+}
+
+/**
+ * CPU µs that threads outside `countedPids` spent between two snapshots, by process name, for threads
+ * last seen on one of `cores` (exact for pinned threads and per-core kernel threads; for a thread free
+ * to move, the core it was on at the second snapshot stands for the whole interval). Threads that ended
+ * in between are missing: their time shows only in their process's total (counted processes) or nowhere.
+ */
+export function uncountedThreadMicros(
+  before: Map<string, ThreadTime>,
+  after: Map<string, ThreadTime>,
+  counted: { pids: Set<number>; cores: number[]; labels: Map<number, string>; bench: number },
+): Record<string, number> {
+  const parentOf = new Map([...after.values()].map((thread) => [thread.pid, thread.parentPid]));
+  const startedByBench = (pid: number) => {
+    for (let ancestor = parentOf.get(pid); ancestor !== undefined && ancestor > 1; ancestor = parentOf.get(ancestor)) if (ancestor === counted.bench) return true;
+    return false;
+  };
+  const byProcess: Record<string, number> = {};
+  for (const [key, thread] of after) {
+    if (counted.pids.has(thread.pid) || !counted.cores.includes(thread.core)) continue;
+    const spent = (thread.cpuNanos - (before.get(key)?.cpuNanos ?? 0)) / 1000;
+    // Kernel threads differ by core and instance numbers only (kworker/0:1-events): one entry per kind.
+    const kind = thread.process.replace(/\d+/g, 'N');
+    const name = counted.labels.get(thread.pid) ?? (startedByBench(thread.pid) ? `${kind} (started by the bench)` : kind);
+    if (spent > 0) byProcess[name] = (byProcess[name] ?? 0) + spent;
+  }
+  return byProcess;
+}

@@ -10,7 +10,7 @@ import { BenchSettings } from '../settings';
 import { ProcessGroup } from '../systems/process-group';
 import { inRotation } from '../systems/systems';
 import { Topology } from '../systems/topology';
-import { coreMicros, coresOfList, cpuSecondsOf, runQueueWaitMicrosOf } from './cpu-time';
+import { coreMicros, coresOfList, cpuSecondsOf, runQueueWaitMicrosOf, threadTimes, uncountedThreadMicros } from './cpu-time';
 import { AttributeCostRun, runAttributeCosts } from './tracing-attributes';
 import { MeasuredRun, SATURATION, callDriver, measuredRun, runLine, waitUntilCallsAnswer } from './tool-call';
 
@@ -55,6 +55,13 @@ export interface TracingRun extends MeasuredRun {
   cores: { systems: CoreUse; loadGenerator: CoreUse };
   /** Time per correct answer (µs) the load generator's event loop waited, runnable, for its core. */
   loadGeneratorRunQueueWaitMicros: number;
+  /**
+   * What the systems' core ran besides the counted processes, per correct answer (µs, every thread's
+   * schedstat), by process: the other variants' gateways (named so), kernel threads, other work on the
+   * machine. Names the "busy, no row" of `cores`, except softirq run in a process's context (in that
+   * process's time) and threads that ended during the run.
+   */
+  uncountedOnSystemsCore: Record<string, number>;
 }
 
 export interface CoreUse {
@@ -93,15 +100,20 @@ interface Counted {
   pids: Record<string, number>;
   systemCores: number[];
   loadGeneratorCores: number[];
+  /** Names for processes the bench started that the run does not count (the other variants' gateways). */
+  labels: Map<number, string>;
 }
 
+type CpuPerCall = Pick<TracingRun, 'cpuMicrosPerCall' | 'cores' | 'loadGeneratorRunQueueWaitMicros' | 'uncountedOnSystemsCore'>;
+
 /** Runs `measure` and tells the CPU each counted process and both sides' cores spent meanwhile, per correct answer. */
-async function withCpuPerCall(counted: Counted, measure: () => Promise<MeasuredRun>): Promise<MeasuredRun & Pick<TracingRun, 'cpuMicrosPerCall' | 'cores' | 'loadGeneratorRunQueueWaitMicros'>> {
+async function withCpuPerCall(counted: Counted, measure: () => Promise<MeasuredRun>): Promise<MeasuredRun & CpuPerCall> {
   const snapshot = () => {
+    const threads = threadTimes();
     const systems = coreMicros(counted.systemCores);
     const processes: Record<string, number> = Object.fromEntries(Object.entries(counted.pids).map(([name, pid]) => [name, cpuSecondsOf(pid) * 1e6]));
     processes.softirq = systems.softirq;
-    return { processes, systems, loadGenerator: coreMicros(counted.loadGeneratorCores), runQueueWait: runQueueWaitMicrosOf(process.pid) };
+    return { processes, systems, loadGenerator: coreMicros(counted.loadGeneratorCores), runQueueWait: runQueueWaitMicrosOf(process.pid), threads };
   };
   const before = snapshot();
   const run = await measure();
@@ -114,6 +126,12 @@ async function withCpuPerCall(counted: Counted, measure: () => Promise<MeasuredR
     cpuMicrosPerCall,
     cores: { systems: use('systems'), loadGenerator: use('loadGenerator') },
     loadGeneratorRunQueueWaitMicros: perCall(after.runQueueWait - before.runQueueWait),
+    uncountedOnSystemsCore: Object.fromEntries(
+      Object.entries(uncountedThreadMicros(before.threads, after.threads, { pids: new Set(Object.values(counted.pids)), cores: counted.systemCores, labels: counted.labels, bench: process.pid }))
+        .map(([name, micros]) => [name, perCall(micros)] as const)
+        .filter(([, micros]) => micros >= 0.5)
+        .sort(([, a], [, b]) => b - a),
+    ),
   };
 }
 
@@ -173,12 +191,16 @@ export async function runTracingScenario(
     },
     systemCores: cores(group.cpus.systemsUnderTest),
     loadGeneratorCores: cores(group.cpus.loadGenerator),
+    labels: new Map(
+      [...stacks].flatMap(([other, stack]) => [...stack.processes].map(([name, member]) => [member.child.pid!, `${name} of tracing ${other}`] as const)),
+    ),
   });
-  const record = (variant: string, run: MeasuredRun & Pick<TracingRun, 'cpuMicrosPerCall' | 'cores' | 'loadGeneratorRunQueueWaitMicros'>) => {
+  const record = (variant: string, run: MeasuredRun & CpuPerCall) => {
     runs.push({ variant, ...run });
     const cpu = Object.entries(run.cpuMicrosPerCall).map(([name, micros]) => `${name} ${micros.toFixed(0)}`).join(', ');
     const idle = `idle µs per call: systems' core ${run.cores.systems.idle.toFixed(0)}, load generator's ${run.cores.loadGenerator.idle.toFixed(0)}; load generator waited for its core ${run.loadGeneratorRunQueueWaitMicros.toFixed(0)} µs per call`;
-    log(`${runLine(`tracing ${variant}`, run)}; CPU µs per call: ${cpu}; ${idle}`);
+    const uncounted = Object.entries(run.uncountedOnSystemsCore).map(([name, micros]) => `${name} ${micros.toFixed(1)}`).join(', ');
+    log(`${runLine(`tracing ${variant}`, run)}; CPU µs per call: ${cpu}; ${idle}; systems' core, not counted: ${uncounted || 'nothing'}`);
   };
   try {
     for (const entry of paths) {
@@ -217,6 +239,6 @@ export async function runTracingScenario(
     envoySpansSent: envoySpans,
     envoyRequestsServed: envoyRequests,
     attributeCosts,
-    setup: `three GatewayStacks with only the call route (${call.key}), the same bench backend; tracing off, or --otlp-endpoint to Jaeger v1.76.0 (OTLP/HTTP, in-memory store, pinned to the load generator's CPU) with --trace-sampling as named; the load sends no traceparent`,
+    setup: `three GatewayStacks with only the call route (${call.key}), the same bench backend; tracing off, or --otlp-endpoint to Jaeger v1.76.0 (OTLP/HTTP, in-memory store, pinned to the load generator's CPU) with --trace-sampling as named; the load sends no traceparent; in a full run after the five systems of scenarios 1–3 are stopped, so that nothing else of the bench's runs on the systems' core`,
   };
 }

@@ -1,5 +1,6 @@
+import { ChildProcess, spawn } from 'node:child_process';
 import * as os from 'node:os';
-import { coreMicros, coresOfList } from '../../bench/scenarios/cpu-time';
+import { coreMicros, coresOfList, threadTimes, uncountedThreadMicros } from '../../bench/scenarios/cpu-time';
 import { SYSTEMS_CORE_ROWS, systemsCoreMicrosPerCall } from '../../bench/scenarios/tracing';
 
 /** What scenario 5 reads to say where both cores went (bench/scenarios/tracing.ts, cpu-time.ts). */
@@ -33,5 +34,36 @@ describe("the systems' core per call", () => {
 
   it('counts a process the gateway did not start (no Redis, no Portal) as nothing, not as NaN', () => {
     expect(systemsCoreMicrosPerCall({ cpuMicrosPerCall: { envoy: 273, sidecar: 5, 'control-plane': 60 } })).toBe(338);
+  });
+});
+
+describe("threads on the systems' core that no counted process explains", () => {
+  const spin = (cpu: number) => spawn('taskset', ['-c', String(cpu), process.execPath, '-e', 'for (;;);'], { stdio: 'ignore' });
+  const stopped = (child: ChildProcess) => new Promise((resolve) => child.once('exit', resolve).kill());
+
+  it('names a busy process on the core by its label (or as started by the bench), and leaves out counted processes and other cores', async () => {
+    const onCore = spin(0);
+    const elsewhere = spin(1);
+    try {
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const before = threadTimes();
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const after = threadTimes();
+      const labels = new Map([
+        [onCore.pid!, 'spinner on core 0'],
+        [elsewhere.pid!, 'spinner on core 1'],
+      ]);
+      const uncounted = uncountedThreadMicros(before, after, { pids: new Set([process.pid]), cores: [0], labels, bench: process.pid });
+      const unlabelled = uncountedThreadMicros(before, after, { pids: new Set([process.pid]), cores: [0], labels: new Map(), bench: process.pid });
+      const counted = uncountedThreadMicros(before, after, { pids: new Set([process.pid, onCore.pid!]), cores: [0], labels, bench: process.pid });
+      // Busy for the 300 ms between the snapshots, less what other work on the machine took of its core.
+      expect(uncounted['spinner on core 0']).toBeGreaterThan(10_000);
+      expect(uncounted['spinner on core 1']).toBeUndefined();
+      expect(counted['spinner on core 0']).toBeUndefined();
+      // Unlabelled, a process this one started says so (taskset execs node, whose main thread names itself).
+      expect(Object.entries(unlabelled).find(([name]) => name.endsWith('(started by the bench)'))?.[1]).toBeGreaterThan(10_000);
+    } finally {
+      await Promise.all([stopped(onCore), stopped(elsewhere)]);
+    }
   });
 });

@@ -21,6 +21,7 @@ function tracingResults(okPerSecond: Record<string, number[]>): Omit<BenchResult
         cpuMicrosPerCall: {},
         cores: { systems: { busy: 0, idle: 0 }, loadGenerator: { busy: 0, idle: 0 } },
         loadGeneratorRunQueueWaitMicros: 0,
+        uncountedOnSystemsCore: {},
       }),
     ),
   );
