@@ -7,7 +7,8 @@ import { Logger } from '../shared/log';
 
 /**
  * Every tools/call, as Envoy's call lane logs it (docs/adr/0008-data-path-lanes.md): Envoy's fluentd
- * access logger sends a flat record of each (only the fields read here and by the audit), batched
+ * access logger sends a record of each (the call script's record as one value, and Envoy's own fields
+ * read here and by the audit), batched
  * every 250 ms (50 ms for calls that hold concurrency slots: listener.ts), off the request path, to the
  * control plane (call-log-receiver.ts), which turns it into
  * per-call metrics and the dashboard's history. No call passes through Node.

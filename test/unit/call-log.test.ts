@@ -163,7 +163,7 @@ describe('the call log', () => {
     // bench/call-log-record-instructions.ts bootstrap).
     const bytes = fs.readFileSync(path.join(__dirname, '../fixtures/call-log/envoy-1.40-call-log-record.bin'));
     const records: CallLogRecord[] = [];
-    await readCallLogStream([bytes], (batch) => records.push(...batch), 1 << 20);
+    await readCallLogStream((async function* () { yield bytes; })(), (batch) => records.push(...batch), 1 << 20);
     expect(records).toHaveLength(1);
     expect(callLogEntrySchema.parse(records[0])).toMatchObject({
       route: 'authed',
