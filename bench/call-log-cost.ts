@@ -6,7 +6,7 @@ import { Worker } from 'node:worker_threads';
 import { encode } from '@msgpack/msgpack';
 import * as client from 'prom-client';
 import { z } from 'zod';
-import { CallLog, CallLogConsumer, CallMetrics, LogEntry, callLogDelivery } from '../control-plane/admin/call-log';
+import { CallLog, CallLogConsumer, CallLogWireRecord, CallMetrics, callLogDelivery } from '../control-plane/admin/call-log';
 import { readCallLogStream, startCallLogReceiver } from '../control-plane/admin/call-log-receiver';
 import { AUDIT_DEFAULTS, AuditLog } from '../control-plane/audit/audit-log';
 import { projectPath } from '../control-plane/shared/paths';
@@ -57,14 +57,15 @@ const socket = net.connect(workerData.port, '127.0.0.1', async () => {
 const ROUNDS = 5;
 
 /** A bench call's record as Envoy formats it, the audit on. */
-function benchRecord(index: number): Record<keyof LogEntry, unknown> {
+function benchRecord(index: number): Record<keyof CallLogWireRecord, unknown> {
   return {
-    route: 'bench', backend: 'bench', tool: 'echo', method: 'tools/call', outcome: 'ok', answered: null, fallback: null, rpc_method: 'tools/call',
-    lease: null, start_ms: String(1_796_084_749_370 + index), duration_ms: 2, status: 200, details: 'via_upstream', flags: '-', attempts: 1,
+    script: {
+      route: 'bench', method: 'tools/call', backend: 'bench', tool: 'echo', rpc_id: index, rpc_id_json: String(index), digest: '3q2+7wABAgMEBQYHCAkKCw',
+      session_present: true, arguments: '{"text":"bench"}', quota_tool_scope: 'bench/echo', started_ms: 1_796_084_749_370 + index, credential: 'none', outcome: 'ok',
+    },
+    rpc_method: 'tools/call', lease: null, start_ms: String(1_796_084_749_370 + index), duration_ms: 2, status: 200, details: 'via_upstream', flags: '-', attempts: 1,
     envoy_route: 'bench/call/bench', upstream: '127.0.0.1:25333', upstream_tls_failure: null, limit: null, ratelimit_limit: null,
-    rpc_tool: 'bench__echo', arguments: '{"text":"bench"}', reason: null, rule: null, credential: 'none', caller_iss: null, caller_sub: null,
-    caller_client: null, approval: null, approval_id: null, approver_iss: null, approver_sub: null, request_id: '77eb8aa0-044d-4b7e-82a2-639dd12fcd0d',
-    path: '/mcp/bench', claim_iss: null, claim_sub: null, claim_client_id: null, claim_azp: null,
+    rpc_tool: 'bench__echo', request_id: '77eb8aa0-044d-4b7e-82a2-639dd12fcd0d', path: '/mcp/bench', claim_iss: null, claim_sub: null, claim_client_id: null, claim_azp: null,
   };
 }
 

@@ -41,6 +41,8 @@ case "${1:-}" in
   jwt-authn-instructions) entry=jwt-authn-instructions ;;
   # envoy-pieces [--quick]: Envoy's instructions per tools/call with one piece of its configuration out, by callgrind (ADR-0008).
   envoy-pieces) entry=envoy-pieces-instructions ;;
+  # call-log-record [--quick]: Envoy's instructions per tools/call by access log and call-log record, small static Envoys under callgrind (ADR-0008).
+  call-log-record) entry=call-log-record-instructions ;;
   # inside [--quick]: tools/call with a plain and a closed inside (docs/adr/0017-closed-inside.md).
   inside) entry=inside-cost ;;
   # call-cost [--quick]: every process's CPU per tools/call, A, C and D side by side (docs/adr/0008-data-path-lanes.md).

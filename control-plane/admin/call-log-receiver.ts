@@ -9,8 +9,8 @@ import { Logger } from '../shared/log';
  * The receiving end of Envoy's call log as `envoy.access_loggers.fluentd` sends it
  * (docs/adr/0008-data-path-lanes.md, "The two access logs", session 6): a TCP stream of Fluentd
  * Forward-mode messages in MessagePack, `[tag, [[time, record], …]]`, one per flush, no `chunk`
- * option and so no acknowledgement to send back. Each record is a flat map of the format strings the
- * listener names, only the fields the consumers read. A peer that sends what is not such a stream, or
+ * option and so no acknowledgement to send back. Each record is a map of the format strings the
+ * listener names (the call script's record one map among them). A peer that sends what is not such a stream, or
  * more than a message may hold before one completes, is dropped with a log line.
  */
 

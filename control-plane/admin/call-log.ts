@@ -7,7 +7,8 @@ import { Logger } from '../shared/log';
 
 /**
  * Every tools/call, as Envoy's call lane logs it (docs/adr/0008-data-path-lanes.md): Envoy's fluentd
- * access logger sends a flat record of each (only the fields read here and by the audit), batched
+ * access logger sends a record of each (the call script's record as one value, and Envoy's own fields
+ * read here and by the audit), batched
  * every 250 ms (50 ms for calls that hold concurrency slots: listener.ts), off the request path, to the
  * control plane (call-log-receiver.ts), which turns it into
  * per-call metrics and the dashboard's history. No call passes through Node.
@@ -62,22 +63,45 @@ export interface CallObserver {
  * record, which also gives back the call's concurrency slots.
  */
 const text = z.union([z.string(), z.number(), z.boolean()]).transform(String).nullish().catch(null);
+/** `text` cut to `max` characters: a value of the call script's record that a client or a token chose (Envoy sends it whole). */
+const textUpTo = (max: number) => text.transform((value) => (value == null ? value : value.slice(0, max)));
 const count = z.number().nullish();
 
 /**
- * One call-log record as the listener's fluentd logger formats it (control-plane/xds/translate/listener.ts
- * CALL_LOG_RECORD names the format string of each key): flat, only what the consumers read, an absent
- * value nil. The audit's fields are in the record only when the control plane writes an audit.
+ * The call script's record of the call (its dynamic metadata, control-plane/xds/lua/call-lane.lua),
+ * which Envoy sends whole as one value; the keys read here, each cut to the bound the script's
+ * values had when Envoy formatted them one by one. Its other keys (the call's id, quota scopes, …)
+ * are dropped here.
  */
-export const callLogEntrySchema = z.object({
-  // The call script's record of the call (its dynamic metadata).
+const scriptRecordSchema = z.object({
   route: text,
   backend: text,
-  tool: text,
-  method: text,
+  tool: textUpTo(TOOL_NAME_MAX),
+  method: textUpTo(64),
   outcome: text,
-  answered: z.boolean().nullish(),
-  fallback: text,
+  answered: z.boolean().nullish().catch(null),
+  fallback: textUpTo(64),
+  // The audit's: the arguments (raw JSON, recorded only with an audit: its hash is written), what was decided, by whom.
+  arguments: text,
+  reason: textUpTo(256),
+  rule: textUpTo(256),
+  credential: textUpTo(32),
+  caller: z.object({ iss: textUpTo(256), sub: textUpTo(256), client: textUpTo(256) }).partial().nullish().catch(null),
+  approval: textUpTo(32),
+  approval_id: textUpTo(128),
+  approver_iss: textUpTo(256),
+  approver_sub: textUpTo(256),
+});
+
+/**
+ * One call-log record as the listener's fluentd logger formats it (control-plane/xds/translate/listener.ts
+ * CALL_LOG_RECORD names the format string of each key): the call script's record as one map
+ * (`script`, nil on requests the script did not see), Envoy's own keys flat, an absent value nil. The
+ * audit's keys of Envoy's are in the record only when the control plane writes an audit. Read into
+ * one flat entry (LogEntry) for the consumers.
+ */
+export const callLogWireSchema = z.object({
+  script: scriptRecordSchema.nullish().catch(null),
   // The mcp filter's parse of the request: the JSON-RPC method, either lane.
   rpc_method: text,
   // The session check's concurrency lease (docs/adr/0016-quotas.md).
@@ -97,34 +121,48 @@ export const callLogEntrySchema = z.object({
   /** The limit a refusal names (x-mcpgw-limit), and the shared limits' x-ratelimit-limit. */
   limit: text,
   ratelimit_limit: text,
-  // The audit's (only with an audit): what was called, with what, by whom, and what was decided.
+  // The audit's (only with an audit): the tool as called, the request, and for requests the gateway
+  // answered itself jwt_authn's claim headers (the call script records the caller on calls).
   rpc_tool: text,
-  arguments: text,
-  reason: text,
-  rule: text,
-  credential: text,
-  caller_iss: text,
-  caller_sub: text,
-  caller_client: text,
-  approval: text,
-  approval_id: text,
-  approver_iss: text,
-  approver_sub: text,
   request_id: text,
   path: text,
-  /** jwt_authn's claim headers, for requests the gateway answered itself (the call script records the caller on calls). */
   claim_iss: text,
   claim_sub: text,
   claim_client_id: text,
   claim_azp: text,
 });
+
+export const callLogEntrySchema = callLogWireSchema.transform(({ script, ...envoy }) => {
+  const { caller, ...recorded } = script ?? {};
+  return {
+    route: null,
+    backend: null,
+    tool: null,
+    method: null,
+    outcome: null,
+    answered: null,
+    fallback: null,
+    arguments: null,
+    reason: null,
+    rule: null,
+    credential: null,
+    approval: null,
+    approval_id: null,
+    approver_iss: null,
+    approver_sub: null,
+    ...recorded,
+    caller_iss: caller?.iss ?? null,
+    caller_sub: caller?.sub ?? null,
+    caller_client: caller?.client ?? null,
+    ...envoy,
+  };
+});
 export type LogEntry = z.output<typeof callLogEntrySchema>;
+/** The record as Envoy sends it: one key per format string of the listener's CALL_LOG_RECORD. */
+export type CallLogWireRecord = z.input<typeof callLogWireSchema>;
 
 /** The record's keys only an audit reads: left out of the record without one. */
-export const AUDIT_ONLY_KEYS = [
-  'rpc_tool', 'arguments', 'reason', 'rule', 'credential', 'caller_iss', 'caller_sub', 'caller_client', 'approval', 'approval_id',
-  'approver_iss', 'approver_sub', 'request_id', 'path', 'claim_iss', 'claim_sub', 'claim_client_id', 'claim_azp',
-] as const satisfies readonly (keyof LogEntry)[];
+export const AUDIT_ONLY_KEYS = ['rpc_tool', 'request_id', 'path', 'claim_iss', 'claim_sub', 'claim_client_id', 'claim_azp'] as const satisfies readonly (keyof CallLogWireRecord)[];
 
 /** What consumes Envoy's call-log entries: the calls (CallLog), the audit (control-plane/audit/) and the slot releases. */
 export interface CallLogConsumer {

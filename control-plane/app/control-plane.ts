@@ -42,7 +42,7 @@ import { SnapshotCache } from '../xds/server/snapshot-cache';
 import { XdsResources, translate } from '../xds/translate';
 import { EMPTY_CALL_LANE_CATALOG, callLaneCatalogOf } from '../xds/translate/call-lane';
 import { GatewaySettings } from '../xds/translate/settings';
-import { CALL_LOG_BUFFER_BYTES } from '../xds/translate/listener';
+import { callLogMessageBytes } from '../xds/translate/listener';
 import { hasSharedLimits, rateLimitServiceConfig, rateLimitServiceConfigText, writeRateLimitServiceConfig } from '../quotas/ratelimit-service-config';
 import { SIGNING_KEY_DEFAULTS, SigningKeySettings, SigningKeyStore } from '../auth/signing-keys';
 
@@ -295,8 +295,9 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   const callLog = await startCallLogReceiver({
     address: options.callLogAddress,
     internalTls: options.internalTls,
-    // A batch of Envoy's buffer, and one record past it whose arguments fill a request body.
-    maxMessageBytes: CALL_LOG_BUFFER_BYTES + options.gateway.maxRequestBodyBytes + 64 * 1024,
+    // A batch of Envoy's buffer, and one record past it: the call script's record holds what a request
+    // body chose at most twice (arguments, tool name, and the id kept twice), the caller what its headers did.
+    maxMessageBytes: callLogMessageBytes(options.gateway),
     deliver: callLogDelivery(
       [new CallLog([callMetrics, callHistory], undefined, [degradeOnFailure], [limitMetrics]), ...(audit ? [audit] : []), new LeaseReleases(concurrencySlots, log)],
       log,

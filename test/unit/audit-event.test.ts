@@ -38,7 +38,7 @@ const claimsOf = (claims: Record<string, unknown> = {}) => {
 function entry(shape: EntryShape): LogEntry {
   const params = (shape.mcp?.params ?? {}) as Record<string, unknown>;
   return callLogEntrySchema.parse({
-    ...shape.ours,
+    script: shape.ours ?? null,
     rpc_method: shape.mcp?.method ?? null,
     rpc_tool: params.name ?? null,
     start_ms: '1767225600250',
@@ -115,7 +115,7 @@ describe('an audit event from a call-log entry', () => {
   });
 
   it("takes the call script's record of the caller first (the call route removed the claim headers before the log)", () => {
-    const recorded = { ...call().ours, caller_iss: 'http://idp/realms/mcpgw', caller_sub: 'b2', caller_client: 'agent-batch' };
+    const recorded = { ...call().ours, caller: { iss: 'http://idp/realms/mcpgw', sub: 'b2', client: 'agent-batch' } };
     expect(auditEventOf(entry(call({ ours: recorded })))?.caller).toEqual({ issuer: 'http://idp/realms/mcpgw', subject: 'b2', client_id: 'agent-batch' });
   });
 

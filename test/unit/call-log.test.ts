@@ -1,6 +1,9 @@
+import * as fs from 'node:fs';
+import * as path from 'node:path';
 import * as client from 'prom-client';
 import { CallHistory, HISTORY_DEFAULTS } from '../../control-plane/admin/call-history';
 import { CallLog, CallMetrics, CallRecord, LogEntry, TOOL_LABELS_PER_BACKEND, backendFailureOf, callLogEntrySchema } from '../../control-plane/admin/call-log';
+import { CallLogRecord, readCallLogStream } from '../../control-plane/admin/call-log-receiver';
 import { callRecord } from './call-fixtures';
 
 /**
@@ -11,10 +14,7 @@ type Fields = Record<string, string | number | boolean>;
 
 function entry(options: { ours: Fields; flags?: string[]; code?: number; details?: string; ms?: number; attempts?: number; startMs?: number }): LogEntry {
   return callLogEntrySchema.parse({
-    route: 'demo',
-    backend: 'jobs',
-    method: 'tools/call',
-    ...options.ours,
+    script: { route: 'demo', backend: 'jobs', method: 'tools/call', ...options.ours },
     start_ms: String(options.startMs ?? 1_800_000_000_000),
     duration_ms: options.ms ?? 12,
     attempts: options.attempts ?? 1,
@@ -90,14 +90,107 @@ describe('the call log', () => {
   });
 
   it('skips entries of other lanes (no backend in the metadata)', () => {
-    expect(log.recordOf(callLogEntrySchema.parse({ route: 'demo' }))).toBeUndefined();
+    expect(log.recordOf(callLogEntrySchema.parse({ script: { route: 'demo' } }))).toBeUndefined();
+    expect(log.recordOf(callLogEntrySchema.parse({ script: null }))).toBeUndefined();
     expect(log.recordOf(callLogEntrySchema.parse({}))).toBeUndefined();
   });
 
   it("keeps a record whose client-chosen values are not strings (a tool name sent as a number or an object)", () => {
-    const record = callLogEntrySchema.parse({ route: 'demo', backend: 'jobs', tool: 42, rpc_tool: { not: 'a name' }, method: 'tools/call', status: 200, duration_ms: 3, flags: '-' });
-    expect(record).toMatchObject({ tool: '42', rpc_tool: null });
+    const record = callLogEntrySchema.parse({
+      script: { route: 'demo', backend: 'jobs', tool: 42, method: 'tools/call', caller: { iss: ['not', 'a name'], sub: 'b2' } },
+      rpc_tool: { not: 'a name' },
+      status: 200,
+      duration_ms: 3,
+      flags: '-',
+    });
+    expect(record).toMatchObject({ tool: '42', rpc_tool: null, caller_iss: null, caller_sub: 'b2' });
     expect(log.recordOf(record)).toMatchObject({ route: 'demo', backend: 'jobs', tool: '42', outcome: 'ok' });
+  });
+
+  it("reads the call script's record, sent whole as one value: its values cut to their bounds, its other keys left out", () => {
+    const record = callLogEntrySchema.parse({
+      script: {
+        route: 'demo',
+        backend: 'jobs',
+        method: 'tools/call',
+        tool: 't'.repeat(300),
+        outcome: 'denied',
+        answered: true,
+        reason: 'r'.repeat(300),
+        rule: 'denyTools "w*"',
+        credential: 'tokenExchange',
+        caller: { iss: 'https://idp/realms/mcpgw', sub: 's'.repeat(300), client: 'agent-cli' },
+        approval: 'granted',
+        approval_id: 'ap1',
+        approver_iss: 'https://idp/realms/mcpgw',
+        approver_sub: 'c3',
+        arguments: '{"steps":2}',
+        rpc_id: 7,
+        rpc_id_json: '7',
+        quota_tool_scope: 'jobs/run',
+        started_ms: 1_800_000_000_000,
+      },
+      status: 403,
+      flags: '-',
+    });
+    expect(record).toMatchObject({
+      route: 'demo',
+      backend: 'jobs',
+      method: 'tools/call',
+      tool: 't'.repeat(128),
+      outcome: 'denied',
+      answered: true,
+      reason: 'r'.repeat(256),
+      rule: 'denyTools "w*"',
+      credential: 'tokenExchange',
+      caller_iss: 'https://idp/realms/mcpgw',
+      caller_sub: 's'.repeat(256),
+      caller_client: 'agent-cli',
+      approval: 'granted',
+      approval_id: 'ap1',
+      approver_iss: 'https://idp/realms/mcpgw',
+      approver_sub: 'c3',
+      arguments: '{"steps":2}',
+      fallback: null,
+    });
+    expect(Object.keys(record)).not.toEqual(expect.arrayContaining(['script']));
+    expect(Object.keys(record).filter((key) => ['rpc_id', 'rpc_id_json', 'quota_tool_scope', 'started_ms'].includes(key))).toEqual([]);
+  });
+
+  it("reads the record Envoy 1.40 sent: the call script's record as a map of typed values", async () => {
+    // Captured from Envoy 1.40 with the listener's record (audit on) and a Lua filter recording what the
+    // call script records on an authed call (envoy-1.40-call-log-record-capture.json, the bench's
+    // bench/call-log-record-instructions.ts bootstrap).
+    const bytes = fs.readFileSync(path.join(__dirname, '../fixtures/call-log/envoy-1.40-call-log-record.bin'));
+    const records: CallLogRecord[] = [];
+    await readCallLogStream((async function* () { yield bytes; })(), (batch) => records.push(...batch), 1 << 20);
+    expect(records).toHaveLength(1);
+    expect(callLogEntrySchema.parse(records[0])).toMatchObject({
+      route: 'authed',
+      backend: 'jobs',
+      tool: 'echo',
+      method: 'tools/call',
+      outcome: 'ok',
+      credential: 'none',
+      caller_iss: 'http://127.0.0.1:41234/realms/bench',
+      caller_sub: '5f0c8a8e-6b8e-4c53-9d1e-2f9a0c1b7d44',
+      caller_client: 'bench-agent',
+      arguments: expect.stringMatching(/^\{"text":"x+"\}$/),
+      rpc_method: 'tools/call',
+      rpc_tool: 'jobs__echo',
+      lease: '',
+      status: 200,
+      attempts: 1,
+      details: 'via_upstream',
+      envoy_route: 'authed/call/jobs',
+      start_ms: expect.any(Number),
+    });
+    expect(new CallLog([]).recordOf(callLogEntrySchema.parse(records[0]))).toMatchObject({ route: 'authed', backend: 'jobs', tool: 'echo', outcome: 'ok' });
+  });
+
+  it('reads a record without the call script (a request the gateway answered itself) as one with nothing recorded', () => {
+    const record = callLogEntrySchema.parse({ script: null, rpc_method: 'tools/list', status: 401, details: 'jwt_authn_access_denied', flags: '-' });
+    expect(record).toMatchObject({ route: null, backend: null, tool: null, outcome: null, caller_iss: null, arguments: null, rpc_method: 'tools/list', status: 401 });
   });
 
   it(`labels at most ${TOOL_LABELS_PER_BACKEND} tools per backend, the rest "other", and keeps the name as sent`, () => {

@@ -103,6 +103,9 @@ end
 
 local MCP_NS = "envoy.filters.http.mcp"
 local NS = "mcpgw"
+-- The session check's memory key of a call (its session id among it): in a namespace of its own, since
+-- the call log carries NS whole to the control plane (listener.ts CALL_LOG_RECORD), which needs no session id.
+local SESSION_MEMORY_NS = "mcpgw.session_memory"
 local OUTCOME_KEY = "mcpgw/outcome"
 local MODERN_VERSION = "2026-07-28"
 -- A stateless client's request to a session-era backend goes in the pooled backend session, opened in
@@ -523,7 +526,7 @@ local function ask_session_check(h, headers, route, backend, modern_client, sess
       headers:remove("mcp-session-id")
       return
     end
-    h:streamInfo():dynamicMetadata():set(NS, "checked_key", key)
+    h:streamInfo():dynamicMetadata():set(SESSION_MEMORY_NS, "checked_key", key)
   end
   if session_id ~= nil or (modern_client and sessionful) or in_flight then
     if caller_authorization then headers:replace(CALLER_AUTHORIZATION, caller_authorization) end
@@ -1587,8 +1590,9 @@ local function call_of(h)
   -- session's next calls on this worker. (A backend session is never remembered: the backend may lose
   -- it, and every worker must learn that at once.) From when the call was checked, not from its
   -- answer: a backend slow to answer must not stretch how long an ended session is honoured.
-  if ours.checked_key and authz[CHECK_GATEWAY_SESSION] and not authz[CHECK_BACKEND_SESSION] then
-    M.checked_remember(ours.checked_key, started)
+  local checked_key = (metadata:get(SESSION_MEMORY_NS) or {}).checked_key
+  if checked_key and authz[CHECK_GATEWAY_SESSION] and not authz[CHECK_BACKEND_SESSION] then
+    M.checked_remember(checked_key, started)
   end
   -- Only a call's answer is annotated; the answers of the other methods are rewritten (their resource
   -- URIs, their log messages) whether or not the route annotates calls.

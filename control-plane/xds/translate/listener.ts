@@ -9,7 +9,7 @@ import { LIMIT_HEADER, quotaFilters } from './quotas';
 import { duration } from './duration';
 import { internalListenerTransportSocket } from './internal-tls';
 import { LISTENER_CERTIFICATE_SECRET, sdsSecret } from './secrets';
-import { AUDIT_ONLY_KEYS, LogEntry } from '../../admin/call-log';
+import { AUDIT_ONLY_KEYS, CallLogWireRecord } from '../../admin/call-log';
 import {
   CALL_LOG_CLUSTER_NAME,
   CHECK_HEADERS,
@@ -38,7 +38,7 @@ const parsed = (path: string, cut: number) => `%DYNAMIC_METADATA(${MCP_METADATA_
  */
 const callerOf = (part: 'iss' | 'sub' | 'client') => ours(`caller:${part}`, 256);
 
-const accessLog = {
+export const accessLog = {
   name: 'envoy.access_loggers.stdout',
   typed_config: {
     '@type': TYPE_URL.stdoutAccessLog,
@@ -97,20 +97,26 @@ const CALL_LOG_FLUSH_INTERVAL = '0.250s';
 export const CALL_LOG_BUFFER_BYTES = 65536;
 
 /**
- * The call log's record (control-plane/admin/call-log.ts callLogEntrySchema reads it): one format
- * string per key, only what the consumers read — Envoy formats and encodes each per call, and pays for
- * the record's size (docs/adr/0008-data-path-lanes.md, "The two access logs"). Values a client chooses
- * are cut to a bounded length, except the arguments, whose hash the audit writes (bounded by
- * --max-request-body-bytes).
+ * What one call-log message may hold (the receiver refuses more before it completes): a batch of
+ * Envoy's buffer, and one record past it whose client-chosen values fill two request bodies (the
+ * call script keeps the arguments, the tool name and the id — twice — uncut) and its headers.
+ */
+export const callLogMessageBytes = (gateway: Pick<GatewaySettings, 'maxRequestBodyBytes' | 'edge'>) =>
+  CALL_LOG_BUFFER_BYTES + 2 * gateway.maxRequestBodyBytes + gateway.edge.maxRequestHeadersKb * 1024 + 64 * 1024;
+
+/**
+ * The call log's record (control-plane/admin/call-log.ts callLogEntrySchema reads it): the call
+ * script's record of the call as one value — its whole metadata namespace, which the consumers read
+ * most of (route, backend, tool, outcome, fallback, the caller, the approval, with an audit the
+ * arguments) — and one format string per key of Envoy's own that the consumers read. Envoy formats
+ * each key per call: one formatter for the script's record costs Envoy a fraction of one per value
+ * (docs/adr/0008-data-path-lanes.md, "Session 9: a leaner call-log record"). The script's values are
+ * cut to their bounds where they are read (the decoder), Envoy's own a client chooses here; the record
+ * holds at most about two request bodies (the arguments, the tool name and the id, which the script
+ * keeps twice), which bounds what the receiver accepts (callLogMessageBytes).
  */
 const CALL_LOG_RECORD = {
-  route: ours('route'),
-  backend: ours('backend'),
-  tool: ours('tool', 128),
-  method: ours('method', 64),
-  outcome: ours('outcome'),
-  answered: ours('answered'),
-  fallback: ours('fallback', 64),
+  script: `%DYNAMIC_METADATA(${METADATA_NAMESPACE})%`,
   rpc_method: parsed('method', 64),
   lease: `%DYNAMIC_METADATA(${EXT_AUTHZ_METADATA_NAMESPACE}:${CHECK_HEADERS.concurrencyLease}):512%`,
   start_ms: '%START_TIME(%s%3f)%',
@@ -125,27 +131,16 @@ const CALL_LOG_RECORD = {
   limit: `%RESP(${LIMIT_HEADER}):256%`,
   ratelimit_limit: '%RESP(X-RATELIMIT-LIMIT):1024%',
   rpc_tool: parsed('params:name', 256),
-  arguments: ours('arguments'),
-  reason: ours('reason', 256),
-  rule: ours('rule', 256),
-  credential: ours('credential', 32),
-  caller_iss: callerOf('iss'),
-  caller_sub: callerOf('sub'),
-  caller_client: callerOf('client'),
-  approval: ours('approval', 32),
-  approval_id: ours('approval_id', 128),
-  approver_iss: ours('approver_iss', 256),
-  approver_sub: ours('approver_sub', 256),
   request_id: '%REQ(X-REQUEST-ID):64%',
   path: '%REQ(X-ENVOY-ORIGINAL-PATH?:PATH):256%',
   claim_iss: `%REQ(${CALLER_CLAIM_HEADERS.iss}):256%`,
   claim_sub: `%REQ(${CALLER_CLAIM_HEADERS.sub}):256%`,
   claim_client_id: `%REQ(${CALLER_CLAIM_HEADERS.client_id}):256%`,
   claim_azp: `%REQ(${CALLER_CLAIM_HEADERS.azp}):256%`,
-} satisfies Record<keyof LogEntry, string>;
+} satisfies Record<keyof CallLogWireRecord, string>;
 
-/** The record without the audit's fields when the control plane writes no audit. */
-function callLogRecord(audit: boolean): Record<string, string> {
+/** The record without the audit's keys when the control plane writes no audit (the script then records no arguments). */
+export function callLogRecord(audit: boolean): Record<string, string> {
   if (audit) return CALL_LOG_RECORD;
   return Object.fromEntries(Object.entries(CALL_LOG_RECORD).filter(([key]) => !(AUDIT_ONLY_KEYS as readonly string[]).includes(key)));
 }
@@ -195,7 +190,7 @@ const leaseMatch = (held: boolean) => ({
  * in two loggers that split the records by whether the call held slots: the same record, each call in
  * one of them, the leased calls' batches sent sooner.
  */
-function callLog(audit: boolean, leased: boolean) {
+function callLog(record: Record<string, string>, leased: boolean) {
   return {
     name: 'envoy.access_loggers.fluentd',
     filter: { and_filter: { filters: [CALL_LOG_FILTER, leaseMatch(leased)] } },
@@ -206,10 +201,13 @@ function callLog(audit: boolean, leased: boolean) {
       stat_prefix: leased ? 'mcpgw_leased_calls' : 'mcpgw_calls',
       buffer_flush_interval: leased ? LEASED_CALLS_FLUSH_INTERVAL : CALL_LOG_FLUSH_INTERVAL,
       buffer_size_bytes: CALL_LOG_BUFFER_BYTES,
-      record: callLogRecord(audit),
+      record,
     },
   };
 }
+
+/** The call log's two loggers (leased calls, the rest) with one record. */
+export const callLogs = (record: Record<string, string>) => [callLog(record, true), callLog(record, false)];
 
 /**
  * TLS for agents: the certificate is an SDS secret by name, its files read and watched by Envoy, so a
@@ -304,7 +302,7 @@ export function buildListener(settings: GatewaySettings): TypedJson {
               codec_type: 'AUTO',
               rds: { route_config_name: ROUTE_CONFIG_NAME, config_source: { ads: {}, resource_api_version: 'V3' } },
               ...edgeConnectionManagerSettings(settings.edge),
-              access_log: [...(settings.envoyAccessLog ? [accessLog] : []), callLog(settings.auditArguments, true), callLog(settings.auditArguments, false)],
+              access_log: [...(settings.envoyAccessLog ? [accessLog] : []), ...callLogs(callLogRecord(settings.auditArguments))],
               local_reply_config: localReplyConfig(),
               ...(settings.tracing && { tracing: connectionManagerTracing(settings.tracing) }),
               // CORS answers the preflights of browser pages on allowed origins (they carry no token), the
