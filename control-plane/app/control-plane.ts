@@ -6,7 +6,7 @@ import { startCallLogReceiver } from '../admin/call-log-receiver';
 import { CallHistory } from '../admin/call-history';
 import { AuditLog, AuditTarget } from '../audit/audit-log';
 import { closeServer, listen } from '../shared/http-listen';
-import { ControlPlaneMetrics } from '../admin/metrics';
+import { ControlPlaneMetrics, RegistryUpdateStep } from '../admin/metrics';
 import { XdsStatusTracker } from '../admin/xds-status';
 import { registerStateMetrics } from '../admin/state-metrics';
 import { CatalogPublication } from '../catalog/catalog-publication';
@@ -138,12 +138,18 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   let resources: XdsResources = {};
   let ir: GatewayIR = { routes: [], toolServices: [], clusters: [] };
   let callLane = EMPTY_CALL_LANE_CATALOG;
+  const observeStep = (step: RegistryUpdateStep, ms: number) => metrics.registryUpdateStepSeconds.observe({ step }, ms / 1000);
   /** Registry (IR) and catalog (the call lane's per-backend rules) both shape Envoy's config; either change republishes it. */
   const publishXds = () => {
     const started = performance.now();
     resources = translate(ir, callLane, options.gateway, signingKeys.keys());
     const translatedMs = performance.now() - started;
-    return publisher.publish(resources, (encodedMs) => metrics.snapshotBuildSeconds.observe((translatedMs + encodedMs) / 1000));
+    observeStep('translate', translatedMs);
+    return publisher.publish(resources, ({ encodeMs, pushMs }) => {
+      metrics.snapshotBuildSeconds.observe((translatedMs + encodeMs) / 1000);
+      observeStep('encode', encodeMs);
+      observeStep('push', pushMs);
+    });
   };
   // The sidecars get a catalog version once Envoy can call what it lists (docs/xds.md).
   const routesAnswered = () => {
@@ -175,6 +181,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
     metrics.registryPolls.inc({ ...sourceLabel, outcome: result.outcome });
     metrics.registryPollSeconds.observe({ ...sourceLabel, outcome: result.outcome }, result.durationMs / 1000);
     if (result.rejection) metrics.registryDocumentRejections.inc({ ...sourceLabel, reason: result.rejection });
+    for (const [step, ms] of Object.entries(result.stepsMs ?? {})) observeStep(step as RegistryUpdateStep, ms);
   });
   catalog.on('refresh', (outcome: string, toolServices: number) => metrics.catalogRefreshes.inc({ outcome }, toolServices));
   const countKeySources = () => {
@@ -229,13 +236,24 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
   });
 
   const onRegistryUpdate = async (current: Registry, merge: RegistryMerge) => {
+    let lapStarted = performance.now();
+    /** Milliseconds since the last lap. */
+    const lap = () => {
+      const now = performance.now();
+      const ms = now - lapStarted;
+      lapStarted = now;
+      return ms;
+    };
     ir = buildGatewayIR(current, { publicUrl: options.gateway.access.publicUrl });
+    observeStep('ir', lap());
     writeSharedLimits(ir);
     limitMetrics.expect(ir);
+    const recordMs = lap();
     // A new issuer's keys are read before the routes that need them are published (bounded by the
     // read's timeout): a new route with auth starts validating, not refusing with 503.
     const sources = new Map(ir.routes.flatMap((route) => (route.auth ? [[route.auth.keys.name, route.auth.keys] as const] : [])));
     await signingKeys.setSources([...sources.values()]);
+    observeStep('signing_keys', lap());
     // The catalog first: routes whose backends are listed already (a new id on a known backend, a
     // changed route) get their call rules in the same push as the routes, so Envoy swaps its route
     // table once, not twice (the catalog's change publishes; the publication below is then the same
@@ -247,7 +265,9 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
       catalog.restore(savedAtStart);
       savedAtStart = undefined;
     }
+    observeStep('catalog', lap());
     const published = publishXds();
+    lap(); // translate, observed by itself
     metrics.routes.set(ir.routes.length);
     metrics.toolServices.set(ir.toolServices.length);
     metrics.toolServiceClusters.reset();
@@ -261,6 +281,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<R
         lastGood.removeRoute(key);
       }
     }
+    observeStep('record', recordMs + lap());
     await Promise.all([published, catalog.refresh(fetchNow)]);
   };
   let updates = Promise.resolve();
