@@ -258,7 +258,7 @@ const sessionCheckRetryPolicy = (timeoutMs: number) => ({
   retry_on: 'connect-failure,reset-before-request',
   num_retries: 2,
   retry_back_off: { base_interval: '0.010s', max_interval: duration(timeoutMs) },
-  retry_host_predicate: [{ name: 'envoy.retry_host_predicates.previous_hosts', typed_config: typedStruct(TYPE_URL.previousHostsPredicate, {}) }],
+  retry_host_predicate: [{ name: 'envoy.retry_host_predicates.previous_hosts', typed_config: { '@type': TYPE_URL.previousHostsPredicate } }],
   host_selection_retry_max_attempts: 3,
 });
 
@@ -439,7 +439,7 @@ export function callRouteFilters(
     context.concurrency_deadline_ms = quotas.deadlineMs;
   }
   return {
-    'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: scriptContext(context) }),
+    'envoy.filters.http.lua': { '@type': TYPE_URL.luaPerRoute, filter_context: scriptContext(context) },
   };
 }
 
@@ -463,7 +463,7 @@ export function surfaceRouteFilters(
   };
   for (const prompt of backend?.prompts ?? []) context[`prompt:${prompt}`] = '';
   return {
-    'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: scriptContext(context) }),
+    'envoy.filters.http.lua': { '@type': TYPE_URL.luaPerRoute, filter_context: scriptContext(context) },
   };
 }
 
@@ -504,7 +504,7 @@ export function surfaceMatches(path: string, backendName: string, separator: str
  * session checks it remembers of the ending session (the sidecar ends the session itself).
  */
 export const SESSION_END_FILTERS = {
-  'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: { ends_sessions: true } }),
+  'envoy.filters.http.lua': { '@type': TYPE_URL.luaPerRoute, filter_context: { ends_sessions: true } },
 };
 
 /**
@@ -514,5 +514,5 @@ export const SESSION_END_FILTERS = {
  * disabling config on each of thousands of routes cost Envoy megabytes (docs/adr/0008-data-path-lanes.md).
  */
 export const GATEWAY_LANE_FILTERS = {
-  'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { disabled: true }),
+  'envoy.filters.http.lua': { '@type': TYPE_URL.luaPerRoute, disabled: true },
 };
