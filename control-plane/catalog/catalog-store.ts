@@ -399,6 +399,10 @@ export class CatalogStore extends EventEmitter {
   /** Refreshes Tool Services concurrently, each listing once; one slow or failing backend delays or affects no other. */
   async refresh(services: ToolServiceIR[] = this.ir.toolServices): Promise<void> {
     const listings = new Set(services.map((service) => backendListingOf(service)));
+    // Nothing to list (a registry update whose Tool Services are all listed already, which setGateway
+    // rebuilt the catalog for): a second rebuild of thousands of routes would only find the same catalog,
+    // and it ran before the update's xDS was encoded.
+    if (listings.size === 0) return;
     await Promise.all([...listings].map((listing) => this.refreshOne(listing)));
     this.rebuild();
   }
