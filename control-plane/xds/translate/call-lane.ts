@@ -88,6 +88,14 @@ export function toolFlags(tool: Tool, hasFallback: boolean, access: { accessRule
   return flags.join(';');
 }
 
+const parsedToolLists = new WeakMap<string[], Tool[]>();
+/** A backend's tools, parsed once per list: the catalog shares one tools_json list among every route backend of a listing. */
+function parsedTools(toolsJson: string[]): Tool[] {
+  let tools = parsedToolLists.get(toolsJson);
+  if (!tools) parsedToolLists.set(toolsJson, (tools = toolsJson.map((json) => JSON.parse(json) as Tool)));
+  return tools;
+}
+
 export function callLaneCatalogOf(snapshot: CatalogSnapshotMessage): CallLaneCatalog {
   const routes = new Map<string, CallLaneRoute>();
   for (const route of snapshot.routes) {
@@ -97,10 +105,9 @@ export function callLaneCatalogOf(snapshot: CatalogSnapshotMessage): CallLaneCat
     for (const backend of route.backends) {
       const tools = new Map<string, string>();
       const approvals = new Map((backend.approval_tools ?? []).map((approval) => [approval.tool, { risk: approval.risk, approvers: approval.approvers }]));
-      backend.tools_json.forEach((json, index) => {
+      parsedTools(backend.tools_json).forEach((tool, index) => {
         const accessRule = served.get(`${backend.name}\n${index}`);
         if (accessRule === undefined) return;
-        const tool = JSON.parse(json) as Tool;
         tools.set(tool.name, toolFlags(tool, backend.fallback_text !== '', { accessRule, needsApproval: approvals.has(tool.name) }));
       });
       const prompts = new Set(
