@@ -2,6 +2,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { stringify } from 'yaml';
 
+import { REGISTRY_UPDATE_STEPS, RegistryUpdateStep } from '../../control-plane/admin/metrics';
 import { GatewayStack } from '../../control-plane/devstack/stack';
 import { buildGatewayIR } from '../../control-plane/ir/gateway-ir';
 import { validateRegistry } from '../../control-plane/registry/validate';
@@ -16,6 +17,7 @@ import { McpHttpClient, answerTo } from '../load/mcp-client';
 import { Spread, spreadOf } from '../load/stats';
 import { BenchSettings } from '../settings';
 import { ProcessGroup } from '../systems/process-group';
+import { threadsCpuNanosecondsOf } from './cpu-time';
 import { allocatePort } from '../systems/ports';
 import { startBackendProcess } from '../systems/systems';
 import { HOST } from '../systems/topology';
@@ -63,6 +65,19 @@ export interface ConfigurationResults {
   snapshotBuildMetricMs: number;
   /** From the Portal change to Envoy ACKing the new clusters and routes (wall clock). */
   changeToAckMs: number;
+  /**
+   * That wall clock itemised: the bench's PUT to the dev Portal (the Portal's data has changed when it
+   * answers; the Portal answers the control plane's long-poll within it), then each step the control
+   * plane's mcpgw_registry_update_step_seconds counted for the change (ms summed over its observations),
+   * push-to-ACK of the routes, and what none of these covers (waits between steps, other work on the
+   * event loops, the ACK's way back).
+   */
+  /**
+   * CPU time each process spent from the Portal change to the ACK (every thread, /proc schedstat): on a
+   * loaded machine steadier than the wall clock, which waits for cores other work holds.
+   */
+  cpuMsToAck: Record<'portal' | 'controlPlane' | 'envoy', number>;
+  changeChainMs: { portalPut: number; steps: Record<RegistryUpdateStep, { ms: number; observations: number }>; routesPushToAck: number; notItemised: number };
   /** mcpgw_xds_push_to_ack_seconds for the big change, by xDS type: pushes answered, mean ms. */
   pushToAckMetric: Record<string, { acks: number; meanMs: number }>;
   nacks: number;
@@ -146,9 +161,17 @@ function metric(text: string, name: string, labels: Record<string, string> = {})
     .reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(' ') + 1)), 0);
 }
 
-async function metricsText(stack: GatewayStack): Promise<string> {
-  return (await fetch(`${stack.controlPlaneAdminUrl}/metrics`)).text();
+/** The control plane's metrics: every family, or only those named (far cheaper for the process being measured). */
+async function metricsText(stack: GatewayStack, families: string[] = []): Promise<string> {
+  const query = new URLSearchParams(families.map((family): [string, string] => ['name', family]));
+  const response = await fetch(`${stack.controlPlaneAdminUrl}/metrics${families.length ? `?${query}` : ''}`);
+  if (!response.ok) throw new Error(`control plane /metrics answered ${response.status}: ${await response.text()}`);
+  return response.text();
 }
+
+/** What the polls during the change read: with 5,000 Tool Services a whole scrape costs the control plane tens of ms. */
+const XDS_PROGRESS_FAMILIES = ['mcpgw_xds_acks_total', 'mcpgw_xds_pushes_total', 'mcpgw_xds_nacks_total'];
+const CATALOG_PROGRESS_FAMILIES = ['mcpgw_catalog_refreshes_total', 'mcpgw_catalog_backends'];
 
 function rssMb(pid: number | undefined): number {
   if (pid === undefined) return Number.NaN;
@@ -267,8 +290,14 @@ export async function runConfigurationScenario(group: ProcessGroup, settings: Be
     const lastRoute = bigDocument.routes[bigDocument.routes.length - 1];
     const lastProbe = routeProbes(client, stack.gatewayUrl(lastRoute.key), `svc_1__${ECHO_TOOL}`, settings.requestTimeoutMs);
     log(`configuration: pushing ${bigDocument.routes.length} routes × ${config.toolServicesPerRoute} Tool Services through the dev Portal`);
+    const cpuNanos = () => {
+      const of = (name: string) => threadsCpuNanosecondsOf(stack.processes.get(name)!.child.pid!);
+      return { portal: of('portal'), controlPlane: of('control-plane'), envoy: of('envoy') };
+    };
+    const cpuBefore = cpuNanos();
     const changedAt = performance.now();
     await stack.setPortalRegistry({ routes: bigRoutes });
+    const portalPutMs = performance.now() - changedAt;
     let latest = before;
     const acked = (type: string) => metric(latest, 'mcpgw_xds_acks_total', { type }) > metric(before, 'mcpgw_xds_acks_total', { type });
     const pushed = (type: string) => metric(latest, 'mcpgw_xds_pushes_total', { type }) > metric(before, 'mcpgw_xds_pushes_total', { type });
@@ -277,16 +306,20 @@ export async function runConfigurationScenario(group: ProcessGroup, settings: Be
     // share the seed's backends share its clusters, so no Cluster is pushed and none can be ACKed).
     // Both are pushed from one snapshot, so once the routes are ACKed a Cluster push would be counted.
     const changeToAckMs = await timeUntil(changedAt, config.settleTimeoutMs, async () => {
-      latest = await metricsText(stack);
+      latest = await metricsText(stack, XDS_PROGRESS_FAMILIES);
       return nacked() || (acked('RouteConfiguration') && (acked('Cluster') || !pushed('Cluster')));
     }, METRICS_POLL_MS);
+    const cpuAtAck = cpuNanos();
+    const cpuMsToAck = Object.fromEntries(
+      Object.entries(cpuAtAck).map(([name, nanos]) => [name, (nanos - cpuBefore[name as keyof typeof cpuBefore]) / 1e6]),
+    ) as ConfigurationResults['cpuMsToAck'];
     const refreshes = (text: string) => metric(text, 'mcpgw_catalog_refreshes_total');
     // Every route backend of the new registry has answered at least once (or was served from a listing
     // it shares with one that had: docs/tools-list.md), or every new Tool Service's refresh has ended.
     const routeBackends = bigRoutes.reduce((count, route) => count + route.toolServices.length, 0);
     const served = (text: string) => metric(text, 'mcpgw_catalog_backends', { state: 'ok' }) + metric(text, 'mcpgw_catalog_backends', { state: 'stale' });
     const catalogSettleMs = await timeUntil(changedAt, config.settleTimeoutMs, async () => {
-      latest = await metricsText(stack);
+      latest = await metricsText(stack, CATALOG_PROGRESS_FAMILIES);
       return refreshes(latest) - refreshes(before) >= newServices || served(latest) >= routeBackends;
     }, METRICS_POLL_MS);
     // The catalog reaches the sidecar only once every new Tool Service has been listed (or its listing
@@ -298,6 +331,14 @@ export async function runConfigurationScenario(group: ProcessGroup, settings: Be
     const envoySettled = await envoySettledMemory(stack);
     const delta = (name: string, labels: Record<string, string> = {}) => metric(latest, name, labels) - metric(before, name, labels);
     const buildCount = delta('mcpgw_xds_snapshot_build_seconds_count');
+    const steps = Object.fromEntries(
+      REGISTRY_UPDATE_STEPS.map((step) => [
+        step,
+        { ms: delta('mcpgw_registry_update_step_seconds_sum', { step }) * 1000, observations: delta('mcpgw_registry_update_step_seconds_count', { step }) },
+      ]),
+    ) as ConfigurationResults['changeChainMs']['steps'];
+    const routesPushToAck = delta('mcpgw_xds_push_to_ack_seconds_sum', { type: 'RouteConfiguration' }) * 1000;
+    const itemised = portalPutMs + Object.values(steps).reduce((sum, step) => sum + step.ms, 0) + routesPushToAck;
     const result: ConfigurationResults = {
       registryChange: {
         trials,
@@ -314,6 +355,8 @@ export async function runConfigurationScenario(group: ProcessGroup, settings: Be
       snapshotBuildInProcessMs,
       snapshotBuildMetricMs: buildCount > 0 ? (delta('mcpgw_xds_snapshot_build_seconds_sum') / buildCount) * 1000 : Number.NaN,
       changeToAckMs: changeToAckMs ?? Number.NaN,
+      cpuMsToAck,
+      changeChainMs: { portalPut: portalPutMs, steps, routesPushToAck, notItemised: (changeToAckMs ?? Number.NaN) - itemised },
       pushToAckMetric: Object.fromEntries(
         types.map((type) => {
           const acks = delta('mcpgw_xds_push_to_ack_seconds_count', { type });

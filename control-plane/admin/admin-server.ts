@@ -74,6 +74,8 @@ function catalogStatus(sources: AdminSources, onlyRoute?: string) {
 }
 
 const refreshQuerySchema = z.object({ route: z.string().min(1).optional() });
+/** `?name=a&name=b`: only these metric families (a scrape of all costs tens of ms with thousands of Tool Services). */
+const metricsQuerySchema = z.object({ name: z.union([z.string().min(1), z.array(z.string().min(1))]).optional() });
 
 /** `tokenFile`: the bearer token every request but the probes' must carry (an admin port off loopback). */
 export function createAdminApp(sources: AdminSources, tokenFile?: TokenFile): express.Express {
@@ -110,8 +112,20 @@ export function createAdminApp(sources: AdminSources, tokenFile?: TokenFile): ex
     }
     res.json(catalogStatus(sources, routeKey));
   });
-  app.get('/metrics', async (_req, res) => {
-    res.type(sources.metrics.contentType).send(await sources.metrics.metrics());
+  app.get('/metrics', async (req, res) => {
+    const query = metricsQuerySchema.safeParse(req.query);
+    if (!query.success) {
+      res.status(400).json({ error: 'give metric family names: GET /metrics[?name=NAME&name=…]' });
+      return;
+    }
+    const names = [query.data.name ?? []].flat();
+    const unknown = names.filter((name) => !sources.metrics.getSingleMetric(name));
+    if (unknown.length > 0) {
+      res.status(404).json({ error: `unknown metric families: ${unknown.join(', ')}` });
+      return;
+    }
+    const text = names.length === 0 ? await sources.metrics.metrics() : (await Promise.all(names.map((name) => sources.metrics.getSingleMetricAsString(name)))).join('\n');
+    res.type(sources.metrics.contentType).send(text);
   });
   app.get('/config/xds', (_req, res) => {
     res.json(sources.xdsResources());

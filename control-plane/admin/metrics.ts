@@ -2,6 +2,15 @@ import * as client from 'prom-client';
 import type { TokenCacheObserver } from '../credentials/token-cache';
 
 /** The control plane's Prometheus metrics, on a registry of its own (GET /metrics). */
+/**
+ * The steps from a registry source's answer to the xDS push it causes, in order (docs/observability.md):
+ * reading and parsing the answer, validating and merging it, the IR, the issuers' signing keys, the
+ * catalog, recording the routes (metrics, Redis last-good), translating to xDS, encoding the snapshot,
+ * and writing it to the Envoys' streams.
+ */
+export const REGISTRY_UPDATE_STEPS = ['read', 'validate', 'merge', 'ir', 'signing_keys', 'catalog', 'record', 'translate', 'encode', 'push'] as const;
+export type RegistryUpdateStep = (typeof REGISTRY_UPDATE_STEPS)[number];
+
 export class ControlPlaneMetrics {
   readonly registry = new client.Registry();
   private readonly prefix = 'mcpgw_';
@@ -119,6 +128,13 @@ export class ControlPlaneMetrics {
     name: `${this.prefix}xds_snapshot_build_seconds`,
     help: 'Time to translate a registry and encode its xDS snapshot',
     buckets: [0.001, 0.01, 0.05, 0.1, 0.5, 1, 5],
+    registers: [this.registry],
+  });
+  readonly registryUpdateStepSeconds = new client.Histogram({
+    name: `${this.prefix}registry_update_step_seconds`,
+    help: `Each step from a registry answer to the xDS push it causes, by step (${REGISTRY_UPDATE_STEPS.join(', ')})`,
+    labelNames: ['step'] as const,
+    buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 5],
     registers: [this.registry],
   });
 

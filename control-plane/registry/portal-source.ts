@@ -47,6 +47,7 @@ export class PortalRegistrySource implements RegistrySource {
       throw new Error(`Portal unreachable at ${url.origin}: ${reason}`);
     }
     if (response.status === 304) return 'unchanged';
+    const answeredAt = performance.now();
     const text = await response.text();
     if (!response.ok) {
       throw new Error(`Portal answered ${response.status} ${response.statusText}${text ? `: ${text.slice(0, 200)}` : ''}`);
@@ -60,6 +61,6 @@ export class PortalRegistrySource implements RegistrySource {
       // A body cut short (a Portal that died mid-response) is a refused document, not an outage.
       throw new RegistryDocumentError('syntax', `Portal sent a registry document that is not JSON: ${(error as Error).message}`, revision);
     }
-    return { revision, body };
+    return { revision, body, readMs: performance.now() - answeredAt };
   }
 }

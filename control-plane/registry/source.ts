@@ -4,6 +4,8 @@ export interface RegistryDocument {
   revision: string;
   /** Not yet validated: the controller validates every document the same way, whatever its source. */
   body: unknown;
+  /** How long reading and parsing the answer took once the source had answered (a long-poll's wait excluded), when the source measures it. */
+  readMs?: number;
 }
 
 /**

@@ -1,5 +1,5 @@
 import * as http from 'node:http';
-import { Registry as MetricsRegistry } from 'prom-client';
+import { Counter, Registry as MetricsRegistry } from 'prom-client';
 import { AdminSources, createAdminApp } from '../../control-plane/admin/admin-server';
 import { listen } from '../../control-plane/shared/http-listen';
 import { CallHistory } from '../../control-plane/admin/call-history';
@@ -27,6 +27,10 @@ describe('control plane admin: catalog status and on-demand refresh', () => {
   let base: string;
   let catalog: CatalogSnapshotMessage;
   const refreshed: (string | undefined)[] = [];
+  const metrics = new MetricsRegistry();
+  new Counter({ name: 'test_acks_total', help: 'acks', registers: [metrics] }).inc(3);
+  new Counter({ name: 'test_pushes_total', help: 'pushes', registers: [metrics] }).inc(4);
+  new Counter({ name: 'test_nacks_total', help: 'nacks', registers: [metrics] }).inc(1);
 
   beforeAll(async () => {
     catalog = catalogSnapshot([
@@ -55,7 +59,7 @@ describe('control plane admin: catalog status and on-demand refresh', () => {
       rejectingNodes: () => 0,
       callHistory: () => new CallHistory().view(),
       registry: () => ({ source: 'test', rejectedRoutes: [], origin: 'source' }),
-      metrics: new MetricsRegistry(),
+      metrics,
     };
     server = await listen(createAdminApp(sources), '127.0.0.1', 0);
     base = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
@@ -108,5 +112,20 @@ describe('control plane admin: catalog status and on-demand refresh', () => {
 
   it('does not refresh on GET', async () => {
     expect((await fetch(`${base}/catalog/refresh`)).status).toBe(404);
+  });
+
+  it('answers GET /metrics with every family, or with only those named by ?name=', async () => {
+    const all = await (await fetch(`${base}/metrics`)).text();
+    expect(all).toMatch(/^test_nacks_total 1$/m);
+    const some = await fetch(`${base}/metrics?name=test_acks_total&name=test_pushes_total`);
+    expect(some.status).toBe(200);
+    const lines = (await some.text()).split('\n').filter((line) => line && !line.startsWith('#'));
+    expect(lines).toEqual(['test_acks_total 3', 'test_pushes_total 4']);
+  });
+
+  it('answers 404 naming the metric families it does not have', async () => {
+    const unknown = await fetch(`${base}/metrics?name=test_acks_total&name=nope_total`);
+    expect(unknown.status).toBe(404);
+    expect(await unknown.json()).toEqual({ error: 'unknown metric families: nope_total' });
   });
 });

@@ -34,8 +34,8 @@ const contextAllowing = (groups: string[]) =>
       auditArguments: false,
       credentials: 'none',
       pooledCallLane: false,
-    })['envoy.filters.http.lua'] as unknown as { value: { filter_context: Record<string, unknown> } }
-  ).value.filter_context;
+    })['envoy.filters.http.lua'] as unknown as { filter_context: Record<string, unknown> }
+  ).filter_context;
 
 /** A JSON value as a Lua table constructor. */
 const lua = (value: unknown): string => {

@@ -1,6 +1,7 @@
 import { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { CATALOG_DEFAULTS, CatalogSettings, CatalogSnapshotMessage, CatalogStore, RelistSettings } from '../../control-plane/catalog/catalog-store';
 import { buildGatewayIR } from '../../control-plane/ir/gateway-ir';
+import { callLaneCatalogOf } from '../../control-plane/xds/translate/call-lane';
 import { quietLogger as quiet } from '../support/quiet-logger';
 
 const tool = (name: string): Tool => ({ name, inputSchema: { type: 'object' } });
@@ -299,6 +300,25 @@ describe('catalog store: Tool Service ids on one backend share its listing (issu
     expect(route(store.current(), 'r0').tools.map((exposed) => exposed.name)).toEqual(['svc__echo']);
     expect(route(store.current(), 'r1').tools.map((exposed) => exposed.name)).toEqual(['svc__echo', 'svc__drop_table']);
     expect(route(store.current(), `r${ROUTES - 1}`).backends[0]).toMatchObject({ tool_service: `tool_service.r${ROUTES - 1}-svc`, state: 'ok' });
+  });
+
+  it("writes a listing's tools as JSON once for every route it serves, and anew once a refresh brings other tools, which the call lane then reads", async () => {
+    const lists: Record<string, Tool[]> = { [shared]: [tool('echo')] };
+    const { store, fetchNow } = sharedStore(lists);
+    await store.refresh(fetchNow);
+    const before = store.current();
+    expect(route(before, 'r2').backends[0].tools_json).toBe(route(before, 'r1').backends[0].tools_json);
+    const callLaneTools = (snapshot: CatalogSnapshotMessage, key: string) => [...callLaneCatalogOf(snapshot).routes.get(key)!.backends.get('svc')!.tools.keys()];
+    expect(callLaneTools(before, 'r1')).toEqual(['echo']);
+    lists[shared] = [tool('echo'), tool('forecast')];
+    await store.refresh();
+    const after = store.current();
+    expect(after.version).not.toBe(before.version);
+    for (const key of ['r1', 'r2']) {
+      expect(route(after, key).backends[0].tools_json.map((json) => (JSON.parse(json) as Tool).name)).toEqual(['echo', 'forecast']);
+      expect(callLaneTools(after, key)).toEqual(['echo', 'forecast']);
+    }
+    expect(callLaneTools(before, 'r1')).toEqual(['echo']);
   });
 
   it('has one degraded state and one re-listing schedule per backend, not one per route', async () => {

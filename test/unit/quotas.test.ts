@@ -187,8 +187,8 @@ describe("the call script's tool limits", () => {
     const route = { backends: new Map([['weather', backend]]), accessRules: [] };
     const config = callRouteFilters('demo', 'weather', '__', route, undefined, { annotate: true, auditArguments: false, credentials: 'none', quotas: { toolServiceId: 'weather', tools, inFlight: [], deadlineMs: 600_000 }, pooledCallLane: false })[
       'envoy.filters.http.lua'
-    ] as unknown as { value: { filter_context: Record<string, unknown> } };
-    expect(config.value.filter_context).toMatchObject({
+    ] as unknown as { filter_context: Record<string, unknown> };
+    expect(config.filter_context).toMatchObject({
       tool_service: 'weather',
       'tool:get_alerts': 'r;q=0',
       'tool:run_job': 'q=1',

@@ -104,6 +104,20 @@ describe('RegistryController', () => {
     expect(controller.currentStatus().rejectedDocument).toBeUndefined();
   });
 
+  it('reports the steps of a changed document (reading it when the source measured that, validating, merging), and none for others', async () => {
+    const source = new ScriptedSource();
+    const controller = new RegistryController(source, { refreshIntervalMs: 1000 }, quiet);
+    const polls: RegistryPollResult[] = [];
+    controller.on('poll', (result: RegistryPollResult) => polls.push(result));
+    source.answers.push({ revision: '1', body: { routes: [route('a')] }, readMs: 7 }, { revision: '2', body: { routes: [route('b')] } }, { revision: '3', body: {} });
+    expect(await controller.pollOnce()).toBe('changed');
+    expect(await controller.pollOnce()).toBe('changed');
+    expect(await controller.pollOnce()).toBe('rejected');
+    expect(polls[0].stepsMs).toEqual({ read: 7, validate: expect.any(Number), merge: expect.any(Number) });
+    expect(Object.keys(polls[1].stepsMs!)).toEqual(['validate', 'merge']);
+    expect(polls[2].stepsMs).toBeUndefined();
+  });
+
   it('restores Redis last-good routes only on a cold start, and the source wins once it answers', async () => {
     const source = new ScriptedSource();
     const controller = new RegistryController(source, { refreshIntervalMs: 1000 }, quiet);
@@ -149,6 +163,9 @@ describe('Portal client against the dev Portal', () => {
     expect(next.body).toMatchObject({ routes: [route('b')] });
     expect(next.revision).not.toBe(revision);
     expect(Date.now() - started).toBeLessThan(10_000);
+    // Reading the answer, not the long-poll's wait (200 ms here): the first step of a registry update.
+    expect(next.readMs).toBeGreaterThanOrEqual(0);
+    expect(next.readMs).toBeLessThan(200);
   });
 
   it('answers unchanged when nothing changed within the wait', async () => {

@@ -20,14 +20,14 @@ const backend = (extra: Partial<CallLaneBackend> = {}): CallLaneBackend => ({
   ...extra,
 });
 
-type LuaPerRoute = { value: { filter_context: Record<string, unknown> } };
+type LuaPerRoute = { filter_context: Record<string, unknown> };
 const callContext = (rules: CallLaneBackend, credentials: 'none' | 'tokenExchange' = 'none', separator = '__', pooledCallLane = false) =>
   (callRouteFilters('demo', 'weather_eu', separator, { backends: new Map([['weather_eu', rules]]), accessRules: [] }, undefined, {
     annotate: true,
     auditArguments: false,
     credentials,
     pooledCallLane,
-  })['envoy.filters.http.lua'] as unknown as LuaPerRoute).value.filter_context;
+  })['envoy.filters.http.lua'] as unknown as LuaPerRoute).filter_context;
 
 describe("a call route's context", () => {
   it('carries none of the gateway constants or defaults', () => {
@@ -57,7 +57,7 @@ describe("a call route's context", () => {
 
   it("of a prompt or resource route says it does not annotate answers (the default is a call route's)", () => {
     const filters = surfaceRouteFilters('demo', 'weather_eu', '__', backend(), undefined, 'none')['envoy.filters.http.lua'] as unknown as LuaPerRoute;
-    expect(filters.value.filter_context.annotate).toBe(false);
+    expect(filters.filter_context.annotate).toBe(false);
   });
 });
 

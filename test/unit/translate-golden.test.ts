@@ -222,12 +222,12 @@ describe('the pooled-call lane (docs/adr/0018-stream-relaying.md, "Gaps closed l
       ],
     });
     const routes = (translate(ir, catalogFor(ir), settings, NO_SIGNING_KEYS)[TYPE_URL.routeConfiguration][0] as unknown as {
-      virtual_hosts: { routes: { name: string; typed_per_filter_config?: Record<string, { value: { filter_context: Record<string, unknown> } }> }[] }[];
+      virtual_hosts: { routes: { name: string; typed_per_filter_config?: Record<string, { filter_context: Record<string, unknown> }> }[] }[];
     }).virtual_hosts[0].routes;
     const names = routes.map((route) => route.name);
     expect(names).toContain('r/pooled-call/resumed');
     expect(names.filter((name) => name.includes('/pooled-call/'))).toEqual(['r/pooled-call/resumed']);
-    const scriptContext = (name: string) => routes.find((route) => route.name === name)!.typed_per_filter_config!['envoy.filters.http.lua'].value.filter_context;
+    const scriptContext = (name: string) => routes.find((route) => route.name === name)!.typed_per_filter_config!['envoy.filters.http.lua'].filter_context;
     expect(scriptContext('r/call/resumed').pooled_call_lane).toBe(true);
     // The script's default (false): a route without the lane carries nothing for it.
     expect(scriptContext('r/call/direct')).not.toHaveProperty('pooled_call_lane');

@@ -38,6 +38,8 @@ const RESOURCE_PROTO_FILES = [
   'envoy/extensions/common/matching/v3/extension_matcher.proto',
   'envoy/type/matcher/v3/http_inputs.proto',
   'envoy/extensions/filters/common/matcher/action/v3/skip_action.proto',
+  'envoy/extensions/filters/http/lua/v3/lua.proto',
+  'envoy/extensions/retry/host/previous_hosts/v3/previous_hosts.proto',
   'xds/type/v3/typed_struct.proto',
 ];
 
@@ -54,13 +56,16 @@ function resolveInIncludeDirs(_origin: string, target: string): string {
 /**
  * Fields of Envoy 1.40 the shipped protos lack, declared here with Envoy's own numbers so that they
  * encode as typed config: CustomTag.value, a span attribute from a substitution format string (a
- * member of its `type` oneof), which the tracing settings use to bound client-chosen values.
+ * member of its `type` oneof), which the tracing settings use to bound client-chosen values; and
+ * LuaPerRoute.filter_context, the call script's per-route context. The latter is on each of thousands
+ * of routes: as a TypedStruct, Envoy converts every one through JSON when it loads the route table.
  */
 function addNewerFields(root: protobuf.Root): void {
   const customTag = root.lookupType('envoy.type.tracing.v3.CustomTag');
   const value = new protobuf.Field('value', 6, 'string');
   customTag.add(value);
   customTag.oneofs.type.add(value);
+  root.lookupType('envoy.extensions.filters.http.lua.v3.LuaPerRoute').add(new protobuf.Field('filter_context', 4, 'google.protobuf.Struct'));
 }
 
 let cachedRoot: protobuf.Root | undefined;

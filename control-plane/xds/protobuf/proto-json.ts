@@ -23,9 +23,32 @@ const WRAPPER_TYPES = new Set(
  */
 export function packAny(json: TypedJson, root: protobuf.Root = envoyProtoRoot()): PackedAny {
   const typeUrl = json['@type'];
-  const type = root.lookupType(typeUrl.slice(typeUrl.lastIndexOf('/') + 1));
+  const type = typeOfUrl(root, typeUrl);
   const message = type.fromObject(normalizeMessage(type, json, type.name, root));
-  return { type_url: typeUrl, value: Buffer.from(type.encode(message).finish()) };
+  const bytes = type.encode(message).finish();
+  // protobufjs' writer in Node already hands out a Buffer: copying it again was a tenth of encoding a route table.
+  return { type_url: typeUrl, value: Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes) };
+}
+
+/**
+ * Lookups that protobufjs repeats at every call, kept per root: thousands of routes each hold several
+ * Anys, and each message's fullName is a getter that joins its parents' names anew every time.
+ */
+const typesByUrl = new WeakMap<protobuf.Root, Map<string, protobuf.Type>>();
+const fullNames = new WeakMap<protobuf.ReflectionObject, string>();
+
+function typeOfUrl(root: protobuf.Root, typeUrl: string): protobuf.Type {
+  let types = typesByUrl.get(root);
+  if (!types) typesByUrl.set(root, (types = new Map()));
+  let type = types.get(typeUrl);
+  if (!type) types.set(typeUrl, (type = root.lookupType(typeUrl.slice(typeUrl.lastIndexOf('/') + 1))));
+  return type;
+}
+
+function fullNameOf(object: protobuf.ReflectionObject): string {
+  let name = fullNames.get(object);
+  if (name === undefined) fullNames.set(object, (name = object.fullName));
+  return name;
 }
 
 function normalizeMessage(
@@ -67,7 +90,7 @@ function normalizeValue(field: protobuf.Field, value: unknown, where: string, ro
     return value;
   }
   if (!(resolved instanceof protobuf.Type)) return value;
-  const fullName = resolved.fullName;
+  const fullName = fullNameOf(resolved);
   if (fullName === '.google.protobuf.Duration') return parseDuration(value, where);
   if (fullName === '.google.protobuf.Any') return packAny(value as TypedJson, root);
   if (fullName === '.google.protobuf.Struct') return structFromJson(value, where);

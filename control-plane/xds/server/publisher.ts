@@ -7,6 +7,11 @@ import { SnapshotCache } from './snapshot-cache';
 /** How long a publication waits for Envoys to answer before going on without the slow ones. */
 export const ENVOY_ANSWER_TIMEOUT_MS = 5000;
 
+export interface PublicationTimes {
+  encodeMs: number;
+  pushMs: number;
+}
+
 export interface AnswerWaiter {
   /** Resolves once every connected Envoy has answered `version` of `typeUrl`, or after timeoutMs. */
   waitForAnswers(typeUrl: string, version: string, timeoutMs: number): Promise<void>;
@@ -31,15 +36,15 @@ export class XdsPublisher {
   ) {}
 
   /**
-   * Publications run one after another, in call order. `onBuilt` gets the milliseconds spent encoding
-   * the final snapshot.
+   * Publications run one after another, in call order. `onPublished` gets the milliseconds spent
+   * encoding the final snapshot, and writing it to the open streams.
    */
-  publish(resources: XdsResources, onBuilt: (ms: number) => void = () => undefined): Promise<void> {
-    this.queue = this.queue.then(() => this.publishNow(resources, onBuilt));
+  publish(resources: XdsResources, onPublished: (times: PublicationTimes) => void = () => undefined): Promise<void> {
+    this.queue = this.queue.then(() => this.publishNow(resources, onPublished));
     return this.queue;
   }
 
-  private async publishNow(resources: XdsResources, onBuilt: (ms: number) => void): Promise<void> {
+  private async publishNow(resources: XdsResources, onPublished: (times: PublicationTimes) => void): Promise<void> {
     const names = (list = resources[TYPE_URL.cluster]) => new Set(list.map((cluster) => cluster.name));
     const kept = names();
     const removed = (this.previous[TYPE_URL.cluster] ?? []).filter((cluster) => !kept.has(cluster.name));
@@ -59,8 +64,10 @@ export class XdsPublisher {
     }
     const started = performance.now();
     const snapshot = buildSnapshot(resources, this.memo);
-    onBuilt(performance.now() - started);
+    const built = performance.now();
+    // Each open stream sends what changed at once: this is where the responses are serialized.
     this.cache.set(snapshot);
+    onPublished({ encodeMs: built - started, pushMs: performance.now() - built });
     this.previous = resources;
   }
 }

@@ -88,6 +88,14 @@ export function toolFlags(tool: Tool, hasFallback: boolean, access: { accessRule
   return flags.join(';');
 }
 
+const parsedToolLists = new WeakMap<string[], Tool[]>();
+/** A backend's tools, parsed once per list: the catalog shares one tools_json list among every route backend of a listing. */
+function parsedTools(toolsJson: string[]): Tool[] {
+  let tools = parsedToolLists.get(toolsJson);
+  if (!tools) parsedToolLists.set(toolsJson, (tools = toolsJson.map((json) => JSON.parse(json) as Tool)));
+  return tools;
+}
+
 export function callLaneCatalogOf(snapshot: CatalogSnapshotMessage): CallLaneCatalog {
   const routes = new Map<string, CallLaneRoute>();
   for (const route of snapshot.routes) {
@@ -97,10 +105,9 @@ export function callLaneCatalogOf(snapshot: CatalogSnapshotMessage): CallLaneCat
     for (const backend of route.backends) {
       const tools = new Map<string, string>();
       const approvals = new Map((backend.approval_tools ?? []).map((approval) => [approval.tool, { risk: approval.risk, approvers: approval.approvers }]));
-      backend.tools_json.forEach((json, index) => {
+      parsedTools(backend.tools_json).forEach((tool, index) => {
         const accessRule = served.get(`${backend.name}\n${index}`);
         if (accessRule === undefined) return;
-        const tool = JSON.parse(json) as Tool;
         tools.set(tool.name, toolFlags(tool, backend.fallback_text !== '', { accessRule, needsApproval: approvals.has(tool.name) }));
       });
       const prompts = new Set(
@@ -258,7 +265,7 @@ const sessionCheckRetryPolicy = (timeoutMs: number) => ({
   retry_on: 'connect-failure,reset-before-request',
   num_retries: 2,
   retry_back_off: { base_interval: '0.010s', max_interval: duration(timeoutMs) },
-  retry_host_predicate: [{ name: 'envoy.retry_host_predicates.previous_hosts', typed_config: typedStruct(TYPE_URL.previousHostsPredicate, {}) }],
+  retry_host_predicate: [{ name: 'envoy.retry_host_predicates.previous_hosts', typed_config: { '@type': TYPE_URL.previousHostsPredicate } }],
   host_selection_retry_max_attempts: 3,
 });
 
@@ -439,7 +446,7 @@ export function callRouteFilters(
     context.concurrency_deadline_ms = quotas.deadlineMs;
   }
   return {
-    'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: scriptContext(context) }),
+    'envoy.filters.http.lua': { '@type': TYPE_URL.luaPerRoute, filter_context: scriptContext(context) },
   };
 }
 
@@ -463,7 +470,7 @@ export function surfaceRouteFilters(
   };
   for (const prompt of backend?.prompts ?? []) context[`prompt:${prompt}`] = '';
   return {
-    'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: scriptContext(context) }),
+    'envoy.filters.http.lua': { '@type': TYPE_URL.luaPerRoute, filter_context: scriptContext(context) },
   };
 }
 
@@ -504,7 +511,7 @@ export function surfaceMatches(path: string, backendName: string, separator: str
  * session checks it remembers of the ending session (the sidecar ends the session itself).
  */
 export const SESSION_END_FILTERS = {
-  'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { filter_context: { ends_sessions: true } }),
+  'envoy.filters.http.lua': { '@type': TYPE_URL.luaPerRoute, filter_context: { ends_sessions: true } },
 };
 
 /**
@@ -514,5 +521,5 @@ export const SESSION_END_FILTERS = {
  * disabling config on each of thousands of routes cost Envoy megabytes (docs/adr/0008-data-path-lanes.md).
  */
 export const GATEWAY_LANE_FILTERS = {
-  'envoy.filters.http.lua': typedStruct(TYPE_URL.luaPerRoute, { disabled: true }),
+  'envoy.filters.http.lua': { '@type': TYPE_URL.luaPerRoute, disabled: true },
 };

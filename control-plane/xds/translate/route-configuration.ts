@@ -194,7 +194,7 @@ const listenRoute = (route: RouteIR, traced: boolean) =>
 export const SIDECAR_RETRY_POLICY = {
   retry_on: 'connect-failure,reset-before-request,refused-stream',
   num_retries: 2,
-  retry_host_predicate: [{ name: 'envoy.retry_host_predicates.previous_hosts', typed_config: typedStruct(TYPE_URL.previousHostsPredicate, {}) }],
+  retry_host_predicate: [{ name: 'envoy.retry_host_predicates.previous_hosts', typed_config: { '@type': TYPE_URL.previousHostsPredicate } }],
   host_selection_retry_max_attempts: 3,
 };
 

@@ -32,17 +32,18 @@ export const TYPE_URL = {
   extensionWithMatcher: `${prefix}envoy.extensions.common.matching.v3.ExtensionWithMatcher`,
   requestHeaderInput: `${prefix}envoy.type.matcher.v3.HttpRequestHeaderMatchInput`,
   skipFilter: `${prefix}envoy.extensions.filters.common.matcher.action.v3.SkipFilter`,
+  // Typed although on every route: filter_context is declared in envoy-protos.ts (addNewerFields).
+  luaPerRoute: `${prefix}envoy.extensions.filters.http.lua.v3.LuaPerRoute`,
+  previousHostsPredicate: `${prefix}envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate`,
   // Newer than the protos the project ships (ADR-0002): these travel as TypedStruct.
   mcp: `${prefix}envoy.extensions.filters.http.mcp.v3.Mcp`,
   mcpOverride: `${prefix}envoy.extensions.filters.http.mcp.v3.McpOverride`,
   lua: `${prefix}envoy.extensions.filters.http.lua.v3.Lua`,
-  luaPerRoute: `${prefix}envoy.extensions.filters.http.lua.v3.LuaPerRoute`,
   // The shipped Generic lacks header_value_prefix ("Bearer ").
   genericCredential: `${prefix}envoy.extensions.http.injected_credentials.generic.v3.Generic`,
   earlyHeaderMutation: `${prefix}envoy.extensions.http.early_header_mutation.header_mutation.v3.HeaderMutation`,
   parentBasedSampler: `${prefix}envoy.extensions.tracers.opentelemetry.samplers.v3.ParentBasedSamplerConfig`,
   traceIdRatioSampler: `${prefix}envoy.extensions.tracers.opentelemetry.samplers.v3.TraceIdRatioBasedSamplerConfig`,
-  previousHostsPredicate: `${prefix}envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate`,
   localRateLimit: `${prefix}envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit`,
   rateLimit: `${prefix}envoy.extensions.filters.http.ratelimit.v3.RateLimit`,
   rateLimitPerRoute: `${prefix}envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute`,
