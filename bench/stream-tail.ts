@@ -1,4 +1,5 @@
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { stringify } from 'yaml';
@@ -22,10 +23,12 @@ import { allRoutes, planTopology } from './systems/topology';
  * system's later-frame p50/p99, and the CPU of each process its part may wake (its own, the backend).
  *   node dist/bench/stream-tail.js (--variant <name> | --baseline <worktree>) [--repetitions 12]
  * Variants: see VARIANTS; --baseline: another revision's gateway (its worktree built). Prints one
- * line per repetition; writes bench/results/stream-tail.json and .md.
+ * line per repetition; writes bench/results/stream-tail-<variant>.json and .md (-baseline with --baseline).
  */
 
 const LOG_DIR = projectPath('.run', 'bench', 'stream-tail');
+/** Control plane CPU in one system's window (≈2 s) above which the window counts as hit by a burst (a listing, a catalog rebuild). */
+const BURST_MS = 50;
 
 interface GatewayVariant {
   /** What differs from the gateway as the full bench runs it. */
@@ -33,12 +36,18 @@ interface GatewayVariant {
   options?: Partial<StackOptions>;
   /** The registry without the token and the per-tool rule (open routes). */
   open?: boolean;
+  /** Done to the variant's stack once it runs. */
+  started?: (stack: GatewayStack) => void;
 }
 
 const VARIANTS: Record<string, GatewayVariant> = {
   same: { describe: 'the same gateway twice (an A/A run: the spread of the method)' },
   'no-access-log': { describe: "Envoy's stdout access log off (--no-envoy-access-log)", options: { controlPlaneArgs: ['--no-envoy-access-log'] } },
   open: { describe: 'open routes: no token validated, no per-tool rule', open: true },
+  'control-plane-yields': {
+    describe: "the control plane at nice 0, below the bench's -10 of everything else: its background work (listings, catalog) yields to Envoy's frames",
+    started: (stack) => os.setPriority(stack.processes.get('control-plane')!.child.pid!, 0),
+  },
 };
 
 const loadAverage = () => fs.readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
@@ -74,6 +83,7 @@ async function main() {
     };
     const asIs = await startGateway('gateway', { describe: 'as is' });
     const changed = await startGateway('variant', variant, values.baseline ? baselineStart(path.resolve(values.baseline)) : undefined);
+    variant.started?.(changed);
     const { router, routerPort } = await startMcpRouter(group, routes);
     const call = topology.callRoute;
     const headers = (stack: GatewayStack) => ({ authorization: `Bearer ${issuer.token(stack.gatewayUrl(call.key))}` });
@@ -132,10 +142,17 @@ async function main() {
       '',
       `Variant − as is, later-frame p99 per repetition (ms): ${rows.map((row) => (row.E.run.laterFramesMs.p99 - row.C.run.laterFramesMs.p99).toFixed(2)).join(', ')}.`,
       '',
+      ...labels.slice(0, 2).map(([id, name]) => {
+        const split = (burst: boolean) => rows.filter((row) => row[id].cpuMs['control-plane'] > BURST_MS === burst).map((row) => row[id].run.laterFramesMs.p99 - row.A.run.laterFramesMs.p99);
+        const withBurst = split(true);
+        const without = split(false);
+        return `${name}: added p99 (median) in windows where its control plane spent more than ${BURST_MS} ms ${withBurst.length ? median(withBurst).toFixed(2) : '–'} ms (${withBurst.length} windows), in the others ${without.length ? median(without).toFixed(2) : '–'} ms (${without.length}).`;
+      }),
+      '',
       `Control plane CPU (ms) in each repetition's window, as is / variant: ${rows.map((row) => `${row.C.cpuMs['control-plane'].toFixed(0)}/${row.E.cpuMs['control-plane'].toFixed(0)}`).join(', ')}.`,
       '',
     ].join('\n');
-    writeBenchResults('stream-tail', { variant: values.variant, describe: variant.describe, loadBefore, loadAfter, summary, repetitions: rows }, markdown, log);
+    writeBenchResults(`stream-tail-${values.variant}`, { variant: values.variant, describe: variant.describe, loadBefore, loadAfter, summary, repetitions: rows }, markdown, log);
   } finally {
     await group.stopAll();
   }
