@@ -105,7 +105,7 @@ function listUrls(urlOf: (route: RouteSpec) => string, topology: Topology): Reco
  */
 const BENCH_ACCESS_RULE = { tools: ['*'], requiredScopes: ['tools:call'], allowGroups: ['bench'] };
 
-export function gatewayRegistry(routes: RouteSpec[], issuer?: Issuer) {
+export function gatewayRegistry(routes: RouteSpec[], issuer?: Pick<Issuer, 'issuer'>) {
   return {
     routes: routes.map((route) => ({
       key: route.key,

@@ -193,6 +193,49 @@ describe('catalog store: the route catalog sidecars serve', () => {
   });
 });
 
+describe('catalog store: a route is made again only when what it is made of changed', () => {
+  // Each listing answers with new objects, as a real fetch does.
+  const lists: Record<string, Tool[]> = {};
+  const store = new CatalogStore(
+    async ({ url: target }) => {
+      if (!lists[target]) throw new Error(`connect ECONNREFUSED ${target}`);
+      return { tools: lists[target].map((listed) => ({ ...listed })), protocolVersion: '2025-11-25', sessionful: true };
+    },
+    CATALOG_DEFAULTS,
+    quiet,
+  );
+  afterAll(() => store.close());
+
+  it("keeps a route whose backends listed what they listed before, or kept failing alike, as it was, while another route's change is served", async () => {
+    Object.assign(lists, { [url('weather')]: [tool('get_forecast')], [url('solo')]: [tool('ping')] });
+    store.setGateway(ir);
+    await store.refresh();
+    const before = route(store.current(), 'demo');
+    lists[url('solo')] = [tool('ping'), tool('pong')];
+    await store.refresh();
+    const after = route(store.current(), 'demo');
+    expect(route(store.current(), 'solo').tools.map((exposed) => exposed.name)).toEqual(['solo__ping', 'solo__pong']);
+    // jobs is down, weather answered the same: nothing of demo was made again.
+    expect(after.tools).toBe(before.tools);
+    expect(after.backends.find((backend) => backend.name === 'jobs')).toBe(before.backends.find((backend) => backend.name === 'jobs'));
+    // When weather was last listed is fresh all the same.
+    expect(after.backends.find((backend) => backend.name === 'weather')!.last_success_at >= before.backends.find((backend) => backend.name === 'weather')!.last_success_at).toBe(true);
+  });
+
+  it('makes the route again when a backend of it changed state, and serves it as a fresh store would', async () => {
+    const before = route(store.current(), 'demo');
+    lists[url('jobs')] = [tool('echo')];
+    await store.refresh();
+    const after = route(store.current(), 'demo');
+    expect(after.tools).not.toBe(before.tools);
+    expect(after.tools.map((exposed) => exposed.name)).toEqual(['jobs__echo', 'weather__get_forecast']);
+    expect(after.backends.map((backend) => backend.state)).toEqual(['ok', 'ok']);
+    const fresh = storeWith(lists);
+    await fresh.store.refresh();
+    expect(fresh.store.current().version).toBe(store.current().version);
+  });
+});
+
 describe('catalog store: failing backends are listed again soon', () => {
   const fast: RelistSettings = { retryMinMs: 20, retryMaxMs: 80 };
   const stateOf = (store: CatalogStore, backend: string) => route(store.current(), 'demo').backends.find((candidate) => candidate.name === backend)!;
