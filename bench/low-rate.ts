@@ -9,7 +9,7 @@ import { projectPath } from '../control-plane/shared/paths';
 import { runFixedRate } from './load/load-runner';
 import { pairedRatioMedian, spreadOf, summarize } from './load/stats';
 import { benchSettings } from './settings';
-import { cpuSecondsOf } from './scenarios/cpu-time';
+import { contextSwitchesOf, cpuSecondsOf } from './scenarios/cpu-time';
 import { callDriver } from './scenarios/tool-call';
 import { startIssuer } from './systems/issuer';
 import { ProcessGroup, claimCpus } from './systems/process-group';
@@ -69,6 +69,8 @@ interface Run {
   errors: number;
   /** CPU µs per answered call by process. */
   cpuUsPerCall: Record<string, number>;
+  /** Context switches (every thread's) per answered call by process: how often each was woken or preempted. */
+  switchesPerCall: Record<string, number>;
 }
 
 async function main(): Promise<void> {
@@ -95,7 +97,7 @@ async function main(): Promise<void> {
   for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => void stopAll().then(() => process.exit(130)));
   const loadBefore = os.loadavg().slice(0, 2);
   const runs: Run[] = [];
-  let idleCpuMsPerSecond: Record<string, number> = {};
+  const idle: Record<string, { cpuMsPerSecond: number; switchesPerSecond: number }> = {};
   const drivers: { id: SystemName; pids: Record<string, number>; driver: Awaited<ReturnType<typeof callDriver>> }[] = [];
   try {
     const { backendUrl, backendPid } = await startSingleBackendRoute(group, LOG_DIR);
@@ -127,21 +129,25 @@ async function main(): Promise<void> {
       await runFixedRate(driver.issue, { ...settings.toolCall.initialWarmup, maxInFlight: settings.maxInFlight });
     }
     // What each process spends with nothing sent: at a low rate its timers and wake-ups share the core with the calls.
-    const idleBefore = Object.fromEntries(drivers.flatMap(({ id, pids }) => Object.entries(pids).map(([name, pid]) => [`${id} ${name}`, cpuSecondsOf(pid)])));
+    const everyProcess = drivers.flatMap(({ id, pids }) => Object.entries(pids).filter(([name]) => id === 'C' || id === 'C base' || name !== 'backend').map(([name, pid]) => ({ label: `${id} ${name}`, pid })));
+    const idleBefore = everyProcess.map(({ pid }) => ({ cpu: cpuSecondsOf(pid), switches: contextSwitchesOf(pid) }));
     await new Promise((resolve) => setTimeout(resolve, IDLE_WINDOW_MS));
-    idleCpuMsPerSecond = Object.fromEntries(drivers.flatMap(({ id, pids }) => Object.entries(pids).map(([name, pid]) => [`${id} ${name}`, ((cpuSecondsOf(pid) - idleBefore[`${id} ${name}`]) * 1e3) / (IDLE_WINDOW_MS / 1e3)])));
-    log(`idle, CPU ms/s: ${Object.entries(idleCpuMsPerSecond).map(([name, ms]) => `${name} ${ms.toFixed(1)}`).join(', ')}`);
+    everyProcess.forEach(({ label, pid }, index) => {
+      idle[label] = { cpuMsPerSecond: ((cpuSecondsOf(pid) - idleBefore[index].cpu) * 1e3) / (IDLE_WINDOW_MS / 1e3), switchesPerSecond: (contextSwitchesOf(pid) - idleBefore[index].switches) / (IDLE_WINDOW_MS / 1e3) };
+    });
+    log(`idle, CPU ms/s and context switches/s: ${Object.entries(idle).map(([name, use]) => `${name} ${use.cpuMsPerSecond.toFixed(1)} / ${use.switchesPerSecond.toFixed(0)}`).join(', ')}`);
     for (let repetition = 1; repetition <= options.repetitions; repetition++) {
       for (const rate of options.rates) {
         for (const { id, pids, driver } of inRotation(drivers, repetition)) {
           await runFixedRate(driver.issue, { rate, durationMs: settings.toolCall.warmupMs, maxInFlight: settings.maxInFlight });
-          const before = Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, cpuSecondsOf(pid)]));
+          const before = Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, { cpu: cpuSecondsOf(pid), switches: contextSwitchesOf(pid) }]));
           const result = await runFixedRate(driver.issue, { rate, durationMs: options['measure-ms'], maxInFlight: settings.maxInFlight });
           const answered = Math.max(1, result.ok);
-          const cpuUsPerCall = Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, ((cpuSecondsOf(pid) - before[name]) * 1e6) / answered]));
+          const cpuUsPerCall = Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, ((cpuSecondsOf(pid) - before[name].cpu) * 1e6) / answered]));
+          const switchesPerCall = Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, (contextSwitchesOf(pid) - before[name].switches) / answered]));
           const latency = summarize(result.latenciesMs);
-          runs.push({ system: id, rate, repetition, p50: latency.p50, p99: latency.p99, ok: result.ok, errors: result.sent - result.ok, cpuUsPerCall });
-          log(`${id} ${rate} req/s #${repetition}: p50 ${latency.p50.toFixed(3)} ms, p99 ${latency.p99.toFixed(3)} ms; ${Object.entries(cpuUsPerCall).map(([name, us]) => `${name} ${us.toFixed(0)}`).join(', ')} µs/call`);
+          runs.push({ system: id, rate, repetition, p50: latency.p50, p99: latency.p99, ok: result.ok, errors: result.sent - result.ok, cpuUsPerCall, switchesPerCall });
+          log(`${id} ${rate} req/s #${repetition}: p50 ${latency.p50.toFixed(3)} ms, p99 ${latency.p99.toFixed(3)} ms; ${Object.entries(cpuUsPerCall).map(([name, us]) => `${name} ${us.toFixed(0)}`).join(', ')} µs/call; switches/call ${Object.entries(switchesPerCall).map(([name, count]) => `${name} ${count.toFixed(2)}`).join(', ')}`);
         }
       }
     }
@@ -150,12 +156,12 @@ async function main(): Promise<void> {
     await stopAll();
   }
   const loadAfter = os.loadavg().slice(0, 2);
-  const context = { measuredAt: new Date().toISOString(), load: { before: loadBefore, after: loadAfter }, repetitions: options.repetitions, measureMs: options['measure-ms'], idleCpuMsPerSecond, revisions: { C: revisionOf(projectPath()), ...(baseline && { 'C base': revisionOf(baseline) }) } };
+  const context = { measuredAt: new Date().toISOString(), load: { before: loadBefore, after: loadAfter }, repetitions: options.repetitions, measureMs: options['measure-ms'], idle, revisions: { C: revisionOf(projectPath()), ...(baseline && { 'C base': revisionOf(baseline) }) } };
   writeBenchResults(options.name, { ...context, runs }, report(runs, context), log);
 }
 
 /** Per rate and gateway: medians over repetitions of p50/p99 beside D's, the paired ratios to D, and CPU per call by process. */
-function report(runs: Run[], context: { measuredAt: string; load: { before: number[]; after: number[] }; repetitions: number; measureMs: number; idleCpuMsPerSecond: Record<string, number>; revisions: Partial<Record<SystemName, string>> }): string {
+function report(runs: Run[], context: { measuredAt: string; load: { before: number[]; after: number[] }; repetitions: number; measureMs: number; idle: Record<string, { cpuMsPerSecond: number; switchesPerSecond: number }>; revisions: Partial<Record<SystemName, string>> }): string {
   const rates = [...new Set(runs.map((run) => run.rate))];
   const gateways = [...new Set(runs.map((run) => run.system))].filter((system) => system !== 'D');
   const of = (system: SystemName, rate: number) => runs.filter((run) => run.system === system && run.rate === rate);
@@ -170,7 +176,9 @@ function report(runs: Run[], context: { measuredAt: string; load: { before: numb
       const gatewayCpu = Object.keys(c[0]?.cpuUsPerCall ?? {})
         .map((name) => `${name} ${fixed(cpu(c, name), 0)}`)
         .join(', ');
-      return `| ${rate} req/s | ${gateway} | ${fixed(median(c.map((run) => run.p50)))} / ${fixed(median(d.map((run) => run.p50)))} | **${fixed(ratio((run) => run.p50))}×** | ${fixed(median(c.map((run) => run.p99)))} / ${fixed(median(d.map((run) => run.p99)))} | ${fixed(ratio((run) => run.p99))}× | ${gatewayCpu} | ${fixed(cpu(d, 'envoy'), 0)}, backend ${fixed(cpu(d, 'backend'), 0)} | ${c.reduce((sum, run) => sum + run.errors, 0)} |`;
+      const switches = (system: Run[], names: string[]) => fixed(median(system.map((run) => names.reduce((sum, name) => sum + (run.switchesPerCall[name] ?? 0), 0))));
+      const gatewayProcesses = Object.keys(c[0]?.switchesPerCall ?? {}).filter((name) => name !== 'backend');
+      return `| ${rate} req/s | ${gateway} | ${fixed(median(c.map((run) => run.p50)))} / ${fixed(median(d.map((run) => run.p50)))} | **${fixed(ratio((run) => run.p50))}×** | ${fixed(median(c.map((run) => run.p99)))} / ${fixed(median(d.map((run) => run.p99)))} | ${fixed(ratio((run) => run.p99))}× | ${gatewayCpu} | ${fixed(cpu(d, 'envoy'), 0)}, backend ${fixed(cpu(d, 'backend'), 0)} | ${switches(c, gatewayProcesses)} / ${switches(d, ['envoy'])} | ${c.reduce((sum, run) => sum + run.errors, 0)} |`;
     }),
   );
   return [
@@ -182,11 +190,11 @@ function report(runs: Run[], context: { measuredAt: string; load: { before: numb
       "The gateway validates the agent's RS256 token and applies a per-tool rule (as in the full bench); one stateless bench backend under two names, 8 MCP sessions per system. " +
       "Latency medians over repetitions (ms, gateway / D); ratios are medians of the per-repetition ratios to D; CPU µs per answered call, medians (the backend's row is the shared backend's, while that system was measured).",
     '',
-    '| load | gateway | p50 gateway / D | p50 ratio to D | p99 gateway / D | p99 ratio to D | gateway CPU µs/call | D CPU µs/call (Envoy, backend) | wrong or failed |',
-    '| --- | --- | --- | --- | --- | --- | --- | --- | --- |',
+    '| load | gateway | p50 gateway / D | p50 ratio to D | p99 gateway / D | p99 ratio to D | gateway CPU µs/call | D CPU µs/call (Envoy, backend) | context switches per call, gateway (all but the backend) / D Envoy | wrong or failed |',
+    '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
     ...rows,
     '',
-    `Idle (nothing sent for ${IDLE_WINDOW_MS / 1000} s before the runs), CPU ms per second: ${Object.entries(context.idleCpuMsPerSecond).map(([name, ms]) => `${name} ${fixed(ms, 1)}`).join(', ')}.`,
+    `Idle (nothing sent for ${IDLE_WINDOW_MS / 1000} s, after the first warm-up), CPU ms per second / context switches per second: ${Object.entries(context.idle).map(([name, use]) => `${name} ${fixed(use.cpuMsPerSecond, 1)} / ${fixed(use.switchesPerSecond, 0)}`).join(', ')}.`,
   ].join('\n');
 }
 
