@@ -27,8 +27,10 @@ import { writeBenchResults } from './report/results-file';
  * The smallest run of the full bench's tools/call comparison at fixed rates (no A, B, E, no saturation,
  * no other scenario): minutes, not a quarter of an hour. With --baseline <worktree, built>, that
  * worktree's gateway runs beside this tree's as `C base`, so a change's before and after are measured
- * against the same D in one run. Before the runs, every process's CPU with nothing sent (its timers).
- *   scripts/bench.sh low-rate [--rates 100,250] [--repetitions N] [--measure-ms MS] [--baseline DIR] [--name NAME]
+ * against the same D in one run; with --variant-args="<control plane options>" (with "=": they start with dashes), a second gateway of this
+ * tree with those options runs beside it as `C variant` (one piece toggled, e.g. --no-envoy-access-log).
+ * Before the runs, every process's CPU and context switches with nothing sent (its timers).
+ *   scripts/bench.sh low-rate [--rates 100,250] [--repetitions N] [--measure-ms MS] [--baseline DIR] [--variant-args=ARGS] [--name NAME]
  * Writes bench/results/<name>.json and .md (name: low-rate).
  */
 
@@ -52,12 +54,17 @@ const Options = z.object({
     .regex(/^[a-z0-9-]+$/)
     .default('low-rate'),
   baseline: z.string().min(1).optional(),
+  'variant-args': z
+    .string()
+    .min(1)
+    .transform((text) => text.split(' ').filter(Boolean))
+    .optional(),
 });
 
-const USAGE = 'usage: node dist/bench/low-rate.js [--rates 100,250] [--repetitions N] [--measure-ms MS] [--baseline DIR] [--name NAME]';
+const USAGE = 'usage: node dist/bench/low-rate.js [--rates 100,250] [--repetitions N] [--measure-ms MS] [--baseline DIR] [--variant-args=ARGS] [--name NAME]';
 
-/** This tree's gateway, the baseline worktree's (with --baseline), Envoy's mcp_router. */
-type SystemName = 'C' | 'C base' | 'D';
+/** This tree's gateway, the baseline worktree's (--baseline), this tree's with other options (--variant-args), Envoy's mcp_router. */
+type SystemName = 'C' | 'C base' | 'C variant' | 'D';
 
 interface Run {
   system: SystemName;
@@ -76,7 +83,7 @@ interface Run {
 async function main(): Promise<void> {
   let options: z.infer<typeof Options>;
   try {
-    const strings = ['rates', 'repetitions', 'measure-ms', 'name', 'baseline'] as const;
+    const strings = ['rates', 'repetitions', 'measure-ms', 'name', 'baseline', 'variant-args'] as const;
     const { values } = parseArgs({ options: Object.fromEntries(strings.map((name) => [name, { type: 'string' as const }])), strict: true, allowPositionals: false });
     options = Options.parse(values);
   } catch (error) {
@@ -107,6 +114,8 @@ async function main(): Promise<void> {
     const registryFile = path.join(LOG_DIR, 'registry-authed.yaml');
     fs.writeFileSync(registryFile, stringify(gatewayRegistry([route], issuer), { aliasDuplicateObjects: false }));
     const gateways: { id: SystemName; stack: GatewayStack }[] = [{ id: 'C', stack: await group.startGateway('gateway', { registryFile, logDir: path.join(LOG_DIR, 'gateway') }) }];
+    const variantArgs = options['variant-args'];
+    if (variantArgs) gateways.push({ id: 'C variant', stack: await group.startGateway('variant', { registryFile, logDir: path.join(LOG_DIR, 'variant'), extraArgs: { controlPlane: variantArgs } }) });
     if (startBaseline) gateways.push({ id: 'C base', stack: await group.startGateway('baseline', { registryFile, logDir: path.join(LOG_DIR, 'baseline') }, startBaseline) });
     const { router, routerPort } = await startMcpRouter(group, [route]);
     const systems: { id: SystemName; callUrl: string; pids: Record<string, number> }[] = [
@@ -129,7 +138,7 @@ async function main(): Promise<void> {
       await runFixedRate(driver.issue, { ...settings.toolCall.initialWarmup, maxInFlight: settings.maxInFlight });
     }
     // What each process spends with nothing sent: at a low rate its timers and wake-ups share the core with the calls.
-    const everyProcess = drivers.flatMap(({ id, pids }) => Object.entries(pids).filter(([name]) => id === 'C' || id === 'C base' || name !== 'backend').map(([name, pid]) => ({ label: `${id} ${name}`, pid })));
+    const everyProcess = drivers.flatMap(({ id, pids }) => Object.entries(pids).filter(([name]) => id !== 'D' || name !== 'backend').map(([name, pid]) => ({ label: `${id} ${name}`, pid })));
     const idleBefore = everyProcess.map(({ pid }) => ({ cpu: cpuSecondsOf(pid), switches: contextSwitchesOf(pid) }));
     await new Promise((resolve) => setTimeout(resolve, IDLE_WINDOW_MS));
     everyProcess.forEach(({ label, pid }, index) => {
@@ -156,7 +165,7 @@ async function main(): Promise<void> {
     await stopAll();
   }
   const loadAfter = os.loadavg().slice(0, 2);
-  const context = { measuredAt: new Date().toISOString(), load: { before: loadBefore, after: loadAfter }, repetitions: options.repetitions, measureMs: options['measure-ms'], idle, revisions: { C: revisionOf(projectPath()), ...(baseline && { 'C base': revisionOf(baseline) }) } };
+  const context = { measuredAt: new Date().toISOString(), load: { before: loadBefore, after: loadAfter }, repetitions: options.repetitions, measureMs: options['measure-ms'], idle, revisions: { C: revisionOf(projectPath()), ...(baseline && { 'C base': revisionOf(baseline) }), ...(options['variant-args'] && { 'C variant': `this tree with ${options['variant-args'].join(' ')}` }) } };
   writeBenchResults(options.name, { ...context, runs }, report(runs, context), log);
 }
 
