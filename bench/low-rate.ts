@@ -11,8 +11,7 @@ import { pairedRatioMedian, spreadOf, summarize } from './load/stats';
 import { benchSettings } from './settings';
 import { contextSwitchesOf, cpuSecondsOf } from './scenarios/cpu-time';
 import { callDriver } from './scenarios/tool-call';
-import { startIssuer } from './systems/issuer';
-import { ProcessGroup, claimCpus } from './systems/process-group';
+import { startGroupWithIssuer } from './systems/issuer';
 import { baselineStart, revisionOf } from './systems/baseline';
 import { gatewayRegistry, inRotation, startMcpRouter, startSingleBackendRoute } from './systems/systems';
 import { RouteSpec } from './systems/topology';
@@ -95,13 +94,7 @@ async function main(): Promise<void> {
   const startBaseline = baseline ? baselineStart(baseline) : undefined;
   fs.rmSync(LOG_DIR, { recursive: true, force: true });
   fs.mkdirSync(LOG_DIR, { recursive: true });
-  const group = new ProcessGroup(LOG_DIR, claimCpus());
-  const issuer = await startIssuer();
-  const stopAll = async () => {
-    await group.stopAll();
-    await issuer.stop();
-  };
-  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => void stopAll().then(() => process.exit(130)));
+  const { group, issuer, stopAll } = await startGroupWithIssuer(LOG_DIR);
   const loadBefore = os.loadavg().slice(0, 2);
   const runs: Run[] = [];
   const idle: Record<string, { cpuMsPerSecond: number; switchesPerSecond: number }> = {};
