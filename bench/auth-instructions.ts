@@ -4,11 +4,10 @@ import * as path from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { projectPath } from '../control-plane/shared/paths';
 import { startAuthVariants } from './auth-setup';
-import { startIssuer } from './systems/issuer';
+import { startGroupWithIssuer } from './systems/issuer';
 import { RepeatedValue, pairedAddedMedian, spreadOf } from './load/stats';
 import { benchSettings } from './settings';
 import { callgrindEnvoy, dumpedInstructions } from './systems/callgrind';
-import { ProcessGroup, claimCpus } from './systems/process-group';
 import { Driver, balancedOrder, readyDriver } from './variant-cost';
 import { writeBenchResults } from './report/results-file';
 
@@ -58,13 +57,7 @@ async function main(): Promise<void> {
   const outDir = path.join(LOG_DIR, 'callgrind');
   fs.mkdirSync(outDir);
   process.env.ENVOY_BIN = callgrindEnvoy(outDir);
-  const group = new ProcessGroup(LOG_DIR, claimCpus());
-  const issuer = await startIssuer();
-  const stopAll = async () => {
-    await group.stopAll();
-    await issuer.stop();
-  };
-  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => void stopAll().then(() => process.exit(130)));
+  const { group, issuer, stopAll } = await startGroupWithIssuer(LOG_DIR);
   const counted: Record<string, RepeatedValue[]> = {};
   try {
     const { variants, pids } = await startAuthVariants(group, issuer, LOG_DIR, { envoyStartTimeoutMs: ENVOY_START_TIMEOUT_MS });

@@ -6,10 +6,9 @@ import { waitFor } from '../control-plane/devstack/processes';
 import { envoyBinary } from '../control-plane/devstack/envoy';
 import { projectPath } from '../control-plane/shared/paths';
 import { startAuthVariants } from './auth-setup';
-import { startIssuer } from './systems/issuer';
+import { startGroupWithIssuer } from './systems/issuer';
 import { RepeatedValue, pairedAddedMedian, spreadOf } from './load/stats';
 import { allocatePort } from './systems/ports';
-import { ProcessGroup, claimCpus } from './systems/process-group';
 import { HOST } from './systems/topology';
 import { benchSettings } from './settings';
 import { Driver, balancedOrder, readyDriver } from './variant-cost';
@@ -171,13 +170,7 @@ async function main(): Promise<void> {
   const settings = { ...benchSettings(quick), requestTimeoutMs: 60_000 };
   fs.rmSync(LOG_DIR, { recursive: true, force: true });
   fs.mkdirSync(path.join(LOG_DIR, 'callgrind'), { recursive: true });
-  const group = new ProcessGroup(LOG_DIR, claimCpus());
-  const issuer = await startIssuer();
-  const stopAll = async () => {
-    await group.stopAll();
-    await issuer.stop();
-  };
-  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => void stopAll().then(() => process.exit(130)));
+  const { group, issuer, stopAll } = await startGroupWithIssuer(LOG_DIR);
   const counted: Record<string, RepeatedValue[]> = {};
   const variantsMeasured = ['open', 'authed'];
   try {

@@ -47,6 +47,8 @@ case "${1:-}" in
   inside) entry=inside-cost ;;
   # call-cost [--quick]: every process's CPU per tools/call, A, C and D side by side (docs/adr/0008-data-path-lanes.md).
   call-cost) entry=call-cost ;;
+  # low-rate [--rates 100,250] [--repetitions N] [--baseline DIR] [--variant-args=ARGS]: tools/call at fixed rates, the gateway as the full bench runs it against D (docs/adr/0008-data-path-lanes.md).
+  low-rate) entry=low-rate ;;
   # call-conditions [--instructions] [--repetitions N]: the gateway with call-cost's registry against the full bench's (docs/adr/0008-data-path-lanes.md).
   call-conditions) entry=call-conditions ;;
   # revision <baseline worktree> [--quick] [--rate N]: this tree's gateway against another revision's, in one run (docs/adr/0008-data-path-lanes.md).

@@ -3,6 +3,7 @@ import { generateKeyPairSync, randomUUID, sign } from 'node:crypto';
 import { AddressInfo } from 'node:net';
 import { closeServer } from '../../control-plane/shared/http-listen';
 import { HOST } from './topology';
+import { ProcessGroup, claimCpus } from './process-group';
 
 /**
  * The identity provider the benches' gateways trust (bench/auth-setup.ts's variants, and C in the full
@@ -42,3 +43,18 @@ export async function startIssuer() {
 }
 
 export type Issuer = Awaited<ReturnType<typeof startIssuer>>;
+
+/**
+ * A process group in `logDir` (on the CPU plan) and a local issuer, for a bench whose gateway trusts it:
+ * `stopAll` stops both, and so does SIGINT or SIGTERM (then the bench exits 130).
+ */
+export async function startGroupWithIssuer(logDir: string): Promise<{ group: ProcessGroup; issuer: Issuer; stopAll: () => Promise<void> }> {
+  const group = new ProcessGroup(logDir, claimCpus());
+  const issuer = await startIssuer();
+  const stopAll = async () => {
+    await group.stopAll();
+    await issuer.stop();
+  };
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => void stopAll().then(() => process.exit(130)));
+  return { group, issuer, stopAll };
+}

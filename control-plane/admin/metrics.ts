@@ -1,4 +1,5 @@
 import * as client from 'prom-client';
+import { collectProcessMetrics } from '../shared/process-metrics';
 import type { TokenCacheObserver } from '../credentials/token-cache';
 
 /** The control plane's Prometheus metrics, on a registry of its own (GET /metrics). */
@@ -139,7 +140,7 @@ export class ControlPlaneMetrics {
   });
 
   constructor() {
-    client.collectDefaultMetrics({ register: this.registry, prefix: `${this.prefix}control_plane_` });
+    collectProcessMetrics(this.registry, `${this.prefix}control_plane_`);
     // Every series from the start, so a rate over them is defined before the first token request.
     for (const result of ['hit', 'miss'] as const) this.catalogTokenLookups.inc({ result }, 0);
     for (const outcome of ['ok', 'refused', 'unavailable'] as const) this.catalogTokenRequests.zero({ outcome });

@@ -3,6 +3,7 @@ import express from 'express';
 import { listenAt } from '../shared/http-listen';
 import { TokenFile, adminAccess } from '../shared/admin-access';
 import * as client from 'prom-client';
+import { collectProcessMetrics } from '../shared/process-metrics';
 import type { TokenCacheObserver } from '../credentials/token-cache';
 
 
@@ -42,7 +43,7 @@ export class SidecarMetrics implements SidecarObserver, TokenCacheObserver {
   });
 
   constructor() {
-    client.collectDefaultMetrics({ register: this.registry, prefix: 'mcpgw_sidecar_' });
+    collectProcessMetrics(this.registry, 'mcpgw_sidecar_');
     // Every series from the start, so a rate over them is defined before the first exchange.
     for (const result of ['hit', 'miss'] as const) this.tokenLookups.inc({ result }, 0);
     for (const outcome of ['ok', 'refused', 'unavailable'] as const) this.tokenRequests.zero({ outcome });
