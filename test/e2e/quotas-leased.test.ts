@@ -1,6 +1,7 @@
 import { waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
-import { MCP_POST_HEADERS, envoyStat, listedTools, metricValue, postJsonRpc, startGateway, testDir, writeRegistry } from '../support/gateway-fixture';
+import { envoyStat, listedTools, metricValue, startGateway, testDir, writeRegistry } from '../support/gateway-fixture';
+import { callEcho, expectWhenServiceDown } from '../support/shared-limits';
 
 /**
  * Leased shared limits (docs/adr/0016-quotas.md, "Leased shared limits"): with
@@ -50,11 +51,7 @@ describe('leased shared limits', () => {
     await first?.stop();
   });
 
-  const call = (stack: GatewayStack, route: string, id = 1) =>
-    postJsonRpc(stack.gatewayUrl(route), { jsonrpc: '2.0', id, method: 'tools/call', params: { name: 'jobs__echo', arguments: { text: 'x' } } }, {
-      ...MCP_POST_HEADERS,
-      'mcp-protocol-version': '2025-11-25',
-    });
+  const call = callEcho;
   const serviceRequests = async () => (await envoyStat(first, 'cluster.mcpgw_ratelimit.upstream_rq_total')) + (await envoyStat(second, 'cluster.mcpgw_ratelimit.upstream_rq_total'));
 
   it('keeps a limit too small to lease exact (one token per call): the fifth call of four a minute is refused on either Envoy, naming the limit', async () => {
@@ -106,17 +103,6 @@ describe('leased shared limits', () => {
   });
 
   it('lets the calls of a whenServiceDown: allow limit through and refuses those of a refuse limit (503) while the service is down, and counts again once it is back', async () => {
-    expect((await call(first, 'open')).status).toBe(200);
-    expect((await call(first, 'closed')).status).toBe(200);
-    await first.stopProcess('ratelimit');
-    for (const stack of [first, second]) {
-      expect((await call(stack, 'open')).status).toBe(200);
-      const refused = await call(stack, 'closed', 9);
-      expect(refused.status).toBe(503);
-      expect(refused.json()).toMatchObject({ id: 9, error: { code: -32603, message: expect.stringContaining('rate limit service unavailable'), data: { outcome: 'limited' } } });
-    }
-    await first.startRateLimit();
-    await waitFor('the refusing limit to count again', async () => ((await call(first, 'closed')).status === 200 ? true : undefined));
-    expect((await call(second, 'closed')).status).toBe(200);
+    await expectWhenServiceDown(first, second);
   });
 });
