@@ -219,6 +219,25 @@ describe('leased shared limits (--shared-limit-lease-workers)', () => {
     }
   });
 
+  it('leave a limit marked exact to the shared filters (asked per call), and refuse exact on a limit that is not shared', () => {
+    const { registry, problems } = validateRegistry({
+      routes: [
+        {
+          key: 'a',
+          quotas: { calls: { perCaller: { rate: '600/minute', shared: true }, total: { rate: '6000/minute', shared: true, whenServiceDown: 'refuse', exact: true } } },
+          toolServices: [service('x')],
+        },
+      ],
+    });
+    expect(problems).toEqual([]);
+    const ir = buildGatewayIR(registry);
+    const parts = callRouteQuotas(ir.routes[0], ir.toolServices[0], 2);
+    expect(parts.leased.map((limit) => limit.name)).toEqual(['route:a/calls/per-caller']);
+    expect(Object.keys(parts.sharedFilters)).toEqual(['mcpgw.quota.shared_refusing']);
+    const refused = validateRegistry({ routes: [{ key: 'a', quotas: { calls: { total: { rate: '6/minute', exact: true } } }, toolServices: [service('x')] }] });
+    expect(refused.problems).toEqual([expect.objectContaining({ field: 'routes[0].quotas.calls.total.exact', message: expect.stringMatching(/exact is for shared limits/) })]);
+  });
+
   it('keep a small limit exact: a lease of one token, asked per call', () => {
     expect(leaseSize({ requests: 79, unit: 'minute' }, 4)).toBe(1);
     expect(leaseSize({ requests: 160, unit: 'minute' }, 4)).toBe(2);

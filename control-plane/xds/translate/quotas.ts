@@ -97,6 +97,8 @@ type Lane = 'calls' | 'discovery';
 const localKey = (lane: Lane, rate: Rate) => `${lane}:${rateText(rate)}`;
 
 const isLocal = (limit: LimitIR) => !limit.shared;
+/** A shared limit the call script leases where the gateway leases them (leaseWorkers given): every one not marked exact. */
+const isLeased = (limit: LimitIR, leaseWorkers: number | undefined) => leaseWorkers !== undefined && limit.shared !== undefined && !limit.shared.exact;
 
 /** The per-instance limits of a slot across the whole registry, as (bucket key, rate). */
 function localLimitsOf(ir: GatewayIR, slot: LocalSlot): Map<string, Rate> {
@@ -276,7 +278,7 @@ const slotOf = (scope: Scope, perCaller: boolean) => LOCAL_QUOTA_SLOTS.find((slo
 function limitsFor(route: RouteIR, lane: Lane, scope: Exclude<Scope, 'tool'>, scopeValue: string, limits: LimitIR[], into: RouteLimits, leaseWorkers?: number): void {
   for (const limit of limits) {
     const caller = limit.perCaller ? [callerAction(route)] : [];
-    if (limit.shared && leaseWorkers !== undefined) {
+    if (leaseWorkers !== undefined && isLeased(limit, leaseWorkers)) {
       (into.leased ??= []).push(sharedLeaseContext(limit, leaseWorkers, scopeValue));
     } else if (limit.shared) {
       into.shared[limit.shared.whenServiceDown].push([constant(DESCRIPTOR_KEYS.limit, limit.name), constant(DESCRIPTOR_KEYS.scope, scopeValue), ...caller]);
@@ -291,8 +293,8 @@ function limitsFor(route: RouteIR, lane: Lane, scope: Exclude<Scope, 'tool'>, sc
  * limits into metadata (quota_tool_*) and these entries read them; a call of a tool without one
  * makes no descriptor.
  */
-function toolLimitsFor(route: RouteIR, tools: ToolQuotaIR[], into: RouteLimits, leased: boolean): void {
-  const counted = (limit: LimitIR) => !(leased && limit.shared);
+function toolLimitsFor(route: RouteIR, tools: ToolQuotaIR[], into: RouteLimits, leaseWorkers: number | undefined): void {
+  const counted = (limit: LimitIR) => !isLeased(limit, leaseWorkers);
   const kinds = new Set(tools.flatMap((tool) => tool.calls.filter(counted).map((limit) => `${limit.perCaller}|${limit.shared?.whenServiceDown ?? 'local'}`)));
   for (const kind of [...kinds].sort()) {
     const [perCaller, where] = kind.split('|') as ['true' | 'false', 'local' | WhenServiceDown];
@@ -342,7 +344,7 @@ export function callRouteQuotas(route: RouteIR, service: ToolServiceIR, leaseWor
   const limits = noLimits();
   limitsFor(route, 'calls', 'route', route.key, route.quotas.calls, limits, leaseWorkers);
   limitsFor(route, 'calls', 'tool_service', service.id, service.quotas.calls, limits, leaseWorkers);
-  toolLimitsFor(route, service.quotas.tools, limits, leaseWorkers !== undefined);
+  toolLimitsFor(route, service.quotas.tools, limits, leaseWorkers);
   return routeQuotaParts(limits, {
     route: route.key,
     lane: 'calls',
@@ -364,7 +366,7 @@ export function gatewayRouteQuotas(route: RouteIR) {
  * shared one (the ratelimit service counts each tool apart under it).
  */
 export function toolQuotaContext(tool: ToolQuotaIR, leaseWorkers?: number): Record<string, unknown> {
-  const leased = leaseWorkers === undefined ? [] : tool.calls.filter((limit) => limit.shared);
+  const leased = tool.calls.filter((limit) => isLeased(limit, leaseWorkers));
   const counted = tool.calls.filter((limit) => !leased.includes(limit));
   return {
     ...Object.fromEntries(counted.map((limit) => [toolQuotaKind(limit.perCaller, limit.shared?.whenServiceDown ?? 'local'), limit.shared ? limit.name : localKey('calls', limit.rate)])),
