@@ -932,33 +932,6 @@ function M.lease_granted(state, hits, lease, window_s, asked, code)
   return true
 end
 
--- The leased limits a call counts against (its route's, its Tool Service's, its tool's), read from the
--- route's context before the body (reading it yields), each with its descriptor's entries.
--- caller() gives the caller's descriptor entry (key, value), asked only when a limit counts per caller.
-function M.call_leases(context, tool, own, caller)
-  local shared = context:get("shared_leases")
-  local of_tool = tool and tool.quota and context:get("quota:" .. tool.quota .. ":leases")
-  if not shared and not of_tool then return nil end
-  local calls, caller_key, caller_value = {}, nil, nil
-  local function add(limit, scope)
-    local entries = { { "limit", limit.name }, { "scope", scope } }
-    if limit.caller then
-      if not caller_key then caller_key, caller_value = caller() end
-      entries[3] = { caller_key, caller_value }
-    end
-    calls[#calls + 1] = {
-      name = limit.name, refuse = limit.refuse, lease = limit.lease, window_s = limit.window_s, entries = entries,
-      key = limit.name .. "\n" .. scope .. "\n" .. (limit.caller and caller_value or ""),
-    }
-  end
-  for _, limit in ipairs(shared or {}) do add(limit, limit.scope) end
-  if of_tool then
-    local scope = context:get("tool_service") .. "/" .. own
-    for _, limit in ipairs(of_tool) do add(limit, scope) end
-  end
-  return { limits = calls, timeout_ms = context:get("lease_timeout_ms"), cluster = context:get("ratelimit_cluster"), domain = context:get("ratelimit_domain") }
-end
-
 -- The client's address as Envoy's remote_address rate-limit action gives it: without the port.
 function M.address_without_port(address)
   return string.match(address, "^%[(.*)%]:%d+$") or string.match(address, "^(.*):%d+$") or address
@@ -967,11 +940,48 @@ end
 -- Who a per-caller shared limit counts, as the ratelimit filter's descriptors say it (quotas.ts,
 -- callerAction): the validated subject jwt_authn copied on a route with auth, else the client's address.
 local function lease_caller(h, auth)
-  return function()
-    if auth then return "caller", h:headers():get(CLAIM_HEADER.sub) or "" end
-    return "remote_address", M.address_without_port(h:streamInfo():downstreamRemoteAddress())
-  end
+  if auth then return "caller", h:headers():get(CLAIM_HEADER.sub) or "" end
+  return "remote_address", M.address_without_port(h:streamInfo():downstreamRemoteAddress())
 end
+
+-- The leased limits a call counts against (its route's, its Tool Service's, its tool's), read from the
+-- route's context before the body (reading it yields): each as (its context, its scope, its key in the
+-- worker's memory). The caller is read only when a limit counts per caller; the descriptors are built
+-- only when the service is asked.
+function M.call_leases(h, context, tool, own)
+  local shared = context:get("shared_leases")
+  local of_tool = tool and tool.quota and context:get("quota:" .. tool.quota .. ":leases")
+  if not shared and not of_tool then return nil end
+  local leased = { timeout_ms = context:get("lease_timeout_ms"), cluster = context:get("ratelimit_cluster"), domain = context:get("ratelimit_domain") }
+  local function add(limit, scope)
+    -- The limit's part of the key, kept in the limit's context table (the worker remembers it by the
+    -- route's digest): a per-call string of a route limit is only the caller's.
+    local prefixes = limit.prefixes
+    if not prefixes then prefixes = {}; limit.prefixes = prefixes end
+    local key = prefixes[scope]
+    if not key then key = limit.name .. "\n" .. scope; prefixes[scope] = key end
+    if limit.caller then
+      if not leased.caller_key then leased.caller_key, leased.caller_value = lease_caller(h, context:get("auth")) end
+      key = key .. "\n" .. leased.caller_value
+    end
+    leased[#leased + 1] = { limit = limit, scope = scope, key = key }
+  end
+  for _, limit in ipairs(shared or {}) do add(limit, limit.scope) end
+  if of_tool then
+    local scope = context:get("tool_service") .. "/" .. own
+    for _, limit in ipairs(of_tool) do add(limit, scope) end
+  end
+  return leased
+end
+
+-- A leased limit's descriptor, as the ratelimit filter's entries are (quotas.ts): limit, scope, caller.
+local function lease_descriptor(leased, counted, hits)
+  local entries = { { "limit", counted.limit.name }, { "scope", counted.scope } }
+  if counted.limit.caller then entries[3] = { leased.caller_key, leased.caller_value } end
+  return { entries = entries, hits = hits }
+end
+
+
 
 local function lease_refusal(h, call, status, headers, body)
   local metadata = h:streamInfo():dynamicMetadata()
@@ -1003,8 +1013,9 @@ end
 function M.spend_leases(h, leased, call)
   local now = h:timestamp()
   local asking, descriptors = {}, {}
-  for _, limit in ipairs(leased.limits) do
-    local state = remembered_leases(limit.key)
+  for _, counted in ipairs(leased) do
+    local limit = counted.limit
+    local state = remembered_leases(counted.key)
     local taken = M.lease_take(state, limit.lease, now)
     if taken == "over" then
       refuse_over(h, call, limit.name, state.over_ms - now)
@@ -1012,7 +1023,7 @@ function M.spend_leases(h, leased, call)
     end
     if taken ~= "spent" then
       asking[#asking + 1] = { limit = limit, state = state, hits = taken }
-      descriptors[#descriptors + 1] = { entries = limit.entries, hits = taken }
+      descriptors[#descriptors + 1] = lease_descriptor(leased, counted, taken)
     end
   end
   if #asking == 0 then return true end
@@ -1232,7 +1243,7 @@ function envoy_on_request(h)
   end
   if flags == nil and not audit_arguments then return refuse() end
   if tool and tool.quota then M.set_tool_quota(context, metadata, tool.quota, own) end
-  local leased = tool and M.call_leases(context, tool, own, lease_caller(h, context:get("auth")))
+  local leased = tool and M.call_leases(h, context, tool, own)
   -- Read here: the filter context cannot be read once the body was (reading it yields).
   local in_flight = tool and M.in_flight_limits(context, tool)
   -- What the access rule needs, read before the body (reading it yields, and handles end there).
