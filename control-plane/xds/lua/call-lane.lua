@@ -1033,7 +1033,7 @@ function M.spend_leases(h, leased, call)
   }, M.rate_limit_request(leased.domain, descriptors), leased.timeout_ms)
   local codes = ok and answer_headers and answer_headers[":status"] == "200" and M.rate_limit_codes(answer_body)
   if codes and #codes ~= #asking then codes = nil end
-  local over
+  local over, unanswered
   for index, ask in ipairs(asking) do
     local code = codes and codes[index]
     if code == LIMIT_OK or code == LIMIT_OVER then
@@ -1041,14 +1041,15 @@ function M.spend_leases(h, leased, call)
     else
       if ask.hits == ask.limit.lease then ask.state.renewing_ms = -RENEWAL_STALE_MS end
       -- Not counted: the limit's whenServiceDown decides.
-      if ask.limit.refuse then
-        refuse_unanswered(h, call, ask.limit.name)
-        return false
-      end
+      if ask.limit.refuse then unanswered = unanswered or ask end
     end
   end
   if over then
     refuse_over(h, call, over.limit.name, over.state.over_ms - h:timestamp())
+    return false
+  end
+  if unanswered then
+    refuse_unanswered(h, call, unanswered.limit.name)
     return false
   end
   return true
