@@ -5,10 +5,10 @@ import { execFileSync } from 'node:child_process';
 import { projectPath } from '../control-plane/shared/paths';
 import { startAuthVariants } from './auth-setup';
 import { startGroupWithIssuer } from './systems/issuer';
-import { RepeatedValue, pairedAddedMedian, spreadOf } from './load/stats';
+import { RepeatedValue } from './load/stats';
 import { benchSettings } from './settings';
-import { callgrindEnvoy, dumpedInstructions } from './systems/callgrind';
-import { Driver, balancedOrder, readyDriver } from './variant-cost';
+import { callgrindEnvoy, dumpedInstructions, instructionTable } from './systems/callgrind';
+import { Driver, balancedOrder, callBlock, readyDriver } from './variant-cost';
 import { writeBenchResults } from './report/results-file';
 
 /**
@@ -31,22 +31,6 @@ const IN_FLIGHT = 4;
 
 const log = (line: string) => process.stdout.write(`[bench auth-instructions] ${line}\n`);
 
-/**
- * `calls` tools/call of one variant, IN_FLIGHT at a time. A counted block throws on a wrong answer (it
- * would count something else); a warm-up block lets one pass (the session check may time out while
- * valgrind translates Envoy's code).
- */
-async function callBlock(driver: Driver, calls: number, counted = true): Promise<void> {
-  let left = calls;
-  const worker = async () => {
-    while (left-- > 0) {
-      const outcome = await driver.issue();
-      if (outcome.error && counted) throw new Error(`wrong answer under callgrind: ${outcome.error}`);
-    }
-  };
-  await Promise.all(Array.from({ length: IN_FLIGHT }, worker));
-}
-
 async function main(): Promise<void> {
   const quick = process.argv.includes('--quick');
   const plan = quick ? PLAN.quick : PLAN.full;
@@ -65,15 +49,15 @@ async function main(): Promise<void> {
     // Every path warmed up before instrumenting and again after (turning it on translates Envoy's code anew).
     for (const variant of variants) {
       drivers.set(variant.name, await readyDriver(variant, settings));
-      await callBlock(drivers.get(variant.name)!, plan.warmupCalls, false);
+      await callBlock(drivers.get(variant.name)!, plan.warmupCalls, IN_FLIGHT, false);
       counted[variant.name] = [];
     }
     execFileSync('callgrind_control', ['--instr=on', String(pids.envoy)], { stdio: 'ignore' });
-    for (const driver of drivers.values()) await callBlock(driver, plan.warmupCalls, false);
+    for (const driver of drivers.values()) await callBlock(driver, plan.warmupCalls, IN_FLIGHT, false);
     for (let repetition = 1; repetition <= plan.repetitions; repetition++) {
       for (const name of balancedOrder([...drivers.keys()], repetition)) {
         execFileSync('callgrind_control', ['--zero', String(pids.envoy)], { stdio: 'ignore' });
-        await callBlock(drivers.get(name)!, plan.calls);
+        await callBlock(drivers.get(name)!, plan.calls, IN_FLIGHT);
         const perCall = (await dumpedInstructions(pids.envoy, outDir, 'callgrind.out')) / plan.calls;
         counted[name].push({ repetition, value: perCall });
         log(`${name} #${repetition}: ${(perCall / 1000).toFixed(1)} k instructions per call`);
@@ -85,11 +69,6 @@ async function main(): Promise<void> {
   }
   const name = quick ? 'auth-instructions-quick' : 'auth-instructions';
   const context = { measuredAt: new Date().toISOString(), mode: quick ? 'quick' : 'full', load: os.loadavg().slice(0, 2), ...plan };
-  const kilo = (value: number | undefined) => (value === undefined ? '–' : `${value >= 0 ? '+' : ''}${(value / 1000).toFixed(1)}`);
-  const rows = Object.entries(counted).map(([variant, values]) => {
-    const spread = spreadOf(values.map((entry) => entry.value));
-    return `| ${variant} | ${(spread.median / 1000).toFixed(1)} (${(spread.min / 1000).toFixed(1)}–${(spread.max / 1000).toFixed(1)}) | ${variant === 'open' ? '' : kilo(pairedAddedMedian(counted.open, values))} |`;
-  });
   const markdown = [
     '# Caller identity: Envoy instructions per tools/call',
     '',
@@ -97,9 +76,7 @@ async function main(): Promise<void> {
     `The gateway of \`scripts/bench.sh auth\` (bench/auth-setup.ts); per variant and repetition, Envoy's instructions over ${plan.calls} tools/call \`bench__echo\` (${IN_FLIGHT} in flight, 8 sessions), after ${plan.warmupCalls} uncounted before instrumenting and as many after; ${plan.repetitions} repetitions in a balanced order.`,
     'Everything Envoy runs in that time is counted (its timers and stats flushes too, alike for every variant). Thousands of instructions per call: median (min–max), and added over `open`, the median of the differences within each repetition.',
     '',
-    '| variant | k instructions per call | added over open (paired) |',
-    '| --- | --- | --- |',
-    ...rows,
+    ...instructionTable(counted, 'open'),
     '',
   ].join('\n');
   writeBenchResults(name, { ...context, counted }, markdown, log);

@@ -1,14 +1,11 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
-import * as path from 'node:path';
-import { stringify } from 'yaml';
 import { projectPath } from '../control-plane/shared/paths';
-import { ECHO_TOOL } from './backends/bench-tool-service';
+import { parseRate } from '../control-plane/ir/quotas-ir';
+import { leaseSize } from '../control-plane/xds/translate/quotas';
+import { ENVOY_WORKERS, IN_FLIGHT_NEVER_REACHED, NEVER_REACHED, leaseWorkersOf, startQuotaGateway } from './quota-setup';
 import { benchSettings } from './settings';
-import { allocatePort } from './systems/ports';
 import { ProcessGroup, claimCpus } from './systems/process-group';
-import { startBackendProcess } from './systems/systems';
-import { HOST } from './systems/topology';
 import { VariantRun, measureVariants, medianOf, variantTable } from './variant-cost';
 import { writeBenchResults } from './report/results-file';
 
@@ -22,40 +19,19 @@ import { writeBenchResults } from './report/results-file';
  * takes a slot in Redis for every call, Envoy's call log gives it back through the control plane) —
  * at fixed rates (p50/p99) and at saturation. The limits are far above the load: nothing is refused,
  * what is measured is the counting.
- *   scripts/bench.sh quotas [--quick]     (node dist/bench/quota-cost.js [--quick])
- * Writes bench/results/quotas.json and .md (a --quick run: quotas-quick.*).
+ *   scripts/bench.sh quotas [--quick]     (node dist/bench/quota-cost.js [--quick] [--leased])
+ * Writes bench/results/quotas.json and .md (a --quick run: quotas-quick.*). With --leased[=<n>] the
+ * gateway leases its shared limits per Envoy worker (--shared-limit-lease-workers, docs/adr/0016-quotas.md,
+ * "Leased shared limits"): `global` is then the leased path; results in quotas-leased[-<n>].* (-quick).
  */
 
 const LOG_DIR = projectPath('.run', 'bench', 'quotas');
 /** Saturation of each variant against `off` (issue 14). */
 const TARGETS = { local: 0.97, global: 0.9 };
-const NEVER_REACHED = '1000000/second';
-const IN_FLIGHT_NEVER_REACHED = 100_000;
 
 const log = (line: string) => process.stdout.write(`[bench quotas] ${line}\n`);
 
-function registry(backendUrl: string) {
-  const service = (id: string, quotas?: unknown) => ({ id, name: 'bench', url: backendUrl, ...(quotas ? { quotas } : {}) });
-  const shared = { rate: NEVER_REACHED, shared: true };
-  return {
-    routes: [
-      { key: 'off', toolServices: [service('bench')] },
-      {
-        key: 'local',
-        quotas: { calls: { perCaller: NEVER_REACHED, total: NEVER_REACHED } },
-        toolServices: [service('bench-local', { calls: { total: NEVER_REACHED }, tools: [{ tools: [ECHO_TOOL], calls: { perCaller: NEVER_REACHED } }] })],
-      },
-      {
-        key: 'global',
-        quotas: { calls: { perCaller: shared, total: shared } },
-        toolServices: [service('bench-global', { calls: { total: shared } })],
-      },
-      { key: 'concurrency', quotas: { concurrency: { perCaller: IN_FLIGHT_NEVER_REACHED } }, toolServices: [service('bench-concurrency')] },
-    ],
-  };
-}
-
-function markdown(runs: VariantRun[], context: { measuredAt: string; mode: string; cores: number; load: number[]; pinned: boolean; repetitions: number }): string {
+function markdown(runs: VariantRun[], context: { measuredAt: string; mode: string; cores: number; load: number[]; pinned: boolean; repetitions: number; leaseWorkers?: number }): string {
   const saturation = (variant: string) => medianOf(runs, variant, 'saturation', (run) => run.throughput);
   const ratio = (variant: 'local' | 'global') => saturation(variant) / saturation('off');
   const verdict = (variant: 'local' | 'global') =>
@@ -64,10 +40,12 @@ function markdown(runs: VariantRun[], context: { measuredAt: string; mode: strin
   return [
     '# Quotas: tools/call with rate limiting off, per instance (local) and shared (global), and a per-caller concurrency limit',
     '',
-    `Measured ${context.measuredAt} (${context.mode} run, ${context.repetitions} repetitions) on ${context.cores} cores, load average ${context.load.map((value) => value.toFixed(2)).join(' / ')} (1 / 5 min)${context.pinned ? '; load generator on the last core, the gateway on the others' : ''}, by \`scripts/bench.sh quotas\`.`,
+    `Measured ${context.measuredAt} (${context.mode} run, ${context.repetitions} repetitions) on ${context.cores} cores, load average ${context.load.map((value) => value.toFixed(2)).join(' / ')} (1 / 5 min)${context.pinned ? '; load generator on the last core, the gateway on the others' : ''}, by \`node dist/bench/quota-cost.js${context.leaseWorkers !== undefined ? ` --leased=${context.leaseWorkers}` : ''}\` (\`scripts/bench.sh quotas\`).`,
     'One gateway (Envoy 1.40, control plane, sidecar, Redis, envoyproxy/ratelimit), one stateless bench backend, four routes to it in the same run, measured in turn:',
     '`off` (no limits); `local` (the route\'s calls per caller and total, the Tool Service\'s total, the tool\'s per caller: four local_ratelimit slots);',
-    '`global` (the route\'s calls per caller and total, the Tool Service\'s total, all `shared: true`: one gRPC call to the ratelimit service per tools/call, three descriptors);',
+    context.leaseWorkers !== undefined
+      ? `\`global\` (the route's calls per caller and total, the Tool Service's total, all \`shared: true\`, **leased** per Envoy worker: \`--shared-limit-lease-workers ${context.leaseWorkers}\`, each worker's call script takes ${leaseSize(parseRate(NEVER_REACHED), context.leaseWorkers)} tokens a lease of the ratelimit service and asks again when they are spent or the second ends);`
+      : '`global` (the route\'s calls per caller and total, the Tool Service\'s total, all `shared: true`: one gRPC call to the ratelimit service per tools/call, three descriptors);',
     '`concurrency` (the route\'s calls in flight per caller: the session check on every call, a slot taken in Redis, given back through the call log and the control plane).',
     `Every rate is ${NEVER_REACHED} and every in-flight limit ${IN_FLIGHT_NEVER_REACHED}: nothing is refused. Control plane and Redis CPU per call include the call log of every variant; concurrency's extra there is giving slots back; the ratelimit service (on the gateway's core, like Redis) works for \`global\` only. tools/call \`bench__echo\` in 8 sessions, 16 clients at saturation; figures are medians over the repetitions; latency in ms, off / local / global / concurrency (ratios local, global, concurrency to off).`,
     '',
@@ -80,6 +58,7 @@ function markdown(runs: VariantRun[], context: { measuredAt: string; mode: strin
 
 async function main(): Promise<void> {
   const quick = process.argv.includes('--quick');
+  const leaseWorkers = leaseWorkersOf(process.argv);
   // Rates below saturation, as bench/auth-cost.ts: a p50 at 500 req/s measures a queue on a shared 2-core machine.
   const base = benchSettings(quick);
   const settings = { ...base, toolCall: { ...base.toolCall, ratesPerSecond: [100, 250] } };
@@ -90,11 +69,7 @@ async function main(): Promise<void> {
   for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => void group.stopAll().then(() => process.exit(130)));
   let runs: VariantRun[];
   try {
-    const backendPort = await allocatePort();
-    await startBackendProcess(group, 'backend', [{ port: backendPort, fillerTools: 0, listDelayMs: 0, prompts: 0, resources: 0 }]);
-    const registryFile = path.join(LOG_DIR, 'registry.yaml');
-    fs.writeFileSync(registryFile, stringify(registry(`http://${HOST}:${backendPort}/mcp`)));
-    const stack = await group.startGateway('gateway', { registryFile, logDir: LOG_DIR, rateLimit: true });
+    const stack = await startQuotaGateway(group, LOG_DIR, leaseWorkers);
     const pidOf = (name: string) => stack.processes.get(name)!.child.pid!;
     const pids = { envoy: pidOf('envoy'), sidecar: pidOf('sidecar'), controlPlane: pidOf('control-plane'), redis: pidOf('redis'), rateLimit: pidOf('ratelimit') };
     runs = await measureVariants(
@@ -106,8 +81,9 @@ async function main(): Promise<void> {
   } finally {
     await group.stopAll();
   }
-  const name = quick ? 'quotas-quick' : 'quotas';
-  const context = { measuredAt: new Date().toISOString(), mode: settings.mode, cores, load: os.loadavg().slice(0, 2), pinned: cpuPlan.pinned, repetitions: settings.repetitions };
+  const leaseName = leaseWorkers === undefined ? '' : leaseWorkers === ENVOY_WORKERS ? '-leased' : `-leased-${leaseWorkers}`;
+  const name = `quotas${leaseName}${quick ? '-quick' : ''}`;
+  const context = { measuredAt: new Date().toISOString(), mode: settings.mode, cores, load: os.loadavg().slice(0, 2), pinned: cpuPlan.pinned, repetitions: settings.repetitions, ...(leaseWorkers !== undefined && { leaseWorkers }) };
   writeBenchResults(name, { ...context, settings: settings.toolCall, runs }, markdown(runs, context), log);
 }
 

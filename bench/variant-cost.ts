@@ -225,3 +225,19 @@ export function targetsVerdict(runs: VariantRun[], baseline: string, variant: st
     `(measured ${saturationRatio.toFixed(3)}: ${verdict(saturationRatio >= targets.saturationRatio)}). Wrong or failed answers: ${errors}.`
   );
 }
+
+/**
+ * `calls` tools/call of one driver, `inFlight` at a time, for the instruction counts (bench/*-instructions.ts).
+ * A counted block throws on a wrong answer (it would count something else); an uncounted warm-up block
+ * lets one pass (the session check may time out while valgrind translates Envoy's code).
+ */
+export async function callBlock(driver: Driver, calls: number, inFlight: number, counted = true): Promise<void> {
+  let left = calls;
+  const worker = async () => {
+    while (left-- > 0) {
+      const outcome = await driver.issue();
+      if (outcome.error && counted) throw new Error(`wrong answer under callgrind: ${outcome.error}`);
+    }
+  };
+  await Promise.all(Array.from({ length: inFlight }, worker));
+}

@@ -55,8 +55,10 @@ case "${1:-}" in
   revision) entry=revision-cost ;;
   # list-cost [<baseline worktree>] [--repetitions N]: where a whole 5,000-tool tools/list's time and CPU go (docs/adr/0008-data-path-lanes.md).
   list-cost) entry=list-cost ;;
-  # quotas [--quick]: tools/call with rate limiting off, local and global (docs/adr/0016-quotas.md).
+  # quotas [--quick] [--leased[=N]]: tools/call with rate limiting off, local and global; --leased: shared limits leased per Envoy worker (docs/adr/0016-quotas.md).
   quotas) entry=quota-cost ;;
+  # quota-instructions [--quick] [--leased[=N]]: Envoy's instructions per tools/call of the same variants, by callgrind.
+  quota-instructions) entry=quota-instructions ;;
   # rlqs-probe [--quick]: what a shared limit costs Envoy per request by mechanism (docs/adr/0016-quotas.md).
   rlqs-probe) entry=rlqs-probe ;;
   # ratelimit-settings [--quick] [--instructions] [--only=a,b]: the shared-limit path's settings one by one (docs/adr/0016-quotas.md).

@@ -4,6 +4,7 @@ import { execFile, execFileSync } from 'node:child_process';
 import { promisify } from 'node:util';
 import { envoyBinary } from '../../control-plane/devstack/envoy';
 import { waitFor } from '../../control-plane/devstack/processes';
+import { RepeatedValue, pairedAddedMedian, spreadOf } from '../load/stats';
 
 const execFileAsync = promisify(execFile);
 
@@ -47,3 +48,16 @@ export function runningInstructions(pid: number): number {
 
 /** Zeroes the counters of a process under callgrind. */
 export const zeroInstructions = (pid: number) => execFileSync('callgrind_control', ['-z', String(pid)], { stdio: 'ignore' });
+
+/**
+ * A markdown table of instructions per call by variant: thousands, median (min–max), and added over
+ * `baseline`, the median of the differences within each repetition.
+ */
+export function instructionTable(counted: Record<string, RepeatedValue[]>, baseline: string): string[] {
+  const kilo = (value: number | undefined) => (value === undefined ? '–' : `${value >= 0 ? '+' : ''}${(value / 1000).toFixed(1)}`);
+  const rows = Object.entries(counted).map(([variant, values]) => {
+    const spread = spreadOf(values.map((entry) => entry.value));
+    return `| ${variant} | ${(spread.median / 1000).toFixed(1)} (${(spread.min / 1000).toFixed(1)}–${(spread.max / 1000).toFixed(1)}) | ${variant === baseline ? '' : kilo(pairedAddedMedian(counted[baseline], values))} |`;
+  });
+  return [`| variant | k instructions per call | added over ${baseline} (paired) |`, '| --- | --- | --- |', ...rows];
+}

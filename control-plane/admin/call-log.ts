@@ -189,13 +189,15 @@ export function outcomeOf(entry: LogEntry): CallOutcome {
 }
 
 /**
- * A limit refused the request (docs/quotas.md): a rate limit (429, Envoy's RL flag), a shared limit
+ * A limit refused the request (docs/quotas.md): a rate limit (429, Envoy's RL flag, or the call script's
+ * outcome for a leased shared limit), a shared limit
  * whose service could not answer and that refuses then (RLSE), or a Tool Service's calls in flight at
  * their limit (its circuit breaker, answered 429), or a caller's (the session check, answered 429).
  */
 function refusedByLimit(entry: LogEntry): boolean {
   const { flags } = entry;
-  return flags.has('RateLimited') || flags.has('RateLimitServiceError') || ((flags.has('UpstreamOverflow') || flags.has('UnauthorizedExternalService')) && entry.status === 429);
+  // The call script's refusals of leased shared limits (docs/adr/0016-quotas.md) carry no Envoy flag.
+  return entry.outcome === 'limited' || flags.has('RateLimited') || flags.has('RateLimitServiceError') || ((flags.has('UpstreamOverflow') || flags.has('UnauthorizedExternalService')) && entry.status === 429);
 }
 
 /** A request a limit refused, on either lane. */

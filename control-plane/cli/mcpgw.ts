@@ -364,12 +364,18 @@ const QUOTA_OPTIONS = [
   () => new Option('--ratelimit-config <file>', "where the control plane writes the ratelimit service's configuration of the registry's shared limits (the service reloads it)"),
   () => positiveIntOption('--ratelimit-timeout-ms <ms>', "how long Envoy waits for the ratelimit service before a shared limit's whenServiceDown applies", GATEWAY_DEFAULTS.quotas.rateLimitTimeoutMs),
   () => positiveIntOption('--max-tracked-callers <n>', 'callers each per-instance limit counts apart; past it, the least recently seen starts over', GATEWAY_DEFAULTS.quotas.maxTrackedCallers),
+  () =>
+    new Option(
+      '--shared-limit-lease-workers <n>',
+      "lease shared limits of tools/call per Envoy worker instead of asking the ratelimit service per call; n = the Envoy workers of every Envoy together (each lease is at most 1/20 of a limit over them; docs/adr/0016-quotas.md)",
+    ).argParser(parsedBy(positiveInt)),
 ];
 const quotaOptionsSchema = z.object({
   ratelimit: z.union([z.object({ address: z.string(), port: z.number() }), z.object({ socketPath: z.string() })]).optional(),
   ratelimitConfig: z.string().optional(),
   ratelimitTimeoutMs: z.number(),
   maxTrackedCallers: z.number(),
+  sharedLimitLeaseWorkers: z.number().optional(),
 });
 const quotaOptionsOf = (command: { opts(): OptionValues }) => quotaOptionsSchema.parse(command.opts());
 
@@ -625,6 +631,7 @@ withOptions(withOptions(withOptions(withIdpOptions(subcommand('control-plane', '
             ...(quotaOptions.ratelimit && { rateLimitService: quotaOptions.ratelimit }),
             rateLimitTimeoutMs: quotaOptions.ratelimitTimeoutMs,
             maxTrackedCallers: quotaOptions.maxTrackedCallers,
+            ...(quotaOptions.sharedLimitLeaseWorkers !== undefined && { sharedLimitLeases: { workers: quotaOptions.sharedLimitLeaseWorkers } }),
           },
           edge: {
             perConnectionBufferLimitBytes: options.perConnectionBufferLimitBytes,

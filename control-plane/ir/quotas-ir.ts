@@ -23,7 +23,11 @@ export interface LimitIR {
   /** Each caller counted on its own (the token's subject; the client's address on a route without auth). */
   perCaller: boolean;
   /** Counted across every Envoy by the ratelimit service; absent: each Envoy counts on its own. */
-  shared?: { whenServiceDown: WhenServiceDown };
+  shared?: {
+    whenServiceDown: WhenServiceDown;
+    /** Asked of the service for every call even where the gateway leases shared limits (docs/quotas.md). */
+    exact?: true;
+  };
 }
 
 export interface RouteQuotasIR {
@@ -80,7 +84,7 @@ function limitOf(setting: RateLimitSetting | undefined, name: string, perCaller:
       name,
       rate: parseRate(setting.rate),
       perCaller,
-      ...(setting.shared && { shared: { whenServiceDown: setting.whenServiceDown ?? 'allow' } }),
+      ...(setting.shared && { shared: { whenServiceDown: setting.whenServiceDown ?? 'allow', ...(setting.exact && { exact: true as const }) } }),
     },
   ];
 }

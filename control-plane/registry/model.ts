@@ -128,11 +128,18 @@ export const rateLimitSchema = z.union(
           .enum(['allow', 'refuse'])
           .optional()
           .describe('A shared limit the ratelimit service cannot answer for: let the call through (allow, the default) or refuse it (503).'),
+        exact: z
+          .boolean()
+          .optional()
+          .describe(
+            'A shared limit asked of the ratelimit service for every call even where the gateway leases shared limits per Envoy worker (--shared-limit-lease-workers): never refused early, at the cost of a check per call. Default false.',
+          ),
       })
       .strict()
-      .refine((limit) => limit.shared || limit.whenServiceDown === undefined, { message: 'whenServiceDown is for shared limits (shared: true)', path: ['whenServiceDown'] }),
+      .refine((limit) => limit.shared || limit.whenServiceDown === undefined, { message: 'whenServiceDown is for shared limits (shared: true)', path: ['whenServiceDown'] })
+      .refine((limit) => limit.shared || limit.exact === undefined, { message: 'exact is for shared limits (shared: true)', path: ['exact'] }),
   ],
-  { error: `must be "unlimited", a rate (${RATE_RULE.replace('must be ', '')}) or {rate, shared, whenServiceDown}` },
+  { error: `must be "unlimited", a rate (${RATE_RULE.replace('must be ', '')}) or {rate, shared, whenServiceDown, exact}` },
 );
 
 /** Limits on one kind of request: each caller's own, and all callers' together. */

@@ -1,7 +1,7 @@
 import * as fs from 'node:fs';
 import { waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
-import { MCP_POST_HEADERS, metricValue, postJsonRpc, startGateway } from '../support/gateway-fixture';
+import { MCP_POST_HEADERS, SampleBackends, metricValue, postJsonRpc, startGateway, testDir, writeRegistry } from '../support/gateway-fixture';
 import { decodeJwt } from '../support/jwt';
 import { KEYCLOAK_STARTUP_MS, Keycloak, keycloak } from '../support/keycloak';
 
@@ -18,10 +18,24 @@ const AUDIENCE = `${PUBLIC_URL}/mcp/demo`;
 describe('per-caller limits by the validated token', () => {
   let idp: Keycloak;
   let stack: GatewayStack;
+  /** A second gateway on the same ratelimit service, leasing its shared limits (docs/adr/0016-quotas.md, "Leased shared limits"). */
+  let leasing: GatewayStack;
   const tokens = { alice: '', bob: '' };
 
-  const call = (route: string, token: string, id: number) =>
-    postJsonRpc(stack.gatewayUrl(route), { jsonrpc: '2.0', id, method: 'tools/call', params: { name: 'jobs__echo', arguments: { text: 'x' } } }, {
+  const registry = (backends: SampleBackends) => ({
+    routes: [
+      { key: 'demo', auth: { issuer: idp.issuer, clockSkewSeconds: 1 }, quotas: { calls: { perCaller: '3/minute' } }, toolServices: [{ name: 'jobs', url: backends.jobs }] },
+      ...['shared', 'leased'].map((key) => ({
+        key,
+        auth: { issuer: idp.issuer, audiences: [AUDIENCE], clockSkewSeconds: 1 },
+        quotas: { calls: { perCaller: { rate: '2/minute', shared: true } } },
+        toolServices: [{ name: 'jobs', url: backends.jobs }],
+      })),
+    ],
+  });
+
+  const call = (route: string, token: string, id: number, through = stack) =>
+    postJsonRpc(through.gatewayUrl(route), { jsonrpc: '2.0', id, method: 'tools/call', params: { name: 'jobs__echo', arguments: { text: 'x' } } }, {
       ...MCP_POST_HEADERS,
       'mcp-protocol-version': '2025-11-25',
       authorization: `Bearer ${token}`,
@@ -33,21 +47,19 @@ describe('per-caller limits by the validated token', () => {
       idp.tokenFor('alice', { scopes: ['tools:read', 'tools:call'] }),
       idp.tokenFor('bob', { scopes: ['tools:read', 'tools:call'] }),
     ]);
-    ({ stack } = await startGateway(
-      'auth-quotas',
-      (backends) => ({
-        routes: [
-          { key: 'demo', auth: { issuer: idp.issuer, clockSkewSeconds: 1 }, quotas: { calls: { perCaller: '3/minute' } }, toolServices: [{ name: 'jobs', url: backends.jobs }] },
-          {
-            key: 'shared',
-            auth: { issuer: idp.issuer, audiences: [AUDIENCE], clockSkewSeconds: 1 },
-            quotas: { calls: { perCaller: { rate: '2/minute', shared: true } } },
-            toolServices: [{ name: 'jobs', url: backends.jobs }],
-          },
-        ],
-      }),
-      { controlPlaneArgs: ['--public-url', PUBLIC_URL], rateLimit: true },
-    ));
+    let backends: SampleBackends;
+    ({ stack, backends } = await startGateway('auth-quotas', registry, { controlPlaneArgs: ['--public-url', PUBLIC_URL], rateLimit: true }));
+    const dir = testDir('auth-quotas-leasing');
+    leasing = await GatewayStack.start({
+      registryFile: writeRegistry(dir, registry(backends)),
+      logDir: dir,
+      sharedRateLimit: { socketPath: stack.rateLimitSocket, configFile: stack.rateLimitConfigFile },
+      controlPlaneArgs: ['--public-url', PUBLIC_URL, '--shared-limit-lease-workers', '4'],
+    });
+    await waitFor('route leased to list jobs__echo', async () => {
+      const listed = await postJsonRpc(leasing.gatewayUrl('leased'), { jsonrpc: '2.0', id: 0, method: 'tools/list' }, { ...MCP_POST_HEADERS, authorization: `Bearer ${tokens.bob}` });
+      return listed.status === 200 && listed.text.includes('jobs__echo') ? true : undefined;
+    });
     for (const route of ['demo', 'shared']) {
       await waitFor(`route ${route} to list jobs__echo`, async () => {
         const listed = await postJsonRpc(stack.gatewayUrl(route), { jsonrpc: '2.0', id: 0, method: 'tools/list' }, { ...MCP_POST_HEADERS, authorization: `Bearer ${tokens.bob}` });
@@ -55,7 +67,10 @@ describe('per-caller limits by the validated token', () => {
       });
     }
   }, KEYCLOAK_STARTUP_MS);
-  afterAll(async () => stack?.stop());
+  afterAll(async () => {
+    await leasing?.stop();
+    await stack?.stop();
+  });
 
   it("refuses alice over her limit while bob, from the same address, goes on; the refusal is in the metrics and in the audit log under alice's subject", async () => {
     for (const id of [1, 2, 3]) expect((await call('demo', tokens.alice, id)).status).toBe(200);
@@ -83,5 +98,17 @@ describe('per-caller limits by the validated token', () => {
     const refused = await call('shared', tokens.alice, 5);
     expect(refused.status).toBe(429);
     expect(refused.json()).toMatchObject({ error: { code: -32029, message: expect.stringContaining('route:shared/calls/per-caller') } });
+  });
+
+  it('counts a leased shared per-caller limit by subject too (the call script, a lease of one token at 2/minute), naming it in the refusal and the metrics', async () => {
+    for (const id of [1, 2]) expect((await call('leased', tokens.alice, id, leasing)).status).toBe(200);
+    const refused = await call('leased', tokens.alice, 3, leasing);
+    expect(refused.status).toBe(429);
+    expect(refused.headers.get('x-mcpgw-limit')).toBe('route:leased/calls/per-caller');
+    expect(refused.json()).toMatchObject({ id: 3, error: { code: -32029, data: { outcome: 'limited', limit: 'route:leased/calls/per-caller' } } });
+    for (const id of [4, 5]) expect((await call('leased', tokens.bob, id, leasing)).status).toBe(200);
+    await waitFor('the call log to count the refusal', async () =>
+      (await metricValue(leasing, 'mcpgw_limited_requests_total', { route: 'leased', limit: 'route:leased/calls/per-caller' })) >= 1 ? true : undefined,
+    );
   });
 });

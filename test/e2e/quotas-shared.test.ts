@@ -1,6 +1,7 @@
 import { waitFor } from '../../control-plane/devstack/processes';
 import { GatewayStack } from '../../control-plane/devstack/stack';
-import { MCP_POST_HEADERS, listedTools, metricValue, postJsonRpc, startGateway, testDir, writeRegistry } from '../support/gateway-fixture';
+import { listedTools, metricValue, startGateway, testDir, writeRegistry } from '../support/gateway-fixture';
+import { callEcho, expectWhenServiceDown } from '../support/shared-limits';
 
 /**
  * Shared limits: counted by the real ratelimit service (envoyproxy/ratelimit) on Redis for every
@@ -37,11 +38,7 @@ describe('shared limits', () => {
     await first?.stop();
   });
 
-  const call = (stack: GatewayStack, route: string, id = 1) =>
-    postJsonRpc(stack.gatewayUrl(route), { jsonrpc: '2.0', id, method: 'tools/call', params: { name: 'jobs__echo', arguments: { text: 'x' } } }, {
-      ...MCP_POST_HEADERS,
-      'mcp-protocol-version': '2025-11-25',
-    });
+  const call = callEcho;
 
   it('counts a shared limit across two Envoys: the fifth call of four a minute is refused on either, naming the limit', async () => {
     for (const [stack, id] of [[first, 1], [second, 2], [first, 3], [second, 4]] as const) expect((await call(stack, 'shared', id)).status).toBe(200);
@@ -77,17 +74,6 @@ describe('shared limits', () => {
   });
 
   it('lets the calls of a whenServiceDown: allow limit through and refuses those of a refuse limit (503) while the service is down, and counts again once it is back', async () => {
-    expect((await call(first, 'open')).status).toBe(200);
-    expect((await call(first, 'closed')).status).toBe(200);
-    await first.stopProcess('ratelimit');
-    for (const stack of [first, second]) {
-      expect((await call(stack, 'open')).status).toBe(200);
-      const refused = await call(stack, 'closed', 9);
-      expect(refused.status).toBe(503);
-      expect(refused.json()).toMatchObject({ id: 9, error: { code: -32603, message: expect.stringContaining('rate limit service unavailable'), data: { outcome: 'limited' } } });
-    }
-    await first.startRateLimit();
-    await waitFor('the refusing limit to count again', async () => ((await call(first, 'closed')).status === 200 ? true : undefined));
-    expect((await call(second, 'closed')).status).toBe(200);
+    await expectWhenServiceDown(first, second);
   });
 });

@@ -10,7 +10,7 @@ import { loadRegistryFile } from '../../control-plane/registry/static-file';
 import { validateRegistry } from '../../control-plane/registry/validate';
 import { projectPath } from '../../control-plane/shared/paths';
 import { callRouteFilters } from '../../control-plane/xds/translate/call-lane';
-import { callRouteQuotas, gatewayRouteQuotas, rateLimitServiceCluster } from '../../control-plane/xds/translate/quotas';
+import { callRouteQuotas, gatewayRouteQuotas, leaseSize, rateLimitServiceCluster, toolQuotaContext } from '../../control-plane/xds/translate/quotas';
 import { rateLimitEnvironment } from '../../control-plane/devstack/ratelimit';
 
 const service = (name: string, extra: Record<string, unknown> = {}) => ({ name, url: 'http://127.0.0.1:9000/mcp', ...extra });
@@ -200,6 +200,60 @@ describe("the call script's tool limits", () => {
   });
 });
 
+describe('leased shared limits (--shared-limit-lease-workers)', () => {
+  const ir = buildGatewayIR(loadRegistryFile(path.join(projectPath('test', 'fixtures', 'registries'), 'quotas.yaml')));
+  const route = (key: string) => ir.routes.find((candidate) => candidate.key === key)!;
+  const jobs = ir.toolServices.find((service) => service.id === 'jobs')!;
+
+  it("go to the call script instead of the shared filters, each with its scope and a lease of at most 1/20 of the limit over the workers", () => {
+    const exact = callRouteQuotas(route('signed-in'), jobs);
+    expect(Object.keys(exact.sharedFilters).length).toBeGreaterThan(0);
+    const leased = callRouteQuotas(route('signed-in'), jobs, 4);
+    expect(leased.sharedFilters).toEqual({});
+    const sharedNames = ir.routes.find((candidate) => candidate.key === 'signed-in')!.quotas.calls.filter((limit) => limit.shared);
+    expect(leased.leased.map((limit) => limit.name)).toEqual(expect.arrayContaining(sharedNames.map((limit) => limit.name)));
+    for (const limit of leased.leased) {
+      const rate = [...route('signed-in').quotas.calls, ...jobs.quotas.calls].find((candidate) => candidate.name === limit.name)!.rate;
+      expect(limit.lease).toBe(Math.max(1, Math.floor(rate.requests / 80)));
+      expect(limit.scope).toMatch(/^(signed-in|jobs)$/);
+    }
+  });
+
+  it('leave a limit marked exact to the shared filters (asked per call), and refuse exact on a limit that is not shared', () => {
+    const { registry, problems } = validateRegistry({
+      routes: [
+        {
+          key: 'a',
+          quotas: { calls: { perCaller: { rate: '600/minute', shared: true }, total: { rate: '6000/minute', shared: true, whenServiceDown: 'refuse', exact: true } } },
+          toolServices: [service('x')],
+        },
+      ],
+    });
+    expect(problems).toEqual([]);
+    const ir = buildGatewayIR(registry);
+    const parts = callRouteQuotas(ir.routes[0], ir.toolServices[0], 2);
+    expect(parts.leased.map((limit) => limit.name)).toEqual(['route:a/calls/per-caller']);
+    expect(Object.keys(parts.sharedFilters)).toEqual(['mcpgw.quota.shared_refusing']);
+    const refused = validateRegistry({ routes: [{ key: 'a', quotas: { calls: { total: { rate: '6/minute', exact: true } } }, toolServices: [service('x')] }] });
+    expect(refused.problems).toEqual([expect.objectContaining({ field: 'routes[0].quotas.calls.total.exact', message: expect.stringMatching(/exact is for shared limits/) })]);
+  });
+
+  it('keep a small limit exact: a lease of one token, asked per call', () => {
+    expect(leaseSize({ requests: 79, unit: 'minute' }, 4)).toBe(1);
+    expect(leaseSize({ requests: 160, unit: 'minute' }, 4)).toBe(2);
+    expect(leaseSize({ requests: 1_000_000, unit: 'second' }, 2)).toBe(25_000);
+  });
+
+  it("give the call script a tool's leased limits in place of the values of its metadata keys", () => {
+    const [tool] = toolServiceQuotasIR('weather', { tools: [{ tools: ['get_*'], calls: { perCaller: '10/minute', total: { rate: '6000/hour', shared: true, whenServiceDown: 'refuse' } } }] }).tools;
+    expect(toolQuotaContext(tool, 2)).toEqual({
+      caller_local: 'calls:10/minute',
+      leases: [{ name: 'tool:weather/get_*/calls', caller: false, refuse: true, lease: 150, window_s: 3600 }],
+    });
+    expect(toolQuotaContext(tool)).toEqual({ caller_local: 'calls:10/minute', total_refuse: 'tool:weather/get_*/calls' });
+  });
+});
+
 describe('refusals in the call log', () => {
   /** A call-log record as Envoy's fluentd logger formats it: Envoy's route, its response flags by long name, the limit headers. */
   const entry = (route: string, flags: string, status: number, headers: { 'x-mcpgw-limit'?: string; 'x-ratelimit-limit'?: string } = {}): LogEntry =>
@@ -225,6 +279,11 @@ describe('refusals in the call log', () => {
       "a per-caller concurrency limit (the session check's 429)",
       entry('demo/call/jobs', 'UnauthorizedExternalService', 429, { 'x-mcpgw-limit': 'route:demo/concurrency/per-caller' }),
       { route: 'demo', lane: 'calls', limit: 'route:demo/concurrency/per-caller' },
+    ],
+    [
+      "a leased shared limit the call script refused (its outcome, no Envoy flag)",
+      { ...entry('demo/call/jobs', '-', 429, { 'x-mcpgw-limit': 'route:demo/calls' }), outcome: 'limited' },
+      { route: 'demo', lane: 'calls', limit: 'route:demo/calls' },
     ],
     ['a session the check does not know (not a limit)', entry('demo/call/jobs', 'UnauthorizedExternalService', 404), undefined],
     ['an overflow that is not a limit of ours (no 429)', entry('demo/call/jobs', 'UpstreamOverflow', 503), undefined],

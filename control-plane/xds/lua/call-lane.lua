@@ -783,6 +783,281 @@ function M.in_flight_limits(context, tool)
   return concat(parts, ";")
 end
 
+---------------------------------------------------------------------------------------------------
+-- Leased shared limits (docs/adr/0016-quotas.md, "Leased shared limits"). Where the gateway leases its
+-- shared limits (--shared-limit-lease-workers), a call route's shared limits of tools/call are counted
+-- here instead of by Envoy's ratelimit filter: each worker takes `lease` tokens of a limit at a time from
+-- the ratelimit service (gRPC ShouldRateLimit over the service's own cluster, hits_addend = lease) and
+-- spends them one per call until they are gone or the limit's window ends. The service counted every
+-- token it handed out, so all Envoys together never let more calls through than the limit; a worker's
+-- tokens still unspent when the window ends were counted and never used (the price: a limit may refuse
+-- up to 1/20 of its calls early, control-plane/xds/translate/quotas.ts, leaseSize). A limit the service
+-- said is over is refused here until its window ends, without asking again.
+
+local floor, ceil, char = math.floor, math.ceil, string.char
+local RATELIMIT_PATH = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+local LIMIT_OK, LIMIT_OVER = 1, 2
+local LIMIT_EXCEEDED = -32029
+local GATEWAY_INTERNAL = -32603
+-- As the local reply of Envoy's ratelimit filter says it (local-replies.ts, RLSE).
+local SERVICE_DOWN = "rate limit service unavailable: a shared limit of this request refuses calls it cannot count (whenServiceDown: refuse); try again"
+-- Per worker: (limit, scope, caller) → its lease. Bounded; a full memory starts over, and the tokens it
+-- held are stranded (refused early, never let through).
+local LEASE_MEMORY_MAX = 10000
+-- A renewal whose answer never came (its stream reset while it waited) stops blocking others after this.
+local RENEWAL_STALE_MS = 5000
+
+-- Protocol buffers, the little the request and the answer need (envoy.service.ratelimit.v3).
+local function varint(n)
+  local out = {}
+  repeat
+    local low = n % 128
+    n = (n - low) / 128
+    out[#out + 1] = char(n > 0 and low + 128 or low)
+  until n == 0
+  return concat(out)
+end
+local function length_delimited(field, bytes) return char(field * 8 + 2) .. varint(#bytes) .. bytes end
+
+-- A RateLimitRequest in a gRPC frame: descriptors = { { entries = { {key, value}, … }, hits = n }, … }
+-- (each descriptor's own hits_addend, a UInt64Value).
+function M.rate_limit_request(domain, descriptors)
+  local parts = { length_delimited(1, domain) }
+  for _, descriptor in ipairs(descriptors) do
+    local fields = {}
+    for _, entry in ipairs(descriptor.entries) do
+      fields[#fields + 1] = length_delimited(1, length_delimited(1, entry[1]) .. length_delimited(2, entry[2]))
+    end
+    fields[#fields + 1] = length_delimited(3, char(8) .. varint(descriptor.hits))
+    parts[#parts + 1] = length_delimited(2, concat(fields))
+  end
+  local message = concat(parts)
+  local n = #message
+  return char(0, floor(n / 16777216) % 256, floor(n / 65536) % 256, floor(n / 256) % 256, n % 256) .. message
+end
+
+local function read_varint(s, i)
+  local value, scale = 0, 1
+  while true do
+    local b = byte(s, i)
+    if not b or scale > 2 ^ 63 then return nil end
+    value, i = value + (b % 128) * scale, i + 1
+    if b < 128 then return value, i end
+    scale = scale * 128
+  end
+end
+
+-- The position after a field of wire type `wire` whose value starts at i.
+local function past_field(s, i, wire)
+  if wire == 0 then
+    local _, after = read_varint(s, i)
+    return after
+  elseif wire == 2 then
+    local n, after = read_varint(s, i)
+    return n and after + n
+  elseif wire == 1 then return i + 8
+  elseif wire == 5 then return i + 4 end
+  return nil
+end
+
+-- The code of each of a RateLimitResponse's statuses (one per descriptor, in order), from its gRPC
+-- frame; nil for anything else (an error's empty body, a cut or compressed frame).
+function M.rate_limit_codes(body)
+  if not body or #body < 5 or byte(body, 1) ~= 0 then return nil end
+  local last = 5 + ((byte(body, 2) * 256 + byte(body, 3)) * 256 + byte(body, 4)) * 256 + byte(body, 5)
+  if #body < last then return nil end
+  local codes, i = {}, 6
+  while i <= last do
+    local key
+    key, i = read_varint(body, i)
+    if not key then return nil end
+    if key == 18 then -- statuses (field 2, length-delimited)
+      local n
+      n, i = read_varint(body, i)
+      if not n then return nil end
+      local stop, code, j = i + n, 0, i
+      while j < stop do
+        local inner
+        inner, j = read_varint(body, j)
+        if not inner then return nil end
+        if inner == 8 then code, j = read_varint(body, j) else j = past_field(body, j, inner % 8) end
+        if not j then return nil end
+      end
+      codes[#codes + 1] = code
+      i = stop
+    else
+      i = past_field(body, i, key % 8)
+      if not i then return nil end
+    end
+  end
+  if i ~= last + 1 then return nil end
+  return codes
+end
+
+-- When the window a limit counts in at `ms` ends: the service's windows are Unix time modulo the
+-- limit's unit (its duration_until_reset is in whole seconds, too coarse for a per-second limit).
+function M.window_end(ms, window_s)
+  local window_ms = window_s * 1000
+  return (floor(ms / window_ms) + 1) * window_ms
+end
+
+local remembered_leases = bounded_memory(LEASE_MEMORY_MAX, function() return { tokens = 0, ends_ms = 0, over_ms = 0, renewing_ms = -RENEWAL_STALE_MS } end)
+M.remembered_leases = remembered_leases
+
+-- What a call's lease allows at `now`: "over" (refused until over_ms), "spent" (a token taken), or
+-- the hits to ask the service for: the lease, or one for this call alone while another call of this
+-- worker already renews the lease (its tokens are on their way; asking for another lease would strand more).
+function M.lease_take(state, lease, now)
+  if state.over_ms > now then return "over" end
+  if state.tokens > 0 and state.ends_ms > now then
+    state.tokens = state.tokens - 1
+    return "spent"
+  end
+  if now - state.renewing_ms < RENEWAL_STALE_MS then return 1 end
+  state.renewing_ms = now
+  return lease
+end
+
+-- The service's answer for a limit, asked at `asked` with `hits`: the tokens beyond this call's own
+-- are the worker's until the window ends; over the limit, it is refused here until then.
+function M.lease_granted(state, hits, lease, window_s, asked, code)
+  local ends = M.window_end(asked, window_s)
+  if hits == lease then state.renewing_ms = -RENEWAL_STALE_MS end
+  if code == LIMIT_OVER then
+    state.over_ms, state.tokens = ends, 0
+    return false
+  end
+  if hits > 1 then
+    -- Tokens of this window already held (another call's single hits came back meanwhile) are kept.
+    state.tokens = (state.ends_ms == ends and state.tokens or 0) + hits - 1
+    state.ends_ms = ends
+  end
+  return true
+end
+
+-- The client's address as Envoy's remote_address rate-limit action gives it: without the port.
+function M.address_without_port(address)
+  return string.match(address, "^%[(.*)%]:%d+$") or string.match(address, "^(.*):%d+$") or address
+end
+
+-- Who a per-caller shared limit counts, as the ratelimit filter's descriptors say it (quotas.ts,
+-- callerAction): the validated subject jwt_authn copied on a route with auth, else the client's address.
+local function lease_caller(h, auth)
+  if auth then return "caller", h:headers():get(CLAIM_HEADER.sub) or "" end
+  return "remote_address", M.address_without_port(h:streamInfo():downstreamRemoteAddress())
+end
+
+-- The leased limits a call counts against (its route's, its Tool Service's, its tool's), read from the
+-- route's context before the body (reading it yields): each as (its context, its scope, its key in the
+-- worker's memory). The caller is read only when a limit counts per caller; the descriptors are built
+-- only when the service is asked.
+function M.call_leases(h, context, tool, own)
+  local shared = context:get("shared_leases")
+  local of_tool = tool and tool.quota and context:get("quota:" .. tool.quota .. ":leases")
+  if not shared and not of_tool then return nil end
+  local leased = { timeout_ms = context:get("lease_timeout_ms"), cluster = context:get("ratelimit_cluster"), domain = context:get("ratelimit_domain") }
+  local function add(limit, scope)
+    -- The limit's part of the key, kept in the limit's context table (the worker remembers it by the
+    -- route's digest): a per-call string of a route limit is only the caller's.
+    local prefixes = limit.prefixes
+    if not prefixes then prefixes = {}; limit.prefixes = prefixes end
+    local key = prefixes[scope]
+    if not key then key = limit.name .. "\n" .. scope; prefixes[scope] = key end
+    if limit.caller then
+      if not leased.caller_key then leased.caller_key, leased.caller_value = lease_caller(h, context:get("auth")) end
+      key = key .. "\n" .. leased.caller_value
+    end
+    leased[#leased + 1] = { limit = limit, scope = scope, key = key }
+  end
+  for _, limit in ipairs(shared or {}) do add(limit, limit.scope) end
+  if of_tool then
+    local scope = context:get("tool_service") .. "/" .. own
+    for _, limit in ipairs(of_tool) do add(limit, scope) end
+  end
+  return leased
+end
+
+-- A leased limit's descriptor, as the ratelimit filter's entries are (quotas.ts): limit, scope, caller.
+local function lease_descriptor(leased, counted, hits)
+  local entries = { { "limit", counted.limit.name }, { "scope", counted.scope } }
+  if counted.limit.caller then entries[3] = { leased.caller_key, leased.caller_value } end
+  return { entries = entries, hits = hits }
+end
+
+
+
+local function lease_refusal(h, call, status, headers, body)
+  local metadata = h:streamInfo():dynamicMetadata()
+  metadata:set(NS, "answered", true)
+  metadata:set(NS, "outcome", "limited")
+  headers[":status"], headers["content-type"] = status, "application/json"
+  h:respond(headers, body)
+end
+
+-- A limit over: 429 naming it, as a refusal of Envoy's ratelimit filter reads (local-replies.ts).
+local function refuse_over(h, call, name, wait_ms)
+  local retry = tostring(math.max(1, ceil(wait_ms / 1000)))
+  local body = '{"jsonrpc":"2.0","id":' .. id_json(call.id) .. ',"error":{"code":' .. LIMIT_EXCEEDED
+    .. ',"message":' .. json_string("rate limit exceeded: " .. name .. "; retry after " .. retry .. " s")
+    .. ',"data":{"outcome":"limited","limit":' .. json_string(name) .. ',"retry_after_s":"' .. retry
+    .. '","details":"request_rate_limited","backend":' .. json_string(call.backend) .. ',"tool":' .. json_string(call.tool) .. "}}}"
+  lease_refusal(h, call, "429", { ["retry-after"] = retry, ["x-mcpgw-limit"] = name }, body)
+end
+
+-- The service could not answer for a limit whose whenServiceDown is refuse: 503, as the refusing filter's.
+local function refuse_unanswered(h, call, name)
+  local body = '{"jsonrpc":"2.0","id":' .. id_json(call.id) .. ',"error":{"code":' .. GATEWAY_INTERNAL .. ',"message":' .. json_string(SERVICE_DOWN)
+    .. ',"data":{"outcome":"limited","http_status":503,"details":"shared_limit_service_unavailable"}}}'
+  lease_refusal(h, call, "503", { ["x-mcpgw-limit"] = name }, body)
+end
+
+-- Spends one token of each of the call's leased limits, renewing the leases that ran out in one request
+-- to the service. Returns whether the call goes on (false: it was answered).
+function M.spend_leases(h, leased, call)
+  local now = h:timestamp()
+  local asking, descriptors = {}, {}
+  for _, counted in ipairs(leased) do
+    local limit = counted.limit
+    local state = remembered_leases(counted.key)
+    local taken = M.lease_take(state, limit.lease, now)
+    if taken == "over" then
+      refuse_over(h, call, limit.name, state.over_ms - now)
+      return false
+    end
+    if taken ~= "spent" then
+      asking[#asking + 1] = { limit = limit, state = state, hits = taken }
+      descriptors[#descriptors + 1] = lease_descriptor(leased, counted, taken)
+    end
+  end
+  if #asking == 0 then return true end
+  local ok, answer_headers, answer_body = pcall(h.httpCall, h, leased.cluster, {
+    [":method"] = "POST", [":path"] = RATELIMIT_PATH, [":authority"] = leased.cluster,
+    ["content-type"] = "application/grpc", ["te"] = "trailers",
+  }, M.rate_limit_request(leased.domain, descriptors), leased.timeout_ms)
+  local codes = ok and answer_headers and answer_headers[":status"] == "200" and M.rate_limit_codes(answer_body)
+  if codes and #codes ~= #asking then codes = nil end
+  local over, unanswered
+  for index, ask in ipairs(asking) do
+    local code = codes and codes[index]
+    if code == LIMIT_OK or code == LIMIT_OVER then
+      if not M.lease_granted(ask.state, ask.hits, ask.limit.lease, ask.limit.window_s, now, code) then over = over or ask end
+    else
+      if ask.hits == ask.limit.lease then ask.state.renewing_ms = -RENEWAL_STALE_MS end
+      -- Not counted: the limit's whenServiceDown decides.
+      if ask.limit.refuse then unanswered = unanswered or ask end
+    end
+  end
+  if over then
+    refuse_over(h, call, over.limit.name, over.state.over_ms - h:timestamp())
+    return false
+  end
+  if unanswered then
+    refuse_unanswered(h, call, unanswered.limit.name)
+    return false
+  end
+  return true
+end
+
 -- Requests for one backend's prompt or resource, routed by the prefix of the name or URI they carry.
 local FORWARDED = {
   ["prompts/get"] = true, ["completion/complete"] = true,
@@ -972,6 +1247,7 @@ function envoy_on_request(h)
   end
   if flags == nil and not audit_arguments then return refuse() end
   if tool and tool.quota then M.set_tool_quota(context, metadata, tool.quota, own) end
+  local leased = tool and M.call_leases(h, context, tool, own)
   -- Read here: the filter context cannot be read once the body was (reading it yields).
   local in_flight = tool and M.in_flight_limits(context, tool)
   -- What the access rule needs, read before the body (reading it yields, and handles end there).
@@ -1040,6 +1316,11 @@ function envoy_on_request(h)
       first, last, inner, params = M.tool_name_span(text)
     end
     -- The check yielded: the body handle is taken anew.
+    body = h:body()
+  end
+  if leased then
+    if not M.spend_leases(h, leased, { id = id, backend = backend, tool = own }) then return end
+    -- Asking the service yields: the body handle is taken anew.
     body = h:body()
   end
   -- One pass over the body: the prefix stripped from the name and, with tracing on, the gateway's span

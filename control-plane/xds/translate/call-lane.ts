@@ -17,10 +17,11 @@ import {
   SESSION_CHECK_PATH,
   SIDECAR_CHECK_CLUSTER_NAME,
   SIDECAR_CLUSTER_NAME,
+  RATELIMIT_CLUSTER_NAME,
 } from './settings';
 import { TYPE_URL, typedStruct } from './type-urls';
 import { InFlightLimitIR, ToolQuotaIR, toolQuotaOf } from '../../ir/quotas-ir';
-import { LIMIT_HEADER, toolQuotaContext } from './quotas';
+import { LIMIT_HEADER, RATELIMIT_DOMAIN, SharedLeaseContext, toolQuotaContext } from './quotas';
 
 /**
  * The call lane (docs/adr/0008-data-path-lanes.md): Envoy's mcp filter parses every POST, a tools/call
@@ -178,6 +179,9 @@ export const ROUTE_CONTEXT_DEFAULTS = {
   credential_timeout_ms: BACKEND_CREDENTIAL_TIMEOUT_MS,
   // Only a backend whose Tool Service opts in (transport.resumeCutPooledCalls) has a pooled-call route.
   pooled_call_lane: false,
+  // Leased shared limits (docs/adr/0016-quotas.md): the ratelimit service's cluster and domain.
+  ratelimit_cluster: RATELIMIT_CLUSTER_NAME,
+  ratelimit_domain: RATELIMIT_DOMAIN,
 } as const satisfies Record<string, string | number | boolean>;
 
 /** A route's context as Envoy gets it: without what the script's defaults already say. */
@@ -337,6 +341,15 @@ export interface CallLaneToolQuotas {
   inFlight: InFlightLimitIR[];
   /** The call's deadline unless its tool has its own: how long its concurrency slots are leased (docs/quotas.md). */
   deadlineMs: number;
+  /** Shared limits leased per Envoy worker (settings.sharedLimitLeases); absent: shared limits are asked per call. */
+  leases?: {
+    /** Envoy workers sharing the limits. */
+    workers: number;
+    /** How long the script waits for the ratelimit service's answer to a lease (settings.rateLimitTimeoutMs). */
+    timeoutMs: number;
+    /** The route's and the Tool Service's shared call limits. */
+    shared: SharedLeaseContext[];
+  };
 }
 
 /**
@@ -437,9 +450,14 @@ export function callRouteFilters(
   if (quotas && limited.size > 0) {
     context.tool_service = quotas.toolServiceId;
     for (const [index, quota] of limited) {
-      for (const [key, value] of Object.entries(toolQuotaContext(quota))) context[`quota:${index}:${key}`] = value;
+      for (const [key, value] of Object.entries(toolQuotaContext(quota, quotas.leases?.workers))) context[`quota:${index}:${key}`] = value;
       if (quota.concurrencyPerCaller) context[`concurrency:${index}`] = quota.concurrencyPerCaller;
     }
+  }
+  const leases = quotas?.leases;
+  if (leases && leases.shared.length > 0) context.shared_leases = leases.shared;
+  if (leases && (leases.shared.length > 0 || Object.keys(context).some((key) => key.startsWith('quota:') && key.endsWith(':leases')))) {
+    context.lease_timeout_ms = leases.timeoutMs;
   }
   if (quotas && (quotas.inFlight.length > 0 || [...limited.values()].some((quota) => quota.concurrencyPerCaller))) {
     context.concurrency = inFlightLimitsContext(quotas.inFlight);

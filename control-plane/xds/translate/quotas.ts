@@ -88,7 +88,7 @@ function limitNameFormula(slot: LocalSlot): string {
   }
 }
 
-const UNIT_SECONDS: Record<Rate['unit'], number> = { second: 1, minute: 60, hour: 3600, day: 86400 };
+export const UNIT_SECONDS: Record<Rate['unit'], number> = { second: 1, minute: 60, hour: 3600, day: 86400 };
 
 /** N per unit: N tokens, all of them back when the unit has passed. */
 const tokenBucket = (rate: Rate) => ({ max_tokens: rate.requests, tokens_per_fill: rate.requests, fill_interval: `${UNIT_SECONDS[rate.unit]}s` });
@@ -97,6 +97,8 @@ type Lane = 'calls' | 'discovery';
 const localKey = (lane: Lane, rate: Rate) => `${lane}:${rateText(rate)}`;
 
 const isLocal = (limit: LimitIR) => !limit.shared;
+/** A shared limit the call script leases where the gateway leases them (leaseWorkers given): every one not marked exact. */
+const isLeased = (limit: LimitIR, leaseWorkers: number | undefined) => leaseWorkers !== undefined && limit.shared !== undefined && !limit.shared.exact;
 
 /** The per-instance limits of a slot across the whole registry, as (bucket key, rate). */
 function localLimitsOf(ir: GatewayIR, slot: LocalSlot): Map<string, Rate> {
@@ -230,14 +232,55 @@ interface RouteLimits {
   local: [LocalSlot, Action[]][];
   /** Shared limits, by their whenServiceDown. */
   shared: Record<WhenServiceDown, Action[][]>;
+  /** Shared limits the call script leases instead (settings.sharedLimitLeases): none go to the shared filters then. */
+  leased?: SharedLeaseContext[];
+}
+
+/**
+ * Leased shared limits (docs/adr/0016-quotas.md, "Leased shared limits"): each Envoy worker takes
+ * `lease` tokens of a shared limit at a time from the ratelimit service (hits_addend) and spends them
+ * on its own until they are gone or the limit's window ends. A worker's tokens left unspent at the
+ * window's end were counted but never used: at most workers × lease per window, bounded here to
+ * 1/LEASE_SPREAD of the limit; a limit too small for a lease of two takes one token per call (exact,
+ * today's cost).
+ */
+export const LEASE_SPREAD = 20;
+export const leaseSize = (rate: Rate, workers: number) => Math.max(1, Math.floor(rate.requests / (LEASE_SPREAD * workers)));
+
+/** A leased shared limit as the call script reads it (call-lane.lua, leased limits). */
+export interface SharedLeaseContext {
+  name: string;
+  /** The scope entry's value; absent for a tool's limit (the script forms `<Tool Service id>/<tool>`). */
+  scope?: string;
+  /** Counted per caller (the subject on a route with auth, else the client's address). */
+  caller: boolean;
+  /** whenServiceDown: refuse (503) rather than let the call through uncounted. */
+  refuse: boolean;
+  /** Tokens a worker takes at a time. */
+  lease: number;
+  /** The limit's window in seconds: a lease ends with it. */
+  window_s: number;
+}
+
+export function sharedLeaseContext(limit: LimitIR, workers: number, scope?: string): SharedLeaseContext {
+  return {
+    name: limit.name,
+    ...(scope !== undefined && { scope }),
+    caller: limit.perCaller,
+    refuse: limit.shared?.whenServiceDown === 'refuse',
+    lease: leaseSize(limit.rate, workers),
+    window_s: UNIT_SECONDS[limit.rate.unit],
+  };
 }
 
 const slotOf = (scope: Scope, perCaller: boolean) => LOCAL_QUOTA_SLOTS.find((slot) => slot.scope === scope && slot.perCaller === perCaller)!;
 
-function limitsFor(route: RouteIR, lane: Lane, scope: Exclude<Scope, 'tool'>, scopeValue: string, limits: LimitIR[], into: RouteLimits): void {
+function limitsFor(route: RouteIR, lane: Lane, scope: Exclude<Scope, 'tool'>, scopeValue: string, limits: LimitIR[], into: RouteLimits, leaseWorkers?: number): void {
   for (const limit of limits) {
     const caller = limit.perCaller ? [callerAction(route)] : [];
-    if (limit.shared) {
+    if (leaseWorkers !== undefined && isLeased(limit, leaseWorkers)) {
+      (into.leased ??= []).push(sharedLeaseContext(limit, leaseWorkers, scopeValue));
+    } else if (limit.shared) {
       into.shared[limit.shared.whenServiceDown].push([constant(DESCRIPTOR_KEYS.limit, limit.name), constant(DESCRIPTOR_KEYS.scope, scopeValue), ...caller]);
     } else {
       into.local.push([slotOf(scope, limit.perCaller), [constant(DESCRIPTOR_KEYS.limit, localKey(lane, limit.rate)), constant(DESCRIPTOR_KEYS.scope, scopeValue), ...caller]]);
@@ -250,8 +293,9 @@ function limitsFor(route: RouteIR, lane: Lane, scope: Exclude<Scope, 'tool'>, sc
  * limits into metadata (quota_tool_*) and these entries read them; a call of a tool without one
  * makes no descriptor.
  */
-function toolLimitsFor(route: RouteIR, tools: ToolQuotaIR[], into: RouteLimits): void {
-  const kinds = new Set(tools.flatMap((tool) => tool.calls.map((limit) => `${limit.perCaller}|${limit.shared?.whenServiceDown ?? 'local'}`)));
+function toolLimitsFor(route: RouteIR, tools: ToolQuotaIR[], into: RouteLimits, leaseWorkers: number | undefined): void {
+  const counted = (limit: LimitIR) => !isLeased(limit, leaseWorkers);
+  const kinds = new Set(tools.flatMap((tool) => tool.calls.filter(counted).map((limit) => `${limit.perCaller}|${limit.shared?.whenServiceDown ?? 'local'}`)));
   for (const kind of [...kinds].sort()) {
     const [perCaller, where] = kind.split('|') as ['true' | 'false', 'local' | WhenServiceDown];
     const byCaller = perCaller === 'true';
@@ -285,18 +329,22 @@ function routeQuotaParts(limits: RouteLimits, metadata: Record<string, unknown>)
   return {
     rateLimits,
     sharedFilters: shared,
+    leased: limits.leased ?? [],
     ...(read && { metadata: { filter_metadata: { [QUOTA_ROUTE_METADATA]: metadata } } }),
   };
 }
 
 const noLimits = (): RouteLimits => ({ local: [], shared: { allow: [], refuse: [] } });
 
-/** A call route's limits: the route's calls, its Tool Service's, and its tools'. */
-export function callRouteQuotas(route: RouteIR, service: ToolServiceIR) {
+/**
+ * A call route's limits: the route's calls, its Tool Service's, and its tools'. With `leaseWorkers`
+ * (settings.sharedLimitLeases) its shared limits are leased by the call script instead of asked per call.
+ */
+export function callRouteQuotas(route: RouteIR, service: ToolServiceIR, leaseWorkers?: number) {
   const limits = noLimits();
-  limitsFor(route, 'calls', 'route', route.key, route.quotas.calls, limits);
-  limitsFor(route, 'calls', 'tool_service', service.id, service.quotas.calls, limits);
-  toolLimitsFor(route, service.quotas.tools, limits);
+  limitsFor(route, 'calls', 'route', route.key, route.quotas.calls, limits, leaseWorkers);
+  limitsFor(route, 'calls', 'tool_service', service.id, service.quotas.calls, limits, leaseWorkers);
+  toolLimitsFor(route, service.quotas.tools, limits, leaseWorkers);
   return routeQuotaParts(limits, {
     route: route.key,
     lane: 'calls',
@@ -317,8 +365,12 @@ export function gatewayRouteQuotas(route: RouteIR) {
  * value of the metadata key (quota_tool_<kind>) the route's entries read — the bucket key of a per-instance limit, the name of a
  * shared one (the ratelimit service counts each tool apart under it).
  */
-export function toolQuotaContext(tool: ToolQuotaIR): Record<string, string> {
-  return Object.fromEntries(
-    tool.calls.map((limit) => [toolQuotaKind(limit.perCaller, limit.shared?.whenServiceDown ?? 'local'), limit.shared ? limit.name : localKey('calls', limit.rate)]),
-  );
+export function toolQuotaContext(tool: ToolQuotaIR, leaseWorkers?: number): Record<string, unknown> {
+  const leased = tool.calls.filter((limit) => isLeased(limit, leaseWorkers));
+  const counted = tool.calls.filter((limit) => !leased.includes(limit));
+  return {
+    ...Object.fromEntries(counted.map((limit) => [toolQuotaKind(limit.perCaller, limit.shared?.whenServiceDown ?? 'local'), limit.shared ? limit.name : localKey('calls', limit.rate)])),
+    // Leased shared limits of the tool: the script forms each one's scope from the tool it calls.
+    ...(leaseWorkers !== undefined && leased.length > 0 && { leases: leased.map((limit) => sharedLeaseContext(limit, leaseWorkers)) }),
+  };
 }

@@ -31,13 +31,15 @@ const STREAM_IDLE_TIMEOUT = '120s';
 const UNBOUNDED_CALL_LEASE_MS = 15 * 60_000;
 
 /** What the routes take of the gateway's settings: the audit's copy of call arguments, Envoy's tracer. */
-type RouteSettings = Pick<GatewaySettings, 'auditArguments' | 'tracing'>;
+type RouteSettings = Pick<GatewaySettings, 'auditArguments' | 'tracing' | 'quotas'>;
 
 /** The call lane: a tools/call named with this backend's prefix, to its Tool Service, under the call script's rules. */
 function callRoute(route: RouteIR, backend: RouteBackendIR, service: ToolServiceIR, catalog: CallLaneCatalog, settings: RouteSettings) {
   const { host, port, path } = service.endpoint;
-  const quotas = callRouteQuotas(route, service);
+  const leaseWorkers = settings.quotas.sharedLimitLeases?.workers;
+  const quotas = callRouteQuotas(route, service, leaseWorkers);
   const toolQuotas = {
+    ...(leaseWorkers !== undefined && { leases: { workers: leaseWorkers, timeoutMs: settings.quotas.rateLimitTimeoutMs, shared: quotas.leased } }),
     toolServiceId: service.id,
     tools: service.quotas.tools,
     inFlight: [route.quotas.concurrencyPerCaller, service.quotas.concurrencyPerCaller].filter((limit) => limit !== undefined),

@@ -97,6 +97,12 @@ export interface QuotaSettings {
    * recently starts over.
    */
   maxTrackedCallers: number;
+  /**
+   * Shared limits of tools/call leased per Envoy worker instead of asked per call (docs/adr/0016-quotas.md,
+   * "Leased shared limits"): `workers` is how many Envoy workers share the limits (every Envoy's
+   * --concurrency together), which bounds a lease to 1/20 of a limit across them. Absent: one check per call.
+   */
+  sharedLimitLeases?: { workers: number };
 }
 
 /**

@@ -429,3 +429,40 @@ check("json answer unannotated route records a carried outcome",
 check("json answer annotated, \"result\" inside a string does not fool it",
   (json_answer('{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"\\"result\\":{}"}]}}', true)),
   '{"jsonrpc":"2.0","id":7,"result":{"_meta":{"mcpgw/outcome":{"outcome":"ok"}},"content":[{"type":"text","text":"\\"result\\":{}"}]}}')
+
+-- leased shared limits (docs/adr/0016-quotas.md, "Leased shared limits")
+local function hex(s) return (s:gsub(".", function(c) return string.format("%02x", c:byte()) end)) end
+local function unhex(h) return (h:gsub("%x%x", function(x) return string.char(tonumber(x, 16)) end)) end
+-- RateLimitRequest{domain "d", descriptors [{entries [limit=a, scope=b], hits_addend {value 300}}]} in a gRPC frame
+check("lease request encoded", hex(M.rate_limit_request("d", { { entries = { { "limit", "a" }, { "scope", "b" } }, hits = 300 } })),
+  "0000000022" .. "0a0164" .. "121d" .. "0a0a0a056c696d69741201" .. "61" .. "0a0a0a0573636f70651201" .. "62" .. "1a0308ac02")
+-- RateLimitResponse{overall_code OVER_LIMIT, statuses [{OK, current_limit{…}, limit_remaining 5, duration_until_reset{1 s}},
+-- {OVER_LIMIT}], response_headers_to_add [a header]}: a code per status, unknown fields skipped
+local statuses = "0802" .. "120e" .. "0801" .. "1204" .. "08641001" .. "1805" .. "22020801" .. "1202" .. "0802" .. "1a06" .. "0a01781201" .. "79"
+check("lease answer codes", table.concat(M.rate_limit_codes(unhex("00000000" .. string.format("%02x", #statuses / 2) .. statuses)) or {}, ","), "1,2")
+check("lease answer: an empty body is no answer", M.rate_limit_codes(""), nil)
+check("lease answer: a cut frame is no answer", M.rate_limit_codes(unhex("0000000010" .. "0802")), nil)
+check("lease answer: a compressed frame is no answer", M.rate_limit_codes(unhex("0100000002" .. "0802")), nil)
+check("lease answer: no statuses", #M.rate_limit_codes(unhex("0000000002" .. "0801")), 0)
+check("lease window of a second", M.window_end(1700000000250, 1), 1700000001000)
+check("lease window of a minute", M.window_end(1700000000250, 60), 1700000040000)
+check("address without port", M.address_without_port("10.0.0.7:51234"), "10.0.0.7")
+check("ipv6 address without port", M.address_without_port("[::1]:51234"), "::1")
+local lease = { tokens = 0, ends_ms = 0, over_ms = 0, renewing_ms = -5000 }
+check("lease: none held asks for a lease", M.lease_take(lease, 10, 1000), 10)
+check("lease: while it is asked, another call asks for itself alone", M.lease_take(lease, 10, 1001), 1)
+check("lease: the single hit keeps nothing", (M.lease_granted(lease, 1, 10, 1, 1001, 1) and lease.tokens), 0)
+check("lease: granted, nine tokens held", (M.lease_granted(lease, 10, 10, 1, 1000, 1) and lease.tokens), 9)
+check("lease: held until the window ends", lease.ends_ms, 2000)
+check("lease: a token spent", M.lease_take(lease, 10, 1500), "spent")
+check("lease: eight left", lease.tokens, 8)
+check("lease: at the window's end the rest is gone and a lease asked again", M.lease_take(lease, 10, 2000), 10)
+check("lease: over the limit", M.lease_granted(lease, 10, 10, 1, 2000, 2), false)
+check("lease: refused here until the window ends", M.lease_take(lease, 10, 2999), "over")
+check("lease: asked again in the next window", M.lease_take(lease, 10, 3000), 10)
+local single = { tokens = 0, ends_ms = 0, over_ms = 0, renewing_ms = -5000 }
+check("lease of one: asked per call", M.lease_take(single, 1, 1000), 1)
+check("lease of one: nothing held", (M.lease_granted(single, 1, 1, 1, 1000, 1) and single.tokens), 0)
+check("lease of one: asked again", M.lease_take(single, 1, 1001), 1)
+local stale = { tokens = 0, ends_ms = 0, over_ms = 0, renewing_ms = 1000 }
+check("lease: a renewal never answered stops blocking", M.lease_take(stale, 10, 6000), 10)
