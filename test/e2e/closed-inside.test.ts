@@ -162,9 +162,9 @@ describe('a closed inside refuses strangers', () => {
 
   it("reads the call-log port only from an Envoy's certificate of our CA", async () => {
     const port = stack.controlPlanePorts[0].callLog;
-    /** One Forward-mode message reporting a call on route demo, backend `reporter` (a name no registry has). */
+    /** One Forward-mode message reporting a call on route demo, backend `reporter` (a name no registry has), shaped as Envoy sends it (the call script's record as one value). */
     const report = (reporter: string) =>
-      Buffer.from(encode(['mcpgw_calls', [[0, { route: 'demo', backend: reporter, tool: 'echo', method: 'tools/call', outcome: 'ok', status: 200, duration_ms: 1, attempts: 1, flags: '-' }]]]));
+      Buffer.from(encode(['mcpgw_calls', [[0, { script: { route: 'demo', backend: reporter, tool: 'echo', method: 'tools/call', outcome: 'ok' }, status: 200, duration_ms: 1, attempts: 1, flags: '-' }]]]));
     const send = (certDir: string | undefined, reporter: string) =>
       new Promise<void>((resolve) => {
         const files = certDir && { cert: fs.readFileSync(path.join(certDir, INTERNAL_TLS_FILES.certificate)), key: fs.readFileSync(path.join(certDir, INTERNAL_TLS_FILES.key)) };
