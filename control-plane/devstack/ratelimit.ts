@@ -1,9 +1,6 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { projectPath } from '../shared/paths';
-import { stringify as toYaml } from 'yaml';
-import { RateLimitServiceConfig } from '../quotas/ratelimit-service-config';
-import { RATELIMIT_DOMAIN } from '../xds/translate/quotas';
 
 /**
  * The ratelimit service (envoyproxy/ratelimit) of shared limits, as the dev stack and `mcpgw up` run
@@ -79,11 +76,3 @@ export function rateLimitEnvironment(dir: string, ports: RateLimitServicePorts, 
   };
 }
 
-/** The service refuses to start without a configuration: until the control plane writes the registry's, one without limits. */
-export function writeInitialRateLimitConfig(dir: string): void {
-  const file = rateLimitConfigFile(dir);
-  if (fs.existsSync(file)) return;
-  fs.mkdirSync(path.dirname(file), { recursive: true });
-  const empty: RateLimitServiceConfig = { domain: RATELIMIT_DOMAIN, descriptors: [] };
-  fs.writeFileSync(file, toYaml(empty));
-}

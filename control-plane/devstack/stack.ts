@@ -4,7 +4,8 @@ import { projectPath } from '../shared/paths';
 import { LogLevel } from '../shared/log';
 import { BASE_ID_TAKEN, ENVOY_JSON_LOG_FORMAT, OverloadSettings, XdsApiType, envoyBinary, overloadForThisHost, writeBootstrapFile } from './envoy';
 import { listensOn } from './port-owner';
-import { rateLimitBinary, rateLimitConfigFile, rateLimitEnvironment, writeInitialRateLimitConfig } from './ratelimit';
+import { rateLimitBinary, rateLimitConfigFile, rateLimitEnvironment } from './ratelimit';
+import { writeRateLimitServiceConfigIfMissing } from '../quotas/ratelimit-service-config';
 import { ManagedProcess, ProcessOptions, freePorts, portAccepts } from './processes';
 import Redis, { RedisOptions } from 'ioredis';
 import { DEV_REDIS_USER, DevInside } from './dev-inside';
@@ -448,7 +449,7 @@ export class GatewayStack {
     const binary = rateLimitBinary();
     if (!binary) throw new Error('the ratelimit service is not installed: run scripts/test-tools.sh (builds .tools/bin/ratelimit) or set RATELIMIT_BIN');
     if (this.options.redisUrl) throw new Error('the stack runs the ratelimit service on its own Redis only');
-    writeInitialRateLimitConfig(this.options.logDir);
+    writeRateLimitServiceConfigIfMissing(rateLimitConfigFile(this.options.logDir));
     await this.launch('ratelimit', async () => {
       const socketPath = this.rateLimitSocket;
       // A socket file left by a service that was killed would make its listen fail.

@@ -1,10 +1,9 @@
-import * as fs from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { readToken } from '../shared/admin-access';
 import { Logger } from '../shared/log';
 import { RATELIMIT_DOMAIN } from '../xds/translate/quotas';
-import { writeRateLimitServiceConfig, writeRateLimitServiceConfigText } from './ratelimit-service-config';
+import { writeRateLimitServiceConfigIfMissing, writeRateLimitServiceConfigText } from './ratelimit-service-config';
 
 /**
  * Keeps a ratelimit service's configuration file in step with a control plane's, where the service
@@ -58,7 +57,7 @@ export async function fetchRateLimitConfig(options: Pick<RateLimitConfigSyncOpti
  */
 export function startRateLimitConfigSync(options: RateLimitConfigSyncOptions): { stop(): Promise<void> } {
   const { log } = options;
-  if (!fs.existsSync(options.output)) writeRateLimitServiceConfig(options.output, { domain: RATELIMIT_DOMAIN, descriptors: [] });
+  writeRateLimitServiceConfigIfMissing(options.output);
   let timer: NodeJS.Timeout | undefined;
   let stopped = false;
   let failing = false;

@@ -55,6 +55,14 @@ export function rateLimitServiceConfig(ir: GatewayIR): RateLimitServiceConfig {
 export const hasSharedLimits = (ir: GatewayIR) => sharedLimits(ir).length > 0;
 
 /**
+ * The service refuses to start without a configuration: where there is none yet (before a control
+ * plane's first), one without limits. A file already there is left as it is.
+ */
+export function writeRateLimitServiceConfigIfMissing(file: string): void {
+  if (!fs.existsSync(file)) writeRateLimitServiceConfig(file, { domain: RATELIMIT_DOMAIN, descriptors: [] });
+}
+
+/**
  * Writes the configuration where the ratelimit service reads it (its RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config/),
  * whole or not at all: written beside its directory and renamed into it, since the service reads every
  * file that appears there. Returns whether the file changed.
